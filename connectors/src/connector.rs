@@ -1,0 +1,91 @@
+//! The `Connector` trait: one platform account, as a source of `Inbound` and a sink for
+//! `Outbound`.
+//!
+//! A connector runs until its shutdown token is cancelled, hands every message to an
+//! `InboundSink`, and only acknowledges a message to its platform (a getUpdates offset, a
+//! webhook 200, a notification cursor) after the sink has accepted it: the sink's answer
+//! means the message is in the journal and will not be lost.
+
+use crate::model::{Inbound, MessageId, Outbound, Platform, RoomRef};
+use async_trait::async_trait;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// What the sink did with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    /// Journaled for the first time; it will be handled.
+    New,
+    /// Already in the journal (a redelivery); nothing more will happen.
+    Duplicate,
+}
+
+/// The sink could not take the message; the connector must not acknowledge it.
+#[derive(Debug, thiserror::Error)]
+#[error("the gateway could not journal the message: {0}")]
+pub struct SinkError(pub String);
+
+/// Where a connector puts what it receives. The gateway implements it over the journal and
+/// the bus.
+#[async_trait]
+pub trait InboundSink: Send + Sync {
+    async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError>;
+}
+
+/// What the platform said about a delivered reply.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Delivery {
+    /// The platform ids of the messages sent (several when a reply was split).
+    pub message_ids: Vec<MessageId>,
+}
+
+/// Errors callers branch on: the outbox retries `RateLimited` and `Transient`, and gives up
+/// on `Unauthorized` and `Fatal`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectorError {
+    #[error("rate limited by the platform; retry after {retry_after:?}")]
+    RateLimited { retry_after: Duration },
+    #[error("the platform refused the credentials: {0}")]
+    Unauthorized(String),
+    #[error("temporary failure: {0}")]
+    Transient(String),
+    #[error("{0}")]
+    Fatal(String),
+}
+
+impl ConnectorError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ConnectorError::RateLimited { .. } | ConnectorError::Transient(_)
+        )
+    }
+}
+
+/// One platform account. Implementations live in this crate, one module per platform; the
+/// gateway's `Web` connector lives in the gateway because it answers HTTP callers.
+#[async_trait]
+pub trait Connector: Send + Sync {
+    fn platform(&self) -> Platform;
+
+    /// Receives until `shutdown` is cancelled. Returns an error only when the connector
+    /// cannot go on (bad token); transient failures are retried inside.
+    async fn run(
+        &self,
+        sink: std::sync::Arc<dyn InboundSink>,
+        shutdown: CancellationToken,
+    ) -> Result<(), ConnectorError>;
+
+    /// Delivers one reply whole: split to the platform's limit, threaded, paced.
+    async fn send(&self, reply: &Outbound) -> Result<Delivery, ConnectorError>;
+
+    /// Shows that the persona is composing a reply. Best effort.
+    async fn typing(&self, _room: &RoomRef) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
+    /// Whether the platform answers with these credentials.
+    async fn healthcheck(&self) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,21 @@
+//! troupe-connectors: the normalized message model, and one module per platform.
+//!
+//! Layout:
+//! - [`model`]: `Platform`, the id newtypes, `RoomRef`, `UserRef`, `Inbound`, `Outbound`,
+//!   `Attachment`. Everything a connector emits or accepts, and nothing platform-specific.
+//! - [`connector`]: the `Connector` trait (a source and a sink for one platform account) and
+//!   the `InboundSink` it hands messages to, plus the typed `ConnectorError`.
+//! - [`split`]: splitting a long reply at a platform's length limit on natural boundaries.
+//!
+//! A connector depends on nothing in the gateway: it receives an `InboundSink` and a
+//! shutdown token, and it never learns who consumes its messages.
+
+pub mod connector;
+pub mod model;
+pub mod split;
+
+pub use connector::{Accepted, Connector, ConnectorError, Delivery, InboundSink, SinkError};
+pub use model::{
+    Attachment, Inbound, MessageId, Outbound, Platform, ReplyTo, RoomId, RoomKey, RoomRef, UserId,
+    UserRef,
+};
