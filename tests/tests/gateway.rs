@@ -2,6 +2,8 @@
 //! model. One binary for all of them; each test body runs once on SQLite and once on
 //! Postgres (`TROUPE_TEST_DATABASE_URL`).
 
+use std::time::Duration;
+
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use troupe_e2e::fake_openai::openai_error;
@@ -38,6 +40,8 @@ on_each_backend!(
     a_repeated_message_id_is_answered_once,
     a_model_error_is_reported_and_the_message_stays_journaled,
     a_model_timeout_is_reported_and_the_message_stays_journaled,
+    a_journaled_message_is_answered_at_the_next_start,
+    a_message_pending_at_a_crash_is_answered_after_it,
     without_a_model_provider_messages_get_503_naming_the_variable,
     agents_are_listed_and_bad_requests_get_json_errors,
     the_api_token_guards_mutating_routes,
@@ -52,6 +56,10 @@ async fn spawn_with(backend: Backend, fake: &FakeOpenAi) -> TestApp {
     )
     .await
 }
+
+/// How long a test waits for the gateway to send the fake a request on its own (no HTTP
+/// call to wait on). A hang guard, not a timing assertion.
+const WAIT: Duration = Duration::from_secs(60);
 
 fn message(room: &str, text: &str) -> Value {
     json!({"roomId": room, "userId": "u-sam", "userName": "Sam", "text": text})
@@ -311,6 +319,99 @@ async fn a_model_timeout_is_reported_and_the_message_stays_journaled(backend: Ba
         "the journaled message was not answered"
     );
     assert!(fake.last_prompt_text().contains("Are you awake?"));
+}
+
+async fn a_journaled_message_is_answered_at_the_next_start(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let mut app = spawn_with(backend, &fake).await;
+    fake.set_fallback(Some(Script::server_error()));
+    let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-redo", "text": "Where is the sea glass?"});
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_error_json(
+        status,
+        &body,
+        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
+    );
+    let failed = fake.request_count();
+
+    // The model is back; the next start drives the pending entry again on its own.
+    fake.set_fallback(None);
+    fake.push_reply("On the northern shore.");
+    app.restart().await;
+    let reqs = fake
+        .try_wait_for_requests(failed + 1, WAIT)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the journaled message was not driven again after the restart: {e}\n{}",
+                app.logs()
+            )
+        });
+    assert!(
+        reqs[failed]
+            .prompt_text()
+            .contains("Where is the sea glass?"),
+        "the request after the restart is not for the journaled message:\n{}",
+        reqs[failed].prompt_text()
+    );
+
+    // Posted again, it gets that answer, without another model call.
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_eq!(reply_text(status, &body, &fake), "On the northern shore.");
+    assert_eq!(
+        fake.request_count(),
+        failed + 1,
+        "answered twice: {:?}",
+        fake.requests()
+    );
+}
+
+async fn a_message_pending_at_a_crash_is_answered_after_it(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let mut app = spawn_with(backend, &fake).await;
+    fake.set_fallback(Some(Script::Hang));
+    let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-crash", "text": "Light the lamp, please."});
+
+    // The model is thinking when the process dies.
+    let in_flight = tokio::spawn(
+        app.client()
+            .post(app.url(&format!("/api/agents/{AGENT}/messages")))
+            .json(&msg)
+            .send(),
+    );
+    fake.wait_for_requests(1, WAIT).await;
+    app.kill().await;
+    assert!(
+        in_flight.await.expect("join").is_err(),
+        "the in-flight request was answered although the process was killed"
+    );
+
+    fake.set_fallback(None);
+    fake.push_reply("The lamp is lit.");
+    app.start_again().await;
+    let reqs = fake
+        .try_wait_for_requests(2, WAIT)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the message pending at the crash was not driven again: {e}\n{}",
+                app.logs()
+            )
+        });
+    assert!(
+        reqs[1].prompt_text().contains("Light the lamp, please."),
+        "{}",
+        reqs[1].prompt_text()
+    );
+
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_eq!(reply_text(status, &body, &fake), "The lamp is lit.");
+    assert_eq!(
+        fake.request_count(),
+        2,
+        "answered twice: {:?}",
+        fake.requests()
+    );
 }
 
 async fn without_a_model_provider_messages_get_503_naming_the_variable(backend: Backend) {
