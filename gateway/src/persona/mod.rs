@@ -34,11 +34,17 @@ pub struct ClientSwitches {
 impl Persona {
     /// `modelProvider`, lower-cased (`openai`, `anthropic`, `ollama`…).
     pub fn model_provider(&self) -> Option<String> {
-        self.raw.get("modelProvider").and_then(|v| v.as_str()).map(str::to_ascii_lowercase)
+        self.raw
+            .get("modelProvider")
+            .and_then(|v| v.as_str())
+            .map(str::to_ascii_lowercase)
     }
     /// `settings.model`.
     pub fn model_name(&self) -> Option<String> {
-        self.raw.pointer("/settings/model").and_then(|v| v.as_str()).map(str::to_string)
+        self.raw
+            .pointer("/settings/model")
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
     }
     /// A secret for this persona: `CHARACTER.<NAME>.<KEY>` env, then `settings.secrets`
     /// (or 1.x top-level `secrets`), then the process environment.
@@ -48,7 +54,10 @@ impl Persona {
     }
     pub fn switches(&self, platform: Platform) -> ClientSwitches {
         let _ = platform;
-        ClientSwitches { ignore_bot_messages: true, ..Default::default() }
+        ClientSwitches {
+            ignore_bot_messages: true,
+            ..Default::default()
+        }
     }
     /// The platforms this persona runs on (from `clients`, 1.x `plugins`, or troupe settings).
     pub fn platforms(&self) -> Vec<Platform> {
@@ -79,7 +88,16 @@ impl std::fmt::Display for Diagnostic {
             Severity::Error => "",
             Severity::Warning => "warning: ",
         };
-        write!(f, "{}:{}:{}: {}{}: {}", self.file.display(), self.line, self.col, sev, self.path, self.message)
+        write!(
+            f,
+            "{}:{}:{}: {}{}: {}",
+            self.file.display(),
+            self.line,
+            self.col,
+            sev,
+            self.path,
+            self.message
+        )
     }
 }
 
@@ -92,14 +110,44 @@ pub struct Loaded {
 
 pub fn load_file(path: &Path) -> Result<Loaded, Vec<Diagnostic>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        vec![Diagnostic { file: path.into(), line: 1, col: 1, path: "(file)".into(), message: e.to_string(), severity: Severity::Error }]
+        vec![Diagnostic {
+            file: path.into(),
+            line: 1,
+            col: 1,
+            path: "(file)".into(),
+            message: e.to_string(),
+            severity: Severity::Error,
+        }]
     })?;
     let raw: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        vec![Diagnostic { file: path.into(), line: e.line(), col: e.column(), path: "(json)".into(), message: e.to_string(), severity: Severity::Error }]
+        vec![Diagnostic {
+            file: path.into(),
+            line: e.line(),
+            col: e.column(),
+            path: "(json)".into(),
+            message: e.to_string(),
+            severity: Severity::Error,
+        }]
     })?;
-    let name = raw.get("name").and_then(|v| v.as_str()).unwrap_or("").to_string();
-    let id = raw.get("id").and_then(|v| v.as_str()).map(str::to_string).unwrap_or_else(|| name.to_lowercase());
-    Ok(Loaded { persona: Persona { id, name, source: path.into(), raw }, warnings: vec![] })
+    let name = raw
+        .get("name")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    let id = raw
+        .get("id")
+        .and_then(|v| v.as_str())
+        .map(str::to_string)
+        .unwrap_or_else(|| name.to_lowercase());
+    Ok(Loaded {
+        persona: Persona {
+            id,
+            name,
+            source: path.into(),
+            raw,
+        },
+        warnings: vec![],
+    })
 }
 
 /// Every `*.json` character file directly in `dir`.
@@ -107,7 +155,11 @@ pub fn load_dir(dir: &Path) -> (Vec<Loaded>, Vec<Diagnostic>) {
     let mut ok = Vec::new();
     let mut bad = Vec::new();
     if let Ok(entries) = std::fs::read_dir(dir) {
-        let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect();
+        let mut paths: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
         paths.sort();
         for p in paths {
             match load_file(&p) {
@@ -156,10 +208,69 @@ pub struct Prompt {
 }
 
 pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
-    let bio = persona.raw.get("bio").map(|b| b.to_string()).unwrap_or_default();
+    let bio = persona
+        .raw
+        .get("bio")
+        .map(|b| b.to_string())
+        .unwrap_or_default();
     let mut user = format!("# About {}\n{}\n\n# Conversation\n", persona.name, bio);
     for h in input.history {
         user.push_str(&format!("{}: {}\n", h.author_name, h.text));
     }
-    Prompt { system: persona.raw.get("system").and_then(|v| v.as_str()).unwrap_or_default().to_string(), user }
+    Prompt {
+        system: persona
+            .raw
+            .get("system")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string(),
+        user,
+    }
+}
+
+/// A change in the personas directory (hot reload).
+#[derive(Debug)]
+pub enum PersonaEvent {
+    Upsert(Loaded),
+    Removed { source: PathBuf },
+    Invalid(Vec<Diagnostic>),
+}
+
+pub fn watch(
+    dir: PathBuf,
+    env: Env,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> tokio::sync::mpsc::Receiver<PersonaEvent> {
+    let _ = (dir, env);
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        drop(tx);
+    });
+    rx
+}
+
+/// The result of `troupe check`.
+pub struct CheckReport {
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl CheckReport {
+    pub fn ok(&self) -> bool {
+        self.diagnostics
+            .iter()
+            .all(|d| d.severity != Severity::Error)
+    }
+}
+
+pub fn check_files(paths: &[PathBuf], env: &Env) -> CheckReport {
+    let _ = env;
+    let mut diagnostics = Vec::new();
+    for p in paths {
+        match load_file(p) {
+            Ok(l) => diagnostics.extend(l.warnings),
+            Err(d) => diagnostics.extend(d),
+        }
+    }
+    CheckReport { diagnostics }
 }

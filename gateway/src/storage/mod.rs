@@ -160,7 +160,12 @@ impl Store {
     pub async fn journal_fail(&self, id: JournalId, error: &str) -> Result<()> {
         unimplemented!()
     }
-    pub async fn journal_lookup(&self, agent_id: &str, platform: Platform, message_id: &str) -> Result<Option<JournalEntry>> {
+    pub async fn journal_lookup(
+        &self,
+        agent_id: &str,
+        platform: Platform,
+        message_id: &str,
+    ) -> Result<Option<JournalEntry>> {
         unimplemented!()
     }
     /// Commits a handled message; returns the outbox id of the reply, if any.
@@ -168,7 +173,12 @@ impl Store {
         unimplemented!()
     }
     /// The last `limit` messages of the room, oldest first.
-    pub async fn recent_messages(&self, agent_id: &str, room: &str, limit: i64) -> Result<Vec<MemoryMessage>> {
+    pub async fn recent_messages(
+        &self,
+        agent_id: &str,
+        room: &str,
+        limit: i64,
+    ) -> Result<Vec<MemoryMessage>> {
         unimplemented!()
     }
     pub async fn rooms(&self, agent_id: &str) -> Result<Vec<RoomSummary>> {
@@ -180,10 +190,20 @@ impl Store {
     }
     /// Claims up to `limit` undelivered outbox entries whose retry time has come. A claim
     /// expires after `lease_ms`, so a crashed claimer's entries are taken again.
-    pub async fn outbox_claim(&self, limit: i64, now_ms: i64, lease_ms: i64) -> Result<Vec<OutboxEntry>> {
+    pub async fn outbox_claim(
+        &self,
+        limit: i64,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> Result<Vec<OutboxEntry>> {
         unimplemented!()
     }
-    pub async fn outbox_claim_one(&self, id: OutboxId, now_ms: i64, lease_ms: i64) -> Result<Option<OutboxEntry>> {
+    pub async fn outbox_claim_one(
+        &self,
+        id: OutboxId,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> Result<Option<OutboxEntry>> {
         unimplemented!()
     }
     pub async fn outbox_delivered(&self, id: OutboxId, platform_ids: &[String]) -> Result<()> {
