@@ -62,6 +62,29 @@ impl ConnectorError {
     }
 }
 
+/// A webhook call, framework-free: header names are lower-case.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookRequest {
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl WebhookRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The answer to a webhook call; the body is JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookResponse {
+    pub status: u16,
+    pub body: String,
+}
+
 /// One platform account. Implementations live in this crate, one module per platform; the
 /// gateway's `Web` connector lives in the gateway because it answers HTTP callers.
 #[async_trait]
@@ -82,6 +105,16 @@ pub trait Connector: Send + Sync {
     /// Shows that the persona is composing a reply. Best effort.
     async fn typing(&self, _room: &RoomRef) -> Result<(), ConnectorError> {
         Ok(())
+    }
+
+    /// Handles a webhook call the gateway received for this connector at
+    /// `POST /webhooks/{platform}/{agent}`. The connector verifies it (secret token,
+    /// signature) and hands its messages to the sink it got in `run`.
+    async fn webhook(&self, _request: WebhookRequest) -> WebhookResponse {
+        WebhookResponse {
+            status: 404,
+            body: r#"{"error":"not_found","detail":"this connector takes no webhooks"}"#.into(),
+        }
     }
 
     /// Whether the platform answers with these credentials.

@@ -5,6 +5,7 @@
 //! This is the topology: the one place that knows which connector feeds which agent.
 
 use anyhow::Context;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -22,6 +23,9 @@ use crate::persona::{self, Loaded, Persona, PersonaEvent};
 use crate::provider::{self, ModelProvider};
 use crate::storage::Store;
 use crate::web::WebConnector;
+use tracing::Instrument;
+use troupe_connectors::Platform;
+use troupe_connectors::registry::{self, Built, ConnectorSettings};
 
 /// Builds the model provider for a persona; `troupe bench` swaps in an instant one.
 pub type ProviderFactory = Arc<dyn Fn(&Persona, &Config) -> Arc<dyn ModelProvider> + Send + Sync>;
@@ -49,7 +53,17 @@ pub struct App {
     limiter: RateLimiter,
     waiters: Waiters,
     providers: ProviderFactory,
+    /// Stops one agent's platform connectors (on reload or removal).
+    running: std::sync::Mutex<HashMap<String, CancellationToken>>,
+    /// The parent of every connector's token, cancelled at shutdown.
+    root: CancellationToken,
+    /// Where connector tasks run, once serving has started.
+    serving: std::sync::Mutex<Option<TaskTracker>>,
+    /// Connector tasks built before serving started.
+    pending: std::sync::Mutex<Vec<PendingTask>>,
 }
+
+type PendingTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 impl App {
     /// Builds the app and binds the HTTP listener.
@@ -106,6 +120,10 @@ impl App {
             outbox,
             waiters,
             providers,
+            running: Default::default(),
+            root: CancellationToken::new(),
+            serving: Default::default(),
+            pending: Default::default(),
         };
         app.load_personas().await?;
         Ok(app)
@@ -144,6 +162,7 @@ impl App {
             tracing::warn!("{w}");
         }
         let persona = loaded.persona;
+        let persona_for_connectors = persona.clone();
         self.store.upsert_agent(&persona.id, &persona.name).await?;
         let provider = (self.providers)(&persona, &self.config);
         if let Some(reason) = provider.unavailable() {
@@ -170,7 +189,84 @@ impl App {
                 self.outbox.connectors().insert(&id, Arc::new(WebConnector));
             }
         }
+        self.start_connectors(&persona_for_connectors);
         Ok(())
+    }
+
+    /// (Re)starts the platform connectors of a persona. Connectors are built here, and run
+    /// once serving has started; a reload stops the old ones first. Restarting is safe: a
+    /// connector acknowledges its platform only after the journal has a message.
+    fn start_connectors(&self, persona: &Persona) {
+        if let Some(old) = self.lock_running().remove(&persona.id) {
+            old.cancel();
+        }
+        self.outbox.connectors().remove_agent(&persona.id);
+        self.outbox
+            .connectors()
+            .insert(&persona.id, Arc::new(WebConnector));
+        let serving = self
+            .serving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let token = self.root.child_token();
+        let env = self.config.env.clone();
+        let lookup_persona = persona.clone();
+        let lookup = move |key: &str| lookup_persona.secret(key, &env);
+        for platform in persona.platforms() {
+            if platform == Platform::Web {
+                continue;
+            }
+            let switches = persona.switches(platform);
+            let settings = ConnectorSettings {
+                agent_id: persona.id.clone(),
+                persona_name: persona.name.clone(),
+                allowed_rooms: switches.allowed_rooms.clone(),
+                only_join_allowed: switches.only_join_allowed,
+            };
+            let connector = match registry::build(platform, &lookup, &settings) {
+                Ok(Built::Ready(c)) => c,
+                Ok(Built::NotConfigured(why)) => {
+                    tracing::warn!(persona = %persona.id, %platform, "not connecting: {why}");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!(persona = %persona.id, %platform, error = %e, "cannot build the connector");
+                    continue;
+                }
+            };
+            self.outbox
+                .connectors()
+                .insert(&persona.id, connector.clone());
+            let sink = self.ingress.sink_for(&persona.id);
+            let stop = token.clone();
+            let span = tracing::info_span!("connector", connector_id = %format!("{}/{platform}", persona.id));
+            let task = async move {
+                tracing::info!("connector starting");
+                match connector.run(sink, stop).await {
+                    Ok(()) => tracing::info!("connector stopped"),
+                    Err(e) => tracing::error!(error = %e, "connector failed"),
+                }
+            }
+            .instrument(span);
+            match &serving {
+                Some(tracker) => {
+                    tracker.spawn(task);
+                }
+                None => {
+                    // Not serving yet: run_until_stopped starts the pending ones.
+                    self.pending
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(Box::pin(task));
+                }
+            }
+        }
+        self.lock_running().insert(persona.id.clone(), token);
+    }
+
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn remove_persona_from(&self, source: &std::path::Path) {
@@ -178,6 +274,9 @@ impl App {
             if agent.mind().persona.source == source {
                 tracing::info!(persona = %agent.id, "persona file removed; stopping it");
                 self.agents.remove(&agent.id);
+                if let Some(token) = self.lock_running().remove(&agent.id) {
+                    token.cancel();
+                }
                 self.outbox.connectors().remove_agent(&agent.id);
             }
         }
@@ -186,6 +285,17 @@ impl App {
     /// Serves until `shutdown` is cancelled, then stops taking work and drains.
     pub async fn run_until_stopped(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let tasks = TaskTracker::new();
+        *self.serving.lock().unwrap_or_else(|e| e.into_inner()) = Some(tasks.clone());
+        let root = self.root.clone();
+        let stop_connectors = shutdown.clone();
+        tasks.spawn(async move {
+            stop_connectors.cancelled().await;
+            root.cancel();
+        });
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in pending {
+            tasks.spawn(task);
+        }
 
         let replayed = self.ingress.replay(self.config.agent.max_attempts).await?;
         if replayed > 0 {

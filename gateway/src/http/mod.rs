@@ -8,6 +8,7 @@
 mod agents;
 pub mod error;
 mod health;
+mod webhooks;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -54,6 +55,11 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .nest("/api", api)
+        .route(
+            "/webhooks/{platform}/{agent}",
+            post(webhooks::receive)
+                .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes)),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(CatchPanicLayer::custom(

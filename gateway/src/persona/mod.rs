@@ -29,6 +29,8 @@ pub struct ClientSwitches {
     pub ignore_direct_messages: bool,
     /// When set, only these rooms (channel or group ids) are served.
     pub allowed_rooms: Option<Vec<String>>,
+    /// `shouldOnlyJoinInAllowedGroups`.
+    pub only_join_allowed: bool,
 }
 
 impl Persona {
