@@ -32,6 +32,38 @@ pub trait InboundSink: Send + Sync {
     async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError>;
 }
 
+/// A small persistent key-value store a connector may keep its position in (a Farcaster
+/// notification cursor, the last Discord message seen per channel). Keys are scoped to the
+/// connector by the gateway. The journal still decides duplicates: this only saves work.
+#[async_trait]
+pub trait ConnectorState: Send + Sync {
+    async fn get(&self, key: &str) -> Result<Option<String>, SinkError>;
+    async fn put(&self, key: &str, value: &str) -> Result<(), SinkError>;
+}
+
+/// A `ConnectorState` in memory, for tests and for running without persistence.
+#[derive(Default)]
+pub struct MemoryState(std::sync::Mutex<std::collections::HashMap<String, String>>);
+
+#[async_trait]
+impl ConnectorState for MemoryState {
+    async fn get(&self, key: &str) -> Result<Option<String>, SinkError> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned())
+    }
+    async fn put(&self, key: &str, value: &str) -> Result<(), SinkError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string(), value.to_string());
+        Ok(())
+    }
+}
+
 /// What the platform said about a delivered reply.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Delivery {

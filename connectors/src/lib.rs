@@ -17,8 +17,8 @@ pub mod registry;
 pub mod split;
 
 pub use connector::{
-    Accepted, Connector, ConnectorError, Delivery, InboundSink, SinkError, WebhookRequest,
-    WebhookResponse,
+    Accepted, Connector, ConnectorError, ConnectorState, Delivery, InboundSink, MemoryState,
+    SinkError, WebhookRequest, WebhookResponse,
 };
 pub use model::{
     Attachment, Inbound, MessageId, Outbound, Platform, ReplyTo, RoomId, RoomKey, RoomRef, UserId,

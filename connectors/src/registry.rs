@@ -7,15 +7,17 @@
 
 use std::sync::Arc;
 
-use crate::connector::{Connector, ConnectorError};
+use crate::connector::{Connector, ConnectorError, ConnectorState};
 use crate::model::Platform;
 
 /// Resolves a setting by its elizaOS-compatible name.
 pub type Lookup<'a> = &'a (dyn Fn(&str) -> Option<String> + Send + Sync);
 
 /// What a connector needs to know about the persona it serves.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone)]
 pub struct ConnectorSettings {
+    /// Where the connector keeps its position across restarts.
+    pub state: Arc<dyn ConnectorState>,
     pub agent_id: String,
     /// The persona's name (also how it is addressed in text).
     pub persona_name: String,

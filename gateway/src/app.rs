@@ -219,6 +219,7 @@ impl App {
             }
             let switches = persona.switches(platform);
             let settings = ConnectorSettings {
+                state: self.connector_state(&persona.id, platform),
                 agent_id: persona.id.clone(),
                 persona_name: persona.name.clone(),
                 allowed_rooms: switches.allowed_rooms.clone(),
@@ -263,6 +264,16 @@ impl App {
             }
         }
         self.lock_running().insert(persona.id.clone(), token);
+    }
+
+    /// Where a connector keeps its position. In memory for now: the journal already
+    /// guarantees nothing is answered twice; persistence only saves re-reading.
+    fn connector_state(
+        &self,
+        _agent_id: &str,
+        _platform: Platform,
+    ) -> Arc<dyn troupe_connectors::ConnectorState> {
+        Arc::new(troupe_connectors::MemoryState::default())
     }
 
     fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
