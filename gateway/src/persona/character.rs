@@ -272,8 +272,8 @@ pub(crate) fn plugin_provider(plugin: &str) -> Option<&'static str> {
     PROVIDERS.iter().copied().find(|p| *p == client)
 }
 
-/// Builds the character from a (merged) tree. `base_dir` resolves knowledge paths when the
-/// node's own file is not known; `cwd` is the second place elizaOS looks.
+/// Builds the character from a (merged) tree. Knowledge paths are resolved from the file
+/// each entry was written in; `cwd` is the last place looked, as elizaOS does.
 pub(crate) fn from_node(root: &Node, cwd: &Path, d: &mut Diags) -> Character {
     let mut c = Character::default();
     let Some(members) = root.members() else {
@@ -661,10 +661,9 @@ fn knowledge(v: &Node, cwd: &Path, d: &mut Diags) -> Vec<KnowledgeEntry> {
                     base.join("knowledge").join(&rel),
                     cwd.join(&rel),
                 ];
-                let found =
-                    candidates
-                        .iter()
-                        .find(|c| if want_dir { c.is_dir() } else { c.is_file() });
+                let found = candidates
+                    .iter()
+                    .find(|c| if want_dir { c.is_dir() } else { c.is_file() });
                 match found {
                     Some(f) if want_dir => out.push(KnowledgeEntry::Directory {
                         path: f.clone(),
@@ -854,7 +853,8 @@ fn troupe_settings(v: &Node, d: &mut Diags) -> Option<Vec<Platform>> {
         let path = join("settings.troupe", &m.key);
         match m.key.as_str() {
             "platforms" => {
-                let names = string_list(&m.value, &path, d);
+                // Type errors (not a list, an item not a string) are reported here.
+                string_list(&m.value, &path, d);
                 let mut list = Vec::new();
                 if let Kind::Array(items) = &m.value.kind {
                     for (i, item) in items.iter().enumerate() {
@@ -870,7 +870,6 @@ fn troupe_settings(v: &Node, d: &mut Diags) -> Option<Vec<Platform>> {
                         }
                     }
                 }
-                let _ = names;
                 platforms = Some(list);
             }
             other => d.warn(

@@ -112,7 +112,7 @@ fn every_elizaos_fixture_loads() {
     }
     assert!(v1 >= 2);
     // A few of the warnings the fixtures are known to raise.
-    let check = check_files(&[dir.clone()], &Env::new());
+    let check = check_files(std::slice::from_ref(&dir), &Env::new());
     assert!(check.ok(), "{}", lines(&check.diagnostics));
     let all = lines(&check.diagnostics);
     assert!(all.contains("edrizi.json:"), "{all}");

@@ -28,6 +28,9 @@ use super::{Env, Loaded, Persona, check, load};
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// A change in the personas directory.
+// Events are rare (one per saved file), so the size of `Upsert` does not matter; boxing it
+// would only make the callers' matches noisier.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum PersonaEvent {
     /// A new file, or a changed file that loads: replace the persona from this source.
