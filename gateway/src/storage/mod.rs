@@ -34,7 +34,7 @@ use sqlx::sqlite::{
 };
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use troupe_connectors::{Inbound, Outbound, Platform, RoomKey};
+use troupe_connectors::{Inbound, Outbound, RoomKey};
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
@@ -252,16 +252,16 @@ async fn connect_sqlite(url: &str) -> Result<SqlitePool> {
         .foreign_keys(true)
         .busy_timeout(SQLITE_BUSY_TIMEOUT);
     let in_memory = options.get_filename().as_os_str() == ":memory:" || url.contains("mode=memory");
-    if !in_memory {
-        if let Some(dir) = options.get_filename().parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    sqlx::Error::Configuration(
-                        format!("creating the SQLite directory {}: {e}", dir.display()).into(),
-                    )
-                })?;
-            }
-        }
+    let dir = options
+        .get_filename()
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty());
+    if let (false, Some(dir)) = (in_memory, dir) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            sqlx::Error::Configuration(
+                format!("creating the SQLite directory {}: {e}", dir.display()).into(),
+            )
+        })?;
     }
     // An in-memory database lives and dies with its connection, so the pool must keep
     // exactly one, forever.

@@ -9,7 +9,7 @@ use sqlx::Connection;
 use std::collections::HashSet;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use troupe_connectors::{MessageId, RoomId, RoomRef, UserId, UserRef};
+use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
 const AGENT: &str = "eliza";
 
@@ -126,6 +126,7 @@ on_both_backends!(
     duplicate_journal_insert,
     concurrent_duplicate_inserts,
     record_handled_is_idempotent,
+    concurrent_record_handled,
     record_handled_without_reply,
     record_handled_unknown_journal,
     recent_messages_ordering_and_limit,
@@ -388,7 +389,10 @@ async fn record_handled_is_idempotent(ctx: Ctx) {
     assert_eq!(memory[0].author_name, "ANN");
     assert_eq!(memory[0].room, "discord:c1");
     assert_eq!(memory[0].created_at_ms, 1_000);
-    assert_eq!(store.replies_for(jid).await.unwrap(), [outbound.clone()]);
+    assert_eq!(
+        store.replies_for(jid).await.unwrap(),
+        vec![outbound.clone()]
+    );
     let entry = store.journal_get(jid).await.unwrap().unwrap();
     assert_eq!(entry.state, JournalState::Done);
 
@@ -402,6 +406,42 @@ async fn record_handled_is_idempotent(ctx: Ctx) {
     let rooms = store.rooms(AGENT).await.unwrap();
     assert_eq!(rooms.len(), 1);
     assert_eq!(rooms[0].message_count, 2);
+}
+
+async fn concurrent_record_handled(ctx: Ctx) {
+    let msg = inbound(Platform::Discord, "c1", "m1", "ann", "hi", 1_000);
+    let JournalInsert::Inserted(jid) = ctx.store.journal_insert(AGENT, &msg).await.unwrap() else {
+        panic!("insert");
+    };
+    // Two drivers of the same entry at once (a re-drive racing the original worker).
+    let drivers = (0..4).map(|_| {
+        let store = ctx.store.clone();
+        let msg = msg.clone();
+        tokio::spawn(async move {
+            let key = msg.room.key();
+            let outbound = outbound_for(&msg, "hello");
+            store
+                .record_handled(handled(jid, AGENT, &key, &msg, Some(("hello", &outbound))))
+                .await
+                .unwrap()
+        })
+    });
+    let outcomes: Vec<Option<OutboxId>> = futures::future::join_all(drivers)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(
+        outcomes.iter().all(|o| o.is_some() && *o == outcomes[0]),
+        "{outcomes:?}"
+    );
+    let memory = ctx
+        .store
+        .recent_messages(AGENT, "discord:c1", 10)
+        .await
+        .unwrap();
+    assert_eq!(texts(&memory), ["hi", "hello"]);
+    assert_eq!(ctx.store.replies_for(jid).await.unwrap().len(), 1);
 }
 
 async fn record_handled_without_reply(ctx: Ctx) {
