@@ -32,6 +32,38 @@ pub trait InboundSink: Send + Sync {
     async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError>;
 }
 
+/// A small persistent key-value store a connector may keep its position in (a Farcaster
+/// notification cursor, the last Discord message seen per channel). Keys are scoped to the
+/// connector by the gateway. The journal still decides duplicates: this only saves work.
+#[async_trait]
+pub trait ConnectorState: Send + Sync {
+    async fn get(&self, key: &str) -> Result<Option<String>, SinkError>;
+    async fn put(&self, key: &str, value: &str) -> Result<(), SinkError>;
+}
+
+/// A `ConnectorState` in memory, for tests and for running without persistence.
+#[derive(Default)]
+pub struct MemoryState(std::sync::Mutex<std::collections::HashMap<String, String>>);
+
+#[async_trait]
+impl ConnectorState for MemoryState {
+    async fn get(&self, key: &str) -> Result<Option<String>, SinkError> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned())
+    }
+    async fn put(&self, key: &str, value: &str) -> Result<(), SinkError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string(), value.to_string());
+        Ok(())
+    }
+}
+
 /// What the platform said about a delivered reply.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Delivery {
@@ -62,6 +94,29 @@ impl ConnectorError {
     }
 }
 
+/// A webhook call, framework-free: header names are lower-case.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookRequest {
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl WebhookRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The answer to a webhook call; the body is JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookResponse {
+    pub status: u16,
+    pub body: String,
+}
+
 /// One platform account. Implementations live in this crate, one module per platform; the
 /// gateway's `Web` connector lives in the gateway because it answers HTTP callers.
 #[async_trait]
@@ -82,6 +137,16 @@ pub trait Connector: Send + Sync {
     /// Shows that the persona is composing a reply. Best effort.
     async fn typing(&self, _room: &RoomRef) -> Result<(), ConnectorError> {
         Ok(())
+    }
+
+    /// Handles a webhook call the gateway received for this connector at
+    /// `POST /webhooks/{platform}/{agent}`. The connector verifies it (secret token,
+    /// signature) and hands its messages to the sink it got in `run`.
+    async fn webhook(&self, _request: WebhookRequest) -> WebhookResponse {
+        WebhookResponse {
+            status: 404,
+            body: r#"{"error":"not_found","detail":"this connector takes no webhooks"}"#.into(),
+        }
     }
 
     /// Whether the platform answers with these credentials.

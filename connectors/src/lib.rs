@@ -5,6 +5,7 @@
 //!   `Attachment`. Everything a connector emits or accepts, and nothing platform-specific.
 //! - [`connector`]: the `Connector` trait (a source and a sink for one platform account) and
 //!   the `InboundSink` it hands messages to, plus the typed `ConnectorError`.
+//! - [`registry`]: builds the connector for a platform from its settings.
 //! - [`split`]: splitting a long reply at a platform's length limit on natural boundaries.
 //!
 //! A connector depends on nothing in the gateway: it receives an `InboundSink` and a
@@ -12,10 +13,15 @@
 
 pub mod connector;
 pub mod model;
+pub mod registry;
 pub mod split;
 
-pub use connector::{Accepted, Connector, ConnectorError, Delivery, InboundSink, SinkError};
+pub use connector::{
+    Accepted, Connector, ConnectorError, ConnectorState, Delivery, InboundSink, MemoryState,
+    SinkError, WebhookRequest, WebhookResponse,
+};
 pub use model::{
     Attachment, Inbound, MessageId, Outbound, Platform, ReplyTo, RoomId, RoomKey, RoomRef, UserId,
     UserRef,
 };
+pub use registry::{Built, ConnectorSettings, Lookup};

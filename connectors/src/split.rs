@@ -72,7 +72,7 @@ fn best_cut(s: &str, limit: usize, measure: fn(&str) -> usize) -> usize {
                     .is_some_and(char::is_whitespace)
         })
         .map(|(i, c)| i + c.len_utf8())
-        .last();
+        .next_back();
     if let Some(pos) = sentence {
         return pos;
     }

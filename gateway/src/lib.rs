@@ -1,4 +1,37 @@
-//! troupe: the gateway runtime. (Layout is filled in as modules land.)
+//! troupe: the gateway runtime.
+//!
+//! Follow a message through three files: it enters in [`ingress`] (journal, then bus), it is
+//! decided and answered in [`agent`], and it leaves through [`outbox`].
+//!
+//! Layout:
+//! - [`config`]: the only reader of the environment; `Config` with typed secrets.
+//! - [`cli`]: `troupe run | check | migrate | chat | ingest | bench`.
+//! - [`app`]: the topology; builds and runs everything as one value.
+//! - [`ingress`]: journal-then-publish, and waiters for direct conversations.
+//! - [`bus`]: delivery of journaled messages to agents, ordered per room.
+//! - [`agent`]: decide, rate-limit, recall, prompt, call the model, record, reply.
+//! - [`outbox`]: delivery through the connectors, with retries.
+//! - [`persona`]: elizaOS character files: loading, checking, prompt composition.
+//! - [`provider`]: model providers (OpenAI-compatible, Anthropic, Ollama) over genai.
+//! - [`storage`]: SQLite and Postgres through sqlx: journal, memory, outbox.
+//! - [`limits`]: inbound rate limits.
+//! - [`http`]: the HTTP API.
+//! - [`web`]: the HTTP API seen as a connector.
 
+pub mod agent;
+pub mod app;
+pub mod bench;
+pub mod bus;
+pub mod chat;
+pub mod cli;
+mod clock;
+pub mod config;
+pub mod http;
+pub mod ingress;
+pub mod limits;
+pub mod outbox;
 pub mod persona;
+pub mod provider;
 pub mod storage;
+mod telemetry;
+pub mod web;

@@ -1,0 +1,236 @@
+//! Whether the persona answers a message. Pure, so every rule is a unit test.
+//!
+//! The rules, in order:
+//! 1. Other bots are ignored when the persona says so (the default), which prevents two bots
+//!    from talking to each other forever.
+//! 2. The HTTP API and the CLI are direct conversations: always answered.
+//! 3. A room outside `allowedChannelIds`/`allowedGroupIds` is ignored.
+//! 4. A direct message is answered, unless the persona ignores DMs.
+//! 5. An @mention, or a reply to one of the persona's messages, is answered.
+//! 6. The persona's name in the text is answered, unless it answers mentions only.
+//! 7. Anything else in a group is left alone: the persona joins in when addressed.
+
+use troupe_connectors::{Inbound, Platform};
+
+use crate::persona::ClientSwitches;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Respond(Why),
+    Ignore(WhyNot),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    Direct,
+    Mention,
+    ReplyToSelf,
+    Name,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhyNot {
+    Bot,
+    NotAllowedRoom,
+    DirectMessagesOff,
+    NotAddressed,
+}
+
+impl WhyNot {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WhyNot::Bot => "message from a bot",
+            WhyNot::NotAllowedRoom => "room is not in the persona's allowed list",
+            WhyNot::DirectMessagesOff => "the persona ignores direct messages",
+            WhyNot::NotAddressed => "not addressed to the persona",
+        }
+    }
+}
+
+/// Decides for `message`, given the persona's names and its switches for the platform.
+pub fn decide(names: &[&str], switches: &ClientSwitches, message: &Inbound) -> Decision {
+    if message.author.is_bot && switches.ignore_bot_messages {
+        return Decision::Ignore(WhyNot::Bot);
+    }
+    if message.platform() == Platform::Web {
+        return Decision::Respond(Why::Direct);
+    }
+    if let Some(allowed) = &switches.allowed_rooms
+        && !message.is_direct
+        && !allowed.iter().any(|r| {
+            r == message.room.id.as_str() || Some(r.as_str()) == message.room.send_to.as_deref()
+        })
+    {
+        return Decision::Ignore(WhyNot::NotAllowedRoom);
+    }
+    if message.is_direct {
+        return if switches.ignore_direct_messages {
+            Decision::Ignore(WhyNot::DirectMessagesOff)
+        } else {
+            Decision::Respond(Why::Direct)
+        };
+    }
+    if message.mentions_self {
+        return Decision::Respond(Why::Mention);
+    }
+    if message.reply_to.as_ref().is_some_and(|r| r.to_self) {
+        return Decision::Respond(Why::ReplyToSelf);
+    }
+    if !switches.respond_only_to_mentions && names.iter().any(|n| names_in(&message.text, n)) {
+        return Decision::Respond(Why::Name);
+    }
+    Decision::Ignore(WhyNot::NotAddressed)
+}
+
+/// `name` appears in `text` as a whole word, ignoring case: "hey Eliza!" names Eliza,
+/// "elizabeth" does not.
+fn names_in(text: &str, name: &str) -> bool {
+    let name = name.trim();
+    if name.is_empty() {
+        return false;
+    }
+    let text = text.to_lowercase();
+    let name = name.to_lowercase();
+    let mut from = 0;
+    while let Some(pos) = text[from..].find(&name) {
+        let start = from + pos;
+        let end = start + name.len();
+        let before = text[..start].chars().next_back();
+        let after = text[end..].chars().next();
+        let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric() && c != '_');
+        if boundary(before) && boundary(after) {
+            return true;
+        }
+        from = start + name.chars().next().map_or(1, char::len_utf8);
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use troupe_connectors::{MessageId, ReplyTo, RoomId, RoomRef, UserId, UserRef};
+
+    fn msg(platform: Platform, text: &str) -> Inbound {
+        Inbound {
+            id: MessageId::new("1"),
+            room: RoomRef::new(platform, RoomId::new("room")),
+            author: UserRef {
+                id: UserId::new("u"),
+                name: "Sam".into(),
+                is_bot: false,
+            },
+            text: text.into(),
+            attachments: vec![],
+            reply_to: None,
+            is_direct: false,
+            mentions_self: false,
+            sent_at_ms: 0,
+        }
+    }
+
+    fn defaults() -> ClientSwitches {
+        ClientSwitches {
+            ignore_bot_messages: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn group_chatter_is_left_alone() {
+        let d = decide(
+            &["Eliza"],
+            &defaults(),
+            &msg(Platform::Discord, "what a day"),
+        );
+        assert_eq!(d, Decision::Ignore(WhyNot::NotAddressed));
+    }
+
+    #[test]
+    fn the_name_as_a_word_counts() {
+        let s = defaults();
+        assert_eq!(
+            decide(
+                &["Eliza"],
+                &s,
+                &msg(Platform::Discord, "hey eliza, thoughts?")
+            ),
+            Decision::Respond(Why::Name)
+        );
+        assert_eq!(
+            decide(&["Eliza"], &s, &msg(Platform::Discord, "elizabeth is here")),
+            Decision::Ignore(WhyNot::NotAddressed)
+        );
+    }
+
+    #[test]
+    fn mention_only_mode_ignores_the_name_but_not_mentions_or_replies() {
+        let s = ClientSwitches {
+            respond_only_to_mentions: true,
+            ..defaults()
+        };
+        assert_eq!(
+            decide(&["Eliza"], &s, &msg(Platform::Telegram, "eliza?")),
+            Decision::Ignore(WhyNot::NotAddressed)
+        );
+        let mut m = msg(Platform::Telegram, "hi");
+        m.mentions_self = true;
+        assert_eq!(decide(&["Eliza"], &s, &m), Decision::Respond(Why::Mention));
+        let mut r = msg(Platform::Telegram, "hi");
+        r.reply_to = Some(ReplyTo {
+            message: MessageId::new("0"),
+            to_self: true,
+        });
+        assert_eq!(
+            decide(&["Eliza"], &s, &r),
+            Decision::Respond(Why::ReplyToSelf)
+        );
+    }
+
+    #[test]
+    fn bots_are_ignored_even_when_they_mention() {
+        let mut m = msg(Platform::Discord, "@Eliza hi");
+        m.mentions_self = true;
+        m.author.is_bot = true;
+        assert_eq!(
+            decide(&["Eliza"], &defaults(), &m),
+            Decision::Ignore(WhyNot::Bot)
+        );
+    }
+
+    #[test]
+    fn direct_messages_and_the_api() {
+        let mut dm = msg(Platform::Discord, "hello");
+        dm.is_direct = true;
+        assert_eq!(
+            decide(&["Eliza"], &defaults(), &dm),
+            Decision::Respond(Why::Direct)
+        );
+        let off = ClientSwitches {
+            ignore_direct_messages: true,
+            ..defaults()
+        };
+        assert_eq!(
+            decide(&["Eliza"], &off, &dm),
+            Decision::Ignore(WhyNot::DirectMessagesOff)
+        );
+        assert_eq!(
+            decide(&["Eliza"], &defaults(), &msg(Platform::Web, "anything")),
+            Decision::Respond(Why::Direct)
+        );
+    }
+
+    #[test]
+    fn allowed_rooms_filter_groups() {
+        let s = ClientSwitches {
+            allowed_rooms: Some(vec!["other".into()]),
+            ..defaults()
+        };
+        let mut m = msg(Platform::Discord, "eliza");
+        m.mentions_self = true;
+        assert_eq!(
+            decide(&["Eliza"], &s, &m),
+            Decision::Ignore(WhyNot::NotAllowedRoom)
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! Agents: where a message is decided and answered.
+//!
+//! One `Agent` per persona. `handle` takes a journaled message through the whole path:
+//! decide whether to answer, apply the rate limits, recall the room, compose the prompt
+//! from the character, call the model, record both messages and the reply in one
+//! transaction, and hand the reply to the outbox. An agent holds only the handles it uses;
+//! its persona and model provider sit behind a lock so that a hot reload swaps them between
+//! two messages without a restart.
+
+pub mod decide;
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+use tracing::Instrument;
+use troupe_connectors::{Inbound, Outbound, Platform};
+
+use crate::bus::{Envelope, Handler};
+use crate::config::AgentSettings;
+use crate::ingress::{Outcome, Waiters};
+use crate::limits::{RateLimiter, Verdict};
+use crate::outbox::Outbox;
+use crate::persona::{self, HistoryLine, Persona, PromptInput};
+use crate::provider::ModelProvider;
+use crate::storage::{HandledMessage, JournalId, NewMemory, Store};
+use decide::{Decision, decide};
+
+/// The short reply sent once per window to a room that is over its rate limit.
+const SLOW_DOWN: &str = "I'm getting a lot of messages right now. Give me a minute and ask again.";
+
+/// What a persona runs with; swapped whole on reload.
+pub struct Mind {
+    pub persona: Persona,
+    pub provider: Arc<dyn ModelProvider>,
+}
+
+pub struct Agent {
+    pub id: String,
+    mind: RwLock<Arc<Mind>>,
+    store: Store,
+    outbox: Outbox,
+    limiter: RateLimiter,
+    waiters: Waiters,
+    settings: AgentSettings,
+}
+
+impl Agent {
+    pub fn new(
+        mind: Mind,
+        store: Store,
+        outbox: Outbox,
+        limiter: RateLimiter,
+        waiters: Waiters,
+        settings: AgentSettings,
+    ) -> Self {
+        Self {
+            id: mind.persona.id.clone(),
+            mind: RwLock::new(Arc::new(mind)),
+            store,
+            outbox,
+            limiter,
+            waiters,
+            settings,
+        }
+    }
+
+    pub fn mind(&self) -> Arc<Mind> {
+        self.mind.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the persona and provider; the next message uses them.
+    pub fn reload(&self, mind: Mind) {
+        *self.mind.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(mind);
+    }
+
+    /// Handles one message and tells whoever waits on it how it went.
+    pub async fn handle(&self, envelope: Envelope) {
+        let Envelope {
+            journal_id,
+            inbound,
+            ..
+        } = envelope;
+        let span = tracing::info_span!("message",
+            agent = %self.id,
+            platform = %inbound.platform(),
+            room = %inbound.room.id,
+            message_id = %inbound.id,
+            journal_id = journal_id.0,
+        );
+        let outcome = async {
+            match self.process(journal_id, &inbound).await {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    // A storage failure: the journal entry stays pending and is driven
+                    // again at the next start.
+                    tracing::error!(error = %e, "could not handle the message");
+                    Outcome::Failed {
+                        error: crate::provider::ProviderError::Upstream(format!("storage: {e}")),
+                    }
+                }
+            }
+        }
+        .instrument(span)
+        .await;
+        self.waiters.complete(journal_id, &outcome);
+    }
+
+    async fn process(&self, journal_id: JournalId, inbound: &Inbound) -> anyhow::Result<Outcome> {
+        let mind = self.mind();
+        let persona = &mind.persona;
+        let platform = inbound.platform();
+        let switches = persona.switches(platform);
+        let names: Vec<&str> = [persona.name.as_str()].into_iter().collect();
+        let room_key = inbound.room.key().to_string();
+
+        match decide(&names, &switches, inbound) {
+            Decision::Ignore(why) => {
+                tracing::debug!(reason = why.as_str(), "not answering");
+                self.record(journal_id, inbound, None).await?;
+                return Ok(Outcome::Ignored {
+                    reason: why.as_str(),
+                });
+            }
+            Decision::Respond(why) => tracing::debug!(?why, "answering"),
+        }
+
+        if let Verdict::Limited { scope, notice } =
+            self.limiter
+                .check(&self.id, &room_key, inbound.author.id.as_str())
+        {
+            tracing::info!(scope = scope.as_str(), notice, "rate limited");
+            if notice && platform != Platform::Web {
+                self.reply(journal_id, inbound, SLOW_DOWN.to_string())
+                    .await?;
+            } else {
+                self.record(journal_id, inbound, None).await?;
+            }
+            return Ok(Outcome::RateLimited {
+                scope: scope.as_str(),
+            });
+        }
+
+        // Recall. The stored history does not hold this message yet: it is recorded with
+        // the reply, in one transaction.
+        let recent = self
+            .store
+            .recent_messages(&self.id, &room_key, i64::from(self.settings.history_limit))
+            .await?;
+        let mut history: Vec<HistoryLine<'_>> = recent
+            .iter()
+            .map(|m| HistoryLine {
+                author_name: &m.author_name,
+                text: &m.text,
+                from_agent: m.from_agent,
+            })
+            .collect();
+        history.push(HistoryLine {
+            author_name: &inbound.author.name,
+            text: &inbound.text,
+            from_agent: false,
+        });
+        let prompt = persona::compose(
+            persona,
+            &PromptInput {
+                platform,
+                sender_name: &inbound.author.name,
+                history: &history,
+                knowledge: &[],
+                seed: seed_for(inbound),
+                budget_chars: self.settings.prompt_budget_chars,
+            },
+        );
+
+        let typing = self.keep_typing(inbound);
+        let started = Instant::now();
+        let result = mind.provider.complete(&prompt).await;
+        drop(typing);
+        let completion = match result {
+            Ok(c) => c,
+            Err(error) => {
+                tracing::warn!(%error, provider = %mind.provider.describe(), "model call failed");
+                self.store
+                    .journal_fail(journal_id, &error.to_string())
+                    .await?;
+                return Ok(Outcome::Failed { error });
+            }
+        };
+        tracing::info!(
+            model_ms = started.elapsed().as_millis() as u64,
+            prompt_tokens = completion.prompt_tokens,
+            completion_tokens = completion.completion_tokens,
+            "model answered"
+        );
+        let text = completion.text;
+        self.reply(journal_id, inbound, text.clone()).await?;
+        Ok(Outcome::Replied { texts: vec![text] })
+    }
+
+    /// Records the exchange and the reply, then delivers it.
+    async fn reply(
+        &self,
+        journal_id: JournalId,
+        inbound: &Inbound,
+        text: String,
+    ) -> anyhow::Result<()> {
+        if let Some(outbox_id) = self.record(journal_id, inbound, Some(text)).await? {
+            self.outbox.deliver(outbox_id).await?;
+        }
+        Ok(())
+    }
+
+    /// Commits the message to room memory, with the reply and its outbox entry when there
+    /// is one, and closes the journal entry: one transaction.
+    async fn record(
+        &self,
+        journal_id: JournalId,
+        inbound: &Inbound,
+        reply: Option<String>,
+    ) -> anyhow::Result<Option<crate::storage::OutboxId>> {
+        let agent_name = self.mind().persona.name.clone();
+        let room = inbound.room.key();
+        let outbound = reply.map(|text| Outbound {
+            key: format!("{}:{}", self.id, journal_id.0),
+            room: inbound.room.clone(),
+            text,
+            reply_to: Some(inbound.id.clone()),
+        });
+        let handled = HandledMessage {
+            journal_id,
+            agent_id: &self.id,
+            room: &room,
+            room_name: inbound.room.name.as_deref(),
+            inbound: NewMemory {
+                author_id: inbound.author.id.as_str(),
+                author_name: &inbound.author.name,
+                text: &inbound.text,
+                from_agent: false,
+                created_at_ms: inbound.sent_at_ms,
+            },
+            reply: outbound.as_ref().map(|o| {
+                (
+                    NewMemory {
+                        author_id: &self.id,
+                        author_name: &agent_name,
+                        text: &o.text,
+                        from_agent: true,
+                        created_at_ms: crate::clock::now_ms(),
+                    },
+                    o.clone(),
+                )
+            }),
+        };
+        Ok(self.store.record_handled(handled).await?)
+    }
+
+    /// Keeps the platform's typing indicator on until the returned guard is cancelled.
+    fn keep_typing(&self, inbound: &Inbound) -> tokio_util::sync::DropGuard {
+        let token = tokio_util::sync::CancellationToken::new();
+        if let Some(connector) = self.outbox.connectors().get(&self.id, inbound.platform()) {
+            let room = inbound.room.clone();
+            let stop = token.clone();
+            tokio::spawn(async move {
+                loop {
+                    let _ = connector.typing(&room).await;
+                    // Discord's indicator lasts about 10 s, Telegram's about 5 s.
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(std::time::Duration::from_secs(4)) => {}
+                    }
+                }
+            });
+        }
+        token.drop_guard()
+    }
+}
+
+/// The sampling seed for a message: stable across a re-drive of the same message, so a
+/// retried prompt is the same prompt.
+fn seed_for(inbound: &Inbound) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    inbound.room.key().hash(&mut h);
+    inbound.id.hash(&mut h);
+    h.finish()
+}
+
+/// All agents, by id, with lookup by name too. A cheap-to-clone handle.
+#[derive(Clone, Default)]
+pub struct Agents {
+    inner: Arc<RwLock<HashMap<String, Arc<Agent>>>>,
+}
+
+impl Agents {
+    pub fn insert(&self, agent: Arc<Agent>) {
+        self.inner
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(agent.id.clone(), agent);
+    }
+
+    pub fn remove(&self, id: &str) -> Option<Arc<Agent>> {
+        self.inner
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+    }
+
+    pub fn by_id(&self, id: &str) -> Option<Arc<Agent>> {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// Finds an agent by its id or, ignoring case, its persona's name.
+    pub fn find(&self, id_or_name: &str) -> Option<Arc<Agent>> {
+        if let Some(a) = self.by_id(id_or_name) {
+            return Some(a);
+        }
+        self.all()
+            .into_iter()
+            .find(|a| a.mind().persona.name.eq_ignore_ascii_case(id_or_name))
+    }
+
+    /// Every agent, sorted by id.
+    pub fn all(&self) -> Vec<Arc<Agent>> {
+        let mut all: Vec<_> = self
+            .inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all
+    }
+}
+
+/// Hands bus messages to their agent.
+pub struct Dispatcher {
+    pub agents: Agents,
+    pub store: Store,
+    pub waiters: Waiters,
+}
+
+#[async_trait::async_trait]
+impl Handler for Dispatcher {
+    async fn handle(&self, envelope: Envelope) {
+        match self.agents.by_id(&envelope.agent_id) {
+            Some(agent) => agent.handle(envelope).await,
+            None => {
+                let error = format!("no persona with id `{}` is loaded", envelope.agent_id);
+                tracing::warn!(journal_id = envelope.journal_id.0, %error, "dropping message");
+                if let Err(e) = self.store.journal_fail(envelope.journal_id, &error).await {
+                    tracing::error!(error = %e, "could not record the failure");
+                }
+                self.waiters.complete(
+                    envelope.journal_id,
+                    &Outcome::Failed {
+                        error: crate::provider::ProviderError::Unconfigured(error),
+                    },
+                );
+            }
+        }
+    }
+}

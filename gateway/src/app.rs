@@ -1,0 +1,384 @@
+//! The application as a value: `App::build(config)` wires storage, personas, agents, the
+//! bus, the outbox and the HTTP API; `run_until_stopped(shutdown)` serves until the token is
+//! cancelled, then drains. Tests and benchmarks build the same value.
+//!
+//! This is the topology: the one place that knows which connector feeds which agent.
+
+use anyhow::Context;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::agent::{Agent, Agents, Dispatcher, Mind};
+use crate::bus::{Bus, InProcessBus};
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::ingress::{Ingress, Waiters};
+use crate::limits::RateLimiter;
+use crate::outbox::{Connectors, Outbox};
+use crate::persona::{self, Loaded, Persona, PersonaEvent};
+use crate::provider::{self, ModelProvider};
+use crate::storage::Store;
+use crate::web::WebConnector;
+use tracing::Instrument;
+use troupe_connectors::Platform;
+use troupe_connectors::registry::{self, Built, ConnectorSettings};
+
+/// Builds the model provider for a persona; `troupe bench` swaps in an instant one.
+pub type ProviderFactory = Arc<dyn Fn(&Persona, &Config) -> Arc<dyn ModelProvider> + Send + Sync>;
+
+pub fn default_provider_factory() -> ProviderFactory {
+    Arc::new(|persona: &Persona, config: &Config| {
+        provider::for_persona(
+            persona,
+            &config.env,
+            config.agent.model_timeout,
+            config.agent.model_concurrency,
+        )
+    })
+}
+
+/// Everything that runs, built but not yet serving.
+pub struct App {
+    config: Arc<Config>,
+    listener: Option<TcpListener>,
+    addr: Option<SocketAddr>,
+    pub store: Store,
+    pub agents: Agents,
+    pub ingress: Ingress,
+    pub outbox: Outbox,
+    limiter: RateLimiter,
+    waiters: Waiters,
+    providers: ProviderFactory,
+    /// Stops one agent's platform connectors (on reload or removal).
+    running: std::sync::Mutex<HashMap<String, CancellationToken>>,
+    /// The parent of every connector's token, cancelled at shutdown.
+    root: CancellationToken,
+    /// Where connector tasks run, once serving has started.
+    serving: std::sync::Mutex<Option<TaskTracker>>,
+    /// Connector tasks built before serving started.
+    pending: std::sync::Mutex<Vec<PendingTask>>,
+}
+
+type PendingTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl App {
+    /// Builds the app and binds the HTTP listener.
+    pub async fn build(config: Config) -> anyhow::Result<App> {
+        let mut app = Self::build_headless(config, default_provider_factory()).await?;
+        let listener = TcpListener::bind(app.config.http_addr)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} (TROUPE_HTTP_ADDR)",
+                    app.config.http_addr
+                )
+            })?;
+        app.addr = Some(listener.local_addr()?);
+        app.listener = Some(listener);
+        Ok(app)
+    }
+
+    /// Builds everything but the HTTP listener (for `troupe chat` and `troupe bench`).
+    pub async fn build_headless(config: Config, providers: ProviderFactory) -> anyhow::Result<App> {
+        let config = Arc::new(config);
+        let store = Store::connect(&config.database_url)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot open the database {}",
+                    crate::config::redact_url(&config.database_url)
+                )
+            })?;
+        let agents = Agents::default();
+        let waiters = Waiters::default();
+        let connectors = Connectors::default();
+        let outbox = Outbox::new(store.clone(), connectors);
+        let dispatcher = Arc::new(Dispatcher {
+            agents: agents.clone(),
+            store: store.clone(),
+            waiters: waiters.clone(),
+        });
+        let bus: Arc<dyn Bus> = match &config.bus_url {
+            None => Arc::new(InProcessBus::new(config.agent.bus_capacity, dispatcher)),
+            Some(url) => anyhow::bail!(
+                "TROUPE_BUS_URL={url}: the NATS JetStream bus is not available in this build yet; unset it to use the in-process bus"
+            ),
+        };
+        let ingress = Ingress::new(store.clone(), bus, waiters.clone());
+        let app = App {
+            limiter: RateLimiter::new(&config.limits),
+            config,
+            listener: None,
+            addr: None,
+            store,
+            agents,
+            ingress,
+            outbox,
+            waiters,
+            providers,
+            running: Default::default(),
+            root: CancellationToken::new(),
+            serving: Default::default(),
+            pending: Default::default(),
+        };
+        app.load_personas().await?;
+        Ok(app)
+    }
+
+    /// The address the HTTP API listens on (with the real port when 0 was asked for).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    async fn load_personas(&self) -> anyhow::Result<()> {
+        let dir = &self.config.personas_dir;
+        let (loaded, problems) = persona::load_dir(dir);
+        for problem in &problems {
+            tracing::error!("{problem}");
+        }
+        if loaded.is_empty() {
+            tracing::warn!(
+                dir = %dir.display(),
+                "no persona loaded: put elizaOS character files (*.json) in TROUPE_PERSONAS"
+            );
+        }
+        for l in loaded {
+            self.upsert_persona(l).await?;
+        }
+        Ok(())
+    }
+
+    /// Adds a persona, or swaps in a new version of one that runs.
+    async fn upsert_persona(&self, loaded: Loaded) -> anyhow::Result<()> {
+        for w in &loaded.warnings {
+            tracing::warn!("{w}");
+        }
+        let persona = loaded.persona;
+        let persona_for_connectors = persona.clone();
+        self.store.upsert_agent(&persona.id, &persona.name).await?;
+        let provider = (self.providers)(&persona, &self.config);
+        if let Some(reason) = provider.unavailable() {
+            tracing::warn!(persona = %persona.id, "{reason}");
+        }
+        let mind = Mind { persona, provider };
+        match self.agents.by_id(&mind.persona.id) {
+            Some(agent) => {
+                tracing::info!(persona = %mind.persona.id, model = %mind.provider.describe(), "persona reloaded");
+                agent.reload(mind);
+            }
+            None => {
+                tracing::info!(persona = %mind.persona.id, model = %mind.provider.describe(), "persona loaded");
+                let id = mind.persona.id.clone();
+                let agent = Agent::new(
+                    mind,
+                    self.store.clone(),
+                    self.outbox.clone(),
+                    self.limiter.clone(),
+                    self.waiters.clone(),
+                    self.config.agent.clone(),
+                );
+                self.agents.insert(Arc::new(agent));
+                self.outbox.connectors().insert(&id, Arc::new(WebConnector));
+            }
+        }
+        self.start_connectors(&persona_for_connectors);
+        Ok(())
+    }
+
+    /// (Re)starts the platform connectors of a persona. Connectors are built here, and run
+    /// once serving has started; a reload stops the old ones first. Restarting is safe: a
+    /// connector acknowledges its platform only after the journal has a message.
+    fn start_connectors(&self, persona: &Persona) {
+        if let Some(old) = self.lock_running().remove(&persona.id) {
+            old.cancel();
+        }
+        self.outbox.connectors().remove_agent(&persona.id);
+        self.outbox
+            .connectors()
+            .insert(&persona.id, Arc::new(WebConnector));
+        let serving = self
+            .serving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let token = self.root.child_token();
+        let env = self.config.env.clone();
+        let lookup_persona = persona.clone();
+        let lookup = move |key: &str| lookup_persona.secret(key, &env);
+        for platform in persona.platforms() {
+            if platform == Platform::Web {
+                continue;
+            }
+            let switches = persona.switches(platform);
+            let settings = ConnectorSettings {
+                state: self.connector_state(&persona.id, platform),
+                agent_id: persona.id.clone(),
+                persona_name: persona.name.clone(),
+                allowed_rooms: switches.allowed_rooms.clone(),
+                only_join_allowed: switches.only_join_allowed_groups,
+            };
+            let connector = match registry::build(platform, &lookup, &settings) {
+                Ok(Built::Ready(c)) => c,
+                Ok(Built::NotConfigured(why)) => {
+                    tracing::warn!(persona = %persona.id, %platform, "not connecting: {why}");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!(persona = %persona.id, %platform, error = %e, "cannot build the connector");
+                    continue;
+                }
+            };
+            self.outbox
+                .connectors()
+                .insert(&persona.id, connector.clone());
+            let sink = self.ingress.sink_for(&persona.id);
+            let stop = token.clone();
+            let span = tracing::info_span!("connector", connector_id = %format!("{}/{platform}", persona.id));
+            let task = async move {
+                tracing::info!("connector starting");
+                match connector.run(sink, stop).await {
+                    Ok(()) => tracing::info!("connector stopped"),
+                    Err(e) => tracing::error!(error = %e, "connector failed"),
+                }
+            }
+            .instrument(span);
+            match &serving {
+                Some(tracker) => {
+                    tracker.spawn(task);
+                }
+                None => {
+                    // Not serving yet: run_until_stopped starts the pending ones.
+                    self.pending
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(Box::pin(task));
+                }
+            }
+        }
+        self.lock_running().insert(persona.id.clone(), token);
+    }
+
+    /// Where a connector keeps its position. In memory for now: the journal already
+    /// guarantees nothing is answered twice; persistence only saves re-reading.
+    fn connector_state(
+        &self,
+        _agent_id: &str,
+        _platform: Platform,
+    ) -> Arc<dyn troupe_connectors::ConnectorState> {
+        Arc::new(troupe_connectors::MemoryState::default())
+    }
+
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn remove_persona_from(&self, source: &std::path::Path) {
+        for agent in self.agents.all() {
+            if agent.mind().persona.source == source {
+                tracing::info!(persona = %agent.id, "persona file removed; stopping it");
+                self.agents.remove(&agent.id);
+                if let Some(token) = self.lock_running().remove(&agent.id) {
+                    token.cancel();
+                }
+                self.outbox.connectors().remove_agent(&agent.id);
+            }
+        }
+    }
+
+    /// Serves until `shutdown` is cancelled, then stops taking work and drains.
+    pub async fn run_until_stopped(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let tasks = TaskTracker::new();
+        *self.serving.lock().unwrap_or_else(|e| e.into_inner()) = Some(tasks.clone());
+        let root = self.root.clone();
+        let stop_connectors = shutdown.clone();
+        tasks.spawn(async move {
+            stop_connectors.cancelled().await;
+            root.cancel();
+        });
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in pending {
+            tasks.spawn(task);
+        }
+
+        let replayed = self.ingress.replay(self.config.agent.max_attempts).await?;
+        if replayed > 0 {
+            tracing::info!(
+                count = replayed,
+                "driving again messages a previous run left unfinished"
+            );
+        }
+        tasks.spawn(self.outbox.clone().run(shutdown.child_token()));
+
+        let limiter = self.limiter.clone();
+        let housekeeping = shutdown.child_token();
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = housekeeping.cancelled() => return,
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => limiter.housekeep(),
+                }
+            }
+        });
+
+        let http_task = self.listener.take().map(|listener| {
+            let state = AppState {
+                config: self.config.clone(),
+                agents: self.agents.clone(),
+                ingress: self.ingress.clone(),
+                store: self.store.clone(),
+                outbox: self.outbox.clone(),
+            };
+            let router = http::router(state);
+            let stop = shutdown.child_token();
+            tasks.spawn(async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                    .await
+            })
+        });
+
+        let ingress = self.ingress.clone();
+        let app = Arc::new(self);
+        let mut events = persona::watch(
+            app.config.personas_dir.clone(),
+            app.config.env.clone(),
+            shutdown.child_token(),
+        );
+        let watcher = app.clone();
+        tasks.spawn(async move {
+            while let Some(event) = events.recv().await {
+                match event {
+                    PersonaEvent::Upsert(loaded) => {
+                        if let Err(e) = watcher.upsert_persona(loaded).await {
+                            tracing::error!(error = %e, "could not apply a persona change");
+                        }
+                    }
+                    PersonaEvent::Removed { source } => watcher.remove_persona_from(&source),
+                    PersonaEvent::Invalid(problems) => {
+                        for p in problems {
+                            tracing::error!("{p} (keeping the last good version)");
+                        }
+                    }
+                }
+            }
+        });
+
+        shutdown.cancelled().await;
+        tracing::info!("shutting down: finishing the messages in hand");
+        ingress.bus().close().await;
+        tasks.close();
+        tasks.wait().await;
+        if let Some(task) = http_task {
+            task.await??;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,77 @@
+//! `troupe chat`: a terminal conversation with a persona, through the same journal, bus and
+//! agent as every platform (as the Web platform, in a room of its own).
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use troupe_connectors::{Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+
+use crate::app::{App, default_provider_factory};
+use crate::config::Config;
+use crate::ingress::Outcome;
+
+pub async fn run(config: Config, agent: &str, room: &str) -> anyhow::Result<ExitCode> {
+    let deadline = config.agent.model_timeout + Duration::from_secs(5);
+    let app = App::build_headless(config, default_provider_factory()).await?;
+    let Some(agent) = app.agents.find(agent) else {
+        let known: Vec<String> = app.agents.all().iter().map(|a| a.id.clone()).collect();
+        anyhow::bail!("no persona `{agent}`; loaded: {}", known.join(", "));
+    };
+    if let Some(reason) = agent.mind().provider.unavailable() {
+        anyhow::bail!("{reason}");
+    }
+    let ingress = app.ingress.clone();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let name = agent.mind().persona.name.clone();
+    eprintln!("Talking to {name} in room `{room}`. An empty line or Ctrl-D ends.");
+
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(1);
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            let Ok(line) = line else { break };
+            if line.trim().is_empty() || tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    print!("> ");
+    let _ = std::io::stdout().flush();
+    while let Some(text) = rx.recv().await {
+        let inbound = Inbound {
+            id: MessageId::new(uuid::Uuid::now_v7().to_string()),
+            room: RoomRef::new(Platform::Web, RoomId::new(room.to_string())),
+            author: UserRef {
+                id: UserId::new("cli"),
+                name: "You".into(),
+                is_bot: false,
+            },
+            text,
+            attachments: vec![],
+            reply_to: None,
+            is_direct: true,
+            mentions_self: false,
+            sent_at_ms: crate::clock::now_ms(),
+        };
+        match ingress.converse(&agent.id, inbound, deadline).await {
+            Ok(answer) => match answer.outcome {
+                Outcome::Replied { texts } => {
+                    for t in texts {
+                        println!("{name}: {t}");
+                    }
+                }
+                Outcome::Ignored { reason } => println!("({name} did not answer: {reason})"),
+                Outcome::RateLimited { scope } => println!("(rate limited per {scope})"),
+                Outcome::Failed { error } => println!("(error: {error})"),
+            },
+            Err(e) => println!("(error: {e})"),
+        }
+        print!("> ");
+        let _ = std::io::stdout().flush();
+    }
+    shutdown.cancel();
+    running.await??;
+    Ok(ExitCode::SUCCESS)
+}

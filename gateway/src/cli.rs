@@ -1,0 +1,167 @@
+//! The command line: `troupe run | check | migrate | chat | ingest | bench`.
+//!
+//! Each subcommand is a small function over the same `Config`; errors go to stderr as one
+//! sentence that says what to do, and the exit code says whether it worked.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::App;
+use crate::config::Config;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "troupe",
+    version,
+    about = "Character-driven LLM agents on chat platforms"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway: connectors, agents and the HTTP API.
+    Run,
+    /// Check character files; prints `file:line:col: field: reason` per problem.
+    Check {
+        /// Character files (JSON). Default: every file in TROUPE_PERSONAS.
+        files: Vec<PathBuf>,
+    },
+    /// Create or upgrade the database schema, then exit.
+    Migrate,
+    /// Talk to a persona in the terminal, through the same path as any platform.
+    Chat {
+        #[arg(long)]
+        agent: String,
+        /// The room to talk in (its memory persists).
+        #[arg(long, default_value = "cli")]
+        room: String,
+    },
+    /// Add documents to a persona's knowledge.
+    Ingest {
+        #[arg(long)]
+        agent: String,
+        files: Vec<PathBuf>,
+    },
+    /// Measure the gateway's own per-message cost with a zero-latency model.
+    Bench(crate::bench::BenchArgs),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The process-wide TLS crypto provider: with both ring and aws-lc-rs in the dependency
+    // tree, rustls cannot pick one by itself and panics on the first TLS connection.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("troupe: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    crate::telemetry::init(&config.log_filter, config.log_json);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("troupe: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Run => run(config).await,
+            Command::Check { files } => check(config, files),
+            Command::Migrate => migrate(config).await,
+            Command::Chat { agent, room } => chat(config, agent, room).await,
+            Command::Ingest { .. } => anyhow::bail!(
+                "document ingestion is not available in this build yet (knowledge store pending)"
+            ),
+            Command::Bench(args) => crate::bench::run(config, args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("troupe: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<ExitCode> {
+    let app = App::build(config).await?;
+    if let Some(addr) = app.http_addr() {
+        // On stdout, so scripts and tests can find the port when 0 was asked for.
+        println!("troupe: listening on http://{addr}");
+        let _ = std::io::stdout().flush();
+        tracing::info!(%addr, "HTTP API listening");
+    }
+    let shutdown = CancellationToken::new();
+    tokio::spawn(signal_shutdown(shutdown.clone()));
+    app.run_until_stopped(shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Cancels `token` on Ctrl-C or SIGTERM.
+async fn signal_shutdown(token: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    token.cancel();
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    token.cancel();
+}
+
+fn check(config: Config, mut files: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
+    if files.is_empty() {
+        let dir = &config.personas_dir;
+        let entries = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read the personas directory {}", dir.display()))?;
+        files = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        files.sort();
+    }
+    let report = crate::persona::check_files(&files, &config.env);
+    for d in &report.diagnostics {
+        println!("{d}");
+    }
+    if report.ok() {
+        eprintln!("troupe: {} file(s) checked, no errors", files.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(1))
+    }
+}
+
+async fn migrate(config: Config) -> anyhow::Result<ExitCode> {
+    let store = crate::storage::Store::connect(&config.database_url).await?;
+    println!("troupe: the {:?} database is up to date", store.backend());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn chat(config: Config, agent: String, room: String) -> anyhow::Result<ExitCode> {
+    crate::chat::run(config, &agent, &room).await
+}

@@ -1,0 +1,94 @@
+//! The API's one error type: every failure is JSON `{error, detail}` with the right status,
+//! never a panic page or an HTML body. Internal errors are logged in full and shown briefly.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    /// A stable, machine-readable code: `not_found`, `bad_request`, `model_unavailable`…
+    pub error: &'static str,
+    /// What happened and what to do, for a person.
+    pub detail: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, error: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            error,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", detail)
+    }
+
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", detail)
+    }
+
+    pub fn internal(error: impl std::fmt::Display) -> Self {
+        tracing::error!(%error, "internal error while serving a request");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "an internal error occurred; the gateway's log has the details",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({ "error": self.error, "detail": self.detail })),
+        )
+            .into_response()
+    }
+}
+
+impl From<crate::storage::StorageError> for ApiError {
+    fn from(e: crate::storage::StorageError) -> Self {
+        ApiError::internal(e)
+    }
+}
+
+/// `axum::Json`, with its rejections (bad JSON, wrong content type, too large) turned into
+/// `ApiError`s that say what was wrong.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(value)) => Ok(ApiJson(value)),
+            Err(rejection) => {
+                let status = rejection.status();
+                let code = match status {
+                    StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+                    _ => "bad_request",
+                };
+                // 422 (valid JSON, wrong shape) is reported as 400 like any other bad body.
+                let status = if status == StatusCode::UNPROCESSABLE_ENTITY {
+                    StatusCode::BAD_REQUEST
+                } else {
+                    status
+                };
+                Err(ApiError::new(status, code, rejection.body_text()))
+            }
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Liveness and readiness. `/healthz` answers as long as the process serves HTTP;
+//! `/readyz` checks the database, the bus and every connector, and says which one failed.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+use super::AppState;
+
+pub async fn healthz() -> impl IntoResponse {
+    Json(json!({ "status": "ok" }))
+}
+
+pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let mut ready = true;
+    let database = match state.store.ping().await {
+        Ok(()) => json!({ "status": "ok", "backend": state.store.backend() }),
+        Err(e) => {
+            ready = false;
+            json!({ "status": "error", "detail": e.to_string() })
+        }
+    };
+    let bus = json!({
+        "status": "ok",
+        "kind": state.ingress.bus().describe(),
+        "depth": state.ingress.bus().depth(),
+    });
+    let mut connectors = Map::new();
+    for (agent, connector) in state.outbox.connectors().all() {
+        let name = format!("{agent}/{}", connector.platform());
+        let status =
+            match tokio::time::timeout(Duration::from_secs(5), connector.healthcheck()).await {
+                Ok(Ok(())) => json!({ "status": "ok" }),
+                Ok(Err(e)) => {
+                    ready = false;
+                    json!({ "status": "error", "detail": e.to_string() })
+                }
+                Err(_) => {
+                    ready = false;
+                    json!({ "status": "error", "detail": "health check timed out" })
+                }
+            };
+        connectors.insert(name, status);
+    }
+    let body = json!({
+        "status": if ready { "ready" } else { "not_ready" },
+        "database": database,
+        "bus": bus,
+        "connectors": Value::Object(connectors),
+    });
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(body))
+}

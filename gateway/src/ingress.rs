@@ -1,0 +1,235 @@
+//! Ingress: where a message enters. Journal first, then the bus.
+//!
+//! Every connector hands its messages to an `InboundSink` built here. Accepting a message
+//! means writing it to the journal, which refuses a second `(platform, message id)`, and only
+//! then publishing it; a connector acknowledges its platform after `accept` returns, so a
+//! crash at any point either loses nothing (the journal has it, and `replay` drives it again
+//! at start) or never saw the message (the platform redelivers it).
+//!
+//! Callers that wait for the answer (the HTTP API, `troupe chat`) register a waiter on the
+//! journal id before publishing; the agent completes it with the `Outcome`.
+
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+use troupe_connectors::{Accepted, Inbound, InboundSink, SinkError};
+
+use crate::bus::{Bus, Envelope};
+use crate::provider::ProviderError;
+use crate::storage::{JournalId, JournalInsert, JournalState, Store};
+
+/// How the agent dealt with a message.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Replied { texts: Vec<String> },
+    Ignored { reason: &'static str },
+    RateLimited { scope: &'static str },
+    Failed { error: ProviderError },
+}
+
+/// The outcome of a direct conversation turn.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub outcome: Outcome,
+    /// The message id was seen before; the outcome is the first one's.
+    pub duplicate: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConverseError {
+    #[error(transparent)]
+    Journal(#[from] SinkError),
+    #[error(
+        "the message is journaled, but no answer came in time; it will be answered when the agent gets to it"
+    )]
+    NoAnswerInTime,
+}
+
+/// Journal ids that someone is waiting on.
+#[derive(Clone, Default)]
+pub struct Waiters {
+    inner: Arc<Mutex<HashMap<JournalId, Vec<oneshot::Sender<Outcome>>>>>,
+}
+
+impl Waiters {
+    pub fn wait(&self, id: JournalId) -> oneshot::Receiver<Outcome> {
+        let (tx, rx) = oneshot::channel();
+        self.lock().entry(id).or_default().push(tx);
+        rx
+    }
+
+    pub fn complete(&self, id: JournalId, outcome: &Outcome) {
+        let senders = self.lock().remove(&id);
+        for tx in senders.into_iter().flatten() {
+            let _ = tx.send(outcome.clone());
+        }
+    }
+
+    /// Forgets a waiter whose caller went away.
+    pub fn forget(&self, id: JournalId) {
+        self.lock().remove(&id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JournalId, Vec<oneshot::Sender<Outcome>>>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The journal and the bus, together.
+#[derive(Clone)]
+pub struct Ingress {
+    store: Store,
+    bus: Arc<dyn Bus>,
+    waiters: Waiters,
+}
+
+impl Ingress {
+    pub fn new(store: Store, bus: Arc<dyn Bus>, waiters: Waiters) -> Self {
+        Self {
+            store,
+            bus,
+            waiters,
+        }
+    }
+
+    pub fn waiters(&self) -> &Waiters {
+        &self.waiters
+    }
+
+    pub fn bus(&self) -> &Arc<dyn Bus> {
+        &self.bus
+    }
+
+    /// Writes the message to the journal. Does not publish it.
+    pub async fn journal(
+        &self,
+        agent_id: &str,
+        inbound: &Inbound,
+    ) -> Result<JournalInsert, SinkError> {
+        self.store
+            .journal_insert(agent_id, inbound)
+            .await
+            .map_err(|e| SinkError(e.to_string()))
+    }
+
+    /// Puts a journaled message on the bus.
+    pub async fn publish(
+        &self,
+        journal_id: JournalId,
+        agent_id: &str,
+        inbound: Inbound,
+    ) -> Result<(), SinkError> {
+        self.bus
+            .publish(Envelope {
+                journal_id,
+                agent_id: agent_id.to_string(),
+                inbound,
+            })
+            .await
+            .map_err(|e| SinkError(e.to_string()))
+    }
+
+    /// Submits a message and waits for its outcome: the direct conversation of the HTTP API
+    /// and `troupe chat`. A message id seen before is not answered twice: a handled one
+    /// returns its recorded replies, one in progress is waited for, and a failed one is
+    /// driven again.
+    pub async fn converse(
+        &self,
+        agent_id: &str,
+        inbound: Inbound,
+        deadline: Duration,
+    ) -> Result<Answer, ConverseError> {
+        let (id, duplicate, waiter) = match self.journal(agent_id, &inbound).await? {
+            JournalInsert::Inserted(id) => {
+                let rx = self.waiters.wait(id);
+                self.publish(id, agent_id, inbound).await?;
+                (id, false, rx)
+            }
+            JournalInsert::Duplicate(id, JournalState::Done) => {
+                return self.answered_before(id).await;
+            }
+            JournalInsert::Duplicate(id, state) => {
+                let rx = self.waiters.wait(id);
+                if state == JournalState::Failed {
+                    self.publish(id, agent_id, inbound).await?;
+                } else if self
+                    .store
+                    .journal_get(id)
+                    .await
+                    .map_err(|e| SinkError(e.to_string()))?
+                    .is_some_and(|e| e.state == JournalState::Done)
+                {
+                    // It finished between the insert and the registration of our waiter.
+                    self.waiters.forget(id);
+                    return self.answered_before(id).await;
+                }
+                (id, true, rx)
+            }
+        };
+        match tokio::time::timeout(deadline, waiter).await {
+            Ok(Ok(outcome)) => Ok(Answer { outcome, duplicate }),
+            Ok(Err(_)) | Err(_) => {
+                self.waiters.forget(id);
+                Err(ConverseError::NoAnswerInTime)
+            }
+        }
+    }
+
+    async fn answered_before(&self, id: JournalId) -> Result<Answer, ConverseError> {
+        let replies = self
+            .store
+            .replies_for(id)
+            .await
+            .map_err(|e| SinkError(e.to_string()))?;
+        Ok(Answer {
+            outcome: Outcome::Replied {
+                texts: replies.into_iter().map(|o| o.text).collect(),
+            },
+            duplicate: true,
+        })
+    }
+
+    /// Drives again what a previous run left unfinished: pending entries, and failed ones
+    /// that have attempts left. Returns how many were published.
+    pub async fn replay(&self, max_attempts: u32) -> anyhow::Result<usize> {
+        let mut published = 0;
+        let unfinished = self.store.journal_unfinished(100_000).await?;
+        for entry in unfinished {
+            if entry.state == JournalState::Failed && entry.attempts >= max_attempts as i32 {
+                continue;
+            }
+            self.publish(entry.id, &entry.agent_id, entry.inbound)
+                .await?;
+            published += 1;
+        }
+        Ok(published)
+    }
+
+    /// The sink a connector of `agent_id` hands its messages to.
+    pub fn sink_for(&self, agent_id: &str) -> Arc<dyn InboundSink> {
+        Arc::new(AgentSink {
+            ingress: self.clone(),
+            agent_id: agent_id.to_string(),
+        })
+    }
+}
+
+struct AgentSink {
+    ingress: Ingress,
+    agent_id: String,
+}
+
+#[async_trait]
+impl InboundSink for AgentSink {
+    async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError> {
+        match self.ingress.journal(&self.agent_id, &message).await? {
+            JournalInsert::Inserted(id) => {
+                self.ingress.publish(id, &self.agent_id, message).await?;
+                Ok(Accepted::New)
+            }
+            JournalInsert::Duplicate(..) => Ok(Accepted::Duplicate),
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! The outbox: where a reply leaves.
+//!
+//! The agent records each reply in the outbox in the same transaction that marks its
+//! message handled, then asks the outbox to deliver it at once. Delivery claims the entry
+//! with a lease, hands it to the connector of that agent and platform, and marks it
+//! delivered. A failure that may pass (a 429, a network error, a connector that is not up
+//! yet) schedules a retry with backoff; the background loop also picks up whatever a crashed
+//! process left claimed or pending. A reply is delivered whole by its connector or not at
+//! all, so a retry never sends half of one twice.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use troupe_connectors::{Connector, ConnectorError, Platform};
+
+use crate::storage::{OutboxEntry, OutboxId, Store};
+
+/// How long a claim lasts before another deliverer may take the entry.
+const LEASE_MS: i64 = 60_000;
+/// Attempts before a reply is given up and logged.
+const MAX_ATTEMPTS: i32 = 12;
+
+type ByAgentAndPlatform = HashMap<(String, Platform), Arc<dyn Connector>>;
+
+/// The connectors that can deliver, by agent and platform. Topology fills it in.
+#[derive(Clone, Default)]
+pub struct Connectors {
+    inner: Arc<RwLock<ByAgentAndPlatform>>,
+}
+
+impl Connectors {
+    pub fn insert(&self, agent_id: &str, connector: Arc<dyn Connector>) {
+        let platform = connector.platform();
+        self.inner
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((agent_id.to_string(), platform), connector);
+    }
+
+    pub fn remove_agent(&self, agent_id: &str) {
+        self.inner
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(a, _), _| a != agent_id);
+    }
+
+    pub fn get(&self, agent_id: &str, platform: Platform) -> Option<Arc<dyn Connector>> {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(agent_id.to_string(), platform))
+            .cloned()
+    }
+
+    /// Every connector, for health checks.
+    pub fn all(&self) -> Vec<(String, Arc<dyn Connector>)> {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|((a, _), c)| (a.clone(), c.clone()))
+            .collect()
+    }
+}
+
+/// A cheap-to-clone handle on delivery.
+#[derive(Clone)]
+pub struct Outbox {
+    store: Store,
+    connectors: Connectors,
+    wake: Arc<Notify>,
+}
+
+/// What one delivery attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivered {
+    Sent,
+    /// Someone else holds the claim, or it was already delivered.
+    NotClaimed,
+    Retrying,
+    GaveUp,
+}
+
+fn now_ms() -> i64 {
+    crate::clock::now_ms()
+}
+
+impl Outbox {
+    pub fn new(store: Store, connectors: Connectors) -> Self {
+        Self {
+            store,
+            connectors,
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    pub fn connectors(&self) -> &Connectors {
+        &self.connectors
+    }
+
+    /// Delivers one entry now (the agent calls this right after recording a reply).
+    pub async fn deliver(&self, id: OutboxId) -> anyhow::Result<Delivered> {
+        match self.store.outbox_claim_one(id, now_ms(), LEASE_MS).await? {
+            Some(entry) => self.attempt(entry).await,
+            None => Ok(Delivered::NotClaimed),
+        }
+    }
+
+    async fn attempt(&self, entry: OutboxEntry) -> anyhow::Result<Delivered> {
+        let platform = entry.outbound.room.platform;
+        let Some(connector) = self.connectors.get(&entry.agent_id, platform) else {
+            return self
+                .failed(
+                    &entry,
+                    &ConnectorError::Transient(format!(
+                        "no {platform} connector is running for agent {}",
+                        entry.agent_id
+                    )),
+                )
+                .await;
+        };
+        match connector.send(&entry.outbound).await {
+            Ok(delivery) => {
+                let ids: Vec<String> = delivery
+                    .message_ids
+                    .into_iter()
+                    .map(|m| m.into_string())
+                    .collect();
+                self.store.outbox_delivered(entry.id, &ids).await?;
+                tracing::debug!(outbox_id = entry.id.0, parts = ids.len(), "reply delivered");
+                Ok(Delivered::Sent)
+            }
+            Err(e) => self.failed(&entry, &e).await,
+        }
+    }
+
+    async fn failed(
+        &self,
+        entry: &OutboxEntry,
+        error: &ConnectorError,
+    ) -> anyhow::Result<Delivered> {
+        let message = error.to_string();
+        if !error.is_retryable() || entry.attempts >= MAX_ATTEMPTS {
+            tracing::error!(outbox_id = entry.id.0, attempts = entry.attempts, error = %message,
+                "giving up on delivering a reply");
+            self.store.outbox_give_up(entry.id, &message).await?;
+            return Ok(Delivered::GaveUp);
+        }
+        let wait = match error {
+            ConnectorError::RateLimited { retry_after } => *retry_after,
+            _ => backoff(entry.attempts),
+        };
+        tracing::warn!(outbox_id = entry.id.0, attempts = entry.attempts, retry_in = ?wait,
+            error = %message, "delivery failed; will retry");
+        self.store
+            .outbox_retry(entry.id, now_ms() + wait.as_millis() as i64, &message)
+            .await?;
+        self.wake.notify_one();
+        Ok(Delivered::Retrying)
+    }
+
+    /// Delivers whatever is due until `shutdown`: retries, and entries a crashed run left.
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            match self.store.outbox_claim(64, now_ms(), LEASE_MS).await {
+                Ok(entries) => {
+                    for entry in entries {
+                        if let Err(e) = self.attempt(entry).await {
+                            tracing::error!(error = %e, "outbox delivery failed");
+                        }
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "cannot read the outbox"),
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+}
+
+/// 1 s, 2 s, 4 s … capped at 5 minutes.
+fn backoff(attempts: i32) -> Duration {
+    let exp = attempts.clamp(1, 9) as u32 - 1;
+    Duration::from_secs((1u64 << exp).min(300))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(3), Duration::from_secs(4));
+        assert_eq!(backoff(50), Duration::from_secs(256));
+    }
+}

@@ -1,0 +1,36 @@
+//! The Web connector: the HTTP API and `troupe chat` seen as one more platform.
+//!
+//! Its receiving side is `POST /api/agents/{agent}/messages`, which waits for the agent's
+//! outcome directly, so delivering through the outbox has nothing left to do: `send`
+//! acknowledges, and the reply stays readable in the room's memory.
+
+use async_trait::async_trait;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use troupe_connectors::{
+    Connector, ConnectorError, Delivery, InboundSink, MessageId, Outbound, Platform,
+};
+
+pub struct WebConnector;
+
+#[async_trait]
+impl Connector for WebConnector {
+    fn platform(&self) -> Platform {
+        Platform::Web
+    }
+
+    async fn run(
+        &self,
+        _sink: Arc<dyn InboundSink>,
+        shutdown: CancellationToken,
+    ) -> Result<(), ConnectorError> {
+        shutdown.cancelled().await;
+        Ok(())
+    }
+
+    async fn send(&self, reply: &Outbound) -> Result<Delivery, ConnectorError> {
+        Ok(Delivery {
+            message_ids: vec![MessageId::new(reply.key.clone())],
+        })
+    }
+}
