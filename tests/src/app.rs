@@ -100,6 +100,26 @@ pub fn persona_json(name: &str, bio: &str) -> Value {
     })
 }
 
+/// Polls `check` until it returns true, panicking with `what` after `timeout`. For state
+/// that has no event to wait on (a row written by the gateway in the background): the
+/// interval is a poll period, the timeout a hang guard, and neither is asserted.
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("still not true after {timeout:?}: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// Whether any string anywhere in `value` (keys excluded) contains `needle`.
 pub fn json_contains_text(value: &Value, needle: &str) -> bool {
     match value {

@@ -12,7 +12,7 @@
 pub mod app;
 pub mod fake_openai;
 
-pub use app::{Backend, TestApp, TestAppOptions, json_contains_text, persona_json};
+pub use app::{Backend, TestApp, TestAppOptions, eventually, json_contains_text, persona_json};
 pub use fake_openai::{
     ChatMessage, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, Outcome, Script,
 };

@@ -7,7 +7,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use troupe_e2e::fake_openai::openai_error;
-use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, json_contains_text};
+use troupe_e2e::{
+    Backend, FakeOpenAi, Script, TestApp, TestAppOptions, eventually, json_contains_text,
+};
 
 const AGENT: &str = "Ada";
 const BIO: &str =
@@ -38,6 +40,8 @@ on_each_backend!(
     rooms_do_not_see_each_other,
     room_memory_survives_a_restart,
     a_repeated_message_id_is_answered_once,
+    concurrent_posts_of_one_message_id_are_answered_once,
+    a_repost_while_the_next_start_drives_it_again_is_answered_once,
     a_model_error_is_reported_and_the_message_stays_journaled,
     a_model_timeout_is_reported_and_the_message_stays_journaled,
     a_journaled_message_is_answered_at_the_next_start,
@@ -60,6 +64,16 @@ async fn spawn_with(backend: Backend, fake: &FakeOpenAi) -> TestApp {
 /// How long a test waits for the gateway to send the fake a request on its own (no HTTP
 /// call to wait on). A hang guard, not a timing assertion.
 const WAIT: Duration = Duration::from_secs(60);
+
+/// Waits until the room's memories hold `text` (written by the gateway in the background).
+async fn wait_for_memory(app: &TestApp, room: &str, text: &str) {
+    let path = format!("/api/agents/{AGENT}/rooms/{room}/memories");
+    eventually(&format!("GET {path} lists {text:?}"), WAIT, || async {
+        let (status, body) = app.get(&path).await;
+        status == StatusCode::OK && json_contains_text(&body, text)
+    })
+    .await;
+}
 
 fn message(room: &str, text: &str) -> Value {
     json!({"roomId": room, "userId": "u-sam", "userName": "Sam", "text": text})
@@ -256,6 +270,40 @@ async fn a_repeated_message_id_is_answered_once(backend: Backend) {
     );
 }
 
+async fn concurrent_posts_of_one_message_id_are_answered_once(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn_with(backend, &fake).await;
+    // The model takes a moment, so the second post arrives while the first is in hand.
+    fake.push(Script::Delay(
+        Duration::from_millis(500),
+        Box::new(Script::reply("Just the one answer.")),
+    ));
+    let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-twice", "text": "Are you there?"});
+    let url = app.url(&format!("/api/agents/{AGENT}/messages"));
+    let first = tokio::spawn(app.client().post(url).json(&msg).send());
+    fake.wait_for_requests(1, WAIT).await;
+    let (status, second) = app.post_message(AGENT, &msg).await;
+    let first = first.await.expect("join").expect("the first post");
+    let first_status = first.status();
+    let first: Value = first.json().await.expect("the first answer is JSON");
+
+    assert_eq!(
+        reply_text(first_status, &first, &fake),
+        "Just the one answer."
+    );
+    assert_eq!(
+        reply_text(status, &second, &fake),
+        "Just the one answer.",
+        "the repost during the answer got another answer"
+    );
+    assert_eq!(
+        fake.request_count(),
+        1,
+        "the model was called for the repost: {:?}",
+        fake.requests()
+    );
+}
+
 async fn a_model_error_is_reported_and_the_message_stays_journaled(backend: Backend) {
     let fake = FakeOpenAi::start().await;
     let app = spawn_with(backend, &fake).await;
@@ -355,7 +403,9 @@ async fn a_journaled_message_is_answered_at_the_next_start(backend: Backend) {
         reqs[failed].prompt_text()
     );
 
-    // Posted again, it gets that answer, without another model call.
+    // Once that answer is stored, the message posted again gets it without another model
+    // call. (A repost while the answer is in flight is `concurrent_posts_…`'s subject.)
+    wait_for_memory(&app, "r1", "On the northern shore.").await;
     let (status, body) = app.post_message(AGENT, &msg).await;
     assert_eq!(reply_text(status, &body, &fake), "On the northern shore.");
     assert_eq!(
@@ -363,6 +413,41 @@ async fn a_journaled_message_is_answered_at_the_next_start(backend: Backend) {
         failed + 1,
         "answered twice: {:?}",
         fake.requests()
+    );
+}
+
+async fn a_repost_while_the_next_start_drives_it_again_is_answered_once(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let mut app = spawn_with(backend, &fake).await;
+    fake.set_fallback(Some(Script::server_error()));
+    let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-race", "text": "Is the lamp trimmed?"});
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_error_json(
+        status,
+        &body,
+        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
+    );
+    let failed = fake.request_count();
+
+    // The next start drives it again, and the model takes a moment; the user posts it
+    // again meanwhile (a client retry).
+    fake.set_fallback(None);
+    fake.push(Script::Delay(
+        Duration::from_millis(500),
+        Box::new(Script::reply("Trimmed and lit.")),
+    ));
+    app.restart().await;
+    fake.wait_for_requests(failed + 1, WAIT).await;
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_eq!(reply_text(status, &body, &fake), "Trimmed and lit.");
+    assert_eq!(
+        fake.request_count(),
+        failed + 1,
+        "answered twice: {:?}",
+        fake.requests()
+            .iter()
+            .map(|r| (&r.outcome, r.last_user_message().map(|m| m.len())))
+            .collect::<Vec<_>>()
     );
 }
 
@@ -404,6 +489,7 @@ async fn a_message_pending_at_a_crash_is_answered_after_it(backend: Backend) {
         reqs[1].prompt_text()
     );
 
+    wait_for_memory(&app, "r1", "The lamp is lit.").await;
     let (status, body) = app.post_message(AGENT, &msg).await;
     assert_eq!(reply_text(status, &body, &fake), "The lamp is lit.");
     assert_eq!(
