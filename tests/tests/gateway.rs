@@ -42,6 +42,7 @@ on_each_backend!(
     a_repeated_message_id_is_answered_once,
     concurrent_posts_of_one_message_id_are_answered_once,
     a_repost_while_the_next_start_drives_it_again_is_answered_once,
+    two_reposts_of_a_failed_message_are_answered_once,
     a_model_error_is_reported_and_the_message_stays_journaled,
     a_model_timeout_is_reported_and_the_message_stays_journaled,
     a_journaled_message_is_answered_at_the_next_start,
@@ -440,14 +441,82 @@ async fn a_repost_while_the_next_start_drives_it_again_is_answered_once(backend:
     fake.wait_for_requests(failed + 1, WAIT).await;
     let (status, body) = app.post_message(AGENT, &msg).await;
     assert_eq!(reply_text(status, &body, &fake), "Trimmed and lit.");
+
+    // A room's messages are handled in order, so once a later message of r1 is answered,
+    // any second handling of the repost is over too: then count.
+    let (status, body) = app
+        .post_message(AGENT, &message("r1", "Thank you, Ada."))
+        .await;
+    reply_text(status, &body, &fake);
+    let reqs = fake.requests();
+    let answers_to_the_repost: Vec<_> = reqs[failed..]
+        .iter()
+        .filter(|r| !r.prompt_text().contains("Thank you, Ada."))
+        .map(|r| &r.outcome)
+        .collect();
     assert_eq!(
-        fake.request_count(),
-        failed + 1,
-        "answered twice: {:?}",
-        fake.requests()
-            .iter()
-            .map(|r| (&r.outcome, r.last_user_message().map(|m| m.len())))
-            .collect::<Vec<_>>()
+        answers_to_the_repost.len(),
+        1,
+        "the message reposted while the restart drove it again was answered {} times: {:?}",
+        answers_to_the_repost.len(),
+        answers_to_the_repost
+    );
+    let last = reqs.last().unwrap().prompt_text();
+    assert_eq!(
+        last.matches("Is the lamp trimmed?").count(),
+        1,
+        "the room's history holds the message more than once:\n{last}"
+    );
+}
+
+async fn two_reposts_of_a_failed_message_are_answered_once(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn_with(backend, &fake).await;
+    fake.set_fallback(Some(Script::server_error()));
+    let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-retry", "text": "Is the fog lifting?"});
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_error_json(
+        status,
+        &body,
+        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
+    );
+    let failed = fake.request_count();
+
+    // The model is back but slow; the client retries twice, the second retry while the
+    // first is being answered.
+    fake.set_fallback(None);
+    fake.push(Script::Delay(
+        Duration::from_millis(500),
+        Box::new(Script::reply("The fog is lifting.")),
+    ));
+    let url = app.url(&format!("/api/agents/{AGENT}/messages"));
+    let first = tokio::spawn(app.client().post(url).json(&msg).send());
+    fake.wait_for_requests(failed + 1, WAIT).await;
+    let (status, second) = app.post_message(AGENT, &msg).await;
+    let first = first.await.expect("join").expect("the first retry");
+    let first_status = first.status();
+    let first: Value = first.json().await.expect("JSON");
+    assert_eq!(
+        reply_text(first_status, &first, &fake),
+        "The fog is lifting."
+    );
+    assert_eq!(reply_text(status, &second, &fake), "The fog is lifting.");
+
+    // Fence: a later message of the room is handled after any second handling.
+    let (status, body) = app
+        .post_message(AGENT, &message("r1", "Thank you, Ada."))
+        .await;
+    reply_text(status, &body, &fake);
+    let answers: Vec<_> = fake.requests()[failed..]
+        .iter()
+        .filter(|r| !r.prompt_text().contains("Thank you, Ada."))
+        .map(|r| r.outcome.clone())
+        .collect();
+    assert_eq!(
+        answers.len(),
+        1,
+        "two retries of a failed message were answered {} times: {answers:?}",
+        answers.len()
     );
 }
 
