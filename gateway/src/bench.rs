@@ -3,9 +3,10 @@
 //! It pushes messages through the whole in-process path that a platform message takes
 //! (journal, bus, agent: decide, rate limits, recall, prompt, record; outbox delivery) with
 //! a model that answers at once, on a fresh SQLite file (or `--database-url`). Each room
-//! has one conversation partner who waits for an answer before saying the next thing, so
-//! `--rooms` is the concurrency. It reports latency percentiles per message, throughput,
-//! and the process's resident memory (idle after start, and peak).
+//! has one conversation partner who waits for an answer before saying the next thing.
+//! Two phases: latency (one room, so nothing queues ahead of a message) and throughput
+//! (`--rooms` conversations at once). It also reports the process's resident memory, idle
+//! after start and at its peak.
 
 use clap::Args;
 use std::process::ExitCode;
@@ -32,6 +33,9 @@ pub struct BenchArgs {
     /// Messages per room sent first and not measured (warms caches and the connection pool).
     #[arg(long, default_value_t = 2)]
     pub warmup: usize,
+    /// Messages of the single-room latency phase.
+    #[arg(long, default_value_t = 2_000)]
+    pub latency_messages: usize,
 }
 
 const PERSONA: &str = r#"{
@@ -79,10 +83,22 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
     let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
     let idle_rss = rss_kib("VmRSS");
 
+    // Phase 1, latency: one conversation, one message at a time, so each figure is the
+    // gateway's own cost for one message with nothing queued ahead of it.
+    let single = args.latency_messages;
+    eprintln!("troupe bench ({backend:?}): latency over {single} sequential messages in one room");
+    let mut latencies = converse_many(&ingress, &agent.id, usize::MAX, single, args.warmup).await?;
+    latencies.sort();
+    let (p50, p90, p99) = (
+        pct(&latencies, 0.50),
+        pct(&latencies, 0.90),
+        pct(&latencies, 0.99),
+    );
+
+    // Phase 2, throughput: `rooms` conversations at once.
     eprintln!(
-        "troupe bench: {} messages over {rooms} rooms ({per_room} per room, {} warm-up each), {backend:?}",
-        per_room * rooms,
-        args.warmup
+        "troupe bench ({backend:?}): throughput over {} messages in {rooms} concurrent rooms",
+        per_room * rooms
     );
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -90,52 +106,80 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
         let ingress = ingress.clone();
         let agent_id = agent.id.clone();
         let warmup = args.warmup;
-        tasks.spawn(async move {
-            let mut latencies = Vec::with_capacity(per_room);
-            for n in 0..(warmup + per_room) {
-                let inbound = message(r, n);
-                let t = Instant::now();
-                let answer = ingress
-                    .converse(&agent_id, inbound, Duration::from_secs(60))
-                    .await?;
-                if !matches!(answer.outcome, Outcome::Replied { .. }) {
-                    anyhow::bail!("unexpected outcome {:?}", answer.outcome);
-                }
-                if n >= warmup {
-                    latencies.push(t.elapsed());
-                }
-            }
-            Ok::<_, anyhow::Error>(latencies)
-        });
+        tasks.spawn(async move { converse_many(&ingress, &agent_id, r, per_room, warmup).await });
     }
-    let mut latencies = Vec::with_capacity(per_room * rooms);
+    let mut loaded = Vec::with_capacity(per_room * rooms);
     while let Some(result) = tasks.join_next().await {
-        latencies.extend(result??);
+        loaded.extend(result??);
     }
     let elapsed = started.elapsed();
+    let total = rooms * (per_room + args.warmup);
+    loaded.sort();
     let peak_rss = rss_kib("VmHWM");
     shutdown.cancel();
     running.await??;
 
-    latencies.sort();
-    let total = rooms * (per_room + args.warmup);
-    let pct = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p).round() as usize];
-    println!("messages        {}", latencies.len());
-    println!("rooms           {rooms}");
-    println!("p50             {:.3} ms", ms(pct(0.50)));
-    println!("p90             {:.3} ms", ms(pct(0.90)));
-    println!("p99             {:.3} ms", ms(pct(0.99)));
-    println!("max             {:.3} ms", ms(pct(1.0)));
+    println!("backend                 {backend:?}");
     println!(
-        "throughput      {:.0} messages/s",
-        total as f64 / elapsed.as_secs_f64()
+        "latency, one room       p50 {:.3} ms   p90 {:.3} ms   p99 {:.3} ms   ({} messages)",
+        ms(p50),
+        ms(p90),
+        ms(p99),
+        latencies.len()
     );
-    println!("idle RSS        {:.1} MiB", idle_rss as f64 / 1024.0);
-    println!("peak RSS        {:.1} MiB", peak_rss as f64 / 1024.0);
+    println!(
+        "throughput, {rooms} rooms  {:.0} messages/s   (p50 {:.1} ms, p99 {:.1} ms under that load; {} messages)",
+        total as f64 / elapsed.as_secs_f64(),
+        ms(pct(&loaded, 0.50)),
+        ms(pct(&loaded, 0.99)),
+        loaded.len()
+    );
+    println!(
+        "RSS idle / peak         {:.1} MiB / {:.1} MiB",
+        idle_rss as f64 / 1024.0,
+        peak_rss as f64 / 1024.0
+    );
     Ok(ExitCode::SUCCESS)
 }
 
+/// Talks `count` (+ `warmup`) messages into room `room`, each after the previous answer;
+/// returns the latency of each measured one.
+async fn converse_many(
+    ingress: &crate::ingress::Ingress,
+    agent_id: &str,
+    room: usize,
+    count: usize,
+    warmup: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut latencies = Vec::with_capacity(count);
+    for n in 0..(warmup + count) {
+        let t = Instant::now();
+        let answer = ingress
+            .converse(agent_id, message(room, n), Duration::from_secs(60))
+            .await?;
+        if !matches!(answer.outcome, Outcome::Replied { .. }) {
+            anyhow::bail!("unexpected outcome {:?}", answer.outcome);
+        }
+        if n >= warmup {
+            latencies.push(t.elapsed());
+        }
+    }
+    Ok(latencies)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
 fn message(room: usize, n: usize) -> Inbound {
+    let room = if room == usize::MAX {
+        "solo".to_string()
+    } else {
+        room.to_string()
+    };
     Inbound {
         id: MessageId::new(format!("bench-{room}-{n}")),
         room: RoomRef::new(Platform::Web, RoomId::new(format!("room-{room}"))),
