@@ -18,9 +18,11 @@ mod publish;
 mod webhook;
 mod wire;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::connector::{
@@ -52,8 +54,11 @@ pub struct FarcasterConnector {
     authors: Authors,
     agent_id: String,
     /// The sink `run` was given; webhooks hand their casts to it.
-    sink: Mutex<Option<Arc<dyn InboundSink>>>,
+    sink: watch::Sender<Option<Arc<dyn InboundSink>>>,
 }
+
+/// How long a webhook that arrives while the connector is starting waits for `run`.
+const SINK_WAIT: Duration = Duration::from_secs(10);
 
 impl FarcasterConnector {
     fn new(
@@ -67,12 +72,18 @@ impl FarcasterConnector {
             state,
             authors: Authors::default(),
             agent_id: agent_id.to_string(),
-            sink: Mutex::new(None),
+            sink: watch::Sender::new(None),
         })
     }
 
-    fn current_sink(&self) -> Option<Arc<dyn InboundSink>> {
-        self.sink.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    /// The sink of the running connector, waiting a little if `run` has not started yet.
+    async fn running_sink(&self) -> Option<Arc<dyn InboundSink>> {
+        let mut rx = self.sink.subscribe();
+        let ready = tokio::time::timeout(SINK_WAIT, rx.wait_for(Option::is_some)).await;
+        match ready {
+            Ok(Ok(sink)) => sink.clone(),
+            _ => None,
+        }
     }
 
     async fn poll_loop(
@@ -133,7 +144,7 @@ impl Connector for FarcasterConnector {
         sink: Arc<dyn InboundSink>,
         shutdown: CancellationToken,
     ) -> Result<(), ConnectorError> {
-        *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = Some(sink.clone());
+        self.sink.send_replace(Some(sink.clone()));
         let result = match &self.settings.intake {
             Intake::Poll(every) => self.poll_loop(&*sink, *every, &shutdown).await,
             Intake::Webhook(_) => {
@@ -144,7 +155,7 @@ impl Connector for FarcasterConnector {
                 Ok(())
             }
         };
-        *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.sink.send_replace(None);
         result
     }
 
@@ -225,7 +236,7 @@ impl Connector for FarcasterConnector {
                 );
             }
         };
-        let Some(sink) = self.current_sink() else {
+        let Some(sink) = self.running_sink().await else {
             return json_response(
                 503,
                 serde_json::json!({"error": "unavailable", "detail": "the Farcaster connector is not running yet"}),
