@@ -568,6 +568,38 @@ fn neynar_error(status: u16, message: &str, code: &str, property: Option<&str>) 
     (status, axum::Json(body)).into_response()
 }
 
+/// A refusal in Neynar's error shape, turned into a response at the end of a handler.
+#[derive(Debug)]
+struct Refusal {
+    status: u16,
+    message: String,
+    code: &'static str,
+    property: Option<&'static str>,
+    retry_after_secs: Option<u64>,
+}
+
+impl Refusal {
+    fn new(status: u16, message: &str, code: &'static str, property: Option<&'static str>) -> Self {
+        Refusal {
+            status,
+            message: message.to_string(),
+            code,
+            property,
+            retry_after_secs: None,
+        }
+    }
+
+    fn response(self) -> Response {
+        let mut response = neynar_error(self.status, &self.message, self.code, self.property);
+        if let Some(secs) = self.retry_after_secs
+            && let Ok(v) = secs.to_string().parse()
+        {
+            response.headers_mut().insert("retry-after", v);
+        }
+        response
+    }
+}
+
 fn record(shared: &Shared, method: &Method, uri: &Uri, authorized: bool, status: u16) {
     shared.lock().requests.push(RequestRecord {
         method: method.to_string(),
@@ -579,7 +611,7 @@ fn record(shared: &Shared, method: &Method, uri: &Uri, authorized: bool, status:
 }
 
 /// The common front of every route: the key check, then any scripted failure.
-fn front(shared: &Shared, route: Route, headers: &HeaderMap) -> Result<(), Response> {
+fn front(shared: &Shared, route: Route, headers: &HeaderMap) -> Result<(), Refusal> {
     let key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
     if key != Some(shared.config.api_key.as_str()) {
         let message = if key.is_none() {
@@ -587,7 +619,7 @@ fn front(shared: &Shared, route: Route, headers: &HeaderMap) -> Result<(), Respo
         } else {
             "Unauthorized: the API key is not valid."
         };
-        return Err(neynar_error(401, message, "Unauthorized", None));
+        return Err(Refusal::new(401, message, "Unauthorized", None));
     }
     let failure = {
         let mut inner = shared.lock();
@@ -603,21 +635,16 @@ fn front(shared: &Shared, route: Route, headers: &HeaderMap) -> Result<(), Respo
     };
     match failure {
         None => Ok(()),
-        Some(Failure::RateLimited { retry_after_secs }) => {
-            let mut response = neynar_error(
+        Some(Failure::RateLimited { retry_after_secs }) => Err(Refusal {
+            retry_after_secs,
+            ..Refusal::new(
                 429,
                 "Rate limit exceeded for this endpoint. Please retry later.",
                 "RateLimitExceeded",
                 None,
-            );
-            if let Some(secs) = retry_after_secs
-                && let Ok(v) = secs.to_string().parse()
-            {
-                response.headers_mut().insert("retry-after", v);
-            }
-            Err(response)
-        }
-        Some(Failure::Status(status)) => Err(neynar_error(
+            )
+        }),
+        Some(Failure::Status(status)) => Err(Refusal::new(
             status,
             "Scripted failure from the fake Neynar.",
             "InternalServerError",
@@ -669,7 +696,7 @@ fn notifications_inner(
     q: &HashMap<String, String>,
 ) -> Response {
     if let Err(r) = front(shared, Route::Notifications, headers) {
-        return r;
+        return r.response();
     }
     let Some(fid) = q
         .get("fid")
@@ -738,7 +765,7 @@ fn notifications_inner(
             }
         })
         .collect();
-    items.sort_by(|a, b| b.0.seq.cmp(&a.0.seq));
+    items.sort_by_key(|item| std::cmp::Reverse(item.0.seq));
     let page: Vec<Value> = items
         .iter()
         .skip(offset)
@@ -765,9 +792,9 @@ fn notifications_inner(
 fn identified<'a>(
     inner: &'a Inner,
     q: &HashMap<String, String>,
-) -> Result<&'a StoredCast, Response> {
+) -> Result<&'a StoredCast, Refusal> {
     let Some(identifier) = q.get("identifier") else {
-        return Err(neynar_error(
+        return Err(Refusal::new(
             400,
             "identifier is required",
             "InvalidField",
@@ -776,9 +803,9 @@ fn identified<'a>(
     };
     match q.get("type").map(String::as_str) {
         Some("hash") => {}
-        Some("url") => return Err(neynar_error(404, "Cast not found", "NotFound", None)),
+        Some("url") => return Err(Refusal::new(404, "Cast not found", "NotFound", None)),
         _ => {
-            return Err(neynar_error(
+            return Err(Refusal::new(
                 400,
                 "type must be url or hash",
                 "InvalidField",
@@ -790,7 +817,7 @@ fn identified<'a>(
         .casts
         .iter()
         .find(|c| &c.hash == identifier)
-        .ok_or_else(|| neynar_error(404, "Cast not found", "NotFound", None))
+        .ok_or_else(|| Refusal::new(404, "Cast not found", "NotFound", None))
 }
 
 async fn lookup_cast(
@@ -801,12 +828,12 @@ async fn lookup_cast(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let r = match front(&shared, Route::CastLookup, &headers) {
-        Err(r) => r,
+        Err(r) => r.response(),
         Ok(()) => {
             let inner = shared.lock();
             match identified(&inner, &q) {
                 Ok(cast) => axum::Json(json!({"cast": render_cast(&inner, cast)})).into_response(),
-                Err(r) => r,
+                Err(r) => r.response(),
             }
         }
     };
@@ -837,12 +864,12 @@ async fn conversation(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let r = match front(&shared, Route::Conversation, &headers) {
-        Err(r) => r,
+        Err(r) => r.response(),
         Ok(()) => {
             let depth = match q.get("reply_depth").map(|d| d.parse::<u64>()) {
                 None => Ok(2),
                 Some(Ok(d)) if d <= 5 => Ok(d),
-                Some(_) => Err(neynar_error(
+                Some(_) => Err(Refusal::new(
                     400,
                     "reply_depth must be between 0 and 5",
                     "InvalidField",
@@ -851,7 +878,7 @@ async fn conversation(
             };
             let inner = shared.lock();
             match (depth, identified(&inner, &q)) {
-                (Err(r), _) | (_, Err(r)) => r,
+                (Err(r), _) | (_, Err(r)) => r.response(),
                 (Ok(depth), Ok(cast)) => {
                     let mut parents = Vec::new();
                     let mut at = cast.parent_hash.clone();
@@ -889,7 +916,7 @@ async fn bulk_users(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let r = match front(&shared, Route::UserLookup, &headers) {
-        Err(r) => r,
+        Err(r) => r.response(),
         Ok(()) => {
             let fids: Result<Vec<u64>, _> = q
                 .get("fids")
@@ -933,7 +960,7 @@ async fn publish(
 
 fn publish_inner(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Response {
     if let Err(r) = front(shared, Route::Publish, headers) {
-        return r;
+        return r.response();
     }
     let Ok(req) = serde_json::from_slice::<Value>(body) else {
         return neynar_error(

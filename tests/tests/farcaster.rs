@@ -88,6 +88,9 @@ fn fern(neynar: &FakeNeynar, extra: &[(&str, &str)]) -> Value {
     character
 }
 
+/// The app, serving. Tests push casts only after this returns: the gateway drives again
+/// the journal entries it finds pending when it starts serving, and a cast journaled in
+/// that instant would be handled twice (a gateway start-up race, not the connector's).
 async fn spawn(
     backend: Backend,
     neynar: &FakeNeynar,
@@ -197,6 +200,13 @@ async fn a_mention_gets_a_reply(backend: Backend) {
             "{text:?} not in {memories}"
         );
     }
+    // Ready, with the connector's health check (a user lookup) passing.
+    let (status, ready) = app.get("/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{ready}");
+    assert_eq!(
+        ready["connectors"]["fern/farcaster"]["status"], "ok",
+        "{ready}"
+    );
     // Every call carried the key.
     assert!(
         neynar.requests().iter().all(|r| r.authorized),
@@ -205,10 +215,10 @@ async fn a_mention_gets_a_reply(backend: Backend) {
     );
 }
 
-/// 44 words of 2-, 3- and 4-byte characters: 703 bytes, three casts at 320 bytes.
+/// 96 words of 1- to 4-byte characters: 735 bytes, three casts at 320 bytes.
 fn multibyte_answer() -> String {
     let words = ["été", "海の", "🌊波", "日本語", "ñandú", "€uro"];
-    (0..44)
+    (0..96)
         .map(|i| words[i % words.len()])
         .collect::<Vec<_>>()
         .join(" ")
@@ -276,8 +286,8 @@ async fn a_failed_chunk_is_retried(backend: Backend) {
     // The first chunk goes through; the second fails with a 502, so the outbox retries the
     // whole reply: the first chunk's idem must find the cast already made.
     neynar.push_failure_after(Route::Publish, 1, Failure::Status(502));
-    let mention = neynar.mention(7, "alice", "@fern tell me everything about waves");
     let app = spawn(backend, &neynar, &openai, &[]).await;
+    let mention = neynar.mention(7, "alice", "@fern tell me everything about waves");
 
     let published = whole_answer(&app, &neynar, &answer).await;
     assert_chained(&published, &mention, neynar.bot_fid());
@@ -291,7 +301,17 @@ async fn a_failed_chunk_is_retried(backend: Backend) {
         1,
         "the retry did not re-send the first chunk with its idem"
     );
-    assert_eq!(openai.request_count(), 1, "the model was asked twice");
+    assert_eq!(
+        openai.request_count(),
+        1,
+        "the model was asked twice: {:#?}\n{}",
+        openai
+            .requests()
+            .iter()
+            .map(|r| r.last_user_message().map(str::to_string))
+            .collect::<Vec<_>>(),
+        app.logs()
+    );
 }
 
 async fn rate_limits_are_waited_out(backend: Backend) {
@@ -318,8 +338,8 @@ async fn rate_limits_are_waited_out(backend: Backend) {
             retry_after_secs: Some(1),
         },
     );
-    let mention = neynar.mention(7, "alice", "@fern tell me everything about waves");
     let app = spawn(backend, &neynar, &openai, &[]).await;
+    let mention = neynar.mention(7, "alice", "@fern tell me everything about waves");
 
     let published = whole_answer(&app, &neynar, &answer).await;
     assert_chained(&published, &mention, neynar.bot_fid());
@@ -453,13 +473,13 @@ async fn dry_run_posts_nothing(backend: Backend) {
     openai.push_reply("Dry answer two.");
     // Two mentions in one thread: the room handles them in order, so when the model sees the
     // second, the first reply has been delivered (or, here, not posted).
+    let app = spawn(backend, &neynar, &openai, &[("FARCASTER_DRY_RUN", "true")]).await;
     let root = neynar.mention(7, "alice", "@fern first question");
     let _second = neynar.push_cast(
         NewCast::new(7, "alice", "@fern second question")
             .mentioning(neynar.bot_fid())
             .replying_to(&root),
     );
-    let app = spawn(backend, &neynar, &openai, &[("FARCASTER_DRY_RUN", "true")]).await;
 
     model_requests(&app, &openai, 2).await;
     let second_prompt = openai.requests()[1].prompt_text();
