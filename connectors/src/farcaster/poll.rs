@@ -65,8 +65,8 @@ pub(crate) struct Candidate {
     pub hint: Hint,
 }
 
-/// The new mention and reply casts of one page, and whether the page reached casts that
-/// were handled before (so older pages need not be read).
+/// The new mention and reply casts of one page, and whether the page reached a cast that
+/// was handled before (so older pages need not be read).
 pub(crate) fn sift(page: &NotificationsPage, mark: Option<&HighWater>) -> (Vec<Candidate>, bool) {
     let mut fresh = Vec::new();
     let mut reached_old = false;
@@ -99,13 +99,13 @@ pub(crate) fn sift(page: &NotificationsPage, mark: Option<&HighWater>) -> (Vec<C
                 continue;
             }
         };
-        if let Some(mark) = mark {
-            if mark.is_behind(ts_ms) {
-                reached_old = true;
-            }
-            if mark.is_handled(ts_ms, &cast.hash) {
-                continue;
-            }
+        if let Some(mark) = mark
+            && mark.is_handled(ts_ms, &cast.hash)
+        {
+            // Newest first: what follows was read before (the rest of this page is still
+            // sifted, for casts that arrived late with an older timestamp).
+            reached_old = true;
+            continue;
         }
         fresh.push(Candidate { cast, ts_ms, hint });
     }
@@ -277,6 +277,27 @@ mod tests {
         let hashes: Vec<&str> = fresh.iter().map(|c| c.cast.hash.as_str()).collect();
         assert_eq!(hashes, ["0xb", "0xlate"]);
         assert!(reached_old);
+    }
+
+    #[test]
+    fn a_page_that_reaches_a_handled_cast_ends_the_paging() {
+        let mut mark = HighWater::default();
+        mark.record(normalize_ts(T2), "0xa");
+        let p = page(
+            vec![
+                notification("mention", "0xb", T3),
+                notification("mention", "0xa", T2),
+            ],
+            Some("next-page"),
+        );
+        let (fresh, reached_old) = sift(&p, Some(&mark));
+        assert_eq!(fresh.len(), 1);
+        assert!(reached_old);
+        // All new: the next page must be read.
+        let p = page(vec![notification("mention", "0xc", T3)], Some("next-page"));
+        let (fresh, reached_old) = sift(&p, Some(&mark));
+        assert_eq!(fresh.len(), 1);
+        assert!(!reached_old);
     }
 
     fn normalize_ts(ts: &str) -> i64 {
