@@ -61,6 +61,8 @@ pub struct App {
     serving: std::sync::Mutex<Option<TaskTracker>>,
     /// Connector tasks built before serving started.
     pending: std::sync::Mutex<Vec<PendingTask>>,
+    /// Changes to the personas directory since it was loaded.
+    persona_events: Option<tokio::sync::mpsc::Receiver<PersonaEvent>>,
 }
 
 type PendingTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -124,8 +126,16 @@ impl App {
             root: CancellationToken::new(),
             serving: Default::default(),
             pending: Default::default(),
+            persona_events: None,
         };
         app.load_personas().await?;
+        // Watch from right after loading, so an edit made while the rest starts is seen.
+        let mut app = app;
+        app.persona_events = Some(persona::watch(
+            app.config.personas_dir.clone(),
+            app.config.env.clone(),
+            app.root.child_token(),
+        ));
         Ok(app)
     }
 
@@ -346,13 +356,11 @@ impl App {
         });
 
         let ingress = self.ingress.clone();
-        let app = Arc::new(self);
-        let mut events = persona::watch(
-            app.config.personas_dir.clone(),
-            app.config.env.clone(),
-            shutdown.child_token(),
-        );
-        let watcher = app.clone();
+        let mut events = self
+            .persona_events
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the app is already running"))?;
+        let watcher = Arc::new(self);
         tasks.spawn(async move {
             while let Some(event) = events.recv().await {
                 match event {

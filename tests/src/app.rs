@@ -100,6 +100,26 @@ pub fn persona_json(name: &str, bio: &str) -> Value {
     })
 }
 
+/// Polls `check` until it returns true, panicking with `what` after `timeout`. For state
+/// that has no event to wait on (a row written by the gateway in the background): the
+/// interval is a poll period, the timeout a hang guard, and neither is asserted.
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("still not true after {timeout:?}: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// Whether any string anywhere in `value` (keys excluded) contains `needle`.
 pub fn json_contains_text(value: &Value, needle: &str) -> bool {
     match value {
@@ -185,7 +205,7 @@ impl Database {
 async fn create_postgres_database() -> String {
     use sqlx::Connection;
     let base = std::env::var("TROUPE_TEST_DATABASE_URL")
-        .expect("TROUPE_TEST_DATABASE_URL (check Backend::or_skip before spawning)");
+        .expect("Backend::Postgres needs TROUPE_TEST_DATABASE_URL (call Backend::or_skip first)");
     let name = format!("troupe_e2e_{}", uuid::Uuid::new_v4().simple());
     let mut conn = sqlx::PgConnection::connect(&base)
         .await
@@ -320,6 +340,8 @@ pub struct TestApp {
     database: Database,
     logs: Logs,
     starts: usize,
+    /// Set when a panic message already carries the logs.
+    logs_reported: bool,
     client: reqwest::Client,
     dir: tempfile::TempDir,
 }
@@ -351,6 +373,7 @@ impl TestApp {
             database,
             logs: Logs::default(),
             starts: 0,
+            logs_reported: false,
             client,
             dir,
         };
@@ -458,14 +481,19 @@ impl TestApp {
         let status = match self.running.take() {
             Some(mut r) => {
                 let _ = r.child.start_kill();
-                let status = tokio::time::timeout(STOP_DEADLINE, r.child.wait()).await;
+                let status = match tokio::time::timeout(STOP_DEADLINE, r.child.wait()).await {
+                    Ok(Ok(s)) => s.to_string(),
+                    Ok(Err(e)) => format!("unknown ({e})"),
+                    Err(_) => "still running after SIGKILL".into(),
+                };
                 for reader in r.readers {
                     let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
                 }
-                format!("{status:?}")
+                status
             }
             None => "not running".into(),
         };
+        self.logs_reported = true;
         panic!(
             "{why}\nbinary: {}\nexit: {status}\ndatabase: {}\n----- output -----\n{}",
             troupe_bin().display(),
@@ -618,6 +646,66 @@ impl TestApp {
             token.as_deref(),
         )
         .await
+    }
+}
+
+impl Drop for TestApp {
+    /// Kills the child. On a failing test, prints everything it logged (the test harness
+    /// shows it under the failure) and keeps a Postgres database for inspection; otherwise
+    /// drops that database.
+    fn drop(&mut self) {
+        if let Some(r) = self.running.as_mut() {
+            let _ = r.child.start_kill();
+        }
+        if std::thread::panicking() {
+            if self.logs_reported {
+                return;
+            }
+            eprintln!(
+                "----- troupe output (data dir {}, database {}) -----\n{}",
+                self.dir.path().display(),
+                redact_url(&self.database.url),
+                self.logs.text()
+            );
+            return;
+        }
+        if self.options.backend == Backend::Postgres {
+            let url = self.database.url.clone();
+            // Drop runs inside the test's runtime: use a thread with its own.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                if let Ok(rt) = rt {
+                    rt.block_on(drop_postgres_database(&url));
+                }
+            })
+            .join();
+        }
+    }
+}
+
+/// Best effort: `DROP DATABASE … WITH (FORCE)` through `TROUPE_TEST_DATABASE_URL`.
+async fn drop_postgres_database(url: &str) {
+    use sqlx::Connection;
+    let Ok(base) = std::env::var("TROUPE_TEST_DATABASE_URL") else {
+        return;
+    };
+    let Some(name) = reqwest::Url::parse(url)
+        .ok()
+        .map(|u| u.path().trim_start_matches('/').to_string())
+    else {
+        return;
+    };
+    if !name.starts_with("troupe_e2e_") {
+        return;
+    }
+    if let Ok(mut conn) = sqlx::PgConnection::connect(&base).await {
+        let sql = format!(r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#);
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await;
+        let _ = conn.close().await;
     }
 }
 

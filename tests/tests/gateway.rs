@@ -2,10 +2,14 @@
 //! model. One binary for all of them; each test body runs once on SQLite and once on
 //! Postgres (`TROUPE_TEST_DATABASE_URL`).
 
+use std::time::Duration;
+
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use troupe_e2e::fake_openai::openai_error;
-use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, json_contains_text};
+use troupe_e2e::{
+    Backend, FakeOpenAi, Script, TestApp, TestAppOptions, eventually, json_contains_text,
+};
 
 const AGENT: &str = "Ada";
 const BIO: &str =
@@ -36,8 +40,13 @@ on_each_backend!(
     rooms_do_not_see_each_other,
     room_memory_survives_a_restart,
     a_repeated_message_id_is_answered_once,
+    concurrent_posts_of_one_message_id_are_answered_once,
+    a_repost_while_the_next_start_drives_it_again_is_answered_once,
+    two_reposts_of_a_failed_message_are_answered_once,
     a_model_error_is_reported_and_the_message_stays_journaled,
     a_model_timeout_is_reported_and_the_message_stays_journaled,
+    a_journaled_message_is_answered_at_the_next_start,
+    a_message_pending_at_a_crash_is_answered_after_it,
     without_a_model_provider_messages_get_503_naming_the_variable,
     agents_are_listed_and_bad_requests_get_json_errors,
     the_api_token_guards_mutating_routes,
@@ -51,6 +60,20 @@ async fn spawn_with(backend: Backend, fake: &FakeOpenAi) -> TestApp {
             .openai(fake),
     )
     .await
+}
+
+/// How long a test waits for the gateway to send the fake a request on its own (no HTTP
+/// call to wait on). A hang guard, not a timing assertion.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Waits until the room's memories hold `text` (written by the gateway in the background).
+async fn wait_for_memory(app: &TestApp, room: &str, text: &str) {
+    let path = format!("/api/agents/{AGENT}/rooms/{room}/memories");
+    eventually(&format!("GET {path} lists {text:?}"), WAIT, || async {
+        let (status, body) = app.get(&path).await;
+        status == StatusCode::OK && json_contains_text(&body, text)
+    })
+    .await;
 }
 
 fn message(room: &str, text: &str) -> Value {
@@ -248,6 +271,40 @@ async fn a_repeated_message_id_is_answered_once(backend: Backend) {
     );
 }
 
+async fn concurrent_posts_of_one_message_id_are_answered_once(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn_with(backend, &fake).await;
+    // The model takes a moment, so the second post arrives while the first is in hand.
+    fake.push(Script::Delay(
+        Duration::from_millis(500),
+        Box::new(Script::reply("Just the one answer.")),
+    ));
+    let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-twice", "text": "Are you there?"});
+    let url = app.url(&format!("/api/agents/{AGENT}/messages"));
+    let first = tokio::spawn(app.client().post(url).json(&msg).send());
+    fake.wait_for_requests(1, WAIT).await;
+    let (status, second) = app.post_message(AGENT, &msg).await;
+    let first = first.await.expect("join").expect("the first post");
+    let first_status = first.status();
+    let first: Value = first.json().await.expect("the first answer is JSON");
+
+    assert_eq!(
+        reply_text(first_status, &first, &fake),
+        "Just the one answer."
+    );
+    assert_eq!(
+        reply_text(status, &second, &fake),
+        "Just the one answer.",
+        "the repost during the answer got another answer"
+    );
+    assert_eq!(
+        fake.request_count(),
+        1,
+        "the model was called for the repost: {:?}",
+        fake.requests()
+    );
+}
+
 async fn a_model_error_is_reported_and_the_message_stays_journaled(backend: Backend) {
     let fake = FakeOpenAi::start().await;
     let app = spawn_with(backend, &fake).await;
@@ -311,6 +368,205 @@ async fn a_model_timeout_is_reported_and_the_message_stays_journaled(backend: Ba
         "the journaled message was not answered"
     );
     assert!(fake.last_prompt_text().contains("Are you awake?"));
+}
+
+async fn a_journaled_message_is_answered_at_the_next_start(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let mut app = spawn_with(backend, &fake).await;
+    fake.set_fallback(Some(Script::server_error()));
+    let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-redo", "text": "Where is the sea glass?"});
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_error_json(
+        status,
+        &body,
+        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
+    );
+    let failed = fake.request_count();
+
+    // The model is back; the next start drives the pending entry again on its own.
+    fake.set_fallback(None);
+    fake.push_reply("On the northern shore.");
+    app.restart().await;
+    let reqs = fake
+        .try_wait_for_requests(failed + 1, WAIT)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the journaled message was not driven again after the restart: {e}\n{}",
+                app.logs()
+            )
+        });
+    assert!(
+        reqs[failed]
+            .prompt_text()
+            .contains("Where is the sea glass?"),
+        "the request after the restart is not for the journaled message:\n{}",
+        reqs[failed].prompt_text()
+    );
+
+    // Once that answer is stored, the message posted again gets it without another model
+    // call. (A repost while the answer is in flight is `concurrent_posts_…`'s subject.)
+    wait_for_memory(&app, "r1", "On the northern shore.").await;
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_eq!(reply_text(status, &body, &fake), "On the northern shore.");
+    assert_eq!(
+        fake.request_count(),
+        failed + 1,
+        "answered twice: {:?}",
+        fake.requests()
+    );
+}
+
+async fn a_repost_while_the_next_start_drives_it_again_is_answered_once(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let mut app = spawn_with(backend, &fake).await;
+    fake.set_fallback(Some(Script::server_error()));
+    let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-race", "text": "Is the lamp trimmed?"});
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_error_json(
+        status,
+        &body,
+        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
+    );
+    let failed = fake.request_count();
+
+    // The next start drives it again, and the model takes a moment; the user posts it
+    // again meanwhile (a client retry).
+    fake.set_fallback(None);
+    fake.push(Script::Delay(
+        Duration::from_millis(500),
+        Box::new(Script::reply("Trimmed and lit.")),
+    ));
+    app.restart().await;
+    fake.wait_for_requests(failed + 1, WAIT).await;
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_eq!(reply_text(status, &body, &fake), "Trimmed and lit.");
+
+    // A room's messages are handled in order, so once a later message of r1 is answered,
+    // any second handling of the repost is over too: then count.
+    let (status, body) = app
+        .post_message(AGENT, &message("r1", "Thank you, Ada."))
+        .await;
+    reply_text(status, &body, &fake);
+    let reqs = fake.requests();
+    let answers_to_the_repost: Vec<_> = reqs[failed..]
+        .iter()
+        .filter(|r| !r.prompt_text().contains("Thank you, Ada."))
+        .map(|r| &r.outcome)
+        .collect();
+    assert_eq!(
+        answers_to_the_repost.len(),
+        1,
+        "the message reposted while the restart drove it again was answered {} times: {:?}",
+        answers_to_the_repost.len(),
+        answers_to_the_repost
+    );
+    let last = reqs.last().unwrap().prompt_text();
+    assert_eq!(
+        last.matches("Is the lamp trimmed?").count(),
+        1,
+        "the room's history holds the message more than once:\n{last}"
+    );
+}
+
+async fn two_reposts_of_a_failed_message_are_answered_once(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn_with(backend, &fake).await;
+    fake.set_fallback(Some(Script::server_error()));
+    let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-retry", "text": "Is the fog lifting?"});
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_error_json(
+        status,
+        &body,
+        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
+    );
+    let failed = fake.request_count();
+
+    // The model is back but slow; the client retries twice, the second retry while the
+    // first is being answered.
+    fake.set_fallback(None);
+    fake.push(Script::Delay(
+        Duration::from_millis(500),
+        Box::new(Script::reply("The fog is lifting.")),
+    ));
+    let url = app.url(&format!("/api/agents/{AGENT}/messages"));
+    let first = tokio::spawn(app.client().post(url).json(&msg).send());
+    fake.wait_for_requests(failed + 1, WAIT).await;
+    let (status, second) = app.post_message(AGENT, &msg).await;
+    let first = first.await.expect("join").expect("the first retry");
+    let first_status = first.status();
+    let first: Value = first.json().await.expect("JSON");
+    assert_eq!(
+        reply_text(first_status, &first, &fake),
+        "The fog is lifting."
+    );
+    assert_eq!(reply_text(status, &second, &fake), "The fog is lifting.");
+
+    // Fence: a later message of the room is handled after any second handling.
+    let (status, body) = app
+        .post_message(AGENT, &message("r1", "Thank you, Ada."))
+        .await;
+    reply_text(status, &body, &fake);
+    let answers: Vec<_> = fake.requests()[failed..]
+        .iter()
+        .filter(|r| !r.prompt_text().contains("Thank you, Ada."))
+        .map(|r| r.outcome.clone())
+        .collect();
+    assert_eq!(
+        answers.len(),
+        1,
+        "two retries of a failed message were answered {} times: {answers:?}",
+        answers.len()
+    );
+}
+
+async fn a_message_pending_at_a_crash_is_answered_after_it(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let mut app = spawn_with(backend, &fake).await;
+    fake.set_fallback(Some(Script::Hang));
+    let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-crash", "text": "Light the lamp, please."});
+
+    // The model is thinking when the process dies.
+    let in_flight = tokio::spawn(
+        app.client()
+            .post(app.url(&format!("/api/agents/{AGENT}/messages")))
+            .json(&msg)
+            .send(),
+    );
+    fake.wait_for_requests(1, WAIT).await;
+    app.kill().await;
+    assert!(
+        in_flight.await.expect("join").is_err(),
+        "the in-flight request was answered although the process was killed"
+    );
+
+    fake.set_fallback(None);
+    fake.push_reply("The lamp is lit.");
+    app.start_again().await;
+    let reqs = fake
+        .try_wait_for_requests(2, WAIT)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the message pending at the crash was not driven again: {e}\n{}",
+                app.logs()
+            )
+        });
+    assert!(
+        reqs[1].prompt_text().contains("Light the lamp, please."),
+        "{}",
+        reqs[1].prompt_text()
+    );
+
+    wait_for_memory(&app, "r1", "The lamp is lit.").await;
+    let (status, body) = app.post_message(AGENT, &msg).await;
+    assert_eq!(reply_text(status, &body, &fake), "The lamp is lit.");
+    assert_eq!(
+        fake.request_count(),
+        2,
+        "answered twice: {:?}",
+        fake.requests()
+    );
 }
 
 async fn without_a_model_provider_messages_get_503_naming_the_variable(backend: Backend) {

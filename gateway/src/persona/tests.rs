@@ -1,6 +1,8 @@
 //! Tests for the persona module as a whole: real elizaOS files, one test per class of
 //! diagnostic (exact line, column and message), prompts, secrets, `extends` and the watcher.
 
+#![allow(clippy::disallowed_methods)] // tests pick databases and fixtures from the environment
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

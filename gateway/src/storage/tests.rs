@@ -3,6 +3,8 @@
 //! `TROUPE_TEST_DATABASE_URL` is set. With `CI=true` and no Postgres URL, the Postgres
 //! variants fail rather than pass silently.
 
+#![allow(clippy::disallowed_methods)] // tests pick databases and fixtures from the environment
+
 use super::*;
 use futures::FutureExt;
 use sqlx::Connection;
