@@ -10,6 +10,7 @@
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
 
 pub mod app;
+pub mod fake_neynar;
 pub mod fake_openai;
 
 pub use app::{
