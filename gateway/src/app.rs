@@ -313,17 +313,18 @@ impl App {
             stop_connectors.cancelled().await;
             root.cancel();
         });
-        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
-        for task in pending {
-            tasks.spawn(task);
-        }
-
+        // What a previous run left unfinished goes on the bus first, before any connector
+        // runs and journals something new that the replay would then publish again.
         let replayed = self.ingress.replay(self.config.agent.max_attempts).await?;
         if replayed > 0 {
             tracing::info!(
                 count = replayed,
                 "driving again messages a previous run left unfinished"
             );
+        }
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in pending {
+            tasks.spawn(task);
         }
         tasks.spawn(self.outbox.clone().run(shutdown.child_token()));
 
