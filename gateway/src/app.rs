@@ -41,6 +41,29 @@ pub fn default_provider_factory() -> ProviderFactory {
     })
 }
 
+/// One bot account serves one persona: two personas with the same platform token would
+/// both answer every message. Refuses to start, naming both files.
+fn claims_are_unique(loaded: &[Loaded], env: &crate::persona::Env) -> anyhow::Result<()> {
+    let mut claimed: HashMap<(Platform, String), &std::path::Path> = HashMap::new();
+    for l in loaded {
+        let p = &l.persona;
+        for platform in p.platforms() {
+            let Some(token) = p.platform_token(platform, env) else {
+                continue;
+            };
+            if let Some(first) = claimed.insert((platform, token), &p.source) {
+                anyhow::bail!(
+                    "{} and {} use the same {platform} token; one bot account can serve one \
+                     persona: give each its own token (settings.secrets or CHARACTER.<NAME>.<KEY>)",
+                    first.display(),
+                    p.source.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Everything that runs, built but not yet serving.
 pub struct App {
     config: Arc<Config>,
@@ -160,6 +183,7 @@ impl App {
                 "no persona loaded: put elizaOS character files (*.json) in TROUPE_PERSONAS"
             );
         }
+        claims_are_unique(&loaded, &self.config.env)?;
         for l in loaded {
             self.upsert_persona(l).await?;
         }
