@@ -93,6 +93,7 @@ type PendingTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send
 impl App {
     /// Builds the app and binds the HTTP listener.
     pub async fn build(config: Config) -> anyhow::Result<App> {
+        crate::metrics::install();
         let mut app = Self::build_headless(config, default_provider_factory()).await?;
         let listener = TcpListener::bind(app.config.http_addr)
             .await

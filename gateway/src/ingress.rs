@@ -163,7 +163,12 @@ impl Ingress {
         inbound: Inbound,
         deadline: Duration,
     ) -> Result<Answer, ConverseError> {
-        let (id, duplicate, waiter) = match self.journal(agent_id, &inbound).await? {
+        let journaled = self.journal(agent_id, &inbound).await?;
+        crate::metrics::message_in(
+            inbound.platform(),
+            matches!(journaled, JournalInsert::Inserted(_)),
+        );
+        let (id, duplicate, waiter) = match journaled {
             JournalInsert::Inserted(id) => {
                 let rx = self.waiters.wait(id);
                 self.publish(id, agent_id, inbound).await?;
@@ -246,7 +251,16 @@ struct AgentSink {
 #[async_trait]
 impl InboundSink for AgentSink {
     async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError> {
-        match self.ingress.journal(&self.agent_id, &message).await? {
+        let platform = message.platform();
+        let journaled = self.ingress.journal(&self.agent_id, &message).await;
+        if journaled.is_err() {
+            crate::metrics::error("storage");
+        }
+        crate::metrics::message_in(
+            platform,
+            matches!(journaled, Ok(JournalInsert::Inserted(_))),
+        );
+        match journaled? {
             JournalInsert::Inserted(id) => {
                 self.ingress.publish(id, &self.agent_id, message).await?;
                 Ok(Accepted::New)

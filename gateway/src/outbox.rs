@@ -129,6 +129,7 @@ impl Outbox {
                     .map(|m| m.into_string())
                     .collect();
                 self.store.outbox_delivered(entry.id, &ids).await?;
+                crate::metrics::message_out(platform);
                 tracing::debug!(outbox_id = entry.id.0, parts = ids.len(), "reply delivered");
                 Ok(Delivered::Sent)
             }
@@ -146,6 +147,7 @@ impl Outbox {
             tracing::error!(outbox_id = entry.id.0, attempts = entry.attempts, error = %message,
                 "giving up on delivering a reply");
             self.store.outbox_give_up(entry.id, &message).await?;
+            crate::metrics::outbox_retry(true);
             return Ok(Delivered::GaveUp);
         }
         let wait = match error {
@@ -157,6 +159,7 @@ impl Outbox {
         self.store
             .outbox_retry(entry.id, now_ms() + wait.as_millis() as i64, &message)
             .await?;
+        crate::metrics::outbox_retry(false);
         self.wake.notify_one();
         Ok(Delivered::Retrying)
     }

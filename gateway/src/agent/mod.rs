@@ -88,10 +88,12 @@ impl Agent {
             message_id = %inbound.id,
             journal_id = journal_id.0,
         );
+        let platform = inbound.platform();
         let outcome = async {
             match self.process(journal_id, &inbound).await {
                 Ok(outcome) => outcome,
                 Err(e) => {
+                    crate::metrics::error("storage");
                     // A storage failure: the journal entry stays pending and is driven
                     // again at the next start.
                     tracing::error!(error = %e, "could not handle the message");
@@ -103,6 +105,15 @@ impl Agent {
         }
         .instrument(span)
         .await;
+        crate::metrics::decision(
+            platform,
+            match &outcome {
+                Outcome::Replied { .. } => "responded",
+                Outcome::Ignored { .. } => "ignored",
+                Outcome::RateLimited { .. } => "rate_limited",
+                Outcome::Failed { .. } => "failed",
+            },
+        );
         self.waiters.complete(journal_id, &outcome);
     }
 
@@ -186,6 +197,13 @@ impl Agent {
         let started = Instant::now();
         let result = mind.provider.complete(&prompt).await;
         drop(typing);
+        crate::metrics::model_call(
+            &mind.provider.describe(),
+            started.elapsed(),
+            result.is_ok(),
+            result.as_ref().ok().and_then(|c| c.prompt_tokens),
+            result.as_ref().ok().and_then(|c| c.completion_tokens),
+        );
         let completion = match result {
             Ok(c) => c,
             Err(error) => {
