@@ -17,13 +17,9 @@ fn parse(text: &str) -> Result<HashMap<String, f64>, String> {
         }
         if let Some(comment) = line.strip_prefix('#') {
             let mut words = comment.split_whitespace();
-            match words.next() {
-                Some("HELP") | Some("TYPE") => {
-                    if words.next().is_none() {
-                        return Err(format!("line {}: {line}", n + 1));
-                    }
-                }
-                _ => {}
+            let kind = words.next();
+            if matches!(kind, Some("HELP") | Some("TYPE")) && words.next().is_none() {
+                return Err(format!("line {}: {line}", n + 1));
             }
             continue;
         }
@@ -44,7 +40,6 @@ fn parse(text: &str) -> Result<HashMap<String, f64>, String> {
             return Err(format!("line {}: bad metric name: {line}", n + 1));
         }
         let value: f64 = value
-            .trim()
             .split_whitespace()
             .next()
             .ok_or_else(|| format!("line {}: no value", n + 1))?
