@@ -7,6 +7,7 @@
 //!   the `InboundSink` it hands messages to, plus the typed `ConnectorError`.
 //! - [`registry`]: builds the connector for a platform from its settings.
 //! - [`split`]: splitting a long reply at a platform's length limit on natural boundaries.
+//! - [`telegram`] (feature `telegram`, on by default): the Telegram Bot API connector.
 //!
 //! A connector depends on nothing in the gateway: it receives an `InboundSink` and a
 //! shutdown token, and it never learns who consumes its messages.
@@ -15,6 +16,8 @@ pub mod connector;
 pub mod model;
 pub mod registry;
 pub mod split;
+#[cfg(feature = "telegram")]
+pub mod telegram;
 
 pub use connector::{
     Accepted, Connector, ConnectorError, ConnectorState, Delivery, InboundSink, MemoryState,

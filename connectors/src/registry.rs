@@ -43,6 +43,8 @@ pub fn build(
 ) -> Result<Built, ConnectorError> {
     let _ = (lookup, settings);
     match platform {
+        #[cfg(feature = "telegram")]
+        Platform::Telegram => crate::telegram::build(lookup, settings),
         Platform::Web => Err(ConnectorError::Fatal(
             "the Web connector is built by the gateway".into(),
         )),
