@@ -1,1 +1,1 @@
-
+pub mod fake_telegram;
