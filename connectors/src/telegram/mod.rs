@@ -184,3 +184,6 @@ impl Connector for TelegramConnector {
         self.get_me().await.map(|_| ())
     }
 }
+
+#[cfg(test)]
+mod tests;
