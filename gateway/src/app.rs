@@ -223,7 +223,7 @@ impl App {
                 agent_id: persona.id.clone(),
                 persona_name: persona.name.clone(),
                 allowed_rooms: switches.allowed_rooms.clone(),
-                only_join_allowed: switches.only_join_allowed,
+                only_join_allowed: switches.only_join_allowed_groups,
             };
             let connector = match registry::build(platform, &lookup, &settings) {
                 Ok(Built::Ready(c)) => c,

@@ -131,6 +131,7 @@ struct FileConfig {
 impl Config {
     /// Reads the process environment and the optional config file.
     pub fn load() -> anyhow::Result<Config> {
+        #[allow(clippy::disallowed_methods)] // the one place that reads the environment
         let env: Env = std::env::vars().collect();
         Self::from_env(env)
     }

@@ -1,105 +1,179 @@
 //! Personas: elizaOS character files (v0 and 1.x) loaded into one model, checked with
-//! positions, and composed into prompts. (INTERFACE STUB — the persona helper fills it in.)
+//! positions, composed into prompts, and watched for edits.
 //!
-//! The rest of the gateway uses only what is re-exported here.
+//! Layout:
+//! - `json`: a JSON parser that keeps the line and column of every value;
+//! - `diag`: [`Diagnostic`] (`file:line:col: field.path: reason`) and its wording helpers;
+//! - `character`: the typed [`Character`] and the checks that build it;
+//! - `load`: files, `extends`, [`load_file`] and [`load_dir`];
+//! - `check`: [`check_files`] for `troupe check`, with the cross-file checks;
+//! - `secrets`: per-persona secrets and their precedence;
+//! - `prompt`: [`compose`], elizaOS's sampling and templates;
+//! - `watch`: [`watch`], hot reload.
+//!
+//! This module reads files and the [`Env`] snapshot it is given; it never reads the process
+//! environment, talks to a platform or calls a model. The rest of the gateway uses only what
+//! is re-exported here. The format is documented for authors in `docs/personas.md`.
+
+mod character;
+mod check;
+mod diag;
+mod json;
+mod load;
+mod prompt;
+mod secrets;
+mod watch;
+
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
 use troupe_connectors::Platform;
+
+pub use character::{Character, ExampleMessage, KnowledgeEntry, Settings, Style};
+pub use check::{CheckReport, check_files};
+pub use diag::{Diagnostic, Severity};
+pub use load::{load_dir, load_file, slug};
+pub use prompt::{DEFAULT_MESSAGE_HANDLER_TEMPLATE, compose};
+pub use secrets::{SecretSource, env_name, token_key};
+pub use watch::{PersonaEvent, watch};
 
 /// The process environment, snapshotted once by `config`; personas read secrets from it.
 pub type Env = HashMap<String, String>;
 
-/// A parsed character file.
+/// A loaded character file.
 #[derive(Debug, Clone)]
 pub struct Persona {
-    /// The character's `id` when it has one, else a slug of its name. Stable across edits.
+    /// The character's `id` when it has one, else a slug of its name (`LP Manager` →
+    /// `lp-manager`). Stable across edits that keep the name.
     pub id: String,
     pub name: String,
     /// The file it came from.
     pub source: PathBuf,
+    /// The merged JSON (after `extends`), as written: unknown fields included.
     pub raw: serde_json::Value,
+    /// The same, typed.
+    pub character: Character,
+    /// The parent files it `extends` (canonical paths), directly or not.
+    pub depends_on: Vec<PathBuf>,
 }
 
-/// Per-platform switches from `clientConfig`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Per-platform switches from `clientConfig.<platform>` (v0) or `settings.<platform>` (1.x).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientSwitches {
+    /// `shouldRespondOnlyToMentions`: in groups, answer only when mentioned (DMs, replies to
+    /// the bot and its name still count as mentions).
     pub respond_only_to_mentions: bool,
+    /// `shouldIgnoreBotMessages`: troupe's default is true, unlike elizaOS, because two bots
+    /// answering each other loop forever. Set it to false to talk to other bots.
     pub ignore_bot_messages: bool,
+    /// `shouldIgnoreDirectMessages`.
     pub ignore_direct_messages: bool,
-    /// When set, only these rooms (channel or group ids) are served.
+    /// `allowedChannelIds` (Discord) / `allowedGroupIds` (Telegram): when set, only these
+    /// rooms (channel or group ids) are served.
     pub allowed_rooms: Option<Vec<String>>,
-    /// `shouldOnlyJoinInAllowedGroups`.
-    pub only_join_allowed: bool,
+    /// `shouldOnlyJoinInAllowedGroups` (Telegram): leave groups not in `allowed_rooms`.
+    pub only_join_allowed_groups: bool,
+}
+
+impl Default for ClientSwitches {
+    fn default() -> Self {
+        ClientSwitches {
+            respond_only_to_mentions: false,
+            ignore_bot_messages: true,
+            ignore_direct_messages: false,
+            allowed_rooms: None,
+            only_join_allowed_groups: false,
+        }
+    }
 }
 
 impl Persona {
-    /// `modelProvider`, lower-cased (`openai`, `anthropic`, `ollama`…).
+    /// `modelProvider`, lower-cased (`openai`, `anthropic`, `ollama`…); for 1.x files, the
+    /// first provider plugin (`@elizaos/plugin-anthropic` → `anthropic`).
     pub fn model_provider(&self) -> Option<String> {
-        self.raw
-            .get("modelProvider")
-            .and_then(|v| v.as_str())
+        let c = &self.character;
+        c.model_provider
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
             .map(str::to_ascii_lowercase)
+            .or_else(|| {
+                c.plugins
+                    .iter()
+                    .find_map(|p| character::plugin_provider(p))
+                    .map(str::to_string)
+            })
     }
+
     /// `settings.model`.
     pub fn model_name(&self) -> Option<String> {
-        self.raw
-            .pointer("/settings/model")
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
+        self.character
+            .settings
+            .model
+            .clone()
+            .filter(|s| !s.trim().is_empty())
     }
-    /// A secret for this persona: `CHARACTER.<NAME>.<KEY>` env, then `settings.secrets`
-    /// (or 1.x top-level `secrets`), then the process environment.
+
+    /// A secret for this persona: `CHARACTER.<NAME>.<KEY>` env, then 1.x `secrets`, then
+    /// `settings.secrets`, then `settings.<KEY>`, then the process environment. Empty values
+    /// count as unset (see docs/personas.md, "Secrets").
     pub fn secret(&self, key: &str, env: &Env) -> Option<String> {
-        let _ = (key, env);
-        None
+        secrets::lookup(self, key, env).map(|(v, _)| v)
     }
+
+    /// The platform's bot token for this persona (`DISCORD_API_TOKEN`, `TELEGRAM_BOT_TOKEN`,
+    /// `FARCASTER_NEYNAR_SIGNER_UUID`), resolved like [`Persona::secret`].
+    pub fn platform_token(&self, platform: Platform, env: &Env) -> Option<String> {
+        self.secret(token_key(platform)?, env)
+    }
+
+    /// The switches for a platform, troupe's defaults where the file says nothing.
     pub fn switches(&self, platform: Platform) -> ClientSwitches {
-        let _ = platform;
-        ClientSwitches {
-            ignore_bot_messages: true,
-            ..Default::default()
-        }
+        self.character
+            .client_config
+            .get(&platform)
+            .cloned()
+            .unwrap_or_default()
     }
-    /// The platforms this persona runs on (from `clients`, 1.x `plugins`, or troupe settings).
+
+    /// The platforms this persona runs on:
+    /// - `settings.troupe.platforms`, when present, is the whole answer;
+    /// - otherwise the platforms named by v0 `clients` (`discord`, `telegram`, `farcaster`;
+    ///   `direct` is the HTTP API) and by 1.x connector plugins (`@elizaos/plugin-discord`…),
+    ///   plus [`Platform::Web`] always, since every persona answers on the HTTP API.
+    ///
+    /// A platform is only served when its connector is configured (its token is set).
     pub fn platforms(&self) -> Vec<Platform> {
-        Vec::new()
+        let c = &self.character;
+        if let Some(list) = &c.settings.troupe_platforms {
+            return list.clone();
+        }
+        let from_clients = c
+            .clients
+            .iter()
+            .filter_map(|n| character::client_platform(n));
+        let from_plugins = c
+            .plugins
+            .iter()
+            .filter_map(|p| character::plugin_client(p))
+            .filter_map(character::client_platform);
+        let mut out: Vec<Platform> = Vec::new();
+        for p in from_clients.chain(from_plugins).chain([Platform::Web]) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out.sort();
+        out
     }
-}
 
-/// One problem found in a character file, printed as `file:line:col: field.path: reason`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Diagnostic {
-    pub file: PathBuf,
-    pub line: usize,
-    pub col: usize,
-    pub path: String,
-    pub message: String,
-    pub severity: Severity,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Severity {
-    Error,
-    Warning,
-}
-
-impl std::fmt::Display for Diagnostic {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let sev = match self.severity {
-            Severity::Error => "",
-            Severity::Warning => "warning: ",
-        };
-        write!(
-            f,
-            "{}:{}:{}: {}{}: {}",
-            self.file.display(),
-            self.line,
-            self.col,
-            sev,
-            self.path,
-            self.message
-        )
+    /// Knowledge entries from the file: inline strings, and files and directories resolved
+    /// to where they were found.
+    pub fn knowledge(&self) -> &[KnowledgeEntry] {
+        &self.character.knowledge
     }
 }
 
@@ -108,69 +182,6 @@ impl std::fmt::Display for Diagnostic {
 pub struct Loaded {
     pub persona: Persona,
     pub warnings: Vec<Diagnostic>,
-}
-
-pub fn load_file(path: &Path) -> Result<Loaded, Vec<Diagnostic>> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        vec![Diagnostic {
-            file: path.into(),
-            line: 1,
-            col: 1,
-            path: "(file)".into(),
-            message: e.to_string(),
-            severity: Severity::Error,
-        }]
-    })?;
-    let raw: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        vec![Diagnostic {
-            file: path.into(),
-            line: e.line(),
-            col: e.column(),
-            path: "(json)".into(),
-            message: e.to_string(),
-            severity: Severity::Error,
-        }]
-    })?;
-    let name = raw
-        .get("name")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-        .to_string();
-    let id = raw
-        .get("id")
-        .and_then(|v| v.as_str())
-        .map(str::to_string)
-        .unwrap_or_else(|| name.to_lowercase());
-    Ok(Loaded {
-        persona: Persona {
-            id,
-            name,
-            source: path.into(),
-            raw,
-        },
-        warnings: vec![],
-    })
-}
-
-/// Every `*.json` character file directly in `dir`.
-pub fn load_dir(dir: &Path) -> (Vec<Loaded>, Vec<Diagnostic>) {
-    let mut ok = Vec::new();
-    let mut bad = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        let mut paths: Vec<_> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "json"))
-            .collect();
-        paths.sort();
-        for p in paths {
-            match load_file(&p) {
-                Ok(l) => ok.push(l),
-                Err(d) => bad.extend(d),
-            }
-        }
-    }
-    (ok, bad)
 }
 
 /// One line of room history for the prompt.
@@ -195,6 +206,7 @@ pub struct PromptInput<'a> {
     pub sender_name: &'a str,
     /// The room's recent messages, oldest first, ending with the message being answered.
     pub history: &'a [HistoryLine<'a>],
+    /// Retrieved knowledge, most relevant first.
     pub knowledge: &'a [KnowledgeItem<'a>],
     /// Seeds the random sampling of bio, lore, examples, topics and adjective.
     pub seed: u64,
@@ -207,72 +219,4 @@ pub struct PromptInput<'a> {
 pub struct Prompt {
     pub system: String,
     pub user: String,
-}
-
-pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
-    let bio = persona
-        .raw
-        .get("bio")
-        .map(|b| b.to_string())
-        .unwrap_or_default();
-    let mut user = format!("# About {}\n{}\n\n# Conversation\n", persona.name, bio);
-    for h in input.history {
-        user.push_str(&format!("{}: {}\n", h.author_name, h.text));
-    }
-    Prompt {
-        system: persona
-            .raw
-            .get("system")
-            .and_then(|v| v.as_str())
-            .unwrap_or_default()
-            .to_string(),
-        user,
-    }
-}
-
-/// A change in the personas directory (hot reload).
-#[derive(Debug)]
-pub enum PersonaEvent {
-    Upsert(Loaded),
-    Removed { source: PathBuf },
-    Invalid(Vec<Diagnostic>),
-}
-
-pub fn watch(
-    dir: PathBuf,
-    env: Env,
-    shutdown: tokio_util::sync::CancellationToken,
-) -> tokio::sync::mpsc::Receiver<PersonaEvent> {
-    let _ = (dir, env);
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(async move {
-        shutdown.cancelled().await;
-        drop(tx);
-    });
-    rx
-}
-
-/// The result of `troupe check`.
-pub struct CheckReport {
-    pub diagnostics: Vec<Diagnostic>,
-}
-
-impl CheckReport {
-    pub fn ok(&self) -> bool {
-        self.diagnostics
-            .iter()
-            .all(|d| d.severity != Severity::Error)
-    }
-}
-
-pub fn check_files(paths: &[PathBuf], env: &Env) -> CheckReport {
-    let _ = env;
-    let mut diagnostics = Vec::new();
-    for p in paths {
-        match load_file(p) {
-            Ok(l) => diagnostics.extend(l.warnings),
-            Err(d) => diagnostics.extend(d),
-        }
-    }
-    CheckReport { diagnostics }
 }

@@ -1,4 +1,4 @@
-//! Storage: the only code that speaks SQL. (INTERFACE STUB — the storage helper fills it in.)
+//! Storage: the only code that speaks SQL.
 //!
 //! One `Store` handle over SQLite (the embedded default) or Postgres (scale-out), selected by
 //! the URL scheme. It owns the schema (migrations under `migrations/{sqlite,postgres}`) and
@@ -6,12 +6,35 @@
 //! - agents: one row per persona id;
 //! - rooms and users: what the platforms told us about them (names, last activity);
 //! - messages: room memory, both what people said and what the persona replied;
-//! - journal: every accepted `Inbound`, unique on `(platform, platform message id)`, with a
-//!   state, so a crash loses nothing and nothing is answered twice;
+//! - journal: every accepted `Inbound`, unique on `(agent, platform, platform message id)`,
+//!   with a state, so a crash loses nothing and nothing is answered twice;
 //! - outbox: every reply to deliver, with attempts and a claim, so delivery survives a crash.
+//!
+//! It does not decide anything: when to retry, what to remember and what to answer belong
+//! to the agent and the delivery worker. Layout:
+//! - this file: the public records, `Store::connect` and the backend dispatch;
+//! - `journal`: inbound deduplication and the restart drive;
+//! - `memory`: `record_handled`, room memory and room listings;
+//! - `outbox`: claiming, delivering and retrying replies.
+//!
+//! Both backends run the same SQL text wherever the dialects agree (sqlx's SQLite driver
+//! takes `$1` placeholders, and both have `ON CONFLICT` and `RETURNING`); only the outbox
+//! claim differs, because only Postgres has concurrent writers to fence off.
+
+mod journal;
+mod memory;
+mod outbox;
+#[cfg(test)]
+mod tests;
 
 use serde::{Deserialize, Serialize};
-use troupe_connectors::{Inbound, Outbound, Platform, RoomKey};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use troupe_connectors::{Inbound, Outbound, RoomKey};
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
@@ -19,6 +42,8 @@ pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 pub enum StorageError {
     #[error("unsupported database URL `{0}`: use sqlite://PATH or postgres://…")]
     UnsupportedUrl(String),
+    /// Also carries `sqlx::Error::RowNotFound` when a call names a journal entry that does
+    /// not exist.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
@@ -51,6 +76,20 @@ pub enum JournalState {
     Failed,
 }
 
+impl JournalState {
+    /// Parses the `state` column of journal row `id`.
+    fn parse(id: i64, s: &str) -> Result<Self> {
+        match s {
+            "pending" => Ok(JournalState::Pending),
+            "done" => Ok(JournalState::Done),
+            "failed" => Ok(JournalState::Failed),
+            other => Err(StorageError::Corrupt(format!(
+                "journal row {id}: unknown state `{other}`"
+            ))),
+        }
+    }
+}
+
 /// The outcome of `journal_insert`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JournalInsert {
@@ -69,7 +108,7 @@ pub struct JournalEntry {
 }
 
 /// One message of room memory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct MemoryMessage {
     pub id: i64,
     pub room: String,
@@ -91,7 +130,7 @@ pub struct NewMemory<'a> {
     pub created_at_ms: i64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct RoomSummary {
     pub room: String,
     pub platform: String,
@@ -126,93 +165,145 @@ pub struct HandledMessage<'a> {
     pub reply: Option<(NewMemory<'a>, Outbound)>,
 }
 
+/// A cheap-to-clone handle on the database (the pools are reference-counted).
 #[derive(Clone)]
 pub struct Store {
-    _private: (),
+    pool: Pool,
 }
 
-#[allow(unused_variables)]
+#[derive(Clone)]
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the concrete pool of `$store`. The body is written
+/// once and compiled once per backend, so both run the same SQL text and decode rows the
+/// same way; code that needs per-backend SQL matches on `Store::backend` inside the body.
+macro_rules! with_pool {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match &$store.pool {
+            $crate::storage::Pool::Sqlite($pool) => $body,
+            $crate::storage::Pool::Postgres($pool) => $body,
+        }
+    };
+}
+use with_pool;
+
+/// SQLite waits this long for the write lock before reporting "database is locked". Writes
+/// are short transactions, so a few seconds means something is wrong, not merely busy.
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl Store {
     /// Connects, creating the SQLite file and its directory when missing (WAL mode), and
     /// applies the migrations.
     pub async fn connect(url: &str) -> Result<Store> {
-        unimplemented!()
+        let pool = if url.starts_with("sqlite:") {
+            Pool::Sqlite(connect_sqlite(url).await?)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Pool::Postgres(connect_postgres(url).await?)
+        } else {
+            return Err(StorageError::UnsupportedUrl(url.to_string()));
+        };
+        Ok(Store { pool })
     }
+
     pub fn backend(&self) -> Backend {
-        unimplemented!()
+        match self.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
     }
+
     pub async fn ping(&self) -> Result<()> {
-        unimplemented!()
+        with_pool!(self, pool => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()))?;
+        Ok(())
     }
+
+    /// Closes every connection, waiting for those in use to be returned. Other clones of
+    /// this handle fail from then on.
+    pub async fn close(&self) {
+        with_pool!(self, pool => pool.close().await)
+    }
+
     pub async fn upsert_agent(&self, id: &str, name: &str) -> Result<()> {
-        unimplemented!()
+        let now = now_ms();
+        with_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO agents (id, name, created_at_ms, updated_at_ms) VALUES ($1, $2, $3, $3)
+                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, updated_at_ms = excluded.updated_at_ms",
+            )
+            .bind(id)
+            .bind(name)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+        })?;
+        Ok(())
     }
-    pub async fn journal_insert(&self, agent_id: &str, inbound: &Inbound) -> Result<JournalInsert> {
-        unimplemented!()
+}
+
+async fn connect_sqlite(url: &str) -> Result<SqlitePool> {
+    let options = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true)
+        .busy_timeout(SQLITE_BUSY_TIMEOUT);
+    let in_memory = options.get_filename().as_os_str() == ":memory:" || url.contains("mode=memory");
+    let dir = options
+        .get_filename()
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty());
+    if let (false, Some(dir)) = (in_memory, dir) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            sqlx::Error::Configuration(
+                format!("creating the SQLite directory {}: {e}", dir.display()).into(),
+            )
+        })?;
     }
-    pub async fn journal_get(&self, id: JournalId) -> Result<Option<JournalEntry>> {
-        unimplemented!()
-    }
-    /// Pending and failed entries, oldest first, for the restart drive.
-    pub async fn journal_unfinished(&self, limit: i64) -> Result<Vec<JournalEntry>> {
-        unimplemented!()
-    }
-    pub async fn journal_fail(&self, id: JournalId, error: &str) -> Result<()> {
-        unimplemented!()
-    }
-    pub async fn journal_lookup(
-        &self,
-        agent_id: &str,
-        platform: Platform,
-        message_id: &str,
-    ) -> Result<Option<JournalEntry>> {
-        unimplemented!()
-    }
-    /// Commits a handled message; returns the outbox id of the reply, if any.
-    pub async fn record_handled(&self, handled: HandledMessage<'_>) -> Result<Option<OutboxId>> {
-        unimplemented!()
-    }
-    /// The last `limit` messages of the room, oldest first.
-    pub async fn recent_messages(
-        &self,
-        agent_id: &str,
-        room: &str,
-        limit: i64,
-    ) -> Result<Vec<MemoryMessage>> {
-        unimplemented!()
-    }
-    pub async fn rooms(&self, agent_id: &str) -> Result<Vec<RoomSummary>> {
-        unimplemented!()
-    }
-    /// The replies recorded for a journal entry (to answer a duplicate HTTP post the same).
-    pub async fn replies_for(&self, journal_id: JournalId) -> Result<Vec<Outbound>> {
-        unimplemented!()
-    }
-    /// Claims up to `limit` undelivered outbox entries whose retry time has come. A claim
-    /// expires after `lease_ms`, so a crashed claimer's entries are taken again.
-    pub async fn outbox_claim(
-        &self,
-        limit: i64,
-        now_ms: i64,
-        lease_ms: i64,
-    ) -> Result<Vec<OutboxEntry>> {
-        unimplemented!()
-    }
-    pub async fn outbox_claim_one(
-        &self,
-        id: OutboxId,
-        now_ms: i64,
-        lease_ms: i64,
-    ) -> Result<Option<OutboxEntry>> {
-        unimplemented!()
-    }
-    pub async fn outbox_delivered(&self, id: OutboxId, platform_ids: &[String]) -> Result<()> {
-        unimplemented!()
-    }
-    pub async fn outbox_retry(&self, id: OutboxId, not_before_ms: i64, error: &str) -> Result<()> {
-        unimplemented!()
-    }
-    pub async fn outbox_give_up(&self, id: OutboxId, error: &str) -> Result<()> {
-        unimplemented!()
-    }
+    // An in-memory database lives and dies with its connection, so the pool must keep
+    // exactly one, forever.
+    let pool_options = if in_memory {
+        SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+    } else {
+        SqlitePoolOptions::new().max_connections(8)
+    };
+    let pool = pool_options.connect_with(options).await?;
+    sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
+    Ok(pool)
+}
+
+async fn connect_postgres(url: &str) -> Result<PgPool> {
+    let pool = PgPoolOptions::new()
+        .max_connections(10)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await?;
+    // sqlx takes an advisory lock while migrating, so replicas starting together are safe.
+    sqlx::migrate!("../migrations/postgres").run(&pool).await?;
+    Ok(pool)
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Parses a JSON column, naming the row in the error so an operator can find it.
+fn parse_json<T: serde::de::DeserializeOwned>(
+    table: &str,
+    id: i64,
+    column: &str,
+    json: &str,
+) -> Result<T> {
+    serde_json::from_str(json)
+        .map_err(|e| StorageError::Corrupt(format!("{table} row {id}: column {column}: {e}")))
 }

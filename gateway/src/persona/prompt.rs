@@ -1,0 +1,537 @@
+//! Prompt composition: a persona plus the room's context, turned into the system and user
+//! messages sent to the model, the way elizaOS composes its state and fills its message
+//! handler template.
+//!
+//! What is sampled, like elizaOS (every time a prompt is built, seeded by `PromptInput.seed`
+//! so a given seed always gives the same prompt):
+//! - `bio`: up to 3 entries, joined with spaces (a string bio is used whole);
+//! - `lore`: up to 10 entries, one per line;
+//! - `messageExamples`: up to 5 conversations; `{{user1}}`…`{{user5}}` (v0) and `{{name1}}`…
+//!   (1.x) in them are replaced by generated names, different for each conversation;
+//! - `postExamples`: up to 50; `topics`: up to 5 ("X is interested in a, b and c") plus one
+//!   `{{topic}}`; `adjectives`: one.
+//!
+//! `style.all` + `style.chat` become the message directions. Templates are filled by plain
+//! `{{name}}` substitution (handlebars blocks such as `{{#if}}` are not interpreted).
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::{IndexedRandom, SliceRandom};
+use troupe_connectors::Platform;
+
+use super::{Persona, Prompt, PromptInput};
+
+/// Placeholders troupe fills with a value.
+pub(crate) const FILLED_PLACEHOLDERS: &[&str] = &[
+    "agentName",
+    "agentId",
+    "senderName",
+    "platform",
+    "system",
+    "bio",
+    "lore",
+    "topic",
+    "topics",
+    "adjective",
+    "messageDirections",
+    "postDirections",
+    "directions",
+    "characterMessageExamples",
+    "characterPostExamples",
+    "examples",
+    "knowledge",
+    "recentMessages",
+];
+
+/// elizaOS placeholders for things troupe does not have (actions, goals, evaluators…):
+/// accepted in templates and filled with nothing, so elizaOS templates work unchanged.
+pub(crate) const EMPTY_PLACEHOLDERS: &[&str] = &[
+    "goals",
+    "actions",
+    "actionNames",
+    "actionExamples",
+    "providers",
+    "attachments",
+    "evaluators",
+    "evaluatorNames",
+    "evaluatorExamples",
+    "recentInteractions",
+    "recentPostInteractions",
+    "recentMessageInteractions",
+    "recentPosts",
+    "imageDescriptions",
+    "ragKnowledge",
+    "knowledgeData",
+    "formattedConversation",
+    "currentPost",
+];
+
+/// troupe's message handler template, used when the character has none for the platform.
+pub const DEFAULT_MESSAGE_HANDLER_TEMPLATE: &str = "\
+# About {{agentName}}
+{{bio}}
+{{lore}}
+{{topics}}
+Tone for this reply: {{adjective}}
+
+{{knowledge}}
+
+{{characterMessageExamples}}
+
+{{messageDirections}}
+
+{{recentMessages}}
+
+# Task
+Write {{agentName}}'s next message in this {{platform}} conversation, replying to {{senderName}}. \
+Stay in character and follow the directions above. Write only the message text, without a name in front.";
+
+/// Names given to `{{user1}}`-style speakers in example conversations.
+const EXAMPLE_NAMES: &[&str] = &[
+    "Ada", "Bram", "Chioma", "Dmitri", "Elif", "Farah", "Goran", "Hana", "Iker", "Jun", "Kofi",
+    "Lena", "Mateo", "Nadia", "Oskar", "Priya", "Quinn", "Rosa", "Sami", "Tove", "Uma", "Viktor",
+    "Wen", "Ximena", "Yusuf", "Zara", "Anouk", "Bashir", "Carmen", "Dara", "Emeka", "Freya",
+    "Gideon", "Ines", "Jonas", "Kaito", "Leila", "Milo", "Noor", "Olu",
+];
+
+/// The `{{placeholder}}` names in a template and their byte offsets (of the opening braces).
+/// Only identifier-like names count, so `{{#if x}}` or `{{ a b }}` are left alone.
+pub(crate) fn placeholders(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(rel) = text[i..].find("{{") {
+        let start = i + rel;
+        let inner_start = start + 2 + usize::from(text[start + 2..].starts_with('{'));
+        let Some(end_rel) = text[inner_start..].find("}}") else {
+            break;
+        };
+        let name = text[inner_start..inner_start + end_rel].trim();
+        let ident = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if ident {
+            out.push((start, name));
+            i = inner_start + end_rel + 2;
+        } else {
+            i = start + 2;
+        }
+    }
+    out
+}
+
+/// `user3` / `name3`: an example speaker.
+fn numbered_speaker(name: &str) -> Option<usize> {
+    let digits = name
+        .strip_prefix("user")
+        .or_else(|| name.strip_prefix("name"))?;
+    digits.parse().ok().filter(|n| *n >= 1)
+}
+
+pub(crate) fn is_known_placeholder(name: &str) -> bool {
+    FILLED_PLACEHOLDERS.contains(&name)
+        || EMPTY_PLACEHOLDERS.contains(&name)
+        || numbered_speaker(name).is_some()
+}
+
+/// Replaces placeholders in `text` with `value(name)`; unknown names stay as written.
+fn substitute(text: &str, value: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for (start, name) in placeholders(text) {
+        let Some(v) = value(name) else { continue };
+        // Find the closing braces again (one or two `}` after the name, spaces allowed).
+        let Some(close_rel) = text[start..].find("}}") else {
+            continue;
+        };
+        let mut end = start + close_rel + 2;
+        if text[start..].starts_with("{{{") && text[end..].starts_with('}') {
+            end += 1;
+        }
+        out.push_str(&text[last..start]);
+        out.push_str(&v);
+        last = end;
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+/// Everything sampled from the persona for one seed, in sampled order. Trimming to a budget
+/// takes shorter prefixes of these, so a smaller prompt is a subset of the larger one.
+struct Sampled {
+    bio: Vec<String>,
+    lore: Vec<String>,
+    /// Formatted conversations, names filled in.
+    examples: Vec<String>,
+    posts: Vec<String>,
+    topics: Vec<String>,
+    topic: String,
+    adjective: String,
+    /// Names for `{{userN}}` placeholders in the template itself.
+    template_names: Vec<&'static str>,
+}
+
+fn shuffled<T: Clone>(items: &[T], rng: &mut StdRng) -> Vec<T> {
+    let mut v = items.to_vec();
+    v.shuffle(rng);
+    v
+}
+
+fn pick_names(rng: &mut StdRng, agent: &str) -> Vec<&'static str> {
+    let pool: Vec<&'static str> = EXAMPLE_NAMES
+        .iter()
+        .copied()
+        .filter(|n| !n.eq_ignore_ascii_case(agent))
+        .collect();
+    pool.choose_multiple(rng, 5).copied().collect()
+}
+
+impl Sampled {
+    fn new(persona: &Persona, seed: u64) -> Self {
+        let c = &persona.character;
+        let name = persona.name.as_str();
+        // StdRng is ChaCha-based: the same seed gives the same prompt on every platform.
+        let mut rng = StdRng::seed_from_u64(seed);
+        let bio = shuffled(&c.bio, &mut rng);
+        let lore = shuffled(&c.lore, &mut rng);
+        let examples = shuffled(&c.message_examples, &mut rng)
+            .iter()
+            .map(|conv| {
+                let names = pick_names(&mut rng, name);
+                let fill = |s: &str| {
+                    substitute(s, &|p| match numbered_speaker(p) {
+                        Some(n) => Some(names.get(n - 1).copied().unwrap_or("Someone").into()),
+                        None if p == "agentName" => Some(name.to_string()),
+                        None => None,
+                    })
+                };
+                conv.iter()
+                    .map(|m| {
+                        let action = m
+                            .action
+                            .as_ref()
+                            .map(|a| format!(" (action: {a})"))
+                            .unwrap_or_default();
+                        format!("{}: {}{action}", fill(&m.speaker), fill(&m.text))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .collect();
+        let posts = shuffled(&c.post_examples, &mut rng);
+        let topics = shuffled(&c.topics, &mut rng);
+        let topic = c.topics.choose(&mut rng).cloned().unwrap_or_default();
+        let adjective = c.adjectives.choose(&mut rng).cloned().unwrap_or_default();
+        let template_names = pick_names(&mut rng, name);
+        Sampled {
+            bio,
+            lore,
+            examples,
+            posts,
+            topics,
+            topic,
+            adjective,
+            template_names,
+        }
+    }
+}
+
+/// How much of each sample goes in; shrunk step by step when the persona alone is over the
+/// budget.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    bio: usize,
+    lore: usize,
+    examples: usize,
+    posts: usize,
+    topics: usize,
+    knowledge: usize,
+}
+
+impl Counts {
+    fn full(knowledge: usize) -> Self {
+        Counts {
+            bio: 3,
+            lore: 10,
+            examples: 5,
+            posts: 50,
+            topics: 5,
+            knowledge,
+        }
+    }
+
+    /// One step smaller, in this order: knowledge items (the last, least relevant, first),
+    /// post examples, message examples, lore, topics, bio down to one entry. Returns false
+    /// when nothing is left to trim.
+    fn shrink(&mut self, s: &Sampled) -> bool {
+        let cap = |n: usize, len: usize| n.min(len);
+        if self.knowledge > 0 {
+            self.knowledge -= 1;
+        } else if cap(self.posts, s.posts.len()) > 0 {
+            self.posts = cap(self.posts, s.posts.len()) / 2;
+        } else if cap(self.examples, s.examples.len()) > 0 {
+            self.examples = cap(self.examples, s.examples.len()) - 1;
+        } else if cap(self.lore, s.lore.len()) > 0 {
+            self.lore = cap(self.lore, s.lore.len()) - 1;
+        } else if cap(self.topics, s.topics.len()) > 0 {
+            self.topics = 0;
+        } else if cap(self.bio, s.bio.len()) > 1 {
+            self.bio = cap(self.bio, s.bio.len()) - 1;
+        } else {
+            return false;
+        }
+        true
+    }
+}
+
+fn header(title: &str, body: &str) -> String {
+    if body.trim().is_empty() {
+        String::new()
+    } else {
+        format!("{title}\n{body}")
+    }
+}
+
+fn take(list: &[String], n: usize, sep: &str) -> String {
+    list.iter()
+        .take(n)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+/// "Alice is interested in a, b and c".
+fn topics_sentence(name: &str, topics: &[String]) -> String {
+    match topics {
+        [] => String::new(),
+        [one] => format!("{name} is interested in {one}"),
+        [rest @ .., last] => format!("{name} is interested in {} and {last}", rest.join(", ")),
+    }
+}
+
+/// The template for a platform: `<platform>MessageHandlerTemplate`, then
+/// `messageHandlerTemplate`, then troupe's default.
+pub(crate) fn handler_template(persona: &Persona, platform: Platform) -> &str {
+    let t = &persona.character.templates;
+    let specific = match platform {
+        Platform::Discord => Some("discordMessageHandlerTemplate"),
+        Platform::Telegram => Some("telegramMessageHandlerTemplate"),
+        Platform::Farcaster => Some("farcasterMessageHandlerTemplate"),
+        Platform::Web => None,
+    };
+    specific
+        .and_then(|k| t.get(k))
+        .or_else(|| t.get("messageHandlerTemplate"))
+        .map(String::as_str)
+        .unwrap_or(DEFAULT_MESSAGE_HANDLER_TEMPLATE)
+}
+
+/// The system message: the character's `system`, or a plain line naming the character.
+pub(crate) fn system_prompt(persona: &Persona) -> String {
+    match persona.character.system.as_deref().map(str::trim) {
+        Some(s) if !s.is_empty() => s.to_string(),
+        _ => format!(
+            "You are {}. Speak as {} in every reply, in the voice described below.",
+            persona.name, persona.name
+        ),
+    }
+}
+
+/// Fills the template. A template line whose placeholders all came out empty is left out,
+/// and so is a blank line that would follow another blank line, so missing sections leave
+/// no holes. Text inside values (a message with blank lines) is never touched.
+fn render(template: &str, value: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut last_blank = true;
+    for line in template.split('\n') {
+        let names = placeholders(line);
+        let rendered = substitute(line, value);
+        if !names.is_empty()
+            && names
+                .iter()
+                .all(|(_, n)| value(n).is_some_and(|v| v.is_empty()))
+        {
+            continue;
+        }
+        let blank = rendered.trim().is_empty();
+        if blank && last_blank {
+            continue;
+        }
+        last_blank = blank;
+        out.push(rendered);
+    }
+    while out.last().is_some_and(|l| l.trim().is_empty()) {
+        out.pop();
+    }
+    out.join("\n")
+}
+
+/// Composes the prompt. Budget (`budget_chars`, counted in characters over system + user):
+/// 1. the oldest history lines are dropped first; the latest line is always kept;
+/// 2. if the persona with only the latest line is still over, knowledge items are dropped
+///    from the end (retrieval returns the most relevant first);
+/// 3. then the persona's samples are trimmed: post examples, message examples, lore, topics,
+///    and the bio down to one entry. The system prompt, name, directions and template text
+///    are never trimmed, so a prompt can still exceed a budget smaller than those.
+pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
+    let sampled = Sampled::new(persona, input.seed);
+    let template = handler_template(persona, input.platform);
+    let system = system_prompt(persona);
+    let sys_len = system.chars().count();
+    let lines: Vec<String> = input
+        .history
+        .iter()
+        .map(|h| format!("{}: {}", h.author_name, h.text))
+        .collect();
+    let newest = lines.len().saturating_sub(1);
+    let uses_history = placeholders(template)
+        .iter()
+        .any(|(_, n)| *n == "recentMessages");
+
+    let mut counts = Counts::full(input.knowledge.len());
+    loop {
+        let user = fill(
+            persona,
+            input,
+            &sampled,
+            template,
+            &counts,
+            &lines[newest..],
+        );
+        let size = sys_len + user.chars().count();
+        if size <= input.budget_chars || !counts.shrink(&sampled) {
+            if !uses_history || size > input.budget_chars {
+                return Prompt { system, user };
+            }
+            // Each older line adds its length plus one newline to the history section.
+            let (mut from, mut total) = (newest, size);
+            while from > 0 {
+                let extra = lines[from - 1].chars().count() + 1;
+                if total + extra > input.budget_chars {
+                    break;
+                }
+                total += extra;
+                from -= 1;
+            }
+            let user = fill(persona, input, &sampled, template, &counts, &lines[from..]);
+            return Prompt { system, user };
+        }
+    }
+}
+
+fn fill(
+    persona: &Persona,
+    input: &PromptInput<'_>,
+    s: &Sampled,
+    template: &str,
+    n: &Counts,
+    history: &[String],
+) -> String {
+    let c = &persona.character;
+    let name = persona.name.as_str();
+    let directions =
+        |extra: &[String]| -> Vec<String> { c.style.all.iter().chain(extra).cloned().collect() };
+    let message_directions = header(
+        &format!("# Message Directions for {name}"),
+        &directions(&c.style.chat).join("\n"),
+    );
+    let post_directions = header(
+        &format!("# Post Directions for {name}"),
+        &directions(&c.style.post).join("\n"),
+    );
+    let examples = header(
+        &format!("# Example Conversations for {name}"),
+        &take(&s.examples, n.examples, "\n\n"),
+    );
+    let posts = header(
+        &format!("# Example Posts for {name}"),
+        &take(&s.posts, n.posts, "\n"),
+    );
+    let knowledge = header(
+        "# Knowledge",
+        &input
+            .knowledge
+            .iter()
+            .take(n.knowledge)
+            .map(|k| format!("From {}:\n{}", k.source, k.text.trim_end()))
+            .collect::<Vec<_>>()
+            .join("\n\n"),
+    );
+    let recent = header("# Conversation Messages", &history.join("\n"));
+    let topics = topics_sentence(name, &s.topics[..n.topics.min(s.topics.len())]);
+    let value = |p: &str| -> Option<String> {
+        Some(match p {
+            "agentName" => name.to_string(),
+            "agentId" => persona.id.clone(),
+            "senderName" => input.sender_name.to_string(),
+            "platform" => input.platform.as_str().to_string(),
+            "system" => c.system.clone().unwrap_or_default(),
+            "bio" => take(&s.bio, n.bio, " "),
+            "lore" => take(&s.lore, n.lore, "\n"),
+            "topic" => s.topic.clone(),
+            "topics" => topics.clone(),
+            "adjective" => s.adjective.clone(),
+            "messageDirections" | "directions" => message_directions.clone(),
+            "postDirections" => post_directions.clone(),
+            "characterMessageExamples" | "examples" => examples.clone(),
+            "characterPostExamples" => posts.clone(),
+            "knowledge" => knowledge.clone(),
+            "recentMessages" => recent.clone(),
+            p if EMPTY_PLACEHOLDERS.contains(&p) => String::new(),
+            p => match numbered_speaker(p) {
+                Some(i) => s
+                    .template_names
+                    .get(i - 1)
+                    .copied()
+                    .unwrap_or("Someone")
+                    .into(),
+                None => return None,
+            },
+        })
+    };
+    render(template, &value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_placeholders() {
+        let names: Vec<&str> =
+            placeholders("a {{agentName}} {{ bio }} {{#if x}} {{{lore}}} {{user2}}")
+                .into_iter()
+                .map(|(_, n)| n)
+                .collect();
+        assert_eq!(names, ["agentName", "bio", "lore", "user2"]);
+    }
+
+    #[test]
+    fn substitutes_and_keeps_unknown() {
+        let v = |p: &str| (p == "a").then(|| "X".to_string());
+        assert_eq!(substitute("{{a}}-{{ a }}-{{{a}}}-{{b}}", &v), "X-X-X-{{b}}");
+    }
+
+    #[test]
+    fn empty_sections_leave_no_holes() {
+        let v = |p: &str| {
+            Some(if p == "a" {
+                "A".to_string()
+            } else {
+                String::new()
+            })
+        };
+        assert_eq!(render("x\n\n{{b}}\n\n{{a}}\nTone: {{b}}\n", &v), "x\n\nA");
+    }
+
+    #[test]
+    fn topics_read_naturally() {
+        let t = |v: &[&str]| {
+            topics_sentence("Al", &v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(t(&["a", "b", "c"]), "Al is interested in a, b and c");
+        assert_eq!(t(&["a"]), "Al is interested in a");
+        assert_eq!(t(&[]), "");
+    }
+}

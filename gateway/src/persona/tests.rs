@@ -1,0 +1,978 @@
+//! Tests for the persona module as a whole: real elizaOS files, one test per class of
+//! diagnostic (exact line, column and message), prompts, secrets, `extends` and the watcher.
+
+#![allow(clippy::disallowed_methods)] // tests pick databases and fixtures from the environment
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+use troupe_connectors::Platform;
+
+use super::*;
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    if let Some(parent) = p.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn load_ok(dir: &Path, name: &str, text: &str) -> Loaded {
+    let p = write(dir, name, text);
+    match load_file(&p) {
+        Ok(l) => l,
+        Err(d) => panic!("{name} should load: {d:#?}"),
+    }
+}
+
+/// The diagnostics of a file that must fail, as printed.
+fn load_err(dir: &Path, name: &str, text: &str) -> Vec<String> {
+    let p = write(dir, name, text);
+    match load_file(&p) {
+        Ok(l) => panic!("{name} should fail, loaded with warnings {:?}", l.warnings),
+        Err(d) => d.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn env(pairs: &[(&str, &str)]) -> Env {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Real files
+
+/// Where the elizaOS fixtures are: `TROUPE_FIXTURES_DIR`, else `shared/` beside the repo.
+#[allow(clippy::disallowed_methods)] // tests may read their own environment
+fn fixtures_dir() -> Option<PathBuf> {
+    if let Ok(d) = std::env::var("TROUPE_FIXTURES_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/characters");
+    if p.is_dir() {
+        return Some(p);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!(
+            "fixtures not found at {} and TROUPE_FIXTURES_DIR is not set",
+            p.display()
+        );
+    }
+    eprintln!(
+        "skipping: elizaOS fixtures not found at {} (set TROUPE_FIXTURES_DIR)",
+        p.display()
+    );
+    None
+}
+
+#[test]
+fn every_elizaos_fixture_loads() {
+    let Some(dir) = fixtures_dir() else { return };
+    let files = load::persona_files(&dir).unwrap();
+    assert!(
+        files.len() >= 20,
+        "expected the fixtures in {}",
+        dir.display()
+    );
+    let mut v1 = 0;
+    for f in &files {
+        let l = match load_file(f) {
+            Ok(l) => l,
+            Err(d) => panic!("{} must load:\n{}", f.display(), lines(&d)),
+        };
+        let p = &l.persona;
+        assert!(!p.name.is_empty());
+        assert!(!p.character.bio.is_empty(), "{}", f.display());
+        assert!(p.platforms().contains(&Platform::Web));
+        // Every fixture composes into a prompt that names the character.
+        let history = [HistoryLine {
+            author_name: "sam",
+            text: "hello there",
+            from_agent: false,
+        }];
+        let prompt = compose(p, &input(Platform::Discord, &history, 7));
+        assert!(prompt.user.contains(&p.name), "{}", f.display());
+        // Speaker placeholders are filled; other braces in a file's text stay as written
+        // (cosmosHelper has `{{mantrachaintestnet2}}` in its examples, as elizaOS leaves it).
+        let left = prompt::placeholders(&prompt.user);
+        assert!(
+            left.iter().all(|(_, n)| !prompt::is_known_placeholder(n)),
+            "{}: {left:?}",
+            f.display()
+        );
+        if f.to_string_lossy().contains("v1_") {
+            v1 += 1;
+            // 1.x examples use `name` and `{{name1}}`.
+            assert!(!p.character.message_examples.is_empty());
+        }
+    }
+    assert!(v1 >= 2);
+    // A few of the warnings the fixtures are known to raise.
+    let check = check_files(std::slice::from_ref(&dir), &Env::new());
+    assert!(check.ok(), "{}", lines(&check.diagnostics));
+    let all = lines(&check.diagnostics);
+    assert!(all.contains("edrizi.json:"), "{all}");
+    assert!(
+        all.contains("warning: examples: unknown field (did you mean \"messageExamples\"?)"),
+        "{all}"
+    );
+    assert!(
+        all.contains("warning: clients[0]: troupe has no twitter connector"),
+        "{all}"
+    );
+    assert!(
+        all.contains("warning: clients[0]: troupe has no slack connector"),
+        "{all}"
+    );
+    assert!(all.contains("warning: templates.introduction: troupe does not use a template"));
+}
+
+fn lines(d: &[Diagnostic]) -> String {
+    d.iter().map(|d| format!("{d}\n")).collect()
+}
+
+#[test]
+fn v1_fixture_specifics() {
+    let Some(dir) = fixtures_dir() else { return };
+    let shaw = load_file(&dir.join("v1_eliza-v1.3.1__shaw.json"))
+        .unwrap()
+        .persona;
+    assert_eq!(shaw.model_provider().as_deref(), Some("openai"));
+    assert_eq!(shaw.character.message_examples[0][0].speaker, "{{name1}}");
+    let p = compose(&shaw, &input(Platform::Web, &[], 1));
+    assert!(!p.user.contains("{{name1}}"));
+    let eliza = load_file(&dir.join("v0_eliza-starter__eliza.character.json")).unwrap();
+    assert_eq!(eliza.persona.id, "eliza");
+    assert!(eliza.warnings.is_empty(), "{}", lines(&eliza.warnings));
+}
+
+#[test]
+fn default_persona_loads_without_warnings() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../personas");
+    let l = load_file(&dir.join("troupe.json")).unwrap();
+    assert!(l.warnings.is_empty(), "{}", lines(&l.warnings));
+    let p = &l.persona;
+    assert_eq!(p.id, "troupe");
+    assert_eq!(
+        p.platforms(),
+        [
+            Platform::Discord,
+            Platform::Telegram,
+            Platform::Farcaster,
+            Platform::Web
+        ]
+    );
+    assert!(p.switches(Platform::Discord).respond_only_to_mentions);
+    let report = check_files(&[dir], &Env::new());
+    assert!(
+        report.diagnostics.is_empty(),
+        "{}",
+        lines(&report.diagnostics)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// One test per class of diagnostic
+
+#[test]
+fn invalid_json_reports_line_and_column() {
+    let t = TempDir::new().unwrap();
+    let d = load_err(
+        t.path(),
+        "a.json",
+        "{\n  \"name\": \"A\",\n  \"bio\": \"x\",\n}\n",
+    );
+    let f = t.path().join("a.json");
+    assert_eq!(
+        d,
+        [format!(
+            "{}:4:1: (json): trailing comma before `}}`; JSON does not allow a comma after the last field",
+            f.display()
+        )]
+    );
+    let d = load_err(
+        t.path(),
+        "b.json",
+        "{\n  \"name\": \"A\"\n  \"bio\": \"x\"\n}\n",
+    );
+    assert_eq!(
+        d,
+        [format!(
+            "{}:3:3: (json): missing `,` between fields",
+            t.path().join("b.json").display()
+        )]
+    );
+}
+
+#[test]
+fn wrong_type_points_at_the_value() {
+    let t = TempDir::new().unwrap();
+    let d = load_err(
+        t.path(),
+        "alice.json",
+        "{\n  \"name\": \"Alice\",\n  \"bio\": 42\n}",
+    );
+    assert_eq!(
+        d,
+        [format!(
+            "{}:3:10: bio: expected a string or a list of strings, found a number",
+            t.path().join("alice.json").display()
+        )]
+    );
+    let d = load_err(
+        t.path(),
+        "b.json",
+        "{\"name\": \"B\", \"bio\": \"x\",\n \"style\": {\"all\": [\"ok\", 3]}}",
+    );
+    assert!(
+        d[0].ends_with(":2:26: style.all[1]: expected a string, found a number"),
+        "{d:?}"
+    );
+    let d = load_err(
+        t.path(),
+        "c.json",
+        "{\"name\": \"C\", \"bio\": \"x\", \"lore\": \"once\"}",
+    );
+    assert!(
+        d[0].ends_with(":1:35: lore: expected a list of strings, found a string (wrap it in [ ])"),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn missing_name() {
+    let t = TempDir::new().unwrap();
+    let d = load_err(t.path(), "a.json", "{\n  \"bio\": \"x\"\n}");
+    assert_eq!(
+        d,
+        [format!(
+            "{}:1:1: name: missing; every character needs a \"name\", e.g. \"name\": \"Alice\"",
+            t.path().join("a.json").display()
+        )]
+    );
+}
+
+#[test]
+fn empty_name() {
+    let t = TempDir::new().unwrap();
+    let d = load_err(
+        t.path(),
+        "a.json",
+        "{\n  \"name\": \"  \",\n  \"bio\": \"x\"\n}",
+    );
+    assert_eq!(
+        d,
+        [format!(
+            "{}:2:11: name: is empty; write the character's name, e.g. \"name\": \"Alice\"",
+            t.path().join("a.json").display()
+        )]
+    );
+}
+
+#[test]
+fn empty_bio() {
+    let t = TempDir::new().unwrap();
+    let d = load_err(
+        t.path(),
+        "a.json",
+        "{\n  \"name\": \"A\",\n  \"bio\": [\"\"]\n}",
+    );
+    assert_eq!(
+        d,
+        [format!(
+            "{}:3:10: bio: is empty; write at least one sentence about who the character is",
+            t.path().join("a.json").display()
+        )]
+    );
+}
+
+#[test]
+fn unfilled_template_placeholder() {
+    let t = TempDir::new().unwrap();
+    let text = "{\"name\": \"A\", \"bio\": \"x\",\n \"templates\": {\"messageHandlerTemplate\": \"About {{agentName}}\\n{{agentNmae}}\"}}";
+    let d = load_err(t.path(), "a.json", text);
+    // Column 42 is the opening quote, `\n` is two source characters: `{{agentNmae}}` at 64.
+    assert_eq!(
+        d,
+        [format!(
+            "{}:2:64: templates.messageHandlerTemplate: {{{{agentNmae}}}} is not a placeholder troupe fills (did you mean {{{{agentName}}}}?); see docs/personas.md for the list",
+            t.path().join("a.json").display()
+        )]
+    );
+    // elizaOS placeholders troupe has no data for are accepted (and left empty).
+    load_ok(
+        t.path(),
+        "b.json",
+        "{\"name\": \"B\", \"bio\": \"x\", \"templates\": {\"messageHandlerTemplate\": \"{{actions}} {{user1}} {{recentMessages}}\"}}",
+    );
+}
+
+#[test]
+fn missing_knowledge_path() {
+    let t = TempDir::new().unwrap();
+    let text = "{\"name\": \"A\", \"bio\": \"x\",\n \"knowledge\": [\"inline fact\", {\"path\": \"docs/nope.md\"}]}";
+    let d = load_err(t.path(), "a.json", text);
+    assert_eq!(d.len(), 1, "{d:?}");
+    let prefix = format!(
+        "{}:2:40: knowledge[1].path: file \"docs/nope.md\" not found (looked for {}",
+        t.path().join("a.json").display(),
+        t.path().join("docs/nope.md").display()
+    );
+    assert!(d[0].starts_with(&prefix), "{}\n{prefix}", d[0]);
+
+    // Found next to the file, or in its knowledge/ folder.
+    write(t.path(), "docs/yes.md", "hello");
+    write(t.path(), "knowledge/k.md", "hello");
+    std::fs::create_dir_all(t.path().join("kdir")).unwrap();
+    let l = load_ok(
+        t.path(),
+        "b.json",
+        "{\"name\": \"B\", \"bio\": \"x\", \"knowledge\": [\"fact\", {\"path\": \"docs/yes.md\"}, {\"path\": \"k.md\", \"shared\": true}, {\"directory\": \"kdir\"}]}",
+    );
+    assert_eq!(
+        l.persona.knowledge(),
+        [
+            KnowledgeEntry::Text("fact".into()),
+            KnowledgeEntry::File {
+                path: t.path().join("docs/yes.md"),
+                shared: false
+            },
+            KnowledgeEntry::File {
+                path: t.path().join("knowledge/k.md"),
+                shared: true
+            },
+            KnowledgeEntry::Directory {
+                path: t.path().join("kdir"),
+                shared: false
+            },
+        ]
+    );
+}
+
+#[test]
+fn unknown_field_is_a_warning_with_a_suggestion() {
+    let t = TempDir::new().unwrap();
+    let l = load_ok(
+        t.path(),
+        "alice.json",
+        "{\n  \"name\": \"Alice\",\n  \"biography\": \"x\",\n  \"bio\": \"y\"\n}",
+    );
+    let w: Vec<String> = l.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        w,
+        [format!(
+            "{}:3:3: warning: biography: unknown field (did you mean \"bio\"?); it is kept but not used",
+            t.path().join("alice.json").display()
+        )]
+    );
+    assert_eq!(l.persona.character.extra["biography"], "x");
+    assert_eq!(l.persona.raw["biography"], "x");
+}
+
+#[test]
+fn unsupported_client_is_a_warning() {
+    let t = TempDir::new().unwrap();
+    let l = load_ok(
+        t.path(),
+        "a.json",
+        "{\"name\": \"A\", \"bio\": \"x\",\n \"clients\": [\"telegram\", \"twitter\"],\n \"plugins\": [\"@elizaos/plugin-slack\"]}",
+    );
+    let w: Vec<String> = l.warnings.iter().map(ToString::to_string).collect();
+    let f = t.path().join("a.json").display().to_string();
+    assert_eq!(
+        w,
+        [
+            format!(
+                "{f}:2:26: warning: clients[1]: troupe has no twitter connector; this client is ignored (troupe runs discord, telegram, farcaster and direct)"
+            ),
+            format!(
+                "{f}:3:14: warning: plugins[0]: troupe has no slack connector; this plugin is ignored"
+            ),
+        ]
+    );
+    assert_eq!(l.persona.platforms(), [Platform::Telegram, Platform::Web]);
+}
+
+#[test]
+fn duplicate_token_across_files_names_both() {
+    let t = TempDir::new().unwrap();
+    let a = write(
+        t.path(),
+        "a.json",
+        "{\"name\": \"A\", \"bio\": \"x\",\n \"clients\": [\"telegram\"]}",
+    );
+    let b = write(
+        t.path(),
+        "b.json",
+        "{\"name\": \"B\", \"bio\": \"x\",\n \"clients\": [\"telegram\"]}",
+    );
+    let e = env(&[("TELEGRAM_BOT_TOKEN", "123:abc")]);
+    let r = check_files(&[a.clone(), b.clone()], &e);
+    assert!(!r.ok());
+    let got: Vec<String> = r.diagnostics.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [
+            format!(
+                "{}:2:13: clients (telegram): telegram token (environment variable TELEGRAM_BOT_TOKEN) is the same as the one {} uses; one bot account can serve one persona: give each its own TELEGRAM_BOT_TOKEN in settings.secrets or CHARACTER.A.TELEGRAM_BOT_TOKEN",
+                a.display(),
+                b.display()
+            ),
+            format!(
+                "{}:2:13: clients (telegram): telegram token (environment variable TELEGRAM_BOT_TOKEN) is the same as the one {} uses; one bot account can serve one persona: give each its own TELEGRAM_BOT_TOKEN in settings.secrets or CHARACTER.B.TELEGRAM_BOT_TOKEN",
+                b.display(),
+                a.display()
+            ),
+        ]
+    );
+    // A token of its own for one of them settles it.
+    let e2 = env(&[
+        ("TELEGRAM_BOT_TOKEN", "123:abc"),
+        ("CHARACTER.B.TELEGRAM_BOT_TOKEN", "456:def"),
+    ]);
+    assert!(check_files(&[a.clone(), b.clone()], &e2).ok());
+
+    // The same token written in both files points at the secret.
+    let c = write(
+        t.path(),
+        "c.json",
+        "{\"name\": \"C\", \"bio\": \"x\", \"clients\": [\"discord\"],\n \"settings\": {\"secrets\": {\"DISCORD_API_TOKEN\": \"tok\"}}}",
+    );
+    let d = write(
+        t.path(),
+        "d.json",
+        "{\"name\": \"D\", \"bio\": \"x\", \"plugins\": [\"@elizaos/plugin-discord\"],\n \"secrets\": {\"DISCORD_API_TOKEN\": \"tok\"}}",
+    );
+    let r = check_files(&[c.clone(), d.clone()], &Env::new());
+    let got: Vec<String> = r.errors().map(ToString::to_string).collect();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got[0].starts_with(&format!("{}:2:48: settings.secrets.DISCORD_API_TOKEN: discord token (settings.secrets.DISCORD_API_TOKEN) is the same as the one {} uses", c.display(), d.display())), "{}", got[0]);
+    assert!(got[1].starts_with(&format!("{}:2:35: secrets.DISCORD_API_TOKEN: discord token (secrets.DISCORD_API_TOKEN) is the same as the one {} uses", d.display(), c.display())), "{}", got[1]);
+}
+
+#[test]
+fn duplicate_id_across_files_names_both() {
+    let t = TempDir::new().unwrap();
+    let a = write(
+        t.path(),
+        "a.json",
+        "{\"name\": \"Same Name\", \"bio\": \"x\"}",
+    );
+    let b = write(
+        t.path(),
+        "b.json",
+        "{\"id\": \"same-name\", \"name\": \"Other\", \"bio\": \"x\"}",
+    );
+    let r = check_files(&[t.path().to_path_buf()], &Env::new());
+    let got: Vec<String> = r.diagnostics.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [
+            format!(
+                "{}:1:10: name: persona id \"same-name\" is also used by {}; ids must be unique (the id comes from the name: rename one, or set an \"id\")",
+                a.display(),
+                b.display()
+            ),
+            format!(
+                "{}:1:8: id: persona id \"same-name\" is also used by {}; ids must be unique (give each persona its own \"id\")",
+                b.display(),
+                a.display()
+            ),
+        ]
+    );
+    // load_dir refuses the second one.
+    let (ok, bad) = load_dir(t.path());
+    assert_eq!(ok.len(), 1);
+    assert_eq!(bad.len(), 1);
+}
+
+#[test]
+fn extends_cycle_is_an_error() {
+    let t = TempDir::new().unwrap();
+    write(
+        t.path(),
+        "base/b.json",
+        "{\"extends\": [\"../a.json\"], \"lore\": [\"l\"]}",
+    );
+    let d = load_err(
+        t.path(),
+        "a.json",
+        "{\"name\": \"A\", \"bio\": \"x\",\n \"extends\": [\"base/b.json\"]}",
+    );
+    assert_eq!(
+        d,
+        [format!(
+            "{}:1:14: extends[0]: extends cycle: a.json → b.json → a.json",
+            t.path().join("base/b.json").display()
+        )]
+    );
+    let d = load_err(
+        t.path(),
+        "c.json",
+        "{\"name\": \"C\", \"bio\": \"x\", \"extends\": [\"nope.json\"]}",
+    );
+    assert!(
+        d[0].contains(":1:39: extends[0]: parent file \"nope.json\" not found"),
+        "{d:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Prompts
+
+fn input<'a>(platform: Platform, history: &'a [HistoryLine<'a>], seed: u64) -> PromptInput<'a> {
+    PromptInput {
+        platform,
+        sender_name: "sam",
+        history,
+        knowledge: &[],
+        seed,
+        budget_chars: 100_000,
+    }
+}
+
+const RICH: &str = r#"{
+  "name": "Ziggy",
+  "system": "You are Ziggy.",
+  "bio": ["b1 alpha", "b2 beta", "b3 gamma", "b4 delta", "b5 epsilon", "b6 zeta"],
+  "lore": ["l1", "l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9", "l10", "l11", "l12"],
+  "topics": ["t1", "t2", "t3", "t4", "t5", "t6", "t7"],
+  "adjectives": ["a1", "a2", "a3", "a4"],
+  "style": {"all": ["be short"], "chat": ["be kind"], "post": ["no hashtags"]},
+  "messageExamples": [
+    [{"user": "{{user1}}", "content": {"text": "hi {{user2}}"}}, {"user": "Ziggy", "content": {"text": "e1", "action": "WAVE"}}],
+    [{"user": "{{user1}}", "content": {"text": "q2"}}, {"user": "Ziggy", "content": {"text": "e2"}}],
+    [{"user": "{{user1}}", "content": {"text": "q3"}}, {"user": "Ziggy", "content": {"text": "e3"}}],
+    [{"user": "{{user1}}", "content": {"text": "q4"}}, {"user": "Ziggy", "content": {"text": "e4"}}],
+    [{"user": "{{user1}}", "content": {"text": "q5"}}, {"user": "Ziggy", "content": {"text": "e5"}}],
+    [{"user": "{{user1}}", "content": {"text": "q6"}}, {"user": "Ziggy", "content": {"text": "e6"}}],
+    [{"user": "{{user1}}", "content": {"text": "q7"}}, {"user": "Ziggy", "content": {"text": "e7"}}]
+  ]
+}"#;
+
+#[test]
+fn default_template_follows_elizaos_sampling() {
+    let t = TempDir::new().unwrap();
+    let p = load_ok(t.path(), "z.json", RICH).persona;
+    let history = [
+        HistoryLine {
+            author_name: "sam",
+            text: "hello",
+            from_agent: false,
+        },
+        HistoryLine {
+            author_name: "Ziggy",
+            text: "hey",
+            from_agent: true,
+        },
+        HistoryLine {
+            author_name: "sam",
+            text: "how are you?",
+            from_agent: false,
+        },
+    ];
+    let knowledge = [KnowledgeItem {
+        source: "handbook.md",
+        text: "The office opens at 9.",
+    }];
+    let mut i = input(Platform::Telegram, &history, 42);
+    i.knowledge = &knowledge;
+    let prompt = compose(&p, &i);
+    assert_eq!(prompt.system, "You are Ziggy.");
+    let u = &prompt.user;
+    let count = |prefix: &str, n: usize| {
+        (1..=n)
+            .filter(|k| u.contains(&format!("{prefix}{k}")))
+            .count()
+    };
+    // 3 of 6 bio entries, 10 of 12 lore, 5 of 7 examples, 5 of 7 topics, one adjective.
+    assert_eq!(
+        ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+            .iter()
+            .filter(|b| u.contains(*b))
+            .count(),
+        3
+    );
+    assert_eq!(
+        u.lines()
+            .filter(|l| l.starts_with('l') && l[1..].parse::<u32>().is_ok())
+            .count(),
+        10
+    );
+    assert_eq!(count("Ziggy: e", 7), 5);
+    assert_eq!((1..=7).filter(|k| u.contains(&format!("t{k}"))).count(), 5);
+    assert!(u.contains("Ziggy is interested in t"));
+    assert_eq!(count("Tone for this reply: a", 4), 1);
+    assert!(u.contains("# Message Directions for Ziggy\nbe short\nbe kind"));
+    assert!(!u.contains("no hashtags"));
+    assert!(u.contains("# Knowledge\nFrom handbook.md:\nThe office opens at 9."));
+    assert!(u.contains("# Conversation Messages\nsam: hello\nZiggy: hey\nsam: how are you?"));
+    assert!(u.contains("telegram conversation, replying to sam"));
+    // Example speakers get generated names; placeholders never reach the model.
+    assert!(!u.contains("{{"), "{u}");
+    if u.contains("Ziggy: e1") {
+        assert!(u.contains("(action: WAVE)"));
+    }
+}
+
+#[test]
+fn sampling_is_deterministic_for_a_seed() {
+    let t = TempDir::new().unwrap();
+    let p = load_ok(t.path(), "z.json", RICH).persona;
+    let a = compose(&p, &input(Platform::Discord, &[], 7));
+    let b = compose(&p, &input(Platform::Discord, &[], 7));
+    assert_eq!(a, b);
+    let differs = (8..20).any(|s| compose(&p, &input(Platform::Discord, &[], s)) != a);
+    assert!(differs, "other seeds should sample differently");
+}
+
+#[test]
+fn templates_override_and_platform_variants_win() {
+    let t = TempDir::new().unwrap();
+    let p = load_ok(
+        t.path(),
+        "a.json",
+        r#"{"name": "Al", "bio": "A bio.", "templates": {
+            "messageHandlerTemplate": "GENERIC {{agentName}} / {{bio}} / {{senderName}}\n{{recentMessages}}",
+            "discordMessageHandlerTemplate": "DISCORD {{agentName}} on {{platform}}"
+        }}"#,
+    )
+    .persona;
+    let h = [HistoryLine {
+        author_name: "sam",
+        text: "yo",
+        from_agent: false,
+    }];
+    let web = compose(&p, &input(Platform::Web, &h, 1));
+    assert_eq!(
+        web.user,
+        "GENERIC Al / A bio. / sam\n# Conversation Messages\nsam: yo"
+    );
+    let telegram = compose(&p, &input(Platform::Telegram, &h, 1));
+    assert_eq!(telegram.user, web.user);
+    let discord = compose(&p, &input(Platform::Discord, &h, 1));
+    assert_eq!(discord.user, "DISCORD Al on discord");
+    // No `system` in the file: a default line naming the character.
+    assert!(web.system.starts_with("You are Al."));
+}
+
+#[test]
+fn long_history_is_trimmed_oldest_first() {
+    let t = TempDir::new().unwrap();
+    let p = load_ok(t.path(), "z.json", RICH).persona;
+    let texts: Vec<String> = (0..300)
+        .map(|i| format!("message number {i:03} {}", "x".repeat(80)))
+        .collect();
+    let history: Vec<HistoryLine> = texts
+        .iter()
+        .map(|t| HistoryLine {
+            author_name: "sam",
+            text: t,
+            from_agent: false,
+        })
+        .collect();
+    let mut i = input(Platform::Discord, &history, 3);
+    let full = compose(&p, &i);
+    let persona_only = compose(&p, &input(Platform::Discord, &history[299..], 3));
+    let size = |p: &Prompt| p.system.chars().count() + p.user.chars().count();
+    i.budget_chars = size(&persona_only) + 20 * 100;
+    let cut = compose(&p, &i);
+    assert!(
+        size(&cut) <= i.budget_chars,
+        "{} > {}",
+        size(&cut),
+        i.budget_chars
+    );
+    assert!(size(&cut) < size(&full));
+    // The persona parts are all there, and the latest message.
+    assert_eq!(cut.system, full.system);
+    let persona_part = |p: &Prompt| {
+        p.user
+            .split("# Conversation Messages")
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(persona_part(&cut), persona_part(&full));
+    assert!(cut.user.contains("message number 299"));
+    assert!(!cut.user.contains("message number 000"));
+    // What is kept is the newest run, without gaps.
+    let kept: Vec<usize> = (0..300)
+        .filter(|n| cut.user.contains(&format!("message number {n:03}")))
+        .collect();
+    assert!(kept.len() >= 15 && kept.len() <= 20, "{}", kept.len());
+    assert_eq!(kept, ((300 - kept.len())..300).collect::<Vec<_>>());
+
+    // Over budget with the persona alone: samples are trimmed, the latest message stays.
+    i.budget_chars = 400;
+    let tiny = compose(&p, &i);
+    assert!(tiny.user.contains("message number 299"));
+    assert!(!tiny.user.contains("message number 298"));
+    assert!(!tiny.user.contains("# Example Conversations"));
+    assert!(tiny.user.contains("# About Ziggy"));
+    assert!(size(&tiny) < size(&persona_only));
+}
+
+#[test]
+fn secrets_stay_per_persona() {
+    let t = TempDir::new().unwrap();
+    let alice = load_ok(
+        t.path(),
+        "alice.json",
+        r#"{"name": "Alice", "bio": "x", "settings": {"secrets": {"OPENAI_API_KEY": "alice-key", "EMPTY": ""}}}"#,
+    )
+    .persona;
+    let bob = load_ok(
+        t.path(),
+        "bob.json",
+        r#"{"name": "Bob Smith", "bio": "x", "secrets": {"OPENAI_API_KEY": "bob-file-key"}, "settings": {"secrets": {"OPENAI_API_KEY": "bob-v0-key"}, "MY_SETTING": "s"}}"#,
+    )
+    .persona;
+    let carol = load_ok(t.path(), "carol.json", r#"{"name": "Carol", "bio": "x"}"#).persona;
+    let e = env(&[
+        ("OPENAI_API_KEY", "global"),
+        ("EMPTY", "from-env"),
+        ("CHARACTER.BOB_SMITH.ANTHROPIC_API_KEY", "bob-env-key"),
+        ("CHARACTER.ALICE.OPENAI_API_KEY", "alice-env-key"),
+    ]);
+    assert_eq!(
+        alice.secret("OPENAI_API_KEY", &e).as_deref(),
+        Some("alice-env-key")
+    );
+    assert_eq!(
+        bob.secret("OPENAI_API_KEY", &e).as_deref(),
+        Some("bob-file-key")
+    );
+    assert_eq!(
+        bob.secret("ANTHROPIC_API_KEY", &e).as_deref(),
+        Some("bob-env-key")
+    );
+    assert_eq!(bob.secret("MY_SETTING", &e).as_deref(), Some("s"));
+    assert_eq!(
+        carol.secret("OPENAI_API_KEY", &e).as_deref(),
+        Some("global")
+    );
+    assert_eq!(carol.secret("ANTHROPIC_API_KEY", &e), None);
+    // An empty secret in the file counts as unset.
+    assert_eq!(alice.secret("EMPTY", &e).as_deref(), Some("from-env"));
+    // Without the CHARACTER variable, the file's secret beats the process environment.
+    let e2 = env(&[("OPENAI_API_KEY", "global")]);
+    assert_eq!(
+        alice.secret("OPENAI_API_KEY", &e2).as_deref(),
+        Some("alice-key")
+    );
+    assert_eq!(secrets::env_name("LP Manager"), "LP_MANAGER");
+}
+
+#[test]
+fn switches_and_platforms() {
+    let t = TempDir::new().unwrap();
+    let p = load_ok(
+        t.path(),
+        "a.json",
+        r#"{"name": "A", "bio": "x", "clients": ["Discord", "direct"],
+            "clientConfig": {
+              "discord": {"shouldRespondOnlyToMentions": true, "allowedChannelIds": ["1", "2"], "isPartOfTeam": false},
+              "telegram": {"shouldIgnoreBotMessages": false, "shouldOnlyJoinInAllowedGroups": true, "allowedGroupIds": [-100123]}
+            }}"#,
+    )
+    .persona;
+    assert_eq!(p.platforms(), [Platform::Discord, Platform::Web]);
+    let d = p.switches(Platform::Discord);
+    assert!(d.respond_only_to_mentions && d.ignore_bot_messages && !d.ignore_direct_messages);
+    assert_eq!(
+        d.allowed_rooms,
+        Some(vec!["1".to_string(), "2".to_string()])
+    );
+    let tg = p.switches(Platform::Telegram);
+    assert!(!tg.ignore_bot_messages && tg.only_join_allowed_groups);
+    assert_eq!(tg.allowed_rooms, Some(vec!["-100123".to_string()]));
+    assert_eq!(p.switches(Platform::Farcaster), ClientSwitches::default());
+    assert!(ClientSwitches::default().ignore_bot_messages);
+
+    // 1.x: connectors from plugins, switches under settings; troupe's own list wins.
+    let v1 = load_ok(
+        t.path(),
+        "b.json",
+        r#"{"name": "B", "bio": "x", "plugins": ["@elizaos/plugin-telegram", "@elizaos/plugin-anthropic"],
+            "settings": {"telegram": {"shouldRespondOnlyToMentions": true}, "model": "claude"}}"#,
+    )
+    .persona;
+    assert_eq!(v1.platforms(), [Platform::Telegram, Platform::Web]);
+    assert!(v1.switches(Platform::Telegram).respond_only_to_mentions);
+    assert_eq!(v1.model_provider().as_deref(), Some("anthropic"));
+    assert_eq!(v1.model_name().as_deref(), Some("claude"));
+    let own = load_ok(
+        t.path(),
+        "c.json",
+        r#"{"name": "C", "bio": "x", "clients": ["discord"], "settings": {"troupe": {"platforms": ["farcaster"]}}}"#,
+    )
+    .persona;
+    assert_eq!(own.platforms(), [Platform::Farcaster]);
+}
+
+#[test]
+fn extends_merges_parent_under_child() {
+    let t = TempDir::new().unwrap();
+    write(
+        t.path(),
+        "base/common.json",
+        r#"{"name": "Base", "modelProvider": "openai", "bio": ["base bio"], "lore": ["base lore"],
+            "style": {"all": ["be brief"], "chat": ["base chat"]},
+            "settings": {"model": "gpt-4o", "secrets": {"K": "base"}},
+            "clients": ["discord"]}"#,
+    );
+    write(
+        t.path(),
+        "base/voice.json",
+        r#"{"adjectives": ["calm"], "style": {"post": ["p"]}}"#,
+    );
+    let l = load_ok(
+        t.path(),
+        "child.json",
+        r#"{"name": "Child", "extends": ["base/common.json", "base/voice.json"], "bio": "child bio",
+            "style": {"chat": ["child chat"]}, "settings": {"secrets": {"K": "child"}}}"#,
+    );
+    let c = &l.persona.character;
+    assert_eq!(l.persona.name, "Child");
+    assert_eq!(c.bio, ["base bio", "child bio"]);
+    assert_eq!(c.lore, ["base lore"]);
+    assert_eq!(c.style.all, ["be brief"]);
+    assert_eq!(c.style.chat, ["base chat", "child chat"]);
+    assert_eq!(c.style.post, ["p"]);
+    assert_eq!(c.adjectives, ["calm"]);
+    assert_eq!(c.settings.model.as_deref(), Some("gpt-4o"));
+    assert_eq!(c.settings.secrets["K"], "child");
+    assert_eq!(l.persona.model_provider().as_deref(), Some("openai"));
+    assert_eq!(l.persona.platforms(), [Platform::Discord, Platform::Web]);
+    assert_eq!(l.persona.depends_on.len(), 2);
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+
+    // A mistake in a parent is reported in the parent's file.
+    write(t.path(), "base/bad.json", "{\n  \"lore\": [1]\n}");
+    let d = load_err(
+        t.path(),
+        "c2.json",
+        r#"{"name": "C2", "bio": "x", "extends": ["base/bad.json"]}"#,
+    );
+    assert_eq!(
+        d,
+        [format!(
+            "{}:2:12: lore[0]: expected a string, found a number",
+            t.path().join("base/bad.json").display()
+        )]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Hot reload
+
+async fn next(rx: &mut tokio::sync::mpsc::Receiver<PersonaEvent>) -> PersonaEvent {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("no event within 10 s")
+        .expect("watcher stopped")
+}
+
+#[tokio::test]
+async fn watch_reports_edits_new_files_and_removals() {
+    let t = TempDir::new().unwrap();
+    let a = write(t.path(), "a.json", r#"{"name": "A", "bio": "old bio"}"#);
+    let stop = CancellationToken::new();
+    let mut rx = watch::watch_every(
+        t.path().to_path_buf(),
+        Env::new(),
+        stop.clone(),
+        Duration::from_millis(20),
+    );
+
+    // An edit: Upsert with the new bio.
+    std::fs::write(&a, r#"{"name": "A", "bio": "new bio"}"#).unwrap();
+    match next(&mut rx).await {
+        PersonaEvent::Upsert(l) => {
+            assert_eq!(l.persona.character.bio, ["new bio"]);
+            assert_eq!(l.persona.source, a);
+        }
+        other => panic!("expected Upsert, got {other:?}"),
+    }
+
+    // An invalid edit: Invalid, with the position.
+    std::fs::write(&a, "{\"name\": \"A\",\n \"bio\": 5}").unwrap();
+    match next(&mut rx).await {
+        PersonaEvent::Invalid(d) => {
+            assert_eq!((d[0].line, d[0].col, d[0].path.as_str()), (2, 9, "bio"));
+            assert_eq!(d[0].file, a);
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+
+    // A new file: Upsert.
+    let b = write(t.path(), "b.json", r#"{"name": "B", "bio": "b"}"#);
+    match next(&mut rx).await {
+        PersonaEvent::Upsert(l) => assert_eq!(l.persona.source, b),
+        other => panic!("expected Upsert, got {other:?}"),
+    }
+
+    // A deleted file: Removed.
+    std::fs::remove_file(&b).unwrap();
+    match next(&mut rx).await {
+        PersonaEvent::Removed { source } => assert_eq!(source, b),
+        other => panic!("expected Removed, got {other:?}"),
+    }
+
+    // A new file that takes an existing persona's id is Invalid.
+    write(t.path(), "c.json", r#"{"name": "A", "bio": "x"}"#);
+    std::fs::write(&a, r#"{"name": "A", "bio": "fixed"}"#).unwrap();
+    let mut saw = Vec::new();
+    for _ in 0..2 {
+        saw.push(next(&mut rx).await);
+    }
+    assert!(
+        saw.iter()
+            .any(|e| matches!(e, PersonaEvent::Upsert(l) if l.persona.source == a))
+    );
+    assert!(saw.iter().any(
+        |e| matches!(e, PersonaEvent::Invalid(d) if d[0].message.contains("is also used by"))
+    ));
+
+    stop.cancel();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn watch_sees_parent_edits() {
+    let t = TempDir::new().unwrap();
+    write(t.path(), "base/p.json", r#"{"lore": ["one"]}"#);
+    let child = write(
+        t.path(),
+        "c.json",
+        r#"{"name": "C", "bio": "x", "extends": ["base/p.json"]}"#,
+    );
+    let stop = CancellationToken::new();
+    let mut rx = watch::watch_every(
+        t.path().to_path_buf(),
+        Env::new(),
+        stop.clone(),
+        Duration::from_millis(20),
+    );
+    write(t.path(), "base/p.json", r#"{"lore": ["two"]}"#);
+    match next(&mut rx).await {
+        PersonaEvent::Upsert(l) => {
+            assert_eq!(l.persona.source, child);
+            assert_eq!(l.persona.character.lore, ["two"]);
+        }
+        other => panic!("expected Upsert, got {other:?}"),
+    }
+    stop.cancel();
+}

@@ -1,0 +1,993 @@
+//! Storage behaviour, one test body per behaviour, run against SQLite (a fresh file in a
+//! temporary directory) and against Postgres (a fresh database per test) when
+//! `TROUPE_TEST_DATABASE_URL` is set. With `CI=true` and no Postgres URL, the Postgres
+//! variants fail rather than pass silently.
+
+#![allow(clippy::disallowed_methods)] // tests pick databases and fixtures from the environment
+
+use super::*;
+use futures::FutureExt;
+use sqlx::Connection;
+use std::collections::HashSet;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+
+const AGENT: &str = "eliza";
+
+/// What a test body gets: a migrated store, and the URL it came from (to open another).
+struct Ctx {
+    store: Store,
+    url: String,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// Runs `body` against a fresh database of `kind`, and removes the database afterwards,
+/// whether the body passed or panicked.
+async fn run<F, Fut>(kind: Kind, body: F)
+where
+    F: FnOnce(Ctx) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    match kind {
+        Kind::Sqlite => {
+            let dir = tempfile::tempdir().expect("temporary directory");
+            let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
+            let store = Store::connect(&url).await.expect("connect to SQLite");
+            body(Ctx { store, url }).await;
+        }
+        Kind::Postgres => {
+            let Some(admin_url) = postgres_url() else {
+                eprintln!("skipped: TROUPE_TEST_DATABASE_URL is not set");
+                return;
+            };
+            let name = format!("troupe_test_{}", uuid::Uuid::new_v4().simple());
+            let mut admin = sqlx::PgConnection::connect(&admin_url)
+                .await
+                .expect("connect to TROUPE_TEST_DATABASE_URL");
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut admin)
+                .await
+                .expect("create the test database");
+            let url = with_database(&admin_url, &name);
+            let store = Store::connect(&url).await.expect("connect to Postgres");
+            let closer = store.clone();
+            let outcome = AssertUnwindSafe(body(Ctx { store, url }))
+                .catch_unwind()
+                .await;
+            closer.close().await;
+            // FORCE ends connections a failed body may have left open.
+            let dropped = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&mut admin)
+            .await;
+            if let Err(e) = dropped {
+                eprintln!("could not drop test database {name}: {e}");
+            }
+            if let Err(panic) = outcome {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
+/// The Postgres server to test against. Tests read the environment directly: they are not
+/// the gateway, and its configuration does not apply to them.
+#[allow(clippy::disallowed_methods)]
+fn postgres_url() -> Option<String> {
+    match std::env::var("TROUPE_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => panic!(
+            "CI=true but TROUPE_TEST_DATABASE_URL is not set: the Postgres storage tests \
+             must run in CI (e.g. TROUPE_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test)"
+        ),
+        _ => None,
+    }
+}
+
+/// `url` with its database name replaced by `name`, keeping any query string.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let server = match base[authority_start..].find('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    format!("{server}/{name}{query}")
+}
+
+/// One `#[tokio::test]` per backend for each body: `storage::tests::<body>::{sqlite,postgres}`.
+macro_rules! on_both_backends {
+    ($($body:ident),* $(,)?) => {
+        $(
+            mod $body {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::run(super::Kind::Sqlite, super::$body).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::run(super::Kind::Postgres, super::$body).await
+                }
+            }
+        )*
+    };
+}
+
+on_both_backends!(
+    connect_and_agents,
+    duplicate_journal_insert,
+    concurrent_duplicate_inserts,
+    record_handled_is_idempotent,
+    concurrent_record_handled,
+    record_handled_without_reply,
+    record_handled_unknown_journal,
+    recent_messages_ordering_and_limit,
+    rooms_are_isolated,
+    journal_unfinished_and_fail,
+    outbox_claim_lease_retry_delivered,
+    outbox_give_up_and_claim_limit,
+    concurrent_claimers_never_share,
+    corrupt_json_is_reported,
+);
+
+// ---- fixtures ----
+
+fn inbound(platform: Platform, room: &str, id: &str, author: &str, text: &str, at: i64) -> Inbound {
+    let mut room = RoomRef::new(platform, RoomId::new(room));
+    room.name = Some(format!("#{}", room.id));
+    Inbound {
+        id: MessageId::new(id),
+        room,
+        author: UserRef {
+            id: UserId::new(author),
+            name: author.to_uppercase(),
+            is_bot: false,
+        },
+        text: text.to_string(),
+        attachments: Vec::new(),
+        reply_to: None,
+        is_direct: false,
+        mentions_self: true,
+        sent_at_ms: at,
+    }
+}
+
+fn outbound_for(msg: &Inbound, text: &str) -> Outbound {
+    Outbound {
+        key: format!("reply:{}", msg.id),
+        room: msg.room.clone(),
+        text: text.to_string(),
+        reply_to: Some(msg.id.clone()),
+    }
+}
+
+fn handled<'a>(
+    journal_id: JournalId,
+    agent: &'a str,
+    key: &'a RoomKey,
+    msg: &'a Inbound,
+    reply: Option<(&'a str, &'a Outbound)>,
+) -> HandledMessage<'a> {
+    HandledMessage {
+        journal_id,
+        agent_id: agent,
+        room: key,
+        room_name: msg.room.name.as_deref(),
+        inbound: NewMemory {
+            author_id: msg.author.id.as_str(),
+            author_name: &msg.author.name,
+            text: &msg.text,
+            from_agent: false,
+            created_at_ms: msg.sent_at_ms,
+        },
+        reply: reply.map(|(text, outbound)| {
+            let memory = NewMemory {
+                author_id: agent,
+                author_name: agent,
+                text,
+                from_agent: true,
+                created_at_ms: msg.sent_at_ms + 1,
+            };
+            (memory, outbound.clone())
+        }),
+    }
+}
+
+/// Journals `msg` for `agent` and records it as handled, with a reply when `reply` is set.
+async fn exchange(
+    store: &Store,
+    agent: &str,
+    msg: &Inbound,
+    reply: Option<&str>,
+) -> (JournalId, Option<OutboxId>) {
+    let JournalInsert::Inserted(jid) = store.journal_insert(agent, msg).await.unwrap() else {
+        panic!("{} was already journaled", msg.id)
+    };
+    let key = msg.room.key();
+    let outbound = reply.map(|text| outbound_for(msg, text));
+    let reply = reply.zip(outbound.as_ref());
+    let outbox = store
+        .record_handled(handled(jid, agent, &key, msg, reply))
+        .await
+        .unwrap();
+    (jid, outbox)
+}
+
+fn texts(messages: &[MemoryMessage]) -> Vec<&str> {
+    messages.iter().map(|m| m.text.as_str()).collect()
+}
+
+// ---- behaviours ----
+
+async fn connect_and_agents(ctx: Ctx) {
+    let store = ctx.store;
+    store.ping().await.unwrap();
+    let expected = if ctx.url.starts_with("sqlite:") {
+        Backend::Sqlite
+    } else {
+        Backend::Postgres
+    };
+    assert_eq!(store.backend(), expected);
+    store.upsert_agent(AGENT, "Eliza").await.unwrap();
+    store.upsert_agent(AGENT, "Eliza 2").await.unwrap();
+    let name: String = with_pool!(store, pool => {
+        sqlx::query_scalar("SELECT name FROM agents WHERE id = $1")
+            .bind(AGENT)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    });
+    assert_eq!(name, "Eliza 2");
+    // Connecting again to a migrated database applies nothing and succeeds.
+    Store::connect(&ctx.url)
+        .await
+        .unwrap()
+        .ping()
+        .await
+        .unwrap();
+}
+
+async fn duplicate_journal_insert(ctx: Ctx) {
+    let store = ctx.store;
+    let msg = inbound(Platform::Discord, "c1", "m1", "ann", "hello", 1_000);
+    let JournalInsert::Inserted(id) = store.journal_insert(AGENT, &msg).await.unwrap() else {
+        panic!("first insert must insert");
+    };
+    assert_eq!(
+        store.journal_insert(AGENT, &msg).await.unwrap(),
+        JournalInsert::Duplicate(id, JournalState::Pending)
+    );
+
+    let entry = store.journal_get(id).await.unwrap().expect("entry");
+    assert_eq!(entry.inbound, msg);
+    assert_eq!(entry.agent_id, AGENT);
+    assert_eq!(entry.state, JournalState::Pending);
+    assert_eq!(entry.attempts, 0);
+    let looked_up = store
+        .journal_lookup(AGENT, Platform::Discord, "m1")
+        .await
+        .unwrap()
+        .expect("lookup");
+    assert_eq!(looked_up.id, id);
+    assert!(
+        store
+            .journal_lookup(AGENT, Platform::Telegram, "m1")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .journal_get(JournalId(id.0 + 1000))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The same platform message id on another platform, or for another agent, is new.
+    let other_platform = inbound(Platform::Telegram, "c1", "m1", "ann", "hello", 1_000);
+    assert!(matches!(
+        store.journal_insert(AGENT, &other_platform).await.unwrap(),
+        JournalInsert::Inserted(other) if other != id
+    ));
+    assert!(matches!(
+        store.journal_insert("other-agent", &msg).await.unwrap(),
+        JournalInsert::Inserted(other) if other != id
+    ));
+
+    // Once handled, a duplicate reports the new state.
+    let key = msg.room.key();
+    store
+        .record_handled(handled(id, AGENT, &key, &msg, None))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.journal_insert(AGENT, &msg).await.unwrap(),
+        JournalInsert::Duplicate(id, JournalState::Done)
+    );
+}
+
+async fn concurrent_duplicate_inserts(ctx: Ctx) {
+    let msg = inbound(Platform::Farcaster, "0xroot", "0xcast", "bob", "gm", 5);
+    let attempts = (0..8).map(|_| {
+        let store = ctx.store.clone();
+        let msg = msg.clone();
+        tokio::spawn(async move { store.journal_insert(AGENT, &msg).await.unwrap() })
+    });
+    let outcomes: Vec<JournalInsert> = futures::future::join_all(attempts)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let inserted: Vec<JournalId> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            JournalInsert::Inserted(id) => Some(*id),
+            JournalInsert::Duplicate(..) => None,
+        })
+        .collect();
+    assert_eq!(inserted.len(), 1, "exactly one insert wins: {outcomes:?}");
+    for outcome in &outcomes {
+        match outcome {
+            JournalInsert::Inserted(id) | JournalInsert::Duplicate(id, _) => {
+                assert_eq!(*id, inserted[0])
+            }
+        }
+    }
+}
+
+async fn record_handled_is_idempotent(ctx: Ctx) {
+    let store = ctx.store;
+    let msg = inbound(Platform::Discord, "c1", "m1", "ann", "hi there", 1_000);
+    let JournalInsert::Inserted(jid) = store.journal_insert(AGENT, &msg).await.unwrap() else {
+        panic!("insert");
+    };
+    let key = msg.room.key();
+    let outbound = outbound_for(&msg, "hello ann");
+    let first = store
+        .record_handled(handled(
+            jid,
+            AGENT,
+            &key,
+            &msg,
+            Some(("hello ann", &outbound)),
+        ))
+        .await
+        .unwrap()
+        .expect("an outbox id for a reply");
+    // A re-drive after a crash: same journal entry, same (or even a different) reply.
+    let second = store
+        .record_handled(handled(
+            jid,
+            AGENT,
+            &key,
+            &msg,
+            Some(("hello again", &outbound)),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(second, Some(first));
+
+    let memory = store
+        .recent_messages(AGENT, &key.to_string(), 50)
+        .await
+        .unwrap();
+    assert_eq!(texts(&memory), ["hi there", "hello ann"]);
+    assert_eq!(
+        memory.iter().map(|m| m.from_agent).collect::<Vec<_>>(),
+        [false, true]
+    );
+    assert_eq!(memory[0].author_id, "ann");
+    assert_eq!(memory[0].author_name, "ANN");
+    assert_eq!(memory[0].room, "discord:c1");
+    assert_eq!(memory[0].created_at_ms, 1_000);
+    assert_eq!(
+        store.replies_for(jid).await.unwrap(),
+        vec![outbound.clone()]
+    );
+    let entry = store.journal_get(jid).await.unwrap().unwrap();
+    assert_eq!(entry.state, JournalState::Done);
+
+    let claimed = store.outbox_claim(10, 1_000_000, 30_000).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, first);
+    assert_eq!(claimed[0].journal_id, Some(jid));
+    assert_eq!(claimed[0].agent_id, AGENT);
+    assert_eq!(claimed[0].outbound, outbound);
+
+    let rooms = store.rooms(AGENT).await.unwrap();
+    assert_eq!(rooms.len(), 1);
+    assert_eq!(rooms[0].message_count, 2);
+}
+
+async fn concurrent_record_handled(ctx: Ctx) {
+    let msg = inbound(Platform::Discord, "c1", "m1", "ann", "hi", 1_000);
+    let JournalInsert::Inserted(jid) = ctx.store.journal_insert(AGENT, &msg).await.unwrap() else {
+        panic!("insert");
+    };
+    // Two drivers of the same entry at once (a re-drive racing the original worker).
+    let drivers = (0..4).map(|_| {
+        let store = ctx.store.clone();
+        let msg = msg.clone();
+        tokio::spawn(async move {
+            let key = msg.room.key();
+            let outbound = outbound_for(&msg, "hello");
+            store
+                .record_handled(handled(jid, AGENT, &key, &msg, Some(("hello", &outbound))))
+                .await
+                .unwrap()
+        })
+    });
+    let outcomes: Vec<Option<OutboxId>> = futures::future::join_all(drivers)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(
+        outcomes.iter().all(|o| o.is_some() && *o == outcomes[0]),
+        "{outcomes:?}"
+    );
+    let memory = ctx
+        .store
+        .recent_messages(AGENT, "discord:c1", 10)
+        .await
+        .unwrap();
+    assert_eq!(texts(&memory), ["hi", "hello"]);
+    assert_eq!(ctx.store.replies_for(jid).await.unwrap().len(), 1);
+}
+
+async fn record_handled_without_reply(ctx: Ctx) {
+    let store = ctx.store;
+    let msg = inbound(
+        Platform::Telegram,
+        "-100",
+        "7",
+        "cat",
+        "just chatting",
+        2_000,
+    );
+    let (jid, outbox) = exchange(&store, AGENT, &msg, None).await;
+    assert_eq!(outbox, None);
+    let key = msg.room.key();
+    assert_eq!(
+        store
+            .record_handled(handled(jid, AGENT, &key, &msg, None))
+            .await
+            .unwrap(),
+        None
+    );
+    let memory = store
+        .recent_messages(AGENT, "telegram:-100", 10)
+        .await
+        .unwrap();
+    assert_eq!(texts(&memory), ["just chatting"]);
+    assert!(store.replies_for(jid).await.unwrap().is_empty());
+    assert!(
+        store
+            .outbox_claim(10, i64::MAX / 2, 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.journal_get(jid).await.unwrap().unwrap().state,
+        JournalState::Done
+    );
+}
+
+async fn record_handled_unknown_journal(ctx: Ctx) {
+    let msg = inbound(Platform::Web, "r", "x", "dan", "hey", 1);
+    let key = msg.room.key();
+    let err = ctx
+        .store
+        .record_handled(handled(JournalId(424_242), AGENT, &key, &msg, None))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StorageError::Database(sqlx::Error::RowNotFound)),
+        "{err:?}"
+    );
+    // Nothing was written.
+    assert!(ctx.store.rooms(AGENT).await.unwrap().is_empty());
+}
+
+async fn recent_messages_ordering_and_limit(ctx: Ctx) {
+    let store = ctx.store;
+    for i in 0..5 {
+        let msg = inbound(
+            Platform::Discord,
+            "c1",
+            &format!("m{i}"),
+            "ann",
+            &format!("q{i}"),
+            1_000 + i * 10,
+        );
+        exchange(&store, AGENT, &msg, Some(&format!("a{i}"))).await;
+    }
+    let all = store
+        .recent_messages(AGENT, "discord:c1", 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(&all),
+        ["q0", "a0", "q1", "a1", "q2", "a2", "q3", "a3", "q4", "a4"]
+    );
+    assert!(all.windows(2).all(|w| w[0].id < w[1].id));
+    let last3 = store.recent_messages(AGENT, "discord:c1", 3).await.unwrap();
+    assert_eq!(texts(&last3), ["a3", "q4", "a4"]);
+    assert!(
+        store
+            .recent_messages(AGENT, "discord:c1", 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .recent_messages(AGENT, "discord:c1", -1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn rooms_are_isolated(ctx: Ctx) {
+    let store = ctx.store;
+    let a = inbound(
+        Platform::Discord,
+        "general",
+        "1",
+        "ann",
+        "in general",
+        1_000,
+    );
+    let b = inbound(
+        Platform::Telegram,
+        "general",
+        "1",
+        "bob",
+        "in telegram",
+        2_000,
+    );
+    let c = inbound(Platform::Discord, "random", "2", "cat", "in random", 1_500);
+    exchange(&store, AGENT, &a, Some("reply general")).await;
+    exchange(&store, AGENT, &b, None).await;
+    exchange(&store, AGENT, &c, Some("reply random")).await;
+    // Another persona in the same Discord channel keeps its own memory.
+    exchange(&store, "trump", &a, Some("other persona")).await;
+
+    let general = store
+        .recent_messages(AGENT, "discord:general", 10)
+        .await
+        .unwrap();
+    assert_eq!(texts(&general), ["in general", "reply general"]);
+    let telegram = store
+        .recent_messages(AGENT, "telegram:general", 10)
+        .await
+        .unwrap();
+    assert_eq!(texts(&telegram), ["in telegram"]);
+    let other = store
+        .recent_messages("trump", "discord:general", 10)
+        .await
+        .unwrap();
+    assert_eq!(texts(&other), ["in general", "other persona"]);
+    assert!(
+        store
+            .recent_messages("nobody", "discord:general", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let rooms = store.rooms(AGENT).await.unwrap();
+    let listed: Vec<(&str, &str, Option<&str>, i64, i64)> = rooms
+        .iter()
+        .map(|r| {
+            (
+                r.room.as_str(),
+                r.platform.as_str(),
+                r.name.as_deref(),
+                r.message_count,
+                r.last_active_ms,
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("telegram:general", "telegram", Some("#general"), 1, 2_000),
+            ("discord:random", "discord", Some("#random"), 2, 1_501),
+            ("discord:general", "discord", Some("#general"), 2, 1_001),
+        ]
+    );
+    assert_eq!(store.rooms("trump").await.unwrap().len(), 1);
+    assert!(store.rooms("nobody").await.unwrap().is_empty());
+}
+
+async fn journal_unfinished_and_fail(ctx: Ctx) {
+    let store = ctx.store;
+    let msgs: Vec<Inbound> = (0..4)
+        .map(|i| {
+            inbound(
+                Platform::Web,
+                "r",
+                &format!("{i}"),
+                "eve",
+                &format!("t{i}"),
+                i,
+            )
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for m in &msgs {
+        let JournalInsert::Inserted(id) = store.journal_insert(AGENT, m).await.unwrap() else {
+            panic!("insert");
+        };
+        ids.push(id);
+    }
+    let key = msgs[1].room.key();
+    store
+        .record_handled(handled(ids[1], AGENT, &key, &msgs[1], None))
+        .await
+        .unwrap();
+    store.journal_fail(ids[2], "model timed out").await.unwrap();
+    store
+        .journal_fail(ids[2], "model timed out again")
+        .await
+        .unwrap();
+    // Done is final: failing it afterwards changes nothing.
+    store.journal_fail(ids[1], "late failure").await.unwrap();
+
+    let unfinished = store.journal_unfinished(10).await.unwrap();
+    let summary: Vec<(JournalId, JournalState, i32, Option<&str>)> = unfinished
+        .iter()
+        .map(|e| (e.id, e.state, e.attempts, e.last_error.as_deref()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (ids[0], JournalState::Pending, 0, None),
+            (
+                ids[2],
+                JournalState::Failed,
+                2,
+                Some("model timed out again")
+            ),
+            (ids[3], JournalState::Pending, 0, None),
+        ]
+    );
+    assert_eq!(unfinished[1].inbound, msgs[2]);
+    let limited = store.journal_unfinished(2).await.unwrap();
+    assert_eq!(
+        limited.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [ids[0], ids[2]]
+    );
+    let done = store.journal_get(ids[1]).await.unwrap().unwrap();
+    assert_eq!(
+        (done.state, done.attempts, done.last_error),
+        (JournalState::Done, 0, None)
+    );
+
+    // A failed entry that is handled on a later try becomes done and leaves the list.
+    let key = msgs[2].room.key();
+    store
+        .record_handled(handled(ids[2], AGENT, &key, &msgs[2], None))
+        .await
+        .unwrap();
+    let after = store.journal_unfinished(10).await.unwrap();
+    assert_eq!(
+        after.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [ids[0], ids[3]]
+    );
+}
+
+async fn outbox_claim_lease_retry_delivered(ctx: Ctx) {
+    let store = ctx.store;
+    let msg = inbound(Platform::Discord, "c1", "m1", "ann", "ping", 1);
+    let (_, outbox) = exchange(&store, AGENT, &msg, Some("pong")).await;
+    let id = outbox.unwrap();
+
+    let first = store.outbox_claim(10, 1_000, 500).await.unwrap();
+    assert_eq!(
+        first.iter().map(|e| (e.id, e.attempts)).collect::<Vec<_>>(),
+        [(id, 1)]
+    );
+    assert_eq!(first[0].outbound.text, "pong");
+    // Claimed until 1_500: nobody else gets it before then.
+    assert!(store.outbox_claim(10, 1_499, 500).await.unwrap().is_empty());
+    assert!(
+        store
+            .outbox_claim_one(id, 1_499, 500)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The claimer crashed: the lease expires and the entry is claimed again.
+    let again = store
+        .outbox_claim_one(id, 1_500, 500)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.id, again.attempts), (id, 2));
+
+    // A retry releases the claim and waits for not_before.
+    store
+        .outbox_retry(id, 5_000, "429 Too Many Requests")
+        .await
+        .unwrap();
+    assert!(store.outbox_claim(10, 4_999, 500).await.unwrap().is_empty());
+    assert!(
+        store
+            .outbox_claim_one(id, 4_999, 500)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let last_error: Option<String> = with_pool!(store, pool => {
+        sqlx::query_scalar("SELECT last_error FROM outbox WHERE id = $1")
+            .bind(id.0)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    });
+    assert_eq!(last_error.as_deref(), Some("429 Too Many Requests"));
+    let third = store.outbox_claim(10, 5_000, 500).await.unwrap();
+    assert_eq!(
+        third.iter().map(|e| (e.id, e.attempts)).collect::<Vec<_>>(),
+        [(id, 3)]
+    );
+
+    store
+        .outbox_delivered(id, &["111".to_string(), "112".to_string()])
+        .await
+        .unwrap();
+    assert!(
+        store
+            .outbox_claim(10, i64::MAX / 2, 500)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .outbox_claim_one(id, i64::MAX / 2, 500)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A late retry from a worker whose lease had expired does not undo the delivery.
+    store.outbox_retry(id, 0, "late").await.unwrap();
+    assert!(
+        store
+            .outbox_claim(10, i64::MAX / 2, 500)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let (state, ids): (String, String) = with_pool!(store, pool => {
+        sqlx::query_as(
+            "SELECT state, CAST(platform_ids AS TEXT) FROM outbox WHERE id = $1",
+        )
+        .bind(id.0)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    });
+    assert_eq!(state, "delivered");
+    let ids: Vec<String> = serde_json::from_str(&ids).unwrap();
+    assert_eq!(ids, ["111", "112"]);
+}
+
+async fn outbox_give_up_and_claim_limit(ctx: Ctx) {
+    let store = ctx.store;
+    let mut outbox = Vec::new();
+    for i in 0..5 {
+        let msg = inbound(Platform::Telegram, "chat", &format!("{i}"), "fay", "q", i);
+        outbox.push(exchange(&store, AGENT, &msg, Some("a")).await.1.unwrap());
+    }
+    store
+        .outbox_give_up(outbox[0], "403 Forbidden")
+        .await
+        .unwrap();
+    let claimed = store.outbox_claim(3, 100, 1_000).await.unwrap();
+    assert_eq!(
+        claimed.iter().map(|e| e.id).collect::<Vec<_>>(),
+        outbox[1..4],
+        "oldest first, failed skipped, limit respected"
+    );
+    let rest = store.outbox_claim(3, 100, 1_000).await.unwrap();
+    assert_eq!(rest.iter().map(|e| e.id).collect::<Vec<_>>(), [outbox[4]]);
+    assert!(
+        store
+            .outbox_claim_one(outbox[0], 100, 1_000)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .outbox_claim(0, 10_000, 1_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn concurrent_claimers_never_share(ctx: Ctx) {
+    const ENTRIES: usize = 60;
+    for i in 0..ENTRIES {
+        let msg = inbound(
+            Platform::Discord,
+            "busy",
+            &format!("{i}"),
+            "gus",
+            "q",
+            i as i64,
+        );
+        exchange(&ctx.store, AGENT, &msg, Some("a")).await;
+    }
+    // Two handles with their own pools, as two replicas would have.
+    let other = Store::connect(&ctx.url).await.unwrap();
+    let claimers = [ctx.store.clone(), other.clone(), ctx.store.clone(), other]
+        .into_iter()
+        .map(|store| {
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let batch = store.outbox_claim(4, 1_000, 60_000).await.unwrap();
+                    if batch.is_empty() {
+                        return mine;
+                    }
+                    mine.extend(batch.into_iter().map(|e| e.id));
+                    tokio::task::yield_now().await;
+                }
+            })
+        });
+    let results: Vec<Vec<OutboxId>> = futures::future::join_all(claimers)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let total: usize = results.iter().map(Vec::len).sum();
+    let distinct: HashSet<OutboxId> = results.iter().flatten().copied().collect();
+    assert_eq!(
+        total,
+        ENTRIES,
+        "claims per claimer: {:?}",
+        results.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    assert_eq!(distinct.len(), ENTRIES, "an entry was claimed twice");
+}
+
+async fn corrupt_json_is_reported(ctx: Ctx) {
+    let store = ctx.store;
+    let msg = inbound(Platform::Discord, "c1", "m1", "ann", "ping", 1);
+    let (jid, outbox) = exchange(&store, AGENT, &msg, Some("pong")).await;
+    // Valid JSON of the wrong shape: Postgres' JSONB would refuse malformed text.
+    let wrong = sqlx::types::Json(serde_json::json!({ "not": "a message" }));
+    with_pool!(store, pool => {
+        sqlx::query("UPDATE journal SET inbound = $1 WHERE id = $2")
+            .bind(&wrong)
+            .bind(jid.0)
+            .execute(pool)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE outbox SET outbound = $1 WHERE id = $2")
+            .bind(&wrong)
+            .bind(outbox.unwrap().0)
+            .execute(pool)
+            .await
+            .unwrap();
+    });
+    let err = store.journal_get(jid).await.unwrap_err();
+    let StorageError::Corrupt(what) = &err else {
+        panic!("expected Corrupt, got {err:?}");
+    };
+    assert!(what.contains(&format!("journal row {}", jid.0)), "{what}");
+    assert!(matches!(
+        store.journal_lookup(AGENT, Platform::Discord, "m1").await,
+        Err(StorageError::Corrupt(_))
+    ));
+    assert!(matches!(
+        store.replies_for(jid).await,
+        Err(StorageError::Corrupt(what)) if what.contains("outbox row")
+    ));
+    assert!(matches!(
+        store.outbox_claim(10, 1_000, 1_000).await,
+        Err(StorageError::Corrupt(_))
+    ));
+}
+
+// ---- SQLite only ----
+
+#[tokio::test]
+async fn sqlite_creates_directories_and_survives_reconnect() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested").join("data").join("troupe.db");
+    let url = format!("sqlite://{}", path.display());
+    let msg = inbound(Platform::Discord, "c1", "m1", "ann", "remember me", 1_000);
+    let jid = {
+        let store = Store::connect(&url).await.unwrap();
+        let mode: String = with_pool!(store, pool => {
+            sqlx::query_scalar("PRAGMA journal_mode").fetch_one(pool).await.unwrap()
+        });
+        assert_eq!(mode, "wal");
+        let foreign_keys: i64 = with_pool!(store, pool => {
+            sqlx::query_scalar("PRAGMA foreign_keys").fetch_one(pool).await.unwrap()
+        });
+        assert_eq!(foreign_keys, 1);
+        let (jid, _) = exchange(&store, AGENT, &msg, Some("I will")).await;
+        store.close().await;
+        jid
+    };
+    assert!(path.exists());
+
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(
+        store.journal_insert(AGENT, &msg).await.unwrap(),
+        JournalInsert::Duplicate(jid, JournalState::Done)
+    );
+    let memory = store
+        .recent_messages(AGENT, "discord:c1", 10)
+        .await
+        .unwrap();
+    assert_eq!(texts(&memory), ["remember me", "I will"]);
+    assert_eq!(store.replies_for(jid).await.unwrap().len(), 1);
+    assert_eq!(store.outbox_claim(10, 1_000, 1_000).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn sqlite_in_memory_works() {
+    let store = Store::connect("sqlite::memory:").await.unwrap();
+    let msg = inbound(Platform::Web, "r", "1", "ann", "hi", 1);
+    exchange(&store, AGENT, &msg, Some("hello")).await;
+    assert_eq!(
+        store
+            .recent_messages(AGENT, "web:r", 10)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn unsupported_urls_are_refused() {
+    for url in [
+        "mysql://root@localhost/db",
+        "troupe.db",
+        "",
+        "postgres:/nope",
+    ] {
+        assert!(
+            matches!(Store::connect(url).await, Err(StorageError::UnsupportedUrl(u)) if u == url),
+            "{url}"
+        );
+    }
+}
+
+#[test]
+fn test_database_urls_keep_server_and_options() {
+    assert_eq!(
+        with_database("postgres://postgres@127.0.0.1:5432/test", "x"),
+        "postgres://postgres@127.0.0.1:5432/x"
+    );
+    assert_eq!(
+        with_database("postgresql://u:p@h/test?sslmode=disable", "x"),
+        "postgresql://u:p@h/x?sslmode=disable"
+    );
+    assert_eq!(
+        with_database("postgres://h:5432", "x"),
+        "postgres://h:5432/x"
+    );
+}
