@@ -257,24 +257,33 @@ impl FakeTelegram {
     /// `message_id` and `date`. Returns the update id. An update whose kind the bot did not
     /// ask for (`allowed_updates`) is dropped, as Telegram does.
     pub fn push_update(&self, update: Value) -> i64 {
+        let update = self.push(update);
+        update["update_id"].as_i64().unwrap_or_default()
+    }
+
+    /// Queues `{"message": message}` and returns the message's id (assigned when absent).
+    pub fn push_message(&self, message: Value) -> i64 {
+        let update = self.push(json!({ "message": message }));
+        update["message"]["message_id"]
+            .as_i64()
+            .expect("a message pushed with a chat gets a message_id")
+    }
+
+    fn push(&self, update: Value) -> Value {
         let mut update = match update {
             Value::Object(map) => map,
             other => panic!("an update is a JSON object, not {other}"),
         };
-        let id = {
+        let stored = {
             let mut inner = self.shared.lock();
-            let id = match update.get("update_id").and_then(Value::as_i64) {
-                Some(id) => {
-                    inner.next_update_id = inner.next_update_id.max(id + 1);
-                    id
-                }
+            match update.get("update_id").and_then(Value::as_i64) {
+                Some(id) => inner.next_update_id = inner.next_update_id.max(id + 1),
                 None => {
                     let id = inner.next_update_id;
                     inner.next_update_id += 1;
                     update.insert("update_id".into(), json!(id));
-                    id
                 }
-            };
+            }
             for (kind, body) in update.iter_mut() {
                 if kind == "update_id" {
                     continue;
@@ -283,14 +292,14 @@ impl FakeTelegram {
             }
             let update = Value::Object(update);
             if inner.admits(&update) {
-                inner.queue.push_back(update);
+                inner.queue.push_back(update.clone());
             } else {
-                inner.dropped.push(update);
+                inner.dropped.push(update.clone());
             }
-            id
+            update
         };
         self.shared.changed();
-        id
+        stored
     }
 
     /// Updates waiting to be confirmed.
