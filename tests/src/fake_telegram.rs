@@ -131,8 +131,9 @@ struct Inner {
     actions: Vec<ChatActionRecord>,
     left: Vec<i64>,
     calls: Vec<ApiCall>,
-    /// Scripted 429s for sendMessage: each entry is one refused call's retry_after.
-    rate_limits: VecDeque<u64>,
+    /// Scripted sendMessage outcomes, one per call: `Some(retry_after)` is a 429, `None`
+    /// lets the call through.
+    rate_limits: VecDeque<Option<u64>>,
     files: HashMap<String, (String, Vec<u8>)>,
     unmatched: Vec<String>,
 }
@@ -346,10 +347,17 @@ impl FakeTelegram {
 
     /// The next `count` sendMessage calls get 429 with `retry_after` seconds.
     pub fn fail_next_sends(&self, count: usize, retry_after: u64) {
-        self.shared
-            .lock()
+        self.fail_sends_after(0, count, retry_after);
+    }
+
+    /// After `ok` more sendMessage calls go through, the `count` following ones get 429
+    /// with `retry_after` seconds.
+    pub fn fail_sends_after(&self, ok: usize, count: usize, retry_after: u64) {
+        let mut inner = self.shared.lock();
+        inner.rate_limits.extend(std::iter::repeat_n(None, ok));
+        inner
             .rate_limits
-            .extend(std::iter::repeat_n(retry_after, count));
+            .extend(std::iter::repeat_n(Some(retry_after), count));
     }
 
     pub fn chat_actions(&self) -> Vec<ChatActionRecord> {
@@ -1005,7 +1013,7 @@ fn set_webhook(shared: &Shared, p: &Value) -> Response {
 fn send_message(shared: &Shared, p: &Value) -> Response {
     let mut inner = shared.lock();
     inner.send_attempts += 1;
-    if let Some(retry_after) = inner.rate_limits.pop_front() {
+    if let Some(Some(retry_after)) = inner.rate_limits.pop_front() {
         return too_many_requests(retry_after);
     }
     let Some(chat_id) = int(p, "chat_id") else {

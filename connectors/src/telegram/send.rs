@@ -91,9 +91,22 @@ impl TelegramConnector {
             } else {
                 None
             };
-            let id = self
+            let id = match self
                 .send_part(&mut target, part, reply_to, &mut waited)
-                .await?;
+                .await
+            {
+                Ok(id) => id,
+                Err(e) => {
+                    if !e.is_retryable() {
+                        // The outbox gives up on this reply: forget what was sent of it.
+                        self.progress
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(&reply.key);
+                    }
+                    return Err(e);
+                }
+            };
             sent.push(id);
             self.progress
                 .lock()

@@ -254,6 +254,32 @@ async fn a_429_storm_delivers_every_part_once_in_order() {
 }
 
 #[tokio::test]
+async fn a_long_429_hands_the_rest_to_the_outbox_which_resumes_after_the_sent_part() {
+    let fake = FakeTelegram::start().await;
+    let c = connector(&fake, &settings(false, None));
+    // The first part goes through, then Telegram asks for a minute's pause.
+    fake.fail_sends_after(1, 1, 60);
+    let reply = Outbound {
+        key: "resume".into(),
+        room: room("42"),
+        text: format!("{}\n{}", "x".repeat(4090), "y".repeat(100)),
+        reply_to: None,
+    };
+    let err = c.send(&reply).await.unwrap_err();
+    assert!(
+        matches!(err, ConnectorError::RateLimited { retry_after } if retry_after == Duration::from_secs(60)),
+        "{err}"
+    );
+    assert_eq!(fake.sent_messages().len(), 1);
+    // The outbox's retry sends only what is left.
+    let delivery = c.send(&reply).await.unwrap();
+    let sent = fake.sent_messages();
+    assert_eq!(sent.len(), 2);
+    assert!(sent[0].text.starts_with('x') && sent[1].text.starts_with('y'));
+    assert_eq!(delivery.message_ids.len(), 2);
+}
+
+#[tokio::test]
 async fn a_group_that_is_not_allowed_is_left_and_its_messages_dropped() {
     let fake = FakeTelegram::start().await;
     let sink = Arc::new(RecordingSink::default());
