@@ -41,6 +41,29 @@ pub fn default_provider_factory() -> ProviderFactory {
     })
 }
 
+/// One bot account serves one persona: two personas with the same platform token would
+/// both answer every message. Refuses to start, naming both files.
+fn claims_are_unique(loaded: &[Loaded], env: &crate::persona::Env) -> anyhow::Result<()> {
+    let mut claimed: HashMap<(Platform, String), &std::path::Path> = HashMap::new();
+    for l in loaded {
+        let p = &l.persona;
+        for platform in p.platforms() {
+            let Some(token) = p.platform_token(platform, env) else {
+                continue;
+            };
+            if let Some(first) = claimed.insert((platform, token), &p.source) {
+                anyhow::bail!(
+                    "{} and {} use the same {platform} token; one bot account can serve one \
+                     persona: give each its own token (settings.secrets or CHARACTER.<NAME>.<KEY>)",
+                    first.display(),
+                    p.source.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Everything that runs, built but not yet serving.
 pub struct App {
     config: Arc<Config>,
@@ -61,6 +84,8 @@ pub struct App {
     serving: std::sync::Mutex<Option<TaskTracker>>,
     /// Connector tasks built before serving started.
     pending: std::sync::Mutex<Vec<PendingTask>>,
+    /// Changes to the personas directory since it was loaded.
+    persona_events: Option<tokio::sync::mpsc::Receiver<PersonaEvent>>,
 }
 
 type PendingTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -124,8 +149,16 @@ impl App {
             root: CancellationToken::new(),
             serving: Default::default(),
             pending: Default::default(),
+            persona_events: None,
         };
         app.load_personas().await?;
+        // Watch from right after loading, so an edit made while the rest starts is seen.
+        let mut app = app;
+        app.persona_events = Some(persona::watch(
+            app.config.personas_dir.clone(),
+            app.config.env.clone(),
+            app.root.child_token(),
+        ));
         Ok(app)
     }
 
@@ -150,6 +183,7 @@ impl App {
                 "no persona loaded: put elizaOS character files (*.json) in TROUPE_PERSONAS"
             );
         }
+        claims_are_unique(&loaded, &self.config.env)?;
         for l in loaded {
             self.upsert_persona(l).await?;
         }
@@ -303,17 +337,18 @@ impl App {
             stop_connectors.cancelled().await;
             root.cancel();
         });
-        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
-        for task in pending {
-            tasks.spawn(task);
-        }
-
+        // What a previous run left unfinished goes on the bus first, before any connector
+        // runs and journals something new that the replay would then publish again.
         let replayed = self.ingress.replay(self.config.agent.max_attempts).await?;
         if replayed > 0 {
             tracing::info!(
                 count = replayed,
                 "driving again messages a previous run left unfinished"
             );
+        }
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in pending {
+            tasks.spawn(task);
         }
         tasks.spawn(self.outbox.clone().run(shutdown.child_token()));
 
@@ -346,13 +381,11 @@ impl App {
         });
 
         let ingress = self.ingress.clone();
-        let app = Arc::new(self);
-        let mut events = persona::watch(
-            app.config.personas_dir.clone(),
-            app.config.env.clone(),
-            shutdown.child_token(),
-        );
-        let watcher = app.clone();
+        let mut events = self
+            .persona_events
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the app is already running"))?;
+        let watcher = Arc::new(self);
         tasks.spawn(async move {
             while let Some(event) = events.recv().await {
                 match event {

@@ -1,21 +1,215 @@
-//! `troupe bench`: pushes messages through the whole in-process path (journal, bus, agent,
-//! prompt, store, outbox) with a zero-latency model, and reports the gateway's own cost.
+//! `troupe bench`: the gateway's own cost per message.
+//!
+//! It pushes messages through the whole in-process path that a platform message takes
+//! (journal, bus, agent: decide, rate limits, recall, prompt, record; outbox delivery) with
+//! a model that answers at once, on a fresh SQLite file (or `--database-url`). Each room
+//! has one conversation partner who waits for an answer before saying the next thing.
+//! Two phases: latency (one room, so nothing queues ahead of a message) and throughput
+//! (`--rooms` conversations at once). It also reports the process's resident memory, idle
+//! after start and at its peak.
 
 use clap::Args;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use troupe_connectors::{Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
+use crate::app::App;
 use crate::config::Config;
+use crate::ingress::Outcome;
+use crate::provider::{self, ModelProvider};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Messages to push.
+    /// Messages to push in all.
     #[arg(long, default_value_t = 20_000)]
     pub messages: usize,
-    /// Rooms to spread them over.
+    /// Rooms to spread them over (one conversation at a time per room).
     #[arg(long, default_value_t = 1_000)]
     pub rooms: usize,
+    /// Database to use; default: a fresh SQLite file in a temporary directory.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Messages per room sent first and not measured (warms caches and the connection pool).
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Messages of the single-room latency phase.
+    #[arg(long, default_value_t = 2_000)]
+    pub latency_messages: usize,
 }
 
-pub async fn run(_config: Config, _args: BenchArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not yet")
+const PERSONA: &str = r#"{
+  "name": "Bench",
+  "bio": ["Bench answers at once, for measuring the gateway."],
+  "lore": ["Bench was made to measure."],
+  "style": {"all": ["be brief"], "chat": ["answer directly"]},
+  "messageExamples": [[{"user": "{{user1}}", "content": {"text": "hi"}},
+                       {"user": "Bench", "content": {"text": "hello"}}]],
+  "topics": ["latency"],
+  "adjectives": ["fast"],
+  "clients": []
+}"#;
+
+pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let dir = tempfile::tempdir()?;
+    let personas = dir.path().join("personas");
+    std::fs::create_dir_all(&personas)?;
+    std::fs::write(personas.join("bench.json"), PERSONA)?;
+    config.personas_dir = personas;
+    config.database_url = args
+        .database_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
+    // The benchmark measures the path, not the limits: lift them.
+    config.limits.user_per_minute = 0;
+    config.limits.room_per_minute = 0;
+    config.limits.agent_per_minute = 0;
+    let rooms = args.rooms.max(1);
+    let per_room = args.messages.div_ceil(rooms);
+
+    let factory: crate::app::ProviderFactory = Arc::new(|_, _| {
+        Arc::new(provider::Instant {
+            text: "ok, noted.".into(),
+        }) as Arc<dyn ModelProvider>
+    });
+    let app = App::build_headless(config, factory).await?;
+    let agent = app
+        .agents
+        .find("bench")
+        .ok_or_else(|| anyhow::anyhow!("the bench persona did not load"))?;
+    let ingress = app.ingress.clone();
+    let backend = app.store.backend();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let idle_rss = rss_kib("VmRSS");
+
+    // Phase 1, latency: one conversation, one message at a time, so each figure is the
+    // gateway's own cost for one message with nothing queued ahead of it.
+    let single = args.latency_messages;
+    eprintln!("troupe bench ({backend:?}): latency over {single} sequential messages in one room");
+    let mut latencies = converse_many(&ingress, &agent.id, usize::MAX, single, args.warmup).await?;
+    latencies.sort();
+    let (p50, p90, p99) = (
+        pct(&latencies, 0.50),
+        pct(&latencies, 0.90),
+        pct(&latencies, 0.99),
+    );
+
+    // Phase 2, throughput: `rooms` conversations at once.
+    eprintln!(
+        "troupe bench ({backend:?}): throughput over {} messages in {rooms} concurrent rooms",
+        per_room * rooms
+    );
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for r in 0..rooms {
+        let ingress = ingress.clone();
+        let agent_id = agent.id.clone();
+        let warmup = args.warmup;
+        tasks.spawn(async move { converse_many(&ingress, &agent_id, r, per_room, warmup).await });
+    }
+    let mut loaded = Vec::with_capacity(per_room * rooms);
+    while let Some(result) = tasks.join_next().await {
+        loaded.extend(result??);
+    }
+    let elapsed = started.elapsed();
+    let total = rooms * (per_room + args.warmup);
+    loaded.sort();
+    let peak_rss = rss_kib("VmHWM");
+    shutdown.cancel();
+    running.await??;
+
+    println!("backend                 {backend:?}");
+    println!(
+        "latency, one room       p50 {:.3} ms   p90 {:.3} ms   p99 {:.3} ms   ({} messages)",
+        ms(p50),
+        ms(p90),
+        ms(p99),
+        latencies.len()
+    );
+    println!(
+        "throughput, {rooms} rooms  {:.0} messages/s   (p50 {:.1} ms, p99 {:.1} ms under that load; {} messages)",
+        total as f64 / elapsed.as_secs_f64(),
+        ms(pct(&loaded, 0.50)),
+        ms(pct(&loaded, 0.99)),
+        loaded.len()
+    );
+    println!(
+        "RSS idle / peak         {:.1} MiB / {:.1} MiB",
+        idle_rss as f64 / 1024.0,
+        peak_rss as f64 / 1024.0
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Talks `count` (+ `warmup`) messages into room `room`, each after the previous answer;
+/// returns the latency of each measured one.
+async fn converse_many(
+    ingress: &crate::ingress::Ingress,
+    agent_id: &str,
+    room: usize,
+    count: usize,
+    warmup: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut latencies = Vec::with_capacity(count);
+    for n in 0..(warmup + count) {
+        let t = Instant::now();
+        let answer = ingress
+            .converse(agent_id, message(room, n), Duration::from_secs(60))
+            .await?;
+        if !matches!(answer.outcome, Outcome::Replied { .. }) {
+            anyhow::bail!("unexpected outcome {:?}", answer.outcome);
+        }
+        if n >= warmup {
+            latencies.push(t.elapsed());
+        }
+    }
+    Ok(latencies)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn message(room: usize, n: usize) -> Inbound {
+    let room = if room == usize::MAX {
+        "solo".to_string()
+    } else {
+        room.to_string()
+    };
+    Inbound {
+        id: MessageId::new(format!("bench-{room}-{n}")),
+        room: RoomRef::new(Platform::Web, RoomId::new(format!("room-{room}"))),
+        author: UserRef {
+            id: UserId::new(format!("user-{room}")),
+            name: format!("User {room}"),
+            is_bot: false,
+        },
+        text: format!("message {n} in room {room}: how is the weather today?"),
+        attachments: vec![],
+        reply_to: None,
+        is_direct: true,
+        mentions_self: false,
+        sent_at_ms: crate::clock::now_ms(),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// A field of /proc/self/status in KiB (0 where there is no /proc).
+fn rss_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
 }

@@ -65,7 +65,12 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    crate::telemetry::init(&config.log_filter, config.log_json);
+    // A benchmark measures the path, not the per-message log lines: quiet unless asked.
+    let filter = match &cli.command {
+        Command::Bench(_) if !config.log_filter_set => "warn",
+        _ => config.log_filter.as_str(),
+    };
+    crate::telemetry::init(filter, config.log_json);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

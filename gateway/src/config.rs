@@ -34,6 +34,8 @@ pub struct Config {
     pub agent: AgentSettings,
     /// `TROUPE_LOG` (or `RUST_LOG`): the log filter, default `info`.
     pub log_filter: String,
+    /// Whether the filter came from the environment rather than the default.
+    pub log_filter_set: bool,
     /// `TROUPE_LOG_FORMAT=json` for JSON log lines.
     pub log_json: bool,
     /// The environment as it was at start, for persona secrets and provider keys.
@@ -230,6 +232,7 @@ impl Config {
                 .or_else(|| env.get("RUST_LOG"))
                 .cloned()
                 .unwrap_or_else(|| "info,sqlx=warn".into()),
+            log_filter_set: env.contains_key("TROUPE_LOG") || env.contains_key("RUST_LOG"),
             log_json: env
                 .get("TROUPE_LOG_FORMAT")
                 .is_some_and(|f| f.eq_ignore_ascii_case("json")),

@@ -10,7 +10,7 @@
 //! journal id before publishing; the agent completes it with the `Outcome`.
 
 use async_trait::async_trait;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -47,20 +47,42 @@ pub enum ConverseError {
     NoAnswerInTime,
 }
 
-/// Journal ids that someone is waiting on.
+/// Journal ids that someone is waiting on, and the ids on their way through the bus.
+///
+/// The in-flight set keeps a message from being handled twice at once in this process: a
+/// failed message posted again while the restart replay (or an earlier repost) is already
+/// driving it is waited for, not published a second time.
 #[derive(Clone, Default)]
 pub struct Waiters {
     inner: Arc<Mutex<HashMap<JournalId, Vec<oneshot::Sender<Outcome>>>>>,
+    in_flight: Arc<Mutex<HashSet<JournalId>>>,
 }
 
 impl Waiters {
+    /// Marks `id` as on its way; false if it already is.
+    pub fn begin(&self, id: JournalId) -> bool {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id)
+    }
+
+    fn end(&self, id: JournalId) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
     pub fn wait(&self, id: JournalId) -> oneshot::Receiver<Outcome> {
         let (tx, rx) = oneshot::channel();
         self.lock().entry(id).or_default().push(tx);
         rx
     }
 
+    /// Hands the outcome to everyone waiting on `id`; the message is no longer in flight.
     pub fn complete(&self, id: JournalId, outcome: &Outcome) {
+        self.end(id);
         let senders = self.lock().remove(&id);
         for tx in senders.into_iter().flatten() {
             let _ = tx.send(outcome.clone());

@@ -12,10 +12,38 @@
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
 
 pub mod app;
+pub mod fake_neynar;
 pub mod fake_openai;
 pub mod fake_telegram;
 
-pub use app::{Backend, TestApp, TestAppOptions, eventually, json_contains_text, persona_json};
+pub use app::{
+    Backend, TestApp, TestAppOptions, eventually, json_contains_text, persona_json, troupe_bin,
+};
 pub use fake_openai::{
     ChatMessage, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, Outcome, Script,
 };
+
+/// The elizaOS character fixtures: `TROUPE_FIXTURES_DIR`, or `shared/fixtures/characters`
+/// beside the repository. `None` (with a note) outside CI when they are absent; in CI their
+/// absence fails the test.
+pub fn fixtures_dir() -> Option<std::path::PathBuf> {
+    let candidates = [
+        std::env::var("TROUPE_FIXTURES_DIR")
+            .ok()
+            .map(std::path::PathBuf::from),
+        Some(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/fixtures/characters"),
+        ),
+    ];
+    if let Some(dir) = candidates.into_iter().flatten().find(|d| d.is_dir()) {
+        return Some(dir);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        panic!("the elizaOS fixtures are missing: set TROUPE_FIXTURES_DIR");
+    }
+    eprintln!(
+        "skipping: the elizaOS fixtures are not beside the repository (set TROUPE_FIXTURES_DIR)"
+    );
+    None
+}

@@ -23,7 +23,7 @@ use crate::limits::{RateLimiter, Verdict};
 use crate::outbox::Outbox;
 use crate::persona::{self, HistoryLine, Persona, PromptInput};
 use crate::provider::ModelProvider;
-use crate::storage::{HandledMessage, JournalId, NewMemory, Store};
+use crate::storage::{HandledMessage, JournalId, JournalState, NewMemory, Store};
 use decide::{Decision, decide};
 
 /// The short reply sent once per window to a room that is over its rate limit.
@@ -107,6 +107,16 @@ impl Agent {
     }
 
     async fn process(&self, journal_id: JournalId, inbound: &Inbound) -> anyhow::Result<Outcome> {
+        // A message handled since it was published (by another replica, or by a drive that
+        // raced this one) is not answered again: its recorded replies stand.
+        if let Some(entry) = self.store.journal_get(journal_id).await?
+            && entry.state == JournalState::Done
+        {
+            let replies = self.store.replies_for(journal_id).await?;
+            return Ok(Outcome::Replied {
+                texts: replies.into_iter().map(|o| o.text).collect(),
+            });
+        }
         let mind = self.mind();
         let persona = &mind.persona;
         let platform = inbound.platform();

@@ -36,8 +36,16 @@ fn find(state: &AppState, agent: &str) -> Result<Arc<Agent>, ApiError> {
 
 fn describe(agent: &Agent) -> Value {
     let mind = agent.mind();
+    // Changes whenever the character file's content does: a hot reload is visible here.
+    let revision = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        mind.persona.raw.to_string().hash(&mut h);
+        format!("{:016x}", h.finish())
+    };
     json!({
         "id": agent.id,
+        "revision": revision,
         "name": mind.persona.name,
         "model": mind.provider.describe(),
         "modelConfigured": mind.provider.unavailable().is_none(),

@@ -272,7 +272,14 @@ async fn connect_sqlite(url: &str) -> Result<SqlitePool> {
             .idle_timeout(None)
             .max_lifetime(None)
     } else {
-        SqlitePoolOptions::new().max_connections(8)
+        // One connection: SQLite has a single writer, and several pooled writers only meet
+        // in its busy handler, which sleeps. Queued on the pool instead, each statement
+        // runs as soon as the previous one is done; reads take microseconds.
+        SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
     };
     let pool = pool_options.connect_with(options).await?;
     sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
