@@ -45,6 +45,8 @@ pub fn build(
     match platform {
         #[cfg(feature = "farcaster")]
         Platform::Farcaster => crate::farcaster::build(lookup, settings),
+        #[cfg(feature = "telegram")]
+        Platform::Telegram => crate::telegram::build(lookup, settings),
         Platform::Web => Err(ConnectorError::Fatal(
             "the Web connector is built by the gateway".into(),
         )),
