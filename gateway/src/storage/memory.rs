@@ -115,7 +115,7 @@ impl Store {
 }
 
 /// A copy of `handled` for the writer task.
-fn owned(handled: HandledMessage<'_>, lease_ms: Option<i64>) -> Result<HandledReq> {
+pub(super) fn owned(handled: HandledMessage<'_>, lease_ms: Option<i64>) -> Result<HandledReq> {
     let HandledMessage {
         journal_id,
         agent_id,

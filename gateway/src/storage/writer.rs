@@ -18,7 +18,7 @@
 //!   request cannot fail the others.
 //!
 //! On SQLite, statements that must run together are sent as one multi-statement script
-//! (sqlx binds `$N` across the statements of one query), so `record_handled` costs two
+//! (sqlx binds positional `?` parameters in order across the statements of one query), so `record_handled` costs two
 //! round trips whatever the batch size: `BEGIN IMMEDIATE; UPDATE journal … RETURNING`, then
 //! the inserts and `COMMIT`. Postgres runs the same statements one by one in a transaction.
 
@@ -35,6 +35,8 @@ use troupe_connectors::Outbound;
 
 /// Requests per batch.
 const MAX_BATCH: usize = 256;
+/// Longer SQL (a batch of more than a few requests) is prepared for one use, not cached.
+const MAX_CACHED_SQL: usize = 2048;
 /// Requests waiting for the writer before callers wait to queue (backpressure).
 const QUEUE: usize = 1024;
 
@@ -143,7 +145,7 @@ async fn run(pool: Pool, mut requests: mpsc::Receiver<Request>) {
 }
 
 /// Writes the batch; if that fails as a whole, writes each request alone.
-async fn isolate<'a, R, T, F, Fut>(reqs: &'a [R], write: F) -> Vec<Result<T>>
+pub(super) async fn isolate<'a, R, T, F, Fut>(reqs: &'a [R], write: F) -> Vec<Result<T>>
 where
     F: Fn(&'a [R]) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<Result<T>>>>,
@@ -199,8 +201,16 @@ impl<'a> Script<'a> {
 
     fn arg(&mut self, arg: Arg<'a>) -> &mut Self {
         self.args.push(arg);
-        self.sql.push('$');
-        self.sql.push_str(&self.args.len().to_string());
+        match self.backend {
+            // Positional: SQLite looks a named `$N` up among the names seen so far (a linear
+            // scan per parameter, quadratic in a batch), and sqlx binds positional
+            // parameters in order across the statements of a script.
+            Backend::Sqlite => self.sql.push('?'),
+            Backend::Postgres => {
+                self.sql.push('$');
+                self.sql.push_str(&self.args.len().to_string());
+            }
+        }
         self
     }
 
@@ -237,7 +247,9 @@ macro_rules! run_script {
     ($conn:expr, $stmts:expr) => {{
         let mut rows = Vec::new();
         for (sql, args) in $stmts {
-            let mut query = sqlx::query(AssertSqlSafe(sql));
+            // Only statements of small batches repeat often enough to keep prepared.
+            let persistent = sql.len() <= MAX_CACHED_SQL;
+            let mut query = sqlx::query(AssertSqlSafe(sql)).persistent(persistent);
             for arg in args {
                 query = match arg {
                     Arg::Int(v) => query.bind(v),
@@ -262,7 +274,10 @@ fn backend(pool: &Pool) -> Backend {
 
 type JournalKey<'a> = (&'a str, &'a str, &'a str);
 
-async fn journal_batch(pool: &Pool, reqs: &[JournalReq]) -> Result<Vec<Result<JournalInsert>>> {
+pub(super) async fn journal_batch(
+    pool: &Pool,
+    reqs: &[JournalReq],
+) -> Result<Vec<Result<JournalInsert>>> {
     let backend = backend(pool);
     let mut insert = Script::new(backend);
     insert.push(
@@ -381,7 +396,7 @@ async fn with_rows<T: FromAnyRow>(
 
 /// Records a batch of handled messages in one transaction: on SQLite the scripts open and
 /// commit it themselves (two round trips), on Postgres sqlx's transaction does.
-async fn handled_batch(pool: &Pool, reqs: &[HandledReq]) -> Result<Vec<HandledResult>> {
+pub(super) async fn handled_batch(pool: &Pool, reqs: &[HandledReq]) -> Result<Vec<HandledResult>> {
     let backend = backend(pool);
     let now = reqs.iter().map(|r| r.now).max().unwrap_or(0);
     let mut ids: Vec<i64> = reqs.iter().map(|r| r.journal_id).collect();
