@@ -78,7 +78,7 @@ type HandledResult = Result<Option<RecordedReply>>;
 
 enum Request {
     Journal(JournalReq, oneshot::Sender<Result<JournalInsert>>),
-    Handled(HandledReq, oneshot::Sender<HandledResult>),
+    Handled(Box<HandledReq>, oneshot::Sender<HandledResult>),
 }
 
 /// The queue to the writer task; the task ends when the last `Store` clone is dropped.
@@ -102,7 +102,7 @@ impl Writer {
 
     pub async fn record_handled(&self, req: HandledReq) -> HandledResult {
         let (tx, rx) = oneshot::channel();
-        self.send(Request::Handled(req, tx)).await?;
+        self.send(Request::Handled(Box::new(req), tx)).await?;
         rx.await.map_err(|_| gone())?
     }
 
@@ -124,7 +124,7 @@ async fn run(pool: Pool, mut requests: mpsc::Receiver<Request>) {
         for request in batch.drain(..) {
             match request {
                 Request::Journal(req, tx) => journal.push((req, tx)),
-                Request::Handled(req, tx) => handled.push((req, tx)),
+                Request::Handled(req, tx) => handled.push((*req, tx)),
             }
         }
         if !journal.is_empty() {
