@@ -18,7 +18,7 @@ use troupe_connectors::{Connector, ConnectorError, Platform};
 use crate::storage::{OutboxEntry, OutboxId, Store};
 
 /// How long a claim lasts before another deliverer may take the entry.
-const LEASE_MS: i64 = 60_000;
+pub const LEASE_MS: i64 = 60_000;
 /// Attempts before a reply is given up and logged.
 const MAX_ATTEMPTS: i32 = 12;
 
@@ -106,6 +106,12 @@ impl Outbox {
             Some(entry) => self.attempt(entry).await,
             None => Ok(Delivered::NotClaimed),
         }
+    }
+
+    /// Delivers an entry the caller already holds the claim of (recorded with
+    /// `Store::record_handled_claimed`).
+    pub async fn deliver_claimed(&self, entry: OutboxEntry) -> anyhow::Result<Delivered> {
+        self.attempt(entry).await
     }
 
     async fn attempt(&self, entry: OutboxEntry) -> anyhow::Result<Delivered> {

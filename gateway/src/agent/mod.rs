@@ -23,7 +23,7 @@ use crate::limits::{RateLimiter, Verdict};
 use crate::outbox::Outbox;
 use crate::persona::{self, HistoryLine, Persona, PromptInput};
 use crate::provider::ModelProvider;
-use crate::storage::{HandledMessage, JournalId, JournalState, NewMemory, Store};
+use crate::storage::{HandledMessage, JournalId, JournalState, NewMemory, RecordedReply, Store};
 use decide::{Decision, decide};
 
 /// The short reply sent once per window to a room that is over its rate limit.
@@ -232,9 +232,11 @@ impl Agent {
         inbound: &Inbound,
         text: String,
     ) -> anyhow::Result<()> {
-        if let Some(outbox_id) = self.record(journal_id, inbound, Some(text)).await? {
-            self.outbox.deliver(outbox_id).await?;
-        }
+        match self.record(journal_id, inbound, Some(text)).await? {
+            Some(RecordedReply::Claimed(entry)) => self.outbox.deliver_claimed(entry).await?,
+            Some(RecordedReply::Queued(outbox_id)) => self.outbox.deliver(outbox_id).await?,
+            None => return Ok(()),
+        };
         Ok(())
     }
 
@@ -245,7 +247,7 @@ impl Agent {
         journal_id: JournalId,
         inbound: &Inbound,
         reply: Option<String>,
-    ) -> anyhow::Result<Option<crate::storage::OutboxId>> {
+    ) -> anyhow::Result<Option<RecordedReply>> {
         let agent_name = self.mind().persona.name.clone();
         let room = inbound.room.key();
         let outbound = reply.map(|text| Outbound {
@@ -279,7 +281,10 @@ impl Agent {
                 )
             }),
         };
-        Ok(self.store.record_handled(handled).await?)
+        Ok(self
+            .store
+            .record_handled_claimed(handled, crate::outbox::LEASE_MS)
+            .await?)
     }
 
     /// Keeps the platform's typing indicator on until the returned guard is cancelled.
