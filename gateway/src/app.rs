@@ -301,14 +301,18 @@ impl App {
         self.lock_running().insert(persona.id.clone(), token);
     }
 
-    /// Where a connector keeps its position. In memory for now: the journal already
-    /// guarantees nothing is answered twice; persistence only saves re-reading.
+    /// Where a connector keeps its position: the `connector_state` table. The journal
+    /// already guarantees nothing is answered twice; this saves re-reading after a restart.
     fn connector_state(
         &self,
-        _agent_id: &str,
-        _platform: Platform,
+        agent_id: &str,
+        platform: Platform,
     ) -> Arc<dyn troupe_connectors::ConnectorState> {
-        Arc::new(troupe_connectors::MemoryState::default())
+        Arc::new(StoredState {
+            store: self.store.clone(),
+            agent_id: agent_id.to_string(),
+            platform,
+        })
     }
 
     fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
@@ -414,5 +418,29 @@ impl App {
             task.await??;
         }
         Ok(())
+    }
+}
+
+/// A connector's state in the database, scoped to its agent and platform.
+struct StoredState {
+    store: Store,
+    agent_id: String,
+    platform: Platform,
+}
+
+#[async_trait::async_trait]
+impl troupe_connectors::ConnectorState for StoredState {
+    async fn get(&self, key: &str) -> Result<Option<String>, troupe_connectors::SinkError> {
+        self.store
+            .connector_state_get(&self.agent_id, self.platform, key)
+            .await
+            .map_err(|e| troupe_connectors::SinkError(e.to_string()))
+    }
+
+    async fn put(&self, key: &str, value: &str) -> Result<(), troupe_connectors::SinkError> {
+        self.store
+            .connector_state_put(&self.agent_id, self.platform, key, value)
+            .await
+            .map_err(|e| troupe_connectors::SinkError(e.to_string()))
     }
 }

@@ -26,6 +26,7 @@
 mod journal;
 mod memory;
 mod outbox;
+mod state;
 #[cfg(test)]
 mod tests;
 mod writer;

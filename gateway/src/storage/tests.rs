@@ -142,6 +142,7 @@ on_both_backends!(
     concurrent_journal_inserts_with_duplicates,
     batch_of_record_handled_for_one_entry,
     batch_with_a_bad_request,
+    connector_state_is_scoped_and_overwritten,
 );
 
 // ---- fixtures ----
@@ -1195,4 +1196,53 @@ async fn batch_with_a_bad_request(ctx: Ctx) {
         let entry = store.journal_get(bad_id).await.unwrap().unwrap();
         assert_eq!(entry.state, JournalState::Pending, "rolled back");
     }
+}
+
+async fn connector_state_is_scoped_and_overwritten(ctx: Ctx) {
+    let store = ctx.store;
+    assert_eq!(
+        store
+            .connector_state_get("a", Platform::Telegram, "offset")
+            .await
+            .unwrap(),
+        None
+    );
+    store
+        .connector_state_put("a", Platform::Telegram, "offset", "10")
+        .await
+        .unwrap();
+    store
+        .connector_state_put("a", Platform::Telegram, "offset", "11")
+        .await
+        .unwrap();
+    store
+        .connector_state_put("b", Platform::Telegram, "offset", "99")
+        .await
+        .unwrap();
+    store
+        .connector_state_put("a", Platform::Discord, "offset", "7")
+        .await
+        .unwrap();
+    let get = |agent: &'static str, platform| {
+        let store = store.clone();
+        async move {
+            store
+                .connector_state_get(agent, platform, "offset")
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(get("a", Platform::Telegram).await.as_deref(), Some("11"));
+    assert_eq!(get("b", Platform::Telegram).await.as_deref(), Some("99"));
+    assert_eq!(get("a", Platform::Discord).await.as_deref(), Some("7"));
+    // It survives a reconnect.
+    let again = Store::connect(&ctx.url).await.unwrap();
+    assert_eq!(
+        again
+            .connector_state_get("a", Platform::Telegram, "offset")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("11")
+    );
 }
