@@ -142,12 +142,14 @@ impl Ingress {
         journal_id: JournalId,
         agent_id: &str,
         inbound: Inbound,
+        redelivery: bool,
     ) -> Result<(), SinkError> {
         self.bus
             .publish(Envelope {
                 journal_id,
                 agent_id: agent_id.to_string(),
                 inbound,
+                redelivery,
             })
             .await
             .map_err(|e| SinkError(e.to_string()))
@@ -171,7 +173,7 @@ impl Ingress {
         let (id, duplicate, waiter) = match journaled {
             JournalInsert::Inserted(id) => {
                 let rx = self.waiters.wait(id);
-                self.publish(id, agent_id, inbound).await?;
+                self.publish(id, agent_id, inbound, false).await?;
                 (id, false, rx)
             }
             JournalInsert::Duplicate(id, JournalState::Done) => {
@@ -180,7 +182,7 @@ impl Ingress {
             JournalInsert::Duplicate(id, state) => {
                 let rx = self.waiters.wait(id);
                 if state == JournalState::Failed {
-                    self.publish(id, agent_id, inbound).await?;
+                    self.publish(id, agent_id, inbound, true).await?;
                 } else if self
                     .store
                     .journal_get(id)
@@ -227,7 +229,7 @@ impl Ingress {
             if entry.state == JournalState::Failed && entry.attempts >= max_attempts as i32 {
                 continue;
             }
-            self.publish(entry.id, &entry.agent_id, entry.inbound)
+            self.publish(entry.id, &entry.agent_id, entry.inbound, true)
                 .await?;
             published += 1;
         }
@@ -262,7 +264,9 @@ impl InboundSink for AgentSink {
         );
         match journaled? {
             JournalInsert::Inserted(id) => {
-                self.ingress.publish(id, &self.agent_id, message).await?;
+                self.ingress
+                    .publish(id, &self.agent_id, message, false)
+                    .await?;
                 Ok(Accepted::New)
             }
             JournalInsert::Duplicate(..) => Ok(Accepted::Duplicate),

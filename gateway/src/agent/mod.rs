@@ -79,6 +79,7 @@ impl Agent {
         let Envelope {
             journal_id,
             inbound,
+            redelivery,
             ..
         } = envelope;
         let span = tracing::info_span!("message",
@@ -90,7 +91,7 @@ impl Agent {
         );
         let platform = inbound.platform();
         let outcome = async {
-            match self.process(journal_id, &inbound).await {
+            match self.process(journal_id, &inbound, redelivery).await {
                 Ok(outcome) => outcome,
                 Err(e) => {
                     crate::metrics::error("storage");
@@ -117,10 +118,16 @@ impl Agent {
         self.waiters.complete(journal_id, &outcome);
     }
 
-    async fn process(&self, journal_id: JournalId, inbound: &Inbound) -> anyhow::Result<Outcome> {
+    async fn process(
+        &self,
+        journal_id: JournalId,
+        inbound: &Inbound,
+        redelivery: bool,
+    ) -> anyhow::Result<Outcome> {
         // A message handled since it was published (by another replica, or by a drive that
         // raced this one) is not answered again: its recorded replies stand.
-        if let Some(entry) = self.store.journal_get(journal_id).await?
+        if redelivery
+            && let Some(entry) = self.store.journal_get(journal_id).await?
             && entry.state == JournalState::Done
         {
             let replies = self.store.replies_for(journal_id).await?;
