@@ -47,3 +47,24 @@ pub fn fixtures_dir() -> Option<std::path::PathBuf> {
     );
     None
 }
+
+/// Runs each named `async fn(Backend)` as `<name>::sqlite` and `<name>::postgres`; the
+/// Postgres one skips outside CI without `TROUPE_TEST_DATABASE_URL`, and fails in CI.
+#[macro_export]
+macro_rules! on_each_backend {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name($crate::Backend::Sqlite).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                let test = concat!(stringify!($name), "::postgres");
+                if let Some(backend) = $crate::Backend::Postgres.or_skip(test) {
+                    super::$name(backend).await;
+                }
+            }
+        }
+    )*};
+}
