@@ -117,6 +117,16 @@ pub struct WebhookResponse {
     pub body: String,
 }
 
+/// One message of a thread's context, as `Connector::thread_context` gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextLine {
+    /// The author's name on the platform, as a prompt shows it.
+    pub author_name: String,
+    pub text: String,
+    /// The persona's own platform account wrote it.
+    pub from_self: bool,
+}
+
 /// One platform account. Implementations live in this crate, one module per platform; the
 /// gateway's `Web` connector lives in the gateway because it answers HTTP callers.
 #[async_trait]
@@ -147,6 +157,14 @@ pub trait Connector: Send + Sync {
             status: 404,
             body: r#"{"error":"not_found","detail":"this connector takes no webhooks"}"#.into(),
         }
+    }
+
+    /// The messages above `message` in its thread, oldest first, that the platform knows
+    /// and troupe may not (e.g. the casts of a Farcaster thread before the persona was
+    /// mentioned in it). The gateway puts them in the prompt before the room's memory.
+    /// Best effort: an error gives an empty list, and so does a platform without threads.
+    async fn thread_context(&self, _message: &Inbound) -> Vec<ContextLine> {
+        Vec::new()
     }
 
     /// Whether the platform answers with these credentials.

@@ -24,8 +24,8 @@ pub mod split;
 pub mod telegram;
 
 pub use connector::{
-    Accepted, Connector, ConnectorError, ConnectorState, Delivery, InboundSink, MemoryState,
-    SinkError, WebhookRequest, WebhookResponse,
+    Accepted, Connector, ConnectorError, ConnectorState, ContextLine, Delivery, InboundSink,
+    MemoryState, SinkError, WebhookRequest, WebhookResponse,
 };
 pub use model::{
     Attachment, Inbound, MessageId, Outbound, Platform, ReplyTo, RoomId, RoomKey, RoomRef, UserId,

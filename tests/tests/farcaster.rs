@@ -51,6 +51,11 @@ async fn dry_run_posts_nothing_but_handles_the_message() {
     dry_run_posts_nothing(Backend::Sqlite).await;
 }
 
+#[tokio::test]
+async fn the_thread_above_a_mention_reaches_the_model() {
+    thread_context_reaches_the_model(Backend::Sqlite).await;
+}
+
 /// Fern on Farcaster, polling `neynar` every second, plus `extra` secrets.
 fn fern(neynar: &FakeNeynar, extra: &[(&str, &str)]) -> Value {
     let mut character = persona_json(AGENT, BIO);
@@ -489,4 +494,53 @@ async fn dry_run_posts_nothing(backend: Backend) {
         neynar.requests()
     );
     assert!(app.logs().contains("FARCASTER_DRY_RUN"), "{}", app.logs());
+}
+
+/// Bob casts; Alice replies to him mentioning Fern. Troupe never saw Bob's cast, but the
+/// prompt shows it, from Neynar's conversation endpoint, before Alice's question.
+async fn thread_context_reaches_the_model(backend: Backend) {
+    let neynar = FakeNeynar::start().await;
+    let openai = FakeOpenAi::start().await;
+    openai.push_reply("They do: it keeps them from drifting apart.");
+    let app = spawn(backend, &neynar, &openai, &[]).await;
+
+    let root = neynar.push_cast(NewCast::new(
+        9,
+        "bob",
+        "Sea otters hold hands while they sleep.",
+    ));
+    let bot = neynar.bot_fid();
+    let mention = neynar.push_cast(
+        NewCast::new(7, "alice", "@fern is that true?")
+            .replying_to(&root)
+            .mentioning(bot),
+    );
+    let published = casts(&app, &neynar, 1).await;
+    assert_eq!(published[0].parent.as_deref(), Some(mention.as_str()));
+
+    let prompt = openai.last_prompt_text();
+    let earlier = prompt
+        .find("Sea otters hold hands while they sleep.")
+        .unwrap_or_else(|| panic!("the earlier cast is not in the prompt:\n{prompt}"));
+    let question = prompt
+        .rfind("is that true?")
+        .unwrap_or_else(|| panic!("the mention is not in the prompt:\n{prompt}"));
+    assert!(earlier < question, "the thread comes first:\n{prompt}");
+    assert!(prompt.contains("bob"), "{prompt}");
+    let conversations: Vec<_> = neynar
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/cast/conversation"))
+        .collect();
+    assert_eq!(conversations.len(), 1, "{conversations:#?}");
+    let query = conversations[0].query.clone().unwrap_or_default();
+    for part in [
+        format!("identifier={mention}"),
+        "type=hash".to_string(),
+        "reply_depth=0".to_string(),
+        "include_chronological_parent_casts=true".to_string(),
+    ] {
+        assert!(query.contains(&part), "{part} not in {query}");
+    }
+    assert!(conversations[0].authorized);
 }

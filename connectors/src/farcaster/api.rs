@@ -13,7 +13,8 @@ use serde::de::DeserializeOwned;
 
 use super::config::{Fid, Secret, Settings};
 use super::wire::{
-    BulkUsers, Cast, CastResponse, ErrorBody, NotificationsPage, PublishCast, PublishResponse,
+    BulkUsers, Cast, CastResponse, ConversationResponse, ErrorBody, NotificationsPage, PublishCast,
+    PublishResponse,
 };
 use crate::connector::ConnectorError;
 
@@ -33,14 +34,16 @@ pub(crate) enum Endpoint {
     CastLookup,
     Publish,
     UserLookup,
+    Conversation,
 }
 
 impl Endpoint {
-    const ALL: [Endpoint; 4] = [
+    const ALL: [Endpoint; 5] = [
         Endpoint::Notifications,
         Endpoint::CastLookup,
         Endpoint::Publish,
         Endpoint::UserLookup,
+        Endpoint::Conversation,
     ];
 
     fn path(self) -> &'static str {
@@ -48,6 +51,7 @@ impl Endpoint {
             Endpoint::Notifications => "v2/farcaster/notifications",
             Endpoint::CastLookup | Endpoint::Publish => "v2/farcaster/cast",
             Endpoint::UserLookup => "v2/farcaster/user/bulk",
+            Endpoint::Conversation => "v2/farcaster/cast/conversation",
         }
     }
 
@@ -57,6 +61,7 @@ impl Endpoint {
             Endpoint::CastLookup => "looking up a cast",
             Endpoint::Publish => "publishing a cast",
             Endpoint::UserLookup => "looking up the bot's user",
+            Endpoint::Conversation => "fetching a cast's conversation",
         }
     }
 
@@ -66,6 +71,7 @@ impl Endpoint {
             Endpoint::CastLookup => 1,
             Endpoint::Publish => 2,
             Endpoint::UserLookup => 3,
+            Endpoint::Conversation => 4,
         }
     }
 }
@@ -137,6 +143,21 @@ impl Neynar {
             .call(Endpoint::CastLookup, Method::GET, url, None)
             .await?;
         Ok(found.cast)
+    }
+
+    /// The casts above `hash` in its thread, oldest first (Neynar's chronological parent
+    /// casts), without the replies below it.
+    pub(crate) async fn parent_casts(&self, hash: &str) -> Result<Vec<Cast>, ConnectorError> {
+        let mut url = self.url(Endpoint::Conversation)?;
+        url.query_pairs_mut()
+            .append_pair("identifier", hash)
+            .append_pair("type", "hash")
+            .append_pair("reply_depth", "0")
+            .append_pair("include_chronological_parent_casts", "true");
+        let found: ConversationResponse = self
+            .call(Endpoint::Conversation, Method::GET, url, None)
+            .await?;
+        Ok(found.conversation.chronological_parent_casts)
     }
 
     /// Publishes one cast and returns its hash.

@@ -7,11 +7,17 @@
 //! (`webhook`) and posting replies as chained casts (`publish`). It knows nothing of the
 //! gateway beyond the `Connector` trait.
 //!
+//! The room is the cast thread (its root hash). Troupe remembers only the casts it
+//! received, so before answering a reply the gateway asks `thread_context` for the casts
+//! above it (`context`, from Neynar's conversation endpoint), and the prompt shows them
+//! before the room's memory.
+//!
 //! Casts arrive either by polling the account's mention and reply notifications
 //! (the default) or by Neynar webhooks (`cast.created`), when a webhook secret is set.
 
 mod api;
 mod config;
+mod context;
 mod normalize;
 mod poll;
 mod publish;
@@ -26,10 +32,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::connector::{
-    Accepted, Connector, ConnectorError, ConnectorState, Delivery, InboundSink, WebhookRequest,
-    WebhookResponse,
+    Accepted, Connector, ConnectorError, ConnectorState, ContextLine, Delivery, InboundSink,
+    WebhookRequest, WebhookResponse,
 };
-use crate::model::{Outbound, Platform};
+use crate::model::{Inbound, Outbound, Platform};
 use crate::registry::{Built, ConnectorSettings, Lookup};
 
 use api::Neynar;
@@ -256,6 +262,21 @@ impl Connector for FarcasterConnector {
                     503,
                     serde_json::json!({"error": "unavailable", "detail": "could not store the cast; retry"}),
                 )
+            }
+        }
+    }
+
+    async fn thread_context(&self, message: &Inbound) -> Vec<ContextLine> {
+        // A root cast has nothing above it: no call.
+        if message.platform() != Platform::Farcaster || message.reply_to.is_none() {
+            return Vec::new();
+        }
+        match self.api.parent_casts(message.id.as_str()).await {
+            Ok(parents) => context::lines(parents, self.settings.fid),
+            Err(e) => {
+                tracing::warn!(cast = %message.id, error = %e,
+                    "could not fetch the cast's thread; answering without it");
+                Vec::new()
             }
         }
     }

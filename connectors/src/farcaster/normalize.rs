@@ -7,7 +7,7 @@
 use chrono::DateTime;
 
 use super::config::Fid;
-use super::wire::Cast;
+use super::wire::{Cast, User};
 use crate::model::{
     Attachment, Inbound, MessageId, Platform, ReplyTo, RoomId, RoomRef, UserId, UserRef,
 };
@@ -52,6 +52,16 @@ pub(crate) fn addresses(cast: &Cast, bot: Fid) -> bool {
     mentions(cast, bot) || replies_to(cast, bot)
 }
 
+/// The name troupe knows a Farcaster user by: the username, else the display name, else
+/// `fid:N`.
+pub(crate) fn author_name(user: &User) -> String {
+    user.username
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| user.display_name.clone().filter(|n| !n.is_empty()))
+        .unwrap_or_else(|| format!("fid:{}", user.fid))
+}
+
 /// The room of a cast: its thread's root hash (a root cast is its own thread).
 pub(crate) fn thread_of(cast: &Cast) -> &str {
     cast.thread_hash
@@ -77,13 +87,7 @@ pub(crate) fn to_inbound(cast: &Cast, bot: Fid, hint: Hint) -> Result<Option<Inb
         .channel
         .as_ref()
         .and_then(|c| c.name.clone().or_else(|| c.id.clone()));
-    let name = cast
-        .author
-        .username
-        .clone()
-        .filter(|n| !n.is_empty())
-        .or_else(|| cast.author.display_name.clone().filter(|n| !n.is_empty()))
-        .unwrap_or_else(|| format!("fid:{}", cast.author.fid));
+    let name = author_name(&cast.author);
     let reply_to = cast
         .parent_hash
         .as_deref()

@@ -79,6 +79,30 @@ pub(crate) struct CastResponse {
     pub cast: Cast,
 }
 
+/// `GET /v2/farcaster/cast/conversation` answers `{ "conversation": { "cast": …,
+/// "chronological_parent_casts": [...] }, "next": … }`. Only the parents are read; an
+/// unreadable parent is skipped rather than failing the whole answer.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ConversationResponse {
+    pub conversation: Conversation,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct Conversation {
+    #[serde(default, deserialize_with = "lenient_casts")]
+    pub chronological_parent_casts: Vec<Cast>,
+}
+
+/// A list of casts, dropping the items that are not casts; `null` is an empty list.
+fn lenient_casts<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Cast>, D::Error> {
+    let items: Option<Vec<Value>> = Option::deserialize(d)?;
+    Ok(items
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect())
+}
+
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct NextCursor {
     #[serde(default)]

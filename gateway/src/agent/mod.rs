@@ -12,9 +12,9 @@ pub mod decide;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::Instrument;
-use troupe_connectors::{Inbound, Outbound, Platform};
+use troupe_connectors::{ContextLine, Inbound, Outbound, Platform};
 
 use crate::bus::{Envelope, Handler};
 use crate::config::AgentSettings;
@@ -25,6 +25,9 @@ use crate::persona::{self, HistoryLine, Persona, PromptInput};
 use crate::provider::ModelProvider;
 use crate::storage::{HandledMessage, JournalId, JournalState, NewMemory, RecordedReply, Store};
 use decide::{Decision, decide};
+
+/// How long the prompt waits for the platform's thread context.
+const THREAD_CONTEXT_WAIT: Duration = Duration::from_secs(5);
 
 /// The short reply sent once per window to a room that is over its rate limit.
 const SLOW_DOWN: &str = "I'm getting a lot of messages right now. Give me a minute and ask again.";
@@ -175,14 +178,23 @@ impl Agent {
             .store
             .recent_messages(&self.id, &room_key, i64::from(self.settings.history_limit))
             .await?;
-        let mut history: Vec<HistoryLine<'_>> = recent
+        // The thread above this message, as the platform knows it: what troupe already
+        // remembers is not repeated.
+        let context = self.thread_context(inbound).await;
+        let mut history: Vec<HistoryLine<'_>> = context
             .iter()
-            .map(|m| HistoryLine {
-                author_name: &m.author_name,
-                text: &m.text,
-                from_agent: m.from_agent,
+            .filter(|c| c.text != inbound.text && !recent.iter().any(|m| m.text == c.text))
+            .map(|c| HistoryLine {
+                author_name: &c.author_name,
+                text: &c.text,
+                from_agent: c.from_self,
             })
             .collect();
+        history.extend(recent.iter().map(|m| HistoryLine {
+            author_name: &m.author_name,
+            text: &m.text,
+            from_agent: m.from_agent,
+        }));
         history.push(HistoryLine {
             author_name: &inbound.author.name,
             text: &inbound.text,
@@ -230,6 +242,24 @@ impl Agent {
         let text = completion.text;
         self.reply(journal_id, inbound, text.clone()).await?;
         Ok(Outcome::Replied { texts: vec![text] })
+    }
+
+    /// The messages above `inbound` in its thread that its platform knows, oldest first;
+    /// nothing when no connector is registered, on error, or after `THREAD_CONTEXT_WAIT`.
+    async fn thread_context(&self, inbound: &Inbound) -> Vec<ContextLine> {
+        let Some(connector) = self.outbox.connectors().get(&self.id, inbound.platform()) else {
+            return Vec::new();
+        };
+        match tokio::time::timeout(THREAD_CONTEXT_WAIT, connector.thread_context(inbound)).await {
+            Ok(lines) => lines,
+            Err(_) => {
+                tracing::warn!(
+                    wait_secs = THREAD_CONTEXT_WAIT.as_secs(),
+                    "the thread's context took too long; answering without it"
+                );
+                Vec::new()
+            }
+        }
     }
 
     /// Records the exchange and the reply, then delivers it.
