@@ -43,6 +43,8 @@ pub fn build(
 ) -> Result<Built, ConnectorError> {
     let _ = (lookup, settings);
     match platform {
+        #[cfg(feature = "discord")]
+        Platform::Discord => crate::discord::build(lookup, settings),
         #[cfg(feature = "farcaster")]
         Platform::Farcaster => crate::farcaster::build(lookup, settings),
         Platform::Web => Err(ConnectorError::Fatal(
