@@ -5,11 +5,14 @@
 //! Layout:
 //! - [`fake_openai`]: the OpenAI-compatible API (chat completions, streaming, embeddings,
 //!   models) with scripted replies and a record of every request.
+//! - [`fake_discord`]: Discord's REST routes and gateway WebSocket (identify, resume and
+//!   replay, drops), recording what the bot sent, with scripted 429s.
 //! - [`app`]: [`TestApp`], the `troupe run` child process on a fresh data dir and a fresh
 //!   SQLite file or Postgres database, with port discovery, restart and log capture.
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
 
 pub mod app;
+pub mod fake_discord;
 pub mod fake_neynar;
 pub mod fake_openai;
 
