@@ -856,11 +856,10 @@ async fn serve_gateway(shared: Arc<Shared>, mut socket: WebSocket) {
                     return;
                 };
                 match payload["op"].as_u64() {
-                    Some(1) => {
-                        if !send_text(&mut socket, json!({"op": 11}).to_string()).await {
-                            return;
-                        }
+                    Some(1) if !send_text(&mut socket, json!({"op": 11}).to_string()).await => {
+                        return;
                     }
+                    Some(1) => {}
                     Some(2) => {
                         let token = payload["d"]["token"].as_str().unwrap_or_default();
                         if token.strip_prefix("Bot ").unwrap_or(token) != TOKEN {

@@ -181,7 +181,7 @@ impl Rest {
                 let id = v
                     .get("id")
                     .and_then(Value::as_str)
-                    .and_then(|s| wire::Snowflake::parse(s))?;
+                    .and_then(wire::Snowflake::parse)?;
                 Some((id.0, v))
             })
             .collect();

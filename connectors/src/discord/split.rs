@@ -122,7 +122,7 @@ pub(crate) fn split_message(text: &str, limit: usize) -> Vec<String> {
     if text.is_empty() {
         return Vec::new();
     }
-    if chars(text) <= limit && text.matches(FENCE).count() % 2 == 0 {
+    if chars(text) <= limit && text.matches(FENCE).count().is_multiple_of(2) {
         return vec![text.to_string()];
     }
     let mut chunks = Vec::new();
@@ -175,8 +175,7 @@ mod tests {
             .lines()
             .filter(|l| l.trim_start().starts_with(FENCE))
             .count()
-            % 2
-            == 0
+            .is_multiple_of(2)
     }
 
     #[test]
