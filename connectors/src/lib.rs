@@ -11,6 +11,7 @@
 //!   (serenity) and the REST API, with catch-up after downtime and code-fence-aware splitting.
 //! - `farcaster` (feature `farcaster`, on by default): Farcaster over Neynar's v2 API,
 //!   polling notifications or taking signed webhooks, posting replies as chained casts.
+//! - [`telegram`] (feature `telegram`, on by default): the Telegram Bot API connector.
 //!
 //! A connector depends on nothing in the gateway: it receives an `InboundSink` and a
 //! shutdown token, and it never learns who consumes its messages.
@@ -23,6 +24,8 @@ pub mod farcaster;
 pub mod model;
 pub mod registry;
 pub mod split;
+#[cfg(feature = "telegram")]
+pub mod telegram;
 
 pub use connector::{
     Accepted, Connector, ConnectorError, ConnectorState, Delivery, InboundSink, MemoryState,

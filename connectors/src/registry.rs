@@ -47,9 +47,13 @@ pub fn build(
         Platform::Discord => crate::discord::build(lookup, settings),
         #[cfg(feature = "farcaster")]
         Platform::Farcaster => crate::farcaster::build(lookup, settings),
+        #[cfg(feature = "telegram")]
+        Platform::Telegram => crate::telegram::build(lookup, settings),
         Platform::Web => Err(ConnectorError::Fatal(
             "the Web connector is built by the gateway".into(),
         )),
+        // Reached only when a platform's feature is off.
+        #[allow(unreachable_patterns)]
         other => Ok(Built::NotConfigured(format!(
             "the {other} connector is not available in this build yet"
         ))),

@@ -41,6 +41,29 @@ pub fn default_provider_factory() -> ProviderFactory {
     })
 }
 
+/// One bot account serves one persona: two personas with the same platform token would
+/// both answer every message. Refuses to start, naming both files.
+fn claims_are_unique(loaded: &[Loaded], env: &crate::persona::Env) -> anyhow::Result<()> {
+    let mut claimed: HashMap<(Platform, String), &std::path::Path> = HashMap::new();
+    for l in loaded {
+        let p = &l.persona;
+        for platform in p.platforms() {
+            let Some(token) = p.platform_token(platform, env) else {
+                continue;
+            };
+            if let Some(first) = claimed.insert((platform, token), &p.source) {
+                anyhow::bail!(
+                    "{} and {} use the same {platform} token; one bot account can serve one \
+                     persona: give each its own token (settings.secrets or CHARACTER.<NAME>.<KEY>)",
+                    first.display(),
+                    p.source.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Everything that runs, built but not yet serving.
 pub struct App {
     config: Arc<Config>,
@@ -70,6 +93,7 @@ type PendingTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send
 impl App {
     /// Builds the app and binds the HTTP listener.
     pub async fn build(config: Config) -> anyhow::Result<App> {
+        crate::metrics::install();
         let mut app = Self::build_headless(config, default_provider_factory()).await?;
         let listener = TcpListener::bind(app.config.http_addr)
             .await
@@ -160,6 +184,7 @@ impl App {
                 "no persona loaded: put elizaOS character files (*.json) in TROUPE_PERSONAS"
             );
         }
+        claims_are_unique(&loaded, &self.config.env)?;
         for l in loaded {
             self.upsert_persona(l).await?;
         }
@@ -276,14 +301,18 @@ impl App {
         self.lock_running().insert(persona.id.clone(), token);
     }
 
-    /// Where a connector keeps its position. In memory for now: the journal already
-    /// guarantees nothing is answered twice; persistence only saves re-reading.
+    /// Where a connector keeps its position: the `connector_state` table. The journal
+    /// already guarantees nothing is answered twice; this saves re-reading after a restart.
     fn connector_state(
         &self,
-        _agent_id: &str,
-        _platform: Platform,
+        agent_id: &str,
+        platform: Platform,
     ) -> Arc<dyn troupe_connectors::ConnectorState> {
-        Arc::new(troupe_connectors::MemoryState::default())
+        Arc::new(StoredState {
+            store: self.store.clone(),
+            agent_id: agent_id.to_string(),
+            platform,
+        })
     }
 
     fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
@@ -389,5 +418,29 @@ impl App {
             task.await??;
         }
         Ok(())
+    }
+}
+
+/// A connector's state in the database, scoped to its agent and platform.
+struct StoredState {
+    store: Store,
+    agent_id: String,
+    platform: Platform,
+}
+
+#[async_trait::async_trait]
+impl troupe_connectors::ConnectorState for StoredState {
+    async fn get(&self, key: &str) -> Result<Option<String>, troupe_connectors::SinkError> {
+        self.store
+            .connector_state_get(&self.agent_id, self.platform, key)
+            .await
+            .map_err(|e| troupe_connectors::SinkError(e.to_string()))
+    }
+
+    async fn put(&self, key: &str, value: &str) -> Result<(), troupe_connectors::SinkError> {
+        self.store
+            .connector_state_put(&self.agent_id, self.platform, key, value)
+            .await
+            .map_err(|e| troupe_connectors::SinkError(e.to_string()))
     }
 }

@@ -23,6 +23,9 @@ pub struct Envelope {
     pub journal_id: JournalId,
     pub agent_id: String,
     pub inbound: Inbound,
+    /// Published before (a restart's replay, a repost of a failed message): it may have
+    /// been handled since, so the agent checks the journal first.
+    pub redelivery: bool,
 }
 
 impl Envelope {
@@ -178,6 +181,7 @@ mod tests {
     fn envelope(n: i64, room: &str) -> Envelope {
         Envelope {
             journal_id: JournalId(n),
+            redelivery: false,
             agent_id: "a".into(),
             inbound: Inbound {
                 id: MessageId::new(n.to_string()),

@@ -142,12 +142,14 @@ impl Ingress {
         journal_id: JournalId,
         agent_id: &str,
         inbound: Inbound,
+        redelivery: bool,
     ) -> Result<(), SinkError> {
         self.bus
             .publish(Envelope {
                 journal_id,
                 agent_id: agent_id.to_string(),
                 inbound,
+                redelivery,
             })
             .await
             .map_err(|e| SinkError(e.to_string()))
@@ -163,10 +165,15 @@ impl Ingress {
         inbound: Inbound,
         deadline: Duration,
     ) -> Result<Answer, ConverseError> {
-        let (id, duplicate, waiter) = match self.journal(agent_id, &inbound).await? {
+        let journaled = self.journal(agent_id, &inbound).await?;
+        crate::metrics::message_in(
+            inbound.platform(),
+            matches!(journaled, JournalInsert::Inserted(_)),
+        );
+        let (id, duplicate, waiter) = match journaled {
             JournalInsert::Inserted(id) => {
                 let rx = self.waiters.wait(id);
-                self.publish(id, agent_id, inbound).await?;
+                self.publish(id, agent_id, inbound, false).await?;
                 (id, false, rx)
             }
             JournalInsert::Duplicate(id, JournalState::Done) => {
@@ -175,7 +182,7 @@ impl Ingress {
             JournalInsert::Duplicate(id, state) => {
                 let rx = self.waiters.wait(id);
                 if state == JournalState::Failed {
-                    self.publish(id, agent_id, inbound).await?;
+                    self.publish(id, agent_id, inbound, true).await?;
                 } else if self
                     .store
                     .journal_get(id)
@@ -222,7 +229,7 @@ impl Ingress {
             if entry.state == JournalState::Failed && entry.attempts >= max_attempts as i32 {
                 continue;
             }
-            self.publish(entry.id, &entry.agent_id, entry.inbound)
+            self.publish(entry.id, &entry.agent_id, entry.inbound, true)
                 .await?;
             published += 1;
         }
@@ -246,9 +253,20 @@ struct AgentSink {
 #[async_trait]
 impl InboundSink for AgentSink {
     async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError> {
-        match self.ingress.journal(&self.agent_id, &message).await? {
+        let platform = message.platform();
+        let journaled = self.ingress.journal(&self.agent_id, &message).await;
+        if journaled.is_err() {
+            crate::metrics::error("storage");
+        }
+        crate::metrics::message_in(
+            platform,
+            matches!(journaled, Ok(JournalInsert::Inserted(_))),
+        );
+        match journaled? {
             JournalInsert::Inserted(id) => {
-                self.ingress.publish(id, &self.agent_id, message).await?;
+                self.ingress
+                    .publish(id, &self.agent_id, message, false)
+                    .await?;
                 Ok(Accepted::New)
             }
             JournalInsert::Duplicate(..) => Ok(Accepted::Duplicate),

@@ -15,6 +15,7 @@
 //! - [`provider`]: model providers (OpenAI-compatible, Anthropic, Ollama) over genai.
 //! - [`storage`]: SQLite and Postgres through sqlx: journal, memory, outbox.
 //! - [`limits`]: inbound rate limits.
+//! - [`metrics`]: the Prometheus series behind `GET /metrics`.
 //! - [`http`]: the HTTP API.
 //! - [`web`]: the HTTP API seen as a connector.
 
@@ -29,6 +30,7 @@ pub mod config;
 pub mod http;
 pub mod ingress;
 pub mod limits;
+pub mod metrics;
 pub mod outbox;
 pub mod persona;
 pub mod provider;

@@ -18,7 +18,7 @@ use troupe_connectors::{Connector, ConnectorError, Platform};
 use crate::storage::{OutboxEntry, OutboxId, Store};
 
 /// How long a claim lasts before another deliverer may take the entry.
-const LEASE_MS: i64 = 60_000;
+pub const LEASE_MS: i64 = 60_000;
 /// Attempts before a reply is given up and logged.
 const MAX_ATTEMPTS: i32 = 12;
 
@@ -108,6 +108,12 @@ impl Outbox {
         }
     }
 
+    /// Delivers an entry the caller already holds the claim of (recorded with
+    /// `Store::record_handled_claimed`).
+    pub async fn deliver_claimed(&self, entry: OutboxEntry) -> anyhow::Result<Delivered> {
+        self.attempt(entry).await
+    }
+
     async fn attempt(&self, entry: OutboxEntry) -> anyhow::Result<Delivered> {
         let platform = entry.outbound.room.platform;
         let Some(connector) = self.connectors.get(&entry.agent_id, platform) else {
@@ -129,6 +135,7 @@ impl Outbox {
                     .map(|m| m.into_string())
                     .collect();
                 self.store.outbox_delivered(entry.id, &ids).await?;
+                crate::metrics::message_out(platform);
                 tracing::debug!(outbox_id = entry.id.0, parts = ids.len(), "reply delivered");
                 Ok(Delivered::Sent)
             }
@@ -146,6 +153,7 @@ impl Outbox {
             tracing::error!(outbox_id = entry.id.0, attempts = entry.attempts, error = %message,
                 "giving up on delivering a reply");
             self.store.outbox_give_up(entry.id, &message).await?;
+            crate::metrics::outbox_retry(true);
             return Ok(Delivered::GaveUp);
         }
         let wait = match error {
@@ -157,6 +165,7 @@ impl Outbox {
         self.store
             .outbox_retry(entry.id, now_ms() + wait.as_millis() as i64, &message)
             .await?;
+        crate::metrics::outbox_retry(false);
         self.wake.notify_one();
         Ok(Delivered::Retrying)
     }

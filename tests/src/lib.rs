@@ -7,6 +7,8 @@
 //!   models) with scripted replies and a record of every request.
 //! - [`fake_discord`]: Discord's REST routes and gateway WebSocket (identify, resume and
 //!   replay, drops), recording what the bot sent, with scripted 429s.
+//! - [`fake_telegram`]: the Telegram Bot API (getUpdates long polling with offsets,
+//!   webhooks, sendMessage, leaveChat, files) with scripted 429s and a record of every call.
 //! - [`app`]: [`TestApp`], the `troupe run` child process on a fresh data dir and a fresh
 //!   SQLite file or Postgres database, with port discovery, restart and log capture.
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
@@ -15,6 +17,7 @@ pub mod app;
 pub mod fake_discord;
 pub mod fake_neynar;
 pub mod fake_openai;
+pub mod fake_telegram;
 
 pub use app::{
     Backend, TestApp, TestAppOptions, eventually, json_contains_text, persona_json, troupe_bin,
@@ -46,4 +49,25 @@ pub fn fixtures_dir() -> Option<std::path::PathBuf> {
         "skipping: the elizaOS fixtures are not beside the repository (set TROUPE_FIXTURES_DIR)"
     );
     None
+}
+
+/// Runs each named `async fn(Backend)` as `<name>::sqlite` and `<name>::postgres`; the
+/// Postgres one skips outside CI without `TROUPE_TEST_DATABASE_URL`, and fails in CI.
+#[macro_export]
+macro_rules! on_each_backend {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name($crate::Backend::Sqlite).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                let test = concat!(stringify!($name), "::postgres");
+                if let Some(backend) = $crate::Backend::Postgres.or_skip(test) {
+                    super::$name(backend).await;
+                }
+            }
+        }
+    )*};
 }

@@ -245,11 +245,9 @@ async fn a_lost_session_catches_up_over_rest() {
     );
 }
 
-/// Needs the gateway to keep a connector's `ConnectorState` across restarts: it is in memory
-/// today (`App::connector_state`), so after a restart the connector knows no channel to
-/// catch up on. `a_lost_session_catches_up_over_rest` covers catch-up within one process.
+/// The channels and last message ids live in the gateway's `connector_state` table, so they
+/// survive the restart.
 #[tokio::test]
-#[ignore = "the gateway's ConnectorState is in memory: catch-up across a restart needs it persisted"]
 async fn a_message_sent_while_troupe_was_stopped_is_answered_once_after_it_starts() {
     let discord = FakeDiscord::start().await;
     let openai = FakeOpenAi::start().await;

@@ -14,26 +14,7 @@ const BIO: &str = "Fern is a tide-pool naturalist who answers questions about th
 /// Generous: a debug binary on a busy 2-core machine, polling every second.
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Runs each named `async fn(Backend)` as `<name>::sqlite` and `<name>::postgres`.
-macro_rules! on_each_backend {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test]
-            async fn sqlite() {
-                super::$name(troupe_e2e::Backend::Sqlite).await;
-            }
-            #[tokio::test]
-            async fn postgres() {
-                let test = concat!(stringify!($name), "::postgres");
-                if let Some(backend) = troupe_e2e::Backend::Postgres.or_skip(test) {
-                    super::$name(backend).await;
-                }
-            }
-        }
-    )*};
-}
-
-on_each_backend!(a_restart_does_not_answer_the_same_mention_again);
+troupe_e2e::on_each_backend!(a_restart_does_not_answer_the_same_mention_again);
 
 #[tokio::test]
 async fn a_mention_gets_a_reply_under_that_cast() {

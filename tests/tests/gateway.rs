@@ -15,26 +15,7 @@ const AGENT: &str = "Ada";
 const BIO: &str =
     "Ada is a retired lighthouse keeper who collects sea glass on the northern shore.";
 
-/// Runs each named `async fn(Backend)` as `<name>::sqlite` and `<name>::postgres`.
-macro_rules! on_each_backend {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test]
-            async fn sqlite() {
-                super::$name(troupe_e2e::Backend::Sqlite).await;
-            }
-            #[tokio::test]
-            async fn postgres() {
-                let test = concat!(stringify!($name), "::postgres");
-                if let Some(backend) = troupe_e2e::Backend::Postgres.or_skip(test) {
-                    super::$name(backend).await;
-                }
-            }
-        }
-    )*};
-}
-
-on_each_backend!(
+troupe_e2e::on_each_backend!(
     a_reply_comes_back,
     the_prompt_holds_the_bio_and_the_room_history,
     rooms_do_not_see_each_other,

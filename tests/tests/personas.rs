@@ -201,3 +201,35 @@ fn troupe_check_accepts_every_elizaos_fixture() {
     );
     assert_eq!(value, json!([]), "errors on fixtures");
 }
+
+#[test]
+fn two_personas_with_one_platform_token_refuse_to_start_naming_both_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let personas = dir.path().join("personas");
+    std::fs::create_dir_all(&personas).unwrap();
+    for name in ["Ann", "Ben"] {
+        let mut p = persona_json(name, "Shares a bot token by mistake.");
+        p["clients"] = json!(["telegram"]);
+        p["settings"]["secrets"]["TELEGRAM_BOT_TOKEN"] = json!("123:same");
+        std::fs::write(
+            personas.join(format!("{}.json", name.to_lowercase())),
+            p.to_string(),
+        )
+        .unwrap();
+    }
+    let out = std::process::Command::new(troupe_bin())
+        .arg("run")
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("TROUPE_HTTP_ADDR", "127.0.0.1:0")
+        .env("OPENAI_API_KEY", "k")
+        .output()
+        .expect("troupe run runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ann.json and") && stderr.contains("ben.json use the same telegram token"),
+        "{stderr}"
+    );
+}

@@ -23,7 +23,7 @@ use crate::limits::{RateLimiter, Verdict};
 use crate::outbox::Outbox;
 use crate::persona::{self, HistoryLine, Persona, PromptInput};
 use crate::provider::ModelProvider;
-use crate::storage::{HandledMessage, JournalId, JournalState, NewMemory, Store};
+use crate::storage::{HandledMessage, JournalId, JournalState, NewMemory, RecordedReply, Store};
 use decide::{Decision, decide};
 
 /// The short reply sent once per window to a room that is over its rate limit.
@@ -79,6 +79,7 @@ impl Agent {
         let Envelope {
             journal_id,
             inbound,
+            redelivery,
             ..
         } = envelope;
         let span = tracing::info_span!("message",
@@ -88,10 +89,12 @@ impl Agent {
             message_id = %inbound.id,
             journal_id = journal_id.0,
         );
+        let platform = inbound.platform();
         let outcome = async {
-            match self.process(journal_id, &inbound).await {
+            match self.process(journal_id, &inbound, redelivery).await {
                 Ok(outcome) => outcome,
                 Err(e) => {
+                    crate::metrics::error("storage");
                     // A storage failure: the journal entry stays pending and is driven
                     // again at the next start.
                     tracing::error!(error = %e, "could not handle the message");
@@ -103,13 +106,28 @@ impl Agent {
         }
         .instrument(span)
         .await;
+        crate::metrics::decision(
+            platform,
+            match &outcome {
+                Outcome::Replied { .. } => "responded",
+                Outcome::Ignored { .. } => "ignored",
+                Outcome::RateLimited { .. } => "rate_limited",
+                Outcome::Failed { .. } => "failed",
+            },
+        );
         self.waiters.complete(journal_id, &outcome);
     }
 
-    async fn process(&self, journal_id: JournalId, inbound: &Inbound) -> anyhow::Result<Outcome> {
+    async fn process(
+        &self,
+        journal_id: JournalId,
+        inbound: &Inbound,
+        redelivery: bool,
+    ) -> anyhow::Result<Outcome> {
         // A message handled since it was published (by another replica, or by a drive that
         // raced this one) is not answered again: its recorded replies stand.
-        if let Some(entry) = self.store.journal_get(journal_id).await?
+        if redelivery
+            && let Some(entry) = self.store.journal_get(journal_id).await?
             && entry.state == JournalState::Done
         {
             let replies = self.store.replies_for(journal_id).await?;
@@ -186,6 +204,13 @@ impl Agent {
         let started = Instant::now();
         let result = mind.provider.complete(&prompt).await;
         drop(typing);
+        crate::metrics::model_call(
+            &mind.provider.describe(),
+            started.elapsed(),
+            result.is_ok(),
+            result.as_ref().ok().and_then(|c| c.prompt_tokens),
+            result.as_ref().ok().and_then(|c| c.completion_tokens),
+        );
         let completion = match result {
             Ok(c) => c,
             Err(error) => {
@@ -214,9 +239,11 @@ impl Agent {
         inbound: &Inbound,
         text: String,
     ) -> anyhow::Result<()> {
-        if let Some(outbox_id) = self.record(journal_id, inbound, Some(text)).await? {
-            self.outbox.deliver(outbox_id).await?;
-        }
+        match self.record(journal_id, inbound, Some(text)).await? {
+            Some(RecordedReply::Claimed(entry)) => self.outbox.deliver_claimed(entry).await?,
+            Some(RecordedReply::Queued(outbox_id)) => self.outbox.deliver(outbox_id).await?,
+            None => return Ok(()),
+        };
         Ok(())
     }
 
@@ -227,7 +254,7 @@ impl Agent {
         journal_id: JournalId,
         inbound: &Inbound,
         reply: Option<String>,
-    ) -> anyhow::Result<Option<crate::storage::OutboxId>> {
+    ) -> anyhow::Result<Option<RecordedReply>> {
         let agent_name = self.mind().persona.name.clone();
         let room = inbound.room.key();
         let outbound = reply.map(|text| Outbound {
@@ -261,7 +288,10 @@ impl Agent {
                 )
             }),
         };
-        Ok(self.store.record_handled(handled).await?)
+        Ok(self
+            .store
+            .record_handled_claimed(handled, crate::outbox::LEASE_MS)
+            .await?)
     }
 
     /// Keeps the platform's typing indicator on until the returned guard is cancelled.

@@ -15,6 +15,7 @@ pub async fn healthz() -> impl IntoResponse {
 }
 
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    crate::metrics::bus_depth(state.ingress.bus().depth());
     let mut ready = true;
     let database = match state.store.ping().await {
         Ok(()) => json!({ "status": "ok", "backend": state.store.backend() }),
@@ -57,4 +58,23 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (code, Json(body))
+}
+
+/// `GET /metrics`: every series in the Prometheus text format.
+pub async fn metrics() -> impl IntoResponse {
+    let Some(handle) = crate::metrics::install() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics are not available\n".to_string(),
+        )
+            .into_response();
+    };
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        handle.render(),
+    )
+        .into_response()
 }

@@ -54,6 +54,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics))
         .nest("/api", api)
         .route(
             "/webhooks/{platform}/{agent}",
@@ -74,6 +75,11 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    crate::metrics::bus_depth(state.ingress.bus().depth());
+    health::metrics().await.into_response()
 }
 
 async fn not_found() -> ApiError {

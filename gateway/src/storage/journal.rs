@@ -4,11 +4,11 @@
 //! Handling a message (memory, reply, `Done`) is `memory::record_handled`, which must set
 //! the state in the same transaction as the rest.
 
+use super::writer::JournalReq;
 use super::{
     JournalEntry, JournalId, JournalInsert, JournalState, Result, StorageError, Store, now_ms,
     parse_json, with_pool,
 };
-use sqlx::types::Json;
 use troupe_connectors::{Inbound, Platform};
 
 /// A journal read: the columns `JournalRow` wants, then `$rest`. JSON is read as text in
@@ -48,56 +48,22 @@ impl TryFrom<JournalRow> for JournalEntry {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct IdState {
-    id: i64,
-    state: String,
-}
-
 impl Store {
     /// Journals an inbound message for an agent, unless that agent already has it. The
     /// unique key decides, so two replicas receiving the same event cannot both insert it.
     pub async fn journal_insert(&self, agent_id: &str, inbound: &Inbound) -> Result<JournalInsert> {
-        let now = now_ms();
-        let platform = inbound.platform().as_str();
-        let message_id = inbound.id.as_str();
-        let room = inbound.room.key().to_string();
-        let inserted: Option<i64> = with_pool!(self, pool => {
-            sqlx::query_scalar(
-                "INSERT INTO journal
-                     (agent_id, platform, platform_message_id, room, inbound, state, attempts,
-                      created_at_ms, updated_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, $6)
-                 ON CONFLICT (agent_id, platform, platform_message_id) DO NOTHING
-                 RETURNING id",
-            )
-            .bind(agent_id)
-            .bind(platform)
-            .bind(message_id)
-            .bind(&room)
-            .bind(Json(inbound))
-            .bind(now)
-            .fetch_optional(pool)
+        let inbound_json = serde_json::to_string(inbound)
+            .map_err(|e| StorageError::Corrupt(format!("cannot encode an inbound message: {e}")))?;
+        self.writer
+            .journal_insert(JournalReq {
+                agent_id: agent_id.to_string(),
+                platform: inbound.platform().as_str(),
+                message_id: inbound.id.as_str().to_string(),
+                room: inbound.room.key().to_string(),
+                inbound_json,
+                now: now_ms(),
+            })
             .await
-        })?;
-        if let Some(id) = inserted {
-            return Ok(JournalInsert::Inserted(JournalId(id)));
-        }
-        // The conflicting row is committed (Postgres waits for a concurrent inserter before
-        // reporting the conflict) and journal rows are never deleted, so it is there to read.
-        let existing: IdState = with_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT id, state FROM journal
-                 WHERE agent_id = $1 AND platform = $2 AND platform_message_id = $3",
-            )
-            .bind(agent_id)
-            .bind(platform)
-            .bind(message_id)
-            .fetch_one(pool)
-            .await
-        })?;
-        let state = JournalState::parse(existing.id, &existing.state)?;
-        Ok(JournalInsert::Duplicate(JournalId(existing.id), state))
     }
 
     pub async fn journal_get(&self, id: JournalId) -> Result<Option<JournalEntry>> {

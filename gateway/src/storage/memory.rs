@@ -3,29 +3,22 @@
 //!
 //! What to remember and how to summarise it is the memory module's business, not this one's.
 
+use super::writer::{HandledReq, MemoryReq};
 use super::{
-    HandledMessage, JournalId, MemoryMessage, NewMemory, OutboxId, Result, RoomSummary, Store,
-    parse_json, with_pool,
+    HandledMessage, JournalId, MemoryMessage, NewMemory, OutboxId, RecordedReply, Result,
+    RoomSummary, StorageError, Store, parse_json, with_pool,
 };
 use troupe_connectors::Outbound;
 
-const INSERT_MESSAGE: &str = "INSERT INTO messages
-         (agent_id, room, journal_id, author_id, author_name, text, from_agent, created_at_ms)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-
 /// Later sightings win; a re-driven old message must not roll a name or a time back.
-const UPSERT_USER: &str = "INSERT INTO users (platform, user_id, name, last_seen_ms)
-     VALUES ($1, $2, $3, $4)
-     ON CONFLICT (platform, user_id) DO UPDATE SET
+pub(super) const UPSERT_USER_CONFLICT: &str = " ON CONFLICT (platform, user_id) DO UPDATE SET
          name = CASE WHEN excluded.last_seen_ms >= users.last_seen_ms
                      THEN excluded.name ELSE users.name END,
          last_seen_ms = CASE WHEN excluded.last_seen_ms > users.last_seen_ms
                              THEN excluded.last_seen_ms ELSE users.last_seen_ms END";
 
 /// `CASE` rather than `max()`/`GREATEST()`, which is where the two dialects part.
-const UPSERT_ROOM: &str = "INSERT INTO rooms (agent_id, room, platform, name, last_active_ms)
-     VALUES ($1, $2, $3, $4, $5)
-     ON CONFLICT (agent_id, room) DO UPDATE SET
+pub(super) const UPSERT_ROOM_CONFLICT: &str = " ON CONFLICT (agent_id, room) DO UPDATE SET
          name = COALESCE(excluded.name, rooms.name),
          last_active_ms = CASE WHEN excluded.last_active_ms > rooms.last_active_ms
                                THEN excluded.last_active_ms ELSE rooms.last_active_ms END";
@@ -37,111 +30,25 @@ impl Store {
     /// between commit and acknowledgement), nothing is written and the existing reply's
     /// outbox id is returned. An unknown journal id is `sqlx::Error::RowNotFound`.
     pub async fn record_handled(&self, handled: HandledMessage<'_>) -> Result<Option<OutboxId>> {
-        let HandledMessage {
-            journal_id,
-            agent_id,
-            room,
-            room_name,
-            inbound,
-            reply,
-        } = handled;
-        let room_key = room.to_string();
-        let platform = room.platform.as_str();
-        let now = super::now_ms();
-        let last_active = reply.as_ref().map_or(inbound.created_at_ms, |(r, _)| {
-            r.created_at_ms.max(inbound.created_at_ms)
-        });
-
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            // The journal update comes first: it takes the write lock (SQLite) or the row
-            // lock (Postgres) before anything is read, so two concurrent calls for the same
-            // entry serialise here and the second one sees `done`.
-            let marked = sqlx::query(
-                "UPDATE journal SET state = 'done', last_error = NULL, updated_at_ms = $2
-                 WHERE id = $1 AND state <> 'done'",
-            )
-            .bind(journal_id.0)
-            .bind(now)
-            .execute(&mut *tx)
+        Ok(self
+            .writer
+            .record_handled(owned(handled, None)?)
             .await?
-            .rows_affected();
-            if marked == 0 {
-                let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM journal WHERE id = $1")
-                    .bind(journal_id.0)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                if exists.is_none() {
-                    return Err(sqlx::Error::RowNotFound.into());
-                }
-                let existing: Option<i64> = sqlx::query_scalar(
-                    "SELECT id FROM outbox WHERE journal_id = $1 ORDER BY id LIMIT 1",
-                )
-                .bind(journal_id.0)
-                .fetch_optional(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                return Ok(existing.map(OutboxId));
-            }
+            .map(|reply| reply.id()))
+    }
 
-            sqlx::query(UPSERT_ROOM)
-                .bind(agent_id)
-                .bind(&room_key)
-                .bind(platform)
-                .bind(room_name)
-                .bind(last_active)
-                .execute(&mut *tx)
-                .await?;
-
-            let memories = std::iter::once(&inbound).chain(reply.as_ref().map(|(m, _)| m));
-            for memory in memories {
-                // The persona is an agent, not a platform user.
-                if !memory.from_agent {
-                    sqlx::query(UPSERT_USER)
-                        .bind(platform)
-                        .bind(memory.author_id)
-                        .bind(memory.author_name)
-                        .bind(memory.created_at_ms)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                let NewMemory { author_id, author_name, text, from_agent, created_at_ms } = memory;
-                sqlx::query(INSERT_MESSAGE)
-                    .bind(agent_id)
-                    .bind(&room_key)
-                    .bind(journal_id.0)
-                    .bind(*author_id)
-                    .bind(*author_name)
-                    .bind(*text)
-                    .bind(*from_agent)
-                    .bind(*created_at_ms)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-
-            let outbox_id = match &reply {
-                None => None,
-                // Due at once (not_before 0): the agent usually claims it right away with
-                // `outbox_claim_one`, and the delivery worker picks it up otherwise.
-                Some((_, outbound)) => Some(
-                    sqlx::query_scalar::<_, i64>(
-                        "INSERT INTO outbox
-                             (agent_id, journal_id, outbound, state, attempts, not_before_ms,
-                              created_at_ms, updated_at_ms)
-                         VALUES ($1, $2, $3, 'pending', 0, 0, $4, $4)
-                         RETURNING id",
-                    )
-                    .bind(agent_id)
-                    .bind(journal_id.0)
-                    .bind(sqlx::types::Json(outbound))
-                    .bind(now)
-                    .fetch_one(&mut *tx)
-                    .await?,
-                ),
-            };
-            tx.commit().await?;
-            Ok(outbox_id.map(OutboxId))
-        })
+    /// `record_handled`, with the reply's outbox entry inserted already claimed by the
+    /// caller for `lease_ms` (one attempt counted), so that it can deliver it at once
+    /// without `outbox_claim_one`: that is `RecordedReply::Claimed`. When the entry was
+    /// already done, its existing reply comes back unclaimed, as `RecordedReply::Queued`.
+    pub async fn record_handled_claimed(
+        &self,
+        handled: HandledMessage<'_>,
+        lease_ms: i64,
+    ) -> Result<Option<RecordedReply>> {
+        self.writer
+            .record_handled(owned(handled, Some(lease_ms))?)
+            .await
     }
 
     /// The last `limit` messages of the room, oldest first.
@@ -205,4 +112,46 @@ impl Store {
             .map(|(id, json)| parse_json("outbox", *id, "outbound", json))
             .collect()
     }
+}
+
+/// A copy of `handled` for the writer task.
+pub(super) fn owned(handled: HandledMessage<'_>, lease_ms: Option<i64>) -> Result<HandledReq> {
+    let HandledMessage {
+        journal_id,
+        agent_id,
+        room,
+        room_name,
+        inbound,
+        reply,
+    } = handled;
+    let last_active = reply.as_ref().map_or(inbound.created_at_ms, |(r, _)| {
+        r.created_at_ms.max(inbound.created_at_ms)
+    });
+    let memory = |m: &NewMemory<'_>| MemoryReq {
+        author_id: m.author_id.to_string(),
+        author_name: m.author_name.to_string(),
+        text: m.text.to_string(),
+        from_agent: m.from_agent,
+        created_at_ms: m.created_at_ms,
+    };
+    let mut memories = vec![memory(&inbound)];
+    memories.extend(reply.as_ref().map(|(m, _)| memory(m)));
+    Ok(HandledReq {
+        journal_id: journal_id.0,
+        agent_id: agent_id.to_string(),
+        room_key: room.to_string(),
+        platform: room.platform.as_str(),
+        room_name: room_name.map(str::to_string),
+        last_active,
+        memories,
+        reply: reply
+            .map(|(_, outbound)| {
+                let json = serde_json::to_string(&outbound)
+                    .map_err(|e| StorageError::Corrupt(format!("cannot encode a reply: {e}")))?;
+                Ok::<_, StorageError>((outbound, json))
+            })
+            .transpose()?,
+        lease_ms,
+        now: super::now_ms(),
+    })
 }

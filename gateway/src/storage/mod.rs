@@ -15,7 +15,9 @@
 //! - this file: the public records, `Store::connect` and the backend dispatch;
 //! - `journal`: inbound deduplication and the restart drive;
 //! - `memory`: `record_handled`, room memory and room listings;
-//! - `outbox`: claiming, delivering and retrying replies.
+//! - `outbox`: claiming, delivering and retrying replies;
+//! - `writer`: the task that batches `journal_insert` and `record_handled` into shared
+//!   transactions (group commit).
 //!
 //! Both backends run the same SQL text wherever the dialects agree (sqlx's SQLite driver
 //! takes `$1` placeholders, and both have `ON CONFLICT` and `RETURNING`); only the outbox
@@ -24,8 +26,10 @@
 mod journal;
 mod memory;
 mod outbox;
+mod state;
 #[cfg(test)]
 mod tests;
+mod writer;
 
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -165,10 +169,31 @@ pub struct HandledMessage<'a> {
     pub reply: Option<(NewMemory<'a>, Outbound)>,
 }
 
+/// The reply that `Store::record_handled_claimed` recorded.
+#[derive(Debug, Clone)]
+pub enum RecordedReply {
+    /// Inserted by this call, claimed for the caller's lease (attempts = 1): deliver it
+    /// without claiming it again.
+    Claimed(OutboxEntry),
+    /// Recorded earlier (the entry was already done): claim it before delivering.
+    Queued(OutboxId),
+}
+
+impl RecordedReply {
+    pub fn id(&self) -> OutboxId {
+        match self {
+            RecordedReply::Claimed(entry) => entry.id,
+            RecordedReply::Queued(id) => *id,
+        }
+    }
+}
+
 /// A cheap-to-clone handle on the database (the pools are reference-counted).
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// Where `journal_insert` and `record_handled` are batched (see `writer`).
+    writer: writer::Writer,
 }
 
 #[derive(Clone)]
@@ -205,7 +230,8 @@ impl Store {
         } else {
             return Err(StorageError::UnsupportedUrl(url.to_string()));
         };
-        Ok(Store { pool })
+        let writer = writer::Writer::spawn(pool.clone());
+        Ok(Store { pool, writer })
     }
 
     pub fn backend(&self) -> Backend {
@@ -265,8 +291,12 @@ async fn connect_sqlite(url: &str) -> Result<SqlitePool> {
     }
     // An in-memory database lives and dies with its connection, so the pool must keep
     // exactly one, forever.
+    // `test_before_acquire(false)`: the default pings the connection at every acquire,
+    // which on SQLite is one more round trip to the worker thread for every statement; a
+    // SQLite connection does not go stale the way a network one does.
     let pool_options = if in_memory {
         SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(1)
             .min_connections(1)
             .idle_timeout(None)
@@ -276,6 +306,7 @@ async fn connect_sqlite(url: &str) -> Result<SqlitePool> {
         // in its busy handler, which sleeps. Queued on the pool instead, each statement
         // runs as soon as the previous one is done; reads take microseconds.
         SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(1)
             .min_connections(1)
             .idle_timeout(None)

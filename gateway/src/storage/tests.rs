@@ -8,7 +8,7 @@
 use super::*;
 use futures::FutureExt;
 use sqlx::Connection;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
@@ -138,6 +138,11 @@ on_both_backends!(
     outbox_give_up_and_claim_limit,
     concurrent_claimers_never_share,
     corrupt_json_is_reported,
+    batch_of_journal_inserts_with_duplicates,
+    concurrent_journal_inserts_with_duplicates,
+    batch_of_record_handled_for_one_entry,
+    batch_with_a_bad_request,
+    connector_state_is_scoped_and_overwritten,
 );
 
 // ---- fixtures ----
@@ -989,5 +994,255 @@ fn test_database_urls_keep_server_and_options() {
     assert_eq!(
         with_database("postgres://h:5432", "x"),
         "postgres://h:5432/x"
+    );
+}
+
+// ---- batching (the writer) ----
+
+fn journal_req(msg: &Inbound) -> writer::JournalReq {
+    writer::JournalReq {
+        agent_id: AGENT.to_string(),
+        platform: msg.platform().as_str(),
+        message_id: msg.id.as_str().to_string(),
+        room: msg.room.key().to_string(),
+        inbound_json: serde_json::to_string(msg).unwrap(),
+        now: 1,
+    }
+}
+
+async fn batch_of_journal_inserts_with_duplicates(ctx: Ctx) {
+    let m = |id| inbound(Platform::Discord, "c1", id, "ann", "hi", 1_000);
+    let JournalInsert::Inserted(old) = ctx.store.journal_insert(AGENT, &m("old")).await.unwrap()
+    else {
+        panic!("insert")
+    };
+    ctx.store.journal_fail(old, "boom").await.unwrap();
+    let reqs: Vec<_> = ["a", "b", "a", "old", "b"]
+        .map(|id| journal_req(&m(id)))
+        .into();
+    let results: Vec<JournalInsert> = writer::journal_batch(&ctx.store.pool, &reqs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let (JournalInsert::Inserted(a), JournalInsert::Inserted(b)) = (results[0], results[1]) else {
+        panic!("{results:?}")
+    };
+    assert_ne!(a, b);
+    assert_eq!(
+        results[2..],
+        [
+            JournalInsert::Duplicate(a, JournalState::Pending),
+            JournalInsert::Duplicate(old, JournalState::Failed),
+            JournalInsert::Duplicate(b, JournalState::Pending),
+        ]
+    );
+}
+
+async fn concurrent_journal_inserts_with_duplicates(ctx: Ctx) {
+    // 16 messages, each posted 4 times at once: they queue up and share batches.
+    let posts = (0..64).map(|n| {
+        let store = ctx.store.clone();
+        let msg = inbound(
+            Platform::Telegram,
+            "g",
+            &format!("m{}", n % 16),
+            "bo",
+            "yo",
+            5,
+        );
+        tokio::spawn(async move { (n % 16, store.journal_insert(AGENT, &msg).await.unwrap()) })
+    });
+    let mut by_message: HashMap<usize, Vec<JournalInsert>> = HashMap::new();
+    for post in futures::future::join_all(posts).await {
+        let (n, outcome) = post.unwrap();
+        by_message.entry(n).or_default().push(outcome);
+    }
+    let mut ids = HashSet::new();
+    for (n, outcomes) in by_message {
+        let inserted: Vec<JournalId> = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                JournalInsert::Inserted(id) => Some(*id),
+                JournalInsert::Duplicate(..) => None,
+            })
+            .collect();
+        assert_eq!(inserted.len(), 1, "message {n}: {outcomes:?}");
+        for o in &outcomes {
+            let (JournalInsert::Inserted(id) | JournalInsert::Duplicate(id, _)) = o;
+            assert_eq!(*id, inserted[0]);
+        }
+        ids.insert(inserted[0]);
+    }
+    assert_eq!(ids.len(), 16);
+}
+
+async fn batch_of_record_handled_for_one_entry(ctx: Ctx) {
+    let store = &ctx.store;
+    let m1 = inbound(Platform::Discord, "c1", "m1", "ann", "one", 1_000);
+    let m2 = inbound(Platform::Discord, "c1", "m2", "bob", "two", 2_000);
+    let mut jids = Vec::new();
+    for m in [&m1, &m2] {
+        let JournalInsert::Inserted(jid) = store.journal_insert(AGENT, m).await.unwrap() else {
+            panic!("insert")
+        };
+        jids.push(jid);
+    }
+    let key = m1.room.key();
+    let (o1, o1b) = (outbound_for(&m1, "first"), outbound_for(&m1, "second"));
+    let reqs = vec![
+        memory::owned(
+            handled(jids[0], AGENT, &key, &m1, Some(("first", &o1))),
+            Some(60_000),
+        )
+        .unwrap(),
+        memory::owned(
+            handled(jids[0], AGENT, &key, &m1, Some(("second", &o1b))),
+            Some(60_000),
+        )
+        .unwrap(),
+        memory::owned(handled(jids[1], AGENT, &key, &m2, None), None).unwrap(),
+        memory::owned(handled(jids[1], AGENT, &key, &m2, None), None).unwrap(),
+    ];
+    let results: Vec<Option<RecordedReply>> = writer::handled_batch(&store.pool, &reqs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let Some(RecordedReply::Claimed(entry)) = &results[0] else {
+        panic!("{results:?}")
+    };
+    assert_eq!(entry.attempts, 1);
+    assert_eq!(entry.outbound, o1);
+    assert_eq!(entry.journal_id, Some(jids[0]));
+    assert!(matches!(results[1], Some(RecordedReply::Queued(id)) if id == entry.id));
+    assert!(results[2].is_none() && results[3].is_none());
+    let memory = store
+        .recent_messages(AGENT, "discord:c1", 10)
+        .await
+        .unwrap();
+    assert_eq!(texts(&memory), ["one", "first", "two"]);
+    assert_eq!(store.replies_for(jids[0]).await.unwrap(), vec![o1]);
+    // Claimed for the caller: neither the worker nor `outbox_claim_one` takes it now.
+    let now = now_ms();
+    assert!(store.outbox_claim(10, now, 1_000).await.unwrap().is_empty());
+    assert!(
+        store
+            .outbox_claim_one(entry.id, now, 1_000)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Once the lease is over, it is due again, as its second attempt.
+    let later = store.outbox_claim(10, now + 120_000, 1_000).await.unwrap();
+    assert_eq!(later.len(), 1);
+    assert_eq!(later[0].attempts, 2);
+    for jid in jids {
+        assert_eq!(
+            store.journal_get(jid).await.unwrap().unwrap().state,
+            JournalState::Done
+        );
+    }
+    let rooms = store.rooms(AGENT).await.unwrap();
+    assert_eq!(rooms.len(), 1);
+    assert_eq!(rooms[0].last_active_ms, 2_000);
+}
+
+async fn batch_with_a_bad_request(ctx: Ctx) {
+    let store = &ctx.store;
+    let good = inbound(Platform::Discord, "c1", "good", "ann", "fine", 1_000);
+    // Postgres refuses a NUL in text, which fails the whole statement; SQLite stores it, so
+    // there the bad request names a journal entry that does not exist.
+    let mut bad = inbound(Platform::Discord, "c1", "bad", "bob", "nul \0 here", 2_000);
+    let JournalInsert::Inserted(good_id) = store.journal_insert(AGENT, &good).await.unwrap() else {
+        panic!("insert")
+    };
+    let bad_id = match store.backend() {
+        Backend::Postgres => {
+            bad.text = "fine in JSON".into();
+            let JournalInsert::Inserted(id) = store.journal_insert(AGENT, &bad).await.unwrap()
+            else {
+                panic!("insert")
+            };
+            bad.text = "nul \0 here".into();
+            id
+        }
+        Backend::Sqlite => JournalId(999_999),
+    };
+    let key = good.room.key();
+    let out = outbound_for(&good, "ok");
+    let reqs = vec![
+        memory::owned(
+            handled(good_id, AGENT, &key, &good, Some(("ok", &out))),
+            None,
+        )
+        .unwrap(),
+        memory::owned(handled(bad_id, AGENT, &key, &bad, None), None).unwrap(),
+    ];
+    let results = writer::isolate(&reqs, |r| writer::handled_batch(&store.pool, r)).await;
+    assert!(
+        matches!(results[0], Ok(Some(RecordedReply::Queued(_)))),
+        "{results:?}"
+    );
+    assert!(results[1].is_err(), "{results:?}");
+    let memory = store
+        .recent_messages(AGENT, "discord:c1", 10)
+        .await
+        .unwrap();
+    assert_eq!(texts(&memory), ["fine", "ok"]);
+    if store.backend() == Backend::Postgres {
+        let entry = store.journal_get(bad_id).await.unwrap().unwrap();
+        assert_eq!(entry.state, JournalState::Pending, "rolled back");
+    }
+}
+
+async fn connector_state_is_scoped_and_overwritten(ctx: Ctx) {
+    let store = ctx.store;
+    assert_eq!(
+        store
+            .connector_state_get("a", Platform::Telegram, "offset")
+            .await
+            .unwrap(),
+        None
+    );
+    store
+        .connector_state_put("a", Platform::Telegram, "offset", "10")
+        .await
+        .unwrap();
+    store
+        .connector_state_put("a", Platform::Telegram, "offset", "11")
+        .await
+        .unwrap();
+    store
+        .connector_state_put("b", Platform::Telegram, "offset", "99")
+        .await
+        .unwrap();
+    store
+        .connector_state_put("a", Platform::Discord, "offset", "7")
+        .await
+        .unwrap();
+    let get = |agent: &'static str, platform| {
+        let store = store.clone();
+        async move {
+            store
+                .connector_state_get(agent, platform, "offset")
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(get("a", Platform::Telegram).await.as_deref(), Some("11"));
+    assert_eq!(get("b", Platform::Telegram).await.as_deref(), Some("99"));
+    assert_eq!(get("a", Platform::Discord).await.as_deref(), Some("7"));
+    // It survives a reconnect.
+    let again = Store::connect(&ctx.url).await.unwrap();
+    assert_eq!(
+        again
+            .connector_state_get("a", Platform::Telegram, "offset")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("11")
     );
 }

@@ -1,0 +1,189 @@
+//! The Telegram connector: one bot account on the Bot API, through teloxide's `Bot`.
+//!
+//! It owns everything Telegram-specific: the settings (`TELEGRAM_BOT_TOKEN`,
+//! `TELEGRAM_API_ROOT`, `TELEGRAM_WEBHOOK_URL`, `TELEGRAM_WEBHOOK_SECRET`), receiving updates
+//! by long polling or webhook, turning them into `Inbound`, leaving groups the persona may
+//! not be in, and sending replies split, threaded and paced. teloxide's types stay in here.
+//!
+//! Nothing is lost: a `getUpdates` offset moves past an update, and a webhook call is
+//! answered 200, only after the sink has journaled it. The token never reaches a log line
+//! or an error.
+//!
+//! Layout: [`config`] parses the settings, [`normalize`] maps updates, [`receive`] polls and
+//! answers webhooks, [`send`] delivers replies, [`pace`] keeps within the rate limits,
+//! [`errors`] maps teloxide's errors.
+
+mod config;
+mod errors;
+mod normalize;
+mod pace;
+mod receive;
+mod send;
+
+use async_trait::async_trait;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
+use teloxide::Bot;
+use teloxide::prelude::Requester;
+use tokio_util::sync::CancellationToken;
+
+use crate::connector::{
+    Connector, ConnectorError, ConnectorState, Delivery, InboundSink, WebhookRequest,
+    WebhookResponse,
+};
+use crate::model::{MessageId, Outbound, Platform, RoomRef};
+use crate::registry::{Built, ConnectorSettings, Lookup};
+use config::{Mode, TelegramConfig};
+use normalize::{BotIdentity, GroupPolicy};
+
+/// Builds the Telegram connector from the persona's settings.
+pub fn build(lookup: Lookup<'_>, settings: &ConnectorSettings) -> Result<Built, ConnectorError> {
+    let Some(config) = TelegramConfig::from_lookup(lookup)? else {
+        return Ok(Built::NotConfigured(
+            "set TELEGRAM_BOT_TOKEN (the token BotFather gives; see docs/telegram.md)".into(),
+        ));
+    };
+    Ok(Built::Ready(Arc::new(TelegramConnector::new(
+        config, settings,
+    ))))
+}
+
+/// What `run` hands to webhook calls while it is running.
+#[derive(Clone)]
+struct Live {
+    sink: Arc<dyn InboundSink>,
+    me: BotIdentity,
+}
+
+/// One Telegram bot, serving one persona.
+pub struct TelegramConnector {
+    bot: Bot,
+    config: TelegramConfig,
+    policy: GroupPolicy,
+    state: Arc<dyn ConnectorState>,
+    pacer: pace::Pacer,
+    /// Set while `run` is receiving; webhook calls need its sink.
+    live: RwLock<Option<Live>>,
+    /// One lock per chat, held while a reply is sent, so replies never interleave.
+    chat_locks: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+    /// Parts of a reply already sent, by outbound key, so a retry resumes after them.
+    progress: Mutex<HashMap<String, Vec<MessageId>>>,
+    /// Replies delivered lately, so a second `send` of the same key sends nothing.
+    delivered: Mutex<Recent>,
+}
+
+impl TelegramConnector {
+    fn new(config: TelegramConfig, settings: &ConnectorSettings) -> Self {
+        let bot = Bot::new(config.token.as_str()).set_api_url(config.api_root.clone());
+        Self {
+            bot,
+            policy: GroupPolicy {
+                only_join_allowed: settings.only_join_allowed,
+                allowed: settings.allowed_rooms.clone(),
+            },
+            state: settings.state.clone(),
+            config,
+            pacer: pace::Pacer::default(),
+            live: RwLock::new(None),
+            chat_locks: Mutex::new(HashMap::new()),
+            progress: Mutex::new(HashMap::new()),
+            delivered: Mutex::new(Recent::default()),
+        }
+    }
+
+    fn mode_name(&self) -> &'static str {
+        match self.config.mode {
+            Mode::Polling => "long polling",
+            Mode::Webhook { .. } => "webhook",
+        }
+    }
+
+    /// `getMe`, as a typed error.
+    async fn get_me(&self) -> Result<BotIdentity, ConnectorError> {
+        let me = self
+            .bot
+            .get_me()
+            .await
+            .map_err(|e| errors::classify(&e, &self.config.token))?;
+        Ok(BotIdentity {
+            id: me.user.id.0,
+            username: me.user.username.clone(),
+        })
+    }
+}
+
+/// A bounded record of recently delivered replies.
+#[derive(Default)]
+struct Recent {
+    by_key: HashMap<String, Delivery>,
+    order: VecDeque<String>,
+}
+
+impl Recent {
+    const CAPACITY: usize = 1024;
+
+    fn get(&self, key: &str) -> Option<Delivery> {
+        self.by_key.get(key).cloned()
+    }
+
+    fn insert(&mut self, key: String, delivery: Delivery) {
+        if self.by_key.insert(key.clone(), delivery).is_none() {
+            self.order.push_back(key);
+        }
+        while self.order.len() > Self::CAPACITY {
+            if let Some(old) = self.order.pop_front() {
+                self.by_key.remove(&old);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Connector for TelegramConnector {
+    fn platform(&self) -> Platform {
+        Platform::Telegram
+    }
+
+    async fn run(
+        &self,
+        sink: Arc<dyn InboundSink>,
+        shutdown: CancellationToken,
+    ) -> Result<(), ConnectorError> {
+        let Some(me) = self.identify(&shutdown).await? else {
+            return Ok(());
+        };
+        tracing::info!(
+            bot_id = me.id,
+            username = me.username.as_deref().unwrap_or("?"),
+            mode = self.mode_name(),
+            "connected to Telegram"
+        );
+        let result = match &self.config.mode {
+            Mode::Polling => self.poll(sink, me, &shutdown).await,
+            Mode::Webhook { url, secret } => {
+                self.serve_webhook(sink, me, url, secret, &shutdown).await
+            }
+        };
+        *self.live.write().unwrap_or_else(|e| e.into_inner()) = None;
+        result
+    }
+
+    async fn send(&self, reply: &Outbound) -> Result<Delivery, ConnectorError> {
+        self.deliver(reply).await
+    }
+
+    async fn typing(&self, room: &RoomRef) -> Result<(), ConnectorError> {
+        self.show_typing(room).await
+    }
+
+    async fn webhook(&self, request: WebhookRequest) -> WebhookResponse {
+        self.receive_webhook(request).await
+    }
+
+    async fn healthcheck(&self) -> Result<(), ConnectorError> {
+        self.get_me().await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests;

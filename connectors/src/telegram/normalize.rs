@@ -1,0 +1,532 @@
+//! Turning one Telegram update into what the connector does with it: hand an `Inbound` to
+//! the sink, leave a group the persona may not be in, or skip it.
+//!
+//! Pure: no I/O, so every rule is a unit test. teloxide's types are read here and go no
+//! further. Platform input is never trusted: a missing sender, an entity whose offsets do
+//! not fit the text, or an update teloxide could not read is skipped, never a panic.
+
+use teloxide::types::{
+    Chat, ChatMemberUpdated, Message, MessageEntity, MessageEntityKind, Update, UpdateKind, User,
+};
+
+use crate::model::{
+    Attachment, Inbound, MessageId, Platform, ReplyTo, RoomId, RoomRef, UserId, UserRef,
+};
+
+/// Who the bot is, from `getMe`: needed to recognise mentions, replies and its own messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BotIdentity {
+    pub id: u64,
+    pub username: Option<String>,
+}
+
+/// Which groups the persona may be in (`allowedGroupIds`, `shouldOnlyJoinInAllowedGroups`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct GroupPolicy {
+    pub only_join_allowed: bool,
+    pub allowed: Option<Vec<String>>,
+}
+
+impl GroupPolicy {
+    /// Whether the persona may stay in the group `chat`. An allowed entry may name the chat
+    /// (`-1001234`) or one of its forum topics (`-1001234:7`).
+    pub(crate) fn admits(&self, chat: i64) -> bool {
+        if !self.only_join_allowed {
+            return true;
+        }
+        let chat = chat.to_string();
+        self.allowed.as_deref().unwrap_or_default().iter().any(|r| {
+            let r = r.trim();
+            r == chat || r.split_once(':').is_some_and(|(c, _)| c == chat)
+        })
+    }
+}
+
+/// What to do with one update.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Event {
+    /// A message for the persona: hand it to the sink.
+    Message(Box<Inbound>),
+    /// The bot is in a group it may not be in: leave it, hand nothing on.
+    Leave { chat: i64 },
+    /// Nothing to do; the reason is for the debug log.
+    Skip(&'static str),
+}
+
+/// Decides what to do with `update`.
+pub(crate) fn normalize(update: &Update, me: &BotIdentity, policy: &GroupPolicy) -> Event {
+    match &update.kind {
+        UpdateKind::Message(message) => from_message(message, me, policy),
+        UpdateKind::MyChatMember(change) => from_membership(change, policy),
+        UpdateKind::EditedMessage(_) => Event::Skip("edited message"),
+        UpdateKind::ChannelPost(_) | UpdateKind::EditedChannelPost(_) => {
+            Event::Skip("channel post")
+        }
+        UpdateKind::Error(_) => Event::Skip("an update the Bot API types could not read"),
+        _ => Event::Skip("an update kind the connector does not handle"),
+    }
+}
+
+fn is_group(chat: &Chat) -> bool {
+    chat.is_group() || chat.is_supergroup()
+}
+
+/// The bot was added to (or promoted in) a chat.
+fn from_membership(change: &ChatMemberUpdated, policy: &GroupPolicy) -> Event {
+    let chat = &change.chat;
+    if !is_group(chat) {
+        return Event::Skip("membership change outside a group");
+    }
+    if !change.new_chat_member.is_present() {
+        return Event::Skip("the bot left or was removed");
+    }
+    if policy.admits(chat.id.0) {
+        Event::Skip("the bot joined an allowed group")
+    } else {
+        Event::Leave { chat: chat.id.0 }
+    }
+}
+
+fn from_message(message: &Message, me: &BotIdentity, policy: &GroupPolicy) -> Event {
+    let chat = &message.chat;
+    let is_direct = chat.is_private();
+    if !is_direct && !is_group(chat) {
+        return Event::Skip("a chat that is neither private nor a group");
+    }
+    if is_group(chat) && !policy.admits(chat.id.0) {
+        return Event::Leave { chat: chat.id.0 };
+    }
+    let Some(from) = message.from.as_ref() else {
+        return Event::Skip("a message without a sender");
+    };
+    if from.id.0 == me.id {
+        return Event::Skip("the bot's own message");
+    }
+    let (text, entities) = match (message.text(), message.caption()) {
+        (Some(t), _) => (t, message.entities().unwrap_or_default()),
+        (None, Some(c)) => (c, message.caption_entities().unwrap_or_default()),
+        (None, None) => ("", &[][..]),
+    };
+    let attachments = attachments(message);
+    if text.trim().is_empty() && attachments.is_empty() {
+        return Event::Skip("no text and no file");
+    }
+
+    let chat_id = chat.id.0;
+    let topic = message
+        .thread_id
+        .filter(|_| message.is_topic_message)
+        .map(|t| t.0.0);
+    let mut room = match topic {
+        Some(topic) => {
+            let mut room = RoomRef::new(
+                Platform::Telegram,
+                RoomId::new(format!("{chat_id}:{topic}")),
+            );
+            room.send_to = Some(chat_id.to_string());
+            room
+        }
+        None => RoomRef::new(Platform::Telegram, RoomId::new(chat_id.to_string())),
+    };
+    room.name = if is_direct {
+        Some(display_name(from))
+    } else {
+        chat.title().map(str::to_string)
+    };
+
+    // In a forum topic, a message that replies to nothing points at the topic's first
+    // message; that is not a reply.
+    let reply_to = message
+        .reply_to_message()
+        .filter(|r| topic != Some(r.id.0))
+        .map(|r| ReplyTo {
+            message: message_id(chat_id, r.id.0),
+            to_self: r.from.as_ref().is_some_and(|u| u.id.0 == me.id),
+        });
+
+    Event::Message(Box::new(Inbound {
+        id: message_id(chat_id, message.id.0),
+        room,
+        author: UserRef {
+            id: UserId::new(from.id.0.to_string()),
+            name: display_name(from),
+            is_bot: from.is_bot,
+        },
+        text: text.to_string(),
+        attachments,
+        reply_to,
+        is_direct,
+        mentions_self: mentions(text, entities, me),
+        sent_at_ms: message.date.timestamp_millis(),
+    }))
+}
+
+/// Telegram message ids are unique per chat only: the normalized id is `chat:message`.
+pub(crate) fn message_id(chat: i64, message: i32) -> MessageId {
+    MessageId::new(format!("{chat}:{message}"))
+}
+
+fn display_name(user: &User) -> String {
+    let full = user.full_name();
+    if !full.trim().is_empty() {
+        return full;
+    }
+    match &user.username {
+        Some(u) => u.clone(),
+        None => user.id.0.to_string(),
+    }
+}
+
+/// Whether the entities address the bot: an `@username` mention, a text mention of its
+/// account, or a command aimed at it (`/help@username`).
+fn mentions(text: &str, entities: &[MessageEntity], me: &BotIdentity) -> bool {
+    let username = me.username.as_deref().unwrap_or_default();
+    entities.iter().any(|e| match &e.kind {
+        MessageEntityKind::TextMention { user } => user.id.0 == me.id,
+        MessageEntityKind::Mention => entity_text(text, e.offset, e.length)
+            .and_then(|t| t.strip_prefix('@'))
+            .is_some_and(|name| !username.is_empty() && name.eq_ignore_ascii_case(username)),
+        MessageEntityKind::BotCommand => entity_text(text, e.offset, e.length)
+            .and_then(|t| t.split_once('@'))
+            .is_some_and(|(_, name)| !username.is_empty() && name.eq_ignore_ascii_case(username)),
+        _ => false,
+    })
+}
+
+/// The part of `text` an entity covers. Entity offsets count UTF-16 code units; an entity
+/// that does not fit the text, or cuts a character in two, gives `None`.
+fn entity_text(text: &str, offset: usize, length: usize) -> Option<&str> {
+    let start = utf16_to_byte(text, offset)?;
+    let end = utf16_to_byte(text, offset.checked_add(length)?)?;
+    text.get(start..end)
+}
+
+fn utf16_to_byte(text: &str, position: usize) -> Option<usize> {
+    let mut units = 0usize;
+    for (byte, c) in text.char_indices() {
+        if units == position {
+            return Some(byte);
+        }
+        if units > position {
+            return None;
+        }
+        units += c.len_utf16();
+    }
+    (units == position).then_some(text.len())
+}
+
+/// Files on the message, recorded by name, type and size (not downloaded).
+fn attachments(message: &Message) -> Vec<Attachment> {
+    let mut out = Vec::new();
+    if let Some(d) = message.document() {
+        out.push(Attachment {
+            name: d.file_name.clone().unwrap_or_else(|| "document".into()),
+            mime: d.mime_type.as_ref().map(ToString::to_string),
+            size: Some(u64::from(d.file.size)),
+            url: None,
+        });
+    }
+    if let Some(largest) = message.photo().and_then(|sizes| sizes.last()) {
+        out.push(Attachment {
+            name: "photo.jpg".into(),
+            mime: Some("image/jpeg".into()),
+            size: Some(u64::from(largest.file.size)),
+            url: None,
+        });
+    }
+    if let Some(a) = message.audio() {
+        out.push(Attachment {
+            name: a.file_name.clone().unwrap_or_else(|| "audio".into()),
+            mime: a.mime_type.as_ref().map(ToString::to_string),
+            size: Some(u64::from(a.file.size)),
+            url: None,
+        });
+    }
+    if let Some(v) = message.video() {
+        out.push(Attachment {
+            name: v.file_name.clone().unwrap_or_else(|| "video".into()),
+            mime: v.mime_type.as_ref().map(ToString::to_string),
+            size: Some(u64::from(v.file.size)),
+            url: None,
+        });
+    }
+    if let Some(v) = message.voice() {
+        out.push(Attachment {
+            name: "voice.ogg".into(),
+            mime: v.mime_type.as_ref().map(ToString::to_string),
+            size: Some(u64::from(v.file.size)),
+            url: None,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    const BOT: u64 = 123;
+
+    fn me() -> BotIdentity {
+        BotIdentity {
+            id: BOT,
+            username: Some("tess_bot".into()),
+        }
+    }
+
+    fn update(v: Value) -> Update {
+        // From text, as on the wire: teloxide's flattened types do not all read from a `Value`.
+        serde_json::from_str(&v.to_string()).expect("a valid update")
+    }
+
+    fn user(id: u64, name: &str) -> Value {
+        json!({"id": id, "is_bot": false, "first_name": name})
+    }
+
+    fn bot_user() -> Value {
+        json!({"id": BOT, "is_bot": true, "first_name": "Tess", "username": "tess_bot"})
+    }
+
+    fn private(id: i64) -> Value {
+        json!({"id": id, "type": "private", "first_name": "Ann"})
+    }
+
+    fn group(id: i64) -> Value {
+        json!({"id": id, "type": "group", "title": "Friends"})
+    }
+
+    fn supergroup(id: i64, forum: bool) -> Value {
+        json!({"id": id, "type": "supergroup", "title": "Club", "is_forum": forum})
+    }
+
+    fn message(chat: Value, from: Value, text: &str) -> Value {
+        json!({"message_id": 10, "date": 1_700_000_000, "chat": chat, "from": from, "text": text})
+    }
+
+    fn msg_update(message: Value) -> Update {
+        update(json!({"update_id": 1, "message": message}))
+    }
+
+    fn inbound(event: Event) -> Inbound {
+        match event {
+            Event::Message(m) => *m,
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+
+    fn open() -> GroupPolicy {
+        GroupPolicy::default()
+    }
+
+    #[test]
+    fn private_chat_is_direct() {
+        let m = inbound(normalize(
+            &msg_update(message(private(42), user(42, "Ann"), "hello")),
+            &me(),
+            &open(),
+        ));
+        assert!(m.is_direct);
+        assert_eq!(m.id.as_str(), "42:10");
+        assert_eq!(m.room.id.as_str(), "42");
+        assert_eq!(m.room.platform, Platform::Telegram);
+        assert_eq!(m.room.send_to, None);
+        assert_eq!(m.room.name.as_deref(), Some("Ann"));
+        assert_eq!(m.author.id.as_str(), "42");
+        assert_eq!(m.author.name, "Ann");
+        assert!(!m.author.is_bot);
+        assert_eq!(m.text, "hello");
+        assert_eq!(m.sent_at_ms, 1_700_000_000_000);
+        assert!(!m.mentions_self);
+    }
+
+    #[test]
+    fn group_and_supergroup_are_rooms_named_by_title() {
+        for chat in [group(-5), supergroup(-1005, false)] {
+            let id = chat["id"].as_i64().unwrap();
+            let m = inbound(normalize(
+                &msg_update(message(chat, user(7, "Bo"), "hi all")),
+                &me(),
+                &open(),
+            ));
+            assert!(!m.is_direct);
+            assert_eq!(m.room.id.as_str(), id.to_string());
+            assert!(m.room.name.is_some());
+        }
+    }
+
+    #[test]
+    fn forum_topic_is_its_own_room_sent_to_the_chat() {
+        let mut msg = message(supergroup(-1009, true), user(7, "Bo"), "in a topic");
+        msg["message_thread_id"] = json!(77);
+        msg["is_topic_message"] = json!(true);
+        // Telegram points a plain topic message at the topic's first message.
+        msg["reply_to_message"] = json!({
+            "message_id": 77, "date": 1_699_999_000, "chat": supergroup(-1009, true),
+            "from": user(7, "Bo"),
+            "forum_topic_created": {"name": "Plans", "icon_color": 7322096}
+        });
+        let m = inbound(normalize(&msg_update(msg), &me(), &open()));
+        assert_eq!(m.room.id.as_str(), "-1009:77");
+        assert_eq!(m.room.send_to.as_deref(), Some("-1009"));
+        assert_eq!(m.reply_to, None);
+
+        // A reply thread in a plain supergroup is not a topic.
+        let mut msg = message(supergroup(-1009, false), user(7, "Bo"), "reply thread");
+        msg["message_thread_id"] = json!(5);
+        let m = inbound(normalize(&msg_update(msg), &me(), &open()));
+        assert_eq!(m.room.id.as_str(), "-1009");
+    }
+
+    #[test]
+    fn mention_entities_address_the_bot() {
+        // "é" is one UTF-16 unit, "😀" two: offsets count UTF-16 units.
+        let text = "é😀 @Tess_Bot look";
+        let mut msg = message(group(-5), user(7, "Bo"), text);
+        msg["entities"] = json!([{"type": "mention", "offset": 4, "length": 9}]);
+        let m = inbound(normalize(&msg_update(msg), &me(), &open()));
+        assert!(m.mentions_self);
+
+        let mut msg = message(group(-5), user(7, "Bo"), "@someone_else hi");
+        msg["entities"] = json!([{"type": "mention", "offset": 0, "length": 13}]);
+        assert!(!inbound(normalize(&msg_update(msg), &me(), &open())).mentions_self);
+
+        let mut msg = message(group(-5), user(7, "Bo"), "Tess, hi");
+        msg["entities"] =
+            json!([{"type": "text_mention", "offset": 0, "length": 4, "user": bot_user()}]);
+        assert!(inbound(normalize(&msg_update(msg), &me(), &open())).mentions_self);
+
+        let mut msg = message(group(-5), user(7, "Bo"), "/help@tess_bot");
+        msg["entities"] = json!([{"type": "bot_command", "offset": 0, "length": 14}]);
+        assert!(inbound(normalize(&msg_update(msg), &me(), &open())).mentions_self);
+    }
+
+    #[test]
+    fn hostile_entity_offsets_do_not_panic() {
+        for (offset, length) in [(0, 400), (2, 1), (usize::MAX, 2), (1, usize::MAX)] {
+            let mut msg = message(group(-5), user(7, "Bo"), "😀 @tess_bot");
+            msg["entities"] = json!([{"type": "mention", "offset": offset, "length": length}]);
+            let m = inbound(normalize(&msg_update(msg), &me(), &open()));
+            assert!(!m.mentions_self);
+        }
+    }
+
+    #[test]
+    fn reply_to_the_bot_is_marked() {
+        let mut msg = message(group(-5), user(7, "Bo"), "and you?");
+        msg["reply_to_message"] = json!({
+            "message_id": 9, "date": 1_699_999_000, "chat": group(-5),
+            "from": bot_user(), "text": "I said this"
+        });
+        let m = inbound(normalize(&msg_update(msg), &me(), &open()));
+        assert_eq!(
+            m.reply_to,
+            Some(ReplyTo {
+                message: MessageId::new("-5:9"),
+                to_self: true
+            })
+        );
+    }
+
+    #[test]
+    fn documents_are_recorded_and_caption_is_the_text() {
+        let mut msg = message(private(42), user(42, "Ann"), "");
+        msg.as_object_mut().unwrap().remove("text");
+        msg["caption"] = json!("see attached");
+        msg["document"] = json!({
+            "file_id": "F1", "file_unique_id": "U1", "file_name": "notes.pdf",
+            "mime_type": "application/pdf", "file_size": 2048
+        });
+        let m = inbound(normalize(&msg_update(msg), &me(), &open()));
+        assert_eq!(m.text, "see attached");
+        assert_eq!(
+            m.attachments,
+            vec![Attachment {
+                name: "notes.pdf".into(),
+                mime: Some("application/pdf".into()),
+                size: Some(2048),
+                url: None
+            }]
+        );
+    }
+
+    #[test]
+    fn odd_updates_are_skipped() {
+        // The bot's own message.
+        let own = msg_update(message(group(-5), bot_user(), "mine"));
+        assert!(matches!(normalize(&own, &me(), &open()), Event::Skip(_)));
+        // No sender.
+        let mut m = message(group(-5), user(7, "Bo"), "x");
+        m.as_object_mut().unwrap().remove("from");
+        assert!(matches!(
+            normalize(&msg_update(m), &me(), &open()),
+            Event::Skip(_)
+        ));
+        // No text and no file (a sticker).
+        let mut m = message(group(-5), user(7, "Bo"), "");
+        m.as_object_mut().unwrap().remove("text");
+        m["sticker"] = json!({"file_id": "S", "file_unique_id": "S", "type": "regular",
+            "width": 1, "height": 1, "is_animated": false, "is_video": false});
+        assert!(matches!(
+            normalize(&msg_update(m), &me(), &open()),
+            Event::Skip(_)
+        ));
+        // Edited message, channel post.
+        let edited = update(json!({"update_id": 2,
+            "edited_message": message(group(-5), user(7, "Bo"), "edit")}));
+        assert!(matches!(normalize(&edited, &me(), &open()), Event::Skip(_)));
+        let post = update(json!({"update_id": 3, "channel_post": {
+            "message_id": 1, "date": 1, "text": "news",
+            "chat": {"id": -100777, "type": "channel", "title": "News"}}}));
+        assert!(matches!(normalize(&post, &me(), &open()), Event::Skip(_)));
+        // Something teloxide cannot read at all still has an id and is skipped.
+        let junk = update(json!({"update_id": 4, "message": {"what": "ever"}}));
+        assert!(matches!(normalize(&junk, &me(), &open()), Event::Skip(_)));
+        let unknown = update(json!({"update_id": 5, "brand_new_kind": {"x": 1}}));
+        assert!(matches!(
+            normalize(&unknown, &me(), &open()),
+            Event::Skip(_)
+        ));
+    }
+
+    #[test]
+    fn groups_not_allowed_are_left() {
+        let policy = GroupPolicy {
+            only_join_allowed: true,
+            allowed: Some(vec!["-100123".into(), "-100200:5".into()]),
+        };
+        let m = msg_update(message(supergroup(-100999, false), user(7, "Bo"), "hi"));
+        assert_eq!(
+            normalize(&m, &me(), &policy),
+            Event::Leave { chat: -100999 }
+        );
+        for allowed in [-100123, -100200] {
+            let m = msg_update(message(supergroup(allowed, false), user(7, "Bo"), "hi"));
+            assert!(matches!(normalize(&m, &me(), &policy), Event::Message(_)));
+        }
+        // Private chats are never left.
+        let m = msg_update(message(private(42), user(42, "Ann"), "hi"));
+        assert!(matches!(normalize(&m, &me(), &policy), Event::Message(_)));
+
+        let added = |chat: Value| {
+            update(json!({"update_id": 9, "my_chat_member": {
+                "chat": chat, "from": user(7, "Bo"), "date": 1,
+                "old_chat_member": {"user": bot_user(), "status": "left"},
+                "new_chat_member": {"user": bot_user(), "status": "member"}
+            }}))
+        };
+        assert_eq!(
+            normalize(&added(group(-77)), &me(), &policy),
+            Event::Leave { chat: -77 }
+        );
+        assert!(matches!(
+            normalize(&added(supergroup(-100123, false)), &me(), &policy),
+            Event::Skip(_)
+        ));
+        // Without the switch, every group is fine.
+        assert!(matches!(
+            normalize(&added(group(-77)), &me(), &open()),
+            Event::Skip(_)
+        ));
+    }
+}

@@ -1,0 +1,416 @@
+//! Receiving updates: the long-polling loop, the webhook, and what both do with an update.
+//!
+//! Polling drives `getUpdates` itself so that it controls the offset: an update is confirmed
+//! (the next call's offset passes it) only after the sink accepted it. When the sink fails,
+//! the offset stays and the same updates are asked for again. A webhook call is answered
+//! 200 only after the sink accepted its update, else 500 so that Telegram delivers it again;
+//! a call without the exact secret token gets 401 and nothing is read.
+
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use teloxide::payloads::{GetUpdatesSetters, SetWebhookSetters};
+use teloxide::prelude::Requester;
+use teloxide::requests::Request;
+use teloxide::types::{AllowedUpdate, ChatId, Update};
+use teloxide::{ApiError, RequestError};
+use tokio_util::sync::CancellationToken;
+use url::Url;
+
+use super::config::{Mode, WebhookSecret};
+use super::normalize::{BotIdentity, Event, normalize};
+use super::{Live, TelegramConnector, errors};
+use crate::connector::{
+    Accepted, ConnectorError, InboundSink, SinkError, WebhookRequest, WebhookResponse,
+};
+
+/// Seconds a `getUpdates` call waits for news; below the HTTP client's 17 s timeout.
+const POLL_TIMEOUT_SECS: u32 = 10;
+/// Where the polling position is kept across restarts (the journal still decides
+/// duplicates; this only spares Telegram a redelivery).
+const OFFSET_KEY: &str = "getUpdates.offset";
+/// The header Telegram puts the webhook's secret token in.
+const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
+
+/// The update kinds asked for: messages, and the bot's own membership (to leave groups).
+fn allowed_updates() -> [AllowedUpdate; 2] {
+    [AllowedUpdate::Message, AllowedUpdate::MyChatMember]
+}
+
+/// 1 s, 2 s, 4 s … 30 s.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_secs(1u64 << failures.clamp(1, 6).saturating_sub(1)).min(Duration::from_secs(30))
+}
+
+/// Sleeps for `wait` unless shutdown comes first; `false` means stop.
+async fn pause(shutdown: &CancellationToken, wait: Duration) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(wait) => true,
+    }
+}
+
+/// An update as polled: teloxide's reading of it, or only its id when even that failed.
+struct Polled {
+    id: u32,
+    update: Option<Update>,
+}
+
+/// Reads a `getUpdates` answer update by update, for when teloxide could not read the
+/// batch as a whole: what has an id can at least be confirmed.
+fn salvage(raw: &str) -> Option<Vec<Polled>> {
+    let body: Value = serde_json::from_str(raw).ok()?;
+    let items = body.get("result")?.as_array()?;
+    Some(
+        items
+            .iter()
+            .filter_map(|item| {
+                let id = u32::try_from(item.get("update_id")?.as_u64()?).ok()?;
+                // From text: teloxide's flattened types do not all read from a `Value`.
+                let update = serde_json::from_str::<Update>(&item.to_string()).ok();
+                Some(Polled { id, update })
+            })
+            .collect(),
+    )
+}
+
+fn respond(status: u16, body: Value) -> WebhookResponse {
+    WebhookResponse {
+        status,
+        body: body.to_string(),
+    }
+}
+
+impl TelegramConnector {
+    /// `getMe` until it answers. `Ok(None)` when shutdown came first; an error when the
+    /// token is refused.
+    pub(super) async fn identify(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<BotIdentity>, ConnectorError> {
+        let mut failures = 0;
+        loop {
+            let attempt = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(None),
+                r = self.get_me() => r,
+            };
+            match attempt {
+                Ok(me) => return Ok(Some(me)),
+                Err(e @ ConnectorError::Unauthorized(_)) => return Err(e),
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, "cannot reach the Telegram Bot API (getMe); retrying");
+                    let wait = match e {
+                        ConnectorError::RateLimited { retry_after } => retry_after,
+                        _ => backoff(failures),
+                    };
+                    if !pause(shutdown, wait).await {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Long polling until shutdown.
+    pub(super) async fn poll(
+        &self,
+        sink: Arc<dyn InboundSink>,
+        me: BotIdentity,
+        shutdown: &CancellationToken,
+    ) -> Result<(), ConnectorError> {
+        // A webhook left by an earlier run would make getUpdates fail with a conflict.
+        if !self.delete_webhook(shutdown).await? {
+            return Ok(());
+        }
+        let mut offset: Option<i32> = match self.state.get(OFFSET_KEY).await {
+            Ok(v) => v.and_then(|v| v.parse().ok()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the saved getUpdates offset; starting from Telegram's");
+                None
+            }
+        };
+        let mut failures = 0u32;
+        'poll: loop {
+            let mut request = self
+                .bot
+                .get_updates()
+                .timeout(POLL_TIMEOUT_SECS)
+                .allowed_updates(allowed_updates());
+            if let Some(o) = offset {
+                request = request.offset(o);
+            }
+            let answer = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                r = request.send() => r,
+            };
+            let batch: Vec<Polled> = match answer {
+                Ok(updates) => updates
+                    .into_iter()
+                    .map(|u| Polled {
+                        id: u.id.0,
+                        update: Some(u),
+                    })
+                    .collect(),
+                Err(RequestError::InvalidJson { raw, .. }) if salvage(&raw).is_some() => {
+                    tracing::warn!(
+                        "getUpdates returned updates that could not be read as a batch; reading them one by one"
+                    );
+                    salvage(&raw).unwrap_or_default()
+                }
+                Err(RequestError::Api(ApiError::CantGetUpdates)) => {
+                    tracing::warn!("a webhook is set for this bot; removing it to poll");
+                    if !self.delete_webhook(shutdown).await? {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    let error = errors::classify(&e, &self.config.token);
+                    let wait = match &error {
+                        ConnectorError::Unauthorized(_) => return Err(error),
+                        ConnectorError::RateLimited { retry_after } => *retry_after,
+                        _ => {
+                            failures += 1;
+                            backoff(failures)
+                        }
+                    };
+                    if matches!(e, RequestError::Api(ApiError::TerminatedByOtherGetUpdates)) {
+                        tracing::warn!(
+                            "another process polls this bot's updates (409 Conflict): run one troupe per bot token, or use a webhook"
+                        );
+                    } else {
+                        tracing::warn!(error = %error, retry_in = ?wait, "getUpdates failed");
+                    }
+                    if !pause(shutdown, wait).await {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            };
+            failures = 0;
+            let before = offset;
+            for polled in batch {
+                let next = i32::try_from(i64::from(polled.id) + 1).ok();
+                let handled = match &polled.update {
+                    Some(update) => self.dispatch(update, &me, sink.as_ref()).await,
+                    None => {
+                        tracing::warn!(
+                            update_id = polled.id,
+                            "skipping an update that cannot be read"
+                        );
+                        Ok(())
+                    }
+                };
+                if let Err(e) = handled {
+                    // Not journaled: keep the offset so Telegram hands it over again.
+                    failures += 1;
+                    let wait = backoff(failures);
+                    tracing::warn!(update_id = polled.id, error = %e, retry_in = ?wait,
+                        "the gateway could not take an update; asking Telegram for it again");
+                    self.save_offset(before, offset).await;
+                    if !pause(shutdown, wait).await {
+                        return Ok(());
+                    }
+                    continue 'poll;
+                }
+                if next > offset {
+                    offset = next;
+                }
+            }
+            self.save_offset(before, offset).await;
+        }
+    }
+
+    async fn save_offset(&self, before: Option<i32>, now: Option<i32>) {
+        if let Some(o) = now.filter(|_| now != before)
+            && let Err(e) = self.state.put(OFFSET_KEY, &o.to_string()).await
+        {
+            tracing::debug!(error = %e, "cannot save the getUpdates offset");
+        }
+    }
+
+    /// `deleteWebhook` (pending updates kept) until it answers. `Ok(false)` on shutdown.
+    async fn delete_webhook(&self, shutdown: &CancellationToken) -> Result<bool, ConnectorError> {
+        let mut failures = 0;
+        loop {
+            let answer = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(false),
+                r = self.bot.delete_webhook().send() => r,
+            };
+            match answer {
+                Ok(_) => return Ok(true),
+                Err(e) => {
+                    let error = errors::classify(&e, &self.config.token);
+                    if matches!(error, ConnectorError::Unauthorized(_)) {
+                        return Err(error);
+                    }
+                    failures += 1;
+                    tracing::warn!(error = %error, "deleteWebhook failed; retrying");
+                    if !pause(shutdown, backoff(failures)).await {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Registers the webhook, then serves webhook calls until shutdown. The webhook stays
+    /// set after shutdown, so Telegram keeps updates until troupe is back.
+    pub(super) async fn serve_webhook(
+        &self,
+        sink: Arc<dyn InboundSink>,
+        me: BotIdentity,
+        url: &Url,
+        secret: &WebhookSecret,
+        shutdown: &CancellationToken,
+    ) -> Result<(), ConnectorError> {
+        *self.live.write().unwrap_or_else(|e| e.into_inner()) = Some(Live { sink, me });
+        let mut failures = 0;
+        loop {
+            let request = self
+                .bot
+                .set_webhook(url.clone())
+                .secret_token(secret.as_str())
+                .allowed_updates(allowed_updates());
+            let answer = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                r = request.send() => r,
+            };
+            match answer {
+                Ok(_) => break,
+                Err(e) => match errors::classify(&e, &self.config.token) {
+                    ConnectorError::Fatal(why) => {
+                        return Err(ConnectorError::Fatal(format!(
+                            "Telegram refused the webhook {url} (TELEGRAM_WEBHOOK_URL): {why}"
+                        )));
+                    }
+                    e @ ConnectorError::Unauthorized(_) => return Err(e),
+                    e => {
+                        failures += 1;
+                        tracing::warn!(error = %e, "setWebhook failed; retrying");
+                        if !pause(shutdown, backoff(failures)).await {
+                            return Ok(());
+                        }
+                    }
+                },
+            }
+        }
+        tracing::info!(%url, "webhook registered with Telegram");
+        shutdown.cancelled().await;
+        Ok(())
+    }
+
+    /// One webhook call.
+    pub(super) async fn receive_webhook(&self, request: WebhookRequest) -> WebhookResponse {
+        let Mode::Webhook { secret, .. } = &self.config.mode else {
+            return respond(
+                404,
+                serde_json::json!({"error": "not_found",
+                    "detail": "this persona's Telegram connector uses long polling; set TELEGRAM_WEBHOOK_URL to use a webhook"}),
+            );
+        };
+        if !request
+            .header(SECRET_HEADER)
+            .is_some_and(|s| secret.matches(s))
+        {
+            tracing::warn!("a Telegram webhook call without the right secret token was refused");
+            return respond(
+                401,
+                serde_json::json!({"error": "unauthorized",
+                    "detail": "missing or wrong X-Telegram-Bot-Api-Secret-Token"}),
+            );
+        }
+        let live = self.live.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(live) = live else {
+            return respond(
+                503,
+                serde_json::json!({"error": "unavailable", "detail": "the Telegram connector is not running"}),
+            );
+        };
+        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&request.body) {
+            return respond(
+                400,
+                serde_json::json!({"error": "bad_request", "detail": format!("the body is not JSON: {e}")}),
+            );
+        }
+        // From the bytes: teloxide's flattened types do not all read from a `Value`.
+        let update = match serde_json::from_slice::<Update>(&request.body) {
+            Ok(u) => u,
+            Err(e) => {
+                // Telegram would send it again and again; it will never be readable.
+                tracing::warn!(error = %e, "skipping a webhook update that cannot be read");
+                return respond(200, serde_json::json!({"ok": true, "skipped": true}));
+            }
+        };
+        match self.dispatch(&update, &live.me, live.sink.as_ref()).await {
+            Ok(()) => respond(200, serde_json::json!({"ok": true})),
+            Err(e) => {
+                tracing::warn!(update_id = update.id.0, error = %e, "the gateway could not take a webhook update; Telegram will send it again");
+                respond(
+                    500,
+                    serde_json::json!({"error": "unavailable", "detail": "could not journal the update"}),
+                )
+            }
+        }
+    }
+
+    /// Does what one update calls for. An error means the sink did not take a message.
+    async fn dispatch(
+        &self,
+        update: &Update,
+        me: &BotIdentity,
+        sink: &dyn InboundSink,
+    ) -> Result<(), SinkError> {
+        match normalize(update, me, &self.policy) {
+            Event::Message(message) => {
+                let id = message.id.clone();
+                match sink.accept(*message).await? {
+                    Accepted::New => {
+                        tracing::debug!(update_id = update.id.0, message = %id, "message journaled")
+                    }
+                    Accepted::Duplicate => {
+                        tracing::debug!(update_id = update.id.0, message = %id, "message already journaled")
+                    }
+                }
+            }
+            Event::Leave { chat } => self.leave(chat).await,
+            Event::Skip(why) => tracing::debug!(update_id = update.id.0, why, "update skipped"),
+        }
+        Ok(())
+    }
+
+    /// Leaves a group the persona may not be in. A failure is logged: the next message
+    /// from the group tries again.
+    async fn leave(&self, chat: i64) {
+        match self.bot.leave_chat(ChatId(chat)).await {
+            Ok(_) => tracing::info!(
+                chat,
+                "left a group that is not in allowedGroupIds (shouldOnlyJoinInAllowedGroups)"
+            ),
+            Err(e) => {
+                tracing::warn!(chat, error = %errors::describe(&e, &self.config.token), "could not leave a group that is not allowed")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn salvage_keeps_ids_of_unreadable_updates() {
+        let raw = r#"{"ok":true,"result":[{"update_id":5,"message":{"nonsense":1}},{"update_id":"x"},{"update_id":6}]}"#;
+        let got = salvage(raw).unwrap();
+        assert_eq!(got.iter().map(|p| p.id).collect::<Vec<_>>(), vec![5, 6]);
+        assert!(salvage("<html>").is_none());
+    }
+
+    #[test]
+    fn backoff_is_capped() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(3), Duration::from_secs(4));
+        assert_eq!(backoff(40), Duration::from_secs(30));
+    }
+}

@@ -1,0 +1,697 @@
+//! The writer: one task per `Store` that owns the hot writes, `journal_insert` and
+//! `record_handled`, and commits whatever callers have queued as one batch.
+//!
+//! Why: a statement costs little SQL work but a round trip (to sqlx-sqlite's worker thread,
+//! or over the network to Postgres). Many agents writing at once each paid a transaction of
+//! their own; here the requests queued while the previous batch was written share one
+//! transaction and multi-row statements. A batch is whatever is waiting when the writer
+//! is free (never a timer), so a lone caller is a batch of one and waits for nobody.
+//!
+//! What it owns:
+//! - batching: at most `MAX_BATCH` requests, which keeps every statement far below the
+//!   bind-parameter limits (32766 for SQLite, 65535 for Postgres);
+//! - the guarantees of the single calls, inside a batch too: a duplicate journal insert is
+//!   `Duplicate`, even of a row inserted by the same batch; of two `record_handled` for one
+//!   journal entry the first writes and the other gets its outbox id, as if run one after
+//!   the other; an unknown journal id fails only its own request;
+//! - isolation: if a batch fails, its requests are written again one by one, so one bad
+//!   request cannot fail the others.
+//!
+//! On SQLite, statements that must run together are sent as one multi-statement script
+//! (sqlx binds positional `?` parameters in order across the statements of one query), so `record_handled` costs two
+//! round trips whatever the batch size: `BEGIN IMMEDIATE; UPDATE journal … RETURNING`, then
+//! the inserts and `COMMIT`. Postgres runs the same statements one by one in a transaction.
+
+use super::{
+    Backend, JournalId, JournalInsert, JournalState, OutboxEntry, OutboxId, Pool, RecordedReply,
+    Result, StorageError,
+};
+use sqlx::AssertSqlSafe;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use std::collections::{HashMap, HashSet};
+use tokio::sync::{mpsc, oneshot};
+use troupe_connectors::Outbound;
+
+/// Requests per batch.
+const MAX_BATCH: usize = 256;
+/// Longer SQL (a batch of more than a few requests) is prepared for one use, not cached.
+const MAX_CACHED_SQL: usize = 2048;
+/// Requests waiting for the writer before callers wait to queue (backpressure).
+const QUEUE: usize = 1024;
+
+/// A journal insert, owned so it can cross to the writer task.
+pub(super) struct JournalReq {
+    pub agent_id: String,
+    pub platform: &'static str,
+    pub message_id: String,
+    pub room: String,
+    pub inbound_json: String,
+    pub now: i64,
+}
+
+pub(super) struct MemoryReq {
+    pub author_id: String,
+    pub author_name: String,
+    pub text: String,
+    pub from_agent: bool,
+    pub created_at_ms: i64,
+}
+
+/// A `record_handled`, owned.
+pub(super) struct HandledReq {
+    pub journal_id: i64,
+    pub agent_id: String,
+    pub room_key: String,
+    pub platform: &'static str,
+    pub room_name: Option<String>,
+    pub last_active: i64,
+    pub memories: Vec<MemoryReq>,
+    /// The reply, and its JSON for the outbox.
+    pub reply: Option<(Outbound, String)>,
+    /// Insert the outbox row claimed for this long (attempts = 1).
+    pub lease_ms: Option<i64>,
+    pub now: i64,
+}
+
+type HandledResult = Result<Option<RecordedReply>>;
+
+enum Request {
+    Journal(JournalReq, oneshot::Sender<Result<JournalInsert>>),
+    Handled(Box<HandledReq>, oneshot::Sender<HandledResult>),
+}
+
+/// The queue to the writer task; the task ends when the last `Store` clone is dropped.
+#[derive(Clone)]
+pub(super) struct Writer {
+    queue: mpsc::Sender<Request>,
+}
+
+impl Writer {
+    pub fn spawn(pool: Pool) -> Writer {
+        let (queue, requests) = mpsc::channel(QUEUE);
+        tokio::spawn(run(pool, requests));
+        Writer { queue }
+    }
+
+    pub async fn journal_insert(&self, req: JournalReq) -> Result<JournalInsert> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::Journal(req, tx)).await?;
+        rx.await.map_err(|_| gone())?
+    }
+
+    pub async fn record_handled(&self, req: HandledReq) -> HandledResult {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::Handled(Box::new(req), tx)).await?;
+        rx.await.map_err(|_| gone())?
+    }
+
+    async fn send(&self, request: Request) -> Result<()> {
+        self.queue.send(request).await.map_err(|_| gone())
+    }
+}
+
+/// The writer task is gone (its runtime shut down): the store is as good as closed.
+fn gone() -> StorageError {
+    StorageError::Database(sqlx::Error::PoolClosed)
+}
+
+async fn run(pool: Pool, mut requests: mpsc::Receiver<Request>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while requests.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let mut journal = Vec::new();
+        let mut handled = Vec::new();
+        for request in batch.drain(..) {
+            match request {
+                Request::Journal(req, tx) => journal.push((req, tx)),
+                Request::Handled(req, tx) => handled.push((*req, tx)),
+            }
+        }
+        if !journal.is_empty() {
+            let (reqs, txs): (Vec<_>, Vec<_>) = journal.into_iter().unzip();
+            let results = isolate(&reqs, |reqs| journal_batch(&pool, reqs)).await;
+            for (tx, result) in txs.into_iter().zip(results) {
+                let _ = tx.send(result);
+            }
+        }
+        if !handled.is_empty() {
+            let (reqs, txs): (Vec<_>, Vec<_>) = handled.into_iter().unzip();
+            let results = isolate(&reqs, |reqs| handled_batch(&pool, reqs)).await;
+            for (tx, result) in txs.into_iter().zip(results) {
+                let _ = tx.send(result);
+            }
+        }
+    }
+}
+
+/// Writes the batch; if that fails as a whole, writes each request alone.
+pub(super) async fn isolate<'a, R, T, F, Fut>(reqs: &'a [R], write: F) -> Vec<Result<T>>
+where
+    F: Fn(&'a [R]) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Result<T>>>>,
+{
+    match write(reqs).await {
+        Ok(results) => results,
+        Err(e) if reqs.len() == 1 => vec![Err(e)],
+        Err(e) => {
+            tracing::debug!(error = %e, size = reqs.len(), "batch failed; writing one by one");
+            let mut results = Vec::with_capacity(reqs.len());
+            for one in reqs.chunks(1) {
+                results.push(match write(one).await {
+                    Ok(mut r) => r.pop().unwrap_or_else(|| Err(gone())),
+                    Err(e) => Err(e),
+                });
+            }
+            results
+        }
+    }
+}
+
+/// A bind argument of a dynamically built statement.
+enum Arg<'a> {
+    Int(i64),
+    Text(&'a str),
+    OptText(Option<&'a str>),
+    Bool(bool),
+}
+
+/// SQL text with its arguments. On SQLite, `next` continues one script; on Postgres it
+/// starts another statement (its protocol takes one statement per query).
+struct Script<'a> {
+    backend: Backend,
+    done: Vec<(String, Vec<Arg<'a>>)>,
+    sql: String,
+    args: Vec<Arg<'a>>,
+}
+
+impl<'a> Script<'a> {
+    fn new(backend: Backend) -> Self {
+        Script {
+            backend,
+            done: Vec::new(),
+            sql: String::new(),
+            args: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, sql: &str) -> &mut Self {
+        self.sql.push_str(sql);
+        self
+    }
+
+    fn arg(&mut self, arg: Arg<'a>) -> &mut Self {
+        self.args.push(arg);
+        match self.backend {
+            // Positional: SQLite looks a named `$N` up among the names seen so far (a linear
+            // scan per parameter, quadratic in a batch), and sqlx binds positional
+            // parameters in order across the statements of a script.
+            Backend::Sqlite => self.sql.push('?'),
+            Backend::Postgres => {
+                self.sql.push('$');
+                self.sql.push_str(&self.args.len().to_string());
+            }
+        }
+        self
+    }
+
+    /// A JSON text argument for a JSON column (JSONB in Postgres).
+    fn json(&mut self, json: &'a str) -> &mut Self {
+        match self.backend {
+            Backend::Sqlite => self.arg(Arg::Text(json)),
+            Backend::Postgres => self.push("CAST(").arg(Arg::Text(json)).push(" AS JSONB)"),
+        }
+    }
+
+    /// Ends a statement.
+    fn next(&mut self) {
+        match self.backend {
+            Backend::Sqlite => self.sql.push_str(";\n"),
+            Backend::Postgres => {
+                let sql = std::mem::take(&mut self.sql);
+                let args = std::mem::take(&mut self.args);
+                self.done.push((sql, args));
+            }
+        }
+    }
+
+    fn finish(mut self) -> Vec<(String, Vec<Arg<'a>>)> {
+        if !self.sql.trim().is_empty() {
+            self.done.push((self.sql, self.args));
+        }
+        self.done
+    }
+}
+
+/// Runs statements in order on `$conn`, returning every row they return.
+macro_rules! run_script {
+    ($conn:expr, $stmts:expr) => {{
+        let mut rows = Vec::new();
+        for (sql, args) in $stmts {
+            // Only statements of small batches repeat often enough to keep prepared.
+            let persistent = sql.len() <= MAX_CACHED_SQL;
+            let mut query = sqlx::query(AssertSqlSafe(sql)).persistent(persistent);
+            for arg in args {
+                query = match arg {
+                    Arg::Int(v) => query.bind(v),
+                    Arg::Text(v) => query.bind(v),
+                    Arg::OptText(v) => query.bind(v),
+                    Arg::Bool(v) => query.bind(v),
+                };
+            }
+            rows.extend(query.fetch_all(&mut *$conn).await?);
+        }
+        rows
+    }};
+}
+
+/// The backend of a pool.
+fn backend(pool: &Pool) -> Backend {
+    match pool {
+        Pool::Sqlite(_) => Backend::Sqlite,
+        Pool::Postgres(_) => Backend::Postgres,
+    }
+}
+
+type JournalKey<'a> = (&'a str, &'a str, &'a str);
+
+pub(super) async fn journal_batch(
+    pool: &Pool,
+    reqs: &[JournalReq],
+) -> Result<Vec<Result<JournalInsert>>> {
+    let backend = backend(pool);
+    let mut insert = Script::new(backend);
+    insert.push(
+        "INSERT INTO journal
+             (agent_id, platform, platform_message_id, room, inbound, state, attempts,
+              created_at_ms, updated_at_ms)
+         VALUES ",
+    );
+    for (i, r) in reqs.iter().enumerate() {
+        insert.push(if i == 0 { "(" } else { ", (" });
+        insert.arg(Arg::Text(&r.agent_id)).push(", ");
+        insert.arg(Arg::Text(r.platform)).push(", ");
+        insert.arg(Arg::Text(&r.message_id)).push(", ");
+        insert.arg(Arg::Text(&r.room)).push(", ");
+        insert.json(&r.inbound_json).push(", 'pending', 0, ");
+        insert.arg(Arg::Int(r.now)).push(", ");
+        insert.arg(Arg::Int(r.now)).push(")");
+    }
+    insert.push(
+        " ON CONFLICT (agent_id, platform, platform_message_id) DO NOTHING
+         RETURNING id, agent_id, platform, platform_message_id",
+    );
+    let inserted: Vec<(i64, String, String, String)> = with_rows(pool, insert.finish()).await?;
+    let mut fresh: HashMap<JournalKey<'_>, i64> = inserted
+        .iter()
+        .map(|(id, a, p, m)| ((a.as_str(), p.as_str(), m.as_str()), *id))
+        .collect();
+
+    // The first request for a key that was inserted gets `Inserted`; every other one is a
+    // duplicate, of a row from this batch or from before.
+    let mut results: Vec<Option<Result<JournalInsert>>> = Vec::with_capacity(reqs.len());
+    let mut lookup: Vec<JournalKey<'_>> = Vec::new();
+    for r in reqs {
+        let key = (r.agent_id.as_str(), r.platform, r.message_id.as_str());
+        match fresh.remove(&key) {
+            Some(id) => results.push(Some(Ok(JournalInsert::Inserted(JournalId(id))))),
+            None => {
+                if !lookup.contains(&key) {
+                    lookup.push(key);
+                }
+                results.push(None);
+            }
+        }
+    }
+    if lookup.is_empty() {
+        return Ok(results.into_iter().flatten().collect());
+    }
+    // Conflicting rows are committed (Postgres waits for a concurrent inserter before
+    // reporting the conflict) and journal rows are never deleted, so they are there to read.
+    let mut select = Script::new(backend);
+    select.push("SELECT id, state, agent_id, platform, platform_message_id FROM journal WHERE ");
+    for (i, (a, p, m)) in lookup.iter().enumerate() {
+        select.push(if i == 0 { "(" } else { " OR (" });
+        select.push("agent_id = ").arg(Arg::Text(a));
+        select.push(" AND platform = ").arg(Arg::Text(p));
+        select.push(" AND platform_message_id = ").arg(Arg::Text(m));
+        select.push(")");
+    }
+    let existing: Vec<(i64, String, String, String, String)> =
+        with_rows(pool, select.finish()).await?;
+    let existing: HashMap<JournalKey<'_>, (i64, &str)> = existing
+        .iter()
+        .map(|(id, s, a, p, m)| ((a.as_str(), p.as_str(), m.as_str()), (*id, s.as_str())))
+        .collect();
+    Ok(reqs
+        .iter()
+        .zip(results)
+        .map(|(r, done)| {
+            done.unwrap_or_else(|| {
+                let key = (r.agent_id.as_str(), r.platform, r.message_id.as_str());
+                let (id, state) = existing
+                    .get(&key)
+                    .ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
+                Ok(JournalInsert::Duplicate(
+                    JournalId(*id),
+                    JournalState::parse(*id, state)?,
+                ))
+            })
+        })
+        .collect())
+}
+
+/// Rows decoded the same way from either backend.
+trait FromAnyRow:
+    for<'r> sqlx::FromRow<'r, SqliteRow> + for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin
+{
+}
+impl<T> FromAnyRow for T where
+    T: for<'r> sqlx::FromRow<'r, SqliteRow> + for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin
+{
+}
+
+/// Runs statements outside a transaction and decodes their rows.
+async fn with_rows<T: FromAnyRow>(
+    pool: &Pool,
+    stmts: Vec<(String, Vec<Arg<'_>>)>,
+) -> Result<Vec<T>> {
+    let out = match pool {
+        Pool::Sqlite(pool) => {
+            let mut conn = pool.acquire().await?;
+            let rows = run_script!(conn, stmts);
+            rows.iter()
+                .map(T::from_row)
+                .collect::<Result<Vec<T>, _>>()?
+        }
+        Pool::Postgres(pool) => {
+            let mut conn = pool.acquire().await?;
+            let rows = run_script!(conn, stmts);
+            rows.iter()
+                .map(T::from_row)
+                .collect::<Result<Vec<T>, _>>()?
+        }
+    };
+    Ok(out)
+}
+
+/// Records a batch of handled messages in one transaction: on SQLite the scripts open and
+/// commit it themselves (two round trips), on Postgres sqlx's transaction does.
+pub(super) async fn handled_batch(pool: &Pool, reqs: &[HandledReq]) -> Result<Vec<HandledResult>> {
+    let backend = backend(pool);
+    let now = reqs.iter().map(|r| r.now).max().unwrap_or(0);
+    let mut ids: Vec<i64> = reqs.iter().map(|r| r.journal_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    // The journal update comes first: it takes the write lock (SQLite) or the row locks
+    // (Postgres, in id order) before anything is read, so a concurrent call for the same
+    // entry serialises here and then sees `done`.
+    let mut mark = Script::new(backend);
+    if backend == Backend::Sqlite {
+        mark.push("BEGIN IMMEDIATE");
+        mark.next();
+    }
+    mark.push("UPDATE journal SET state = 'done', last_error = NULL, updated_at_ms = ")
+        .arg(Arg::Int(now))
+        .push(" WHERE state <> 'done' AND id IN (");
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            mark.push(", ");
+        }
+        mark.arg(Arg::Int(*id));
+    }
+    mark.push(") RETURNING id");
+
+    macro_rules! in_transaction {
+        ($conn:expr) => {{
+            let marked: Vec<(i64,)> = decode(run_script!($conn, mark.finish()))?;
+            let plan = Plan::new(reqs, marked.into_iter().map(|(id,)| id).collect());
+            let existing: Vec<(i64, Option<i64>)> = if plan.lookup.is_empty() {
+                Vec::new()
+            } else {
+                decode(run_script!($conn, plan.lookup_script(backend)))?
+            };
+            let outboxed: Vec<(i64, i64)> =
+                decode(run_script!($conn, plan.write_script(backend, reqs)))?;
+            Ok::<_, StorageError>(plan.results(reqs, &existing, &outboxed))
+        }};
+    }
+
+    match pool {
+        Pool::Sqlite(pool) => {
+            let mut conn = pool.acquire().await?;
+            let result = async { in_transaction!(conn) }.await;
+            if result.is_err() {
+                // The script may have failed after its BEGIN. A failed ROLLBACK other than
+                // "no transaction is active" could leave one open: drop the connection then.
+                if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await
+                    && !e.to_string().contains("no transaction is active")
+                {
+                    conn.close_on_drop();
+                }
+            }
+            result
+        }
+        Pool::Postgres(pool) => {
+            let mut tx = pool.begin().await?;
+            let results = in_transaction!(tx)?;
+            tx.commit().await?;
+            Ok(results)
+        }
+    }
+}
+
+fn decode<R: sqlx::Row, T>(rows: Vec<R>) -> Result<Vec<T>>
+where
+    T: for<'r> sqlx::FromRow<'r, R>,
+{
+    Ok(rows
+        .iter()
+        .map(T::from_row)
+        .collect::<Result<Vec<T>, _>>()?)
+}
+
+/// Who writes what in a batch of `record_handled`.
+struct Plan {
+    /// Per request: it is the first of the batch for a journal entry this batch marked done.
+    writer: Vec<bool>,
+    /// Journal ids not marked by this batch: already done, or unknown.
+    lookup: Vec<i64>,
+}
+
+impl Plan {
+    fn new(reqs: &[HandledReq], marked: HashSet<i64>) -> Plan {
+        let mut taken = HashSet::new();
+        let mut lookup = Vec::new();
+        let writer = reqs
+            .iter()
+            .map(|r| {
+                if marked.contains(&r.journal_id) {
+                    taken.insert(r.journal_id)
+                } else {
+                    if !lookup.contains(&r.journal_id) {
+                        lookup.push(r.journal_id);
+                    }
+                    false
+                }
+            })
+            .collect();
+        Plan { writer, lookup }
+    }
+
+    fn lookup_script(&self, backend: Backend) -> Vec<(String, Vec<Arg<'static>>)> {
+        let mut s = Script::new(backend);
+        s.push(
+            "SELECT j.id, (SELECT MIN(o.id) FROM outbox o WHERE o.journal_id = j.id)
+             FROM journal j WHERE j.id IN (",
+        );
+        for (i, id) in self.lookup.iter().enumerate() {
+            if i > 0 {
+                s.push(", ");
+            }
+            s.arg(Arg::Int(*id));
+        }
+        s.push(")");
+        s.finish()
+    }
+
+    fn writers<'r>(&self, reqs: &'r [HandledReq]) -> impl Iterator<Item = &'r HandledReq> {
+        reqs.iter()
+            .zip(self.writer.clone())
+            .filter_map(|(r, w)| w.then_some(r))
+    }
+
+    /// Rooms, users, messages, outbox rows (returning `id, journal_id`), and on SQLite
+    /// the `COMMIT`.
+    fn write_script<'r>(
+        &self,
+        backend: Backend,
+        reqs: &'r [HandledReq],
+    ) -> Vec<(String, Vec<Arg<'r>>)> {
+        let mut s = Script::new(backend);
+        // One row per key (Postgres refuses to upsert a row twice in one statement),
+        // merged as the single-row upserts would have left it, applied in order.
+        let mut rooms: Vec<(&str, &str, &str, Option<&str>, i64)> = Vec::new();
+        let mut users: Vec<(&str, &str, &str, i64)> = Vec::new();
+        for r in self.writers(reqs) {
+            match rooms
+                .iter_mut()
+                .find(|(a, k, ..)| *a == r.agent_id && *k == r.room_key)
+            {
+                Some(room) => {
+                    room.3 = r.room_name.as_deref().or(room.3);
+                    room.4 = room.4.max(r.last_active);
+                }
+                None => rooms.push((
+                    &r.agent_id,
+                    &r.room_key,
+                    r.platform,
+                    r.room_name.as_deref(),
+                    r.last_active,
+                )),
+            }
+            // The persona is an agent, not a platform user.
+            for m in r.memories.iter().filter(|m| !m.from_agent) {
+                match users
+                    .iter_mut()
+                    .find(|(p, u, ..)| *p == r.platform && *u == m.author_id)
+                {
+                    Some(user) => {
+                        if m.created_at_ms >= user.3 {
+                            user.2 = &m.author_name;
+                            user.3 = m.created_at_ms;
+                        }
+                    }
+                    None => users.push((r.platform, &m.author_id, &m.author_name, m.created_at_ms)),
+                }
+            }
+        }
+        if !rooms.is_empty() {
+            s.push("INSERT INTO rooms (agent_id, room, platform, name, last_active_ms) VALUES ");
+            for (i, (agent, room, platform, name, active)) in rooms.into_iter().enumerate() {
+                s.push(if i == 0 { "(" } else { ", (" });
+                s.arg(Arg::Text(agent)).push(", ");
+                s.arg(Arg::Text(room)).push(", ");
+                s.arg(Arg::Text(platform)).push(", ");
+                s.arg(Arg::OptText(name)).push(", ");
+                s.arg(Arg::Int(active)).push(")");
+            }
+            s.push(super::memory::UPSERT_ROOM_CONFLICT);
+            s.next();
+        }
+        if !users.is_empty() {
+            s.push("INSERT INTO users (platform, user_id, name, last_seen_ms) VALUES ");
+            for (i, (platform, user, name, seen)) in users.into_iter().enumerate() {
+                s.push(if i == 0 { "(" } else { ", (" });
+                s.arg(Arg::Text(platform)).push(", ");
+                s.arg(Arg::Text(user)).push(", ");
+                s.arg(Arg::Text(name)).push(", ");
+                s.arg(Arg::Int(seen)).push(")");
+            }
+            s.push(super::memory::UPSERT_USER_CONFLICT);
+            s.next();
+        }
+        // Ids follow the order of the rows, so each inbound comes before its reply.
+        let mut first = true;
+        for r in self.writers(reqs) {
+            for m in &r.memories {
+                if first {
+                    s.push(
+                        "INSERT INTO messages (agent_id, room, journal_id, author_id, author_name,
+                             text, from_agent, created_at_ms) VALUES (",
+                    );
+                    first = false;
+                } else {
+                    s.push(", (");
+                }
+                s.arg(Arg::Text(&r.agent_id)).push(", ");
+                s.arg(Arg::Text(&r.room_key)).push(", ");
+                s.arg(Arg::Int(r.journal_id)).push(", ");
+                s.arg(Arg::Text(&m.author_id)).push(", ");
+                s.arg(Arg::Text(&m.author_name)).push(", ");
+                s.arg(Arg::Text(&m.text)).push(", ");
+                s.arg(Arg::Bool(m.from_agent)).push(", ");
+                s.arg(Arg::Int(m.created_at_ms)).push(")");
+            }
+        }
+        if !first {
+            s.next();
+        }
+        // Due at once (not_before 0). Claimed by the caller when it asked for a lease,
+        // which then delivers it without claiming; the delivery worker takes it otherwise.
+        let mut first = true;
+        for r in self.writers(reqs) {
+            let Some((_, json)) = &r.reply else { continue };
+            if first {
+                s.push(
+                    "INSERT INTO outbox (agent_id, journal_id, outbound, state, attempts,
+                         not_before_ms, claimed_until_ms, created_at_ms, updated_at_ms) VALUES (",
+                );
+                first = false;
+            } else {
+                s.push(", (");
+            }
+            s.arg(Arg::Text(&r.agent_id)).push(", ");
+            s.arg(Arg::Int(r.journal_id)).push(", ");
+            s.json(json).push(", 'pending', ");
+            s.arg(Arg::Int(i64::from(r.lease_ms.is_some())))
+                .push(", 0, ");
+            match r.lease_ms {
+                Some(lease) => s.arg(Arg::Int(r.now + lease)),
+                None => s.push("NULL"),
+            };
+            s.push(", ");
+            s.arg(Arg::Int(r.now)).push(", ");
+            s.arg(Arg::Int(r.now)).push(")");
+        }
+        if !first {
+            s.push(" RETURNING id, journal_id");
+            s.next();
+        }
+        if backend == Backend::Sqlite {
+            s.push("COMMIT");
+        }
+        s.finish()
+    }
+
+    fn results(
+        &self,
+        reqs: &[HandledReq],
+        existing: &[(i64, Option<i64>)],
+        outboxed: &[(i64, i64)],
+    ) -> Vec<HandledResult> {
+        let outbox_of: HashMap<i64, i64> = outboxed.iter().map(|(id, j)| (*j, *id)).collect();
+        let existing: HashMap<i64, Option<i64>> = existing.iter().copied().collect();
+        reqs.iter()
+            .zip(&self.writer)
+            .map(|(r, writer)| {
+                if *writer {
+                    let Some((outbound, _)) = &r.reply else {
+                        return Ok(None);
+                    };
+                    let id = *outbox_of
+                        .get(&r.journal_id)
+                        .ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
+                    return Ok(Some(match r.lease_ms {
+                        Some(_) => RecordedReply::Claimed(OutboxEntry {
+                            id: OutboxId(id),
+                            agent_id: r.agent_id.clone(),
+                            journal_id: Some(JournalId(r.journal_id)),
+                            outbound: outbound.clone(),
+                            attempts: 1,
+                        }),
+                        None => RecordedReply::Queued(OutboxId(id)),
+                    }));
+                }
+                // Done before this request: by this batch, or earlier.
+                let first = if self.lookup.contains(&r.journal_id) {
+                    *existing
+                        .get(&r.journal_id)
+                        .ok_or(StorageError::Database(sqlx::Error::RowNotFound))?
+                } else {
+                    outbox_of.get(&r.journal_id).copied()
+                };
+                Ok(first.map(|id| RecordedReply::Queued(OutboxId(id))))
+            })
+            .collect()
+    }
+}
