@@ -7,6 +7,8 @@
 //!   the `InboundSink` it hands messages to, plus the typed `ConnectorError`.
 //! - [`registry`]: builds the connector for a platform from its settings.
 //! - [`split`]: splitting a long reply at a platform's length limit on natural boundaries.
+//! - `discord` (feature `discord`, on by default): Discord bots over the gateway WebSocket
+//!   (serenity) and the REST API, with catch-up after downtime and code-fence-aware splitting.
 //! - `farcaster` (feature `farcaster`, on by default): Farcaster over Neynar's v2 API,
 //!   polling notifications or taking signed webhooks, posting replies as chained casts.
 //! - [`telegram`] (feature `telegram`, on by default): the Telegram Bot API connector.
@@ -15,6 +17,8 @@
 //! shutdown token, and it never learns who consumes its messages.
 
 pub mod connector;
+#[cfg(feature = "discord")]
+pub mod discord;
 #[cfg(feature = "farcaster")]
 pub mod farcaster;
 pub mod model;

@@ -43,6 +43,8 @@ pub fn build(
 ) -> Result<Built, ConnectorError> {
     let _ = (lookup, settings);
     match platform {
+        #[cfg(feature = "discord")]
+        Platform::Discord => crate::discord::build(lookup, settings),
         #[cfg(feature = "farcaster")]
         Platform::Farcaster => crate::farcaster::build(lookup, settings),
         #[cfg(feature = "telegram")]
@@ -50,6 +52,8 @@ pub fn build(
         Platform::Web => Err(ConnectorError::Fatal(
             "the Web connector is built by the gateway".into(),
         )),
+        // Reached only when a platform's feature is off.
+        #[allow(unreachable_patterns)]
         other => Ok(Built::NotConfigured(format!(
             "the {other} connector is not available in this build yet"
         ))),

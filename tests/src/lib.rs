@@ -5,6 +5,8 @@
 //! Layout:
 //! - [`fake_openai`]: the OpenAI-compatible API (chat completions, streaming, embeddings,
 //!   models) with scripted replies and a record of every request.
+//! - [`fake_discord`]: Discord's REST routes and gateway WebSocket (identify, resume and
+//!   replay, drops), recording what the bot sent, with scripted 429s.
 //! - [`fake_telegram`]: the Telegram Bot API (getUpdates long polling with offsets,
 //!   webhooks, sendMessage, leaveChat, files) with scripted 429s and a record of every call.
 //! - [`app`]: [`TestApp`], the `troupe run` child process on a fresh data dir and a fresh
@@ -12,6 +14,7 @@
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
 
 pub mod app;
+pub mod fake_discord;
 pub mod fake_neynar;
 pub mod fake_openai;
 pub mod fake_telegram;

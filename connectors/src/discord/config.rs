@@ -1,0 +1,250 @@
+//! The Discord connector's settings: elizaOS's names (`DISCORD_API_TOKEN`,
+//! `DISCORD_APPLICATION_ID`) and `DISCORD_API_URL`, read once through the persona's `Lookup`.
+//!
+//! Also the invite: the OAuth2 URL with the scopes and the permission integer the bot needs.
+//! The token is a [`Token`], whose `Debug` shows nothing, and it never reaches a message.
+
+use std::fmt;
+
+use reqwest::Url;
+
+use crate::connector::ConnectorError;
+use crate::registry::Lookup;
+
+pub const API_TOKEN: &str = "DISCORD_API_TOKEN";
+pub const APPLICATION_ID: &str = "DISCORD_APPLICATION_ID";
+pub const API_URL: &str = "DISCORD_API_URL";
+
+/// Where Discord's REST API lives; `/api/v10` is appended.
+pub(crate) const DEFAULT_API_URL: &str = "https://discord.com";
+
+/// The permissions the bot asks for in its invite, one bit each (Discord's permission flags).
+pub(crate) const PERMISSIONS: &[(&str, u64)] = &[
+    ("View Channels", 1 << 10),
+    ("Send Messages", 1 << 11),
+    ("Embed Links", 1 << 14),
+    ("Attach Files", 1 << 15),
+    ("Read Message History", 1 << 16),
+    ("Send Messages in Threads", 1 << 38),
+];
+
+/// The integer in the invite URL: every bit of [`PERMISSIONS`].
+pub(crate) fn permission_integer() -> u64 {
+    PERMISSIONS.iter().fold(0, |acc, (_, bit)| acc | bit)
+}
+
+/// The OAuth2 URL that adds the bot to a server with the permissions it needs.
+pub(crate) fn invite_url(application_id: u64) -> String {
+    format!(
+        "https://discord.com/oauth2/authorize?client_id={application_id}&scope=bot%20applications.commands&permissions={}",
+        permission_integer()
+    )
+}
+
+/// A bot token, without its `Bot ` prefix. Its `Debug` shows nothing.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Token(String);
+
+impl Token {
+    fn parse(raw: &str) -> Self {
+        let raw = raw.trim();
+        let bare = raw.strip_prefix("Bot ").unwrap_or(raw).trim();
+        Self(bare.to_string())
+    }
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+    /// The `Authorization` header value.
+    pub(crate) fn header(&self) -> String {
+        format!("Bot {}", self.0)
+    }
+    /// Removes the token from a text (an error from a library, a URL).
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        if self.0.is_empty() {
+            text.to_string()
+        } else {
+            text.replace(&self.0, "***")
+        }
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(***)")
+    }
+}
+
+/// Everything the connector needs, parsed.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub token: Token,
+    pub application_id: Option<u64>,
+    /// The origin REST calls go to (`https://discord.com`, or a proxy or fake).
+    pub api_url: Url,
+    /// `DISCORD_API_URL` was set: serenity goes through it too.
+    pub custom_url: bool,
+}
+
+impl Settings {
+    /// `https://discord.com/api/v10` + `path` (which starts with `/`).
+    pub(crate) fn endpoint(&self, path: &str) -> String {
+        let base = self.api_url.as_str().trim_end_matches('/');
+        format!("{base}/api/v10{path}")
+    }
+
+    /// The origin without a trailing slash, as serenity's proxy setting wants it.
+    pub(crate) fn origin(&self) -> String {
+        self.api_url.as_str().trim_end_matches('/').to_string()
+    }
+}
+
+fn get(lookup: Lookup<'_>, name: &str) -> Option<String> {
+    lookup(name)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+fn fatal(name: &str, value: &str, expected: &str) -> ConnectorError {
+    ConnectorError::Fatal(format!(
+        "{name}=`{value}` is not valid: expected {expected}"
+    ))
+}
+
+/// Reads the Discord settings of one persona; `None` when no token is set.
+pub(crate) fn parse(lookup: Lookup<'_>) -> Result<Option<Settings>, ConnectorError> {
+    let Some(raw_token) = get(lookup, API_TOKEN) else {
+        return Ok(None);
+    };
+    let token = Token::parse(&raw_token);
+    if token.expose().is_empty() || token.expose().chars().any(char::is_whitespace) {
+        return Err(ConnectorError::Fatal(format!(
+            "{API_TOKEN} is not a bot token (it is empty or has spaces in it)"
+        )));
+    }
+    let application_id = match get(lookup, APPLICATION_ID) {
+        None => None,
+        Some(v) => match v.parse::<u64>() {
+            Ok(id) if id > 0 => Some(id),
+            _ => {
+                return Err(fatal(
+                    APPLICATION_ID,
+                    &v,
+                    "the numeric application id from the Developer Portal",
+                ));
+            }
+        },
+    };
+    let custom = get(lookup, API_URL);
+    let raw = custom
+        .clone()
+        .unwrap_or_else(|| DEFAULT_API_URL.to_string());
+    let mut api_url = match Url::parse(&raw) {
+        Ok(url)
+            if matches!(url.scheme(), "http" | "https")
+                && url.host().is_some()
+                && url.query().is_none() =>
+        {
+            url
+        }
+        _ => {
+            return Err(fatal(
+                API_URL,
+                &raw,
+                "an http(s) origin such as https://discord.com",
+            ));
+        }
+    };
+    // Tolerate an origin given with the API path.
+    let path = api_url.path().trim_end_matches('/').to_string();
+    for suffix in ["/api/v10", "/api"] {
+        if let Some(stripped) = path.strip_suffix(suffix) {
+            let stripped = if stripped.is_empty() { "/" } else { stripped };
+            api_url.set_path(stripped);
+            break;
+        }
+    }
+    Ok(Some(Settings {
+        token,
+        application_id,
+        api_url,
+        custom_url: custom.is_some(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse_with(pairs: &[(&str, &str)]) -> Result<Option<Settings>, ConnectorError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let lookup = move |k: &str| map.get(k).cloned();
+        parse(&lookup)
+    }
+
+    #[test]
+    fn no_token_means_not_configured() {
+        assert!(matches!(parse_with(&[]), Ok(None)));
+        assert!(matches!(parse_with(&[(API_TOKEN, "  ")]), Ok(None)));
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let s = parse_with(&[(API_TOKEN, "Bot abc.def")]).unwrap().unwrap();
+        assert_eq!(s.token.expose(), "abc.def");
+        assert_eq!(s.token.header(), "Bot abc.def");
+        assert_eq!(
+            s.endpoint("/users/@me"),
+            "https://discord.com/api/v10/users/@me"
+        );
+        assert!(!s.custom_url);
+
+        for url in [
+            "http://127.0.0.1:9",
+            "http://127.0.0.1:9/",
+            "http://127.0.0.1:9/api/v10",
+        ] {
+            let s = parse_with(&[(API_TOKEN, "t"), (API_URL, url), (APPLICATION_ID, "42")])
+                .unwrap()
+                .unwrap();
+            assert_eq!(s.endpoint("/gateway"), "http://127.0.0.1:9/api/v10/gateway");
+            assert_eq!(s.origin(), "http://127.0.0.1:9");
+            assert!(s.custom_url);
+            assert_eq!(s.application_id, Some(42));
+        }
+    }
+
+    #[test]
+    fn bad_values_are_fatal_and_never_show_the_token() {
+        for (name, value) in [
+            (API_URL, "ftp://x"),
+            (API_URL, "nope"),
+            (APPLICATION_ID, "app"),
+        ] {
+            match parse_with(&[(API_TOKEN, "s3cr3t"), (name, value)]) {
+                Err(ConnectorError::Fatal(m)) => {
+                    assert!(m.contains(name), "{m}");
+                    assert!(!m.contains("s3cr3t"), "{m}");
+                }
+                other => panic!("{name}={value}: {other:?}"),
+            }
+        }
+        let s = parse_with(&[(API_TOKEN, "s3cr3t")]).unwrap().unwrap();
+        assert!(!format!("{s:?}").contains("s3cr3t"));
+        assert_eq!(s.token.scrub("GET /x?t=s3cr3t"), "GET /x?t=***");
+    }
+
+    #[test]
+    fn permission_integer_is_the_documented_one() {
+        // View Channels, Send Messages, Embed Links, Attach Files, Read Message History,
+        // Send Messages in Threads (see docs/discord.md).
+        assert_eq!(permission_integer(), 274_878_024_704);
+        assert_eq!(
+            invite_url(42),
+            "https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&permissions=274878024704"
+        );
+    }
+}

@@ -1,0 +1,239 @@
+//! The Discord connector: one bot account, receiving over the gateway WebSocket (through
+//! serenity) and sending over the REST API.
+//!
+//! It owns everything Discord-shaped: the settings (`DISCORD_API_TOKEN`,
+//! `DISCORD_APPLICATION_ID`, `DISCORD_API_URL`) and the invite URL ([`config`]), Discord's
+//! JSON ([`wire`]), turning messages into `Inbound` ([`normalize`]), the gateway session and
+//! catch-up after downtime ([`gateway`]), the REST calls ([`rest`]), splitting replies
+//! around code blocks ([`split`]), per-channel pacing ([`pace`]) and delivery ([`send`]).
+//! serenity's types stay in here. Each DM, guild channel and thread is its own room, named
+//! by its channel id. The token never reaches a log line or an error.
+
+mod config;
+mod gateway;
+mod normalize;
+mod pace;
+mod rest;
+mod send;
+mod split;
+mod wire;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serenity::all::{ClientBuilder, GatewayError, HttpBuilder};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::connector::{Connector, ConnectorError, ConnectorState, Delivery, InboundSink};
+use crate::model::{MessageId, Outbound, Platform, RoomRef};
+use crate::registry::{Built, ConnectorSettings, Lookup};
+use config::Settings;
+use gateway::{Handler, Receiver};
+use rest::Rest;
+use wire::Snowflake;
+
+pub use config::{API_TOKEN, API_URL, APPLICATION_ID};
+
+/// The permission integer of the invite URL (see `docs/discord.md`).
+pub fn invite_permissions() -> u64 {
+    config::permission_integer()
+}
+
+/// Builds the Discord connector from the persona's settings.
+pub fn build(lookup: Lookup<'_>, settings: &ConnectorSettings) -> Result<Built, ConnectorError> {
+    let Some(parsed) = config::parse(lookup)? else {
+        return Ok(Built::NotConfigured(format!(
+            "set {API_TOKEN} (the bot token from the Developer Portal; see docs/discord.md)"
+        )));
+    };
+    Ok(Built::Ready(Arc::new(DiscordConnector::new(
+        parsed,
+        settings.state.clone(),
+    )?)))
+}
+
+/// Waits between gateway start attempts that failed.
+const RESTART_BACKOFF: [u64; 6] = [1, 2, 5, 10, 30, 60];
+
+/// One Discord bot, serving one persona.
+pub struct DiscordConnector {
+    settings: Settings,
+    rest: Arc<Rest>,
+    state: Arc<dyn ConnectorState>,
+    pacer: pace::Pacer,
+    /// The bot's user id, once known (from `users/@me` or READY).
+    me: watch::Sender<Option<Snowflake>>,
+    /// One lock per channel, held while a reply is sent, so replies never interleave.
+    channel_locks: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    /// Messages already sent of a reply, by outbound key, so a retry resumes after them.
+    progress: Mutex<HashMap<String, Vec<MessageId>>>,
+    /// Replies delivered lately, so a second `send` of the same key sends nothing.
+    delivered: Mutex<send::Recent>,
+}
+
+impl DiscordConnector {
+    fn new(settings: Settings, state: Arc<dyn ConnectorState>) -> Result<Self, ConnectorError> {
+        Ok(Self {
+            rest: Arc::new(Rest::new(settings.clone())?),
+            settings,
+            state,
+            pacer: pace::Pacer::default(),
+            me: watch::Sender::new(None),
+            channel_locks: Mutex::new(HashMap::new()),
+            progress: Mutex::new(HashMap::new()),
+            delivered: Mutex::new(send::Recent::default()),
+        })
+    }
+
+    /// serenity's HTTP client: through `DISCORD_API_URL` when set. serenity's own rate
+    /// limiter would bypass that origin, so it is off then; the connector paces itself.
+    fn serenity_http(&self) -> serenity::http::Http {
+        let builder = HttpBuilder::new(self.settings.token.expose());
+        if self.settings.custom_url {
+            builder
+                .proxy(self.settings.origin())
+                .ratelimiter_disabled(true)
+                .build()
+        } else {
+            builder.build()
+        }
+    }
+
+    /// Asks `users/@me` until it answers: the bot's id, and a clear error for a bad token.
+    async fn identify(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Snowflake>, ConnectorError> {
+        let mut attempt = 0usize;
+        loop {
+            match self.rest.me().await.map_err(ConnectorError::from) {
+                Ok(user) => {
+                    let id = Snowflake::parse(&user.id).ok_or_else(|| {
+                        ConnectorError::Fatal("users/@me answered without a user id".into())
+                    })?;
+                    tracing::info!(bot_id = %id, username = %user.username, "Discord token accepted");
+                    return Ok(Some(id));
+                }
+                Err(e @ (ConnectorError::Unauthorized(_) | ConnectorError::Fatal(_))) => {
+                    return Err(e);
+                }
+                Err(e) => {
+                    let wait = match &e {
+                        ConnectorError::RateLimited { retry_after } => *retry_after,
+                        _ => Duration::from_secs(
+                            RESTART_BACKOFF[attempt.min(RESTART_BACKOFF.len() - 1)],
+                        ),
+                    };
+                    attempt += 1;
+                    tracing::warn!(error = %e, retry_in = ?wait, "cannot reach Discord yet");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(None),
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Connector for DiscordConnector {
+    fn platform(&self) -> Platform {
+        Platform::Discord
+    }
+
+    async fn run(
+        &self,
+        sink: Arc<dyn InboundSink>,
+        shutdown: CancellationToken,
+    ) -> Result<(), ConnectorError> {
+        let Some(me) = self.identify(&shutdown).await? else {
+            return Ok(());
+        };
+        self.me.send_replace(Some(me));
+        if let Some(app) = self.settings.application_id {
+            tracing::info!(
+                invite = %config::invite_url(app),
+                permissions = config::permission_integer(),
+                "invite the Discord bot to a server with this URL"
+            );
+        }
+        let receiver = Arc::new(Receiver {
+            sink,
+            rest: self.rest.clone(),
+            state: self.state.clone(),
+            me: self.me.clone(),
+            channels: tokio::sync::Mutex::new(None::<BTreeMap<u64, gateway::Seen>>),
+        });
+        let mut attempt = 0usize;
+        loop {
+            let client = ClientBuilder::new_with_http(self.serenity_http(), gateway::intents())
+                .event_handler(Handler(receiver.clone()))
+                .await;
+            let mut client = match client {
+                Ok(c) => c,
+                Err(e) => {
+                    return Err(ConnectorError::Fatal(
+                        self.settings
+                            .token
+                            .scrub(&format!("cannot set up the Discord client: {e}")),
+                    ));
+                }
+            };
+            let shards = client.shard_manager.clone();
+            let outcome = tokio::select! {
+                _ = shutdown.cancelled() => {
+                    shards.shutdown_all().await;
+                    return Ok(());
+                }
+                r = client.start() => r,
+            };
+            match outcome {
+                Err(serenity::Error::Gateway(GatewayError::InvalidAuthentication)) => {
+                    return Err(ConnectorError::Unauthorized(
+                        "the Discord gateway refused the token (check DISCORD_API_TOKEN)".into(),
+                    ));
+                }
+                Err(serenity::Error::Gateway(
+                    GatewayError::DisallowedGatewayIntents | GatewayError::InvalidGatewayIntents,
+                )) => {
+                    return Err(ConnectorError::Fatal(
+                        "Discord refused the gateway intents: enable the Message Content intent \
+                         for the bot in the Developer Portal (see docs/discord.md)"
+                            .into(),
+                    ));
+                }
+                Err(e) => {
+                    let text = self.settings.token.scrub(&e.to_string());
+                    tracing::warn!(error = %text, "the Discord gateway connection ended; starting again");
+                }
+                Ok(()) => tracing::warn!("the Discord gateway connection ended; starting again"),
+            }
+            let wait = Duration::from_secs(RESTART_BACKOFF[attempt.min(RESTART_BACKOFF.len() - 1)]);
+            attempt += 1;
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn send(&self, reply: &Outbound) -> Result<Delivery, ConnectorError> {
+        self.deliver(reply).await
+    }
+
+    async fn typing(&self, room: &RoomRef) -> Result<(), ConnectorError> {
+        self.show_typing(room).await
+    }
+
+    async fn healthcheck(&self) -> Result<(), ConnectorError> {
+        self.rest
+            .me()
+            .await
+            .map(|_| ())
+            .map_err(ConnectorError::from)
+    }
+}

@@ -1,0 +1,206 @@
+//! Discord's REST API, the few routes the connector calls: `GET /users/@me`,
+//! `POST /channels/{id}/messages`, `POST /channels/{id}/typing` and
+//! `GET /channels/{id}/messages?after=`. Over reqwest rather than serenity's `Http`, so that
+//! a 429's `retry_after` (body, or `Retry-After`) and the `X-RateLimit-*` headers reach the
+//! sender, and every failure becomes a typed `ConnectorError` with the token scrubbed.
+
+use std::time::Duration;
+
+use reqwest::{Method, Response, StatusCode};
+use serde_json::Value;
+
+use super::config::Settings;
+use super::wire;
+use crate::connector::ConnectorError;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// When a 429 names no wait at all.
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// What a call came to.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    RateLimited { retry_after: Duration, global: bool },
+    Other(ConnectorError),
+}
+
+impl From<CallError> for ConnectorError {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::RateLimited { retry_after, .. } => {
+                ConnectorError::RateLimited { retry_after }
+            }
+            CallError::Other(e) => e,
+        }
+    }
+}
+
+/// The bucket state a successful answer reported: when `remaining` is 0, the next call to
+/// the same route should wait `reset_after`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Bucket {
+    pub exhausted_for: Option<Duration>,
+}
+
+pub(crate) struct Rest {
+    http: reqwest::Client,
+    settings: Settings,
+}
+
+fn seconds(raw: &str) -> Option<Duration> {
+    raw.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| Duration::from_secs_f64(s.min(3600.0)))
+}
+
+fn header<'a>(resp: &'a Response, name: &str) -> Option<&'a str> {
+    resp.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+impl Rest {
+    pub(crate) fn new(settings: Settings) -> Result<Self, ConnectorError> {
+        let http = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .user_agent(concat!(
+                "DiscordBot (https://github.com/troupe, ",
+                env!("CARGO_PKG_VERSION"),
+                ")"
+            ))
+            .build()
+            .map_err(|e| ConnectorError::Fatal(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self { http, settings })
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(Response, Bucket), CallError> {
+        let mut req = self
+            .http
+            .request(method.clone(), self.settings.endpoint(path))
+            .header("Authorization", self.settings.token.header());
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let resp = req.send().await.map_err(|e| {
+            let text = self.settings.token.scrub(&e.without_url().to_string());
+            CallError::Other(ConnectorError::Transient(format!(
+                "{method} {path}: {text}"
+            )))
+        })?;
+        let status = resp.status();
+        if status.is_success() {
+            let exhausted_for = (header(&resp, "x-ratelimit-remaining") == Some("0"))
+                .then(|| header(&resp, "x-ratelimit-reset-after").and_then(seconds))
+                .flatten();
+            return Ok((resp, Bucket { exhausted_for }));
+        }
+        let header_wait = header(&resp, "retry-after").and_then(seconds);
+        let text = resp.text().await.unwrap_or_default();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            let body: wire::RateLimited = serde_json::from_str(&text).unwrap_or_default();
+            let retry_after = body
+                .retry_after
+                .and_then(|s| seconds(&s.to_string()))
+                .or(header_wait)
+                .unwrap_or(DEFAULT_RETRY_AFTER);
+            return Err(CallError::RateLimited {
+                retry_after,
+                global: body.global,
+            });
+        }
+        let detail: String = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_else(|| text.chars().take(200).collect());
+        let detail = self.settings.token.scrub(&detail);
+        let what = format!("{method} {path}: {status}: {detail}");
+        Err(CallError::Other(match status.as_u16() {
+            401 => ConnectorError::Unauthorized(format!("{what} (check DISCORD_API_TOKEN)")),
+            403 => ConnectorError::Fatal(format!(
+                "{what} (the bot lacks a permission in this channel; see docs/discord.md)"
+            )),
+            408 | 500..=599 => ConnectorError::Transient(what),
+            _ => ConnectorError::Fatal(what),
+        }))
+    }
+
+    async fn json<T: serde::de::DeserializeOwned>(
+        resp: Response,
+        path: &str,
+    ) -> Result<T, CallError> {
+        resp.json::<T>().await.map_err(|e| {
+            CallError::Other(ConnectorError::Transient(format!(
+                "{path}: unreadable answer: {}",
+                e.without_url()
+            )))
+        })
+    }
+
+    /// `GET /users/@me`: the bot's own user.
+    pub(crate) async fn me(&self) -> Result<wire::User, CallError> {
+        let (resp, _) = self.call(Method::GET, "/users/@me", None).await?;
+        Self::json(resp, "/users/@me").await
+    }
+
+    /// `POST /channels/{id}/messages`.
+    pub(crate) async fn create_message(
+        &self,
+        channel: u64,
+        body: &Value,
+    ) -> Result<(wire::Message, Bucket), CallError> {
+        let path = format!("/channels/{channel}/messages");
+        let (resp, bucket) = self.call(Method::POST, &path, Some(body)).await?;
+        Ok((Self::json(resp, &path).await?, bucket))
+    }
+
+    /// `POST /channels/{id}/typing`.
+    pub(crate) async fn typing(&self, channel: u64) -> Result<(), CallError> {
+        let path = format!("/channels/{channel}/typing");
+        self.call(Method::POST, &path, None).await.map(|_| ())
+    }
+
+    /// `GET /channels/{id}/messages?after=&limit=`: up to `limit` messages after `after`,
+    /// oldest first (Discord answers newest first; this sorts them).
+    pub(crate) async fn messages_after(
+        &self,
+        channel: u64,
+        after: u64,
+        limit: u8,
+    ) -> Result<Vec<Value>, CallError> {
+        let path = format!("/channels/{channel}/messages?after={after}&limit={limit}");
+        let (resp, _) = self.call(Method::GET, &path, None).await?;
+        let list: Vec<Value> = Self::json(resp, &path).await?;
+        let mut keyed: Vec<(u64, Value)> = list
+            .into_iter()
+            .filter_map(|v| {
+                let id = v
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .and_then(wire::Snowflake::parse)?;
+                Some((id.0, v))
+            })
+            .collect();
+        keyed.sort_by_key(|(id, _)| *id);
+        Ok(keyed.into_iter().map(|(_, v)| v).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_accepts_fractions_and_refuses_nonsense() {
+        assert_eq!(seconds("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(seconds(" 2 "), Some(Duration::from_secs(2)));
+        assert_eq!(seconds("-1"), None);
+        assert_eq!(seconds("NaN"), None);
+        assert_eq!(seconds("soon"), None);
+        assert_eq!(seconds("1e9"), Some(Duration::from_secs(3600)));
+    }
+}

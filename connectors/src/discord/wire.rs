@@ -1,0 +1,90 @@
+//! Discord's JSON, as far as the connector reads it: lenient types where every field may be
+//! missing, so that a strange payload is skipped, never a panic. Snowflakes stay strings
+//! (Discord sends them as strings); [`Snowflake`] compares them as numbers.
+
+use serde::Deserialize;
+
+/// A message object (MESSAGE_CREATE's `d`, or an element of GET channel messages).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Message {
+    pub id: String,
+    pub channel_id: String,
+    pub guild_id: Option<String>,
+    pub author: Option<User>,
+    pub content: String,
+    pub timestamp: Option<String>,
+    pub mentions: Vec<User>,
+    pub attachments: Vec<Attachment>,
+    pub message_reference: Option<MessageReference>,
+    pub referenced_message: Option<Box<Message>>,
+    pub webhook_id: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: Option<u64>,
+    pub member: Option<Member>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct User {
+    pub id: String,
+    pub username: String,
+    pub global_name: Option<String>,
+    pub bot: bool,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Member {
+    pub nick: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Attachment {
+    pub filename: String,
+    pub content_type: Option<String>,
+    pub size: Option<u64>,
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct MessageReference {
+    pub message_id: Option<String>,
+    pub channel_id: Option<String>,
+}
+
+/// The body of a 429.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct RateLimited {
+    pub retry_after: Option<f64>,
+    pub global: bool,
+}
+
+/// A Discord id. Ordered as the number it is (a later message has a larger id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Snowflake(pub u64);
+
+impl Snowflake {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        s.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n > 0)
+            .map(Snowflake)
+    }
+
+    /// When the id was made, in milliseconds since the Unix epoch.
+    pub(crate) fn unix_ms(self) -> i64 {
+        const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+        ((self.0 >> 22) + DISCORD_EPOCH_MS) as i64
+    }
+}
+
+impl std::fmt::Display for Snowflake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

@@ -1,0 +1,925 @@
+//! A fake Discord: the REST routes and the gateway WebSocket a bot uses, following Discord's
+//! documented protocol (API v10, JSON in text frames), on 127.0.0.1.
+//!
+//! REST under `/api/v10`: `GET /gateway` and `/gateway/bot` (pointing at the fake's own
+//! `ws://` gateway), `GET /users/@me`, `POST /channels/{id}/messages` (records content and
+//! `message_reference`; 400 over 2,000 characters; honours `nonce` + `enforce_nonce`),
+//! `GET /channels/{id}/messages?after=&limit=` (newest first, as Discord answers),
+//! `POST /channels/{id}/typing`. Every answer carries `X-RateLimit-*` headers; scripted 429s
+//! carry Discord's JSON body and `Retry-After`.
+//!
+//! Gateway: HELLO (op 10), heartbeat ACK (op 11), IDENTIFY (op 2) → READY, RESUME (op 6) →
+//! the missed dispatches replayed in order, then RESUMED; INVALID_SESSION (op 9) for an
+//! unknown session. Dispatches carry an incrementing `s`. A test can drop the connection
+//! (the TCP connection just ends, and new connections wait until it allows them), ask for a
+//! RECONNECT (op 7), or invalidate the session.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+/// The bot's token as the tests configure it.
+pub const TOKEN: &str = "t0k3n";
+/// The bot's user id.
+pub const BOT_ID: &str = "900000000000000001";
+pub const BOT_NAME: &str = "dot";
+pub const APPLICATION_ID: &str = "900000000000000002";
+/// The guild every guild channel belongs to.
+pub const GUILD_ID: &str = "800000000000000001";
+/// Discord's per-message limit.
+pub const MAX_CONTENT: usize = 2000;
+/// Unix milliseconds of the first message; message `n` is stamped `n` seconds later.
+const BASE_UNIX_MS: u64 = 1_793_577_600_000;
+const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+
+/// Who writes a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Author {
+    pub name: String,
+    pub bot: bool,
+}
+
+impl Author {
+    pub fn person(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            bot: false,
+        }
+    }
+    pub fn bot(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            bot: true,
+        }
+    }
+}
+
+/// A message someone else writes, for [`FakeDiscord::send_message_create`] and
+/// [`FakeDiscord::store_channel_message`].
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub channel: String,
+    pub author: Author,
+    pub content: String,
+    /// Mention the bot (`<@id>` in the text and the bot in `mentions`).
+    pub mention_bot: bool,
+    pub dm: bool,
+    pub reply_to: Option<String>,
+    pub attachments: Vec<Value>,
+}
+
+impl NewMessage {
+    /// A message in guild channel `channel`.
+    pub fn guild(channel: &str, author: Author, content: &str) -> Self {
+        Self {
+            channel: channel.into(),
+            author,
+            content: content.into(),
+            mention_bot: false,
+            dm: false,
+            reply_to: None,
+            attachments: Vec::new(),
+        }
+    }
+    /// A direct message in DM channel `channel`.
+    pub fn dm(channel: &str, author: Author, content: &str) -> Self {
+        Self {
+            dm: true,
+            ..Self::guild(channel, author, content)
+        }
+    }
+    pub fn mentioning_bot(mut self) -> Self {
+        self.mention_bot = true;
+        self
+    }
+    pub fn replying_to(mut self, message_id: &str) -> Self {
+        self.reply_to = Some(message_id.into());
+        self
+    }
+    pub fn with_attachment(mut self, filename: &str, content_type: &str, size: u64) -> Self {
+        self.attachments.push(json!({
+            "id": "700000000000000001", "filename": filename, "content_type": content_type,
+            "size": size, "url": format!("https://cdn.example/{filename}"),
+            "proxy_url": format!("https://media.example/{filename}")
+        }));
+        self
+    }
+}
+
+/// A message the bot sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentMessage {
+    pub id: String,
+    pub channel: String,
+    pub content: String,
+    /// `message_reference.message_id`, when the message was a reply.
+    pub reply_to: Option<String>,
+    pub fail_if_not_exists: Option<bool>,
+    pub nonce: Option<String>,
+}
+
+/// What a REST request was answered.
+#[derive(Debug, Clone)]
+pub struct RequestRecord {
+    pub method: &'static str,
+    pub path: String,
+    pub status: u16,
+    pub authorized: bool,
+}
+
+enum Outgoing {
+    Frame(String),
+    /// End the TCP connection without a close frame.
+    Drop,
+}
+
+struct Session {
+    id: String,
+    seq: u64,
+    /// Every dispatch of the session, for replay after RESUME.
+    log: Vec<(u64, String)>,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_message: u64,
+    users: HashMap<String, String>,
+    /// Channel → messages in order (JSON message objects).
+    channels: HashMap<String, Vec<Value>>,
+    dm_channels: Vec<String>,
+    sent: Vec<SentMessage>,
+    nonces: HashMap<(String, String), Value>,
+    typing: Vec<String>,
+    requests: Vec<RequestRecord>,
+    scripted_429: usize,
+    rate_limited: usize,
+    session: Option<Session>,
+    live: Option<(u64, mpsc::UnboundedSender<Outgoing>)>,
+    connections: u64,
+    identifies: usize,
+    resumes: usize,
+    replayed: usize,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    sent: watch::Sender<usize>,
+    /// READYs and RESUMEDs sent: a test waits on it to know the bot is connected.
+    sessions: watch::Sender<(usize, usize)>,
+    /// New gateway connections wait while this is true.
+    held: watch::Sender<bool>,
+    ws_url: Mutex<String>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The fake. Dropping it stops the server.
+pub struct FakeDiscord {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeDiscord {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn snowflake(n: u64) -> String {
+    let ms = BASE_UNIX_MS + n * 1000;
+    (((ms - DISCORD_EPOCH_MS) << 22) | (n & 0xfff)).to_string()
+}
+
+fn timestamp(n: u64) -> String {
+    // 2026-11-02T00:00:00Z plus n seconds (tests stay well within a day).
+    let s = n % 86_400;
+    format!(
+        "2026-11-02T{:02}:{:02}:{:02}.000000+00:00",
+        s / 3600,
+        (s / 60) % 60,
+        s % 60
+    )
+}
+
+impl Inner {
+    fn user(&mut self, author: &Author) -> Value {
+        let next = 100 + self.users.len() as u64;
+        let id = self
+            .users
+            .entry(author.name.clone())
+            .or_insert_with(|| format!("{}", 600_000_000_000_000_000u64 + next))
+            .clone();
+        json!({"id": id, "username": author.name, "discriminator": "0",
+            "global_name": author.name, "avatar": null, "bot": author.bot})
+    }
+
+    fn bot_user() -> Value {
+        json!({"id": BOT_ID, "username": BOT_NAME, "discriminator": "0",
+            "global_name": "Dot", "avatar": null, "bot": true})
+    }
+
+    fn find(&self, id: &str) -> Option<Value> {
+        self.channels
+            .values()
+            .flatten()
+            .find(|m| m["id"] == id)
+            .cloned()
+    }
+
+    fn message(&mut self, new: &NewMessage) -> Value {
+        self.next_message += 1;
+        let n = self.next_message;
+        let author = self.user(&new.author);
+        let content = if new.mention_bot {
+            format!("<@{BOT_ID}> {}", new.content)
+        } else {
+            new.content.clone()
+        };
+        let mentions = if new.mention_bot {
+            vec![Self::bot_user()]
+        } else {
+            Vec::new()
+        };
+        let referenced = new.reply_to.as_deref().and_then(|id| self.find(id));
+        let mut m = json!({
+            "id": snowflake(n), "channel_id": new.channel, "author": author,
+            "content": content, "timestamp": timestamp(n), "edited_timestamp": null,
+            "tts": false, "mention_everyone": false, "mentions": mentions,
+            "mention_roles": [], "attachments": new.attachments, "embeds": [],
+            "pinned": false, "type": if new.reply_to.is_some() { 19 } else { 0 }, "flags": 0,
+        });
+        if let Some(id) = &new.reply_to {
+            m["message_reference"] =
+                json!({"type": 0, "message_id": id, "channel_id": new.channel});
+            m["referenced_message"] = referenced.unwrap_or(Value::Null);
+        }
+        if new.dm && !self.dm_channels.contains(&new.channel) {
+            self.dm_channels.push(new.channel.clone());
+        }
+        self.channels
+            .entry(new.channel.clone())
+            .or_default()
+            .push(m.clone());
+        m
+    }
+
+    /// Sends a dispatch on the session (and the live connection, if any).
+    fn dispatch(&mut self, t: &str, d: Value) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        session.seq += 1;
+        let frame = json!({"op": 0, "s": session.seq, "t": t, "d": d}).to_string();
+        session.log.push((session.seq, frame.clone()));
+        if let Some((_, tx)) = &self.live
+            && tx.send(Outgoing::Frame(frame)).is_err()
+        {
+            self.live = None;
+        }
+    }
+}
+
+impl FakeDiscord {
+    pub async fn start() -> Self {
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner::default()),
+            sent: watch::Sender::new(0),
+            sessions: watch::Sender::new((0, 0)),
+            held: watch::Sender::new(false),
+            ws_url: Mutex::new(String::new()),
+        });
+        let app = Router::new()
+            .route("/api/v10/gateway", get(gateway_url))
+            .route("/api/v10/gateway/bot", get(gateway_bot))
+            .route("/api/v10/users/@me", get(users_me))
+            .route(
+                "/api/v10/channels/{channel}/messages",
+                post(create_message).get(list_messages),
+            )
+            .route("/api/v10/channels/{channel}/typing", post(typing))
+            .route("/gateway-ws", get(gateway_ws))
+            .fallback(unmatched)
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the fake Discord server");
+        let addr = listener.local_addr().expect("local addr");
+        *shared.ws_url.lock().unwrap_or_else(|e| e.into_inner()) =
+            format!("ws://{addr}/gateway-ws");
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeDiscord {
+            addr,
+            shared,
+            server,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`: what `DISCORD_API_URL` is set to.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A message by someone else, dispatched as MESSAGE_CREATE. Without a session (the bot
+    /// is not connected) it is only stored, as Discord stores what a bot misses.
+    pub fn send_message_create(&self, new: NewMessage) -> String {
+        let mut inner = self.shared.lock();
+        let mut m = inner.message(&new);
+        let id = m["id"].as_str().unwrap_or_default().to_string();
+        if !new.dm {
+            m["guild_id"] = json!(GUILD_ID);
+            m["member"] = json!({"roles": [], "joined_at": "2026-01-01T00:00:00+00:00",
+                "deaf": false, "mute": false, "nick": null});
+        }
+        inner.dispatch("MESSAGE_CREATE", m);
+        id
+    }
+
+    /// A message stored in the channel's history only (said while the bot was away).
+    pub fn store_channel_message(&self, new: NewMessage) -> String {
+        let m = self.shared.lock().message(&new);
+        m["id"].as_str().unwrap_or_default().to_string()
+    }
+
+    pub fn sent_messages(&self) -> Vec<SentMessage> {
+        self.shared.lock().sent.clone()
+    }
+
+    pub fn typing_calls(&self) -> Vec<String> {
+        self.shared.lock().typing.clone()
+    }
+
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// The next `n` message creates are answered 429.
+    pub fn script_429(&self, n: usize) {
+        self.shared.lock().scripted_429 += n;
+    }
+
+    /// How many 429s were answered.
+    pub fn rate_limited(&self) -> usize {
+        self.shared.lock().rate_limited
+    }
+
+    pub fn identifies(&self) -> usize {
+        self.shared.lock().identifies
+    }
+
+    pub fn resumes(&self) -> usize {
+        self.shared.lock().resumes
+    }
+
+    /// Dispatches replayed after RESUMEs.
+    pub fn replayed(&self) -> usize {
+        self.shared.lock().replayed
+    }
+
+    /// Ends the gateway connection without a close frame, as a network failure does. New
+    /// connections wait until [`Self::allow_reconnect`], so whatever the test dispatches
+    /// meanwhile is missed by the bot, and replayed if it resumes.
+    pub fn drop_connection(&self) {
+        self.shared.held.send_replace(true);
+        let mut inner = self.shared.lock();
+        if let Some((_, tx)) = inner.live.take() {
+            let _ = tx.send(Outgoing::Drop);
+        }
+    }
+
+    pub fn allow_reconnect(&self) {
+        self.shared.held.send_replace(false);
+    }
+
+    /// Sends RECONNECT (op 7): the bot should reconnect and resume.
+    pub fn request_reconnect(&self) {
+        let inner = self.shared.lock();
+        if let Some((_, tx)) = &inner.live {
+            let _ = tx.send(Outgoing::Frame(json!({"op": 7, "d": null}).to_string()));
+        }
+    }
+
+    /// Forgets the session: the next RESUME gets INVALID_SESSION and the bot identifies anew.
+    pub fn invalidate_session(&self) {
+        self.shared.lock().session = None;
+    }
+
+    fn diagnostics(&self) -> String {
+        let inner = self.shared.lock();
+        let requests: Vec<String> = inner
+            .requests
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} -> {}{}",
+                    r.method,
+                    r.path,
+                    r.status,
+                    if r.authorized { "" } else { " (bad token)" }
+                )
+            })
+            .collect();
+        format!(
+            "sent: {:#?}\nidentifies: {}, resumes: {}, replayed: {}\nrequests ({}):\n  {}",
+            inner.sent,
+            inner.identifies,
+            inner.resumes,
+            inner.replayed,
+            requests.len(),
+            requests.join("\n  ")
+        )
+    }
+
+    /// Waits until the bot has sent at least `n` messages, then returns them all.
+    pub async fn try_wait_for_sent(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<SentMessage>, String> {
+        let mut rx = self.shared.sent.subscribe();
+        match tokio::time::timeout(timeout, rx.wait_for(|c| *c >= n)).await {
+            Ok(Ok(_)) => Ok(self.sent_messages()),
+            _ => Err(format!(
+                "the fake Discord got {} message(s), expected {n} within {timeout:?}\n{}",
+                self.sent_messages().len(),
+                self.diagnostics()
+            )),
+        }
+    }
+
+    pub async fn wait_for_sent(&self, n: usize, timeout: Duration) -> Vec<SentMessage> {
+        self.try_wait_for_sent(n, timeout)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Waits until the bot has received `n` READYs (new sessions) in all.
+    pub async fn try_wait_for_ready(&self, n: usize, timeout: Duration) -> Result<(), String> {
+        let mut rx = self.shared.sessions.subscribe();
+        match tokio::time::timeout(timeout, rx.wait_for(|(ready, _)| *ready >= n)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(format!(
+                "the bot did not identify {n} time(s) within {timeout:?}\n{}",
+                self.diagnostics()
+            )),
+        }
+    }
+
+    /// Waits until the bot has resumed `n` times in all.
+    pub async fn try_wait_for_resumed(&self, n: usize, timeout: Duration) -> Result<(), String> {
+        let mut rx = self.shared.sessions.subscribe();
+        match tokio::time::timeout(timeout, rx.wait_for(|(_, resumed)| *resumed >= n)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(format!(
+                "the bot did not resume {n} time(s) within {timeout:?}\n{}",
+                self.diagnostics()
+            )),
+        }
+    }
+
+    /// Waits until the bot has shown typing in `channel` at least once.
+    pub async fn wait_for_typing(&self, channel: &str, timeout: Duration) -> Result<(), String> {
+        let mut rx = self.shared.sent.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.typing_calls().iter().any(|c| c == channel) {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return Err(format!("no typing in {channel}\n{}", self.diagnostics())),
+            }
+        }
+    }
+}
+
+fn authorized(headers: &HeaderMap) -> bool {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == format!("Bot {TOKEN}"))
+}
+
+fn record(shared: &Shared, method: &'static str, path: String, status: u16, authorized: bool) {
+    shared.lock().requests.push(RequestRecord {
+        method,
+        path,
+        status,
+        authorized,
+    });
+}
+
+fn with_bucket(status: StatusCode, body: Value) -> Response {
+    (
+        status,
+        [
+            ("x-ratelimit-limit", "5"),
+            ("x-ratelimit-remaining", "4"),
+            ("x-ratelimit-reset-after", "5.000"),
+            ("x-ratelimit-bucket", "f4k3b0ck37"),
+        ],
+        axum::Json(body),
+    )
+        .into_response()
+}
+
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        axum::Json(json!({"message": "401: Unauthorized", "code": 0})),
+    )
+        .into_response()
+}
+
+async fn gateway_url(State(shared): State<Arc<Shared>>) -> Response {
+    record(&shared, "GET", "/gateway".into(), 200, true);
+    let url = shared
+        .ws_url
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    axum::Json(json!({"url": url})).into_response()
+}
+
+async fn gateway_bot(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let ok = authorized(&headers);
+    record(
+        &shared,
+        "GET",
+        "/gateway/bot".into(),
+        if ok { 200 } else { 401 },
+        ok,
+    );
+    if !ok {
+        return unauthorized();
+    }
+    let url = shared
+        .ws_url
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    axum::Json(json!({"url": url, "shards": 1, "session_start_limit":
+        {"total": 1000, "remaining": 999, "reset_after": 14_400_000, "max_concurrency": 1}}))
+    .into_response()
+}
+
+async fn users_me(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let ok = authorized(&headers);
+    record(
+        &shared,
+        "GET",
+        "/users/@me".into(),
+        if ok { 200 } else { 401 },
+        ok,
+    );
+    if !ok {
+        return unauthorized();
+    }
+    with_bucket(StatusCode::OK, Inner::bot_user())
+}
+
+async fn typing(
+    State(shared): State<Arc<Shared>>,
+    Path(channel): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let ok = authorized(&headers);
+    let path = format!("/channels/{channel}/typing");
+    record(&shared, "POST", path, if ok { 204 } else { 401 }, ok);
+    if !ok {
+        return unauthorized();
+    }
+    shared.lock().typing.push(channel);
+    shared.sent.send_modify(|_| {});
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn create_message(
+    State(shared): State<Arc<Shared>>,
+    Path(channel): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let path = format!("/channels/{channel}/messages");
+    if !authorized(&headers) {
+        record(&shared, "POST", path, 401, false);
+        return unauthorized();
+    }
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(_) => {
+            record(&shared, "POST", path, 400, true);
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(
+                    json!({"code": 50109, "message": "The request body contains invalid JSON."}),
+                ),
+            )
+                .into_response();
+        }
+    };
+    let mut inner = shared.lock();
+    if inner.scripted_429 > 0 {
+        inner.scripted_429 -= 1;
+        inner.rate_limited += 1;
+        inner.requests.push(RequestRecord {
+            method: "POST",
+            path,
+            status: 429,
+            authorized: true,
+        });
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [
+                ("retry-after", "1"),
+                ("x-ratelimit-limit", "5"),
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset-after", "0.500"),
+                ("x-ratelimit-bucket", "f4k3b0ck37"),
+                ("x-ratelimit-scope", "user"),
+            ],
+            axum::Json(json!({"message": "You are being rate limited.", "retry_after": 0.5, "global": false})),
+        )
+            .into_response();
+    }
+    let content = body["content"].as_str().unwrap_or_default().to_string();
+    let len = content.chars().count();
+    if content.trim().is_empty() || len > MAX_CONTENT {
+        inner.requests.push(RequestRecord {
+            method: "POST",
+            path,
+            status: 400,
+            authorized: true,
+        });
+        let answer = if len > MAX_CONTENT {
+            json!({"code": 50035, "message": "Invalid Form Body", "errors": {"content": {"_errors": [
+                {"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}]}}})
+        } else {
+            json!({"code": 50006, "message": "Cannot send an empty message"})
+        };
+        return (StatusCode::BAD_REQUEST, axum::Json(answer)).into_response();
+    }
+    let nonce = match &body["nonce"] {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    if body["enforce_nonce"] == true
+        && let Some(nonce) = &nonce
+        && let Some(existing) = inner.nonces.get(&(channel.clone(), nonce.clone())).cloned()
+    {
+        inner.requests.push(RequestRecord {
+            method: "POST",
+            path,
+            status: 200,
+            authorized: true,
+        });
+        return with_bucket(StatusCode::OK, existing);
+    }
+    let reference = &body["message_reference"];
+    let reply_to = reference["message_id"].as_str().map(str::to_string);
+    inner.next_message += 1;
+    let n = inner.next_message;
+    let referenced = reply_to.as_deref().and_then(|id| inner.find(id));
+    let mut message = json!({
+        "id": snowflake(n), "channel_id": channel, "author": Inner::bot_user(),
+        "content": content, "timestamp": timestamp(n), "edited_timestamp": null, "tts": false,
+        "mention_everyone": false, "mentions": [], "mention_roles": [], "attachments": [],
+        "embeds": [], "pinned": false, "type": if reply_to.is_some() { 19 } else { 0 }, "flags": 0,
+    });
+    if let Some(id) = &reply_to {
+        message["message_reference"] = json!({"type": 0, "message_id": id, "channel_id": channel});
+        message["referenced_message"] = referenced.unwrap_or(Value::Null);
+    }
+    if let Some(nonce) = &nonce {
+        message["nonce"] = json!(nonce);
+        inner
+            .nonces
+            .insert((channel.clone(), nonce.clone()), message.clone());
+    }
+    inner
+        .channels
+        .entry(channel.clone())
+        .or_default()
+        .push(message.clone());
+    let id = message["id"].as_str().unwrap_or_default().to_string();
+    inner.sent.push(SentMessage {
+        id,
+        channel: channel.clone(),
+        content,
+        reply_to,
+        fail_if_not_exists: reference["fail_if_not_exists"].as_bool(),
+        nonce,
+    });
+    inner.requests.push(RequestRecord {
+        method: "POST",
+        path,
+        status: 200,
+        authorized: true,
+    });
+    let count = inner.sent.len();
+    // The bot's own message is dispatched to it too, as Discord does.
+    let mut echo = message.clone();
+    if !inner.dm_channels.contains(&channel) {
+        echo["guild_id"] = json!(GUILD_ID);
+    }
+    inner.dispatch("MESSAGE_CREATE", echo);
+    drop(inner);
+    shared.sent.send_replace(count);
+    with_bucket(StatusCode::OK, message)
+}
+
+async fn list_messages(
+    State(shared): State<Arc<Shared>>,
+    Path(channel): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let path = format!(
+        "/channels/{channel}/messages?after={}",
+        query.get("after").map(String::as_str).unwrap_or("")
+    );
+    if !authorized(&headers) {
+        record(&shared, "GET", path, 401, false);
+        return unauthorized();
+    }
+    let after: u64 = query.get("after").and_then(|a| a.parse().ok()).unwrap_or(0);
+    let limit: usize = query
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(50)
+        .clamp(1, 100);
+    let mut inner = shared.lock();
+    let mut found: Vec<Value> = inner
+        .channels
+        .get(&channel)
+        .map(|ms| {
+            ms.iter()
+                .filter(|m| {
+                    m["id"]
+                        .as_str()
+                        .and_then(|id| id.parse::<u64>().ok())
+                        .is_some_and(|id| id > after)
+                })
+                .take(limit)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    found.reverse();
+    inner.requests.push(RequestRecord {
+        method: "GET",
+        path,
+        status: 200,
+        authorized: true,
+    });
+    drop(inner);
+    with_bucket(StatusCode::OK, Value::Array(found))
+}
+
+async fn unmatched(State(shared): State<Arc<Shared>>, uri: axum::http::Uri) -> Response {
+    record(&shared, "?", uri.to_string(), 404, true);
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({"message": "404: Not Found", "code": 0})),
+    )
+        .into_response()
+}
+
+async fn gateway_ws(State(shared): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
+    ws.on_upgrade(move |socket| serve_gateway(shared, socket))
+}
+
+async fn send_text(socket: &mut WebSocket, frame: String) -> bool {
+    socket.send(WsMessage::Text(frame.into())).await.is_ok()
+}
+
+async fn serve_gateway(shared: Arc<Shared>, mut socket: WebSocket) {
+    // A held gateway: the connection is accepted but nothing is read or sent until the test
+    // allows it.
+    let mut held = shared.held.subscribe();
+    if held.wait_for(|h| !*h).await.is_err() {
+        return;
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let conn = {
+        let mut inner = shared.lock();
+        inner.connections += 1;
+        inner.connections
+    };
+    let hello = json!({"op": 10, "d": {"heartbeat_interval": 41_250}}).to_string();
+    if !send_text(&mut socket, hello).await {
+        return;
+    }
+    loop {
+        tokio::select! {
+            out = rx.recv() => match out {
+                Some(Outgoing::Frame(frame)) => {
+                    if !send_text(&mut socket, frame).await {
+                        return;
+                    }
+                }
+                Some(Outgoing::Drop) | None => return,
+            },
+            incoming = socket.recv() => {
+                let text = match incoming {
+                    Some(Ok(WsMessage::Text(t))) => t.to_string(),
+                    Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => {
+                        let mut inner = shared.lock();
+                        if inner.live.as_ref().is_some_and(|(c, _)| *c == conn) {
+                            inner.live = None;
+                        }
+                        return;
+                    }
+                    Some(Ok(_)) => continue,
+                };
+                let Ok(payload) = serde_json::from_str::<Value>(&text) else {
+                    let _ = socket.send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
+                        code: 4002, reason: "Error while decoding payload.".into(),
+                    }))).await;
+                    return;
+                };
+                match payload["op"].as_u64() {
+                    Some(1) if !send_text(&mut socket, json!({"op": 11}).to_string()).await => {
+                        return;
+                    }
+                    Some(1) => {}
+                    Some(2) => {
+                        let token = payload["d"]["token"].as_str().unwrap_or_default();
+                        if token.strip_prefix("Bot ").unwrap_or(token) != TOKEN {
+                            let _ = socket.send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
+                                code: 4004, reason: "Authentication failed.".into(),
+                            }))).await;
+                            return;
+                        }
+                        let url = shared.ws_url.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                        let mut inner = shared.lock();
+                        inner.identifies += 1;
+                        let session_id = format!("fake-session-{}", inner.identifies);
+                        inner.session = Some(Session { id: session_id.clone(), seq: 0, log: Vec::new() });
+                        inner.live = Some((conn, tx.clone()));
+                        let ready = json!({
+                            "v": 10, "user": Inner::bot_user(),
+                            "guilds": [{"id": GUILD_ID, "unavailable": true}],
+                            "session_id": session_id, "resume_gateway_url": url,
+                            "shard": [0, 1],
+                            "application": {"id": APPLICATION_ID, "flags": 0},
+                        });
+                        inner.dispatch("READY", ready);
+                        let n = inner.identifies;
+                        drop(inner);
+                        shared.sessions.send_modify(|s| s.0 = n);
+                    }
+                    Some(6) => {
+                        let session_id = payload["d"]["session_id"].as_str().unwrap_or_default();
+                        let seq = payload["d"]["seq"].as_u64().unwrap_or(0);
+                        let known = shared
+                            .lock()
+                            .session
+                            .as_ref()
+                            .is_some_and(|s| s.id == session_id);
+                        if !known {
+                            if !send_text(&mut socket, json!({"op": 9, "d": false}).to_string()).await {
+                                return;
+                            }
+                            continue;
+                        }
+                        let mut inner = shared.lock();
+                        inner.resumes += 1;
+                        inner.live = Some((conn, tx.clone()));
+                        let missed: Vec<String> = inner
+                            .session
+                            .as_ref()
+                            .map(|s| s.log.iter().filter(|(n, _)| *n > seq).map(|(_, f)| f.clone()).collect())
+                            .unwrap_or_default();
+                        inner.replayed += missed.len();
+                        for frame in missed {
+                            let _ = tx.send(Outgoing::Frame(frame));
+                        }
+                        inner.dispatch("RESUMED", json!({}));
+                        let n = inner.resumes;
+                        drop(inner);
+                        shared.sessions.send_modify(|s| s.1 = n);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
