@@ -452,10 +452,9 @@ impl FakeDiscord {
         n: usize,
         timeout: Duration,
     ) -> Result<Vec<SentMessage>, String> {
-        let mut rx = self.shared.sent.subscribe();
-        match tokio::time::timeout(timeout, rx.wait_for(|c| *c >= n)).await {
-            Ok(Ok(_)) => Ok(self.sent_messages()),
-            _ => Err(format!(
+        match crate::counter_reaches(self.shared.sent.subscribe(), n, timeout).await {
+            true => Ok(self.sent_messages()),
+            false => Err(format!(
                 "the fake Discord got {} message(s), expected {n} within {timeout:?}\n{}",
                 self.sent_messages().len(),
                 self.diagnostics()

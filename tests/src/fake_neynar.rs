@@ -350,10 +350,9 @@ impl FakeNeynar {
         n: usize,
         timeout: Duration,
     ) -> Result<Vec<PublishedCast>, String> {
-        let mut rx = self.shared.published.subscribe();
-        match tokio::time::timeout(timeout, rx.wait_for(|count| *count >= n)).await {
-            Ok(Ok(_)) => Ok(self.published()),
-            _ => Err(format!(
+        match crate::counter_reaches(self.shared.published.subscribe(), n, timeout).await {
+            true => Ok(self.published()),
+            false => Err(format!(
                 "the fake Neynar got {} cast(s), expected {n} within {timeout:?}\n{}",
                 self.published().len(),
                 self.diagnostics()
@@ -370,10 +369,9 @@ impl FakeNeynar {
 
     /// Waits until the notifications endpoint has answered at least `n` polls in all.
     pub async fn try_wait_for_polls(&self, n: usize, timeout: Duration) -> Result<(), String> {
-        let mut rx = self.shared.polls.subscribe();
-        match tokio::time::timeout(timeout, rx.wait_for(|count| *count >= n)).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(format!(
+        match crate::counter_reaches(self.shared.polls.subscribe(), n, timeout).await {
+            true => Ok(()),
+            false => Err(format!(
                 "the fake Neynar answered {} notification poll(s), expected {n} within {timeout:?}\n{}",
                 self.polls(),
                 self.diagnostics()

@@ -334,10 +334,9 @@ impl FakeOpenAi {
         n: usize,
         timeout: Duration,
     ) -> Result<Vec<ChatRequestRecord>, String> {
-        let mut rx = self.shared.chat_count.subscribe();
-        match tokio::time::timeout(timeout, rx.wait_for(|count| *count >= n)).await {
-            Ok(Ok(_)) => Ok(self.requests()),
-            _ => Err(format!(
+        match crate::counter_reaches(self.shared.chat_count.subscribe(), n, timeout).await {
+            true => Ok(self.requests()),
+            false => Err(format!(
                 "the fake OpenAI server got {} chat request(s), expected {n} within {timeout:?}; \
                  requests to unknown paths: {:?}",
                 self.request_count(),

@@ -71,3 +71,17 @@ macro_rules! on_each_backend {
         }
     )*};
 }
+
+/// Waits until a fake's counter (requests seen, messages sent, polls answered) reaches `n`,
+/// or `timeout` passes. The fakes publish their counters on watch channels, so this wakes
+/// on each change rather than polling.
+pub async fn counter_reaches(
+    mut counter: tokio::sync::watch::Receiver<usize>,
+    n: usize,
+    timeout: std::time::Duration,
+) -> bool {
+    matches!(
+        tokio::time::timeout(timeout, counter.wait_for(|count| *count >= n)).await,
+        Ok(Ok(_))
+    )
+}
