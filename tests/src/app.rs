@@ -142,6 +142,9 @@ pub struct TestAppOptions {
     pub api_token: Option<String>,
     /// Extra environment, applied last.
     pub env: Vec<(String, String)>,
+    /// Use this database instead of creating one: a second replica of another `TestApp`
+    /// (see [`TestApp::replica_options`]).
+    pub database_url: Option<String>,
 }
 
 impl TestAppOptions {
@@ -152,6 +155,7 @@ impl TestAppOptions {
             openai: None,
             api_token: None,
             env: Vec::new(),
+            database_url: None,
         }
     }
     /// Adds `<name lower-cased>.json` from [`persona_json`].
@@ -177,6 +181,11 @@ impl TestAppOptions {
     }
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+    /// Shares an existing database instead of creating a fresh one.
+    pub fn database_url(mut self, url: &str) -> Self {
+        self.database_url = Some(url.to_string());
         self
     }
 }
@@ -360,7 +369,10 @@ impl TestApp {
             let text = serde_json::to_string_pretty(character).expect("character JSON");
             std::fs::write(personas.join(file), text).expect("write character file");
         }
-        let database = Database::create(options.backend, dir.path()).await;
+        let database = match &options.database_url {
+            Some(url) => Database { url: url.clone() },
+            None => Database::create(options.backend, dir.path()).await,
+        };
         let client = reqwest::Client::builder()
             .no_proxy()
             .timeout(REQUEST_DEADLINE)
@@ -500,6 +512,12 @@ impl TestApp {
             redact_url(&self.database.url),
             self.logs.text()
         );
+    }
+
+    /// Options for another process on this app's database, with the same personas, model
+    /// and environment: a second replica. Add what differs (its bus, its role) with `env`.
+    pub fn replica_options(&self) -> TestAppOptions {
+        self.options.clone().database_url(&self.database.url)
     }
 
     pub fn addr(&self) -> SocketAddr {
