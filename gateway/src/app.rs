@@ -17,6 +17,7 @@ use crate::bus::{Bus, InProcessBus};
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::ingress::{Ingress, Waiters};
+use crate::knowledge::Knowledge;
 use crate::limits::RateLimiter;
 use crate::outbox::{Connectors, Outbox};
 use crate::persona::{self, Loaded, Persona, PersonaEvent};
@@ -73,6 +74,7 @@ pub struct App {
     pub agents: Agents,
     pub ingress: Ingress,
     pub outbox: Outbox,
+    pub knowledge: Knowledge,
     limiter: RateLimiter,
     waiters: Waiters,
     providers: ProviderFactory,
@@ -135,6 +137,7 @@ impl App {
             ),
         };
         let ingress = Ingress::new(store.clone(), bus, waiters.clone());
+        let knowledge = Knowledge::from_settings(store.clone(), &config.knowledge);
         let app = App {
             limiter: RateLimiter::new(&config.limits),
             config,
@@ -144,6 +147,7 @@ impl App {
             agents,
             ingress,
             outbox,
+            knowledge,
             waiters,
             providers,
             running: Default::default(),
@@ -199,6 +203,8 @@ impl App {
         let persona = loaded.persona;
         let persona_for_connectors = persona.clone();
         self.store.upsert_agent(&persona.id, &persona.name).await?;
+        // The character's `knowledge` entries, before the persona answers anything.
+        self.knowledge.load_character(&persona).await;
         let provider = (self.providers)(&persona, &self.config);
         if let Some(reason) = provider.unavailable() {
             tracing::warn!(persona = %persona.id, "{reason}");
@@ -219,7 +225,8 @@ impl App {
                     self.limiter.clone(),
                     self.waiters.clone(),
                     self.config.agent.clone(),
-                );
+                )
+                .with_knowledge(self.knowledge.clone());
                 self.agents.insert(Arc::new(agent));
                 self.outbox.connectors().insert(&id, Arc::new(WebConnector));
             }
@@ -375,6 +382,7 @@ impl App {
                 ingress: self.ingress.clone(),
                 store: self.store.clone(),
                 outbox: self.outbox.clone(),
+                knowledge: self.knowledge.clone(),
             };
             let router = http::router(state);
             let stop = shutdown.child_token();

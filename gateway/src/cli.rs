@@ -43,10 +43,18 @@ enum Command {
         #[arg(long, default_value = "cli")]
         room: String,
     },
-    /// Add documents to a persona's knowledge.
+    /// Add documents (files, or directories read recursively) to a persona's knowledge.
     Ingest {
+        /// The persona's id or name.
         #[arg(long)]
         agent: String,
+        /// Scope the documents to one room (`platform:room`, e.g. `telegram:-100123`).
+        #[arg(long)]
+        room: Option<String>,
+        /// Rebuild the persona's vectors for the configured embedding model (after the files,
+        /// if any are given).
+        #[arg(long)]
+        reembed: bool,
         files: Vec<PathBuf>,
     },
     /// Measure the gateway's own per-message cost with a zero-latency model.
@@ -84,9 +92,12 @@ pub fn main() -> ExitCode {
             Command::Check { files } => check(config, files),
             Command::Migrate => migrate(config).await,
             Command::Chat { agent, room } => chat(config, agent, room).await,
-            Command::Ingest { .. } => anyhow::bail!(
-                "document ingestion is not available in this build yet (knowledge store pending)"
-            ),
+            Command::Ingest {
+                agent,
+                room,
+                reembed,
+                files,
+            } => ingest(config, agent, room, reembed, files).await,
             Command::Bench(args) => crate::bench::run(config, args).await,
         }
     });
@@ -169,4 +180,116 @@ async fn migrate(config: Config) -> anyhow::Result<ExitCode> {
 
 async fn chat(config: Config, agent: String, room: String) -> anyhow::Result<ExitCode> {
     crate::chat::run(config, &agent, &room).await
+}
+
+/// `troupe ingest`: one file at a time (memory holds one file, never the corpus), with a
+/// progress bar on a terminal and one line per problem. Exit code 1 when a file failed.
+async fn ingest(
+    config: Config,
+    agent: String,
+    room: Option<String>,
+    reembed: bool,
+    files: Vec<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    use crate::knowledge::{Knowledge, KnowledgeError, Origin, files_under};
+    use indicatif::{ProgressBar, ProgressStyle};
+
+    if files.is_empty() && !reembed {
+        anyhow::bail!("nothing to do: name files or directories to ingest, or pass --reembed");
+    }
+    let (loaded, _) = crate::persona::load_dir(&config.personas_dir);
+    let Some(persona) = loaded
+        .iter()
+        .map(|l| &l.persona)
+        .find(|p| p.id == agent || p.name.eq_ignore_ascii_case(&agent))
+    else {
+        let known: Vec<&str> = loaded.iter().map(|l| l.persona.id.as_str()).collect();
+        anyhow::bail!(
+            "no persona `{agent}` in {} (TROUPE_PERSONAS); known: {}",
+            config.personas_dir.display(),
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        );
+    };
+    if let Some(missing) = files.iter().find(|f| !f.exists()) {
+        anyhow::bail!("{} does not exist", missing.display());
+    }
+    let store = crate::storage::Store::connect(&config.database_url)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the database {}",
+                crate::config::redact_url(&config.database_url)
+            )
+        })?;
+    store.upsert_agent(&persona.id, &persona.name).await?;
+    let knowledge = Knowledge::from_settings(store, &config.knowledge);
+    if reembed && knowledge.embedder().is_none() {
+        anyhow::bail!(
+            "--reembed needs an embedding model: set TROUPE_EMBEDDING_MODEL (see docs/knowledge.md)"
+        );
+    }
+    let room = room.map(|r| match r.split_once(':') {
+        Some((p, _)) if p.parse::<troupe_connectors::Platform>().is_ok() => r,
+        _ => format!("web:{r}"),
+    });
+
+    let paths: Vec<PathBuf> = files.iter().flat_map(|f| files_under(f)).collect();
+    let bar = ProgressBar::new(paths.len() as u64).with_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} files {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let (mut added, mut duplicates, mut failed, mut chunks) = (0usize, 0usize, 0usize, 0usize);
+    for path in &paths {
+        bar.set_message(path.display().to_string());
+        match knowledge
+            .ingest_file(Origin::Cli, &persona.id, room.as_deref(), path)
+            .await
+        {
+            Ok(done) if done.duplicate => duplicates += 1,
+            Ok(done) => {
+                added += 1;
+                chunks += done.chunks;
+            }
+            Err(e @ KnowledgeError::Storage(_)) => {
+                bar.abandon();
+                return Err(e).context("the database failed; nothing more was ingested");
+            }
+            Err(e) => {
+                failed += 1;
+                bar.suspend(|| eprintln!("troupe: skipped: {e}"));
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if !paths.is_empty() {
+        println!(
+            "troupe: {added} document(s) added ({chunks} chunks), {duplicates} already known, \
+             {failed} skipped, for {}",
+            persona.id
+        );
+    }
+    if reembed {
+        let total = knowledge.chunk_count(&persona.id).await?;
+        let bar = ProgressBar::new(total as u64).with_style(
+            ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} chunks embedded")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        let done = knowledge
+            .reembed(&persona.id, |n| bar.set_position(n as u64))
+            .await?;
+        bar.finish_and_clear();
+        println!("troupe: {done} chunk(s) embedded for {}", persona.id);
+    }
+    Ok(if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -32,6 +32,7 @@ pub struct Config {
     pub api_token: Option<SecretString>,
     pub limits: Limits,
     pub agent: AgentSettings,
+    pub knowledge: KnowledgeSettings,
     /// `TROUPE_LOG` (or `RUST_LOG`): the log filter, default `info`.
     pub log_filter: String,
     /// Whether the filter came from the environment rather than the default.
@@ -75,6 +76,78 @@ pub struct AgentSettings {
     pub max_attempts: u32,
 }
 
+/// Documents and retrieval (see docs/knowledge.md).
+#[derive(Debug, Clone)]
+pub struct KnowledgeSettings {
+    /// `TROUPE_KNOWLEDGE_MAX_FILE_BYTES`, default 50 MiB: the largest document accepted;
+    /// a larger upload is refused with 413.
+    pub max_file_bytes: usize,
+    /// `TROUPE_KNOWLEDGE_MAX_FILES`, default 20: files accepted in one upload request.
+    pub max_files_per_request: usize,
+    /// `TROUPE_KNOWLEDGE_CHUNK_TOKENS`, default 400: the largest chunk, in cl100k tokens.
+    pub chunk_tokens: usize,
+    /// `TROUPE_KNOWLEDGE_CHUNK_OVERLAP`, default 50: tokens shared by neighbouring chunks.
+    pub chunk_overlap_tokens: usize,
+    /// `TROUPE_KNOWLEDGE_TOP_K`, default 5: chunks retrieved for a prompt.
+    pub top_k: usize,
+    /// `TROUPE_KNOWLEDGE_BUDGET_CHARS`, default 4000: characters of chunk text a prompt's
+    /// `# Knowledge` section may hold.
+    pub prompt_budget_chars: usize,
+    /// `TROUPE_KNOWLEDGE_TIMEOUT_MS`, default 3000: how long a reply waits for retrieval
+    /// before answering without knowledge.
+    pub search_timeout: Duration,
+    /// `TROUPE_KNOWLEDGE_MAX_ATTACHMENT_BYTES`, default 2 MiB: the largest chat attachment
+    /// fetched and ingested for its room.
+    pub max_attachment_bytes: usize,
+    /// Vectors next to BM25, when an embedding model is configured; `None`: BM25 only.
+    pub embedding: Option<EmbeddingSettings>,
+}
+
+impl Default for KnowledgeSettings {
+    fn default() -> Self {
+        KnowledgeSettings {
+            max_file_bytes: 50 << 20,
+            max_files_per_request: 20,
+            chunk_tokens: 400,
+            chunk_overlap_tokens: 50,
+            top_k: 5,
+            prompt_budget_chars: 4_000,
+            search_timeout: Duration::from_millis(3_000),
+            max_attachment_bytes: 2 << 20,
+            embedding: None,
+        }
+    }
+}
+
+/// Which embedding API to call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbeddingApi {
+    /// `POST {url}/embeddings` (OpenAI and compatible servers; `url` ends in `/v1`).
+    OpenAi,
+    /// `POST {url}/api/embed` (Ollama).
+    Ollama,
+}
+
+/// The embedding model. Enabled by `TROUPE_EMBEDDING_MODEL`, or by elizaOS's
+/// `USE_OPENAI_EMBEDDING=true` (model `EMBEDDING_OPENAI_MODEL`, default
+/// `text-embedding-3-small`) or `USE_OLLAMA_EMBEDDING=true` (model `OLLAMA_EMBEDDING_MODEL`,
+/// default `mxbai-embed-large`).
+#[derive(Debug, Clone)]
+pub struct EmbeddingSettings {
+    /// `TROUPE_EMBEDDING_PROVIDER`: `openai` (default) or `ollama`.
+    pub api: EmbeddingApi,
+    /// `TROUPE_EMBEDDING_URL`; default `OPENAI_BASE_URL` or `https://api.openai.com/v1` for
+    /// openai, `OLLAMA_SERVER_URL` or `http://localhost:11434` for ollama.
+    pub url: String,
+    /// `TROUPE_EMBEDDING_API_KEY`, default `OPENAI_API_KEY` (openai only).
+    pub api_key: Option<SecretString>,
+    /// `TROUPE_EMBEDDING_MODEL`: stored with each vector; a query uses only this model's.
+    pub model: String,
+    /// `TROUPE_EMBEDDING_DIMENSIONS`: asks the API for shorter vectors (OpenAI's
+    /// `dimensions`); unset: the model's own size.
+    pub dimensions: Option<usize>,
+}
+
 // Written by hand so that the environment snapshot, which holds every secret, never prints.
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -86,6 +159,7 @@ impl std::fmt::Debug for Config {
             .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
             .field("limits", &self.limits)
             .field("agent", &self.agent)
+            .field("knowledge", &self.knowledge)
             .finish_non_exhaustive()
     }
 }
@@ -213,6 +287,8 @@ impl Config {
                 .max(1),
         };
 
+        let knowledge = knowledge_settings(&env, &layered)?;
+
         Ok(Config {
             http_addr,
             database_url: layered
@@ -238,6 +314,7 @@ impl Config {
                 .is_some_and(|f| f.eq_ignore_ascii_case("json")),
             limits,
             agent,
+            knowledge,
             env,
         })
     }
@@ -246,6 +323,110 @@ impl Config {
     pub fn for_test() -> Config {
         Self::from_env(HashMap::new()).expect("the defaults are valid")
     }
+}
+
+fn knowledge_settings(env: &Env, layered: &Layered<'_>) -> anyhow::Result<KnowledgeSettings> {
+    let d = KnowledgeSettings::default();
+    let flag = |name: &str| {
+        env.get(name)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    };
+    let var = |name: &str| env.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let api = match var("TROUPE_EMBEDDING_PROVIDER") {
+        None if flag("USE_OLLAMA_EMBEDDING") && !flag("USE_OPENAI_EMBEDDING") => {
+            EmbeddingApi::Ollama
+        }
+        None => EmbeddingApi::OpenAi,
+        Some(p) if p.eq_ignore_ascii_case("openai") => EmbeddingApi::OpenAi,
+        Some(p) if p.eq_ignore_ascii_case("ollama") => EmbeddingApi::Ollama,
+        Some(p) => bail!("TROUPE_EMBEDDING_PROVIDER=`{p}` is not valid: use openai or ollama"),
+    };
+    let model = var("TROUPE_EMBEDDING_MODEL")
+        .map(str::to_string)
+        .or_else(|| match api {
+            EmbeddingApi::OpenAi if flag("USE_OPENAI_EMBEDDING") => Some(
+                var("EMBEDDING_OPENAI_MODEL")
+                    .unwrap_or("text-embedding-3-small")
+                    .to_string(),
+            ),
+            EmbeddingApi::Ollama if flag("USE_OLLAMA_EMBEDDING") => Some(
+                var("OLLAMA_EMBEDDING_MODEL")
+                    .unwrap_or("mxbai-embed-large")
+                    .to_string(),
+            ),
+            _ => None,
+        });
+    let embedding = match model {
+        None => None,
+        Some(model) => {
+            let url = match (var("TROUPE_EMBEDDING_URL"), api) {
+                (Some(url), _) => url.to_string(),
+                (None, EmbeddingApi::OpenAi) => var("OPENAI_BASE_URL")
+                    .unwrap_or("https://api.openai.com/v1")
+                    .to_string(),
+                (None, EmbeddingApi::Ollama) => var("OLLAMA_SERVER_URL")
+                    .unwrap_or("http://localhost:11434")
+                    .to_string(),
+            };
+            let api_key = var("TROUPE_EMBEDDING_API_KEY")
+                .or_else(|| var("OPENAI_API_KEY").filter(|_| api == EmbeddingApi::OpenAi))
+                .map(|k| SecretString::from(k.to_string()));
+            let dimensions = match var("TROUPE_EMBEDDING_DIMENSIONS") {
+                None => None,
+                Some(raw) => Some(raw.parse::<usize>().map_err(|e| {
+                    anyhow::anyhow!("TROUPE_EMBEDDING_DIMENSIONS=`{raw}` is not valid: {e}")
+                })?),
+            };
+            Some(EmbeddingSettings {
+                api,
+                url: url.trim_end_matches('/').to_string(),
+                api_key,
+                model,
+                dimensions,
+            })
+        }
+    };
+    let chunk_tokens = layered
+        .parse("TROUPE_KNOWLEDGE_CHUNK_TOKENS", None, d.chunk_tokens)?
+        .max(16);
+    let chunk_overlap_tokens = layered.parse(
+        "TROUPE_KNOWLEDGE_CHUNK_OVERLAP",
+        None,
+        d.chunk_overlap_tokens,
+    )?;
+    if chunk_overlap_tokens >= chunk_tokens {
+        bail!(
+            "TROUPE_KNOWLEDGE_CHUNK_OVERLAP ({chunk_overlap_tokens}) must be smaller than \
+             TROUPE_KNOWLEDGE_CHUNK_TOKENS ({chunk_tokens})"
+        );
+    }
+    Ok(KnowledgeSettings {
+        max_file_bytes: layered
+            .parse("TROUPE_KNOWLEDGE_MAX_FILE_BYTES", None, d.max_file_bytes)?
+            .max(1),
+        max_files_per_request: layered
+            .parse("TROUPE_KNOWLEDGE_MAX_FILES", None, d.max_files_per_request)?
+            .max(1),
+        chunk_tokens,
+        chunk_overlap_tokens,
+        top_k: layered.parse("TROUPE_KNOWLEDGE_TOP_K", None, d.top_k)?,
+        prompt_budget_chars: layered.parse(
+            "TROUPE_KNOWLEDGE_BUDGET_CHARS",
+            None,
+            d.prompt_budget_chars,
+        )?,
+        search_timeout: Duration::from_millis(layered.parse(
+            "TROUPE_KNOWLEDGE_TIMEOUT_MS",
+            None,
+            3_000u64,
+        )?),
+        max_attachment_bytes: layered.parse(
+            "TROUPE_KNOWLEDGE_MAX_ATTACHMENT_BYTES",
+            None,
+            d.max_attachment_bytes,
+        )?,
+        embedding,
+    })
 }
 
 fn read_file_config(path: &Path) -> anyhow::Result<FileConfig> {

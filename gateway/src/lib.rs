@@ -14,6 +14,8 @@
 //! - [`persona`]: elizaOS character files: loading, checking, prompt composition.
 //! - [`provider`]: model providers (OpenAI-compatible, Anthropic, Ollama) over genai.
 //! - [`storage`]: SQLite and Postgres through sqlx: journal, memory, outbox.
+//! - [`knowledge`]: documents per agent or room: extraction, chunking, BM25 and vector
+//!   retrieval for the prompt.
 //! - [`limits`]: inbound rate limits.
 //! - [`metrics`]: the Prometheus series behind `GET /metrics`.
 //! - [`http`]: the HTTP API.
@@ -29,6 +31,7 @@ mod clock;
 pub mod config;
 pub mod http;
 pub mod ingress;
+pub mod knowledge;
 pub mod limits;
 pub mod metrics;
 pub mod outbox;

@@ -46,6 +46,8 @@ pub struct Agent {
     limiter: RateLimiter,
     waiters: Waiters,
     settings: AgentSettings,
+    /// Documents to recall from; `None` answers without knowledge.
+    knowledge: Option<crate::knowledge::Knowledge>,
 }
 
 impl Agent {
@@ -65,7 +67,14 @@ impl Agent {
             limiter,
             waiters,
             settings,
+            knowledge: None,
         }
+    }
+
+    /// Recalls knowledge from `knowledge` for every reply.
+    pub fn with_knowledge(mut self, knowledge: crate::knowledge::Knowledge) -> Self {
+        self.knowledge = Some(knowledge);
+        self
     }
 
     pub fn mind(&self) -> Arc<Mind> {
@@ -200,13 +209,33 @@ impl Agent {
             text: &inbound.text,
             from_agent: false,
         });
+        // Knowledge for this room and the whole agent; a failed or slow search answers
+        // without it (see Knowledge::for_prompt).
+        let hits = match &self.knowledge {
+            Some(k) => {
+                // Documents attached to the message become the room's knowledge first.
+                if !inbound.attachments.is_empty() {
+                    k.ingest_attachments(&self.id, &room_key, &inbound.attachments)
+                        .await;
+                }
+                k.for_prompt(&self.id, &room_key, &inbound.text).await
+            }
+            None => Vec::new(),
+        };
+        let knowledge: Vec<persona::KnowledgeItem<'_>> = hits
+            .iter()
+            .map(|h| persona::KnowledgeItem {
+                source: &h.source,
+                text: &h.text,
+            })
+            .collect();
         let prompt = persona::compose(
             persona,
             &PromptInput {
                 platform,
                 sender_name: &inbound.author.name,
                 history: &history,
-                knowledge: &[],
+                knowledge: &knowledge,
                 seed: seed_for(inbound),
                 budget_chars: self.settings.prompt_budget_chars,
             },

@@ -8,6 +8,7 @@
 mod agents;
 pub mod error;
 mod health;
+mod knowledge;
 mod webhooks;
 
 use axum::Router;
@@ -15,7 +16,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use secrecy::ExposeSecret;
 use std::sync::Arc;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -24,6 +25,7 @@ use tower_http::trace::TraceLayer;
 use crate::agent::Agents;
 use crate::config::Config;
 use crate::ingress::Ingress;
+use crate::knowledge::Knowledge;
 use crate::outbox::Outbox;
 use crate::storage::Store;
 use error::ApiError;
@@ -36,6 +38,7 @@ pub struct AppState {
     pub ingress: Ingress,
     pub store: Store,
     pub outbox: Outbox,
+    pub knowledge: Knowledge,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -49,6 +52,7 @@ pub fn router(state: AppState) -> Router {
             get(agents::memories),
         )
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
+        .merge(knowledge_routes(&state))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
 
     Router::new()
@@ -75,6 +79,25 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// The knowledge routes. Uploads get their own body limit: every file may be as large as
+/// `TROUPE_KNOWLEDGE_MAX_FILE_BYTES`, plus room for the multipart framing.
+fn knowledge_routes(state: &AppState) -> Router<AppState> {
+    let k = &state.config.knowledge;
+    let upload_limit = k
+        .max_file_bytes
+        .saturating_mul(k.max_files_per_request)
+        .saturating_add(64 * 1024);
+    Router::new()
+        .route(
+            "/agents/{agent}/documents",
+            post(knowledge::upload)
+                .layer(DefaultBodyLimit::max(upload_limit))
+                .get(knowledge::list),
+        )
+        .route("/agents/{agent}/documents/{id}", delete(knowledge::delete))
+        .route("/agents/{agent}/knowledge/search", get(knowledge::search))
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

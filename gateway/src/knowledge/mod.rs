@@ -1,0 +1,906 @@
+//! Knowledge: the documents an agent knows, for all its rooms or for one, and retrieval
+//! from them for the prompt.
+//!
+//! A document goes through extraction (`extract`: format detection, one reader per format,
+//! binary refused), chunking (`chunk`: cl100k tokens with overlap, Markdown-aware) and
+//! indexing (the `documents`, `chunks` and full-text tables in storage), and, when an
+//! embedding model is configured, embedding (`embed`). A search ranks chunks by BM25
+//! (SQLite FTS5; Postgres full-text search is close but not literally BM25) and, with an
+//! embedding model, by cosine similarity computed here over the stored vectors; the two
+//! rankings are fused by reciprocal rank fusion.
+//!
+//! Scoping is the one rule that must hold everywhere: a search for a room sees that room's
+//! documents and the agent-wide ones, never another room's. Identical content is stored
+//! once per agent and scope: a document's id is derived from the agent, the scope and the
+//! SHA-256 of its bytes, and a chunk's id from its document's id and its index, so ids are
+//! stable across re-ingestion.
+//!
+//! It owns no HTTP or CLI: `http::knowledge` and `cli` call it, the agent calls
+//! [`Knowledge::for_prompt`], and the app ingests each character's `knowledge` entries.
+
+mod chunk;
+mod embed;
+mod extract;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::persona::{KnowledgeEntry, Persona};
+use crate::storage::{NewDocument, ScoredChunk, StorageError, Store};
+
+pub use crate::config::{EmbeddingApi, EmbeddingSettings, KnowledgeSettings};
+pub use embed::Embedder;
+use extract::ExtractError;
+
+/// Reciprocal rank fusion's constant, as in Cormack et al. (2009): it damps the weight of
+/// the very first ranks so that agreement between the two rankings counts most.
+const RRF_K: f64 = 60.0;
+/// Candidates taken from each ranking before fusion, at least.
+const FUSION_CANDIDATES: usize = 50;
+/// Query words kept; a pasted paragraph should not become a 500-term OR.
+const MAX_QUERY_TERMS: usize = 32;
+/// Chunks embedded per round when filling in vectors.
+const EMBED_PAGE: usize = 256;
+
+/// Why a document or a search failed. The HTTP API maps these to 413, 415, 422, 404, 502
+/// and 500.
+#[derive(Debug, thiserror::Error)]
+pub enum KnowledgeError {
+    #[error(
+        "`{file}` is {bytes} bytes, over the limit of {limit} bytes per document \
+         (TROUPE_KNOWLEDGE_MAX_FILE_BYTES)"
+    )]
+    TooLarge {
+        file: String,
+        bytes: usize,
+        limit: usize,
+    },
+    /// A format troupe does not read (binary, image, archive…).
+    #[error("{0}")]
+    Unsupported(String),
+    /// A supported format that could not be read (a broken PDF, invalid JSON, no text).
+    #[error("{0}")]
+    Unreadable(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("embedding failed: {0}")]
+    Embedding(String),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl From<ExtractError> for KnowledgeError {
+    fn from(e: ExtractError) -> Self {
+        match e {
+            ExtractError::Unsupported(why) => KnowledgeError::Unsupported(why),
+            ExtractError::Unreadable(why) => KnowledgeError::Unreadable(why),
+        }
+    }
+}
+
+/// What [`Knowledge::ingest`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ingested {
+    pub document_id: String,
+    pub chunks: usize,
+    /// The same content was already stored for this agent and scope; nothing changed.
+    pub duplicate: bool,
+}
+
+/// One retrieved chunk. `score` is higher for better matches: BM25 (or Postgres' rank)
+/// without an embedding model, the reciprocal-rank-fusion score with one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hit {
+    pub chunk_id: String,
+    pub document_id: String,
+    pub source: String,
+    pub text: String,
+    pub score: f64,
+}
+
+impl From<ScoredChunk> for Hit {
+    fn from(c: ScoredChunk) -> Self {
+        Hit {
+            chunk_id: c.chunk_id,
+            document_id: c.document_id,
+            source: c.source,
+            text: c.text,
+            score: c.score,
+        }
+    }
+}
+
+/// A stored document, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Document {
+    pub id: String,
+    pub source: String,
+    /// The room key it is scoped to; `None` for the whole agent.
+    pub room_id: Option<String>,
+    pub content_type: String,
+    /// Who added it: `upload`, `cli`, `character` or `attachment`.
+    pub origin: String,
+    pub bytes: i64,
+    pub chunks: i64,
+    pub created_at_ms: i64,
+}
+
+/// Who added a document. Character documents are reconciled with the character file at
+/// each load; the others stay until deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Upload,
+    Cli,
+    Character,
+    Attachment,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Upload => "upload",
+            Origin::Cli => "cli",
+            Origin::Character => "character",
+            Origin::Attachment => "attachment",
+        }
+    }
+}
+
+/// The knowledge store: a cheap-to-clone handle.
+#[derive(Clone)]
+pub struct Knowledge {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    settings: KnowledgeSettings,
+    embedder: Option<Embedder>,
+    /// Fetches chat attachments.
+    client: reqwest::Client,
+}
+
+/// How long fetching one chat attachment may take.
+const ATTACHMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+impl Knowledge {
+    pub fn new(store: Store, settings: KnowledgeSettings, embedder: Option<Embedder>) -> Self {
+        Knowledge {
+            inner: Arc::new(Inner {
+                store,
+                settings,
+                embedder,
+                client: reqwest::Client::builder()
+                    .timeout(ATTACHMENT_TIMEOUT)
+                    .build()
+                    .unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// Built from the gateway's settings: with an embedder when an embedding model is set.
+    pub fn from_settings(store: Store, settings: &KnowledgeSettings) -> Self {
+        let embedder = settings.embedding.as_ref().map(Embedder::new);
+        Self::new(store, settings.clone(), embedder)
+    }
+
+    pub fn settings(&self) -> &KnowledgeSettings {
+        &self.inner.settings
+    }
+
+    pub fn embedder(&self) -> Option<&Embedder> {
+        self.inner.embedder.as_ref()
+    }
+
+    /// Extract, chunk, index one document; dedupes by hash.
+    pub async fn ingest(
+        &self,
+        agent_id: &str,
+        room: Option<&str>,
+        source: &str,
+        content_type: Option<&str>,
+        bytes: &[u8],
+    ) -> Result<Ingested, KnowledgeError> {
+        self.ingest_from(Origin::Upload, agent_id, room, source, content_type, bytes)
+            .await
+    }
+
+    /// [`Knowledge::ingest`], recording who added the document.
+    pub async fn ingest_from(
+        &self,
+        origin: Origin,
+        agent_id: &str,
+        room: Option<&str>,
+        source: &str,
+        content_type: Option<&str>,
+        bytes: &[u8],
+    ) -> Result<Ingested, KnowledgeError> {
+        let settings = &self.inner.settings;
+        if bytes.len() > settings.max_file_bytes {
+            return Err(KnowledgeError::TooLarge {
+                file: source.to_string(),
+                bytes: bytes.len(),
+                limit: settings.max_file_bytes,
+            });
+        }
+        let scope = room.unwrap_or("");
+        let hash = hex::encode(Sha256::digest(bytes));
+        let id = document_id(agent_id, scope, &hash);
+        let store = &self.inner.store;
+        if let Some(existing) = store.document(agent_id, &id).await? {
+            return Ok(Ingested {
+                document_id: id,
+                chunks: usize::try_from(existing.chunk_count).unwrap_or(0),
+                duplicate: true,
+            });
+        }
+
+        // Extraction and chunking are CPU-bound (a PDF or 50 MB of text takes a while):
+        // off the async workers.
+        let (tokens, overlap) = (settings.chunk_tokens, settings.chunk_overlap_tokens);
+        let owned = bytes.to_vec();
+        let name = source.to_string();
+        let declared = content_type.map(str::to_string);
+        let (format, pieces) = tokio::task::spawn_blocking(move || {
+            let format = extract::detect(&name, declared.as_deref(), &owned)?;
+            let text = extract::extract(format, &name, &owned)?;
+            Ok::<_, ExtractError>((format, chunk::chunk(format, &text, tokens, overlap)))
+        })
+        .await
+        .map_err(|e| KnowledgeError::Unreadable(format!("`{source}` could not be read: {e}")))??;
+        if pieces.is_empty() {
+            return Err(KnowledgeError::Unreadable(format!(
+                "`{source}` holds no text to index"
+            )));
+        }
+        let chunks: Vec<(String, String)> = pieces
+            .into_iter()
+            .enumerate()
+            .map(|(i, text)| (format!("{id}:{i}"), text))
+            .collect();
+        let inserted = store
+            .insert_document(&NewDocument {
+                id: &id,
+                agent_id,
+                scope,
+                source,
+                content_type: format.content_type(),
+                content_hash: &hash,
+                origin: origin.as_str(),
+                bytes: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+                chunks: &chunks,
+            })
+            .await?;
+        if !inserted {
+            // Stored by a concurrent upload of the same content in the meantime.
+            return Ok(Ingested {
+                document_id: id,
+                chunks: chunks.len(),
+                duplicate: true,
+            });
+        }
+        if let Some(embedder) = &self.inner.embedder {
+            // The document is searchable by BM25 already; without vectors it is only
+            // missing from the vector ranking until `troupe ingest --reembed`.
+            if let Err(e) = self.embed_chunks(embedder, agent_id, scope, &chunks).await {
+                tracing::warn!(document = %id, %source, error = %e,
+                    "could not embed the document; it is searchable by keywords only until `troupe ingest --reembed`");
+            }
+        }
+        tracing::info!(agent = %agent_id, document = %id, %source, chunks = chunks.len(),
+            scope = %if scope.is_empty() { "agent" } else { scope }, "document ingested");
+        Ok(Ingested {
+            document_id: id,
+            chunks: chunks.len(),
+            duplicate: false,
+        })
+    }
+
+    async fn embed_chunks(
+        &self,
+        embedder: &Embedder,
+        agent_id: &str,
+        scope: &str,
+        chunks: &[(String, String)],
+    ) -> Result<(), KnowledgeError> {
+        let model = embedder.model_key();
+        for page in chunks.chunks(EMBED_PAGE) {
+            let texts: Vec<&str> = page.iter().map(|(_, t)| t.as_str()).collect();
+            let vectors = embedder
+                .embed(&texts)
+                .await
+                .map_err(KnowledgeError::Embedding)?;
+            let rows: Vec<(String, String, String, Vec<u8>)> = page
+                .iter()
+                .zip(vectors)
+                .map(|((id, _), v)| {
+                    (
+                        id.clone(),
+                        agent_id.to_string(),
+                        scope.to_string(),
+                        embed::to_bytes(&v),
+                    )
+                })
+                .collect();
+            self.inner.store.put_embeddings(&model, &rows).await?;
+        }
+        Ok(())
+    }
+
+    /// The chunks that best match `query` among the agent's documents and, when `room` is
+    /// given, that room's; best first.
+    pub async fn search(
+        &self,
+        agent_id: &str,
+        room: Option<&str>,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Hit>, KnowledgeError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let scope = room.unwrap_or("");
+        let terms = query_terms(query);
+        let store = &self.inner.store;
+        let Some(embedder) = &self.inner.embedder else {
+            let hits = store.search_chunks(agent_id, scope, &terms, limit).await?;
+            return Ok(hits.into_iter().map(Hit::from).collect());
+        };
+        let candidates = (limit * 4).max(FUSION_CANDIDATES);
+        let by_text = store
+            .search_chunks(agent_id, scope, &terms, candidates)
+            .await?;
+        let by_vector = match embedder.embed(&[query]).await {
+            Ok(mut v) if !query.trim().is_empty() => {
+                let q = v.pop().unwrap_or_default();
+                let stored = store
+                    .embeddings(agent_id, scope, &embedder.model_key())
+                    .await?;
+                nearest(&q, &stored, candidates)
+            }
+            Ok(_) => Vec::new(),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not embed the query; ranking by keywords only");
+                Vec::new()
+            }
+        };
+        let fused = fuse(
+            &by_text
+                .iter()
+                .map(|c| c.chunk_id.as_str())
+                .collect::<Vec<_>>(),
+            &by_vector
+                .iter()
+                .map(|(id, _)| id.as_str())
+                .collect::<Vec<_>>(),
+            limit,
+        );
+        let mut rows: HashMap<String, ScoredChunk> = by_text
+            .into_iter()
+            .map(|c| (c.chunk_id.clone(), c))
+            .collect();
+        let missing: Vec<String> = fused
+            .iter()
+            .filter(|(id, _)| !rows.contains_key(id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        if !missing.is_empty() {
+            for c in store.chunks_by_id(&missing).await? {
+                rows.insert(c.chunk_id.clone(), c);
+            }
+        }
+        Ok(fused
+            .into_iter()
+            .filter_map(|(id, score)| {
+                rows.remove(&id).map(|c| Hit {
+                    score,
+                    ..Hit::from(c)
+                })
+            })
+            .collect())
+    }
+
+    /// The knowledge for a reply: the top chunks for `text` within the prompt's knowledge
+    /// budget. Retrieval must never cost the reply: an error or a slow search is logged and
+    /// answered with nothing.
+    pub async fn for_prompt(&self, agent_id: &str, room: &str, text: &str) -> Vec<Hit> {
+        let settings = &self.inner.settings;
+        if settings.top_k == 0 || settings.prompt_budget_chars == 0 {
+            return Vec::new();
+        }
+        let search = self.search(agent_id, Some(room), text, settings.top_k);
+        match tokio::time::timeout(settings.search_timeout, search).await {
+            Ok(Ok(hits)) => within_budget(hits, settings.prompt_budget_chars),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "knowledge search failed; answering without knowledge");
+                Vec::new()
+            }
+            Err(_) => {
+                tracing::warn!(
+                    timeout_ms = settings.search_timeout.as_millis() as u64,
+                    "knowledge search took too long; answering without knowledge"
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// Ingests the text-like attachments of a chat message for its room: fetched (at most
+    /// `max_attachment_bytes` each, streamed, refused past the cap), then ingested like an
+    /// upload. Returns how many were added. Failures are logged by file name only: a
+    /// platform's file URL may carry a token.
+    pub async fn ingest_attachments(
+        &self,
+        agent_id: &str,
+        room: &str,
+        attachments: &[troupe_connectors::Attachment],
+    ) -> usize {
+        let cap = self.inner.settings.max_attachment_bytes;
+        let mut added = 0;
+        for a in attachments {
+            let Some(url) = a.url.as_deref() else {
+                continue;
+            };
+            if !extract::likely_text(&a.name, a.mime.as_deref())
+                || a.size.is_some_and(|s| s > cap as u64)
+            {
+                tracing::debug!(attachment = %a.name, "attachment not ingested: not text, or too large");
+                continue;
+            }
+            let bytes = match self.fetch_capped(url, cap).await {
+                Ok(bytes) => bytes,
+                Err(why) => {
+                    tracing::warn!(attachment = %a.name, "attachment not ingested: {why}");
+                    continue;
+                }
+            };
+            match self
+                .ingest_from(
+                    Origin::Attachment,
+                    agent_id,
+                    Some(room),
+                    &a.name,
+                    a.mime.as_deref(),
+                    &bytes,
+                )
+                .await
+            {
+                Ok(done) if !done.duplicate => added += 1,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(attachment = %a.name, "attachment not ingested: {e}"),
+            }
+        }
+        added
+    }
+
+    async fn fetch_capped(&self, url: &str, cap: usize) -> Result<Vec<u8>, String> {
+        let mut response = self
+            .inner
+            .client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("fetching it failed ({})", e.without_url()))?;
+        if !response.status().is_success() {
+            return Err(format!("fetching it answered {}", response.status()));
+        }
+        if response.content_length().is_some_and(|n| n > cap as u64) {
+            return Err(format!(
+                "it is over {cap} bytes (TROUPE_KNOWLEDGE_MAX_ATTACHMENT_BYTES)"
+            ));
+        }
+        let mut bytes = Vec::new();
+        while let Some(piece) = response
+            .chunk()
+            .await
+            .map_err(|e| format!("reading it failed ({})", e.without_url()))?
+        {
+            if bytes.len() + piece.len() > cap {
+                return Err(format!(
+                    "it is over {cap} bytes (TROUPE_KNOWLEDGE_MAX_ATTACHMENT_BYTES)"
+                ));
+            }
+            bytes.extend_from_slice(&piece);
+        }
+        Ok(bytes)
+    }
+
+    /// The agent's documents, newest first; only one scope's when `room` is given
+    /// (`Some(None)`: the agent-wide ones).
+    pub async fn documents(
+        &self,
+        agent_id: &str,
+        room: Option<Option<&str>>,
+    ) -> Result<Vec<Document>, KnowledgeError> {
+        let scope = room.map(|r| r.unwrap_or(""));
+        let rows = self.inner.store.documents(agent_id, scope).await?;
+        Ok(rows
+            .into_iter()
+            .map(|d| Document {
+                room_id: Some(d.scope).filter(|s| !s.is_empty()),
+                id: d.id,
+                source: d.source,
+                content_type: d.content_type,
+                origin: d.origin,
+                bytes: d.bytes,
+                chunks: d.chunk_count,
+                created_at_ms: d.created_at_ms,
+            })
+            .collect())
+    }
+
+    /// Deletes a document, its chunks and its vectors.
+    pub async fn delete(&self, agent_id: &str, document_id: &str) -> Result<(), KnowledgeError> {
+        if self
+            .inner
+            .store
+            .delete_document(agent_id, document_id)
+            .await?
+        {
+            tracing::info!(agent = %agent_id, document = %document_id, "document deleted");
+            Ok(())
+        } else {
+            Err(KnowledgeError::NotFound(format!(
+                "agent `{agent_id}` has no document `{document_id}`"
+            )))
+        }
+    }
+
+    /// Rebuilds the agent's vectors for the configured model: drops them, then embeds every
+    /// chunk again, calling `progress` with the number done so far. Vectors of other models
+    /// are kept (switching back needs no re-embedding).
+    pub async fn reembed(
+        &self,
+        agent_id: &str,
+        progress: impl Fn(usize),
+    ) -> Result<usize, KnowledgeError> {
+        let Some(embedder) = &self.inner.embedder else {
+            return Err(KnowledgeError::Embedding(
+                "no embedding model is configured: set TROUPE_EMBEDDING_MODEL (see docs/knowledge.md)"
+                    .into(),
+            ));
+        };
+        let model = embedder.model_key();
+        let store = &self.inner.store;
+        store.delete_embeddings(agent_id, &model).await?;
+        let mut done = 0;
+        let mut after = 0;
+        loop {
+            let page = store
+                .chunks_without_embedding(Some(agent_id), &model, after, EMBED_PAGE)
+                .await?;
+            let Some(last) = page.last() else {
+                return Ok(done);
+            };
+            after = last.seq;
+            let texts: Vec<&str> = page.iter().map(|c| c.text.as_str()).collect();
+            let vectors = embedder
+                .embed(&texts)
+                .await
+                .map_err(KnowledgeError::Embedding)?;
+            let rows: Vec<_> = page
+                .iter()
+                .zip(vectors)
+                .map(|(c, v)| {
+                    (
+                        c.id.clone(),
+                        c.agent_id.clone(),
+                        c.scope.clone(),
+                        embed::to_bytes(&v),
+                    )
+                })
+                .collect();
+            store.put_embeddings(&model, &rows).await?;
+            done += rows.len();
+            progress(done);
+        }
+    }
+
+    /// Chunks of the agent, for a progress bar's length.
+    pub async fn chunk_count(&self, agent_id: &str) -> Result<usize, KnowledgeError> {
+        let docs = self.inner.store.documents(agent_id, None).await?;
+        Ok(docs
+            .iter()
+            .map(|d| usize::try_from(d.chunk_count).unwrap_or(0))
+            .sum())
+    }
+
+    /// Reads a file from disk and ingests it (the size limit is checked before reading).
+    pub async fn ingest_file(
+        &self,
+        origin: Origin,
+        agent_id: &str,
+        room: Option<&str>,
+        path: &Path,
+    ) -> Result<Ingested, KnowledgeError> {
+        let name = path.display().to_string();
+        let unreadable =
+            |e: std::io::Error| KnowledgeError::Unreadable(format!("cannot read `{name}`: {e}"));
+        let size = tokio::fs::metadata(path).await.map_err(unreadable)?.len();
+        let limit = self.inner.settings.max_file_bytes;
+        if size > limit as u64 {
+            return Err(KnowledgeError::TooLarge {
+                file: name,
+                bytes: usize::try_from(size).unwrap_or(usize::MAX),
+                limit,
+            });
+        }
+        let bytes = tokio::fs::read(path).await.map_err(unreadable)?;
+        self.ingest_from(origin, agent_id, room, &name, None, &bytes)
+            .await
+    }
+
+    /// Ingests a character's `knowledge` entries (strings, files, directories) for the
+    /// whole agent, and removes the documents a previous version of the file had and this
+    /// one no longer has. Idempotent: unchanged content is found by its hash. Problems are
+    /// logged; the persona runs without the entries that failed.
+    pub async fn load_character(&self, persona: &Persona) {
+        let agent = persona.id.as_str();
+        let file = persona
+            .source
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| persona.source.display().to_string());
+        let mut keep: HashSet<String> = HashSet::new();
+        let mut storage_failed = false;
+        let mut note = |result: Result<Ingested, KnowledgeError>, what: &str| match result {
+            Ok(done) => {
+                keep.insert(done.document_id);
+            }
+            Err(KnowledgeError::Storage(e)) => {
+                storage_failed = true;
+                tracing::error!(persona = %agent, %what, error = %e, "could not store a knowledge entry");
+            }
+            Err(e) => {
+                tracing::warn!(persona = %agent, %what, "knowledge entry skipped: {e}")
+            }
+        };
+        for (i, entry) in persona.knowledge().iter().enumerate() {
+            match entry {
+                KnowledgeEntry::Text(text) => {
+                    let source = format!("{file} knowledge[{i}]");
+                    let result = self
+                        .ingest_from(
+                            Origin::Character,
+                            agent,
+                            None,
+                            &source,
+                            Some("text/plain"),
+                            text.as_bytes(),
+                        )
+                        .await;
+                    note(result, &source);
+                }
+                KnowledgeEntry::File { path, .. } => {
+                    let result = self.ingest_file(Origin::Character, agent, None, path).await;
+                    note(result, &path.display().to_string());
+                }
+                KnowledgeEntry::Directory { path, .. } => {
+                    for file in files_under(path) {
+                        let result = self
+                            .ingest_file(Origin::Character, agent, None, &file)
+                            .await;
+                        note(result, &file.display().to_string());
+                    }
+                }
+            }
+        }
+        if storage_failed {
+            return;
+        }
+        let store = &self.inner.store;
+        match store
+            .document_ids_by_origin(agent, Origin::Character.as_str())
+            .await
+        {
+            Ok(ids) => {
+                for id in ids.into_iter().filter(|id| !keep.contains(id)) {
+                    match store.delete_document(agent, &id).await {
+                        Ok(_) => tracing::info!(persona = %agent, document = %id,
+                            "knowledge entry no longer in the character file; document removed"),
+                        Err(e) => tracing::error!(persona = %agent, document = %id, error = %e,
+                            "could not remove a stale knowledge document"),
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(persona = %agent, error = %e, "could not list knowledge documents")
+            }
+        }
+    }
+}
+
+/// Every regular file under `dir`, recursively, in name order, skipping hidden entries
+/// (`.git`, `.DS_Store`). A path that is a file is returned as is.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        if path.is_file() {
+            out.push(path);
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&path) else {
+            tracing::warn!(path = %path.display(), "cannot read the directory");
+            continue;
+        };
+        let mut children: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.path())
+            .collect();
+        // Reversed onto the stack, so they come off in name order.
+        children.sort();
+        children.reverse();
+        stack.extend(children);
+    }
+    out
+}
+
+/// The document id: derived from the agent, the scope and the content's SHA-256, so the
+/// same content in the same place always has the same id.
+fn document_id(agent_id: &str, scope: &str, content_hash: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(agent_id.as_bytes());
+    h.update([0]);
+    h.update(scope.as_bytes());
+    h.update([0]);
+    h.update(content_hash.as_bytes());
+    hex::encode(&h.finalize()[..12])
+}
+
+/// Words too common to help a keyword search. Postgres drops its own list too; SQLite's
+/// FTS5 has none, and a term matching every chunk only costs time.
+const STOP_WORDS: &[&str] = &[
+    "a", "about", "an", "and", "are", "as", "at", "be", "but", "by", "can", "could", "did", "do",
+    "does", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its",
+    "me", "my", "of", "on", "or", "our", "she", "he", "so", "that", "the", "their", "them",
+    "there", "these", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which",
+    "who", "why", "will", "with", "would", "you", "your",
+];
+
+/// The query cut into lower-case words of letters and digits, stop words dropped, each once.
+fn query_terms(query: &str) -> Vec<String> {
+    let mut seen = HashSet::new();
+    query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| !STOP_WORDS.contains(&w.as_str()))
+        .filter(|w| seen.insert(w.clone()))
+        .take(MAX_QUERY_TERMS)
+        .collect()
+}
+
+/// The `k` stored vectors most similar to `query` (all are unit length, so the dot product
+/// is the cosine), best first. Vectors of another size are skipped.
+fn nearest(query: &[f32], stored: &[(String, Vec<u8>)], k: usize) -> Vec<(String, f32)> {
+    let mut scored: Vec<(f32, &str)> = stored
+        .iter()
+        .filter(|(_, bytes)| bytes.len() == query.len() * 4)
+        .map(|(id, bytes)| {
+            let score: f32 = bytes
+                .chunks_exact(4)
+                .zip(query)
+                .map(|(b, q)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * q)
+                .sum();
+            (score, id.as_str())
+        })
+        .collect();
+    let by_score = |a: &(f32, &str), b: &(f32, &str)| b.0.total_cmp(&a.0).then(a.1.cmp(b.1));
+    if scored.len() > k && k > 0 {
+        scored.select_nth_unstable_by(k - 1, by_score);
+        scored.truncate(k);
+    }
+    scored.sort_by(by_score);
+    scored
+        .into_iter()
+        .map(|(s, id)| (id.to_string(), s))
+        .collect()
+}
+
+/// Reciprocal rank fusion of two rankings: each id scores `1 / (RRF_K + rank)` per ranking
+/// it appears in (rank from 1). Ties keep the keyword ranking's order.
+fn fuse(by_text: &[&str], by_vector: &[&str], limit: usize) -> Vec<(String, f64)> {
+    let mut scores: HashMap<&str, (f64, usize)> = HashMap::new();
+    for (ranking, weight_order) in [(by_text, 0usize), (by_vector, 1)] {
+        for (i, id) in ranking.iter().enumerate() {
+            let entry = scores
+                .entry(id)
+                .or_insert((0.0, weight_order * 1_000_000 + i));
+            entry.0 += 1.0 / (RRF_K + (i + 1) as f64);
+        }
+    }
+    let mut fused: Vec<(&str, f64, usize)> =
+        scores.into_iter().map(|(id, (s, o))| (id, s, o)).collect();
+    fused.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.2.cmp(&b.2)));
+    fused
+        .into_iter()
+        .take(limit)
+        .map(|(id, s, _)| (id.to_string(), s))
+        .collect()
+}
+
+/// The hits, best first, whose text fits in `budget` characters together. A hit that does
+/// not fit is skipped, so a shorter one after it may still go in.
+fn within_budget(hits: Vec<Hit>, budget: usize) -> Vec<Hit> {
+    let mut used = 0;
+    hits.into_iter()
+        .filter(|h| {
+            let size = h.text.chars().count() + h.source.chars().count();
+            if used + size <= budget {
+                used += size;
+                true
+            } else {
+                false
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_terms_are_plain_distinct_words() {
+        assert_eq!(
+            query_terms("What time does the Office open? office \"hours\" OR NEAR(x)"),
+            vec!["time", "office", "open", "hours", "near", "x"]
+        );
+        assert!(query_terms("the of and ?!").is_empty());
+    }
+
+    #[test]
+    fn document_ids_depend_on_agent_scope_and_content() {
+        let a = document_id("ada", "", "h1");
+        assert_eq!(a, document_id("ada", "", "h1"));
+        assert_ne!(a, document_id("ada", "web:r1", "h1"));
+        assert_ne!(a, document_id("bob", "", "h1"));
+        assert_ne!(a, document_id("ada", "", "h2"));
+        assert_eq!(a.len(), 24);
+    }
+
+    #[test]
+    fn fusion_rewards_agreement() {
+        let fused = fuse(&["a", "b", "c"], &["c", "d", "a"], 10);
+        let order: Vec<&str> = fused.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(order, vec!["a", "c", "b", "d"]);
+        assert_eq!(fuse(&["a", "b"], &[], 1).len(), 1);
+    }
+
+    #[test]
+    fn nearest_ranks_by_cosine() {
+        let v = |x: &[f32]| embed::to_bytes(&embed::normalized(x.to_vec()));
+        let stored = vec![
+            ("far".to_string(), v(&[0.0, 1.0])),
+            ("near".to_string(), v(&[1.0, 0.1])),
+            ("mid".to_string(), v(&[1.0, 1.0])),
+            ("wrong-size".to_string(), v(&[1.0, 0.0, 0.0])),
+        ];
+        let got = nearest(&[1.0, 0.0], &stored, 2);
+        let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, vec!["near", "mid"]);
+    }
+
+    #[test]
+    fn the_budget_skips_what_does_not_fit() {
+        let hit = |text: &str| Hit {
+            chunk_id: text.into(),
+            document_id: "d".into(),
+            source: "s".into(),
+            text: text.into(),
+            score: 1.0,
+        };
+        let kept = within_budget(vec![hit("aaaa"), hit("bbbbbbbbbb"), hit("cc")], 9);
+        let texts: Vec<&str> = kept.iter().map(|h| h.text.as_str()).collect();
+        assert_eq!(texts, vec!["aaaa", "cc"]);
+    }
+}

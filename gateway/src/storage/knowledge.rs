@@ -1,0 +1,376 @@
+//! Knowledge records: documents, their chunks, the full-text index and embedding vectors.
+//!
+//! A document belongs to an agent and a scope: `""` for the whole agent, or a room key
+//! (`platform:room`). Ranking differs per backend and is the only SQL that does: SQLite
+//! ranks with FTS5's `bm25()`, Postgres with `ts_rank_cd` over a stored `tsvector` (not
+//! literally BM25: no inverse document frequency). Vectors are bytes here; similarity is the
+//! caller's business (no pgvector or sqlite-vec is assumed).
+
+use super::{Backend, Result, Store, now_ms, with_pool};
+
+/// Chunks inserted per statement: well under SQLite's 32766 bound parameters (6 per row).
+const INSERT_BATCH: usize = 500;
+
+/// A document to store with its chunks, in one transaction.
+#[derive(Debug, Clone)]
+pub struct NewDocument<'a> {
+    pub id: &'a str,
+    pub agent_id: &'a str,
+    pub scope: &'a str,
+    pub source: &'a str,
+    pub content_type: &'a str,
+    pub content_hash: &'a str,
+    pub origin: &'a str,
+    pub bytes: i64,
+    /// `(chunk id, text)`, in order.
+    pub chunks: &'a [(String, String)],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DocumentRow {
+    pub id: String,
+    pub agent_id: String,
+    pub scope: String,
+    pub source: String,
+    pub content_type: String,
+    pub content_hash: String,
+    pub origin: String,
+    pub bytes: i64,
+    pub chunk_count: i64,
+    pub created_at_ms: i64,
+}
+
+/// A chunk with its document's source, and a score whose meaning depends on the query.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ScoredChunk {
+    pub chunk_id: String,
+    pub document_id: String,
+    pub source: String,
+    pub text: String,
+    pub score: f64,
+}
+
+/// A chunk that has no vector for some model yet.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct UnembeddedChunk {
+    pub seq: i64,
+    pub id: String,
+    pub agent_id: String,
+    pub scope: String,
+    pub text: String,
+}
+
+const DOCUMENT_COLUMNS: &str = "id, agent_id, scope, source, content_type, content_hash, origin, \
+     bytes, chunk_count, created_at_ms";
+
+impl Store {
+    /// Stores a document and its chunks. Returns false, changing nothing, when a document
+    /// with this id exists already (a concurrent upload of the same content).
+    pub async fn insert_document(&self, doc: &NewDocument<'_>) -> Result<bool> {
+        let now = now_ms();
+        let inserted = with_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let done = sqlx::query(
+                "INSERT INTO documents (id, agent_id, scope, source, content_type, content_hash,
+                     origin, bytes, chunk_count, created_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(doc.id)
+            .bind(doc.agent_id)
+            .bind(doc.scope)
+            .bind(doc.source)
+            .bind(doc.content_type)
+            .bind(doc.content_hash)
+            .bind(doc.origin)
+            .bind(doc.bytes)
+            .bind(doc.chunks.len() as i64)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                tx.rollback().await?;
+                false
+            } else {
+                for (batch_no, batch) in doc.chunks.chunks(INSERT_BATCH).enumerate() {
+                    let mut q = sqlx::QueryBuilder::new(
+                        "INSERT INTO chunks (id, document_id, agent_id, scope, idx, text) ",
+                    );
+                    q.push_values(batch.iter().enumerate(), |mut row, (i, (id, text))| {
+                        row.push_bind(id.as_str())
+                            .push_bind(doc.id)
+                            .push_bind(doc.agent_id)
+                            .push_bind(doc.scope)
+                            .push_bind((batch_no * INSERT_BATCH + i) as i64)
+                            .push_bind(text.as_str());
+                    });
+                    q.build().execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                true
+            }
+        });
+        Ok(inserted)
+    }
+
+    pub async fn document(&self, agent_id: &str, id: &str) -> Result<Option<DocumentRow>> {
+        let sql =
+            format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE agent_id = $1 AND id = $2");
+        let row = with_pool!(self, pool => {
+            sqlx::query_as::<_, DocumentRow>(sqlx::AssertSqlSafe(sql))
+                .bind(agent_id)
+                .bind(id)
+                .fetch_optional(pool)
+                .await
+        })?;
+        Ok(row)
+    }
+
+    /// An agent's documents, newest first; only those of `scope` when given (`""` for the
+    /// agent-wide ones).
+    pub async fn documents(&self, agent_id: &str, scope: Option<&str>) -> Result<Vec<DocumentRow>> {
+        let sql = format!(
+            "SELECT {DOCUMENT_COLUMNS} FROM documents
+             WHERE agent_id = $1 AND ($2 IS NULL OR scope = $2)
+             ORDER BY created_at_ms DESC, id"
+        );
+        let rows = with_pool!(self, pool => {
+            sqlx::query_as::<_, DocumentRow>(sqlx::AssertSqlSafe(sql))
+                .bind(agent_id)
+                .bind(scope)
+                .fetch_all(pool)
+                .await
+        })?;
+        Ok(rows)
+    }
+
+    /// The ids of an agent's documents that came from `origin`.
+    pub async fn document_ids_by_origin(
+        &self,
+        agent_id: &str,
+        origin: &str,
+    ) -> Result<Vec<String>> {
+        let ids = with_pool!(self, pool => {
+            sqlx::query_scalar::<_, String>(
+                "SELECT id FROM documents WHERE agent_id = $1 AND origin = $2 ORDER BY id",
+            )
+            .bind(agent_id)
+            .bind(origin)
+            .fetch_all(pool)
+            .await
+        })?;
+        Ok(ids)
+    }
+
+    /// Deletes a document with its chunks and vectors; false when there was none.
+    pub async fn delete_document(&self, agent_id: &str, id: &str) -> Result<bool> {
+        let deleted = with_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(
+                "DELETE FROM chunk_embeddings WHERE chunk_id IN
+                     (SELECT id FROM chunks WHERE document_id = $1 AND agent_id = $2)",
+            )
+            .bind(id)
+            .bind(agent_id)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM chunks WHERE document_id = $1 AND agent_id = $2")
+                .bind(id)
+                .bind(agent_id)
+                .execute(&mut *tx)
+                .await?;
+            let done = sqlx::query("DELETE FROM documents WHERE id = $1 AND agent_id = $2")
+                .bind(id)
+                .bind(agent_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            done.rows_affected() > 0
+        });
+        Ok(deleted)
+    }
+
+    /// Full-text search over the chunks of `agent_id` in `scope` and the agent-wide ones,
+    /// best first; the score is higher for better matches. `terms` are plain words (letters
+    /// and digits only: the caller has cut the query), any of which may match.
+    pub async fn search_chunks(
+        &self,
+        agent_id: &str,
+        scope: &str,
+        terms: &[String],
+        limit: usize,
+    ) -> Result<Vec<ScoredChunk>> {
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match self.backend() {
+            Backend::Sqlite => {
+                // Quoted, each term is a literal to FTS5, never an operator.
+                let query = terms
+                    .iter()
+                    .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+                    .collect::<Vec<_>>()
+                    .join(" OR ");
+                with_pool!(self, pool => {
+                    sqlx::query_as::<_, ScoredChunk>(
+                        "SELECT c.id AS chunk_id, c.document_id, d.source, c.text,
+                                -bm25(chunks_fts) AS score
+                         FROM chunks_fts
+                         JOIN chunks c ON c.seq = chunks_fts.rowid
+                         JOIN documents d ON d.id = c.document_id
+                         WHERE chunks_fts MATCH $1 AND c.agent_id = $2
+                           AND (c.scope = '' OR c.scope = $3)
+                         ORDER BY bm25(chunks_fts), c.seq
+                         LIMIT $4",
+                    )
+                    .bind(query)
+                    .bind(agent_id)
+                    .bind(scope)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await
+                })?
+            }
+            Backend::Postgres => {
+                // `|` between plain words: any may match; to_tsquery stems them and drops
+                // stop words as to_tsvector did.
+                let query = terms.join(" | ");
+                with_pool!(self, pool => {
+                    sqlx::query_as::<_, ScoredChunk>(
+                        "SELECT c.id AS chunk_id, c.document_id, d.source, c.text,
+                                ts_rank_cd(c.tsv, q, 1)::float8 AS score
+                         FROM chunks c
+                         JOIN documents d ON d.id = c.document_id,
+                              to_tsquery('english', $1) q
+                         WHERE c.tsv @@ q AND c.agent_id = $2
+                           AND (c.scope = '' OR c.scope = $3)
+                         ORDER BY score DESC, c.seq
+                         LIMIT $4",
+                    )
+                    .bind(query)
+                    .bind(agent_id)
+                    .bind(scope)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await
+                })?
+            }
+        };
+        Ok(rows)
+    }
+
+    /// The chunks with these ids (score 0), in no particular order.
+    pub async fn chunks_by_id(&self, ids: &[String]) -> Result<Vec<ScoredChunk>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for batch in ids.chunks(INSERT_BATCH) {
+            let rows = with_pool!(self, pool => {
+                let mut q = sqlx::QueryBuilder::new(
+                    "SELECT c.id AS chunk_id, c.document_id, d.source, c.text,
+                            CAST(0 AS DOUBLE PRECISION) AS score
+                     FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id IN (",
+                );
+                let mut list = q.separated(", ");
+                for id in batch {
+                    list.push_bind(id.as_str());
+                }
+                q.push(")");
+                q.build_query_as::<ScoredChunk>().fetch_all(pool).await
+            })?;
+            out.extend(rows);
+        }
+        Ok(out)
+    }
+
+    /// Chunks of `agent_id` (every agent when `None`) without a vector for `model`, after
+    /// `after_seq`, in order: the caller pages through them.
+    pub async fn chunks_without_embedding(
+        &self,
+        agent_id: Option<&str>,
+        model: &str,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<UnembeddedChunk>> {
+        let rows = with_pool!(self, pool => {
+            sqlx::query_as::<_, UnembeddedChunk>(
+                "SELECT c.seq, c.id, c.agent_id, c.scope, c.text FROM chunks c
+                 WHERE ($1 IS NULL OR c.agent_id = $1) AND c.seq > $2
+                   AND NOT EXISTS (SELECT 1 FROM chunk_embeddings e
+                                   WHERE e.chunk_id = c.id AND e.model = $3)
+                 ORDER BY c.seq LIMIT $4",
+            )
+            .bind(agent_id)
+            .bind(after_seq)
+            .bind(model)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(pool)
+            .await
+        })?;
+        Ok(rows)
+    }
+
+    /// Stores vectors for `model`: `(chunk id, agent, scope, little-endian f32 bytes)`.
+    /// A vector already stored for a chunk and model is replaced.
+    pub async fn put_embeddings(
+        &self,
+        model: &str,
+        rows: &[(String, String, String, Vec<u8>)],
+    ) -> Result<()> {
+        for batch in rows.chunks(INSERT_BATCH) {
+            with_pool!(self, pool => {
+                let mut q = sqlx::QueryBuilder::new(
+                    "INSERT INTO chunk_embeddings (chunk_id, model, agent_id, scope, dim, vector) ",
+                );
+                q.push_values(batch, |mut row, (chunk, agent, scope, vector)| {
+                    row.push_bind(chunk.as_str())
+                        .push_bind(model)
+                        .push_bind(agent.as_str())
+                        .push_bind(scope.as_str())
+                        .push_bind((vector.len() / 4) as i64)
+                        .push_bind(vector.as_slice());
+                });
+                q.push(
+                    " ON CONFLICT (chunk_id, model) DO UPDATE SET dim = excluded.dim, \
+                     vector = excluded.vector",
+                );
+                q.build().execute(pool).await.map(|_| ())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Every vector of `model` for the chunks of `agent_id` in `scope` and the agent-wide
+    /// ones: `(chunk id, little-endian f32 bytes)`.
+    pub async fn embeddings(
+        &self,
+        agent_id: &str,
+        scope: &str,
+        model: &str,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        let rows = with_pool!(self, pool => {
+            sqlx::query_as::<_, (String, Vec<u8>)>(
+                "SELECT chunk_id, vector FROM chunk_embeddings
+                 WHERE agent_id = $1 AND model = $2 AND (scope = '' OR scope = $3)",
+            )
+            .bind(agent_id)
+            .bind(model)
+            .bind(scope)
+            .fetch_all(pool)
+            .await
+        })?;
+        Ok(rows)
+    }
+
+    /// Removes an agent's vectors for `model` (before re-embedding them all).
+    pub async fn delete_embeddings(&self, agent_id: &str, model: &str) -> Result<u64> {
+        let n = with_pool!(self, pool => {
+            sqlx::query("DELETE FROM chunk_embeddings WHERE agent_id = $1 AND model = $2")
+                .bind(agent_id)
+                .bind(model)
+                .execute(pool)
+                .await
+                .map(|d| d.rows_affected())
+        })?;
+        Ok(n)
+    }
+}

@@ -1,0 +1,446 @@
+//! Knowledge storage, one body per behaviour, each run on SQLite (a fresh file) and on
+//! Postgres (a fresh database, when `TROUPE_TEST_DATABASE_URL` is set; required with
+//! `CI=true`). The bodies go through [`Knowledge`] where the behaviour is its rule
+//! (dedupe, scoping, reconciliation) and through the `Store` methods for the tables.
+
+#![allow(clippy::disallowed_methods)] // tests pick databases from the environment
+
+use super::*;
+use crate::knowledge::{Knowledge, KnowledgeError, KnowledgeSettings, Origin};
+use futures::FutureExt;
+use sqlx::Connection;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+const AGENT: &str = "ada";
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// Runs `body` on a fresh database of `kind`, dropping a Postgres one afterwards.
+async fn run<F, Fut>(kind: Kind, body: F)
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    match kind {
+        Kind::Sqlite => {
+            let dir = tempfile::tempdir().expect("temporary directory");
+            let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
+            body(Store::connect(&url).await.expect("connect to SQLite")).await;
+        }
+        Kind::Postgres => {
+            let admin_url = match std::env::var("TROUPE_TEST_DATABASE_URL") {
+                Ok(url) if !url.is_empty() => url,
+                _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                    panic!(
+                        "CI=true but TROUPE_TEST_DATABASE_URL is not set: Postgres tests must run in CI"
+                    )
+                }
+                _ => {
+                    eprintln!("skipped: TROUPE_TEST_DATABASE_URL is not set");
+                    return;
+                }
+            };
+            let name = format!("troupe_ktest_{}", uuid::Uuid::new_v4().simple());
+            let mut admin = sqlx::PgConnection::connect(&admin_url)
+                .await
+                .expect("connect to TROUPE_TEST_DATABASE_URL");
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut admin)
+                .await
+                .expect("create the test database");
+            let (base, query) = admin_url.split_once('?').unwrap_or((&admin_url, ""));
+            let server = &base[..base.rfind('/').expect("a database URL has a path")];
+            let url = if query.is_empty() {
+                format!("{server}/{name}")
+            } else {
+                format!("{server}/{name}?{query}")
+            };
+            let store = Store::connect(&url).await.expect("connect to Postgres");
+            let closer = store.clone();
+            let outcome = AssertUnwindSafe(body(store)).catch_unwind().await;
+            closer.close().await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&mut admin)
+            .await;
+            if let Err(panic) = outcome {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
+macro_rules! on_both_backends {
+    ($($body:ident),* $(,)?) => {
+        $(
+            mod $body {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::run(super::Kind::Sqlite, super::$body).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::run(super::Kind::Postgres, super::$body).await
+                }
+            }
+        )*
+    };
+}
+
+on_both_backends!(
+    search_sees_the_room_and_the_agent_never_other_rooms,
+    identical_content_is_stored_once_per_scope,
+    delete_removes_chunks_and_vectors,
+    vectors_are_kept_per_model,
+    ranking_prefers_the_better_match,
+    chunks_are_inserted_in_batches,
+    bad_input_is_refused_before_storage,
+);
+
+fn knowledge(store: &Store) -> Knowledge {
+    Knowledge::new(store.clone(), KnowledgeSettings::default(), None)
+}
+
+fn sources(hits: &[crate::knowledge::Hit]) -> Vec<&str> {
+    let mut s: Vec<&str> = hits.iter().map(|h| h.source.as_str()).collect();
+    s.sort();
+    s
+}
+
+async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
+    let k = knowledge(&store);
+    let text = |place: &str| format!("The ferry to {place} leaves from pier seven at noon.");
+    k.ingest(AGENT, None, "all.txt", None, text("everywhere").as_bytes())
+        .await
+        .unwrap();
+    k.ingest(
+        AGENT,
+        Some("web:r1"),
+        "r1.txt",
+        None,
+        text("Skye").as_bytes(),
+    )
+    .await
+    .unwrap();
+    k.ingest(
+        AGENT,
+        Some("web:r2"),
+        "r2.txt",
+        None,
+        text("Mull").as_bytes(),
+    )
+    .await
+    .unwrap();
+    k.ingest("bob", None, "bob.txt", None, text("Iona").as_bytes())
+        .await
+        .unwrap();
+
+    let in_r1 = k
+        .search(AGENT, Some("web:r1"), "ferry pier", 10)
+        .await
+        .unwrap();
+    assert_eq!(sources(&in_r1), vec!["all.txt", "r1.txt"]);
+    let in_r2 = k
+        .search(AGENT, Some("web:r2"), "ferry pier", 10)
+        .await
+        .unwrap();
+    assert_eq!(sources(&in_r2), vec!["all.txt", "r2.txt"]);
+    let agent_only = k.search(AGENT, None, "ferry pier", 10).await.unwrap();
+    assert_eq!(sources(&agent_only), vec!["all.txt"]);
+    let bob = k.search("bob", Some("web:r1"), "ferry", 10).await.unwrap();
+    assert_eq!(sources(&bob), vec!["bob.txt"]);
+    // Words that match nothing, and a query of only punctuation, find nothing.
+    assert!(
+        k.search(AGENT, None, "zeppelin", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        k.search(AGENT, None, "?! \" OR (", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let listed = k.documents(AGENT, None).await.unwrap();
+    assert_eq!(listed.len(), 3);
+    let r1_only = k.documents(AGENT, Some(Some("web:r1"))).await.unwrap();
+    assert_eq!(r1_only.len(), 1);
+    assert_eq!(r1_only[0].room_id.as_deref(), Some("web:r1"));
+    let wide = k.documents(AGENT, Some(None)).await.unwrap();
+    assert_eq!(wide.len(), 1);
+    assert_eq!(wide[0].room_id, None);
+}
+
+async fn identical_content_is_stored_once_per_scope(store: Store) {
+    let k = knowledge(&store);
+    let body = b"Sea glass is frosted by years of surf.";
+    let first = k.ingest(AGENT, None, "a.txt", None, body).await.unwrap();
+    assert!(!first.duplicate);
+    assert_eq!(first.chunks, 1);
+    let again = k
+        .ingest(AGENT, None, "renamed.txt", None, body)
+        .await
+        .unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.document_id, first.document_id);
+    assert_eq!(again.chunks, 1);
+    // Another scope is another document.
+    let room = k
+        .ingest(AGENT, Some("web:r1"), "a.txt", None, body)
+        .await
+        .unwrap();
+    assert!(!room.duplicate);
+    assert_ne!(room.document_id, first.document_id);
+    assert_eq!(k.documents(AGENT, None).await.unwrap().len(), 2);
+    // Stable chunk ids: document id and index.
+    let hits = k.search(AGENT, None, "sea glass", 5).await.unwrap();
+    assert_eq!(hits[0].chunk_id, format!("{}:0", first.document_id));
+}
+
+async fn delete_removes_chunks_and_vectors(store: Store) {
+    let k = knowledge(&store);
+    let doc = k
+        .ingest(
+            AGENT,
+            None,
+            "tides.md",
+            None,
+            b"# Tides\n\nHigh tide is at six.",
+        )
+        .await
+        .unwrap();
+    let chunk = format!("{}:0", doc.document_id);
+    store
+        .put_embeddings(
+            "m1",
+            &[(
+                chunk.clone(),
+                AGENT.into(),
+                String::new(),
+                vec![0, 0, 128, 63],
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.embeddings(AGENT, "", "m1").await.unwrap().len(), 1);
+
+    k.delete(AGENT, &doc.document_id).await.unwrap();
+    assert!(k.search(AGENT, None, "tide", 5).await.unwrap().is_empty());
+    assert!(store.embeddings(AGENT, "", "m1").await.unwrap().is_empty());
+    assert!(k.documents(AGENT, None).await.unwrap().is_empty());
+    assert!(matches!(
+        k.delete(AGENT, &doc.document_id).await,
+        Err(KnowledgeError::NotFound(_))
+    ));
+    // Another agent cannot delete it either.
+    let again = k
+        .ingest(AGENT, None, "t.md", None, b"Low tide")
+        .await
+        .unwrap();
+    assert!(matches!(
+        k.delete("bob", &again.document_id).await,
+        Err(KnowledgeError::NotFound(_))
+    ));
+    // And the same content can come back after a delete.
+    let back = k
+        .ingest(
+            AGENT,
+            None,
+            "tides.md",
+            None,
+            b"# Tides\n\nHigh tide is at six.",
+        )
+        .await
+        .unwrap();
+    assert!(!back.duplicate);
+    assert_eq!(k.search(AGENT, None, "tide six", 5).await.unwrap().len(), 2);
+}
+
+async fn vectors_are_kept_per_model(store: Store) {
+    let k = knowledge(&store);
+    let a = k
+        .ingest(AGENT, None, "a.txt", None, b"alpha")
+        .await
+        .unwrap();
+    let b = k
+        .ingest(AGENT, Some("web:r9"), "b.txt", None, b"beta")
+        .await
+        .unwrap();
+    let (ca, cb) = (
+        format!("{}:0", a.document_id),
+        format!("{}:0", b.document_id),
+    );
+
+    let missing = store
+        .chunks_without_embedding(Some(AGENT), "m1", 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(missing.len(), 2);
+    assert_eq!(missing[1].scope, "web:r9");
+    // Paging: after the first one's seq, only the second.
+    let rest = store
+        .chunks_without_embedding(Some(AGENT), "m1", missing[0].seq, 10)
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 1);
+
+    let v = |x: f32| x.to_le_bytes().to_vec();
+    store
+        .put_embeddings(
+            "m1",
+            &[
+                (ca.clone(), AGENT.into(), String::new(), v(1.0)),
+                (cb.clone(), AGENT.into(), "web:r9".into(), v(2.0)),
+            ],
+        )
+        .await
+        .unwrap();
+    // Replaced, not duplicated.
+    store
+        .put_embeddings("m1", &[(ca.clone(), AGENT.into(), String::new(), v(3.0))])
+        .await
+        .unwrap();
+    store
+        .put_embeddings("m2", &[(ca.clone(), AGENT.into(), String::new(), v(4.0))])
+        .await
+        .unwrap();
+
+    let mut r9 = store.embeddings(AGENT, "web:r9", "m1").await.unwrap();
+    r9.sort();
+    assert_eq!(r9, vec![(ca.clone(), v(3.0)), (cb.clone(), v(2.0))]);
+    assert_eq!(
+        store.embeddings(AGENT, "web:other", "m1").await.unwrap(),
+        vec![(ca.clone(), v(3.0))]
+    );
+    assert_eq!(
+        store.embeddings(AGENT, "", "m2").await.unwrap(),
+        vec![(ca.clone(), v(4.0))]
+    );
+    assert!(
+        store
+            .chunks_without_embedding(Some(AGENT), "m1", 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.delete_embeddings(AGENT, "m1").await.unwrap(), 2);
+    assert_eq!(store.embeddings(AGENT, "", "m2").await.unwrap().len(), 1);
+}
+
+async fn ranking_prefers_the_better_match(store: Store) {
+    let k = knowledge(&store);
+    k.ingest(
+        AGENT,
+        None,
+        "lamps.txt",
+        None,
+        b"The lamp room holds the lens. The lens turns once a minute; the lens is brass.",
+    )
+    .await
+    .unwrap();
+    k.ingest(
+        AGENT,
+        None,
+        "garden.txt",
+        None,
+        b"The garden has roses, thyme and one old lens grinder's bench.",
+    )
+    .await
+    .unwrap();
+    k.ingest(AGENT, None, "boats.txt", None, b"Boats moor at the pier.")
+        .await
+        .unwrap();
+    let hits = k
+        .search(AGENT, None, "How does the lens turn?", 10)
+        .await
+        .unwrap();
+    assert_eq!(sources(&hits).len(), 2, "{hits:#?}");
+    assert_eq!(hits[0].source, "lamps.txt", "{hits:#?}");
+    assert!(hits[0].score > hits[1].score, "{hits:#?}");
+    assert!(hits[0].text.contains("lens turns"));
+    let one = k.search(AGENT, None, "lens", 1).await.unwrap();
+    assert_eq!(one.len(), 1);
+}
+
+async fn chunks_are_inserted_in_batches(store: Store) {
+    let k = Knowledge::new(
+        store.clone(),
+        KnowledgeSettings {
+            chunk_tokens: 16,
+            chunk_overlap_tokens: 0,
+            ..KnowledgeSettings::default()
+        },
+        None,
+    );
+    // More chunks than one insert statement holds.
+    let text: String = (0..1200)
+        .map(|i| format!("Entry {i} names the buoy number {i}.\n\n"))
+        .collect();
+    let doc = k
+        .ingest_from(Origin::Cli, AGENT, None, "buoys.txt", None, text.as_bytes())
+        .await
+        .unwrap();
+    assert!(doc.chunks > 500, "{}", doc.chunks);
+    let listed = k.documents(AGENT, None).await.unwrap();
+    assert_eq!(listed[0].chunks as usize, doc.chunks);
+    assert_eq!(listed[0].origin, "cli");
+    let hits = k.search(AGENT, None, "1187", 3).await.unwrap();
+    assert!(hits[0].text.contains("buoy number 1187"), "{hits:#?}");
+    let last = format!("{}:{}", doc.document_id, doc.chunks - 1);
+    assert_eq!(
+        store.chunks_by_id(&[last.clone()]).await.unwrap()[0].chunk_id,
+        last
+    );
+}
+
+async fn bad_input_is_refused_before_storage(store: Store) {
+    let k = Knowledge::new(
+        store.clone(),
+        KnowledgeSettings {
+            max_file_bytes: 64,
+            ..KnowledgeSettings::default()
+        },
+        None,
+    );
+    let err = k
+        .ingest(AGENT, None, "big.txt", None, &[b'a'; 65])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KnowledgeError::TooLarge {
+                bytes: 65,
+                limit: 64,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("big.txt"), "{err}");
+    let err = k
+        .ingest(
+            AGENT,
+            None,
+            "x.png",
+            Some("image/png"),
+            b"\x89PNG\r\n\x1a\n\0\0",
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, KnowledgeError::Unsupported(_)), "{err}");
+    let err = k
+        .ingest(AGENT, None, "e.txt", None, b"   ")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, KnowledgeError::Unreadable(_)), "{err}");
+    assert!(k.documents(AGENT, None).await.unwrap().is_empty());
+}

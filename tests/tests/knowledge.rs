@@ -1,0 +1,449 @@
+//! End-to-end tests of knowledge: documents uploaded over HTTP (or named by the character
+//! file) reach the prompt that the fake model receives, in their room only, until deleted.
+//! Each body runs on SQLite and on Postgres (`TROUPE_TEST_DATABASE_URL`).
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
+
+const AGENT: &str = "Ada";
+const BIO: &str = "Ada keeps the harbour office and answers questions about the island.";
+
+troupe_e2e::on_each_backend!(
+    an_uploaded_document_reaches_the_prompt_with_its_source,
+    a_room_document_stays_in_its_room,
+    a_deleted_document_leaves_the_answers,
+    oversized_and_binary_uploads_are_refused_clearly,
+    identical_uploads_are_stored_once_and_listed,
+    character_knowledge_is_ingested_once_at_start,
+    with_an_embedding_model_chunks_and_queries_are_embedded,
+);
+
+/// A handbook in sections, each on its own subject, so that chunks are told apart.
+const HANDBOOK: &str = "# Ferries\n\n\
+The night ferry to Skerry leaves at 23:40 from pier seven. Tickets are sold on board.\n\n\
+# Lamps\n\n\
+The lighthouse lamp is polished every Sunday with a soft chamois cloth and vinegar.\n\n\
+# Gardens\n\n\
+Roses and sea thyme grow in the walled garden behind the chapel; the gate is green.\n";
+
+async fn spawn(backend: Backend, fake: &FakeOpenAi, extra: &[(&str, &str)]) -> TestApp {
+    let mut options = TestAppOptions::new(backend)
+        .persona(AGENT, BIO)
+        .openai(fake)
+        // Small chunks, so one handbook becomes several and only the relevant one is sent.
+        .env("TROUPE_KNOWLEDGE_CHUNK_TOKENS", "40")
+        .env("TROUPE_KNOWLEDGE_CHUNK_OVERLAP", "0");
+    for (k, v) in extra {
+        options = options.env(k, v);
+    }
+    TestApp::spawn(options).await
+}
+
+/// `POST /api/agents/{agent}/documents` with a hand-built multipart body: `roomId` first
+/// when given, then one `file`.
+async fn upload(
+    app: &TestApp,
+    room: Option<&str>,
+    file_name: &str,
+    content_type: &str,
+    bytes: &[u8],
+) -> (StatusCode, Value) {
+    let boundary = "troupe-e2e-7d1f0c";
+    let mut body: Vec<u8> = Vec::new();
+    if let Some(room) = room {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"roomId\"\r\n\r\n{room}\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{file_name}\"\r\n\
+             Content-Type: {content_type}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let response = app
+        .client()
+        .post(app.url(&format!("/api/agents/{AGENT}/documents")))
+        .header(
+            reqwest::header::CONTENT_TYPE,
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .expect("POST documents");
+    read(response).await
+}
+
+async fn read(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let text = response.text().await.expect("response body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+async fn delete(app: &TestApp, id: &str) -> (StatusCode, Value) {
+    let response = app
+        .client()
+        .delete(app.url(&format!("/api/agents/{AGENT}/documents/{id}")))
+        .send()
+        .await
+        .expect("DELETE document");
+    read(response).await
+}
+
+/// Asks in `room` and returns the prompt the model received for it.
+async fn prompt_for(app: &TestApp, fake: &FakeOpenAi, room: &str, text: &str) -> String {
+    let before = fake.request_count();
+    let (status, body) = app
+        .post_message(
+            AGENT,
+            &json!({"roomId": room, "userId": "u-sam", "userName": "Sam", "text": text}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), before + 1, "one model call per message");
+    requests[before].prompt_text()
+}
+
+fn uploaded_id(status: StatusCode, body: &Value) -> String {
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no id in {body}"))
+        .to_string()
+}
+
+async fn an_uploaded_document_reaches_the_prompt_with_its_source(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(backend, &fake, &[]).await;
+    let (status, body) = upload(
+        &app,
+        None,
+        "handbook.md",
+        "text/markdown",
+        HANDBOOK.as_bytes(),
+    )
+    .await;
+    uploaded_id(status, &body);
+    assert!(body["chunks"].as_u64().unwrap() >= 3, "{body}");
+    assert_eq!(body["duplicate"], json!(false));
+
+    let prompt = prompt_for(
+        &app,
+        &fake,
+        "r1",
+        "When does the night ferry to Skerry leave?",
+    )
+    .await;
+    assert!(prompt.contains("# Knowledge"), "{prompt}");
+    assert!(prompt.contains("From handbook.md:"), "{prompt}");
+    assert!(
+        prompt.contains("leaves at 23:40 from pier seven"),
+        "{prompt}"
+    );
+    // The matching chunk, not the whole document.
+    assert!(!prompt.contains("chamois"), "{prompt}");
+    assert!(!prompt.contains("walled garden"), "{prompt}");
+
+    // Search shows the same chunk, with a score and its source.
+    let (status, found) = app
+        .get(&format!(
+            "/api/agents/{AGENT}/knowledge/search?q=night%20ferry&limit=2"
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    let first = &found["results"][0];
+    assert_eq!(first["source"], json!("handbook.md"), "{found}");
+    assert!(first["text"].as_str().unwrap().contains("23:40"), "{found}");
+    assert!(first["score"].as_f64().unwrap() > 0.0, "{found}");
+    assert!(
+        first["chunkId"].as_str().unwrap().ends_with(":0"),
+        "{found}"
+    );
+    let (status, err) = app
+        .get(&format!("/api/agents/{AGENT}/knowledge/search"))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    assert!(err["detail"].as_str().unwrap().contains("`q`"), "{err}");
+}
+
+async fn a_room_document_stays_in_its_room(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(backend, &fake, &[]).await;
+    let (status, body) = upload(
+        &app,
+        Some("r1"),
+        "vault.txt",
+        "text/plain",
+        b"The harbour vault code is 4417; change it every spring.",
+    )
+    .await;
+    uploaded_id(status, &body);
+    assert_eq!(body["roomId"], json!("web:r1"), "{body}");
+
+    let in_r1 = prompt_for(&app, &fake, "r1", "What is the vault code?").await;
+    assert!(
+        in_r1.contains("4417") && in_r1.contains("From vault.txt:"),
+        "{in_r1}"
+    );
+    let in_r2 = prompt_for(&app, &fake, "r2", "What is the vault code?").await;
+    assert!(
+        !in_r2.contains("4417"),
+        "another room's document leaked:\n{in_r2}"
+    );
+    assert!(!in_r2.contains("vault.txt"), "{in_r2}");
+
+    let search = |room: &'static str| {
+        let app = &app;
+        async move {
+            let (status, found) = app
+                .get(&format!(
+                    "/api/agents/{AGENT}/knowledge/search?q=vault%20code&roomId={room}"
+                ))
+                .await;
+            assert_eq!(status, StatusCode::OK, "{found}");
+            found["results"].as_array().unwrap().len()
+        }
+    };
+    assert_eq!(search("r1").await, 1);
+    assert_eq!(search("web:r1").await, 1);
+    assert_eq!(search("r2").await, 0);
+}
+
+async fn a_deleted_document_leaves_the_answers(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(backend, &fake, &[]).await;
+    let (status, body) = upload(
+        &app,
+        None,
+        "tides.txt",
+        "text/plain",
+        b"High tide at the north jetty is at 06:12 tomorrow.",
+    )
+    .await;
+    let id = uploaded_id(status, &body);
+    let before = prompt_for(&app, &fake, "r1", "When is high tide at the jetty?").await;
+    assert!(before.contains("06:12"), "{before}");
+
+    let (status, body) = delete(&app, &id).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let after = prompt_for(&app, &fake, "r1", "When is high tide at the jetty, again?").await;
+    assert!(
+        !after.contains("06:12"),
+        "a deleted document still answers:\n{after}"
+    );
+    assert!(!after.contains("# Knowledge"), "{after}");
+
+    let (status, body) = delete(&app, &id).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains(&id), "{body}");
+    let (status, listed) = app.get(&format!("/api/agents/{AGENT}/documents")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed["documents"], json!([]), "{listed}");
+}
+
+async fn oversized_and_binary_uploads_are_refused_clearly(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(
+        backend,
+        &fake,
+        &[("TROUPE_KNOWLEDGE_MAX_FILE_BYTES", "1000")],
+    )
+    .await;
+
+    let big = "All work and no play. ".repeat(100);
+    let (status, body) = upload(&app, None, "big.txt", "text/plain", big.as_bytes()).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error"], json!("payload_too_large"), "{body}");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("big.txt")
+            && detail.contains("1000")
+            && detail.contains("TROUPE_KNOWLEDGE_MAX_FILE_BYTES"),
+        "{detail}"
+    );
+
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0";
+    let (status, body) = upload(&app, None, "photo.png", "image/png", png).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("photo.png") && detail.contains("PNG"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("Markdown"),
+        "says what is accepted: {detail}"
+    );
+
+    let (status, body) = upload(&app, None, "blob", "application/octet-stream", b"a\0b\0c").await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+
+    // Not multipart at all: a clear 400, not a panic.
+    let (status, body) = app
+        .post_raw(
+            &format!("/api/agents/{AGENT}/documents"),
+            "{}",
+            "application/json",
+            None,
+        )
+        .await;
+    assert!(status.is_client_error(), "{status}: {body}");
+    assert!(body["detail"].is_string(), "{body}");
+
+    let (_, listed) = app.get(&format!("/api/agents/{AGENT}/documents")).await;
+    assert_eq!(listed["documents"], json!([]), "{listed}");
+    // The gateway is still well.
+    let (status, _) = upload(&app, None, "ok.txt", "text/plain", b"small and fine").await;
+    assert_eq!(status, StatusCode::CREATED);
+}
+
+async fn identical_uploads_are_stored_once_and_listed(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(backend, &fake, &[]).await;
+    let text = b"The chapel bell rings at noon and at six.";
+    let (status, first) = upload(&app, None, "bell.txt", "text/plain", text).await;
+    let id = uploaded_id(status, &first);
+    let (status, again) = upload(&app, None, "bell-copy.txt", "text/plain", text).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["duplicate"], json!(true), "{again}");
+    assert_eq!(again["id"], json!(id), "{again}");
+    let (status, in_room) = upload(&app, Some("r1"), "bell.txt", "text/plain", text).await;
+    let room_id = uploaded_id(status, &in_room);
+    assert_ne!(room_id, id);
+
+    let (status, listed) = app.get(&format!("/api/agents/{AGENT}/documents")).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let docs = listed["documents"].as_array().unwrap();
+    assert_eq!(docs.len(), 2, "{listed}");
+    let agent_wide = docs.iter().find(|d| d["id"] == json!(id)).unwrap();
+    assert_eq!(agent_wide["source"], json!("bell.txt"));
+    assert_eq!(agent_wide["roomId"], Value::Null);
+    assert_eq!(agent_wide["chunks"], json!(1));
+    assert_eq!(agent_wide["origin"], json!("upload"));
+    let (_, r1) = app
+        .get(&format!("/api/agents/{AGENT}/documents?roomId=r1"))
+        .await;
+    assert_eq!(r1["documents"].as_array().unwrap().len(), 1, "{r1}");
+    assert_eq!(r1["documents"][0]["roomId"], json!("web:r1"), "{r1}");
+    let (status, _) = app.get("/api/agents/nobody/documents").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+async fn character_knowledge_is_ingested_once_at_start(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let facts = dir.path().join("facts.md");
+    std::fs::write(
+        &facts,
+        "# Dog\n\nThe keeper's dog is a collie named Pilot.\n",
+    )
+    .unwrap();
+    let mut character = persona_json(AGENT, BIO);
+    character["knowledge"] = json!([
+        "The harbour office closes at five on Fridays.",
+        {"path": facts.display().to_string()},
+    ]);
+    let mut app = TestApp::spawn(
+        TestAppOptions::new(backend)
+            .persona_file("ada.json", character)
+            .openai(&fake),
+    )
+    .await;
+    let docs = listed(&app).await;
+    assert_eq!(docs.len(), 2, "{docs:?}");
+    assert!(
+        docs.iter().all(|d| d["origin"] == json!("character")),
+        "{docs:?}"
+    );
+
+    let prompt = prompt_for(&app, &fake, "r1", "What is the keeper's dog called?").await;
+    assert!(
+        prompt.contains("named Pilot") && prompt.contains("facts.md"),
+        "{prompt}"
+    );
+
+    // A restart finds the same content and adds nothing.
+    app.restart().await;
+    let again = listed(&app).await;
+    let ids = |d: &[Value]| {
+        let mut ids: Vec<String> = d.iter().map(|d| d["id"].to_string()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&again), ids(&docs));
+}
+
+async fn listed(app: &TestApp) -> Vec<Value> {
+    let (status, listed) = app.get(&format!("/api/agents/{AGENT}/documents")).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    listed["documents"].as_array().unwrap().clone()
+}
+
+async fn with_an_embedding_model_chunks_and_queries_are_embedded(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(
+        backend,
+        &fake,
+        &[("TROUPE_EMBEDDING_MODEL", "text-embedding-3-small")],
+    )
+    .await;
+    let (status, body) = upload(
+        &app,
+        None,
+        "handbook.md",
+        "text/markdown",
+        HANDBOOK.as_bytes(),
+    )
+    .await;
+    uploaded_id(status, &body);
+    let embedded: Vec<String> = fake
+        .embedding_requests()
+        .iter()
+        .flat_map(|r| r.inputs.clone())
+        .collect();
+    assert!(
+        embedded.iter().any(|t| t.contains("night ferry to Skerry")),
+        "{embedded:?}"
+    );
+    assert!(
+        fake.embedding_requests()
+            .iter()
+            .all(|r| r.body["model"] == json!("text-embedding-3-small")),
+    );
+
+    let prompt = prompt_for(
+        &app,
+        &fake,
+        "r1",
+        "When does the night ferry to Skerry leave?",
+    )
+    .await;
+    assert!(prompt.contains("leaves at 23:40"), "{prompt}");
+    let queries: Vec<String> = fake
+        .embedding_requests()
+        .iter()
+        .flat_map(|r| r.inputs.clone())
+        .collect();
+    assert!(
+        queries
+            .iter()
+            .any(|t| t == "When does the night ferry to Skerry leave?"),
+        "the query was not embedded: {queries:?}"
+    );
+    assert!(
+        !app.logs().contains(fake.api_key().unwrap()),
+        "the API key reached the logs"
+    );
+}
