@@ -8,7 +8,8 @@
 //! - messages: room memory, both what people said and what the persona replied;
 //! - journal: every accepted `Inbound`, unique on `(agent, platform, platform message id)`,
 //!   with a state, so a crash loses nothing and nothing is answered twice;
-//! - outbox: every reply to deliver, with attempts and a claim, so delivery survives a crash.
+//! - outbox: every reply to deliver, with attempts and a claim, so delivery survives a crash;
+//! - room summaries and user facts: memory beyond the recent window.
 //!
 //! It does not decide anything: when to retry, what to remember and what to answer belong
 //! to the agent and the delivery worker. Layout:
@@ -16,6 +17,7 @@
 //! - `journal`: inbound deduplication and the restart drive;
 //! - `memory`: `record_handled`, room memory and room listings;
 //! - `outbox`: claiming, delivering and retrying replies;
+//! - `summaries`: room summaries and user facts, which only move forward;
 //! - `writer`: the task that batches `journal_insert` and `record_handled` into shared
 //!   transactions (group commit).
 //!
@@ -27,6 +29,9 @@ mod journal;
 mod memory;
 mod outbox;
 mod state;
+mod summaries;
+#[cfg(test)]
+mod summaries_tests;
 #[cfg(test)]
 mod tests;
 mod writer;
@@ -39,6 +44,8 @@ use sqlx::sqlite::{
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use troupe_connectors::{Inbound, Outbound, RoomKey};
+
+pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
