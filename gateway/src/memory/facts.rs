@@ -78,7 +78,9 @@ async fn extract(
     let new = match parse(&answer) {
         Ok(facts) => only_new(facts, &known),
         Err(why) => {
-            tracing::warn!(
+            // Info, not warn: a small model may miss the format often, and each miss
+            // is harmless (the batch is skipped).
+            tracing::info!(
                 platform = who.platform,
                 user_id = who.user_id,
                 answer_chars = answer.chars().count(),
