@@ -167,7 +167,7 @@ mod tests {
         let (p, through) = prompt("Rosa", None, &batch);
         // Each message is clipped to MAX_MESSAGE_CHARS, and the batch to MAX_FOLD_CHARS.
         let sent = p.user.matches("Sam: ").count();
-        assert!(sent >= 10 && sent < 40, "{sent}");
+        assert!((10..40).contains(&sent), "{sent}");
         assert_eq!(through, Some(sent as i64));
         // One huge message still makes progress.
         let (_, through) = prompt("Rosa", None, &[message(3, &"x".repeat(100_000))]);
