@@ -31,8 +31,13 @@ const MAX_FACT_CHARS: usize = 200;
 pub(crate) const SYSTEM_PREFIX: &str = "You extract lasting facts about one person";
 
 /// Extracts facts about `who` if enough of their messages have arrived since the last run.
-pub(super) async fn run(memory: &Memory, model: &Model, who: FactSubject<'_>, name: &str) {
-    let key = format!("facts\u{1f}{}\u{1f}{}", who.platform, who.user_id);
+pub(super) async fn run(
+    memory: &Memory,
+    model: &Model,
+    key: String,
+    who: FactSubject<'_>,
+    name: &str,
+) {
     memory
         .coalesced(key, || async {
             if let Err(error) = extract(memory, model, who, name).await {
@@ -102,6 +107,9 @@ async fn extract(
             },
         )
         .await?;
+    if written && !new.is_empty() {
+        memory.forget_cached_facts(who);
+    }
     tracing::info!(
         platform = who.platform,
         user_id = who.user_id,

@@ -70,6 +70,18 @@ pub(crate) struct Memory {
     /// asked for since it started.
     in_flight: Arc<Mutex<HashMap<String, bool>>>,
     calls: Arc<Semaphore>,
+    /// Replies per room and per user since their stored state was last checked.
+    seen: moka::sync::Cache<String, u32>,
+    /// Facts per user as last read, so that a prompt does not cost a query each time: they
+    /// change at most once per `facts_every` messages. A write here drops the entry; one
+    /// by another replica is seen within `FACTS_CACHE_TTL`.
+    facts: moka::sync::Cache<String, Arc<Vec<String>>>,
+}
+
+const FACTS_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn facts_cache_key(who: FactSubject<'_>) -> String {
+    format!("{}\u{1f}{}", who.platform, who.user_id)
 }
 
 impl Memory {
@@ -87,6 +99,14 @@ impl Memory {
             history_limit: settings.history_limit,
             in_flight: Arc::default(),
             calls: Arc::new(Semaphore::new(BACKGROUND_CALLS)),
+            seen: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_idle(std::time::Duration::from_secs(24 * 3600))
+                .build(),
+            facts: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(FACTS_CACHE_TTL)
+                .build(),
         }
     }
 
@@ -108,13 +128,19 @@ impl Memory {
                 .map(|s| s.summary);
         }
         if self.settings.facts_every > 0 {
-            recalled.facts = self
-                .store
-                .user_facts(
-                    self.subject(inbound),
-                    i64::from(self.settings.facts_per_user),
-                )
-                .await?;
+            let who = self.subject(inbound);
+            let key = facts_cache_key(who);
+            recalled.facts = match self.facts.get(&key) {
+                Some(facts) => facts.as_ref().clone(),
+                None => {
+                    let facts = self
+                        .store
+                        .user_facts(who, i64::from(self.settings.facts_per_user))
+                        .await?;
+                    self.facts.insert(key, Arc::new(facts.clone()));
+                    facts
+                }
+            };
         }
         Ok(recalled)
     }
@@ -122,22 +148,28 @@ impl Memory {
     /// Starts the upkeep due after a reply in the background: the room's summary, then the
     /// sender's facts. Returns at once.
     pub(crate) fn after_reply(&self, model: Model, inbound: &Inbound, recalled_messages: usize) {
+        let room = inbound.room.key().to_string();
+        let platform = inbound.platform();
+        let user_id = inbound.author.id.as_str().to_string();
+        let summary_key = format!("summary\u{1f}{room}");
+        let facts_key = format!("facts\u{1f}{platform}\u{1f}{user_id}");
         let summarize = self.settings.summary_every > 0
             // The room held fewer messages than its window before this exchange, so at most
             // two fell out of it: not enough to summarise yet.
-            && recalled_messages >= self.history_limit as usize;
-        let extract = self.settings.facts_every > 0 && !inbound.author.is_bot;
+            && recalled_messages >= self.history_limit as usize
+            // Each exchange adds two messages.
+            && self.count_up(&summary_key, self.settings.summary_every.div_ceil(2));
+        let extract = self.settings.facts_every > 0
+            && !inbound.author.is_bot
+            && self.count_up(&facts_key, self.settings.facts_every);
         if !summarize && !extract {
             return;
         }
         let memory = self.clone();
-        let room = inbound.room.key().to_string();
-        let platform = inbound.platform();
-        let user_id = inbound.author.id.as_str().to_string();
         let user_name = inbound.author.name.clone();
         tokio::spawn(async move {
             if summarize {
-                summary::run(&memory, &model, &room).await;
+                summary::run(&memory, &model, summary_key, &room).await;
             }
             if extract {
                 let who = FactSubject {
@@ -145,9 +177,26 @@ impl Memory {
                     platform: platform.as_str(),
                     user_id: &user_id,
                 };
-                facts::run(&memory, &model, who, &user_name).await;
+                facts::run(&memory, &model, facts_key, who, &user_name).await;
             }
         });
+    }
+
+    /// Counts one more reply for `key`; true (and back to zero) when `every` have gone by
+    /// since the last time. Only then is the stored state checked, so that a reply costs no
+    /// query when no run can be due yet. The counts live in this process: after a restart,
+    /// or with replicas sharing the work, a run may come up to `every` replies late.
+    fn count_up(&self, key: &str, every: u32) -> bool {
+        let seen = self.seen.get(key).unwrap_or(0) + 1;
+        let due = seen >= every;
+        self.seen
+            .insert(key.to_string(), if due { 0 } else { seen });
+        due
+    }
+
+    /// Drops the cached facts of `who`, after they were written.
+    fn forget_cached_facts(&self, who: FactSubject<'_>) {
+        self.facts.invalidate(&facts_cache_key(who));
     }
 
     fn subject<'a>(&'a self, inbound: &'a Inbound) -> FactSubject<'a> {
@@ -316,6 +365,15 @@ mod tests {
         let store = Store::connect("sqlite::memory:").await.unwrap();
         let config = crate::config::Config::for_test();
         Memory::new("a", store, RateLimiter::new(&config.limits), &config.agent)
+    }
+
+    #[tokio::test]
+    async fn the_stored_state_is_checked_every_so_many_replies() {
+        let memory = test_memory().await;
+        let due: Vec<bool> = (0..7).map(|_| memory.count_up("k", 3)).collect();
+        assert_eq!(due, [false, false, true, false, false, true, false]);
+        assert!(memory.count_up("every reply", 1));
+        assert!(memory.count_up("every reply", 1));
     }
 
     #[tokio::test]

@@ -27,8 +27,7 @@ pub(super) const MAX_SUMMARY_CHARS: usize = 2_000;
 pub(crate) const SYSTEM_PREFIX: &str = "You keep the running summary of a conversation";
 
 /// Folds what fell out of the room's window into its summary, if enough has.
-pub(super) async fn run(memory: &Memory, model: &Model, room: &str) {
-    let key = format!("summary\u{1f}{room}");
+pub(super) async fn run(memory: &Memory, model: &Model, key: String, room: &str) {
     memory
         .coalesced(key, || async {
             if let Err(error) = fold(memory, model, room).await {
