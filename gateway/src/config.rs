@@ -74,6 +74,23 @@ pub struct AgentSettings {
     pub bus_capacity: usize,
     /// `TROUPE_MAX_ATTEMPTS`, default 5: how often a failed message is driven again.
     pub max_attempts: u32,
+    /// Room summaries and user facts (see docs/memory.md).
+    pub memory: MemorySettings,
+}
+
+/// What agents remember beyond the room's recent window. Each runs as a background model
+/// call after a reply; a cadence of 0 turns it off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemorySettings {
+    /// `TROUPE_MEMORY_SUMMARY_EVERY`, default 16: once this many messages have fallen out of
+    /// the recent window (`TROUPE_HISTORY_LIMIT`) without being summarised, the model folds
+    /// them into the room's rolling summary.
+    pub summary_every: u32,
+    /// `TROUPE_MEMORY_FACTS_EVERY`, default 8: after this many new messages from a user, the
+    /// model is asked for durable facts about them.
+    pub facts_every: u32,
+    /// `TROUPE_MEMORY_FACTS_PER_USER`, default 50: facts kept per user and agent, the newest.
+    pub facts_per_user: u32,
 }
 
 /// Documents and retrieval (see docs/knowledge.md).
@@ -202,6 +219,9 @@ struct FileConfig {
     model_concurrency: Option<usize>,
     bus_capacity: Option<usize>,
     max_attempts: Option<u32>,
+    memory_summary_every: Option<u32>,
+    memory_facts_every: Option<u32>,
+    memory_facts_per_user: Option<u32>,
 }
 
 impl Config {
@@ -285,6 +305,23 @@ impl Config {
             max_attempts: layered
                 .parse("TROUPE_MAX_ATTEMPTS", file.max_attempts, 5)?
                 .max(1),
+            memory: MemorySettings {
+                summary_every: layered.parse(
+                    "TROUPE_MEMORY_SUMMARY_EVERY",
+                    file.memory_summary_every,
+                    16,
+                )?,
+                facts_every: layered.parse(
+                    "TROUPE_MEMORY_FACTS_EVERY",
+                    file.memory_facts_every,
+                    8,
+                )?,
+                facts_per_user: layered.parse(
+                    "TROUPE_MEMORY_FACTS_PER_USER",
+                    file.memory_facts_per_user,
+                    50,
+                )?,
+            },
         };
 
         let knowledge = knowledge_settings(&env, &layered)?;
@@ -482,6 +519,25 @@ mod tests {
         assert_eq!(c.database_url, "sqlite://data/troupe.db");
         assert_eq!(c.bus_url, None);
         assert_eq!(c.agent.history_limit, 32);
+        assert_eq!(c.agent.memory.summary_every, 16);
+        assert_eq!(c.agent.memory.facts_every, 8);
+        assert_eq!(c.agent.memory.facts_per_user, 50);
+    }
+
+    #[test]
+    fn memory_cadences_can_be_turned_off() {
+        let c = Config::from_env(env(&[
+            ("TROUPE_MEMORY_SUMMARY_EVERY", "0"),
+            ("TROUPE_MEMORY_FACTS_EVERY", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(c.agent.memory.summary_every, 0);
+        assert_eq!(c.agent.memory.facts_every, 0);
+        let err = Config::from_env(env(&[("TROUPE_MEMORY_FACTS_EVERY", "-1")])).unwrap_err();
+        assert!(
+            err.to_string().contains("TROUPE_MEMORY_FACTS_EVERY"),
+            "{err}"
+        );
     }
 
     #[test]

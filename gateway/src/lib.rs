@@ -11,6 +11,7 @@
 //! - [`bus`]: delivery of journaled messages to agents, ordered per room.
 //! - [`agent`]: decide, rate-limit, recall, prompt, call the model, record, reply.
 //! - [`outbox`]: delivery through the connectors, with retries.
+//! - `memory`: room summaries and user facts, kept up in the background.
 //! - [`persona`]: elizaOS character files: loading, checking, prompt composition.
 //! - [`provider`]: model providers (OpenAI-compatible, Anthropic, Ollama) over genai.
 //! - [`storage`]: SQLite and Postgres through sqlx: journal, memory, outbox.
@@ -33,6 +34,7 @@ pub mod http;
 pub mod ingress;
 pub mod knowledge;
 pub mod limits;
+mod memory;
 pub mod metrics;
 pub mod outbox;
 pub mod persona;
