@@ -15,6 +15,7 @@
 //! - [`provider`]: model providers (OpenAI-compatible, Anthropic, Ollama) over genai.
 //! - [`storage`]: SQLite and Postgres through sqlx: journal, memory, outbox.
 //! - [`limits`]: inbound rate limits.
+//! - [`leader`]: which replica runs a receiver its platform allows once (Postgres locks).
 //! - [`metrics`]: the Prometheus series behind `GET /metrics`.
 //! - [`http`]: the HTTP API.
 //! - [`web`]: the HTTP API seen as a connector.
@@ -29,6 +30,7 @@ mod clock;
 pub mod config;
 pub mod http;
 pub mod ingress;
+pub mod leader;
 pub mod limits;
 pub mod metrics;
 pub mod outbox;
