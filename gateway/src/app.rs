@@ -341,6 +341,7 @@ impl App {
                     None => Box::pin(async move { run_once(stop).await }.instrument(span)),
                     Some(name) => {
                         let elector = self.elector.clone();
+                        elector.attach(&name, &connector_id);
                         let slots = slots.clone().filter(|_| platform == Platform::Discord);
                         Box::pin(
                             async move { elector.lead(&name, &stop, slots, run_once).await }

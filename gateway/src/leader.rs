@@ -54,6 +54,8 @@ struct Inner {
     postgres: Option<PgConnectOptions>,
     retry: Duration,
     roles: Mutex<BTreeMap<String, Role>>,
+    /// The connector (`<agent>/<platform>`) each receiver belongs to, for health reports.
+    owners: Mutex<BTreeMap<String, String>>,
 }
 
 /// Why a term of leadership ended.
@@ -90,6 +92,7 @@ impl Elector {
                 postgres,
                 retry: retry.max(Duration::from_millis(100)),
                 roles: Mutex::new(BTreeMap::new()),
+                owners: Mutex::new(BTreeMap::new()),
             }),
         })
     }
@@ -97,6 +100,41 @@ impl Elector {
     /// Every receiver this process runs or waits to run, with its role.
     pub fn roles(&self) -> BTreeMap<String, Role> {
         self.lock_roles().clone()
+    }
+
+    /// Says that `receiver` receives for the connector `connector_id` (`<agent>/<platform>`).
+    pub(crate) fn attach(&self, receiver: &str, connector_id: &str) {
+        self.inner
+            .owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(receiver.to_string(), connector_id.to_string());
+    }
+
+    /// The role of each connector with a led receiver, by `<agent>/<platform>`: `Leader`
+    /// when any of its receivers (Discord shards) runs here, else `Standby`. Connectors
+    /// that receive everywhere are not listed. This is what `/readyz` can show as
+    /// `standby`.
+    pub fn connector_roles(&self) -> BTreeMap<String, Role> {
+        let owners = self
+            .inner
+            .owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut by_connector = BTreeMap::new();
+        for (receiver, role) in self.roles() {
+            let Some(connector) = owners.get(&receiver) else {
+                continue;
+            };
+            let entry = by_connector
+                .entry(connector.clone())
+                .or_insert(Role::Standby);
+            if role == Role::Leader {
+                *entry = Role::Leader;
+            }
+        }
+        by_connector
     }
 
     /// Runs `work` whenever this process leads `name`, until `shutdown`. `work` gets a token
@@ -365,6 +403,21 @@ mod tests {
             .await;
         assert!(*ran.borrow_and_update());
         assert!(elector.roles().is_empty());
+    }
+
+    #[test]
+    fn connector_roles_sum_up_the_receivers() {
+        let elector = Elector::for_database("sqlite://data/x.db", Duration::from_secs(1)).unwrap();
+        elector.attach("discord:7:shard-0-of-2", "tess/discord");
+        elector.attach("discord:7:shard-1-of-2", "tess/discord");
+        elector.attach("telegram:9", "tess/telegram");
+        elector.set_role("discord:7:shard-0-of-2", Role::Standby);
+        elector.set_role("discord:7:shard-1-of-2", Role::Leader);
+        elector.set_role("telegram:9", Role::Standby);
+        let roles = elector.connector_roles();
+        assert_eq!(roles.get("tess/discord"), Some(&Role::Leader));
+        assert_eq!(roles.get("tess/telegram"), Some(&Role::Standby));
+        assert_eq!(roles.len(), 2);
     }
 
     #[test]
