@@ -250,3 +250,22 @@ impl EventHandler for Handler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Shard;
+
+    #[test]
+    fn one_shard_keeps_the_old_key_and_shards_get_their_own() {
+        assert_eq!(channels_key(None), "discord.channels");
+        assert_eq!(
+            channels_key(Some(Shard { id: 0, total: 1 })),
+            "discord.channels"
+        );
+        assert_eq!(
+            channels_key(Some(Shard { id: 2, total: 4 })),
+            "discord.channels.shard-2-of-4"
+        );
+    }
+}
