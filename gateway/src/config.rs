@@ -96,9 +96,9 @@ pub struct ReplicaSettings {
     /// 0..N between the replicas, each claimed by one; `A-B/N` lets this replica claim only
     /// shards A to B of N.
     pub discord_shards: DiscordShards,
-    /// `TROUPE_DISCORD_SHARDS_PER_REPLICA`, default 0 (no cap): the most shards one replica
-    /// runs at once, so that N shards spread over the replicas instead of going to the
-    /// first one started.
+    /// `TROUPE_DISCORD_SHARDS_PER_REPLICA`, default 0 (no cap): the most shards of one bot
+    /// that one replica runs at once, so that N shards spread over the replicas instead of
+    /// going to the first one started.
     pub discord_shards_per_replica: u32,
 }
 
