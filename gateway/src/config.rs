@@ -478,6 +478,22 @@ mod tests {
     }
 
     #[test]
+    fn otel_settings_use_the_standard_names() {
+        let c = Config::for_test();
+        assert_eq!(c.otlp_endpoint, None);
+        assert_eq!(c.otel_service_name, "troupe");
+        let c = Config::from_env(env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", " http://collector:4318 "),
+            ("OTEL_SERVICE_NAME", "troupe-eu"),
+        ]))
+        .unwrap();
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("http://collector:4318"));
+        assert_eq!(c.otel_service_name, "troupe-eu");
+        let c = Config::from_env(env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "")])).unwrap();
+        assert_eq!(c.otlp_endpoint, None);
+    }
+
+    #[test]
     fn a_bad_number_names_the_variable() {
         let err = Config::from_env(env(&[("TROUPE_HISTORY_LIMIT", "lots")])).unwrap_err();
         assert!(err.to_string().contains("TROUPE_HISTORY_LIMIT"), "{err}");
