@@ -18,6 +18,7 @@
 //! - [`knowledge`]: documents per agent or room: extraction, chunking, BM25 and vector
 //!   retrieval for the prompt.
 //! - [`limits`]: inbound rate limits.
+//! - [`leader`]: which replica runs a receiver its platform allows once (Postgres locks).
 //! - [`metrics`]: the Prometheus series behind `GET /metrics`.
 //! - [`http`]: the HTTP API.
 //! - [`web`]: the HTTP API seen as a connector.
@@ -33,6 +34,7 @@ pub mod config;
 pub mod http;
 pub mod ingress;
 pub mod knowledge;
+pub mod leader;
 pub mod limits;
 mod memory;
 pub mod metrics;
