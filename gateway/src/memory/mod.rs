@@ -15,6 +15,9 @@
 //! reasons stays due and is picked up after a later reply. Failures only log: memory is a
 //! help to the prompt, never a reason to fail a message.
 //!
+//! A reply costs no query for upkeep unless a run could be due (replies are counted in the
+//! process first), and a user's facts are cached for a minute for the prompts.
+//!
 //! Storage (forward-only writes, so replicas may race) is `storage::summaries`; the prompt
 //! sections are composed by `persona::compose`. See docs/memory.md.
 
