@@ -11,6 +11,10 @@ use troupe_connectors::{
     Connector, ConnectorError, Delivery, InboundSink, MessageId, Outbound, Platform,
 };
 
+/// The `userId` of an API message that names none. Every such caller shares it, so memory
+/// learns no facts about it (they would follow one caller into another's rooms).
+pub const ANONYMOUS_USER: &str = "api-user";
+
 pub struct WebConnector;
 
 #[async_trait]

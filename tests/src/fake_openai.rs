@@ -226,7 +226,12 @@ struct Inner {
     chats: Vec<ChatRequestRecord>,
     embeddings: Vec<EmbeddingRequestRecord>,
     unmatched: Vec<UnmatchedRequest>,
+    /// Scripts for the requests a predicate picks, consulted before the queue.
+    rules: Vec<(RequestMatcher, Script)>,
 }
+
+/// Picks requests for [`FakeOpenAi::script_matching`].
+type RequestMatcher = Arc<dyn Fn(&ChatRequestRecord) -> bool + Send + Sync>;
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -305,6 +310,16 @@ impl FakeOpenAi {
     /// model that is down or hangs), `None` goes back to the default reply.
     pub fn set_fallback(&self, script: Option<Script>) {
         self.shared.lock().fallback = script;
+    }
+    /// Answers every request that `matches` picks with `script`, before the queue and the
+    /// fallback are consulted and without consuming them: to script one kind of request
+    /// (told apart by its system prompt, say) while others keep their order.
+    pub fn script_matching(
+        &self,
+        matches: impl Fn(&ChatRequestRecord) -> bool + Send + Sync + 'static,
+        script: Script,
+    ) {
+        self.shared.lock().rules.push((Arc::new(matches), script));
     }
     /// Script entries not consumed yet.
     pub fn pending_scripts(&self) -> usize {
@@ -580,9 +595,13 @@ async fn chat_completions(
             record.outcome = Outcome::BadRequest(e.clone());
             None
         } else {
-            let script = inner
-                .script
-                .pop_front()
+            let ruled = inner
+                .rules
+                .iter()
+                .find(|(matches, _)| matches(&record))
+                .map(|(_, script)| script.clone());
+            let script = ruled
+                .or_else(|| inner.script.pop_front())
                 .or_else(|| inner.fallback.clone())
                 .unwrap_or_else(|| {
                     let text = match &shared.config.default_reply {

@@ -11,7 +11,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use troupe_e2e::fake_openai::default_reply_text;
 use troupe_e2e::{
-    Backend, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, TestApp, TestAppOptions, eventually,
+    Backend, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, Outcome, Script, TestApp,
+    TestAppOptions, eventually,
 };
 
 const AGENT: &str = "Rosa";
@@ -28,6 +29,7 @@ troupe_e2e::on_each_backend!(
     a_room_that_outgrows_its_window_gets_a_summary,
     facts_learned_in_one_room_are_recalled_in_another,
     malformed_facts_are_ignored_without_harm,
+    a_hanging_summary_delays_no_reply_and_is_not_asked_twice,
 );
 
 fn is_summary(r: &ChatRequestRecord) -> bool {
@@ -317,4 +319,51 @@ async fn malformed_facts_are_ignored_without_harm(backend: Backend) {
     let (status, _) = app.get("/healthz").await;
     assert_eq!(status, StatusCode::OK);
     assert!(!app.logs().contains("panicked"), "{}", app.logs());
+}
+
+async fn a_hanging_summary_delays_no_reply_and_is_not_asked_twice(backend: Backend) {
+    let fake = model(|_| "unused".to_string(), |_| "[]".to_string()).await;
+    // The summarizer never answers (until the fake is dropped).
+    fake.script_matching(is_summary, Script::Hang);
+    let app = spawn(
+        backend,
+        &fake,
+        &[
+            ("TROUPE_HISTORY_LIMIT", "2"),
+            ("TROUPE_MEMORY_SUMMARY_EVERY", "1"),
+            ("TROUPE_MEMORY_FACTS_EVERY", "0"),
+        ],
+    )
+    .await;
+    for n in 0..3 {
+        say(&app, "pier", SAM, &format!("message {n}")).await;
+    }
+    let asked = fake.wait_for_matching(1, WAIT, is_summary).await;
+    assert_eq!(asked[0].outcome, Outcome::Hang);
+    // With the room's summary hanging, replies keep coming, and each would make a summary
+    // due: the run under way is asked for another pass instead of a second call.
+    for n in 3..8 {
+        let reply = say(&app, "pier", SAM, &format!("message {n}")).await;
+        assert!(reply.starts_with("Reply #"), "{reply}");
+    }
+    assert_eq!(
+        fake.requests().iter().filter(|r| is_summary(r)).count(),
+        1,
+        "{:?}",
+        fake.requests()
+            .iter()
+            .map(|r| r
+                .system_prompt()
+                .unwrap_or("")
+                .chars()
+                .take(40)
+                .collect::<String>())
+            .collect::<Vec<_>>()
+    );
+    // Another room is not held up by this one's run.
+    for n in 0..3 {
+        say(&app, "quay", SAM, &format!("quay {n}")).await;
+    }
+    fake.wait_for_matching(2, WAIT, is_summary).await;
+    assert_eq!(memories(&app, "pier").await["summary"], Value::Null);
 }

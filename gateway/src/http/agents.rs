@@ -113,7 +113,8 @@ pub async fn post_message(
         ));
     }
     let room_id = nonempty(body.room_id, "roomId", 200)?.unwrap_or_else(|| "default".into());
-    let user_id = nonempty(body.user_id, "userId", 200)?.unwrap_or_else(|| "api-user".into());
+    let user_id =
+        nonempty(body.user_id, "userId", 200)?.unwrap_or_else(|| crate::web::ANONYMOUS_USER.into());
     let user_name = nonempty(body.user_name, "userName", 100)?.unwrap_or_else(|| "User".into());
     let message_id = nonempty(body.message_id, "messageId", 200)?
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());

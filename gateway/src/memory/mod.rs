@@ -15,6 +15,9 @@
 //! reasons stays due and is picked up after a later reply. Failures only log: memory is a
 //! help to the prompt, never a reason to fail a message.
 //!
+//! A reply costs no query for upkeep unless a run could be due (replies are counted in the
+//! process first), and a user's facts are cached for a minute for the prompts.
+//!
 //! Storage (forward-only writes, so replicas may race) is `storage::summaries`; the prompt
 //! sections are composed by `persona::compose`. See docs/memory.md.
 
@@ -160,7 +163,7 @@ impl Memory {
             // Each exchange adds two messages.
             && self.count_up(&summary_key, self.settings.summary_every.div_ceil(2));
         let extract = self.settings.facts_every > 0
-            && !inbound.author.is_bot
+            && learns_about(inbound)
             && self.count_up(&facts_key, self.settings.facts_every);
         if !summarize && !extract {
             return;
@@ -276,6 +279,14 @@ impl Memory {
     }
 }
 
+/// Whether facts are learned about the author: not about bots, nor about the API's
+/// anonymous caller, who stands for everyone who gave no `userId`.
+fn learns_about(inbound: &Inbound) -> bool {
+    let anonymous = inbound.platform() == troupe_connectors::Platform::Web
+        && inbound.author.id.as_str() == crate::web::ANONYMOUS_USER;
+    !inbound.author.is_bot && !anonymous
+}
+
 /// A run under way. It ends through `again`, or when dropped (whatever the outcome).
 struct InFlight {
     runs: Arc<Mutex<HashMap<String, bool>>>,
@@ -365,6 +376,38 @@ mod tests {
         let store = Store::connect("sqlite::memory:").await.unwrap();
         let config = crate::config::Config::for_test();
         Memory::new("a", store, RateLimiter::new(&config.limits), &config.agent)
+    }
+
+    #[test]
+    fn no_facts_about_bots_or_the_anonymous_api_caller() {
+        use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+        let message = |platform, user: &str, is_bot| Inbound {
+            id: MessageId::new("m"),
+            room: RoomRef::new(platform, RoomId::new("r")),
+            author: UserRef {
+                id: UserId::new(user),
+                name: "N".into(),
+                is_bot,
+            },
+            text: "hi".into(),
+            attachments: vec![],
+            reply_to: None,
+            is_direct: true,
+            mentions_self: false,
+            sent_at_ms: 0,
+        };
+        assert!(learns_about(&message(Platform::Web, "u-sam", false)));
+        assert!(!learns_about(&message(
+            Platform::Web,
+            crate::web::ANONYMOUS_USER,
+            false
+        )));
+        assert!(learns_about(&message(
+            Platform::Telegram,
+            crate::web::ANONYMOUS_USER,
+            false
+        )));
+        assert!(!learns_about(&message(Platform::Discord, "42", true)));
     }
 
     #[tokio::test]
