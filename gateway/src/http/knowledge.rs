@@ -8,7 +8,7 @@
 //! itself is `knowledge::Knowledge`'s; this module only maps requests and errors.
 
 use axum::Json;
-use axum::extract::multipart::{Field, MultipartError};
+use axum::extract::multipart::{Field, MultipartError, MultipartRejection};
 use axum::extract::{Multipart, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -127,8 +127,14 @@ async fn read_limited(
 pub async fn upload(
     State(state): State<AppState>,
     Path(agent): Path<String>,
-    mut multipart: Multipart,
+    multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Response, ApiError> {
+    let mut multipart = multipart.map_err(|e| {
+        ApiError::bad_request(format!(
+            "{}: send the document as multipart/form-data with a `file` field",
+            e.body_text()
+        ))
+    })?;
     let agent = find(&state, &agent)?;
     let knowledge = knowledge(&state)?;
     let settings = knowledge.settings();

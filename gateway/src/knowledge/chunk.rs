@@ -45,7 +45,8 @@ fn split<'t, S: text_splitter::ChunkSizer>(
     config: ChunkConfig<S>,
 ) -> Vec<&'t str> {
     match format {
-        Format::Markdown => MarkdownSplitter::new(config).chunks(text).collect(),
+        // HTML is extracted as light Markdown (see extract::html).
+        Format::Markdown | Format::Html => MarkdownSplitter::new(config).chunks(text).collect(),
         _ => TextSplitter::new(config).chunks(text).collect(),
     }
 }

@@ -315,7 +315,8 @@ fn pdf(name: &str, bytes: &[u8]) -> Result<String, ExtractError> {
 }
 
 fn html(name: &str, bytes: &[u8]) -> Result<String, ExtractError> {
-    // Wide lines: wrapping would only put newlines inside sentences.
+    // Rendered as light Markdown (`# Heading`), which the Markdown splitter cuts at; wide
+    // lines, since wrapping would only put newlines inside sentences.
     html2text::config::plain()
         .string_from_read(bytes, 10_000)
         .map_err(|e| ExtractError::Unreadable(format!("`{name}` could not be read as HTML: {e}")))
