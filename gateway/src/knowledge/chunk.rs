@@ -39,11 +39,11 @@ fn config(size: usize, overlap: usize) -> ChunkConfig<text_splitter::Characters>
         .unwrap_or_else(|_| ChunkConfig::new(size))
 }
 
-fn split<'t, S: text_splitter::ChunkSizer>(
+fn split<S: text_splitter::ChunkSizer>(
     format: Format,
-    text: &'t str,
+    text: &str,
     config: ChunkConfig<S>,
-) -> Vec<&'t str> {
+) -> Vec<&str> {
     match format {
         // HTML is extracted as light Markdown (see extract::html).
         Format::Markdown | Format::Html => MarkdownSplitter::new(config).chunks(text).collect(),

@@ -396,7 +396,11 @@ async fn chunks_are_inserted_in_batches(store: Store) {
     assert!(hits[0].text.contains("buoy number 1187"), "{hits:#?}");
     let last = format!("{}:{}", doc.document_id, doc.chunks - 1);
     assert_eq!(
-        store.chunks_by_id(&[last.clone()]).await.unwrap()[0].chunk_id,
+        store
+            .chunks_by_id(std::slice::from_ref(&last))
+            .await
+            .unwrap()[0]
+            .chunk_id,
         last
     );
 }
