@@ -233,16 +233,17 @@ impl Store {
                 })?
             }
             Backend::Postgres => {
-                // `|` between plain words: any may match; to_tsquery stems them and drops
+                // `or` between the words: any may match. websearch_to_tsquery never fails on
+                // odd input (to_tsquery would on some Unicode); it stems the words and drops
                 // stop words as to_tsvector did.
-                let query = terms.join(" | ");
+                let query = terms.join(" or ");
                 with_pool!(self, pool => {
                     sqlx::query_as::<_, ScoredChunk>(
                         "SELECT c.id AS chunk_id, c.document_id, d.source, c.text,
                                 ts_rank_cd(c.tsv, q, 1)::float8 AS score
                          FROM chunks c
                          JOIN documents d ON d.id = c.document_id,
-                              to_tsquery('english', $1) q
+                              websearch_to_tsquery('english', $1) q
                          WHERE c.tsv @@ q AND c.agent_id = $2
                            AND (c.scope = '' OR c.scope = $3)
                          ORDER BY score DESC, c.seq

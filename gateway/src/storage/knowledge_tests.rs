@@ -168,6 +168,16 @@ async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
             .unwrap()
             .is_empty()
     );
+    // Odd Unicode and query-language look-alikes are words, never syntax errors.
+    for odd in [
+        "² café ½ ﬁ",
+        "-ferry NOT OR AND NEAR",
+        "'pier' & | ! <-> :*",
+    ] {
+        k.search(AGENT, None, odd, 10)
+            .await
+            .unwrap_or_else(|e| panic!("{odd:?}: {e}"));
+    }
 
     let listed = k.documents(AGENT, None).await.unwrap();
     assert_eq!(listed.len(), 3);
