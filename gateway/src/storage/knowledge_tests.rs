@@ -101,6 +101,7 @@ on_both_backends!(
     ranking_prefers_the_better_match,
     chunks_are_inserted_in_batches,
     bad_input_is_refused_before_storage,
+    text_attachments_become_the_rooms_knowledge,
 );
 
 fn knowledge(store: &Store) -> Knowledge {
@@ -457,4 +458,79 @@ async fn bad_input_is_refused_before_storage(store: Store) {
         .unwrap_err();
     assert!(matches!(err, KnowledgeError::Unreadable(_)), "{err}");
     assert!(k.documents(AGENT, None).await.unwrap().is_empty());
+}
+
+async fn text_attachments_become_the_rooms_knowledge(store: Store) {
+    use axum::routing::get;
+    // A stand-in for a platform's file host.
+    let files = axum::Router::new()
+        .route(
+            "/notes.txt",
+            get(|| async { "The spare key hangs behind the tide clock." }),
+        )
+        .route("/huge.txt", get(|| async { "x".repeat(5_000) }))
+        .route(
+            "/gone.txt",
+            get(|| async { (axum::http::StatusCode::NOT_FOUND, "") }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, files).await });
+
+    let k = Knowledge::new(
+        store.clone(),
+        KnowledgeSettings {
+            max_attachment_bytes: 1_000,
+            ..KnowledgeSettings::default()
+        },
+        None,
+    );
+    let attachment =
+        |name: &str, mime: Option<&str>, url: Option<String>| troupe_connectors::Attachment {
+            name: name.into(),
+            mime: mime.map(str::to_string),
+            size: None,
+            url,
+        };
+    let attachments = vec![
+        attachment(
+            "notes.txt",
+            Some("text/plain"),
+            Some(format!("{base}/notes.txt")),
+        ),
+        // Over the cap while streaming: refused.
+        attachment("huge.txt", None, Some(format!("{base}/huge.txt"))),
+        // Not text: never fetched.
+        attachment(
+            "photo.jpg",
+            Some("image/jpeg"),
+            Some(format!("{base}/photo.jpg")),
+        ),
+        attachment("gone.txt", None, Some(format!("{base}/gone.txt"))),
+        attachment("local.txt", None, None),
+    ];
+    let added = k
+        .ingest_attachments(AGENT, "discord:42", &attachments)
+        .await;
+    assert_eq!(added, 1);
+    let docs = k.documents(AGENT, None).await.unwrap();
+    assert_eq!(docs.len(), 1, "{docs:?}");
+    assert_eq!(docs[0].origin, "attachment");
+    assert_eq!(docs[0].room_id.as_deref(), Some("discord:42"));
+    let here = k
+        .search(AGENT, Some("discord:42"), "spare key", 5)
+        .await
+        .unwrap();
+    assert_eq!(sources(&here), vec!["notes.txt"]);
+    let elsewhere = k
+        .search(AGENT, Some("discord:7"), "spare key", 5)
+        .await
+        .unwrap();
+    assert!(elsewhere.is_empty());
+    // The same attachment again is known already.
+    assert_eq!(
+        k.ingest_attachments(AGENT, "discord:42", &attachments[..1])
+            .await,
+        0
+    );
 }
