@@ -8,8 +8,9 @@
 
 use super::{Backend, Result, Store, now_ms, with_pool};
 
-/// Chunks inserted per statement: well under SQLite's 32766 bound parameters (6 per row).
-const INSERT_BATCH: usize = 500;
+/// Chunks inserted per statement: few enough that one statement (with its FTS indexing)
+/// stays well under sqlx's one-second slow-statement warning on a busy machine.
+const INSERT_BATCH: usize = 100;
 
 /// A document to store with its chunks, in one transaction.
 #[derive(Debug, Clone)]
