@@ -207,7 +207,10 @@ impl Store {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = match self.backend() {
             Backend::Sqlite => {
-                // Quoted, each term is a literal to FTS5, never an operator.
+                // Quoted, each term is a literal to FTS5, never an operator. CROSS JOIN fixes
+                // the join order (SQLite's rule for it): the full-text match runs once and
+                // drives the lookups. Left to the planner, SQLite 3.51 scanned the agent's
+                // chunks and ran the match once per chunk: 13 s instead of 50 ms on 13k chunks.
                 let query = terms
                     .iter()
                     .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
@@ -218,8 +221,8 @@ impl Store {
                         "SELECT c.id AS chunk_id, c.document_id, d.source, c.text,
                                 -bm25(chunks_fts) AS score
                          FROM chunks_fts
-                         JOIN chunks c ON c.seq = chunks_fts.rowid
-                         JOIN documents d ON d.id = c.document_id
+                         CROSS JOIN chunks c ON c.seq = chunks_fts.rowid
+                         CROSS JOIN documents d ON d.id = c.document_id
                          WHERE chunks_fts MATCH $1 AND c.agent_id = $2
                            AND (c.scope = '' OR c.scope = $3)
                          ORDER BY bm25(chunks_fts), c.seq
