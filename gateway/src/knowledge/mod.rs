@@ -559,7 +559,7 @@ impl Knowledge {
     pub async fn reembed(
         &self,
         agent_id: &str,
-        progress: impl Fn(usize),
+        mut progress: impl FnMut(usize),
     ) -> Result<usize, KnowledgeError> {
         let Some(embedder) = &self.inner.embedder else {
             return Err(KnowledgeError::Embedding(

@@ -102,6 +102,7 @@ on_both_backends!(
     chunks_are_inserted_in_batches,
     bad_input_is_refused_before_storage,
     text_attachments_become_the_rooms_knowledge,
+    vectors_find_what_keywords_miss_and_reembed_rebuilds_them,
 );
 
 fn knowledge(store: &Store) -> Knowledge {
@@ -533,4 +534,125 @@ async fn text_attachments_become_the_rooms_knowledge(store: Store) {
             .await,
         0
     );
+}
+
+/// A stand-in embedding API (OpenAI's shape) whose vectors know that a boat is a ship:
+/// dimension 0 counts boat/ship/ferry, dimension 1 lamp/light, dimension 2 everything else.
+async fn synonym_embeddings() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::Json;
+    use axum::routing::post;
+    use serde_json::{Value, json};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let api = axum::Router::new().route(
+        "/v1/embeddings",
+        post(move |Json(body): Json<Value>| {
+            let counter = counter.clone();
+            async move {
+                let inputs: Vec<String> = body["input"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                counter.fetch_add(inputs.len(), Ordering::SeqCst);
+                let data: Vec<Value> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, text)| {
+                        let mut v = [0f32; 3];
+                        for w in text.to_lowercase().split(|c: char| !c.is_alphanumeric()) {
+                            match w {
+                                "boat" | "boats" | "ship" | "ships" | "ferry" => v[0] += 1.0,
+                                "lamp" | "light" => v[1] += 1.0,
+                                "" => {}
+                                _ => v[2] += 0.1,
+                            }
+                        }
+                        json!({"object": "embedding", "index": i, "embedding": v})
+                    })
+                    .collect();
+                Json(json!({"object": "list", "data": data, "model": body["model"]}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, api).await });
+    (url, calls)
+}
+
+async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store) {
+    use crate::config::{EmbeddingApi, EmbeddingSettings};
+    use crate::knowledge::Embedder;
+    use std::sync::atomic::Ordering;
+    let (url, calls) = synonym_embeddings().await;
+    let embedder = Embedder::new(&EmbeddingSettings {
+        api: EmbeddingApi::OpenAi,
+        url,
+        api_key: None,
+        model: "synonyms".into(),
+        dimensions: None,
+    });
+    let k = Knowledge::new(store.clone(), KnowledgeSettings::default(), Some(embedder));
+    k.ingest(AGENT, None, "boats.txt", None, b"Our boat sails at dawn.")
+        .await
+        .unwrap();
+    k.ingest(AGENT, None, "lamps.txt", None, b"The lamp burns oil.")
+        .await
+        .unwrap();
+    k.ingest(
+        AGENT,
+        Some("web:r2"),
+        "r2.txt",
+        None,
+        b"A boat for room two.",
+    )
+    .await
+    .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "one vector per chunk");
+    assert_eq!(
+        store.embeddings(AGENT, "", "synonyms").await.unwrap().len(),
+        2
+    );
+
+    // "ship" is in no document: keywords find nothing, the vectors find the boat.
+    let hits = k.search(AGENT, Some("web:r1"), "ship", 5).await.unwrap();
+    assert_eq!(
+        hits.first().map(|h| h.source.as_str()),
+        Some("boats.txt"),
+        "{hits:#?}"
+    );
+    assert!(
+        hits.iter().all(|h| h.source != "r2.txt"),
+        "another room's vector leaked: {hits:#?}"
+    );
+    assert!((hits[0].score - 1.0 / 61.0).abs() < 1e-9, "{hits:#?}");
+    // Found by both rankings, a chunk scores higher than by one.
+    let both = k.search(AGENT, None, "boat", 5).await.unwrap();
+    assert_eq!(both[0].source, "boats.txt");
+    assert!(both[0].score > 1.0 / 61.0, "{both:#?}");
+
+    let before = calls.load(Ordering::SeqCst);
+    let mut seen = Vec::new();
+    let done = k.reembed(AGENT, |n| seen.push(n)).await.unwrap();
+    assert_eq!(done, 3);
+    assert_eq!(seen.last(), Some(&3));
+    assert_eq!(calls.load(Ordering::SeqCst) - before, 3);
+    assert_eq!(
+        store
+            .embeddings(AGENT, "web:r2", "synonyms")
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // Without an embedder, reembed says what to configure.
+    let plain = knowledge(&store);
+    let err = plain.reembed(AGENT, |_| {}).await.unwrap_err();
+    assert!(err.to_string().contains("TROUPE_EMBEDDING_MODEL"), "{err}");
 }
