@@ -177,6 +177,13 @@ async fn an_uploaded_document_reaches_the_prompt_with_its_source(backend: Backen
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
     assert!(err["detail"].as_str().unwrap().contains("`q`"), "{err}");
+    let (status, err) = app
+        .get(&format!(
+            "/api/agents/{AGENT}/knowledge/search?q=x&limit=lots"
+        ))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    assert!(err["detail"].as_str().unwrap().contains("limit"), "{err}");
 }
 
 async fn a_room_document_stays_in_its_room(backend: Backend) {

@@ -9,6 +9,7 @@
 
 use axum::Json;
 use axum::extract::multipart::{Field, MultipartError, MultipartRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Multipart, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -79,6 +80,11 @@ fn room_key(room: &str) -> Result<String, ApiError> {
         return Ok(RoomKey::new(platform, RoomId::new(id)).to_string());
     }
     Ok(RoomKey::new(Platform::Web, RoomId::new(room)).to_string())
+}
+
+/// A query string that does not parse (`limit=abc`), as a JSON 400.
+fn bad_query(e: QueryRejection) -> ApiError {
+    ApiError::bad_request(e.body_text())
 }
 
 /// A multipart failure as the client should see it: over the body limit is 413.
@@ -227,8 +233,9 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<AppState>,
     Path(agent): Path<String>,
-    Query(query): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query.map_err(bad_query)?;
     let agent = find(&state, &agent)?;
     let room = query.room_id.as_deref().map(room_key).transpose()?;
     let docs = knowledge(&state)?
@@ -261,8 +268,9 @@ pub struct SearchQuery {
 pub async fn search(
     State(state): State<AppState>,
     Path(agent): Path<String>,
-    Query(query): Query<SearchQuery>,
+    query: Result<Query<SearchQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query.map_err(bad_query)?;
     let agent = find(&state, &agent)?;
     let knowledge = knowledge(&state)?;
     let q = query
