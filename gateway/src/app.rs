@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::ingress::{Ingress, Waiters};
 use crate::knowledge::Knowledge;
+use crate::leader::Elector;
 use crate::limits::RateLimiter;
 use crate::outbox::{Connectors, Outbox};
 use crate::persona::{self, Loaded, Persona, PersonaEvent};
@@ -26,7 +27,7 @@ use crate::storage::Store;
 use crate::web::WebConnector;
 use tracing::Instrument;
 use troupe_connectors::Platform;
-use troupe_connectors::registry::{self, Built, ConnectorSettings};
+use troupe_connectors::registry::{self, Built, ConnectorSettings, Receiving, Shard};
 
 /// Builds the model provider for a persona; `troupe bench` swaps in an instant one.
 pub type ProviderFactory = Arc<dyn Fn(&Persona, &Config) -> Arc<dyn ModelProvider> + Send + Sync>;
@@ -88,6 +89,8 @@ pub struct App {
     pending: std::sync::Mutex<Vec<PendingTask>>,
     /// Changes to the personas directory since it was loaded.
     persona_events: Option<tokio::sync::mpsc::Receiver<PersonaEvent>>,
+    /// Which once-only receivers (polling, Discord shards) run in this replica.
+    elector: Elector,
 }
 
 type PendingTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -138,7 +141,9 @@ impl App {
         };
         let ingress = Ingress::new(store.clone(), bus, waiters.clone());
         let knowledge = Knowledge::from_settings(store.clone(), &config.knowledge);
+        let elector = Elector::for_database(&config.database_url, config.replicas.leader_retry)?;
         let app = App {
+            elector,
             limiter: RateLimiter::new(&config.limits),
             config,
             listener: None,
@@ -174,6 +179,11 @@ impl App {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Leadership of the once-only receivers: which run here, which stand by.
+    pub fn elector(&self) -> &Elector {
+        &self.elector
     }
 
     async fn load_personas(&self) -> anyhow::Result<()> {
@@ -282,26 +292,81 @@ impl App {
                 .connectors()
                 .insert(&persona.id, connector.clone());
             let sink = self.ingress.sink_for(&persona.id);
-            let stop = token.clone();
-            let span = tracing::info_span!("connector", connector_id = %format!("{}/{platform}", persona.id));
-            let task = async move {
-                tracing::info!("connector starting");
-                match connector.run(sink, stop).await {
-                    Ok(()) => tracing::info!("connector stopped"),
-                    Err(e) => tracing::error!(error = %e, "connector failed"),
-                }
-            }
-            .instrument(span);
-            match &serving {
-                Some(tracker) => {
-                    tracker.spawn(task);
-                }
-                None => {
-                    // Not serving yet: run_until_stopped starts the pending ones.
-                    self.pending
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(Box::pin(task));
+            let connector_id = format!("{}/{platform}", persona.id);
+            // Receivers a platform allows once per account run under leader election, so
+            // that replicas on one Postgres never run two (see leader.rs); webhooks run
+            // everywhere.
+            let runs: Vec<(Arc<dyn troupe_connectors::Connector>, Option<String>)> =
+                match registry::receiving(platform, &lookup) {
+                    Receiving::Everywhere => vec![(connector, None)],
+                    Receiving::OneAtATime { name } => vec![(connector, Some(name))],
+                    Receiving::Sharded { name } => {
+                        let shards = self.config.replicas.discord_shards;
+                        if shards.total == 1 {
+                            vec![(connector, Some(name))]
+                        } else {
+                            (shards.first..=shards.last)
+                                .filter_map(|id| {
+                                    let shard = Shard { id, total: shards.total };
+                                    match registry::build_shard(platform, &lookup, &settings, shard) {
+                                        Ok(Built::Ready(c)) => Some((
+                                            c,
+                                            Some(format!("{name}:shard-{id}-of-{}", shards.total)),
+                                        )),
+                                        Ok(Built::NotConfigured(_)) => None,
+                                        Err(e) => {
+                                            tracing::error!(persona = %persona.id, %platform, shard = id,
+                                                error = %e, "cannot build the shard's connector");
+                                            None
+                                        }
+                                    }
+                                })
+                                .collect()
+                        }
+                    }
+                };
+            // A cap on the shards one replica runs, shared by this persona's shards.
+            let slots = match self.config.replicas.discord_shards_per_replica {
+                0 => None,
+                n => Some(Arc::new(tokio::sync::Semaphore::new(n as usize))),
+            };
+            for (connector, leader_name) in runs {
+                let sink = sink.clone();
+                let stop = token.clone();
+                let span = tracing::info_span!("connector", connector_id = %connector_id);
+                let run_once = move |stop: CancellationToken| {
+                    let (connector, sink) = (connector.clone(), sink.clone());
+                    async move {
+                        tracing::info!("connector starting");
+                        match connector.run(sink, stop).await {
+                            Ok(()) => tracing::info!("connector stopped"),
+                            Err(e) => tracing::error!(error = %e, "connector failed"),
+                        }
+                    }
+                };
+                let task: PendingTask = match leader_name {
+                    None => Box::pin(async move { run_once(stop).await }.instrument(span)),
+                    Some(name) => {
+                        let elector = self.elector.clone();
+                        elector.attach(&name, &connector_id);
+                        let slots = slots.clone().filter(|_| platform == Platform::Discord);
+                        Box::pin(
+                            async move { elector.lead(&name, &stop, slots, run_once).await }
+                                .instrument(span),
+                        )
+                    }
+                };
+                match &serving {
+                    Some(tracker) => {
+                        tracker.spawn(task);
+                    }
+                    None => {
+                        // Not serving yet: run_until_stopped starts the pending ones.
+                        self.pending
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(task);
+                    }
                 }
             }
         }

@@ -78,7 +78,11 @@ pub fn main() -> ExitCode {
         Command::Bench(_) if !config.log_filter_set => "warn",
         _ => config.log_filter.as_str(),
     };
-    crate::telemetry::init(filter, config.log_json);
+    let _telemetry = crate::telemetry::init(
+        filter,
+        config.log_json,
+        &crate::telemetry::Export::from_config(&config),
+    );
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

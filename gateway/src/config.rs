@@ -39,6 +39,15 @@ pub struct Config {
     pub log_filter_set: bool,
     /// `TROUPE_LOG_FORMAT=json` for JSON log lines.
     pub log_json: bool,
+    /// Several replicas on one Postgres: leader election and Discord shards.
+    pub replicas: ReplicaSettings,
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (the OpenTelemetry standard name), unset by default:
+    /// where spans are exported over OTLP/HTTP, e.g. `http://collector:4318`. Used only by
+    /// a build with the `otlp` feature; `OTEL_SERVICE_NAME` names the service (default
+    /// `troupe`).
+    pub otlp_endpoint: Option<String>,
+    /// `OTEL_SERVICE_NAME`, default `troupe`.
+    pub otel_service_name: String,
     /// The environment as it was at start, for persona secrets and provider keys.
     pub env: Env,
 }
@@ -74,6 +83,23 @@ pub struct AgentSettings {
     pub bus_capacity: usize,
     /// `TROUPE_MAX_ATTEMPTS`, default 5: how often a failed message is driven again.
     pub max_attempts: u32,
+    /// Room summaries and user facts (see docs/memory.md).
+    pub memory: MemorySettings,
+}
+
+/// What agents remember beyond the room's recent window. Each runs as a background model
+/// call after a reply; a cadence of 0 turns it off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemorySettings {
+    /// `TROUPE_MEMORY_SUMMARY_EVERY`, default 16: once this many messages have fallen out of
+    /// the recent window (`TROUPE_HISTORY_LIMIT`) without being summarised, the model folds
+    /// them into the room's rolling summary.
+    pub summary_every: u32,
+    /// `TROUPE_MEMORY_FACTS_EVERY`, default 8: after this many new messages from a user, the
+    /// model is asked for durable facts about them.
+    pub facts_every: u32,
+    /// `TROUPE_MEMORY_FACTS_PER_USER`, default 50: facts kept per user and agent, the newest.
+    pub facts_per_user: u32,
 }
 
 /// Documents and retrieval (see docs/knowledge.md).
@@ -148,6 +174,77 @@ pub struct EmbeddingSettings {
     pub dimensions: Option<usize>,
 }
 
+/// How replicas sharing one Postgres database divide the receivers that a platform allows
+/// only once (see `leader.rs` and `docs/deploy.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaSettings {
+    /// `TROUPE_LEADER_RETRY_SECS`, default 5: how often a replica on standby asks to lead a
+    /// receiver (Telegram polling, Farcaster polling, a Discord shard), and how often a
+    /// leader checks that it still holds its lock.
+    pub leader_retry: Duration,
+    /// `TROUPE_DISCORD_SHARDS`, default `1`: the Discord gateway shards. `N` runs shards
+    /// 0..N between the replicas, each claimed by one; `A-B/N` lets this replica claim only
+    /// shards A to B of N.
+    pub discord_shards: DiscordShards,
+    /// `TROUPE_DISCORD_SHARDS_PER_REPLICA`, default 0 (no cap): the most shards of one bot
+    /// that one replica runs at once, so that N shards spread over the replicas instead of
+    /// going to the first one started.
+    pub discord_shards_per_replica: u32,
+}
+
+/// Which Discord shards this replica may run: `first..=last` of `total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiscordShards {
+    pub first: u32,
+    pub last: u32,
+    pub total: u32,
+}
+
+impl std::str::FromStr for DiscordShards {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        let raw = raw.trim();
+        let number = |s: &str| {
+            s.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("`{s}` is not a shard number"))
+        };
+        let shards = match raw.split_once('/') {
+            None => {
+                let total = number(raw)?;
+                DiscordShards {
+                    first: 0,
+                    last: total.saturating_sub(1),
+                    total,
+                }
+            }
+            Some((range, total)) => {
+                let total = number(total)?;
+                let (first, last) = match range.split_once('-') {
+                    Some((a, b)) => (number(a)?, number(b)?),
+                    None => (number(range)?, number(range)?),
+                };
+                DiscordShards { first, last, total }
+            }
+        };
+        // Discord accepts at most a few thousand shards even for the largest bots; a cap
+        // keeps a typo from opening a million lock sessions.
+        if shards.total == 0 || shards.total > 4096 {
+            return Err("the shard total must be between 1 and 4096".into());
+        }
+        if shards.first > shards.last || shards.last >= shards.total {
+            return Err(format!(
+                "shards {}-{} are not within 0-{} (`A-B/N` with A <= B < N)",
+                shards.first,
+                shards.last,
+                shards.total - 1
+            ));
+        }
+        Ok(shards)
+    }
+}
+
 // Written by hand so that the environment snapshot, which holds every secret, never prints.
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -202,6 +299,12 @@ struct FileConfig {
     model_concurrency: Option<usize>,
     bus_capacity: Option<usize>,
     max_attempts: Option<u32>,
+    memory_summary_every: Option<u32>,
+    memory_facts_every: Option<u32>,
+    memory_facts_per_user: Option<u32>,
+    leader_retry_secs: Option<u64>,
+    discord_shards: Option<String>,
+    discord_shards_per_replica: Option<u32>,
 }
 
 impl Config {
@@ -285,9 +388,48 @@ impl Config {
             max_attempts: layered
                 .parse("TROUPE_MAX_ATTEMPTS", file.max_attempts, 5)?
                 .max(1),
+            memory: MemorySettings {
+                summary_every: layered.parse(
+                    "TROUPE_MEMORY_SUMMARY_EVERY",
+                    file.memory_summary_every,
+                    16,
+                )?,
+                facts_every: layered.parse(
+                    "TROUPE_MEMORY_FACTS_EVERY",
+                    file.memory_facts_every,
+                    8,
+                )?,
+                facts_per_user: layered.parse(
+                    "TROUPE_MEMORY_FACTS_PER_USER",
+                    file.memory_facts_per_user,
+                    50,
+                )?,
+            },
         };
 
         let knowledge = knowledge_settings(&env, &layered)?;
+        let replicas = ReplicaSettings {
+            leader_retry: Duration::from_secs(
+                layered
+                    .parse("TROUPE_LEADER_RETRY_SECS", file.leader_retry_secs, 5)?
+                    .max(1),
+            ),
+            discord_shards: match layered.string("TROUPE_DISCORD_SHARDS", file.discord_shards) {
+                None => DiscordShards {
+                    first: 0,
+                    last: 0,
+                    total: 1,
+                },
+                Some(raw) => raw.parse().map_err(|e| {
+                    anyhow::anyhow!("TROUPE_DISCORD_SHARDS=`{raw}` is not valid: {e}")
+                })?,
+            },
+            discord_shards_per_replica: layered.parse(
+                "TROUPE_DISCORD_SHARDS_PER_REPLICA",
+                file.discord_shards_per_replica,
+                0,
+            )?,
+        };
 
         Ok(Config {
             http_addr,
@@ -315,6 +457,16 @@ impl Config {
             limits,
             agent,
             knowledge,
+            replicas,
+            otlp_endpoint: env
+                .get("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| v.trim().to_string()),
+            otel_service_name: env
+                .get("OTEL_SERVICE_NAME")
+                .filter(|v| !v.trim().is_empty())
+                .cloned()
+                .unwrap_or_else(|| "troupe".into()),
             env,
         })
     }
@@ -482,6 +634,25 @@ mod tests {
         assert_eq!(c.database_url, "sqlite://data/troupe.db");
         assert_eq!(c.bus_url, None);
         assert_eq!(c.agent.history_limit, 32);
+        assert_eq!(c.agent.memory.summary_every, 16);
+        assert_eq!(c.agent.memory.facts_every, 8);
+        assert_eq!(c.agent.memory.facts_per_user, 50);
+    }
+
+    #[test]
+    fn memory_cadences_can_be_turned_off() {
+        let c = Config::from_env(env(&[
+            ("TROUPE_MEMORY_SUMMARY_EVERY", "0"),
+            ("TROUPE_MEMORY_FACTS_EVERY", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(c.agent.memory.summary_every, 0);
+        assert_eq!(c.agent.memory.facts_every, 0);
+        let err = Config::from_env(env(&[("TROUPE_MEMORY_FACTS_EVERY", "-1")])).unwrap_err();
+        assert!(
+            err.to_string().contains("TROUPE_MEMORY_FACTS_EVERY"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -556,6 +727,55 @@ mod tests {
             err.to_string().contains("TROUPE_EMBEDDING_PROVIDER"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn discord_shards_parse_and_bad_ones_are_named() {
+        let c = Config::for_test();
+        assert_eq!(
+            c.replicas.discord_shards,
+            DiscordShards {
+                first: 0,
+                last: 0,
+                total: 1
+            }
+        );
+        assert_eq!(c.replicas.leader_retry, Duration::from_secs(5));
+        let c = Config::from_env(env(&[("TROUPE_DISCORD_SHARDS", "4")])).unwrap();
+        assert_eq!(
+            (
+                c.replicas.discord_shards.first,
+                c.replicas.discord_shards.last
+            ),
+            (0, 3)
+        );
+        let s: DiscordShards = "2-3/8".parse().unwrap();
+        assert_eq!((s.first, s.last, s.total), (2, 3, 8));
+        let s: DiscordShards = "5/8".parse().unwrap();
+        assert_eq!((s.first, s.last, s.total), (5, 5, 8));
+        for bad in ["0", "x", "3-2/8", "0-8/8", "1-/4", "-1", "99999"] {
+            let err = Config::from_env(env(&[("TROUPE_DISCORD_SHARDS", bad)])).unwrap_err();
+            assert!(
+                err.to_string().contains("TROUPE_DISCORD_SHARDS"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn otel_settings_use_the_standard_names() {
+        let c = Config::for_test();
+        assert_eq!(c.otlp_endpoint, None);
+        assert_eq!(c.otel_service_name, "troupe");
+        let c = Config::from_env(env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", " http://collector:4318 "),
+            ("OTEL_SERVICE_NAME", "troupe-eu"),
+        ]))
+        .unwrap();
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("http://collector:4318"));
+        assert_eq!(c.otel_service_name, "troupe-eu");
+        let c = Config::from_env(env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "")])).unwrap();
+        assert_eq!(c.otlp_endpoint, None);
     }
 
     #[test]

@@ -11,12 +11,14 @@
 //! - [`bus`]: delivery of journaled messages to agents, ordered per room.
 //! - [`agent`]: decide, rate-limit, recall, prompt, call the model, record, reply.
 //! - [`outbox`]: delivery through the connectors, with retries.
+//! - `memory`: room summaries and user facts, kept up in the background.
 //! - [`persona`]: elizaOS character files: loading, checking, prompt composition.
 //! - [`provider`]: model providers (OpenAI-compatible, Anthropic, Ollama) over genai.
 //! - [`storage`]: SQLite and Postgres through sqlx: journal, memory, outbox.
 //! - [`knowledge`]: documents per agent or room: extraction, chunking, BM25 and vector
 //!   retrieval for the prompt.
 //! - [`limits`]: inbound rate limits.
+//! - [`leader`]: which replica runs a receiver its platform allows once (Postgres locks).
 //! - [`metrics`]: the Prometheus series behind `GET /metrics`.
 //! - [`http`]: the HTTP API.
 //! - [`web`]: the HTTP API seen as a connector.
@@ -32,7 +34,9 @@ pub mod config;
 pub mod http;
 pub mod ingress;
 pub mod knowledge;
+pub mod leader;
 pub mod limits;
+mod memory;
 pub mod metrics;
 pub mod outbox;
 pub mod persona;

@@ -50,6 +50,9 @@ struct Inner {
     user: Option<DefaultKeyedRateLimiter<String>>,
     room: Option<DefaultKeyedRateLimiter<String>>,
     agent: Option<DefaultKeyedRateLimiter<String>>,
+    /// Background model calls (memory) per agent: a quarter of the agent's quota, so they
+    /// can never take the whole of it from replies.
+    background: Option<DefaultKeyedRateLimiter<String>>,
     /// Rooms already told to slow down in the current window.
     noticed: moka::sync::Cache<String, ()>,
 }
@@ -65,6 +68,7 @@ impl RateLimiter {
                 user: per_minute(limits.user_per_minute),
                 room: per_minute(limits.room_per_minute),
                 agent: per_minute(limits.agent_per_minute),
+                background: per_minute(limits.agent_per_minute.div_ceil(4)),
                 noticed: moka::sync::Cache::builder()
                     .max_capacity(100_000)
                     .time_to_live(Duration::from_secs(60))
@@ -103,11 +107,27 @@ impl RateLimiter {
         Verdict::Allowed
     }
 
+    /// Counts one background model call of `agent` (memory upkeep) against the agent's
+    /// limit, within its background share. False: skip it for now; its work is still due
+    /// and is tried again after a later reply.
+    pub fn check_background(&self, agent: &str) -> bool {
+        let key = agent.to_string();
+        let within = |limiter: &Option<DefaultKeyedRateLimiter<String>>| {
+            limiter.as_ref().is_none_or(|l| l.check_key(&key).is_ok())
+        };
+        within(&self.inner.background) && within(&self.inner.agent)
+    }
+
     /// Drops state for keys that have been quiet, so memory follows active users only.
     pub fn housekeep(&self) {
-        for limiter in [&self.inner.user, &self.inner.room, &self.inner.agent]
-            .into_iter()
-            .flatten()
+        for limiter in [
+            &self.inner.user,
+            &self.inner.room,
+            &self.inner.agent,
+            &self.inner.background,
+        ]
+        .into_iter()
+        .flatten()
         {
             limiter.retain_recent();
             limiter.shrink_to_fit();
@@ -168,6 +188,24 @@ mod tests {
             }
         ));
         assert_eq!(rl.check("a", "other", "u4"), Verdict::Allowed);
+    }
+
+    #[test]
+    fn background_calls_get_a_quarter_of_the_agent_quota() {
+        let rl = RateLimiter::new(&Limits {
+            agent_per_minute: 8,
+            ..limits(0, 0)
+        });
+        assert!(rl.check_background("a"));
+        assert!(rl.check_background("a"));
+        assert!(!rl.check_background("a"), "over the background share");
+        // They were counted against the agent: six answers remain of eight.
+        for _ in 0..6 {
+            assert_eq!(rl.check("a", "r", "u"), Verdict::Allowed);
+        }
+        assert!(matches!(rl.check("a", "r", "u"), Verdict::Limited { .. }));
+        assert!(rl.check_background("b"), "another agent has its own share");
+        assert!(RateLimiter::new(&limits(0, 0)).check_background("a"));
     }
 
     #[test]

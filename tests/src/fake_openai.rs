@@ -128,6 +128,13 @@ impl ChatRequestRecord {
             .find(|m| m.role == "user")
             .map(|m| m.content.as_str())
     }
+    /// The content of the first `system` message, if any.
+    pub fn system_prompt(&self) -> Option<&str> {
+        self.messages
+            .iter()
+            .find(|m| m.role == "system")
+            .map(|m| m.content.as_str())
+    }
     /// The text this request was answered with, if it got a 200.
     pub fn reply(&self) -> Option<&str> {
         match &self.outcome {
@@ -342,6 +349,46 @@ impl FakeOpenAi {
                 self.request_count(),
                 self.unmatched()
             )),
+        }
+    }
+
+    /// Waits until at least `n` chat requests satisfy `matches` (e.g. the gateway's
+    /// background memory calls, told apart by their system prompt), then returns those.
+    /// Panics with what did arrive after `timeout`.
+    pub async fn wait_for_matching(
+        &self,
+        n: usize,
+        timeout: Duration,
+        matches: impl Fn(&ChatRequestRecord) -> bool,
+    ) -> Vec<ChatRequestRecord> {
+        let mut count = self.shared.chat_count.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let found: Vec<_> = self.requests().into_iter().filter(|r| matches(r)).collect();
+            if found.len() >= n {
+                return found;
+            }
+            // Wakes on every new request; the deadline is a hang guard.
+            if !matches!(
+                tokio::time::timeout_at(deadline, count.changed()).await,
+                Ok(Ok(()))
+            ) {
+                panic!(
+                    "the fake OpenAI server got {} matching chat request(s) of {}, expected {n} \
+                     within {timeout:?}; system prompts: {:?}",
+                    found.len(),
+                    self.request_count(),
+                    self.requests()
+                        .iter()
+                        .map(|r| r
+                            .system_prompt()
+                            .unwrap_or("")
+                            .chars()
+                            .take(60)
+                            .collect::<String>())
+                        .collect::<Vec<_>>()
+                );
+            }
         }
     }
 

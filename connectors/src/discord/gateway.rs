@@ -23,6 +23,16 @@ use crate::connector::{Accepted, ConnectorState, InboundSink};
 
 /// The state key of the channel memory.
 const CHANNELS_KEY: &str = "discord.channels";
+
+/// Where one shard keeps its channel memory. Without sharding it is the one key; a shard
+/// has its own, because shards run in different replicas and each writes its whole map:
+/// a shared key would lose the other shards' channels at every write.
+pub(crate) fn channels_key(shard: Option<crate::registry::Shard>) -> String {
+    match shard {
+        Some(s) if s.total > 1 => format!("{CHANNELS_KEY}.shard-{}-of-{}", s.id, s.total),
+        _ => CHANNELS_KEY.to_string(),
+    }
+}
 /// Channels remembered for catch-up (the most recently active).
 const MAX_CHANNELS: usize = 200;
 /// Messages per catch-up page (Discord's maximum), and pages per channel.
@@ -54,6 +64,8 @@ pub(crate) struct Receiver {
     pub me: watch::Sender<Option<Snowflake>>,
     /// The channel memory, loaded from `state` on first use.
     pub channels: tokio::sync::Mutex<Option<BTreeMap<u64, Seen>>>,
+    /// The state key of the channel memory (see [`channels_key`]).
+    pub channels_key: String,
 }
 
 impl Receiver {
@@ -68,7 +80,7 @@ impl Receiver {
     async fn load(&self) -> tokio::sync::MutexGuard<'_, Option<BTreeMap<u64, Seen>>> {
         let mut guard = self.channels.lock().await;
         if guard.is_none() {
-            let stored = match self.state.get(CHANNELS_KEY).await {
+            let stored = match self.state.get(&self.channels_key).await {
                 Ok(Some(raw)) => {
                     serde_json::from_str::<BTreeMap<u64, Seen>>(&raw).unwrap_or_else(|e| {
                         tracing::warn!(error = %e, "forgetting unreadable Discord channel memory");
@@ -105,7 +117,7 @@ impl Receiver {
         }
         match serde_json::to_string(&*map) {
             Ok(raw) => {
-                if let Err(e) = self.state.put(CHANNELS_KEY, &raw).await {
+                if let Err(e) = self.state.put(&self.channels_key, &raw).await {
                     tracing::warn!(error = %e, "cannot save the Discord channel memory");
                 }
             }
@@ -236,5 +248,24 @@ impl EventHandler for Handler {
             Some(msg) => self.0.live(msg).await,
             None => tracing::debug!("skipping an unreadable Discord message"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Shard;
+
+    #[test]
+    fn one_shard_keeps_the_old_key_and_shards_get_their_own() {
+        assert_eq!(channels_key(None), "discord.channels");
+        assert_eq!(
+            channels_key(Some(Shard { id: 0, total: 1 })),
+            "discord.channels"
+        );
+        assert_eq!(
+            channels_key(Some(Shard { id: 2, total: 4 })),
+            "discord.channels.shard-2-of-4"
+        );
     }
 }

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::connector::{Connector, ConnectorError, ConnectorState, Delivery, InboundSink};
 use crate::model::{MessageId, Outbound, Platform, RoomRef};
-use crate::registry::{Built, ConnectorSettings, Lookup};
+use crate::registry::{Built, ConnectorSettings, Lookup, Shard};
 use config::Settings;
 use gateway::{Handler, Receiver};
 use rest::Rest;
@@ -52,6 +52,32 @@ pub fn build(lookup: Lookup<'_>, settings: &ConnectorSettings) -> Result<Built, 
     Ok(Built::Ready(Arc::new(DiscordConnector::new(
         parsed,
         settings.state.clone(),
+        None,
+    )?)))
+}
+
+/// Builds a connector that receives on one gateway shard only (several replicas split a
+/// bot's guilds this way; see `docs/deploy.md`).
+pub(crate) fn build_shard(
+    lookup: Lookup<'_>,
+    settings: &ConnectorSettings,
+    shard: Shard,
+) -> Result<Built, ConnectorError> {
+    if shard.total == 0 || shard.id >= shard.total {
+        return Err(ConnectorError::Fatal(format!(
+            "Discord shard {} of {} does not exist",
+            shard.id, shard.total
+        )));
+    }
+    let Some(parsed) = config::parse(lookup)? else {
+        return Ok(Built::NotConfigured(format!(
+            "set {API_TOKEN} (the bot token from the Developer Portal; see docs/discord.md)"
+        )));
+    };
+    Ok(Built::Ready(Arc::new(DiscordConnector::new(
+        parsed,
+        settings.state.clone(),
+        Some(shard),
     )?)))
 }
 
@@ -63,6 +89,9 @@ pub struct DiscordConnector {
     settings: Settings,
     rest: Arc<Rest>,
     state: Arc<dyn ConnectorState>,
+    /// The one gateway shard this connector receives on; `None` is serenity's `start()`,
+    /// shard 0 of 1.
+    shard: Option<Shard>,
     pacer: pace::Pacer,
     /// The bot's user id, once known (from `users/@me` or READY).
     me: watch::Sender<Option<Snowflake>>,
@@ -75,11 +104,16 @@ pub struct DiscordConnector {
 }
 
 impl DiscordConnector {
-    fn new(settings: Settings, state: Arc<dyn ConnectorState>) -> Result<Self, ConnectorError> {
+    fn new(
+        settings: Settings,
+        state: Arc<dyn ConnectorState>,
+        shard: Option<Shard>,
+    ) -> Result<Self, ConnectorError> {
         Ok(Self {
             rest: Arc::new(Rest::new(settings.clone())?),
             settings,
             state,
+            shard,
             pacer: pace::Pacer::default(),
             me: watch::Sender::new(None),
             channel_locks: Mutex::new(HashMap::new()),
@@ -167,6 +201,7 @@ impl Connector for DiscordConnector {
             state: self.state.clone(),
             me: self.me.clone(),
             channels: tokio::sync::Mutex::new(None::<BTreeMap<u64, gateway::Seen>>),
+            channels_key: gateway::channels_key(self.shard),
         });
         let mut attempt = 0usize;
         loop {
@@ -189,7 +224,12 @@ impl Connector for DiscordConnector {
                     shards.shutdown_all().await;
                     return Ok(());
                 }
-                r = client.start() => r,
+                r = async {
+                    match self.shard {
+                        None => client.start().await,
+                        Some(shard) => client.start_shard(shard.id, shard.total).await,
+                    }
+                } => r,
             };
             match outcome {
                 Err(serenity::Error::Gateway(GatewayError::InvalidAuthentication)) => {

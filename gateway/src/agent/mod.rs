@@ -48,6 +48,7 @@ pub struct Agent {
     settings: AgentSettings,
     /// Documents to recall from; `None` answers without knowledge.
     knowledge: Option<crate::knowledge::Knowledge>,
+    memory: crate::memory::Memory,
 }
 
 impl Agent {
@@ -59,7 +60,10 @@ impl Agent {
         waiters: Waiters,
         settings: AgentSettings,
     ) -> Self {
+        let memory =
+            crate::memory::Memory::new(&mind.persona.id, store.clone(), limiter.clone(), &settings);
         Self {
+            memory,
             id: mind.persona.id.clone(),
             mind: RwLock::new(Arc::new(mind)),
             store,
@@ -187,6 +191,8 @@ impl Agent {
             .store
             .recent_messages(&self.id, &room_key, i64::from(self.settings.history_limit))
             .await?;
+        let memory = self.memory.recall(&room_key, recent.len(), inbound).await?;
+        let facts: Vec<&str> = memory.facts.iter().map(String::as_str).collect();
         // The thread above this message, as the platform knows it: what troupe already
         // remembers is not repeated.
         let context = self.thread_context(inbound).await;
@@ -238,6 +244,8 @@ impl Agent {
                 knowledge: &knowledge,
                 seed: seed_for(inbound),
                 budget_chars: self.settings.prompt_budget_chars,
+                summary: memory.summary.as_deref(),
+                facts: &facts,
             },
         );
 
@@ -270,6 +278,11 @@ impl Agent {
         );
         let text = completion.text;
         self.reply(journal_id, inbound, text.clone()).await?;
+        let model = crate::memory::Model {
+            provider: mind.provider.clone(),
+            agent_name: persona.name.clone(),
+        };
+        self.memory.after_reply(model, inbound, recent.len());
         Ok(Outcome::Replied { texts: vec![text] })
     }
 

@@ -219,10 +219,22 @@ pub async fn memories(
     Query(q): Query<MemoryQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let agent = find(&state, &agent)?;
-    let key = room_key(&room).to_string();
+    let room = room_key(&room);
+    let key = room.to_string();
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let messages = state.store.recent_messages(&agent.id, &key, limit).await?;
-    Ok(Json(json!({ "room": key, "messages": messages })))
+    // What the agent remembers beyond the recent messages (docs/memory.md).
+    let summary = state.store.room_summary(&agent.id, &key).await?;
+    let facts = state
+        .store
+        .room_user_facts(&agent.id, room.platform.as_str(), &key)
+        .await?;
+    Ok(Json(json!({
+        "room": key,
+        "messages": messages,
+        "summary": summary,
+        "facts": facts,
+    })))
 }
 
 #[cfg(test)]

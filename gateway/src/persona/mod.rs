@@ -212,6 +212,10 @@ pub struct PromptInput<'a> {
     pub seed: u64,
     /// The whole prompt's budget in characters; the oldest history goes first.
     pub budget_chars: usize,
+    /// The room's rolling summary of the conversation before `history`, when there is one.
+    pub summary: Option<&'a str>,
+    /// Facts known about the sender, newest first.
+    pub facts: &'a [&'a str],
 }
 
 /// A composed prompt: a system message and one user message, as elizaOS sends them.

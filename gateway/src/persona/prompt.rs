@@ -13,6 +13,10 @@
 //!
 //! `style.all` + `style.chat` become the message directions. Templates are filled by plain
 //! `{{name}}` substitution (handlebars blocks such as `{{#if}}` are not interpreted).
+//!
+//! Memory beyond the recent messages has two placeholders of troupe's own: `{{summary}}`
+//! (the room's rolling summary) and `{{facts}}` (what is known about the sender). A template
+//! written for elizaOS has neither, so there they go in front of `{{recentMessages}}`.
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -41,6 +45,8 @@ pub(crate) const FILLED_PLACEHOLDERS: &[&str] = &[
     "examples",
     "knowledge",
     "recentMessages",
+    "summary",
+    "facts",
 ];
 
 /// elizaOS placeholders for things troupe does not have (actions, goals, evaluators…):
@@ -76,9 +82,13 @@ Tone for this reply: {{adjective}}
 
 {{knowledge}}
 
+{{facts}}
+
 {{characterMessageExamples}}
 
 {{messageDirections}}
+
+{{summary}}
 
 {{recentMessages}}
 
@@ -247,27 +257,36 @@ struct Counts {
     posts: usize,
     topics: usize,
     knowledge: usize,
+    facts: usize,
+    summary: bool,
 }
 
 impl Counts {
-    fn full(knowledge: usize) -> Self {
+    fn full(input: &PromptInput<'_>) -> Self {
         Counts {
             bio: 3,
             lore: 10,
             examples: 5,
             posts: 50,
             topics: 5,
-            knowledge,
+            knowledge: input.knowledge.len(),
+            facts: input.facts.len(),
+            summary: input.summary.is_some_and(|s| !s.trim().is_empty()),
         }
     }
 
-    /// One step smaller, in this order: knowledge items (the last, least relevant, first),
-    /// post examples, message examples, lore, topics, bio down to one entry. Returns false
-    /// when nothing is left to trim.
+    /// One step smaller, in this order: facts about the sender (the oldest first), knowledge
+    /// items (the last, least relevant, first), the room's summary, post examples, message
+    /// examples, lore, topics, bio down to one entry. Returns false when nothing is left to
+    /// trim.
     fn shrink(&mut self, s: &Sampled) -> bool {
         let cap = |n: usize, len: usize| n.min(len);
-        if self.knowledge > 0 {
+        if self.facts > 0 {
+            self.facts -= 1;
+        } else if self.knowledge > 0 {
             self.knowledge -= 1;
+        } else if self.summary {
+            self.summary = false;
         } else if cap(self.posts, s.posts.len()) > 0 {
             self.posts = cap(self.posts, s.posts.len()) / 2;
         } else if cap(self.examples, s.examples.len()) > 0 {
@@ -369,8 +388,10 @@ fn render(template: &str, value: &dyn Fn(&str) -> Option<String>) -> String {
 
 /// Composes the prompt. Budget (`budget_chars`, counted in characters over system + user):
 /// 1. the oldest history lines are dropped first; the latest line is always kept;
-/// 2. if the persona with only the latest line is still over, knowledge items are dropped
-///    from the end (retrieval returns the most relevant first);
+/// 2. if the persona with only the latest line is still over, facts about the sender are
+///    dropped, the oldest first; then knowledge items from the end (retrieval returns the
+///    most relevant first); then the room's summary, whole (a cut summary could say the
+///    opposite of the whole one);
 /// 3. then the persona's samples are trimmed: post examples, message examples, lore, topics,
 ///    and the bio down to one entry. The system prompt, name, directions and template text
 ///    are never trimmed, so a prompt can still exceed a budget smaller than those.
@@ -389,7 +410,7 @@ pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
         .iter()
         .any(|(_, n)| *n == "recentMessages");
 
-    let mut counts = Counts::full(input.knowledge.len());
+    let mut counts = Counts::full(input);
     loop {
         let user = fill(
             persona,
@@ -458,7 +479,33 @@ fn fill(
             .collect::<Vec<_>>()
             .join("\n\n"),
     );
-    let recent = header("# Conversation Messages", &history.join("\n"));
+    let facts = header(
+        &format!("# Facts about {}", input.sender_name),
+        &input
+            .facts
+            .iter()
+            .take(n.facts)
+            .map(|f| format!("- {}", f.trim()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    let summary = match input.summary {
+        Some(text) if n.summary => header("# Summary of earlier conversation", text.trim()),
+        _ => String::new(),
+    };
+    // A template without troupe's memory placeholders (one written for elizaOS) gets them
+    // in front of the conversation, where they read as its prelude.
+    let has = |name: &str| placeholders(template).iter().any(|(_, p)| *p == name);
+    let conversation = header("# Conversation Messages", &history.join("\n"));
+    let recent = [("facts", &facts), ("summary", &summary)]
+        .into_iter()
+        .filter(|(name, _)| !has(name))
+        .map(|(_, section)| section)
+        .chain([&conversation])
+        .filter(|section| !section.is_empty())
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join("\n\n");
     let topics = topics_sentence(name, &s.topics[..n.topics.min(s.topics.len())]);
     let value = |p: &str| -> Option<String> {
         Some(match p {
@@ -478,6 +525,8 @@ fn fill(
             "characterPostExamples" => posts.clone(),
             "knowledge" => knowledge.clone(),
             "recentMessages" => recent.clone(),
+            "summary" => summary.clone(),
+            "facts" => facts.clone(),
             p if EMPTY_PLACEHOLDERS.contains(&p) => String::new(),
             p => match numbered_speaker(p) {
                 Some(i) => s
@@ -523,6 +572,167 @@ mod tests {
             })
         };
         assert_eq!(render("x\n\n{{b}}\n\n{{a}}\nTone: {{b}}\n", &v), "x\n\nA");
+    }
+
+    fn persona(dir: &std::path::Path, json: &str) -> Persona {
+        let path = dir.join("p.json");
+        std::fs::write(&path, json).unwrap();
+        match super::super::load_file(&path) {
+            Ok(l) => l.persona,
+            Err(d) => panic!("the test persona should load: {d:#?}"),
+        }
+    }
+
+    const ROSA: &str = r#"{"name": "Rosa", "bio": ["Rosa runs a ferry."],
+        "lore": ["l1", "l2", "l3"],
+        "messageExamples": [[{"user": "{{user1}}", "content": {"text": "q"}},
+                             {"user": "Rosa", "content": {"text": "a"}}]],
+        "style": {"all": ["be brief"], "chat": []}}"#;
+
+    fn line<'a>(text: &'a str) -> super::super::HistoryLine<'a> {
+        super::super::HistoryLine {
+            author_name: "sam",
+            text,
+            from_agent: false,
+        }
+    }
+
+    fn memory_input<'a>(
+        history: &'a [super::super::HistoryLine<'a>],
+        summary: Option<&'a str>,
+        facts: &'a [&'a str],
+        budget_chars: usize,
+    ) -> PromptInput<'a> {
+        PromptInput {
+            platform: Platform::Web,
+            sender_name: "sam",
+            history,
+            knowledge: &[],
+            seed: 1,
+            budget_chars,
+            summary,
+            facts,
+        }
+    }
+
+    fn size(p: &Prompt) -> usize {
+        p.system.chars().count() + p.user.chars().count()
+    }
+
+    #[test]
+    fn summary_and_facts_have_their_sections() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = persona(dir.path(), ROSA);
+        let history = [line("hello again")];
+        let facts = ["sam keeps bees", "sam lives in Oslo"];
+        let prompt = compose(
+            &p,
+            &memory_input(&history, Some("sam asked about tides."), &facts, 100_000),
+        );
+        let u = &prompt.user;
+        assert!(
+            u.contains("# Facts about sam\n- sam keeps bees\n- sam lives in Oslo"),
+            "{u}"
+        );
+        assert!(
+            u.contains(
+                "# Summary of earlier conversation\nsam asked about tides.\n\n# Conversation Messages\nsam: hello again"
+            ),
+            "{u}"
+        );
+        // Without them, the prompt is what it was before memory existed: no empty headers.
+        let bare = compose(&p, &memory_input(&history, None, &[], 100_000));
+        assert!(!bare.user.contains("# Facts") && !bare.user.contains("# Summary"));
+        assert!(!bare.user.contains("\n\n\n"), "{}", bare.user);
+        // A blank summary counts as none.
+        let blank = compose(&p, &memory_input(&history, Some("  "), &[], 100_000));
+        assert_eq!(blank, bare);
+    }
+
+    #[test]
+    fn an_elizaos_template_gets_memory_before_the_conversation() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = persona(
+            dir.path(),
+            r#"{"name": "Al", "bio": "A bio.", "templates": {
+                "messageHandlerTemplate": "{{agentName}}\n{{recentMessages}}\nTASK"}}"#,
+        );
+        let history = [line("yo")];
+        let prompt = compose(
+            &p,
+            &memory_input(&history, Some("Earlier."), &["likes tea"], 100_000),
+        );
+        assert_eq!(
+            prompt.user,
+            "Al\n# Facts about sam\n- likes tea\n\n# Summary of earlier conversation\nEarlier.\n\n# Conversation Messages\nsam: yo\nTASK"
+        );
+        // A template that places them itself gets them there, once.
+        let placed = persona(
+            dir.path(),
+            r#"{"name": "Al", "bio": "A bio.", "templates": {
+                "messageHandlerTemplate": "{{summary}}\n{{recentMessages}}\n{{facts}}"}}"#,
+        );
+        let prompt = compose(
+            &placed,
+            &memory_input(&history, Some("Earlier."), &["likes tea"], 100_000),
+        );
+        assert_eq!(
+            prompt.user,
+            "# Summary of earlier conversation\nEarlier.\n# Conversation Messages\nsam: yo\n# Facts about sam\n- likes tea"
+        );
+    }
+
+    #[test]
+    fn over_budget_history_goes_first_then_facts_then_the_summary() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = persona(dir.path(), ROSA);
+        let texts: Vec<String> = (0..50)
+            .map(|i| format!("old line {i:02} {}", "x".repeat(60)))
+            .collect();
+        let mut history: Vec<_> = texts.iter().map(|t| line(t)).collect();
+        history.push(line("the question"));
+        let summary = format!("SUMMARY {}", "s".repeat(300));
+        let facts: Vec<String> = (0..5)
+            .map(|i| format!("fact {i} {}", "f".repeat(40)))
+            .collect();
+        let fact_refs: Vec<&str> = facts.iter().map(String::as_str).collect();
+        let with = |budget| {
+            compose(
+                &p,
+                &memory_input(&history, Some(&summary), &fact_refs, budget),
+            )
+        };
+        let full = with(100_000);
+        assert!(full.user.contains("old line 00") && full.user.contains("fact 4"));
+
+        // Room for everything but some history: the oldest lines go, memory stays.
+        let no_history = compose(
+            &p,
+            &memory_input(&history[50..], Some(&summary), &fact_refs, 100_000),
+        );
+        let cut = with(size(&no_history) + 10 * 72);
+        assert!(size(&cut) <= size(&no_history) + 10 * 72);
+        assert!(cut.user.contains("SUMMARY") && cut.user.contains("fact 4"));
+        assert!(!cut.user.contains("old line 00") && cut.user.contains("old line 49"));
+
+        // Tighter: the facts go, the oldest (last) first, then the summary.
+        let two_facts_short = size(&no_history) - 2 * 47;
+        let fewer = with(two_facts_short);
+        assert!(size(&fewer) <= two_facts_short, "{}", fewer.user);
+        assert!(fewer.user.contains("fact 0") && !fewer.user.contains("fact 4"));
+        assert!(fewer.user.contains("SUMMARY") && fewer.user.contains("the question"));
+        let no_facts = compose(
+            &p,
+            &memory_input(&history[50..], Some(&summary), &[], 100_000),
+        );
+        let no_summary = with(size(&no_facts) - 10);
+        assert!(!no_summary.user.contains("fact 0"));
+        assert!(!no_summary.user.contains("SUMMARY"), "{}", no_summary.user);
+        assert!(
+            no_summary.user.contains("# About Rosa") && no_summary.user.contains("the question")
+        );
+        // The persona's samples were not touched before memory was gone.
+        assert!(no_summary.user.contains("l1") && no_summary.user.contains("l3"));
     }
 
     #[test]

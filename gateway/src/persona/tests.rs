@@ -534,6 +534,8 @@ fn input<'a>(platform: Platform, history: &'a [HistoryLine<'a>], seed: u64) -> P
         knowledge: &[],
         seed,
         budget_chars: 100_000,
+        summary: None,
+        facts: &[],
     }
 }
 

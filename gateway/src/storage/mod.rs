@@ -10,6 +10,7 @@
 //!   with a state, so a crash loses nothing and nothing is answered twice;
 //! - outbox: every reply to deliver, with attempts and a claim, so delivery survives a crash;
 //! - knowledge: documents, their chunks, the full-text index and embedding vectors.
+//! - room summaries and user facts: memory beyond the recent window.
 //!
 //! It does not decide anything: when to retry, what to remember and what to answer belong
 //! to the agent and the delivery worker. Layout:
@@ -18,6 +19,7 @@
 //! - `memory`: `record_handled`, room memory and room listings;
 //! - `outbox`: claiming, delivering and retrying replies;
 //! - `knowledge`: documents, chunks, full-text ranking per backend, vectors;
+//! - `summaries`: room summaries and user facts, which only move forward;
 //! - `writer`: the task that batches `journal_insert` and `record_handled` into shared
 //!   transactions (group commit).
 //!
@@ -32,6 +34,9 @@ mod knowledge_tests;
 mod memory;
 mod outbox;
 mod state;
+mod summaries;
+#[cfg(test)]
+mod summaries_tests;
 #[cfg(test)]
 mod tests;
 mod writer;
@@ -46,6 +51,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use troupe_connectors::{Inbound, Outbound, RoomKey};
 
 pub use knowledge::{DocumentRow, NewDocument, ScoredChunk, UnembeddedChunk};
+pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 

@@ -1,0 +1,404 @@
+//! Memory: what an agent remembers beyond the room's recent messages, and when to update it.
+//!
+//! - `summary`: once a room has outgrown its window (`TROUPE_HISTORY_LIMIT`), the messages
+//!   that fell out of it are folded by the model into the room's rolling summary;
+//! - `facts`: every few messages from a user, the model is asked for durable facts about
+//!   them, which are recalled for that user in any room of the agent.
+//!
+//! Both are upkeep, never on a reply's path: `Memory::after_reply` starts them in the
+//! background once the reply is recorded, and `Memory::recall` only reads what is stored.
+//! They cost model calls, so they are bounded three ways: one run per room or user at a
+//! time, at most `BACKGROUND_CALLS` calls in flight per agent, and a share of the agent's
+//! rate limit (`RateLimiter::check_background`). A reply that finds its room's (or user's)
+//! run under way does not start another: it asks that run to look once more when it is
+//! done, so no trigger is lost and triggers never pile up. Work skipped for the other two
+//! reasons stays due and is picked up after a later reply. Failures only log: memory is a
+//! help to the prompt, never a reason to fail a message.
+//!
+//! Storage (forward-only writes, so replicas may race) is `storage::summaries`; the prompt
+//! sections are composed by `persona::compose`. See docs/memory.md.
+
+mod facts;
+mod summary;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use troupe_connectors::Inbound;
+
+use crate::config::{AgentSettings, MemorySettings};
+use crate::limits::RateLimiter;
+use crate::persona::Prompt;
+use crate::provider::ModelProvider;
+use crate::storage::{FactSubject, Store};
+
+/// Background model calls in flight per agent. Replies share the provider's concurrency
+/// limit (`TROUPE_MODEL_CONCURRENCY`); memory may hold at most this much of it.
+const BACKGROUND_CALLS: usize = 2;
+
+/// The most passes one run makes when replies keep asking for another; what is left is
+/// due still, and the next reply starts a new run.
+const MAX_PASSES: usize = 8;
+
+/// What was recalled for one prompt.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Recalled {
+    /// The room's rolling summary, when the room has outgrown its window and has one.
+    pub summary: Option<String>,
+    /// Facts about the sender, newest first.
+    pub facts: Vec<String>,
+}
+
+/// The model a background run talks to: the persona's provider, as it is at the reply.
+#[derive(Clone)]
+pub(crate) struct Model {
+    pub provider: Arc<dyn ModelProvider>,
+    /// The persona's name, for the instructions.
+    pub agent_name: String,
+}
+
+/// One agent's memory upkeep. A cheap-to-clone handle.
+#[derive(Clone)]
+pub(crate) struct Memory {
+    agent_id: Arc<str>,
+    store: Store,
+    limiter: RateLimiter,
+    settings: MemorySettings,
+    history_limit: u32,
+    /// Rooms and users with a run under way in this process, and whether another pass was
+    /// asked for since it started.
+    in_flight: Arc<Mutex<HashMap<String, bool>>>,
+    calls: Arc<Semaphore>,
+    /// Replies per room and per user since their stored state was last checked.
+    seen: moka::sync::Cache<String, u32>,
+    /// Facts per user as last read, so that a prompt does not cost a query each time: they
+    /// change at most once per `facts_every` messages. A write here drops the entry; one
+    /// by another replica is seen within `FACTS_CACHE_TTL`.
+    facts: moka::sync::Cache<String, Arc<Vec<String>>>,
+}
+
+const FACTS_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn facts_cache_key(who: FactSubject<'_>) -> String {
+    format!("{}\u{1f}{}", who.platform, who.user_id)
+}
+
+impl Memory {
+    pub(crate) fn new(
+        agent_id: &str,
+        store: Store,
+        limiter: RateLimiter,
+        settings: &AgentSettings,
+    ) -> Self {
+        Memory {
+            agent_id: agent_id.into(),
+            store,
+            limiter,
+            settings: settings.memory.clone(),
+            history_limit: settings.history_limit,
+            in_flight: Arc::default(),
+            calls: Arc::new(Semaphore::new(BACKGROUND_CALLS)),
+            seen: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_idle(std::time::Duration::from_secs(24 * 3600))
+                .build(),
+            facts: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(FACTS_CACHE_TTL)
+                .build(),
+        }
+    }
+
+    /// Reads the summary and the sender's facts for a prompt. `recalled_messages` is how
+    /// many recent messages the prompt holds: a room that has not filled its window has
+    /// nothing outside it to summarise, and its summary is not read.
+    pub(crate) async fn recall(
+        &self,
+        room: &str,
+        recalled_messages: usize,
+        inbound: &Inbound,
+    ) -> crate::storage::Result<Recalled> {
+        let mut recalled = Recalled::default();
+        if self.settings.summary_every > 0 && recalled_messages >= self.history_limit as usize {
+            recalled.summary = self
+                .store
+                .room_summary(&self.agent_id, room)
+                .await?
+                .map(|s| s.summary);
+        }
+        if self.settings.facts_every > 0 {
+            let who = self.subject(inbound);
+            let key = facts_cache_key(who);
+            recalled.facts = match self.facts.get(&key) {
+                Some(facts) => facts.as_ref().clone(),
+                None => {
+                    let facts = self
+                        .store
+                        .user_facts(who, i64::from(self.settings.facts_per_user))
+                        .await?;
+                    self.facts.insert(key, Arc::new(facts.clone()));
+                    facts
+                }
+            };
+        }
+        Ok(recalled)
+    }
+
+    /// Starts the upkeep due after a reply in the background: the room's summary, then the
+    /// sender's facts. Returns at once.
+    pub(crate) fn after_reply(&self, model: Model, inbound: &Inbound, recalled_messages: usize) {
+        let room = inbound.room.key().to_string();
+        let platform = inbound.platform();
+        let user_id = inbound.author.id.as_str().to_string();
+        let summary_key = format!("summary\u{1f}{room}");
+        let facts_key = format!("facts\u{1f}{platform}\u{1f}{user_id}");
+        let summarize = self.settings.summary_every > 0
+            // The room held fewer messages than its window before this exchange, so at most
+            // two fell out of it: not enough to summarise yet.
+            && recalled_messages >= self.history_limit as usize
+            // Each exchange adds two messages.
+            && self.count_up(&summary_key, self.settings.summary_every.div_ceil(2));
+        let extract = self.settings.facts_every > 0
+            && !inbound.author.is_bot
+            && self.count_up(&facts_key, self.settings.facts_every);
+        if !summarize && !extract {
+            return;
+        }
+        let memory = self.clone();
+        let user_name = inbound.author.name.clone();
+        tokio::spawn(async move {
+            if summarize {
+                summary::run(&memory, &model, summary_key, &room).await;
+            }
+            if extract {
+                let who = FactSubject {
+                    agent_id: &memory.agent_id,
+                    platform: platform.as_str(),
+                    user_id: &user_id,
+                };
+                facts::run(&memory, &model, facts_key, who, &user_name).await;
+            }
+        });
+    }
+
+    /// Counts one more reply for `key`; true (and back to zero) when `every` have gone by
+    /// since the last time. Only then is the stored state checked, so that a reply costs no
+    /// query when no run can be due yet. The counts live in this process: after a restart,
+    /// or with replicas sharing the work, a run may come up to `every` replies late.
+    fn count_up(&self, key: &str, every: u32) -> bool {
+        let seen = self.seen.get(key).unwrap_or(0) + 1;
+        let due = seen >= every;
+        self.seen
+            .insert(key.to_string(), if due { 0 } else { seen });
+        due
+    }
+
+    /// Drops the cached facts of `who`, after they were written.
+    fn forget_cached_facts(&self, who: FactSubject<'_>) {
+        self.facts.invalidate(&facts_cache_key(who));
+    }
+
+    fn subject<'a>(&'a self, inbound: &'a Inbound) -> FactSubject<'a> {
+        FactSubject {
+            agent_id: &self.agent_id,
+            platform: inbound.platform().as_str(),
+            user_id: inbound.author.id.as_str(),
+        }
+    }
+
+    /// Marks `key` as under way. `None` when a run for it already is: that run is asked
+    /// for one more pass instead.
+    fn begin(&self, key: String) -> Option<InFlight> {
+        let mut runs = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(again) = runs.get_mut(&key) {
+            *again = true;
+            return None;
+        }
+        runs.insert(key.clone(), false);
+        Some(InFlight {
+            runs: self.in_flight.clone(),
+            key: Some(key),
+        })
+    }
+
+    /// Runs `pass` under the in-flight mark for `key`: once, then again for as long as
+    /// replies asked for another pass meanwhile (up to `MAX_PASSES`).
+    async fn coalesced<F, Fut>(&self, key: String, mut pass: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let Some(mut running) = self.begin(key) else {
+            return;
+        };
+        for _ in 0..MAX_PASSES {
+            pass().await;
+            if !running.again() {
+                return;
+            }
+        }
+    }
+
+    /// A permit for one background model call, within the agent's share of calls in flight
+    /// and of its rate limit; `None`: not now.
+    fn model_slot(&self) -> Option<OwnedSemaphorePermit> {
+        let permit = self.calls.clone().try_acquire_owned().ok()?;
+        self.limiter
+            .check_background(&self.agent_id)
+            .then_some(permit)
+    }
+
+    /// One background model call, counted in the metrics like a reply's. `None` (logged)
+    /// when it failed or answered nothing.
+    async fn ask(&self, model: &Model, prompt: &Prompt, task: &'static str) -> Option<String> {
+        let started = Instant::now();
+        let result = model.provider.complete(prompt).await;
+        crate::metrics::model_call(
+            &model.provider.describe(),
+            started.elapsed(),
+            result.is_ok(),
+            result.as_ref().ok().and_then(|c| c.prompt_tokens),
+            result.as_ref().ok().and_then(|c| c.completion_tokens),
+        );
+        match result {
+            Ok(c) if !c.text.trim().is_empty() => Some(c.text),
+            Ok(_) => {
+                tracing::info!(task, "the model answered a memory task with nothing");
+                None
+            }
+            Err(error) => {
+                tracing::warn!(task, %error, provider = %model.provider.describe(),
+                    "memory model call failed; it is tried again after a later reply");
+                None
+            }
+        }
+    }
+}
+
+/// A run under way. It ends through `again`, or when dropped (whatever the outcome).
+struct InFlight {
+    runs: Arc<Mutex<HashMap<String, bool>>>,
+    /// `None` once ended.
+    key: Option<String>,
+}
+
+impl InFlight {
+    /// True when another pass was asked for since the last one started (and clears the
+    /// request); otherwise ends the run. One lock for both, so a request made just as the
+    /// run ends is either seen here or finds the run gone and starts its own.
+    fn again(&mut self) -> bool {
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(key) = &self.key else {
+            return false;
+        };
+        if let Some(again) = runs.get_mut(key)
+            && *again
+        {
+            *again = false;
+            return true;
+        }
+        runs.remove(key);
+        self.key = None;
+        false
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.runs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&key);
+        }
+    }
+}
+
+/// `text` cut to at most `max` characters, on a character boundary, marked when cut.
+fn clip(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => text.into(),
+        Some((end, _)) => format!("{}…", &text[..end]).into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_respects_characters() {
+        assert_eq!(clip("héllo", 10), "héllo");
+        assert_eq!(clip("héllo", 2), "hé…");
+        assert_eq!(clip("", 0), "");
+    }
+
+    #[tokio::test]
+    async fn a_trigger_during_a_run_gets_one_more_pass() {
+        let memory = test_memory().await;
+        let passes = std::sync::atomic::AtomicUsize::new(0);
+        let (inside_tx, inside_rx) = tokio::sync::oneshot::channel();
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let signals = Mutex::new(Some((inside_tx, go_rx)));
+        let run = memory.coalesced("k".into(), || async {
+            passes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let first = signals.lock().unwrap().take();
+            if let Some((inside, go)) = first {
+                let _ = inside.send(());
+                let _ = go.await;
+            }
+        });
+        let trigger = async {
+            inside_rx.await.unwrap();
+            // Two triggers while the first pass runs: they coalesce into one more pass.
+            assert!(memory.begin("k".into()).is_none());
+            assert!(memory.begin("k".into()).is_none());
+            go_tx.send(()).unwrap();
+        };
+        tokio::join!(run, trigger);
+        assert_eq!(passes.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert!(memory.begin("k".into()).is_some(), "the run has ended");
+    }
+
+    async fn test_memory() -> Memory {
+        let store = Store::connect("sqlite::memory:").await.unwrap();
+        let config = crate::config::Config::for_test();
+        Memory::new("a", store, RateLimiter::new(&config.limits), &config.agent)
+    }
+
+    #[tokio::test]
+    async fn the_stored_state_is_checked_every_so_many_replies() {
+        let memory = test_memory().await;
+        let due: Vec<bool> = (0..7).map(|_| memory.count_up("k", 3)).collect();
+        assert_eq!(due, [false, false, true, false, false, true, false]);
+        assert!(memory.count_up("every reply", 1));
+        assert!(memory.count_up("every reply", 1));
+    }
+
+    #[tokio::test]
+    async fn one_run_per_key_at_a_time() {
+        let memory = test_memory().await;
+        let first = memory.begin("summary:web:r".into());
+        assert!(first.is_some());
+        assert!(memory.begin("summary:web:other".into()).is_some());
+        let mut first = first.unwrap();
+        // Nobody asked meanwhile: the run ends, and a new one may start.
+        assert!(!first.again());
+        let mut second = memory.begin("summary:web:r".into()).unwrap();
+        // Asked twice while under way: one more pass, then the end.
+        assert!(memory.begin("summary:web:r".into()).is_none());
+        assert!(memory.begin("summary:web:r".into()).is_none());
+        assert!(second.again());
+        assert!(!second.again());
+        // A dropped run (an early return) ends too.
+        drop(memory.begin("summary:web:r".into()).unwrap());
+        assert!(memory.begin("summary:web:r".into()).is_some());
+
+        let slots: Vec<_> = (0..BACKGROUND_CALLS).map(|_| memory.model_slot()).collect();
+        assert!(slots.iter().all(Option::is_some));
+        assert!(memory.model_slot().is_none(), "over the calls in flight");
+        drop(slots);
+        assert!(memory.model_slot().is_some());
+    }
+}

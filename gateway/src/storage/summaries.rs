@@ -1,0 +1,348 @@
+//! Memory beyond the recent window: each room's rolling summary, and facts learned about
+//! users (tables from `migrations/*/0004_memory.sql`).
+//!
+//! Both only move forward. A summary is written with the id of the last message it covers,
+//! and a write that would not advance that id is refused; fact extraction keeps a per-user
+//! position the same way, and commits the position with the facts it produced. So two
+//! replicas that race on the same room or user never roll memory back nor store a batch
+//! twice, without any lock held across a model call.
+//!
+//! What to remember, when, and how to ask the model belongs to `crate::memory`.
+
+use serde::Serialize;
+
+use super::{MemoryMessage, Result, Store, with_pool};
+
+/// A room's rolling summary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct ConversationSummary {
+    #[serde(rename = "text")]
+    pub summary: String,
+    /// The newest message (`messages.id`) the summary covers.
+    pub through_message_id: i64,
+    pub updated_at_ms: i64,
+}
+
+/// A fact about one of a room's users, as the memories route lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct RoomUserFact {
+    pub user_id: String,
+    /// The user's latest known name (the user id when none was recorded).
+    pub user_name: String,
+    pub fact: String,
+    /// The room it was learned in (any room of the agent on the same platform).
+    pub room: String,
+    pub created_at_ms: i64,
+}
+
+/// Whose facts: a platform user, as one agent knows them.
+#[derive(Debug, Clone, Copy)]
+pub struct FactSubject<'a> {
+    pub agent_id: &'a str,
+    /// `Platform::as_str`: user ids are only unique within a platform.
+    pub platform: &'a str,
+    pub user_id: &'a str,
+}
+
+impl FactSubject<'_> {
+    /// The `LIKE` pattern matching this platform's room keys (`telegram:…`). Platform names
+    /// are lower-case letters, so they hold no `LIKE` wildcard.
+    fn room_pattern(&self) -> String {
+        format!("{}:%", self.platform)
+    }
+}
+
+/// What one fact extraction produced, committed together with the new position.
+#[derive(Debug, Clone)]
+pub struct NewFacts<'a> {
+    pub facts: &'a [String],
+    /// The room of the newest message read (where the facts were learned).
+    pub room: &'a str,
+    /// The newest message read: becomes the user's position, and each fact's source.
+    pub through_message_id: i64,
+    /// Keep at most this many facts for the user, the newest.
+    pub keep: i64,
+    pub now_ms: i64,
+}
+
+impl Store {
+    /// The room's summary, if one was written.
+    pub async fn room_summary(
+        &self,
+        agent_id: &str,
+        room: &str,
+    ) -> Result<Option<ConversationSummary>> {
+        let row = with_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT summary, through_message_id, updated_at_ms FROM room_summaries
+                 WHERE agent_id = $1 AND room = $2",
+            )
+            .bind(agent_id)
+            .bind(room)
+            .fetch_optional(pool)
+            .await
+        })?;
+        Ok(row)
+    }
+
+    /// Writes the room's summary if it covers more than the stored one. Returns whether it
+    /// was written (false: another writer got further first).
+    pub async fn put_room_summary(
+        &self,
+        agent_id: &str,
+        room: &str,
+        summary: &str,
+        through_message_id: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let written = with_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO room_summaries (agent_id, room, summary, through_message_id, updated_at_ms)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (agent_id, room) DO UPDATE SET
+                     summary = excluded.summary,
+                     through_message_id = excluded.through_message_id,
+                     updated_at_ms = excluded.updated_at_ms
+                 WHERE room_summaries.through_message_id < excluded.through_message_id",
+            )
+            .bind(agent_id)
+            .bind(room)
+            .bind(summary)
+            .bind(through_message_id)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+        })?;
+        Ok(written > 0)
+    }
+
+    /// How many messages of the room come after message `after_id`.
+    pub async fn count_room_messages_after(
+        &self,
+        agent_id: &str,
+        room: &str,
+        after_id: i64,
+    ) -> Result<i64> {
+        let n = with_pool!(self, pool => {
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND room = $2 AND id > $3",
+            )
+            .bind(agent_id)
+            .bind(room)
+            .bind(after_id)
+            .fetch_one(pool)
+            .await
+        })?;
+        Ok(n)
+    }
+
+    /// The room's first `limit` messages after message `after_id`, oldest first.
+    pub async fn room_messages_after(
+        &self,
+        agent_id: &str,
+        room: &str,
+        after_id: i64,
+        limit: i64,
+    ) -> Result<Vec<MemoryMessage>> {
+        let rows = with_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
+                 FROM messages
+                 WHERE agent_id = $1 AND room = $2 AND id > $3
+                 ORDER BY id LIMIT $4",
+            )
+                .bind(agent_id)
+                .bind(room)
+                .bind(after_id)
+                .bind(limit.max(0))
+                .fetch_all(pool)
+                .await
+        })?;
+        Ok(rows)
+    }
+
+    /// Up to where fact extraction has read the user's messages (0: nothing yet).
+    pub async fn fact_progress(&self, who: FactSubject<'_>) -> Result<i64> {
+        let through: Option<i64> = with_pool!(self, pool => {
+            sqlx::query_scalar(
+                "SELECT through_message_id FROM user_fact_progress
+                 WHERE agent_id = $1 AND platform = $2 AND user_id = $3",
+            )
+            .bind(who.agent_id)
+            .bind(who.platform)
+            .bind(who.user_id)
+            .fetch_optional(pool)
+            .await
+        })?;
+        Ok(through.unwrap_or(0))
+    }
+
+    /// How many messages the user wrote to the agent, in any room of the platform, after
+    /// message `after_id`.
+    pub async fn count_user_messages_after(
+        &self,
+        who: FactSubject<'_>,
+        after_id: i64,
+    ) -> Result<i64> {
+        let n = with_pool!(self, pool => {
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM messages
+                 WHERE agent_id = $1 AND author_id = $2 AND from_agent = $3 AND room LIKE $4
+                   AND id > $5",
+            )
+            .bind(who.agent_id)
+            .bind(who.user_id)
+            .bind(false)
+            .bind(who.room_pattern())
+            .bind(after_id)
+            .fetch_one(pool)
+            .await
+        })?;
+        Ok(n)
+    }
+
+    /// The user's newest `limit` messages after message `after_id`, oldest first.
+    pub async fn user_messages_after(
+        &self,
+        who: FactSubject<'_>,
+        after_id: i64,
+        limit: i64,
+    ) -> Result<Vec<MemoryMessage>> {
+        let mut rows: Vec<MemoryMessage> = with_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
+                 FROM messages
+                 WHERE agent_id = $1 AND author_id = $2 AND from_agent = $3 AND room LIKE $4
+                   AND id > $5
+                 ORDER BY id DESC LIMIT $6",
+            )
+                .bind(who.agent_id)
+                .bind(who.user_id)
+                .bind(false)
+                .bind(who.room_pattern())
+                .bind(after_id)
+                .bind(limit.max(0))
+                .fetch_all(pool)
+                .await
+        })?;
+        rows.reverse();
+        Ok(rows)
+    }
+
+    /// The user's facts, newest first.
+    pub async fn user_facts(&self, who: FactSubject<'_>, limit: i64) -> Result<Vec<String>> {
+        let facts = with_pool!(self, pool => {
+            sqlx::query_scalar(
+                "SELECT fact FROM user_facts
+                 WHERE agent_id = $1 AND platform = $2 AND user_id = $3
+                 ORDER BY created_at_ms DESC, id DESC
+                 LIMIT $4",
+            )
+            .bind(who.agent_id)
+            .bind(who.platform)
+            .bind(who.user_id)
+            .bind(limit.max(0))
+            .fetch_all(pool)
+            .await
+        })?;
+        Ok(facts)
+    }
+
+    /// Commits one extraction in a transaction: moves the user's position to
+    /// `through_message_id`, adds the facts not already known (exact text), and keeps the
+    /// newest `keep`. Returns false, writing nothing, when the position was already there
+    /// or beyond (another replica handled these messages).
+    pub async fn record_user_facts(&self, who: FactSubject<'_>, new: NewFacts<'_>) -> Result<bool> {
+        let written = with_pool!(self, pool => {
+            async {
+                let mut tx = pool.begin().await?;
+                let advanced = sqlx::query(
+                    "INSERT INTO user_fact_progress
+                         (agent_id, platform, user_id, through_message_id, updated_at_ms)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (agent_id, platform, user_id) DO UPDATE SET
+                         through_message_id = excluded.through_message_id,
+                         updated_at_ms = excluded.updated_at_ms
+                     WHERE user_fact_progress.through_message_id < excluded.through_message_id",
+                )
+                .bind(who.agent_id)
+                .bind(who.platform)
+                .bind(who.user_id)
+                .bind(new.through_message_id)
+                .bind(new.now_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if advanced == 0 {
+                    tx.rollback().await?;
+                    return Ok::<bool, sqlx::Error>(false);
+                }
+                for fact in new.facts {
+                    sqlx::query(
+                        "INSERT INTO user_facts
+                             (agent_id, platform, user_id, fact, room, source_message_id, created_at_ms)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)
+                         ON CONFLICT (agent_id, platform, user_id, fact) DO NOTHING",
+                    )
+                    .bind(who.agent_id)
+                    .bind(who.platform)
+                    .bind(who.user_id)
+                    .bind(fact)
+                    .bind(new.room)
+                    .bind(new.through_message_id)
+                    .bind(new.now_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                sqlx::query(
+                    "DELETE FROM user_facts
+                     WHERE agent_id = $1 AND platform = $2 AND user_id = $3
+                       AND id NOT IN (SELECT id FROM user_facts
+                                      WHERE agent_id = $1 AND platform = $2 AND user_id = $3
+                                      ORDER BY created_at_ms DESC, id DESC
+                                      LIMIT $4)",
+                )
+                .bind(who.agent_id)
+                .bind(who.platform)
+                .bind(who.user_id)
+                .bind(new.keep.max(0))
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(true)
+            }
+            .await
+        })?;
+        Ok(written)
+    }
+
+    /// Facts about the people who wrote in the room (any room of the agent on its platform
+    /// taught them), grouped by user, newest first within a user.
+    pub async fn room_user_facts(
+        &self,
+        agent_id: &str,
+        platform: &str,
+        room: &str,
+    ) -> Result<Vec<RoomUserFact>> {
+        let rows = with_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT f.user_id, COALESCE(u.name, f.user_id) AS user_name, f.fact, f.room,
+                        f.created_at_ms
+                 FROM user_facts f
+                 LEFT JOIN users u ON u.platform = f.platform AND u.user_id = f.user_id
+                 WHERE f.agent_id = $1 AND f.platform = $2
+                   AND f.user_id IN (SELECT m.author_id FROM messages m
+                                     WHERE m.agent_id = $1 AND m.room = $3 AND m.from_agent = $4)
+                 ORDER BY f.user_id, f.created_at_ms DESC, f.id DESC",
+            )
+            .bind(agent_id)
+            .bind(platform)
+            .bind(room)
+            .bind(false)
+            .fetch_all(pool)
+            .await
+        })?;
+        Ok(rows)
+    }
+}

@@ -1,0 +1,438 @@
+//! Storage of room summaries and user facts, each body run against SQLite (a fresh file)
+//! and Postgres (a fresh database, when `TROUPE_TEST_DATABASE_URL` is set; with `CI=true`
+//! and no URL the Postgres variants fail rather than pass silently).
+
+#![allow(clippy::disallowed_methods)] // tests pick their database from the environment
+
+use super::*;
+use futures::FutureExt;
+use sqlx::Connection;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+
+const AGENT: &str = "rosa";
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// Runs `body` on a fresh database of `kind`, removing it afterwards, pass or panic.
+async fn run<F, Fut>(kind: Kind, body: F)
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    match kind {
+        Kind::Sqlite => {
+            let dir = tempfile::tempdir().expect("temporary directory");
+            let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
+            body(Store::connect(&url).await.expect("connect to SQLite")).await;
+        }
+        Kind::Postgres => {
+            let admin_url = match std::env::var("TROUPE_TEST_DATABASE_URL") {
+                Ok(url) if !url.is_empty() => url,
+                _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                    panic!("CI=true but TROUPE_TEST_DATABASE_URL is not set")
+                }
+                _ => {
+                    eprintln!("skipped: TROUPE_TEST_DATABASE_URL is not set");
+                    return;
+                }
+            };
+            let name = format!("troupe_test_{}", uuid::Uuid::new_v4().simple());
+            let mut admin = sqlx::PgConnection::connect(&admin_url)
+                .await
+                .expect("connect to TROUPE_TEST_DATABASE_URL");
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut admin)
+                .await
+                .expect("create the test database");
+            let mut url = server_url(&admin_url);
+            url.push_str(&name);
+            let store = Store::connect(&url).await.expect("connect to Postgres");
+            let closer = store.clone();
+            let outcome = AssertUnwindSafe(body(store)).catch_unwind().await;
+            closer.close().await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&mut admin)
+            .await;
+            if let Err(panic) = outcome {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
+/// `postgres://user@host:port/` from a server URL (its database and query dropped).
+fn server_url(url: &str) -> String {
+    let base = url.split('?').next().unwrap_or(url);
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    match base[authority..].find('/') {
+        Some(slash) => base[..authority + slash + 1].to_string(),
+        None => format!("{base}/"),
+    }
+}
+
+macro_rules! on_both_backends {
+    ($($body:ident),* $(,)?) => {$(
+        mod $body {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::run(super::Kind::Sqlite, super::$body).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::run(super::Kind::Postgres, super::$body).await
+            }
+        }
+    )*};
+}
+
+on_both_backends!(
+    a_summary_only_moves_forward,
+    room_messages_after_a_position,
+    a_users_messages_across_rooms_of_one_platform,
+    facts_are_deduplicated_capped_and_move_the_position,
+    racing_extractions_store_one,
+    a_rooms_facts_are_about_its_users,
+);
+
+/// Journals and records one message of `author` in `room` (with a reply from the agent
+/// when `reply`); returns the id of the inbound message in room memory.
+async fn say(
+    store: &Store,
+    platform: Platform,
+    room: &str,
+    author: &str,
+    text: &str,
+    reply: bool,
+) -> i64 {
+    let id = uuid::Uuid::new_v4().to_string();
+    let msg = Inbound {
+        id: MessageId::new(id.clone()),
+        room: RoomRef::new(platform, RoomId::new(room)),
+        author: UserRef {
+            id: UserId::new(author),
+            name: format!("{author} name"),
+            is_bot: false,
+        },
+        text: text.to_string(),
+        attachments: Vec::new(),
+        reply_to: None,
+        is_direct: true,
+        mentions_self: false,
+        sent_at_ms: 1_000,
+    };
+    let JournalInsert::Inserted(jid) = store.journal_insert(AGENT, &msg).await.unwrap() else {
+        panic!("{id} was already journaled")
+    };
+    let key = msg.room.key();
+    let reply = reply.then(|| {
+        (
+            NewMemory {
+                author_id: AGENT,
+                author_name: "Rosa",
+                text: "noted",
+                from_agent: true,
+                created_at_ms: 1_001,
+            },
+            Outbound {
+                key: format!("reply:{id}"),
+                room: msg.room.clone(),
+                text: "noted".into(),
+                reply_to: Some(msg.id.clone()),
+            },
+        )
+    });
+    store
+        .record_handled(HandledMessage {
+            journal_id: jid,
+            agent_id: AGENT,
+            room: &key,
+            room_name: None,
+            inbound: NewMemory {
+                author_id: author,
+                author_name: &msg.author.name,
+                text,
+                from_agent: false,
+                created_at_ms: 1_000,
+            },
+            reply,
+        })
+        .await
+        .unwrap();
+    let recent = store
+        .recent_messages(AGENT, &key.to_string(), 2)
+        .await
+        .unwrap();
+    recent
+        .iter()
+        .find(|m| !m.from_agent && m.text == text)
+        .map(|m| m.id)
+        .expect("the message is in room memory")
+}
+
+fn who<'a>(platform: &'a str, user_id: &'a str) -> FactSubject<'a> {
+    FactSubject {
+        agent_id: AGENT,
+        platform,
+        user_id,
+    }
+}
+
+fn facts<'a>(facts: &'a [String], through: i64, keep: i64, now_ms: i64) -> NewFacts<'a> {
+    NewFacts {
+        facts,
+        room: "web:r1",
+        through_message_id: through,
+        keep,
+        now_ms,
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+async fn a_summary_only_moves_forward(store: Store) {
+    assert_eq!(store.room_summary(AGENT, "web:r1").await.unwrap(), None);
+    assert!(
+        store
+            .put_room_summary(AGENT, "web:r1", "first", 5, 10)
+            .await
+            .unwrap()
+    );
+    let got = store.room_summary(AGENT, "web:r1").await.unwrap().unwrap();
+    assert_eq!(
+        got,
+        ConversationSummary {
+            summary: "first".into(),
+            through_message_id: 5,
+            updated_at_ms: 10
+        }
+    );
+    // Behind or level: refused, nothing changes.
+    for through in [3, 5] {
+        assert!(
+            !store
+                .put_room_summary(AGENT, "web:r1", "stale", through, 20)
+                .await
+                .unwrap()
+        );
+    }
+    assert_eq!(
+        store.room_summary(AGENT, "web:r1").await.unwrap().unwrap(),
+        got
+    );
+    assert!(
+        store
+            .put_room_summary(AGENT, "web:r1", "second", 9, 30)
+            .await
+            .unwrap()
+    );
+    let got = store.room_summary(AGENT, "web:r1").await.unwrap().unwrap();
+    assert_eq!(
+        (got.summary.as_str(), got.through_message_id),
+        ("second", 9)
+    );
+    // Per room and per agent.
+    assert_eq!(store.room_summary(AGENT, "web:r2").await.unwrap(), None);
+    assert_eq!(store.room_summary("other", "web:r1").await.unwrap(), None);
+}
+
+async fn room_messages_after_a_position(store: Store) {
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(say(&store, Platform::Web, "r1", "sam", &format!("m{i}"), true).await);
+        say(
+            &store,
+            Platform::Web,
+            "r2",
+            "sam",
+            &format!("other {i}"),
+            false,
+        )
+        .await;
+    }
+    // Five exchanges: ten messages in r1.
+    assert_eq!(
+        store
+            .count_room_messages_after(AGENT, "web:r1", 0)
+            .await
+            .unwrap(),
+        10
+    );
+    assert_eq!(
+        store
+            .count_room_messages_after(AGENT, "web:r1", ids[2])
+            .await
+            .unwrap(),
+        5
+    );
+    let page = store
+        .room_messages_after(AGENT, "web:r1", ids[1], 3)
+        .await
+        .unwrap();
+    let texts: Vec<&str> = page.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, ["noted", "m2", "noted"]);
+    assert!(page.windows(2).all(|w| w[0].id < w[1].id));
+    assert!(
+        store
+            .room_messages_after(AGENT, "web:r1", ids[4] + 1, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn a_users_messages_across_rooms_of_one_platform(store: Store) {
+    let first = say(&store, Platform::Telegram, "a", "42", "t1", true).await;
+    say(&store, Platform::Telegram, "b", "42", "t2", true).await;
+    say(&store, Platform::Discord, "a", "42", "d1", true).await;
+    say(&store, Platform::Telegram, "a", "43", "someone else", true).await;
+    say(&store, Platform::Telegram, "b", "42", "t3", false).await;
+    let tg = who("telegram", "42");
+    // Their own messages only (not the replies), in any Telegram room, not Discord's.
+    assert_eq!(store.count_user_messages_after(tg, 0).await.unwrap(), 3);
+    assert_eq!(store.count_user_messages_after(tg, first).await.unwrap(), 2);
+    let texts = |ms: Vec<MemoryMessage>| ms.into_iter().map(|m| m.text).collect::<Vec<_>>();
+    assert_eq!(
+        texts(store.user_messages_after(tg, 0, 10).await.unwrap()),
+        ["t1", "t2", "t3"]
+    );
+    // The newest ones when there are more than asked for, still oldest first.
+    assert_eq!(
+        texts(store.user_messages_after(tg, 0, 2).await.unwrap()),
+        ["t2", "t3"]
+    );
+    assert_eq!(
+        store
+            .count_user_messages_after(who("discord", "42"), 0)
+            .await
+            .unwrap(),
+        1
+    );
+}
+
+async fn facts_are_deduplicated_capped_and_move_the_position(store: Store) {
+    let sam = who("web", "sam");
+    assert_eq!(store.fact_progress(sam).await.unwrap(), 0);
+    let first = strings(&["keeps bees", "lives in Oslo"]);
+    assert!(
+        store
+            .record_user_facts(sam, facts(&first, 10, 50, 100))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.fact_progress(sam).await.unwrap(), 10);
+    assert_eq!(
+        store.user_facts(sam, 50).await.unwrap(),
+        ["lives in Oslo", "keeps bees"]
+    );
+    // The same batch again (a position that does not advance) writes nothing.
+    let again = strings(&["would be new"]);
+    assert!(
+        !store
+            .record_user_facts(sam, facts(&again, 10, 50, 150))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.user_facts(sam, 50).await.unwrap().len(), 2);
+    // A known fact is not stored twice; with a cap of two, the oldest goes.
+    let second = strings(&["keeps bees", "is a nurse"]);
+    assert!(
+        store
+            .record_user_facts(sam, facts(&second, 12, 2, 200))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.user_facts(sam, 50).await.unwrap(),
+        ["is a nurse", "lives in Oslo"]
+    );
+    assert_eq!(store.user_facts(sam, 1).await.unwrap(), ["is a nurse"]);
+    // An empty extraction still moves the position.
+    assert!(
+        store
+            .record_user_facts(sam, facts(&[], 20, 2, 300))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.fact_progress(sam).await.unwrap(), 20);
+    // Scoped by platform and by agent.
+    assert!(
+        store
+            .user_facts(who("telegram", "sam"), 50)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let other_agent = FactSubject {
+        agent_id: "other",
+        ..sam
+    };
+    assert!(store.user_facts(other_agent, 50).await.unwrap().is_empty());
+    assert_eq!(store.fact_progress(other_agent).await.unwrap(), 0);
+}
+
+async fn racing_extractions_store_one(store: Store) {
+    let sam = who("web", "sam");
+    let a = strings(&["fact from a"]);
+    let b = strings(&["fact from b"]);
+    let (ra, rb) = tokio::join!(
+        store.record_user_facts(sam, facts(&a, 7, 50, 100)),
+        store.record_user_facts(sam, facts(&b, 7, 50, 100)),
+    );
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert!(
+        ra ^ rb,
+        "exactly one extraction of the batch is stored: {ra} {rb}"
+    );
+    assert_eq!(store.user_facts(sam, 50).await.unwrap().len(), 1);
+}
+
+async fn a_rooms_facts_are_about_its_users(store: Store) {
+    say(&store, Platform::Web, "r1", "sam", "hi", true).await;
+    say(&store, Platform::Web, "r2", "ann", "hello", true).await;
+    say(&store, Platform::Web, "r2", "sam", "me too", true).await;
+    let (sam, ann) = (strings(&["sam keeps bees"]), strings(&["ann is a pilot"]));
+    for (user, learned) in [("sam", &sam), ("ann", &ann)] {
+        let new = NewFacts {
+            room: "web:r2",
+            ..facts(learned, 1, 50, 100)
+        };
+        assert!(
+            store
+                .record_user_facts(who("web", user), new)
+                .await
+                .unwrap()
+        );
+    }
+    // r1 only heard from sam: only sam's facts, learned in r2, with sam's name.
+    let r1 = store.room_user_facts(AGENT, "web", "web:r1").await.unwrap();
+    assert_eq!(
+        r1,
+        [RoomUserFact {
+            user_id: "sam".into(),
+            user_name: "sam name".into(),
+            fact: "sam keeps bees".into(),
+            room: "web:r2".into(),
+            created_at_ms: 100,
+        }]
+    );
+    let r2 = store.room_user_facts(AGENT, "web", "web:r2").await.unwrap();
+    let users: Vec<&str> = r2.iter().map(|f| f.user_id.as_str()).collect();
+    assert_eq!(users, ["ann", "sam"]);
+    assert!(
+        store
+            .room_user_facts(AGENT, "web", "web:empty")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
