@@ -681,6 +681,55 @@ mod tests {
     }
 
     #[test]
+    fn knowledge_settings_and_embedding_models() {
+        let c = Config::for_test();
+        assert_eq!(c.knowledge.max_file_bytes, 50 << 20);
+        assert!(c.knowledge.embedding.is_none());
+
+        let c = Config::from_env(env(&[
+            ("TROUPE_EMBEDDING_MODEL", "nomic-embed-text"),
+            ("TROUPE_EMBEDDING_PROVIDER", "ollama"),
+            ("OLLAMA_SERVER_URL", "http://gpu:11434/"),
+            ("OPENAI_API_KEY", "sk-not-for-ollama"),
+        ]))
+        .unwrap();
+        let e = c.knowledge.embedding.as_ref().unwrap();
+        assert_eq!(e.api, EmbeddingApi::Ollama);
+        assert_eq!(e.url, "http://gpu:11434");
+        assert!(e.api_key.is_none());
+        assert!(!format!("{c:?}").contains("sk-not-for-ollama"));
+
+        // elizaOS's switch, with the OpenAI-compatible base URL and key.
+        let c = Config::from_env(env(&[
+            ("USE_OPENAI_EMBEDDING", "TRUE"),
+            ("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1"),
+            ("OPENAI_API_KEY", "sk-secret"),
+        ]))
+        .unwrap();
+        let e = c.knowledge.embedding.as_ref().unwrap();
+        assert_eq!(e.api, EmbeddingApi::OpenAi);
+        assert_eq!(e.model, "text-embedding-3-small");
+        assert_eq!(e.url, "http://127.0.0.1:8080/v1");
+        assert!(e.api_key.is_some());
+        assert!(!format!("{c:?}").contains("sk-secret"));
+
+        let err = Config::from_env(env(&[
+            ("TROUPE_KNOWLEDGE_CHUNK_TOKENS", "100"),
+            ("TROUPE_KNOWLEDGE_CHUNK_OVERLAP", "100"),
+        ]))
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("TROUPE_KNOWLEDGE_CHUNK_OVERLAP"),
+            "{err}"
+        );
+        let err = Config::from_env(env(&[("TROUPE_EMBEDDING_PROVIDER", "cohere")])).unwrap_err();
+        assert!(
+            err.to_string().contains("TROUPE_EMBEDDING_PROVIDER"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn discord_shards_parse_and_bad_ones_are_named() {
         let c = Config::for_test();
         assert_eq!(

@@ -4,7 +4,7 @@
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json, troupe_bin};
 
 const AGENT: &str = "Ada";
 const BIO: &str = "Ada keeps the harbour office and answers questions about the island.";
@@ -17,6 +17,7 @@ troupe_e2e::on_each_backend!(
     identical_uploads_are_stored_once_and_listed,
     character_knowledge_is_ingested_once_at_start,
     with_an_embedding_model_chunks_and_queries_are_embedded,
+    troupe_ingest_adds_a_directory_and_reembeds,
 );
 
 /// A handbook in sections, each on its own subject, so that chunks are told apart.
@@ -176,6 +177,13 @@ async fn an_uploaded_document_reaches_the_prompt_with_its_source(backend: Backen
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
     assert!(err["detail"].as_str().unwrap().contains("`q`"), "{err}");
+    let (status, err) = app
+        .get(&format!(
+            "/api/agents/{AGENT}/knowledge/search?q=x&limit=lots"
+        ))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    assert!(err["detail"].as_str().unwrap().contains("limit"), "{err}");
 }
 
 async fn a_room_document_stays_in_its_room(backend: Backend) {
@@ -446,4 +454,94 @@ async fn with_an_embedding_model_chunks_and_queries_are_embedded(backend: Backen
         !app.logs().contains(fake.api_key().unwrap()),
         "the API key reached the logs"
     );
+}
+
+/// Runs `troupe ingest ARGS` against the app's database and personas, with the fake as the
+/// embedding API; returns (exit code, stdout, stderr).
+async fn troupe_ingest(app: &TestApp, fake: &FakeOpenAi, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = tokio::process::Command::new(troupe_bin());
+    cmd.arg("ingest")
+        .args(args)
+        .current_dir(app.data_dir())
+        .env("TROUPE_DATABASE_URL", app.database_url())
+        .env("TROUPE_PERSONAS", app.data_dir().join("personas"))
+        .env("TROUPE_EMBEDDING_MODEL", "text-embedding-3-small")
+        .env("OPENAI_BASE_URL", fake.base_url())
+        .env("OPENAI_API_KEY", fake.api_key().unwrap())
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .env_remove("TROUPE_CONFIG");
+    let out = cmd.output().await.expect("run troupe ingest");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn troupe_ingest_adds_a_directory_and_reembeds(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(backend, &fake, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("ferries.md"), HANDBOOK).unwrap();
+    std::fs::write(
+        dir.path().join("sub/prices.csv"),
+        "item,price\nnight ferry ticket,12 crowns\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("sub/photo.png"), b"\x89PNG\r\n\x1a\n\0\0").unwrap();
+    std::fs::write(dir.path().join(".hidden.txt"), "never read").unwrap();
+    let target = dir.path().display().to_string();
+
+    let (code, stdout, stderr) = troupe_ingest(&app, &fake, &["--agent", AGENT, &target]).await;
+    // The PNG is skipped with its reason, so the exit code says something failed.
+    assert_eq!(code, 1, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stderr.contains("photo.png") && stderr.contains("PNG"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("2 document(s) added"), "{stdout}");
+    let docs = listed(&app).await;
+    assert_eq!(docs.len(), 2, "{docs:?}");
+    assert!(docs.iter().all(|d| d["origin"] == json!("cli")), "{docs:?}");
+    // Every chunk was embedded as it was ingested.
+    let chunks: u64 = docs.iter().map(|d| d["chunks"].as_u64().unwrap()).sum();
+    let embedded_at_ingest: usize = fake
+        .embedding_requests()
+        .iter()
+        .map(|r| r.inputs.len())
+        .sum();
+    assert_eq!(embedded_at_ingest, chunks as usize);
+
+    // Again: everything is known, nothing is added.
+    let (_, stdout, _) = troupe_ingest(&app, &fake, &["--agent", "ada", &target]).await;
+    assert!(
+        stdout.contains("0 document(s) added") && stdout.contains("2 already known"),
+        "{stdout}"
+    );
+
+    // --reembed embeds every chunk once more.
+    let before: usize = fake
+        .embedding_requests()
+        .iter()
+        .map(|r| r.inputs.len())
+        .sum();
+    let (code, stdout, stderr) = troupe_ingest(&app, &fake, &["--agent", AGENT, "--reembed"]).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.contains(&format!("{chunks} chunk(s) embedded")),
+        "{stdout}"
+    );
+    let after: usize = fake
+        .embedding_requests()
+        .iter()
+        .map(|r| r.inputs.len())
+        .sum();
+    assert_eq!(after - before, chunks as usize);
+
+    let (code, _, stderr) = troupe_ingest(&app, &fake, &["--agent", "nobody", &target]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("no persona `nobody`"), "{stderr}");
+    assert!(!stderr.contains(fake.api_key().unwrap()));
 }

@@ -8,7 +8,8 @@
 //! itself is `knowledge::Knowledge`'s; this module only maps requests and errors.
 
 use axum::Json;
-use axum::extract::multipart::{Field, MultipartError};
+use axum::extract::multipart::{Field, MultipartError, MultipartRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Multipart, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -81,6 +82,11 @@ fn room_key(room: &str) -> Result<String, ApiError> {
     Ok(RoomKey::new(Platform::Web, RoomId::new(room)).to_string())
 }
 
+/// A query string that does not parse (`limit=abc`), as a JSON 400.
+fn bad_query(e: QueryRejection) -> ApiError {
+    ApiError::bad_request(e.body_text())
+}
+
 /// A multipart failure as the client should see it: over the body limit is 413.
 fn multipart_error(e: MultipartError, limit: usize) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -127,8 +133,14 @@ async fn read_limited(
 pub async fn upload(
     State(state): State<AppState>,
     Path(agent): Path<String>,
-    mut multipart: Multipart,
+    multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Response, ApiError> {
+    let mut multipart = multipart.map_err(|e| {
+        ApiError::bad_request(format!(
+            "{}: send the document as multipart/form-data with a `file` field",
+            e.body_text()
+        ))
+    })?;
     let agent = find(&state, &agent)?;
     let knowledge = knowledge(&state)?;
     let settings = knowledge.settings();
@@ -221,8 +233,9 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<AppState>,
     Path(agent): Path<String>,
-    Query(query): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query.map_err(bad_query)?;
     let agent = find(&state, &agent)?;
     let room = query.room_id.as_deref().map(room_key).transpose()?;
     let docs = knowledge(&state)?
@@ -255,8 +268,9 @@ pub struct SearchQuery {
 pub async fn search(
     State(state): State<AppState>,
     Path(agent): Path<String>,
-    Query(query): Query<SearchQuery>,
+    query: Result<Query<SearchQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query.map_err(bad_query)?;
     let agent = find(&state, &agent)?;
     let knowledge = knowledge(&state)?;
     let q = query

@@ -39,13 +39,14 @@ fn config(size: usize, overlap: usize) -> ChunkConfig<text_splitter::Characters>
         .unwrap_or_else(|_| ChunkConfig::new(size))
 }
 
-fn split<'t, S: text_splitter::ChunkSizer>(
+fn split<S: text_splitter::ChunkSizer>(
     format: Format,
-    text: &'t str,
+    text: &str,
     config: ChunkConfig<S>,
-) -> Vec<&'t str> {
+) -> Vec<&str> {
     match format {
-        Format::Markdown => MarkdownSplitter::new(config).chunks(text).collect(),
+        // HTML is extracted as light Markdown (see extract::html).
+        Format::Markdown | Format::Html => MarkdownSplitter::new(config).chunks(text).collect(),
         _ => TextSplitter::new(config).chunks(text).collect(),
     }
 }

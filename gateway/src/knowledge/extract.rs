@@ -315,7 +315,8 @@ fn pdf(name: &str, bytes: &[u8]) -> Result<String, ExtractError> {
 }
 
 fn html(name: &str, bytes: &[u8]) -> Result<String, ExtractError> {
-    // Wide lines: wrapping would only put newlines inside sentences.
+    // Rendered as light Markdown (`# Heading`), which the Markdown splitter cuts at; wide
+    // lines, since wrapping would only put newlines inside sentences.
     html2text::config::plain()
         .string_from_read(bytes, 10_000)
         .map_err(|e| ExtractError::Unreadable(format!("`{name}` could not be read as HTML: {e}")))
@@ -490,8 +491,9 @@ mod tests {
               <body><h1>Hours</h1><p>The office opens at <b>nine</b>.</p></body></html>",
         )
         .unwrap();
+        // Headings stay Markdown headings, so the Markdown splitter cuts at them.
         assert!(
-            text.contains("Hours") && text.contains("The office opens at nine."),
+            text.contains("# Hours") && text.contains("The office opens at"),
             "{text}"
         );
         assert!(!text.contains('<') && !text.contains("secret"), "{text}");
@@ -523,6 +525,51 @@ mod tests {
         assert_eq!(text, "name: Lamp, brass; price: 12\nname: Rope\n");
         let tsv = read("p.tsv", None, b"a\tb\n1\t2\n").unwrap();
         assert_eq!(tsv, "a: 1; b: 2\n");
+    }
+
+    /// A one-page PDF showing `text` in Helvetica, with a correct cross-reference table.
+    fn tiny_pdf(text: &str) -> Vec<u8> {
+        let stream = format!("BT /F1 12 Tf 72 720 Td ({text}) Tj ET");
+        let objects = [
+            "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+            "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_string(),
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] \
+             /Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>"
+                .to_string(),
+            format!(
+                "<< /Length {} >>\nstream\n{stream}\nendstream",
+                stream.len()
+            ),
+            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
+        ];
+        let mut pdf = b"%PDF-1.4\n".to_vec();
+        let mut offsets = Vec::new();
+        for (i, body) in objects.iter().enumerate() {
+            offsets.push(pdf.len());
+            pdf.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
+        }
+        let xref = pdf.len();
+        pdf.extend_from_slice(
+            format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+        );
+        for o in offsets {
+            pdf.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+        }
+        pdf.extend_from_slice(
+            format!(
+                "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+                objects.len() + 1
+            )
+            .as_bytes(),
+        );
+        pdf
+    }
+
+    #[test]
+    fn a_pdf_gives_its_text() {
+        let pdf = tiny_pdf("The ferry leaves at noon");
+        let text = read("timetable.pdf", Some("application/pdf"), &pdf).unwrap();
+        assert!(text.contains("ferry leaves at noon"), "{text:?}");
     }
 
     #[test]

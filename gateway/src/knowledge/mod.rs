@@ -559,7 +559,7 @@ impl Knowledge {
     pub async fn reembed(
         &self,
         agent_id: &str,
-        progress: impl Fn(usize),
+        mut progress: impl FnMut(usize),
     ) -> Result<usize, KnowledgeError> {
         let Some(embedder) = &self.inner.embedder else {
             return Err(KnowledgeError::Embedding(
@@ -767,6 +767,7 @@ const STOP_WORDS: &[&str] = &[
 ];
 
 /// The query cut into lower-case words of letters and digits, stop words dropped, each once.
+/// Dropping `or` matters: Postgres' `websearch_to_tsquery` reads it as the operator.
 fn query_terms(query: &str) -> Vec<String> {
     let mut seen = HashSet::new();
     query

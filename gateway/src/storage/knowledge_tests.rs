@@ -101,6 +101,8 @@ on_both_backends!(
     ranking_prefers_the_better_match,
     chunks_are_inserted_in_batches,
     bad_input_is_refused_before_storage,
+    text_attachments_become_the_rooms_knowledge,
+    vectors_find_what_keywords_miss_and_reembed_rebuilds_them,
 );
 
 fn knowledge(store: &Store) -> Knowledge {
@@ -168,6 +170,16 @@ async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
             .unwrap()
             .is_empty()
     );
+    // Odd Unicode and query-language look-alikes are words, never syntax errors.
+    for odd in [
+        "² café ½ ﬁ",
+        "-ferry NOT OR AND NEAR",
+        "'pier' & | ! <-> :*",
+    ] {
+        k.search(AGENT, None, odd, 10)
+            .await
+            .unwrap_or_else(|e| panic!("{odd:?}: {e}"));
+    }
 
     let listed = k.documents(AGENT, None).await.unwrap();
     assert_eq!(listed.len(), 3);
@@ -396,7 +408,11 @@ async fn chunks_are_inserted_in_batches(store: Store) {
     assert!(hits[0].text.contains("buoy number 1187"), "{hits:#?}");
     let last = format!("{}:{}", doc.document_id, doc.chunks - 1);
     assert_eq!(
-        store.chunks_by_id(&[last.clone()]).await.unwrap()[0].chunk_id,
+        store
+            .chunks_by_id(std::slice::from_ref(&last))
+            .await
+            .unwrap()[0]
+            .chunk_id,
         last
     );
 }
@@ -443,4 +459,200 @@ async fn bad_input_is_refused_before_storage(store: Store) {
         .unwrap_err();
     assert!(matches!(err, KnowledgeError::Unreadable(_)), "{err}");
     assert!(k.documents(AGENT, None).await.unwrap().is_empty());
+}
+
+async fn text_attachments_become_the_rooms_knowledge(store: Store) {
+    use axum::routing::get;
+    // A stand-in for a platform's file host.
+    let files = axum::Router::new()
+        .route(
+            "/notes.txt",
+            get(|| async { "The spare key hangs behind the tide clock." }),
+        )
+        .route("/huge.txt", get(|| async { "x".repeat(5_000) }))
+        .route(
+            "/gone.txt",
+            get(|| async { (axum::http::StatusCode::NOT_FOUND, "") }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, files).await });
+
+    let k = Knowledge::new(
+        store.clone(),
+        KnowledgeSettings {
+            max_attachment_bytes: 1_000,
+            ..KnowledgeSettings::default()
+        },
+        None,
+    );
+    let attachment =
+        |name: &str, mime: Option<&str>, url: Option<String>| troupe_connectors::Attachment {
+            name: name.into(),
+            mime: mime.map(str::to_string),
+            size: None,
+            url,
+        };
+    let attachments = vec![
+        attachment(
+            "notes.txt",
+            Some("text/plain"),
+            Some(format!("{base}/notes.txt")),
+        ),
+        // Over the cap while streaming: refused.
+        attachment("huge.txt", None, Some(format!("{base}/huge.txt"))),
+        // Not text: never fetched.
+        attachment(
+            "photo.jpg",
+            Some("image/jpeg"),
+            Some(format!("{base}/photo.jpg")),
+        ),
+        attachment("gone.txt", None, Some(format!("{base}/gone.txt"))),
+        attachment("local.txt", None, None),
+    ];
+    let added = k
+        .ingest_attachments(AGENT, "discord:42", &attachments)
+        .await;
+    assert_eq!(added, 1);
+    let docs = k.documents(AGENT, None).await.unwrap();
+    assert_eq!(docs.len(), 1, "{docs:?}");
+    assert_eq!(docs[0].origin, "attachment");
+    assert_eq!(docs[0].room_id.as_deref(), Some("discord:42"));
+    let here = k
+        .search(AGENT, Some("discord:42"), "spare key", 5)
+        .await
+        .unwrap();
+    assert_eq!(sources(&here), vec!["notes.txt"]);
+    let elsewhere = k
+        .search(AGENT, Some("discord:7"), "spare key", 5)
+        .await
+        .unwrap();
+    assert!(elsewhere.is_empty());
+    // The same attachment again is known already.
+    assert_eq!(
+        k.ingest_attachments(AGENT, "discord:42", &attachments[..1])
+            .await,
+        0
+    );
+}
+
+/// A stand-in embedding API (OpenAI's shape) whose vectors know that a boat is a ship:
+/// dimension 0 counts boat/ship/ferry, dimension 1 lamp/light, dimension 2 everything else.
+async fn synonym_embeddings() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::Json;
+    use axum::routing::post;
+    use serde_json::{Value, json};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let api = axum::Router::new().route(
+        "/v1/embeddings",
+        post(move |Json(body): Json<Value>| {
+            let counter = counter.clone();
+            async move {
+                let inputs: Vec<String> = body["input"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                counter.fetch_add(inputs.len(), Ordering::SeqCst);
+                let data: Vec<Value> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, text)| {
+                        let mut v = [0f32; 3];
+                        for w in text.to_lowercase().split(|c: char| !c.is_alphanumeric()) {
+                            match w {
+                                "boat" | "boats" | "ship" | "ships" | "ferry" => v[0] += 1.0,
+                                "lamp" | "light" => v[1] += 1.0,
+                                "" => {}
+                                _ => v[2] += 0.1,
+                            }
+                        }
+                        json!({"object": "embedding", "index": i, "embedding": v})
+                    })
+                    .collect();
+                Json(json!({"object": "list", "data": data, "model": body["model"]}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, api).await });
+    (url, calls)
+}
+
+async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store) {
+    use crate::config::{EmbeddingApi, EmbeddingSettings};
+    use crate::knowledge::Embedder;
+    use std::sync::atomic::Ordering;
+    let (url, calls) = synonym_embeddings().await;
+    let embedder = Embedder::new(&EmbeddingSettings {
+        api: EmbeddingApi::OpenAi,
+        url,
+        api_key: None,
+        model: "synonyms".into(),
+        dimensions: None,
+    });
+    let k = Knowledge::new(store.clone(), KnowledgeSettings::default(), Some(embedder));
+    k.ingest(AGENT, None, "boats.txt", None, b"Our boat sails at dawn.")
+        .await
+        .unwrap();
+    k.ingest(AGENT, None, "lamps.txt", None, b"The lamp burns oil.")
+        .await
+        .unwrap();
+    k.ingest(
+        AGENT,
+        Some("web:r2"),
+        "r2.txt",
+        None,
+        b"A boat for room two.",
+    )
+    .await
+    .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "one vector per chunk");
+    assert_eq!(
+        store.embeddings(AGENT, "", "synonyms").await.unwrap().len(),
+        2
+    );
+
+    // "ship" is in no document: keywords find nothing, the vectors find the boat.
+    let hits = k.search(AGENT, Some("web:r1"), "ship", 5).await.unwrap();
+    assert_eq!(
+        hits.first().map(|h| h.source.as_str()),
+        Some("boats.txt"),
+        "{hits:#?}"
+    );
+    assert!(
+        hits.iter().all(|h| h.source != "r2.txt"),
+        "another room's vector leaked: {hits:#?}"
+    );
+    assert!((hits[0].score - 1.0 / 61.0).abs() < 1e-9, "{hits:#?}");
+    // Found by both rankings, a chunk scores higher than by one.
+    let both = k.search(AGENT, None, "boat", 5).await.unwrap();
+    assert_eq!(both[0].source, "boats.txt");
+    assert!(both[0].score > 1.0 / 61.0, "{both:#?}");
+
+    let before = calls.load(Ordering::SeqCst);
+    let mut seen = Vec::new();
+    let done = k.reembed(AGENT, |n| seen.push(n)).await.unwrap();
+    assert_eq!(done, 3);
+    assert_eq!(seen.last(), Some(&3));
+    assert_eq!(calls.load(Ordering::SeqCst) - before, 3);
+    assert_eq!(
+        store
+            .embeddings(AGENT, "web:r2", "synonyms")
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // Without an embedder, reembed says what to configure.
+    let plain = knowledge(&store);
+    let err = plain.reembed(AGENT, |_| {}).await.unwrap_err();
+    assert!(err.to_string().contains("TROUPE_EMBEDDING_MODEL"), "{err}");
 }
