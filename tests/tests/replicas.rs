@@ -239,6 +239,7 @@ async fn two_replicas_answer_each_message_once_in_order_even_when_one_is_killed(
         by_a > 0 && by_b > 0,
         "both replicas take work: {by_a} and {by_b}"
     );
+    eprintln!("phase one: replica a answered {by_a}, replica b {by_b}");
 
     // Phase 2: replica b is killed once a third of the messages are answered.
     let answered = Arc::new(AtomicUsize::new(0));
@@ -258,6 +259,7 @@ async fn two_replicas_answer_each_message_once_in_order_even_when_one_is_killed(
         at_kill < ROOMS * PER_ROOM,
         "the kill came after the run ({at_kill} answered)"
     );
+    eprintln!("phase two: replica b killed after {at_kill} answers");
     let rows = outbox_by_message(a.database_url(), "two").await;
     assert_exactly_one_reply_each(&rows, "two");
     let before = by_a;
