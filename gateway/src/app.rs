@@ -135,8 +135,9 @@ impl App {
         });
         let bus: Arc<dyn Bus> = match &config.bus_url {
             None => Arc::new(InProcessBus::new(config.agent.bus_capacity, dispatcher)),
-            Some(url) => anyhow::bail!(
-                "TROUPE_BUS_URL={url}: the NATS JetStream bus is not available in this build yet; unset it to use the in-process bus"
+            Some(url) => Arc::new(
+                crate::bus::nats::NatsBus::connect(url, &config.nats, dispatcher, waiters.clone())
+                    .await?,
             ),
         };
         let ingress = Ingress::new(store.clone(), bus, waiters.clone());
@@ -416,6 +417,8 @@ impl App {
         });
         // What a previous run left unfinished goes on the bus first, before any connector
         // runs and journals something new that the replay would then publish again.
+        // A shared bus starts consuming now that the agents are loaded.
+        self.ingress.bus().start().await?;
         let replayed = self.ingress.replay(self.config.agent.max_attempts).await?;
         if replayed > 0 {
             tracing::info!(

@@ -7,6 +7,11 @@
 //! Two phases: latency (one room, so nothing queues ahead of a message) and throughput
 //! (`--rooms` conversations at once). It also reports the process's resident memory, idle
 //! after start and at its peak.
+//!
+//! With `--bus nats://…` the messages go through NATS JetStream instead, and `--replicas N`
+//! builds N headless apps in this one process on the same database and the same stream (a
+//! fresh prefix per run, deleted at the end), as N replicas would be: conversations post
+//! to the replicas in turn, and whichever replica pulls a message handles it.
 
 use clap::Args;
 use std::process::ExitCode;
@@ -36,6 +41,12 @@ pub struct BenchArgs {
     /// Messages of the single-room latency phase.
     #[arg(long, default_value_t = 2_000)]
     pub latency_messages: usize,
+    /// A NATS server (`nats://…`): use the JetStream bus instead of the in-process one.
+    #[arg(long)]
+    pub bus: Option<String>,
+    /// Replicas to run in this process (with `--bus`), sharing the database and the bus.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
 }
 
 const PERSONA: &str = r#"{
@@ -72,22 +83,52 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
             text: "ok, noted.".into(),
         }) as Arc<dyn ModelProvider>
     });
-    let app = App::build_headless(config, factory).await?;
-    let agent = app
+    let replicas = args.replicas.max(1);
+    if replicas > 1 && args.bus.is_none() {
+        anyhow::bail!("--replicas needs --bus nats://…: in-process buses are not shared");
+    }
+    if let Some(bus) = &args.bus {
+        config.bus_url = Some(bus.clone());
+        // A stream of its own, so runs do not meet each other's messages.
+        config.nats.prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
+    }
+    let prefix = config.nats.prefix.clone();
+    let mut apps = Vec::with_capacity(replicas);
+    for _ in 0..replicas {
+        apps.push(App::build_headless(config.clone(), factory.clone()).await?);
+    }
+    let agent = apps[0]
         .agents
         .find("bench")
         .ok_or_else(|| anyhow::anyhow!("the bench persona did not load"))?;
-    let ingress = app.ingress.clone();
-    let backend = app.store.backend();
+    let ingresses: Vec<_> = apps.iter().map(|a| a.ingress.clone()).collect();
+    let ingress = ingresses[0].clone();
+    let backend = apps[0].store.backend();
+    let bus_kind = ingress.bus().describe();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let mut running = Vec::with_capacity(replicas);
+    for app in apps {
+        running.push(tokio::spawn(app.run_until_stopped(shutdown.clone())));
+    }
+    // Message ids unique to this run: a reused database would answer old ids from the journal.
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
     let idle_rss = rss_kib("VmRSS");
 
     // Phase 1, latency: one conversation, one message at a time, so each figure is the
     // gateway's own cost for one message with nothing queued ahead of it.
     let single = args.latency_messages;
-    eprintln!("troupe bench ({backend:?}): latency over {single} sequential messages in one room");
-    let mut latencies = converse_many(&ingress, &agent.id, usize::MAX, single, args.warmup).await?;
+    eprintln!(
+        "troupe bench ({backend:?}, {bus_kind}, {replicas} replica(s)): latency over {single} sequential messages in one room"
+    );
+    let mut latencies = converse_many(
+        &ingresses,
+        &run_id,
+        &agent.id,
+        usize::MAX,
+        single,
+        args.warmup,
+    )
+    .await?;
     latencies.sort();
     let (p50, p90, p99) = (
         pct(&latencies, 0.50),
@@ -97,16 +138,19 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
 
     // Phase 2, throughput: `rooms` conversations at once.
     eprintln!(
-        "troupe bench ({backend:?}): throughput over {} messages in {rooms} concurrent rooms",
+        "troupe bench ({backend:?}, {bus_kind}): throughput over {} messages in {rooms} concurrent rooms",
         per_room * rooms
     );
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for r in 0..rooms {
-        let ingress = ingress.clone();
+        let ingresses = ingresses.clone();
         let agent_id = agent.id.clone();
         let warmup = args.warmup;
-        tasks.spawn(async move { converse_many(&ingress, &agent_id, r, per_room, warmup).await });
+        let run_id = run_id.clone();
+        tasks.spawn(async move {
+            converse_many(&ingresses, &run_id, &agent_id, r, per_room, warmup).await
+        });
     }
     let mut loaded = Vec::with_capacity(per_room * rooms);
     while let Some(result) = tasks.join_next().await {
@@ -117,9 +161,15 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
     loaded.sort();
     let peak_rss = rss_kib("VmHWM");
     shutdown.cancel();
-    running.await??;
+    for r in running {
+        r.await??;
+    }
+    if let Some(bus) = &args.bus {
+        remove_stream(bus, &prefix).await;
+    }
 
     println!("backend                 {backend:?}");
+    println!("bus                     {bus_kind}, {replicas} replica(s)");
     println!(
         "latency, one room       p50 {:.3} ms   p90 {:.3} ms   p99 {:.3} ms   ({} messages)",
         ms(p50),
@@ -142,10 +192,25 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-/// Talks `count` (+ `warmup`) messages into room `room`, each after the previous answer;
-/// returns the latency of each measured one.
+/// Deletes the run's stream (and with it its consumers) from the NATS server.
+async fn remove_stream(url: &str, prefix: &str) {
+    let removed = async {
+        let client = async_nats::connect(url).await?;
+        let js = async_nats::jetstream::new(client);
+        js.delete_stream(format!("{prefix}_inbound")).await?;
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    if let Err(e) = removed {
+        eprintln!("troupe bench: could not delete the stream {prefix}_inbound: {e}");
+    }
+}
+
+/// Talks `count` (+ `warmup`) messages into room `room`, each after the previous answer,
+/// posting to the replicas in turn; returns the latency of each measured one.
 async fn converse_many(
-    ingress: &crate::ingress::Ingress,
+    ingresses: &[crate::ingress::Ingress],
+    run_id: &str,
     agent_id: &str,
     room: usize,
     count: usize,
@@ -154,8 +219,9 @@ async fn converse_many(
     let mut latencies = Vec::with_capacity(count);
     for n in 0..(warmup + count) {
         let t = Instant::now();
+        let ingress = &ingresses[(room.wrapping_add(n)) % ingresses.len()];
         let answer = ingress
-            .converse(agent_id, message(room, n), Duration::from_secs(60))
+            .converse(agent_id, message(run_id, room, n), Duration::from_secs(60))
             .await?;
         if !matches!(answer.outcome, Outcome::Replied { .. }) {
             anyhow::bail!("unexpected outcome {:?}", answer.outcome);
@@ -174,14 +240,14 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn message(room: usize, n: usize) -> Inbound {
+fn message(run_id: &str, room: usize, n: usize) -> Inbound {
     let room = if room == usize::MAX {
         "solo".to_string()
     } else {
         room.to_string()
     };
     Inbound {
-        id: MessageId::new(format!("bench-{room}-{n}")),
+        id: MessageId::new(format!("bench-{run_id}-{room}-{n}")),
         room: RoomRef::new(Platform::Web, RoomId::new(format!("room-{room}"))),
         author: UserRef {
             id: UserId::new(format!("user-{room}")),

@@ -26,6 +26,8 @@ pub struct Config {
     pub database_url: String,
     /// `TROUPE_BUS_URL`: unset means the in-process bus; `nats://…` means JetStream.
     pub bus_url: Option<String>,
+    /// How the NATS JetStream bus is laid out (used only with a `nats://` bus URL).
+    pub nats: NatsSettings,
     /// `TROUPE_PERSONAS`, default `./personas`.
     pub personas_dir: PathBuf,
     /// `TROUPE_API_TOKEN`: when set, mutating routes need `Authorization: Bearer <token>`.
@@ -245,6 +247,24 @@ impl std::str::FromStr for DiscordShards {
     }
 }
 
+/// The NATS JetStream bus. Every replica of one deployment must use the same values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatsSettings {
+    /// `TROUPE_BUS_PREFIX`, default `troupe`: the first token of every subject and the stem
+    /// of the stream and consumer names (letters, digits, `_` and `-`), so deployments (and
+    /// tests) can share one NATS server.
+    pub prefix: String,
+    /// `TROUPE_BUS_PARTITIONS`, default 64: rooms are spread over this many ordered lanes.
+    /// Changing it while messages are queued can reorder those messages once.
+    pub partitions: u32,
+    /// `TROUPE_BUS_ACK_WAIT_SECS`, default 30: how long a replica may hold a message without
+    /// a sign of life before NATS gives it to another replica.
+    pub ack_wait: Duration,
+    /// `TROUPE_BUS_DEDUPE_WINDOW_SECS`, default 120: how long JetStream remembers a journal
+    /// id, so that a republished message (a restart's replay) is not queued twice.
+    pub dedupe_window: Duration,
+}
+
 // Written by hand so that the environment snapshot, which holds every secret, never prints.
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -252,6 +272,7 @@ impl std::fmt::Debug for Config {
             .field("http_addr", &self.http_addr)
             .field("database_url", &redact_url(&self.database_url))
             .field("bus_url", &self.bus_url.as_deref().map(redact_url))
+            .field("nats", &self.nats)
             .field("personas_dir", &self.personas_dir)
             .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
             .field("limits", &self.limits)
@@ -305,6 +326,10 @@ struct FileConfig {
     leader_retry_secs: Option<u64>,
     discord_shards: Option<String>,
     discord_shards_per_replica: Option<u32>,
+    bus_prefix: Option<String>,
+    bus_partitions: Option<u32>,
+    bus_ack_wait_secs: Option<u64>,
+    bus_dedupe_window_secs: Option<u64>,
 }
 
 impl Config {
@@ -431,8 +456,44 @@ impl Config {
             )?,
         };
 
+        let prefix = layered
+            .string("TROUPE_BUS_PREFIX", file.bus_prefix)
+            .unwrap_or_else(|| "troupe".into());
+        if !prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            bail!(
+                "TROUPE_BUS_PREFIX `{prefix}` may hold only letters, digits, `_` and `-` (it names NATS subjects and streams)"
+            );
+        }
+        let partitions: u32 = layered.parse("TROUPE_BUS_PARTITIONS", file.bus_partitions, 64)?;
+        if !(1..=4096).contains(&partitions) {
+            bail!("TROUPE_BUS_PARTITIONS={partitions} must be between 1 and 4096");
+        }
+        let ack_wait: u64 =
+            layered.parse("TROUPE_BUS_ACK_WAIT_SECS", file.bus_ack_wait_secs, 30)?;
+        if ack_wait == 0 {
+            bail!("TROUPE_BUS_ACK_WAIT_SECS must be at least 1");
+        }
+        let dedupe_window: u64 = layered.parse(
+            "TROUPE_BUS_DEDUPE_WINDOW_SECS",
+            file.bus_dedupe_window_secs,
+            120,
+        )?;
+        if dedupe_window == 0 {
+            bail!("TROUPE_BUS_DEDUPE_WINDOW_SECS must be at least 1");
+        }
+        let nats = NatsSettings {
+            prefix,
+            partitions,
+            ack_wait: Duration::from_secs(ack_wait),
+            dedupe_window: Duration::from_secs(dedupe_window),
+        };
+
         Ok(Config {
             http_addr,
+            nats,
             database_url: layered
                 .string("TROUPE_DATABASE_URL", file.database_url)
                 .unwrap_or_else(|| "sqlite://data/troupe.db".into()),
@@ -776,6 +837,19 @@ mod tests {
         assert_eq!(c.otel_service_name, "troupe-eu");
         let c = Config::from_env(env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "")])).unwrap();
         assert_eq!(c.otlp_endpoint, None);
+    }
+
+    #[test]
+    fn nats_settings_are_checked() {
+        let c = Config::for_test();
+        assert_eq!(c.nats.prefix, "troupe");
+        assert_eq!(c.nats.partitions, 64);
+        let err = Config::from_env(env(&[("TROUPE_BUS_PREFIX", "a.b")])).unwrap_err();
+        assert!(err.to_string().contains("TROUPE_BUS_PREFIX"), "{err}");
+        let err = Config::from_env(env(&[("TROUPE_BUS_PARTITIONS", "0")])).unwrap_err();
+        assert!(err.to_string().contains("TROUPE_BUS_PARTITIONS"), "{err}");
+        let c = Config::from_env(env(&[("TROUPE_BUS_ACK_WAIT_SECS", "2")])).unwrap();
+        assert_eq!(c.nats.ack_wait, Duration::from_secs(2));
     }
 
     #[test]

@@ -7,11 +7,14 @@
 //! at start) or never saw the message (the platform redelivers it).
 //!
 //! Callers that wait for the answer (the HTTP API, `troupe chat`) register a waiter on the
-//! journal id before publishing; the agent completes it with the `Outcome`.
+//! journal id before publishing; the agent completes it with the `Outcome`. With a shared
+//! bus another replica may handle the message: `Waiters` then also hands every outcome to an
+//! `OutcomeRelay` (the NATS bus publishes it), and outcomes relayed from other replicas come
+//! back in through `Waiters::complete_relayed`.
 
 use async_trait::async_trait;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use troupe_connectors::{Accepted, Inbound, InboundSink, SinkError};
@@ -27,6 +30,103 @@ pub enum Outcome {
     Ignored { reason: &'static str },
     RateLimited { scope: &'static str },
     Failed { error: ProviderError },
+}
+
+/// `Outcome` as it crosses between replicas. `Outcome` holds `&'static str` reasons and a
+/// `ProviderError`; this mirror owns its strings and maps them back to the known ones.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum WireOutcome {
+    Replied { texts: Vec<String> },
+    Ignored { reason: String },
+    RateLimited { scope: String },
+    Unconfigured { detail: String },
+    Timeout { secs: f64 },
+    ProviderRateLimited { retry_after_secs: Option<f64> },
+    Upstream { detail: String },
+    Empty,
+}
+
+/// The reasons and scopes an `Outcome` can carry; anything else reads back as a generic one.
+const KNOWN_REASONS: &[&str] = &[
+    "message from a bot",
+    "room is not in the persona's allowed list",
+    "the persona ignores direct messages",
+    "not addressed to the persona",
+];
+const KNOWN_SCOPES: &[&str] = &["user", "room", "agent"];
+
+fn known(value: &str, known: &[&'static str], fallback: &'static str) -> &'static str {
+    known
+        .iter()
+        .copied()
+        .find(|k| *k == value)
+        .unwrap_or(fallback)
+}
+
+impl Outcome {
+    /// The outcome as bytes for another replica.
+    pub(crate) fn to_wire(&self) -> Vec<u8> {
+        let wire = match self {
+            Outcome::Replied { texts } => WireOutcome::Replied {
+                texts: texts.clone(),
+            },
+            Outcome::Ignored { reason } => WireOutcome::Ignored {
+                reason: reason.to_string(),
+            },
+            Outcome::RateLimited { scope } => WireOutcome::RateLimited {
+                scope: scope.to_string(),
+            },
+            Outcome::Failed { error } => match error {
+                ProviderError::Unconfigured(d) => WireOutcome::Unconfigured { detail: d.clone() },
+                ProviderError::Timeout(t) => WireOutcome::Timeout {
+                    secs: t.as_secs_f64(),
+                },
+                ProviderError::RateLimited { retry_after } => WireOutcome::ProviderRateLimited {
+                    retry_after_secs: retry_after.map(|d| d.as_secs_f64()),
+                },
+                ProviderError::Upstream(d) => WireOutcome::Upstream { detail: d.clone() },
+                ProviderError::Empty => WireOutcome::Empty,
+            },
+        };
+        serde_json::to_vec(&wire).unwrap_or_default()
+    }
+
+    /// Reads an outcome another replica relayed; `None` for bytes that are not one.
+    pub(crate) fn from_wire(bytes: &[u8]) -> Option<Outcome> {
+        let secs = |s: f64| Duration::try_from_secs_f64(s).unwrap_or_default();
+        Some(match serde_json::from_slice(bytes).ok()? {
+            WireOutcome::Replied { texts } => Outcome::Replied { texts },
+            WireOutcome::Ignored { reason } => Outcome::Ignored {
+                reason: known(&reason, KNOWN_REASONS, "not answered"),
+            },
+            WireOutcome::RateLimited { scope } => Outcome::RateLimited {
+                scope: known(&scope, KNOWN_SCOPES, "agent"),
+            },
+            WireOutcome::Unconfigured { detail } => Outcome::Failed {
+                error: ProviderError::Unconfigured(detail),
+            },
+            WireOutcome::Timeout { secs: s } => Outcome::Failed {
+                error: ProviderError::Timeout(secs(s)),
+            },
+            WireOutcome::ProviderRateLimited { retry_after_secs } => Outcome::Failed {
+                error: ProviderError::RateLimited {
+                    retry_after: retry_after_secs.map(secs),
+                },
+            },
+            WireOutcome::Upstream { detail } => Outcome::Failed {
+                error: ProviderError::Upstream(detail),
+            },
+            WireOutcome::Empty => Outcome::Failed {
+                error: ProviderError::Empty,
+            },
+        })
+    }
+}
+
+/// Carries outcomes to the other replicas, where someone may wait for them.
+pub(crate) trait OutcomeRelay: Send + Sync {
+    fn announce(&self, id: JournalId, outcome: &Outcome);
 }
 
 /// The outcome of a direct conversation turn.
@@ -56,6 +156,8 @@ pub enum ConverseError {
 pub struct Waiters {
     inner: Arc<Mutex<HashMap<JournalId, Vec<oneshot::Sender<Outcome>>>>>,
     in_flight: Arc<Mutex<HashSet<JournalId>>>,
+    /// Set once, by a shared bus: where outcomes go for the other replicas.
+    relay: Arc<OnceLock<Arc<dyn OutcomeRelay>>>,
 }
 
 impl Waiters {
@@ -80,8 +182,22 @@ impl Waiters {
         rx
     }
 
-    /// Hands the outcome to everyone waiting on `id`; the message is no longer in flight.
+    /// Sends every outcome to the other replicas too, from now on.
+    pub(crate) fn relay_to(&self, relay: Arc<dyn OutcomeRelay>) {
+        let _ = self.relay.set(relay);
+    }
+
+    /// Hands the outcome to everyone waiting on `id`, here and (through the relay) on the
+    /// other replicas; the message is no longer in flight.
     pub fn complete(&self, id: JournalId, outcome: &Outcome) {
+        if let Some(relay) = self.relay.get() {
+            relay.announce(id, outcome);
+        }
+        self.complete_relayed(id, outcome);
+    }
+
+    /// Hands an outcome to the callers waiting here, without relaying it further.
+    pub(crate) fn complete_relayed(&self, id: JournalId, outcome: &Outcome) {
         self.end(id);
         let senders = self.lock().remove(&id);
         for tx in senders.into_iter().flatten() {
@@ -143,6 +259,7 @@ impl Ingress {
         agent_id: &str,
         inbound: Inbound,
         redelivery: bool,
+        attempt: u32,
     ) -> Result<(), SinkError> {
         self.bus
             .publish(Envelope {
@@ -150,6 +267,7 @@ impl Ingress {
                 agent_id: agent_id.to_string(),
                 inbound,
                 redelivery,
+                attempt,
             })
             .await
             .map_err(|e| SinkError(e.to_string()))
@@ -173,7 +291,7 @@ impl Ingress {
         let (id, duplicate, waiter) = match journaled {
             JournalInsert::Inserted(id) => {
                 let rx = self.waiters.wait(id);
-                self.publish(id, agent_id, inbound, false).await?;
+                self.publish(id, agent_id, inbound, false, 0).await?;
                 (id, false, rx)
             }
             JournalInsert::Duplicate(id, JournalState::Done) => {
@@ -181,18 +299,25 @@ impl Ingress {
             }
             JournalInsert::Duplicate(id, state) => {
                 let rx = self.waiters.wait(id);
-                if state == JournalState::Failed {
-                    self.publish(id, agent_id, inbound, true).await?;
-                } else if self
+                let entry = self
                     .store
                     .journal_get(id)
                     .await
-                    .map_err(|e| SinkError(e.to_string()))?
+                    .map_err(|e| SinkError(e.to_string()))?;
+                let attempt = entry.as_ref().map_or(0, |e| e.attempts.max(0) as u32);
+                if entry
+                    .as_ref()
                     .is_some_and(|e| e.state == JournalState::Done)
                 {
                     // It finished between the insert and the registration of our waiter.
                     self.waiters.forget(id);
                     return self.answered_before(id).await;
+                }
+                if state == JournalState::Failed || self.bus.is_shared() {
+                    // A failed message is driven again. On a shared bus a pending one is
+                    // published again too: the replica that journaled it may have died
+                    // before publishing, and NATS drops the copy if it did not.
+                    self.publish(id, agent_id, inbound, true, attempt).await?;
                 }
                 (id, true, rx)
             }
@@ -222,6 +347,12 @@ impl Ingress {
 
     /// Drives again what a previous run left unfinished: pending entries, and failed ones
     /// that have attempts left. Returns how many were published.
+    ///
+    /// With several replicas on NATS each one replays at its start, including entries
+    /// another replica is handling or has queued. That is safe: a replayed entry carries the
+    /// same NATS message id (journal id and attempt) as its first publication, so JetStream
+    /// drops it within the dedupe window; after the window, the copy is flagged a
+    /// redelivery and the agent finds the entry done in the journal before calling a model.
     pub async fn replay(&self, max_attempts: u32) -> anyhow::Result<usize> {
         let mut published = 0;
         let unfinished = self.store.journal_unfinished(100_000).await?;
@@ -229,7 +360,8 @@ impl Ingress {
             if entry.state == JournalState::Failed && entry.attempts >= max_attempts as i32 {
                 continue;
             }
-            self.publish(entry.id, &entry.agent_id, entry.inbound, true)
+            let attempt = entry.attempts.max(0) as u32;
+            self.publish(entry.id, &entry.agent_id, entry.inbound, true, attempt)
                 .await?;
             published += 1;
         }
@@ -265,9 +397,18 @@ impl InboundSink for AgentSink {
         match journaled? {
             JournalInsert::Inserted(id) => {
                 self.ingress
-                    .publish(id, &self.agent_id, message, false)
+                    .publish(id, &self.agent_id, message, false, 0)
                     .await?;
                 Ok(Accepted::New)
+            }
+            JournalInsert::Duplicate(id, JournalState::Pending) if self.ingress.bus.is_shared() => {
+                // The platform sent it again, maybe to this replica because the one that
+                // journaled it died before publishing: publish it (again). NATS drops the
+                // copy when the first publication went through.
+                self.ingress
+                    .publish(id, &self.agent_id, message, true, 0)
+                    .await?;
+                Ok(Accepted::Duplicate)
             }
             JournalInsert::Duplicate(..) => Ok(Accepted::Duplicate),
         }

@@ -24,11 +24,21 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
             json!({ "status": "error", "detail": e.to_string() })
         }
     };
-    let bus = json!({
-        "status": "ok",
-        "kind": state.ingress.bus().describe(),
-        "depth": state.ingress.bus().depth(),
-    });
+    let bus = match state.ingress.bus().health().await {
+        Ok(()) => json!({
+            "status": "ok",
+            "kind": state.ingress.bus().describe(),
+            "depth": state.ingress.bus().depth(),
+        }),
+        Err(e) => {
+            ready = false;
+            json!({
+                "status": "error",
+                "kind": state.ingress.bus().describe(),
+                "detail": e.to_string(),
+            })
+        }
+    };
     let mut connectors = Map::new();
     for (agent, connector) in state.outbox.connectors().all() {
         let name = format!("{agent}/{}", connector.platform());

@@ -1,66 +1,15 @@
-//! The bus: delivers journaled messages to the agent workers.
-//!
-//! The in-process bus is the default. It keeps one FIFO queue per `(agent, room)` and runs a
-//! task per room that has work, so messages of one room are handled strictly in order while
-//! different rooms proceed concurrently. Its capacity is a semaphore: `publish` waits for a
-//! free slot, which slows connectors down (backpressure) instead of growing memory.
-//!
-//! The bus is not the source of truth: every message on it is already in the journal, so a
-//! message that is queued when the process dies is driven again at the next start.
+//! The in-process bus, the default: one FIFO queue per `(agent, room)` and a task per room
+//! that has work, so messages of one room are handled strictly in order while different
+//! rooms proceed concurrently. Its capacity is a semaphore: `publish` waits for a free slot,
+//! which slows connectors down (backpressure) instead of growing memory.
 
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
-use troupe_connectors::Inbound;
 
-use crate::storage::JournalId;
-
-/// One journaled message on its way to an agent.
-#[derive(Debug, Clone)]
-pub struct Envelope {
-    pub journal_id: JournalId,
-    pub agent_id: String,
-    pub inbound: Inbound,
-    /// Published before (a restart's replay, a repost of a failed message): it may have
-    /// been handled since, so the agent checks the journal first.
-    pub redelivery: bool,
-}
-
-impl Envelope {
-    /// Messages with the same order key are handled one after the other, in order.
-    pub fn order_key(&self) -> String {
-        format!("{}\u{1f}{}", self.agent_id, self.inbound.room.key())
-    }
-}
-
-/// What consumes the bus: the agent dispatcher.
-#[async_trait]
-pub trait Handler: Send + Sync {
-    async fn handle(&self, envelope: Envelope);
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum BusError {
-    #[error("the bus is shutting down")]
-    Closed,
-    #[error("bus error: {0}")]
-    Backend(String),
-}
-
-#[async_trait]
-pub trait Bus: Send + Sync {
-    /// Queues a message; waits while the bus is full.
-    async fn publish(&self, envelope: Envelope) -> Result<(), BusError>;
-    /// Messages queued or being handled.
-    fn depth(&self) -> usize;
-    /// Waits until every published message has been handled (tests and benchmarks).
-    async fn drain(&self);
-    /// Stops taking messages and waits for those being handled.
-    async fn close(&self);
-    fn describe(&self) -> &'static str;
-}
+use super::{Bus, BusError, Envelope, Handler};
 
 type Queued = (Envelope, OwnedSemaphorePermit);
 
@@ -175,13 +124,15 @@ impl Bus for InProcessBus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::JournalId;
     use tokio::sync::Notify;
-    use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+    use troupe_connectors::{Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
     fn envelope(n: i64, room: &str) -> Envelope {
         Envelope {
             journal_id: JournalId(n),
             redelivery: false,
+            attempt: 0,
             agent_id: "a".into(),
             inbound: Inbound {
                 id: MessageId::new(n.to_string()),

@@ -1,0 +1,483 @@
+//! The NATS JetStream bus: several replicas share the work, each message is handled by one.
+//!
+//! Layout on the server, all named from `TROUPE_BUS_PREFIX` (`p` below):
+//! - one stream `p_inbound` on the subjects `p.inbound.<partition>`, with work-queue
+//!   retention (a message is gone once acknowledged) and a dedupe window;
+//! - per partition one durable pull consumer `p_p<partition>` with `max_ack_pending = 1`,
+//!   which every replica pulls from.
+//!
+//! A room's order key (agent and room) hashes, with a hash that is the same in every process,
+//! onto one of `TROUPE_BUS_PARTITIONS` partitions. Since a partition's consumer hands out one
+//! message at a time cluster-wide, and the next only after the previous one is acknowledged,
+//! the messages of a room are handled one after the other, in publication order, whichever
+//! replica takes each. Rooms on different partitions run concurrently.
+//!
+//! A message is acknowledged after `Handler::handle` returned, that is after the reply and
+//! its outbox entry were committed. While a handler runs (a slow model call), the replica
+//! sends in-progress acks every third of the ack wait; a replica that dies stops sending
+//! them, and NATS hands the message to another replica when the ack wait runs out. That copy
+//! is flagged a redelivery, so the agent looks at the journal before answering.
+//!
+//! Each publication carries `Nats-Msg-Id: <journal id>.<attempt>`: a replay at start (every
+//! replica replays) or a republished duplicate is dropped by JetStream within the dedupe
+//! window, while a retry of a failed message (a higher attempt) goes through.
+//!
+//! Outcomes cross replicas on core NATS: the replica that handled a message publishes its
+//! outcome on `p.outcome.<journal id>`, and every replica listens on `p.outcome.*` for the
+//! callers it has waiting (the HTTP API posts to one replica, another may answer).
+
+use async_nats::jetstream::{self, AckKind, consumer::pull, stream};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use troupe_connectors::Inbound;
+
+use super::{Bus, BusError, Envelope, Handler};
+use crate::config::{NatsSettings, redact_url};
+use crate::ingress::{Outcome, OutcomeRelay, Waiters};
+use crate::storage::JournalId;
+
+/// How often the cached depth (messages in the stream) is refreshed.
+const DEPTH_EVERY: Duration = Duration::from_secs(1);
+/// How long to wait before pulling again after the consumer could not be reached.
+const RETRY_PULL: Duration = Duration::from_millis(500);
+
+/// The envelope as it travels; `Envelope` itself stays free of serde.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Wire {
+    journal_id: i64,
+    agent_id: String,
+    inbound: Inbound,
+    redelivery: bool,
+    attempt: u32,
+}
+
+/// A bus whose queue lives in NATS JetStream. A cheap handle on shared state.
+pub struct NatsBus {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    stream: stream::Stream,
+    prefix: String,
+    partitions: u32,
+    ack_wait: Duration,
+    handler: Arc<dyn Handler>,
+    waiters: Waiters,
+    /// Messages in the stream (queued or unacknowledged, cluster-wide), last we asked.
+    depth: AtomicUsize,
+    /// Messages this replica is handling now.
+    in_hand: AtomicUsize,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+    started: std::sync::atomic::AtomicBool,
+}
+
+impl NatsBus {
+    /// Connects, and creates (or updates) the stream and the partition consumers. Does not
+    /// consume yet: `start` does, once the agents are loaded.
+    pub async fn connect(
+        url: &str,
+        settings: &NatsSettings,
+        handler: Arc<dyn Handler>,
+        waiters: Waiters,
+    ) -> anyhow::Result<NatsBus> {
+        let shown = redact_url(url);
+        let client = async_nats::ConnectOptions::new()
+            .name("troupe")
+            .connection_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("cannot connect to NATS at {shown} (TROUPE_BUS_URL): {e}")
+            })?;
+        let js = jetstream::new(client.clone());
+        let prefix = settings.prefix.clone();
+        let stream = js
+            .get_or_create_stream(stream::Config {
+                name: stream_name(&prefix),
+                subjects: vec![format!("{prefix}.inbound.*")],
+                retention: stream::RetentionPolicy::WorkQueue,
+                storage: stream::StorageType::File,
+                duplicate_window: settings.dedupe_window,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "NATS at {shown}: cannot create the JetStream stream {} (is JetStream enabled, `nats-server -js`?): {e}",
+                    stream_name(&prefix)
+                )
+            })?;
+        for partition in 0..settings.partitions {
+            stream
+                .create_consumer(consumer_config(&prefix, partition, settings.ack_wait))
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "NATS at {shown}: cannot create the consumer {}: {e}",
+                        consumer_name(&prefix, partition)
+                    )
+                })?;
+        }
+        let shared = Arc::new(Shared {
+            client,
+            js,
+            stream,
+            prefix,
+            partitions: settings.partitions,
+            ack_wait: settings.ack_wait,
+            handler,
+            waiters: waiters.clone(),
+            depth: AtomicUsize::new(0),
+            in_hand: AtomicUsize::new(0),
+            stop: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+            started: Default::default(),
+        });
+        shared.refresh_depth().await;
+        // Outcomes go out from here from now on, and come in once `start` listens.
+        let (tx, rx) = mpsc::unbounded_channel();
+        waiters.relay_to(Arc::new(Relay { tx }));
+        shared.tracker.spawn(shared.clone().announce(rx));
+        tracing::info!(
+            url = %shown,
+            stream = %stream_name(&shared.prefix),
+            partitions = shared.partitions,
+            ack_wait_secs = shared.ack_wait.as_secs(),
+            "NATS JetStream bus ready"
+        );
+        Ok(NatsBus { shared })
+    }
+}
+
+fn stream_name(prefix: &str) -> String {
+    format!("{prefix}_inbound")
+}
+
+fn consumer_name(prefix: &str, partition: u32) -> String {
+    format!("{prefix}_p{partition}")
+}
+
+fn consumer_config(prefix: &str, partition: u32, ack_wait: Duration) -> pull::Config {
+    let name = consumer_name(prefix, partition);
+    pull::Config {
+        durable_name: Some(name.clone()),
+        name: Some(name),
+        description: Some("troupe: one ordered lane of rooms".into()),
+        filter_subject: format!("{prefix}.inbound.{partition}"),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait,
+        // One message of the lane in flight cluster-wide: this is what keeps rooms in order.
+        max_ack_pending: 1,
+        // Unlimited: the journal, not the bus, decides when a message is given up.
+        max_deliver: -1,
+        ..Default::default()
+    }
+}
+
+/// The partition of an order key: FNV-1a, which is the same in every process and release
+/// (std's `DefaultHasher` promises neither).
+pub(crate) fn partition_of(order_key: &str, partitions: u32) -> u32 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in order_key.as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (hash % u64::from(partitions.max(1))) as u32
+}
+
+/// The `Nats-Msg-Id` of a publication: the same for a replay of one attempt.
+fn message_id(journal_id: JournalId, attempt: u32) -> String {
+    format!("{}.{attempt}", journal_id.0)
+}
+
+/// Hands outcomes to the publishing task; `announce` is called from synchronous code.
+struct Relay {
+    tx: mpsc::UnboundedSender<(JournalId, Vec<u8>)>,
+}
+
+impl OutcomeRelay for Relay {
+    fn announce(&self, id: JournalId, outcome: &Outcome) {
+        let _ = self.tx.send((id, outcome.to_wire()));
+    }
+}
+
+impl Shared {
+    async fn refresh_depth(&self) {
+        match self.stream.get_info().await {
+            Ok(info) => self
+                .depth
+                .store(info.state.messages as usize, Ordering::Relaxed),
+            Err(e) => tracing::debug!(error = %e, "cannot read the stream's depth"),
+        }
+    }
+
+    /// Publishes outcomes for callers waiting on other replicas.
+    async fn announce(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<(JournalId, Vec<u8>)>) {
+        while let Some((id, bytes)) = rx.recv().await {
+            let subject = format!("{}.outcome.{}", self.prefix, id.0);
+            if let Err(e) = self.client.publish(subject, Bytes::from(bytes)).await {
+                crate::metrics::error("bus");
+                tracing::warn!(error = %e, journal_id = id.0, "cannot relay an outcome");
+            }
+        }
+    }
+
+    /// Completes local waiters with outcomes other replicas relay.
+    async fn listen(self: Arc<Self>, mut outcomes: async_nats::Subscriber) {
+        loop {
+            let message = tokio::select! {
+                _ = self.stop.cancelled() => return,
+                m = outcomes.next() => match m {
+                    Some(m) => m,
+                    None => return,
+                },
+            };
+            let id = message
+                .subject
+                .as_str()
+                .rsplit('.')
+                .next()
+                .and_then(|id| id.parse::<i64>().ok());
+            match (id, Outcome::from_wire(&message.payload)) {
+                (Some(id), Some(outcome)) => self.waiters.complete_relayed(JournalId(id), &outcome),
+                _ => tracing::warn!(subject = %message.subject, "ignoring a malformed outcome"),
+            }
+        }
+    }
+
+    async fn depth_loop(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = tokio::time::sleep(DEPTH_EVERY) => self.refresh_depth().await,
+            }
+        }
+    }
+
+    /// Pulls one partition until stopped; a message in hand is finished first.
+    async fn pull(self: Arc<Self>, partition: u32) {
+        let name = consumer_name(&self.prefix, partition);
+        loop {
+            let consumer: Result<jetstream::consumer::PullConsumer, _> =
+                self.stream.get_consumer(&name).await;
+            let messages = match consumer {
+                Ok(c) => c.messages().await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let mut messages = match messages {
+                Ok(m) => m,
+                Err(e) => {
+                    crate::metrics::error("bus");
+                    tracing::warn!(consumer = %name, error = %e, "cannot pull; retrying");
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return,
+                        _ = tokio::time::sleep(RETRY_PULL) => continue,
+                    }
+                }
+            };
+            loop {
+                let next = tokio::select! {
+                    _ = self.stop.cancelled() => return,
+                    next = messages.next() => next,
+                };
+                match next {
+                    Some(Ok(message)) => self.handle_one(message).await,
+                    Some(Err(e)) => {
+                        crate::metrics::error("bus");
+                        tracing::warn!(consumer = %name, error = %e, "pulling failed; pulling again");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+
+    async fn handle_one(&self, message: jetstream::Message) {
+        let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
+        let wire: Wire = match serde_json::from_slice(&message.payload) {
+            Ok(w) => w,
+            Err(e) => {
+                // Not ours, or from an incompatible version: retrying cannot help.
+                crate::metrics::error("bus");
+                tracing::error!(subject = %message.subject, error = %e, "dropping a malformed bus message");
+                if let Err(e) = message.ack_with(AckKind::Term).await {
+                    tracing::warn!(error = %e, "cannot drop the malformed message");
+                }
+                return;
+            }
+        };
+        let envelope = Envelope {
+            journal_id: JournalId(wire.journal_id),
+            agent_id: wire.agent_id,
+            inbound: wire.inbound,
+            redelivery: wire.redelivery || delivered > 1,
+            attempt: wire.attempt,
+        };
+        self.in_hand.fetch_add(1, Ordering::Relaxed);
+        let handled = self.handler.handle(envelope);
+        tokio::pin!(handled);
+        // Tell NATS we are alive while the handler runs, so a slow model call is not
+        // handed to another replica.
+        let mut alive = tokio::time::interval(self.ack_wait / 3);
+        alive.tick().await;
+        loop {
+            tokio::select! {
+                _ = &mut handled => break,
+                _ = alive.tick() => {
+                    if let Err(e) = message.ack_with(AckKind::Progress).await {
+                        crate::metrics::error("bus");
+                        tracing::warn!(error = %e, "cannot extend the ack wait");
+                    }
+                }
+            }
+        }
+        // The reply is in the outbox (or the failure in the journal): the message is done.
+        if let Err(e) = message.ack().await {
+            crate::metrics::error("bus");
+            tracing::warn!(error = %e, "cannot acknowledge a handled message; NATS will redeliver it and the journal will skip it");
+        }
+        self.in_hand.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl Bus for NatsBus {
+    async fn publish(&self, envelope: Envelope) -> Result<(), BusError> {
+        if self.shared.stop.is_cancelled() {
+            return Err(BusError::Closed);
+        }
+        let partition = partition_of(&envelope.order_key(), self.shared.partitions);
+        let subject = format!("{}.inbound.{partition}", self.shared.prefix);
+        let id = message_id(envelope.journal_id, envelope.attempt);
+        let wire = Wire {
+            journal_id: envelope.journal_id.0,
+            agent_id: envelope.agent_id,
+            inbound: envelope.inbound,
+            redelivery: envelope.redelivery,
+            attempt: envelope.attempt,
+        };
+        let payload = serde_json::to_vec(&wire).map_err(|e| BusError::Backend(e.to_string()))?;
+        let published = async {
+            self.shared
+                .js
+                .send_publish(
+                    subject,
+                    jetstream::message::PublishMessage::build()
+                        .payload(Bytes::from(payload))
+                        .message_id(&id),
+                )
+                .await
+                .map_err(|e| e.to_string())?
+                // The stream has it (or had it: a duplicate is acknowledged too).
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        match published {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                crate::metrics::error("bus");
+                Err(BusError::Backend(format!("NATS publish: {e}")))
+            }
+        }
+    }
+
+    fn depth(&self) -> usize {
+        self.shared.depth.load(Ordering::Relaxed)
+    }
+
+    async fn drain(&self) {
+        loop {
+            self.shared.refresh_depth().await;
+            if self.depth() == 0 && self.shared.in_hand.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+            // Nothing to wait on in NATS for "the stream is empty": poll its state.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn close(&self) {
+        self.shared.stop.cancel();
+        self.shared.tracker.close();
+        self.shared.tracker.wait().await;
+        if let Err(e) = self.shared.client.flush().await {
+            tracing::debug!(error = %e, "NATS flush at shutdown failed");
+        }
+    }
+
+    fn describe(&self) -> &'static str {
+        "nats-jetstream"
+    }
+
+    async fn start(&self) -> Result<(), BusError> {
+        if self.shared.started.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let outcomes = self
+            .shared
+            .client
+            .subscribe(format!("{}.outcome.*", self.shared.prefix))
+            .await
+            .map_err(|e| BusError::Backend(format!("NATS subscribe: {e}")))?;
+        let shared = &self.shared;
+        shared.tracker.spawn(shared.clone().listen(outcomes));
+        shared.tracker.spawn(shared.clone().depth_loop());
+        for partition in 0..shared.partitions {
+            shared.tracker.spawn(shared.clone().pull(partition));
+        }
+        Ok(())
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    async fn health(&self) -> Result<(), BusError> {
+        match self.shared.client.connection_state() {
+            async_nats::connection::State::Connected => Ok(()),
+            other => Err(BusError::Backend(format!("NATS connection is {other:?}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_are_stable_and_spread() {
+        // A fixed value: a change here would move rooms between partitions during a
+        // rolling upgrade, and reorder the messages queued at that moment.
+        assert_eq!(partition_of("a\u{1f}web:1", 64), 28);
+        let mut seen = std::collections::HashSet::new();
+        for room in 0..200 {
+            let p = partition_of(&format!("agent\u{1f}web:room-{room}"), 16);
+            assert!(p < 16);
+            seen.insert(p);
+        }
+        assert_eq!(
+            seen.len(),
+            16,
+            "200 rooms should touch every one of 16 partitions"
+        );
+        assert_eq!(partition_of("anything", 1), 0);
+    }
+
+    #[test]
+    fn a_replay_has_the_id_of_its_attempt() {
+        assert_eq!(message_id(JournalId(7), 0), "7.0");
+        assert_ne!(message_id(JournalId(7), 0), message_id(JournalId(7), 1));
+    }
+}
