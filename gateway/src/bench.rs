@@ -47,6 +47,13 @@ pub struct BenchArgs {
     /// Replicas to run in this process (with `--bus`), sharing the database and the bus.
     #[arg(long, default_value_t = 1)]
     pub replicas: usize,
+    /// Measure knowledge instead of messages: ingest a generated corpus of this many
+    /// megabytes, then time searches over it (see `bench_knowledge.rs`).
+    #[arg(long)]
+    pub knowledge_mb: Option<usize>,
+    /// Searches timed after a `--knowledge-mb` ingest.
+    #[arg(long, default_value_t = 2_000)]
+    pub knowledge_queries: usize,
 }
 
 const PERSONA: &str = r#"{
@@ -62,6 +69,14 @@ const PERSONA: &str = r#"{
 }"#;
 
 pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(megabytes) = args.knowledge_mb {
+        return crate::bench_knowledge::run(crate::bench_knowledge::KnowledgeBench {
+            megabytes,
+            queries: args.knowledge_queries,
+            database_url: args.database_url,
+        })
+        .await;
+    }
     let dir = tempfile::tempdir()?;
     let personas = dir.path().join("personas");
     std::fs::create_dir_all(&personas)?;
@@ -233,7 +248,7 @@ async fn converse_many(
     Ok(latencies)
 }
 
-fn pct(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -268,7 +283,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// A field of /proc/self/status in KiB (0 where there is no /proc).
-fn rss_kib(field: &str) -> u64 {
+pub(crate) fn rss_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

@@ -26,6 +26,7 @@
 pub mod agent;
 pub mod app;
 pub mod bench;
+mod bench_knowledge;
 pub mod bus;
 pub mod chat;
 pub mod cli;

@@ -1,0 +1,206 @@
+//! `troupe bench --knowledge-mb N`: what knowledge costs. It writes a synthetic corpus of N
+//! megabytes (markdown files of about 512 KiB, words drawn from a skewed vocabulary so
+//! that terms have realistic document frequencies), ingests it through the same
+//! `Knowledge::ingest` that uploads and `troupe ingest` use, and reports
+//!
+//! - ingestion speed in MB/s (extraction, chunking, hashing, indexing, commit);
+//! - the process's peak resident memory while ingesting (Linux: the high-water mark is reset
+//!   just before, through `/proc/self/clear_refs`);
+//! - search latency, p50 and p99, over the resulting chunks (BM25 only, unless an
+//!   embedding model is configured).
+//!
+//! The corpus is generated rather than shipped: 100 MB of fixtures would not belong in the
+//! repository, and a fixed seed makes every run see the same text.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use crate::bench::{pct, rss_kib};
+use crate::knowledge::{Knowledge, KnowledgeSettings};
+use crate::storage::Store;
+
+const FILE_BYTES: usize = 512 * 1024;
+const VOCABULARY: usize = 30_000;
+const AGENT: &str = "bench";
+
+pub struct KnowledgeBench {
+    pub megabytes: usize,
+    pub queries: usize,
+    pub database_url: Option<String>,
+}
+
+pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
+    let dir = tempfile::tempdir()?;
+    let corpus = dir.path().join("corpus");
+    std::fs::create_dir_all(&corpus)?;
+    let words = vocabulary();
+    let mut rng = StdRng::seed_from_u64(7);
+    let total = write_corpus(&corpus, args.megabytes * 1_000_000, &words, &mut rng)?;
+    eprintln!(
+        "corpus: {:.1} MB in {}",
+        total as f64 / 1e6,
+        corpus.display()
+    );
+
+    let url = args
+        .database_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
+    let store = Store::connect(&url).await?;
+    let knowledge = Knowledge::new(store, KnowledgeSettings::default(), None);
+
+    reset_peak_rss();
+    let rss_before = rss_kib("VmRSS");
+    let started = Instant::now();
+    let mut chunks = 0usize;
+    let mut files: Vec<_> = std::fs::read_dir(&corpus)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    for path in &files {
+        let bytes = std::fs::read(path)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ingested = knowledge
+            .ingest(AGENT, None, &name, Some("text/markdown"), &bytes)
+            .await?;
+        chunks += ingested.chunks;
+    }
+    let ingest_time = started.elapsed();
+    let peak = rss_kib("VmHWM");
+
+    let mut latencies = Vec::with_capacity(args.queries);
+    let mut hits = 0usize;
+    for _ in 0..args.queries {
+        let query = (0..3)
+            .map(|_| words[pick(&mut rng)].as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let started = Instant::now();
+        hits += knowledge.search(AGENT, None, &query, 8).await?.len();
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+
+    let mb = total as f64 / 1e6;
+    println!("knowledge benchmark ({})", store_kind(&url));
+    println!(
+        "  ingest:  {mb:.1} MB, {} files, {chunks} chunks in {:.1} s = {:.1} MB/s",
+        files.len(),
+        ingest_time.as_secs_f64(),
+        mb / ingest_time.as_secs_f64()
+    );
+    println!(
+        "  memory:  resident {:.1} MiB before ingesting, peak {:.1} MiB while ingesting",
+        rss_before as f64 / 1024.0,
+        peak as f64 / 1024.0
+    );
+    println!(
+        "  search:  {} queries over {chunks} chunks (top 8, {:.1} hits on average): p50 {}, p99 {}, max {}",
+        latencies.len(),
+        hits as f64 / latencies.len().max(1) as f64,
+        ms(pct(&latencies, 0.50)),
+        ms(pct(&latencies, 0.99)),
+        ms(latencies.last().copied().unwrap_or_default()),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn store_kind(url: &str) -> &'static str {
+    if url.starts_with("sqlite:") {
+        "SQLite, FTS5"
+    } else {
+        "Postgres, full-text"
+    }
+}
+
+/// Pronounceable, distinct words: syllables in base 24.
+fn vocabulary() -> Vec<String> {
+    const SYLLABLES: [&str; 24] = [
+        "ka", "to", "ri", "mu", "sel", "van", "dor", "pi", "qua", "len", "bo", "fi", "gar", "hu",
+        "ne", "os", "tra", "ul", "ve", "wen", "xi", "yo", "zed", "ar",
+    ];
+    (0..VOCABULARY)
+        .map(|mut i| {
+            let mut w = String::new();
+            loop {
+                w.push_str(SYLLABLES[i % SYLLABLES.len()]);
+                i /= SYLLABLES.len();
+                if i == 0 {
+                    break;
+                }
+            }
+            w
+        })
+        .collect()
+}
+
+/// A word index with a skewed (roughly Zipfian) distribution: small indices are common.
+fn pick(rng: &mut StdRng) -> usize {
+    let u: f64 = rng.random_range(0.0..1.0);
+    ((VOCABULARY as f64).powf(u) - 1.0) as usize % VOCABULARY
+}
+
+/// Writes markdown files until `bytes` are written; returns the bytes written.
+fn write_corpus(
+    dir: &Path,
+    bytes: usize,
+    words: &[String],
+    rng: &mut StdRng,
+) -> anyhow::Result<usize> {
+    let mut written = 0;
+    let mut file_no = 0;
+    while written < bytes {
+        let path = dir.join(format!("doc-{file_no:05}.md"));
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        let mut size = 0;
+        let mut section = 0;
+        while size < FILE_BYTES.min(bytes - written) {
+            let mut para = String::new();
+            if size == 0 || rng.random_range(0..8) == 0 {
+                section += 1;
+                para.push_str(&format!("## Section {section} {}\n\n", words[pick(rng)]));
+            }
+            for _ in 0..rng.random_range(3..9) {
+                let len = rng.random_range(6..20);
+                for i in 0..len {
+                    let w = &words[pick(rng)];
+                    if i == 0 {
+                        let mut c = w.chars();
+                        if let Some(f) = c.next() {
+                            para.extend(f.to_uppercase());
+                            para.push_str(c.as_str());
+                        }
+                    } else {
+                        para.push(' ');
+                        para.push_str(w);
+                    }
+                }
+                para.push_str(". ");
+            }
+            para.push_str("\n\n");
+            out.write_all(para.as_bytes())?;
+            size += para.len();
+        }
+        out.flush()?;
+        written += size;
+        file_no += 1;
+    }
+    Ok(written)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Resets the peak-RSS high-water mark (Linux ≥ 4.0); elsewhere a no-op.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
