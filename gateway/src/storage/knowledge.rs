@@ -216,17 +216,24 @@ impl Store {
                     .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
                     .collect::<Vec<_>>()
                     .join(" OR ");
+                // The ranking runs over row ids and scores only; the text and the source
+                // are read for the winners alone, not for every chunk that matched.
                 with_pool!(self, pool => {
                     sqlx::query_as::<_, ScoredChunk>(
-                        "SELECT c.id AS chunk_id, c.document_id, d.source, c.text,
-                                -bm25(chunks_fts) AS score
-                         FROM chunks_fts
-                         CROSS JOIN chunks c ON c.seq = chunks_fts.rowid
+                        "WITH top AS (
+                             SELECT chunks_fts.rowid AS seq, bm25(chunks_fts) AS rank
+                             FROM chunks_fts
+                             CROSS JOIN chunks c ON c.seq = chunks_fts.rowid
+                             WHERE chunks_fts MATCH $1 AND c.agent_id = $2
+                               AND (c.scope = '' OR c.scope = $3)
+                             ORDER BY rank, chunks_fts.rowid
+                             LIMIT $4)
+                         SELECT c.id AS chunk_id, c.document_id, d.source, c.text,
+                                -top.rank AS score
+                         FROM top
+                         CROSS JOIN chunks c ON c.seq = top.seq
                          CROSS JOIN documents d ON d.id = c.document_id
-                         WHERE chunks_fts MATCH $1 AND c.agent_id = $2
-                           AND (c.scope = '' OR c.scope = $3)
-                         ORDER BY bm25(chunks_fts), c.seq
-                         LIMIT $4",
+                         ORDER BY top.rank, top.seq",
                     )
                     .bind(query)
                     .bind(agent_id)
@@ -243,15 +250,18 @@ impl Store {
                 let query = terms.join(" or ");
                 with_pool!(self, pool => {
                     sqlx::query_as::<_, ScoredChunk>(
-                        "SELECT c.id AS chunk_id, c.document_id, d.source, c.text,
-                                ts_rank_cd(c.tsv, q, 1)::float8 AS score
-                         FROM chunks c
-                         JOIN documents d ON d.id = c.document_id,
-                              websearch_to_tsquery('english', $1) q
-                         WHERE c.tsv @@ q AND c.agent_id = $2
-                           AND (c.scope = '' OR c.scope = $3)
-                         ORDER BY score DESC, c.seq
-                         LIMIT $4",
+                        "WITH top AS (
+                             SELECT c.seq, ts_rank_cd(c.tsv, q, 1)::float8 AS score
+                             FROM chunks c, websearch_to_tsquery('english', $1) q
+                             WHERE c.tsv @@ q AND c.agent_id = $2
+                               AND (c.scope = '' OR c.scope = $3)
+                             ORDER BY score DESC, c.seq
+                             LIMIT $4)
+                         SELECT c.id AS chunk_id, c.document_id, d.source, c.text, top.score
+                         FROM top
+                         JOIN chunks c ON c.seq = top.seq
+                         JOIN documents d ON d.id = c.document_id
+                         ORDER BY top.score DESC, top.seq",
                     )
                     .bind(query)
                     .bind(agent_id)
