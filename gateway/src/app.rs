@@ -451,6 +451,7 @@ impl App {
                 store: self.store.clone(),
                 outbox: self.outbox.clone(),
                 knowledge: self.knowledge.clone(),
+                elector: self.elector.clone(),
             };
             let router = http::router(state);
             let stop = shutdown.child_token();

@@ -106,6 +106,16 @@ async fn one_replica_polls_telegram_and_the_other_takes_over_when_it_is_killed()
     // A standby connector does not make the replica unready.
     let (status, body) = standby.get("/readyz").await;
     assert_eq!(status, 200, "{body}");
+    let states: Vec<&str> = body["connectors"]
+        .as_object()
+        .map(|m| m.values().filter_map(|c| c["status"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(states.contains(&"standby"), "the standby says so: {body}");
+    let (_, body) = leader.get("/readyz").await;
+    assert!(
+        !body.to_string().contains("standby"),
+        "the leader is not on standby: {body}"
+    );
 
     // Messages are answered once: one model call and one reply each.
     let mut asked: Vec<i64> = (1..=3).map(|n| ask(&telegram, n)).collect();

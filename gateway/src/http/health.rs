@@ -1,5 +1,6 @@
 //! Liveness and readiness. `/healthz` answers as long as the process serves HTTP;
-//! `/readyz` checks the database, the bus and every connector, and says which one failed.
+//! `/readyz` checks the database, the bus and every connector, and says which one failed;
+//! a connector whose receiver another replica leads reports `standby` and counts as ready.
 
 use axum::Json;
 use axum::extract::State;
@@ -40,10 +41,15 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         }
     };
     let mut connectors = Map::new();
+    // A receiver that another replica leads is healthy here too: this replica still sends
+    // through it, and takes over when the leader goes.
+    let roles = state.elector.connector_roles();
     for (agent, connector) in state.outbox.connectors().all() {
         let name = format!("{agent}/{}", connector.platform());
+        let standby = roles.get(&name) == Some(&crate::leader::Role::Standby);
         let status =
             match tokio::time::timeout(Duration::from_secs(5), connector.healthcheck()).await {
+                Ok(Ok(())) if standby => json!({ "status": "standby" }),
                 Ok(Ok(())) => json!({ "status": "ok" }),
                 Ok(Err(e)) => {
                     ready = false;

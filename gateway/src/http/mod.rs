@@ -39,6 +39,8 @@ pub struct AppState {
     pub store: Store,
     pub outbox: Outbox,
     pub knowledge: Knowledge,
+    /// Which receivers this replica leads, for `/readyz`.
+    pub elector: crate::leader::Elector,
 }
 
 pub fn router(state: AppState) -> Router {
