@@ -278,4 +278,8 @@ async fn two_replicas_answer_each_message_once_in_order_even_when_one_is_killed(
         body["bus"]["depth"] == json!(0) && body["bus"]["kind"] == json!("nats-jetstream")
     })
     .await;
+    // A graceful stop finishes and leaves the bus (it does not wait on NATS forever).
+    let mut a = a;
+    let status = a.stop().await;
+    assert!(status.success(), "the survivor exited with {status}");
 }

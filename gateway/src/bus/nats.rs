@@ -78,6 +78,9 @@ struct Shared {
     in_hand: AtomicUsize,
     stop: CancellationToken,
     tracker: TaskTracker,
+    /// The outcome publisher stops after the handlers, so their last outcomes still go out.
+    relay_stop: CancellationToken,
+    relay_tracker: TaskTracker,
     started: std::sync::atomic::AtomicBool,
 }
 
@@ -141,13 +144,15 @@ impl NatsBus {
             in_hand: AtomicUsize::new(0),
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            relay_stop: CancellationToken::new(),
+            relay_tracker: TaskTracker::new(),
             started: Default::default(),
         });
         shared.refresh_depth().await;
         // Outcomes go out from here from now on, and come in once `start` listens.
         let (tx, rx) = mpsc::unbounded_channel();
         waiters.relay_to(Arc::new(Relay { tx }));
-        shared.tracker.spawn(shared.clone().announce(rx));
+        shared.relay_tracker.spawn(shared.clone().announce(rx));
         tracing::info!(
             url = %shown,
             stream = %stream_name(&shared.prefix),
@@ -223,7 +228,16 @@ impl Shared {
 
     /// Publishes outcomes for callers waiting on other replicas.
     async fn announce(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<(JournalId, Vec<u8>)>) {
-        while let Some((id, bytes)) = rx.recv().await {
+        loop {
+            let next = tokio::select! {
+                biased;
+                next = rx.recv() => next,
+                // Every handler has finished: publish what is queued, then stop.
+                _ = self.relay_stop.cancelled() => rx.try_recv().ok(),
+            };
+            let Some((id, bytes)) = next else {
+                return;
+            };
             let subject = format!("{}.outcome.{}", self.prefix, id.0);
             if let Err(e) = self.client.publish(subject, Bytes::from(bytes)).await {
                 crate::metrics::error("bus");
@@ -412,6 +426,9 @@ impl Bus for NatsBus {
         self.shared.stop.cancel();
         self.shared.tracker.close();
         self.shared.tracker.wait().await;
+        self.shared.relay_stop.cancel();
+        self.shared.relay_tracker.close();
+        self.shared.relay_tracker.wait().await;
         if let Err(e) = self.shared.client.flush().await {
             tracing::debug!(error = %e, "NATS flush at shutdown failed");
         }
