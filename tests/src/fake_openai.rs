@@ -25,6 +25,10 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// How the gateway's background memory tasks open their system prompts (docs/memory.md).
+pub const SUMMARY_TASK: &str = "You keep the running summary of a conversation";
+pub const FACTS_TASK: &str = "You extract lasting facts about one person";
+
 /// What the fake does with one chat completion request. Consumed one per request, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Script {
@@ -129,6 +133,13 @@ impl ChatRequestRecord {
             .map(|m| m.content.as_str())
     }
     /// The content of the first `system` message, if any.
+    /// A persona's reply, not one of the gateway's background memory tasks (summaries and
+    /// fact extraction, whose system prompts open with fixed words: docs/memory.md).
+    pub fn is_reply(&self) -> bool {
+        !self
+            .system_prompt()
+            .is_some_and(|s| s.starts_with(SUMMARY_TASK) || s.starts_with(FACTS_TASK))
+    }
     pub fn system_prompt(&self) -> Option<&str> {
         self.messages
             .iter()

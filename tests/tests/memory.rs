@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use troupe_e2e::fake_openai::default_reply_text;
+use troupe_e2e::fake_openai::{FACTS_TASK, SUMMARY_TASK, default_reply_text};
 use troupe_e2e::{
     Backend, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, Outcome, Script, TestApp,
     TestAppOptions, eventually,
@@ -19,8 +19,6 @@ const AGENT: &str = "Rosa";
 const BIO: &str = "Rosa runs the ferry between the islands and remembers every passenger.";
 
 /// The first words of the system prompts of the two background tasks (docs/memory.md).
-const SUMMARY_TASK: &str = "You keep the running summary of a conversation";
-const FACTS_TASK: &str = "You extract lasting facts about one person";
 
 /// A hang guard on waiting for background work, not a timing assertion.
 const WAIT: Duration = Duration::from_secs(60);
