@@ -18,8 +18,6 @@ use troupe_e2e::{
 const AGENT: &str = "Rosa";
 const BIO: &str = "Rosa runs the ferry between the islands and remembers every passenger.";
 
-/// The first words of the system prompts of the two background tasks (docs/memory.md).
-
 /// A hang guard on waiting for background work, not a timing assertion.
 const WAIT: Duration = Duration::from_secs(60);
 
