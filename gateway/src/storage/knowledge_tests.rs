@@ -7,73 +7,19 @@
 
 use super::*;
 use crate::knowledge::{Knowledge, KnowledgeError, KnowledgeSettings, Origin};
-use futures::FutureExt;
-use sqlx::Connection;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 
 const AGENT: &str = "ada";
 
-#[derive(Clone, Copy)]
-enum Kind {
-    Sqlite,
-    Postgres,
-}
+use super::tests::Kind;
 
-/// Runs `body` on a fresh database of `kind`, dropping a Postgres one afterwards.
+/// Runs `body` on a fresh database of `kind`, removed afterwards (see `tests::run`).
 async fn run<F, Fut>(kind: Kind, body: F)
 where
     F: FnOnce(Store) -> Fut,
     Fut: Future<Output = ()>,
 {
-    match kind {
-        Kind::Sqlite => {
-            let dir = tempfile::tempdir().expect("temporary directory");
-            let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
-            body(Store::connect(&url).await.expect("connect to SQLite")).await;
-        }
-        Kind::Postgres => {
-            let admin_url = match std::env::var("TROUPE_TEST_DATABASE_URL") {
-                Ok(url) if !url.is_empty() => url,
-                _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-                    panic!(
-                        "CI=true but TROUPE_TEST_DATABASE_URL is not set: Postgres tests must run in CI"
-                    )
-                }
-                _ => {
-                    eprintln!("skipped: TROUPE_TEST_DATABASE_URL is not set");
-                    return;
-                }
-            };
-            let name = format!("troupe_ktest_{}", uuid::Uuid::new_v4().simple());
-            let mut admin = sqlx::PgConnection::connect(&admin_url)
-                .await
-                .expect("connect to TROUPE_TEST_DATABASE_URL");
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&mut admin)
-                .await
-                .expect("create the test database");
-            let (base, query) = admin_url.split_once('?').unwrap_or((&admin_url, ""));
-            let server = &base[..base.rfind('/').expect("a database URL has a path")];
-            let url = if query.is_empty() {
-                format!("{server}/{name}")
-            } else {
-                format!("{server}/{name}?{query}")
-            };
-            let store = Store::connect(&url).await.expect("connect to Postgres");
-            let closer = store.clone();
-            let outcome = AssertUnwindSafe(body(store)).catch_unwind().await;
-            closer.close().await;
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-            )))
-            .execute(&mut admin)
-            .await;
-            if let Err(panic) = outcome {
-                std::panic::resume_unwind(panic);
-            }
-        }
-    }
+    super::tests::run(kind, |ctx| body(ctx.store)).await
 }
 
 macro_rules! on_both_backends {

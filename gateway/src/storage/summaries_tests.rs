@@ -5,77 +5,20 @@
 #![allow(clippy::disallowed_methods)] // tests pick their database from the environment
 
 use super::*;
-use futures::FutureExt;
-use sqlx::Connection;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
 const AGENT: &str = "rosa";
 
-#[derive(Clone, Copy)]
-enum Kind {
-    Sqlite,
-    Postgres,
-}
+use super::tests::Kind;
 
-/// Runs `body` on a fresh database of `kind`, removing it afterwards, pass or panic.
+/// Runs `body` on a fresh database of `kind`, removed afterwards (see `tests::run`).
 async fn run<F, Fut>(kind: Kind, body: F)
 where
     F: FnOnce(Store) -> Fut,
     Fut: Future<Output = ()>,
 {
-    match kind {
-        Kind::Sqlite => {
-            let dir = tempfile::tempdir().expect("temporary directory");
-            let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
-            body(Store::connect(&url).await.expect("connect to SQLite")).await;
-        }
-        Kind::Postgres => {
-            let admin_url = match std::env::var("TROUPE_TEST_DATABASE_URL") {
-                Ok(url) if !url.is_empty() => url,
-                _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-                    panic!("CI=true but TROUPE_TEST_DATABASE_URL is not set")
-                }
-                _ => {
-                    eprintln!("skipped: TROUPE_TEST_DATABASE_URL is not set");
-                    return;
-                }
-            };
-            let name = format!("troupe_test_{}", uuid::Uuid::new_v4().simple());
-            let mut admin = sqlx::PgConnection::connect(&admin_url)
-                .await
-                .expect("connect to TROUPE_TEST_DATABASE_URL");
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&mut admin)
-                .await
-                .expect("create the test database");
-            let mut url = server_url(&admin_url);
-            url.push_str(&name);
-            let store = Store::connect(&url).await.expect("connect to Postgres");
-            let closer = store.clone();
-            let outcome = AssertUnwindSafe(body(store)).catch_unwind().await;
-            closer.close().await;
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-            )))
-            .execute(&mut admin)
-            .await;
-            if let Err(panic) = outcome {
-                std::panic::resume_unwind(panic);
-            }
-        }
-    }
-}
-
-/// `postgres://user@host:port/` from a server URL (its database and query dropped).
-fn server_url(url: &str) -> String {
-    let base = url.split('?').next().unwrap_or(url);
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    match base[authority..].find('/') {
-        Some(slash) => base[..authority + slash + 1].to_string(),
-        None => format!("{base}/"),
-    }
+    super::tests::run(kind, |ctx| body(ctx.store)).await
 }
 
 macro_rules! on_both_backends {

@@ -16,20 +16,20 @@ use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 const AGENT: &str = "eliza";
 
 /// What a test body gets: a migrated store, and the URL it came from (to open another).
-struct Ctx {
-    store: Store,
+pub(super) struct Ctx {
+    pub(super) store: Store,
     url: String,
 }
 
 #[derive(Clone, Copy)]
-enum Kind {
+pub(super) enum Kind {
     Sqlite,
     Postgres,
 }
 
 /// Runs `body` against a fresh database of `kind`, and removes the database afterwards,
-/// whether the body passed or panicked.
-async fn run<F, Fut>(kind: Kind, body: F)
+/// whether the body passed or panicked. The knowledge and summaries tests use it too.
+pub(super) async fn run<F, Fut>(kind: Kind, body: F)
 where
     F: FnOnce(Ctx) -> Fut,
     Fut: Future<Output = ()>,
