@@ -8,6 +8,7 @@
 
 use crate::model::{Inbound, MessageId, Outbound, Platform, RoomRef};
 use async_trait::async_trait;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -69,6 +70,34 @@ impl ConnectorState for MemoryState {
 pub struct Delivery {
     /// The platform ids of the messages sent (several when a reply was split).
     pub message_ids: Vec<MessageId>,
+}
+
+/// A bounded record of recently delivered replies, by outbox key: a connector answers a
+/// repeated `send` of the same key (an outbox retry after a lost acknowledgement) with the
+/// first delivery instead of posting again. The oldest keys go first.
+#[derive(Default)]
+pub(crate) struct Recent {
+    by_key: HashMap<String, Delivery>,
+    order: VecDeque<String>,
+}
+
+impl Recent {
+    const CAPACITY: usize = 1024;
+
+    pub(crate) fn get(&self, key: &str) -> Option<Delivery> {
+        self.by_key.get(key).cloned()
+    }
+
+    pub(crate) fn insert(&mut self, key: String, delivery: Delivery) {
+        if self.by_key.insert(key.clone(), delivery).is_none() {
+            self.order.push_back(key);
+        }
+        while self.order.len() > Self::CAPACITY {
+            if let Some(old) = self.order.pop_front() {
+                self.by_key.remove(&old);
+            }
+        }
+    }
 }
 
 /// Errors callers branch on: the outbox retries `RateLimited` and `Transient`, and gives up

@@ -27,7 +27,7 @@ use serenity::all::{ClientBuilder, GatewayError, HttpBuilder};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::connector::{Connector, ConnectorError, ConnectorState, Delivery, InboundSink};
+use crate::connector::{Connector, ConnectorError, ConnectorState, Delivery, InboundSink, Recent};
 use crate::model::{MessageId, Outbound, Platform, RoomRef};
 use crate::registry::{Built, ConnectorSettings, Lookup, Shard};
 use config::Settings;
@@ -100,7 +100,7 @@ pub struct DiscordConnector {
     /// Messages already sent of a reply, by outbound key, so a retry resumes after them.
     progress: Mutex<HashMap<String, Vec<MessageId>>>,
     /// Replies delivered lately, so a second `send` of the same key sends nothing.
-    delivered: Mutex<send::Recent>,
+    delivered: Mutex<Recent>,
 }
 
 impl DiscordConnector {
@@ -118,7 +118,7 @@ impl DiscordConnector {
             me: watch::Sender::new(None),
             channel_locks: Mutex::new(HashMap::new()),
             progress: Mutex::new(HashMap::new()),
-            delivered: Mutex::new(send::Recent::default()),
+            delivered: Mutex::new(Recent::default()),
         })
     }
 

@@ -8,7 +8,6 @@
 //! sent again. Each message also carries a nonce derived from the key with
 //! `enforce_nonce`, so Discord itself drops a repeat of a create it already took.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ use super::DiscordConnector;
 use super::rest::CallError;
 use super::split::split_message;
 use super::wire::Snowflake;
-use crate::connector::{ConnectorError, Delivery};
+use crate::connector::{ConnectorError, Delivery, Recent};
 use crate::model::{MessageId, Outbound, RoomRef};
 
 /// Discord's limit for one message, in characters.
@@ -69,32 +68,6 @@ fn body(
         });
     }
     body
-}
-
-/// A bounded record of recently delivered replies.
-#[derive(Default)]
-pub(crate) struct Recent {
-    by_key: HashMap<String, Delivery>,
-    order: VecDeque<String>,
-}
-
-impl Recent {
-    const CAPACITY: usize = 1024;
-
-    fn get(&self, key: &str) -> Option<Delivery> {
-        self.by_key.get(key).cloned()
-    }
-
-    fn insert(&mut self, key: String, delivery: Delivery) {
-        if self.by_key.insert(key.clone(), delivery).is_none() {
-            self.order.push_back(key);
-        }
-        while self.order.len() > Self::CAPACITY {
-            if let Some(old) = self.order.pop_front() {
-                self.by_key.remove(&old);
-            }
-        }
-    }
 }
 
 impl DiscordConnector {

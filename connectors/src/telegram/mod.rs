@@ -21,14 +21,14 @@ mod receive;
 mod send;
 
 use async_trait::async_trait;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use teloxide::Bot;
 use teloxide::prelude::Requester;
 use tokio_util::sync::CancellationToken;
 
 use crate::connector::{
-    Connector, ConnectorError, ConnectorState, Delivery, InboundSink, WebhookRequest,
+    Connector, ConnectorError, ConnectorState, Delivery, InboundSink, Recent, WebhookRequest,
     WebhookResponse,
 };
 use crate::model::{MessageId, Outbound, Platform, RoomRef};
@@ -109,32 +109,6 @@ impl TelegramConnector {
             id: me.user.id.0,
             username: me.user.username.clone(),
         })
-    }
-}
-
-/// A bounded record of recently delivered replies.
-#[derive(Default)]
-struct Recent {
-    by_key: HashMap<String, Delivery>,
-    order: VecDeque<String>,
-}
-
-impl Recent {
-    const CAPACITY: usize = 1024;
-
-    fn get(&self, key: &str) -> Option<Delivery> {
-        self.by_key.get(key).cloned()
-    }
-
-    fn insert(&mut self, key: String, delivery: Delivery) {
-        if self.by_key.insert(key.clone(), delivery).is_none() {
-            self.order.push_back(key);
-        }
-        while self.order.len() > Self::CAPACITY {
-            if let Some(old) = self.order.pop_front() {
-                self.by_key.remove(&old);
-            }
-        }
     }
 }
 
