@@ -168,6 +168,7 @@ impl App {
         app.persona_events = Some(persona::watch(
             app.config.personas_dir.clone(),
             app.config.env.clone(),
+            app.config.persona_load_options(),
             app.root.child_token(),
         ));
         Ok(app)
@@ -189,7 +190,7 @@ impl App {
 
     async fn load_personas(&self) -> anyhow::Result<()> {
         let dir = &self.config.personas_dir;
-        let (loaded, problems) = persona::load_dir(dir);
+        let (loaded, problems) = persona::load_dir(dir, &self.config.persona_load_options());
         for problem in &problems {
             tracing::error!("{problem}");
         }

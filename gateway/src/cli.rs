@@ -164,7 +164,7 @@ fn check(config: Config, mut files: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
             .collect();
         files.sort();
     }
-    let report = crate::persona::check_files(&files, &config.env);
+    let report = crate::persona::check_files(&files, &config.env, &config.persona_load_options());
     for d in &report.diagnostics {
         println!("{d}");
     }
@@ -201,7 +201,8 @@ async fn ingest(
     if files.is_empty() && !reembed {
         anyhow::bail!("nothing to do: name files or directories to ingest, or pass --reembed");
     }
-    let (loaded, _) = crate::persona::load_dir(&config.personas_dir);
+    let (loaded, _) =
+        crate::persona::load_dir(&config.personas_dir, &config.persona_load_options());
     let Some(persona) = loaded
         .iter()
         .map(|l| &l.persona)

@@ -52,6 +52,11 @@ pub struct Config {
     pub otel_service_name: String,
     /// The environment as it was at start, for persona secrets and provider keys.
     pub env: Env,
+    // Issue 12, prompt slice: knowledge paths of character files.
+    /// `TROUPE_KNOWLEDGE_ALLOW_PATHS` (`knowledge_allow_paths` in troupe.toml), empty by
+    /// default: directories besides `TROUPE_PERSONAS` that character `knowledge` paths may
+    /// point into (absolute, through `..` or through a symlink). A `:`-separated list.
+    pub knowledge_allow_paths: Vec<PathBuf>,
 }
 
 /// Inbound rate limits. A value of 0 disables that limit.
@@ -330,6 +335,8 @@ struct FileConfig {
     bus_partitions: Option<u32>,
     bus_ack_wait_secs: Option<u64>,
     bus_dedupe_window_secs: Option<u64>,
+    // Issue 12, prompt slice.
+    knowledge_allow_paths: Option<Vec<PathBuf>>,
 }
 
 impl Config {
@@ -350,6 +357,7 @@ impl Config {
             None => FileConfig::default(),
         };
         let layered = Layered { env: &env };
+        let knowledge_allow_paths = knowledge_allow_paths(&env, file.knowledge_allow_paths)?;
 
         let http_addr = layered
             .string("TROUPE_HTTP_ADDR", file.http_addr)
@@ -529,6 +537,7 @@ impl Config {
                 .cloned()
                 .unwrap_or_else(|| "troupe".into()),
             env,
+            knowledge_allow_paths,
         })
     }
 
@@ -640,6 +649,39 @@ fn knowledge_settings(env: &Env, layered: &Layered<'_>) -> anyhow::Result<Knowle
         )?,
         embedding,
     })
+}
+
+// Issue 12, prompt slice: where character `knowledge` paths may lead.
+impl Config {
+    /// How character files are loaded: the knowledge roots the operator allows.
+    pub fn persona_load_options(&self) -> crate::persona::LoadOptions {
+        crate::persona::LoadOptions {
+            knowledge_roots: self.knowledge_allow_paths.clone(),
+        }
+    }
+}
+
+/// `TROUPE_KNOWLEDGE_ALLOW_PATHS` (a `:`-separated list, as `PATH`), else the file's
+/// `knowledge_allow_paths` list. Each must be a directory that exists: a typo would
+/// otherwise refuse the very paths it was meant to allow, silently.
+fn knowledge_allow_paths(env: &Env, file: Option<Vec<PathBuf>>) -> anyhow::Result<Vec<PathBuf>> {
+    let name = "TROUPE_KNOWLEDGE_ALLOW_PATHS";
+    let list: Vec<PathBuf> = match env.get(name).filter(|v| !v.trim().is_empty()) {
+        Some(raw) => std::env::split_paths(raw.trim()).collect(),
+        None => file.unwrap_or_default(),
+    };
+    let list: Vec<PathBuf> = list
+        .into_iter()
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect();
+    if let Some(bad) = list.iter().find(|p| !p.is_dir()) {
+        bail!(
+            "{name} names {}, which is not a directory (it lists the directories character \
+             knowledge paths may point into, besides TROUPE_PERSONAS)",
+            bad.display()
+        );
+    }
+    Ok(list)
 }
 
 fn read_file_config(path: &Path) -> anyhow::Result<FileConfig> {
@@ -856,5 +898,30 @@ mod tests {
     fn a_bad_number_names_the_variable() {
         let err = Config::from_env(env(&[("TROUPE_HISTORY_LIMIT", "lots")])).unwrap_err();
         assert!(err.to_string().contains("TROUPE_HISTORY_LIMIT"), "{err}");
+    }
+
+    // Issue 12, prompt slice.
+    #[test]
+    fn knowledge_allow_paths_are_a_list_of_directories() {
+        assert!(Config::for_test().knowledge_allow_paths.is_empty());
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let list = format!("{}:{}", a.path().display(), b.path().display());
+        let c = Config::from_env(env(&[("TROUPE_KNOWLEDGE_ALLOW_PATHS", &list)])).unwrap();
+        assert_eq!(c.knowledge_allow_paths, [a.path(), b.path()]);
+        assert_eq!(
+            c.persona_load_options().knowledge_roots,
+            c.knowledge_allow_paths
+        );
+        let missing = a.path().join("nope");
+        let err = Config::from_env(env(&[(
+            "TROUPE_KNOWLEDGE_ALLOW_PATHS",
+            &missing.display().to_string(),
+        )]))
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("TROUPE_KNOWLEDGE_ALLOW_PATHS"),
+            "{err}"
+        );
     }
 }

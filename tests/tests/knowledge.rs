@@ -366,7 +366,12 @@ async fn character_knowledge_is_ingested_once_at_start(backend: Backend) {
     let mut app = TestApp::spawn(
         TestAppOptions::new(backend)
             .persona_file("ada.json", character)
-            .openai(&fake),
+            .openai(&fake)
+            // The file is outside the personas directory: the operator allows its directory.
+            .env(
+                "TROUPE_KNOWLEDGE_ALLOW_PATHS",
+                &dir.path().display().to_string(),
+            ),
     )
     .await;
     let docs = listed(&app).await;

@@ -1,5 +1,6 @@
 //! End-to-end tests of personas through the real binary: hot reload of character files
-//! while `troupe run` runs, and `troupe check` as an author uses it.
+//! while `troupe run` runs, `troupe check` as an author uses it, and `knowledge` paths that
+//! try to leave the personas directory.
 
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -114,12 +115,17 @@ async fn adding_a_file_adds_a_persona_and_removing_it_stops_it() {
 }
 
 fn check(args: &[&str], cwd: &std::path::Path) -> (i32, String) {
+    check_with(args, cwd, &[])
+}
+
+fn check_with(args: &[&str], cwd: &std::path::Path, env: &[(&str, &str)]) -> (i32, String) {
     let out = std::process::Command::new(troupe_bin())
         .arg("check")
         .args(args)
         .current_dir(cwd)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
+        .envs(env.iter().copied())
         .output()
         .expect("troupe check runs");
     (
@@ -232,4 +238,119 @@ fn two_personas_with_one_platform_token_refuse_to_start_naming_both_files() {
         stderr.contains("ann.json and") && stderr.contains("ben.json use the same telegram token"),
         "{stderr}"
     );
+}
+
+/// `../` enough times to climb from `dir` to `/`, then `etc/passwd`: `../../etc/passwd`
+/// for a directory two levels deep.
+fn climb_to_etc_passwd(dir: &std::path::Path) -> String {
+    let depth = std::fs::canonicalize(dir).unwrap().components().count() - 1;
+    format!("{}etc/passwd", "../".repeat(depth))
+}
+
+/// A character whose `knowledge` names an inline fact, `/etc/passwd` twice (absolute and
+/// through `..`) and, when `link` is given, a file inside the directory.
+fn escaping_character(name: &str, climb: &str, extra: Option<&str>) -> Value {
+    let mut c = persona_json(name, "Keeps to her own files.");
+    let mut knowledge = vec![
+        json!("The lamp is lit at dusk, every day of the year."),
+        json!({"path": "/etc/passwd"}),
+        json!({"path": climb}),
+    ];
+    if let Some(extra) = extra {
+        knowledge.push(json!({"path": extra}));
+    }
+    c["knowledge"] = json!(knowledge);
+    c
+}
+
+#[cfg(unix)]
+#[test]
+fn troupe_check_refuses_knowledge_paths_outside_the_personas_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("shared.md"), "shared notes").unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("shared.md"),
+        dir.path().join("linked.md"),
+    )
+    .unwrap();
+    let climb = climb_to_etc_passwd(dir.path());
+    let character = escaping_character("Eve", &climb, Some("linked.md"));
+    // Pretty-printed: one entry per line, so each refusal has its own line.
+    std::fs::write(
+        dir.path().join("eve.json"),
+        serde_json::to_string_pretty(&character).unwrap(),
+    )
+    .unwrap();
+
+    let (code, out) = check(&["eve.json"], dir.path());
+    assert_eq!(code, 1, "{out}");
+    let errors: Vec<&str> = out.lines().filter(|l| !l.contains("warning:")).collect();
+    assert_eq!(errors.len(), 3, "{out}");
+    let find = |needle: &str| {
+        errors
+            .iter()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no error with {needle:?}:\n{out}"))
+    };
+    let abs = find("knowledge[1].path: file \"/etc/passwd\" is an absolute path outside");
+    assert!(abs.starts_with("eve.json:"), "{abs}");
+    let up = find("knowledge[2].path: file \"../");
+    assert!(
+        up.contains("climbs out of the personas directory") && up.contains("/etc/passwd"),
+        "{up}"
+    );
+    let link = find("knowledge[3].path: file \"linked.md\" is reached through a symlink");
+    assert!(link.contains("TROUPE_KNOWLEDGE_ALLOW_PATHS"), "{link}");
+    // Each at its own line of the file.
+    let line_of = |l: &str| l.split(':').nth(1).unwrap().to_string();
+    assert_ne!(line_of(abs), line_of(up));
+    assert_ne!(line_of(up), line_of(link));
+
+    // The operator allows the outside directory: the symlink is fine, /etc stays refused.
+    let allow = outside.path().display().to_string();
+    let (code, out) = check_with(
+        &["eve.json"],
+        dir.path(),
+        &[("TROUPE_KNOWLEDGE_ALLOW_PATHS", allow.as_str())],
+    );
+    assert_eq!(code, 1, "{out}");
+    let errors: Vec<&str> = out.lines().filter(|l| !l.contains("warning:")).collect();
+    assert_eq!(errors.len(), 2, "{out}");
+    assert!(!out.contains("linked.md"), "{out}");
+}
+
+#[tokio::test]
+async fn a_persona_with_refused_knowledge_paths_runs_without_them() {
+    let fake = FakeOpenAi::start().await;
+    // Deep enough for any data directory: `..` stops at `/`.
+    let climb = format!("{}etc/passwd", "../".repeat(40));
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("eve.json", escaping_character("Eve", &climb, None))
+            .openai(&fake),
+    )
+    .await;
+    // Eve runs, with the inline fact as her only document.
+    let (status, listed) = app.get("/api/agents/eve/documents").await;
+    assert!(status.is_success(), "{listed}");
+    let docs = listed["documents"].as_array().unwrap();
+    assert_eq!(docs.len(), 1, "{listed}");
+    let logs = app.logs();
+    assert!(
+        logs.contains("knowledge[1].path: file \"/etc/passwd\" is an absolute path"),
+        "{logs}"
+    );
+    assert!(logs.contains("the entry is skipped"), "{logs}");
+
+    let (status, body) = app
+        .post_message(
+            "eve",
+            &json!({"text": "When is the lamp lit? And who is root, with bin bash and daemon?"}),
+        )
+        .await;
+    assert!(status.is_success(), "{body}");
+    let prompt = fake.last_prompt_text();
+    assert!(prompt.contains("lit at dusk"), "{prompt}");
+    assert!(!prompt.contains("root:x:0"), "{prompt}");
 }

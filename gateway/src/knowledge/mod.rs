@@ -21,6 +21,7 @@
 mod chunk;
 mod embed;
 mod extract;
+mod walk;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -35,6 +36,7 @@ use crate::storage::{NewDocument, ScoredChunk, StorageError, Store};
 pub use crate::config::{EmbeddingApi, EmbeddingSettings, KnowledgeSettings};
 pub use embed::Embedder;
 use extract::ExtractError;
+pub use walk::files_under;
 
 /// Reciprocal rank fusion's constant, as in Cormack et al. (2009): it damps the weight of
 /// the very first ranks so that agreement between the two rankings counts most.
@@ -715,33 +717,6 @@ impl Knowledge {
             }
         }
     }
-}
-
-/// Every regular file under `dir`, recursively, in name order, skipping hidden entries
-/// (`.git`, `.DS_Store`). A path that is a file is returned as is.
-pub fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        if path.is_file() {
-            out.push(path);
-            continue;
-        }
-        let Ok(entries) = std::fs::read_dir(&path) else {
-            tracing::warn!(path = %path.display(), "cannot read the directory");
-            continue;
-        };
-        let mut children: Vec<PathBuf> = entries
-            .flatten()
-            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-            .map(|e| e.path())
-            .collect();
-        // Reversed onto the stack, so they come off in name order.
-        children.sort();
-        children.reverse();
-        stack.extend(children);
-    }
-    out
 }
 
 /// The document id: derived from the agent, the scope and the content's SHA-256, so the

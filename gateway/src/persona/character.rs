@@ -9,7 +9,8 @@
 //!
 //! Rules: unknown fields are kept (in `extra`) and warned about, never refused; a wrong type
 //! is an error at the value; `null` counts as absent for every optional field. This module
-//! does not touch the file system except to check that knowledge paths exist.
+//! does not touch the file system except to check that knowledge paths exist and stay where
+//! `paths` allows.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use troupe_connectors::Platform;
 use super::ClientSwitches;
 use super::diag::{Diags, join, suggest, unknown_field_message};
 use super::json::{Kind, Node, Pos};
+use super::paths::Policy;
 use super::prompt;
 
 /// A character file, both formats in one shape. Lists are empty when absent.
@@ -75,7 +77,8 @@ pub struct Style {
     pub post: Vec<String>,
 }
 
-/// A `knowledge` entry. Paths are resolved at load time to the location that exists.
+/// A `knowledge` entry. Paths are resolved at load time to the location that exists, with
+/// symlinks resolved, and are under the personas directory or an allowed root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KnowledgeEntry {
     Text(String),
@@ -273,8 +276,9 @@ pub(crate) fn plugin_provider(plugin: &str) -> Option<&'static str> {
 }
 
 /// Builds the character from a (merged) tree. Knowledge paths are resolved from the file
-/// each entry was written in; `cwd` is the last place looked, as elizaOS does.
-pub(crate) fn from_node(root: &Node, cwd: &Path, d: &mut Diags) -> Character {
+/// each entry was written in; `cwd` is the last place looked, as elizaOS does, and `policy`
+/// says where they may lead.
+pub(crate) fn from_node(root: &Node, cwd: &Path, policy: &Policy, d: &mut Diags) -> Character {
     let mut c = Character::default();
     let Some(members) = root.members() else {
         d.error(
@@ -308,7 +312,7 @@ pub(crate) fn from_node(root: &Node, cwd: &Path, d: &mut Diags) -> Character {
             "adjectives" => c.adjectives = string_list(v, key, d),
             "messageExamples" => c.message_examples = examples(v, d),
             "style" => c.style = style(v, d),
-            "knowledge" => c.knowledge = knowledge(v, cwd, d),
+            "knowledge" => c.knowledge = knowledge(v, cwd, policy, d),
             "clients" => c.clients = clients(v, d),
             "plugins" => c.plugins = plugins(v, d),
             "settings" => c.settings = settings(v, &mut c.client_config, &mut c.positions, d),
@@ -602,8 +606,10 @@ fn style(v: &Node, d: &mut Diags) -> Style {
 
 /// Knowledge entries. `{path}` and `{directory}` are looked up, in order: next to the file
 /// that names them, in a `knowledge/` folder next to it (where elizaOS v0 keeps them), then
-/// relative to the working directory (as elizaOS does).
-fn knowledge(v: &Node, cwd: &Path, d: &mut Diags) -> Vec<KnowledgeEntry> {
+/// relative to the working directory (as elizaOS does). The first one found that `policy`
+/// allows is taken; when every one found is refused, the first refusal is reported (an error
+/// for `troupe check`, a warning that skips the entry when loading).
+fn knowledge(v: &Node, cwd: &Path, policy: &Policy, d: &mut Diags) -> Vec<KnowledgeEntry> {
     let Kind::Array(items) = &v.kind else {
         d.wrong_type(
             v,
@@ -661,22 +667,39 @@ fn knowledge(v: &Node, cwd: &Path, d: &mut Diags) -> Vec<KnowledgeEntry> {
                     base.join("knowledge").join(&rel),
                     cwd.join(&rel),
                 ];
-                let found = candidates
-                    .iter()
-                    .find(|c| if want_dir { c.is_dir() } else { c.is_file() });
-                match found {
-                    Some(f) if want_dir => out.push(KnowledgeEntry::Directory {
-                        path: f.clone(),
-                        shared,
-                    }),
-                    Some(f) => out.push(KnowledgeEntry::File {
-                        path: f.clone(),
-                        shared,
-                    }),
-                    None => {
+                let what = if want_dir { "directory" } else { "file" };
+                let mut refused = None;
+                let mut found = None;
+                for (n, c) in candidates.iter().enumerate() {
+                    if !(if want_dir { c.is_dir() } else { c.is_file() }) {
+                        continue;
+                    }
+                    match policy.check(&rel, c, n == candidates.len() - 1) {
+                        Ok(resolved) => {
+                            found = Some(resolved);
+                            break;
+                        }
+                        Err(why) => {
+                            refused.get_or_insert(why);
+                        }
+                    }
+                }
+                match (found, refused) {
+                    (Some(f), _) if want_dir => {
+                        out.push(KnowledgeEntry::Directory { path: f, shared })
+                    }
+                    (Some(f), _) => out.push(KnowledgeEntry::File { path: f, shared }),
+                    (None, Some(why)) => {
+                        let message = policy.message(what, &rel, &why);
+                        if policy.strict {
+                            d.error(&node.pos, &p, message);
+                        } else {
+                            d.warn(&node.pos, &p, message);
+                        }
+                    }
+                    (None, None) => {
                         let tried: Vec<String> =
                             candidates.iter().map(|c| c.display().to_string()).collect();
-                        let what = if want_dir { "directory" } else { "file" };
                         d.error(
                             &node.pos,
                             &p,

@@ -8,6 +8,7 @@ use troupe_connectors::Platform;
 
 use super::diag::{Diagnostic, Severity};
 use super::json::Pos;
+use super::paths::{LoadOptions, Policy};
 use super::secrets::{self, SecretSource};
 use super::{Env, Loaded, Persona};
 
@@ -35,8 +36,10 @@ impl CheckReport {
     }
 }
 
-/// Checks character files. A directory in `paths` stands for the `*.json` files in it.
-pub fn check_files(paths: &[PathBuf], env: &Env) -> CheckReport {
+/// Checks character files. A directory in `paths` stands for the `*.json` files in it. A
+/// `knowledge` path that leads outside the file's directory and `options.knowledge_roots`
+/// is an error here (loading only skips it).
+pub fn check_files(paths: &[PathBuf], env: &Env, options: &LoadOptions) -> CheckReport {
     let mut report = CheckReport::default();
     let mut files = Vec::new();
     for p in paths {
@@ -54,7 +57,7 @@ pub fn check_files(paths: &[PathBuf], env: &Env) -> CheckReport {
         }
     }
     for f in &files {
-        match super::load::load_file(f) {
+        match super::load::load(f, &Policy::new(f, options, true)) {
             Ok(l) => {
                 report.diagnostics.extend(l.warnings.iter().cloned());
                 report.loaded.push(l);

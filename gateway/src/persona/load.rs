@@ -14,11 +14,25 @@ use std::sync::Arc;
 use super::character::{self, Character};
 use super::diag::{Diagnostic, Diags};
 use super::json::{self, Kind, Member, Node};
+use super::paths::{LoadOptions, Policy};
 use super::{Loaded, Persona};
 
-/// Reads and checks one character file. On success the warnings travel with the persona;
-/// on failure every diagnostic (errors first by position, warnings too) is returned.
+/// Reads and checks one character file, with no knowledge roots beyond its own directory
+/// (see [`load_file_with`]).
 pub fn load_file(path: &Path) -> Result<Loaded, Vec<Diagnostic>> {
+    load_file_with(path, &LoadOptions::default())
+}
+
+/// Reads and checks one character file. On success the warnings travel with the persona;
+/// on failure every diagnostic (errors first by position, warnings too) is returned. A
+/// `knowledge` path outside the file's directory and `options.knowledge_roots` is a warning
+/// and the persona loads without it (see `paths`).
+pub fn load_file_with(path: &Path, options: &LoadOptions) -> Result<Loaded, Vec<Diagnostic>> {
+    load(path, &Policy::new(path, options, false))
+}
+
+/// [`load_file_with`] under `policy`: `troupe check` passes a strict one.
+pub(crate) fn load(path: &Path, policy: &Policy) -> Result<Loaded, Vec<Diagnostic>> {
     let mut d = Diags::default();
     let mut stack = Vec::new();
     let mut deps = Vec::new();
@@ -26,7 +40,7 @@ pub fn load_file(path: &Path) -> Result<Loaded, Vec<Diagnostic>> {
     let character = match &tree {
         Some(tree) if !d.has_errors() => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-            Some(character::from_node(tree, &cwd, &mut d))
+            Some(character::from_node(tree, &cwd, policy, &mut d))
         }
         _ => None,
     };
@@ -49,7 +63,7 @@ pub fn load_file(path: &Path) -> Result<Loaded, Vec<Diagnostic>> {
 ///
 /// Returns the personas that loaded and the diagnostics of the files that did not. Two files
 /// with the same persona id: the second is refused with an error naming the first.
-pub fn load_dir(dir: &Path) -> (Vec<Loaded>, Vec<Diagnostic>) {
+pub fn load_dir(dir: &Path, options: &LoadOptions) -> (Vec<Loaded>, Vec<Diagnostic>) {
     let mut ok: Vec<Loaded> = Vec::new();
     let mut bad = Vec::new();
     let paths = match persona_files(dir) {
@@ -64,7 +78,7 @@ pub fn load_dir(dir: &Path) -> (Vec<Loaded>, Vec<Diagnostic>) {
         }
     };
     for p in paths {
-        match load_file(&p) {
+        match load_file_with(&p, options) {
             Ok(l) => {
                 if let Some(first) = ok.iter().find(|o| o.persona.id == l.persona.id) {
                     bad.push(super::check::duplicate_id(&l.persona, &first.persona));

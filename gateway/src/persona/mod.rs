@@ -9,6 +9,9 @@
 //! - `check`: [`check_files`] for `troupe check`, with the cross-file checks;
 //! - `secrets`: per-persona secrets and their precedence;
 //! - `prompt`: [`compose`], elizaOS's sampling and templates;
+//! - `quote`: how names and text from rooms are put into any prompt (reply, summary, facts)
+//!   so that they cannot open a section;
+//! - `paths`: where a character's `knowledge` files may live;
 //! - `watch`: [`watch`], hot reload.
 //!
 //! This module reads files and the [`Env`] snapshot it is given; it never reads the process
@@ -20,7 +23,9 @@ mod check;
 mod diag;
 mod json;
 mod load;
+mod paths;
 mod prompt;
+pub(crate) mod quote;
 mod secrets;
 mod watch;
 
@@ -35,7 +40,8 @@ use troupe_connectors::Platform;
 pub use character::{Character, ExampleMessage, KnowledgeEntry, Settings, Style};
 pub use check::{CheckReport, check_files};
 pub use diag::{Diagnostic, Severity};
-pub use load::{load_dir, load_file, slug};
+pub use load::{load_dir, load_file, load_file_with, slug};
+pub use paths::LoadOptions;
 pub use prompt::{DEFAULT_MESSAGE_HANDLER_TEMPLATE, compose};
 pub use secrets::{SecretSource, env_name, token_key};
 pub use watch::{PersonaEvent, watch};

@@ -114,7 +114,11 @@ fn every_elizaos_fixture_loads() {
     }
     assert!(v1 >= 2);
     // A few of the warnings the fixtures are known to raise.
-    let check = check_files(std::slice::from_ref(&dir), &Env::new());
+    let check = check_files(
+        std::slice::from_ref(&dir),
+        &Env::new(),
+        &LoadOptions::default(),
+    );
     assert!(check.ok(), "{}", lines(&check.diagnostics));
     let all = lines(&check.diagnostics);
     assert!(all.contains("edrizi.json:"), "{all}");
@@ -169,7 +173,7 @@ fn default_persona_loads_without_warnings() {
         ]
     );
     assert!(p.switches(Platform::Discord).respond_only_to_mentions);
-    let report = check_files(&[dir], &Env::new());
+    let report = check_files(&[dir], &Env::new(), &LoadOptions::default());
     assert!(
         report.diagnostics.is_empty(),
         "{}",
@@ -355,6 +359,145 @@ fn missing_knowledge_path() {
     );
 }
 
+/// `../` enough times to climb from `dir` to `/`.
+#[cfg(unix)]
+fn up_to_root(dir: &Path) -> String {
+    let depth = std::fs::canonicalize(dir).unwrap().components().count() - 1;
+    "../".repeat(depth)
+}
+
+/// A personas directory whose character file points out of it five ways, and a directory
+/// outside with what they point at.
+#[cfg(unix)]
+fn escaping_character(t: &Path) -> (PathBuf, PathBuf) {
+    let personas = t.join("personas");
+    let outside = t.join("outside");
+    write(&outside, "secret.md", "the outside secret");
+    write(&outside, "more/other.md", "more");
+    write(&personas, "docs/fine.md", "fine");
+    std::os::unix::fs::symlink(outside.join("secret.md"), personas.join("docs/link.md")).unwrap();
+    std::os::unix::fs::symlink(outside.join("more"), personas.join("linkdir")).unwrap();
+    let up = up_to_root(&personas);
+    let secret = outside.join("secret.md").display().to_string();
+    let text = format!(
+        "{{\"name\": \"A\", \"bio\": \"x\", \"knowledge\": [\n\
+         \"inline\",\n\
+         {{\"path\": \"{up}etc/passwd\"}},\n\
+         {{\"path\": \"/etc/passwd\"}},\n\
+         {{\"path\": \"{secret}\"}},\n\
+         {{\"path\": \"docs/link.md\"}},\n\
+         {{\"directory\": \"linkdir\"}},\n\
+         {{\"directory\": \"/etc\"}},\n\
+         {{\"path\": \"docs/fine.md\"}}\n]}}"
+    );
+    (write(&personas, "a.json", &text), outside)
+}
+
+#[cfg(unix)]
+#[test]
+fn knowledge_paths_that_leave_the_personas_directory_are_skipped_at_load() {
+    let t = TempDir::new().unwrap();
+    let (file, _) = escaping_character(t.path());
+    let personas = std::fs::canonicalize(file.parent().unwrap()).unwrap();
+    let l = load_file(&file).expect("the persona loads without the refused entries");
+    assert_eq!(
+        l.persona.knowledge(),
+        [
+            KnowledgeEntry::Text("inline".into()),
+            KnowledgeEntry::File {
+                path: personas.join("docs/fine.md"),
+                shared: false
+            },
+        ]
+    );
+    let w: Vec<String> = l.warnings.iter().map(ToString::to_string).collect();
+    let at = |line: usize, field: &str| {
+        w.iter()
+            .find(|d| d.contains(&format!("a.json:{line}:")) && d.contains(field))
+            .unwrap_or_else(|| panic!("no warning at line {line} ({field}): {w:#?}"))
+            .clone()
+    };
+    let up = at(3, "warning: knowledge[1].path: file \"");
+    assert!(up.contains("climbs out of the personas directory"), "{up}");
+    assert!(up.contains("resolves to /etc/passwd"), "{up}");
+    assert!(up.ends_with("the entry is skipped"), "{up}");
+    let abs = at(
+        4,
+        "warning: knowledge[2].path: file \"/etc/passwd\" is an absolute path",
+    );
+    assert!(abs.contains("TROUPE_KNOWLEDGE_ALLOW_PATHS"), "{abs}");
+    at(5, "knowledge[3].path: file \"");
+    let link = at(
+        6,
+        "knowledge[4].path: file \"docs/link.md\" is reached through a symlink",
+    );
+    assert!(link.contains("secret.md"), "{link}");
+    at(
+        7,
+        "knowledge[5].directory: directory \"linkdir\" is reached through a symlink",
+    );
+    at(
+        8,
+        "knowledge[6].directory: directory \"/etc\" is an absolute path",
+    );
+    assert_eq!(w.len(), 6, "{w:#?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn troupe_check_reports_refused_knowledge_paths_as_errors() {
+    let t = TempDir::new().unwrap();
+    let (file, _) = escaping_character(t.path());
+    let report = check_files(
+        std::slice::from_ref(&file),
+        &Env::new(),
+        &LoadOptions::default(),
+    );
+    assert!(!report.ok());
+    let errors: Vec<String> = report.errors().map(ToString::to_string).collect();
+    assert_eq!(errors.len(), 6, "{errors:#?}");
+    let want = format!(
+        "{}:4:10: knowledge[2].path: file \"/etc/passwd\" is an absolute path",
+        file.display()
+    );
+    assert!(errors.iter().any(|e| e.starts_with(&want)), "{errors:#?}");
+    assert!(errors.iter().all(|e| !e.contains("skipped")), "{errors:#?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn an_allowed_root_admits_knowledge_outside_the_personas_directory() {
+    let t = TempDir::new().unwrap();
+    let (file, outside) = escaping_character(t.path());
+    let outside = std::fs::canonicalize(outside).unwrap();
+    let options = LoadOptions {
+        knowledge_roots: vec![outside.clone()],
+    };
+    let l = load_file_with(&file, &options).unwrap();
+    let paths: Vec<&Path> = l
+        .persona
+        .knowledge()
+        .iter()
+        .filter_map(|k| match k {
+            KnowledgeEntry::File { path, .. } | KnowledgeEntry::Directory { path, .. } => {
+                Some(path.as_path())
+            }
+            KnowledgeEntry::Text(_) => None,
+        })
+        .collect();
+    // The absolute path, the symlinked file and the symlinked directory under `outside`
+    // are in; /etc stays out.
+    assert!(
+        paths.contains(&outside.join("secret.md").as_path()),
+        "{paths:?}"
+    );
+    assert!(paths.contains(&outside.join("more").as_path()), "{paths:?}");
+    assert!(!paths.iter().any(|p| p.starts_with("/etc")), "{paths:?}");
+    let report = check_files(std::slice::from_ref(&file), &Env::new(), &options);
+    let errors: Vec<String> = report.errors().map(ToString::to_string).collect();
+    assert_eq!(errors.len(), 3, "{errors:#?}");
+}
+
 #[test]
 fn unknown_field_is_a_warning_with_a_suggestion() {
     let t = TempDir::new().unwrap();
@@ -413,7 +556,7 @@ fn duplicate_token_across_files_names_both() {
         "{\"name\": \"B\", \"bio\": \"x\",\n \"clients\": [\"telegram\"]}",
     );
     let e = env(&[("TELEGRAM_BOT_TOKEN", "123:abc")]);
-    let r = check_files(&[a.clone(), b.clone()], &e);
+    let r = check_files(&[a.clone(), b.clone()], &e, &LoadOptions::default());
     assert!(!r.ok());
     let got: Vec<String> = r.diagnostics.iter().map(ToString::to_string).collect();
     assert_eq!(
@@ -436,7 +579,7 @@ fn duplicate_token_across_files_names_both() {
         ("TELEGRAM_BOT_TOKEN", "123:abc"),
         ("CHARACTER.B.TELEGRAM_BOT_TOKEN", "456:def"),
     ]);
-    assert!(check_files(&[a.clone(), b.clone()], &e2).ok());
+    assert!(check_files(&[a.clone(), b.clone()], &e2, &LoadOptions::default()).ok());
 
     // The same token written in both files points at the secret.
     let c = write(
@@ -449,7 +592,11 @@ fn duplicate_token_across_files_names_both() {
         "d.json",
         "{\"name\": \"D\", \"bio\": \"x\", \"plugins\": [\"@elizaos/plugin-discord\"],\n \"secrets\": {\"DISCORD_API_TOKEN\": \"tok\"}}",
     );
-    let r = check_files(&[c.clone(), d.clone()], &Env::new());
+    let r = check_files(
+        &[c.clone(), d.clone()],
+        &Env::new(),
+        &LoadOptions::default(),
+    );
     let got: Vec<String> = r.errors().map(ToString::to_string).collect();
     assert_eq!(got.len(), 2, "{got:?}");
     assert!(got[0].starts_with(&format!("{}:2:48: settings.secrets.DISCORD_API_TOKEN: discord token (settings.secrets.DISCORD_API_TOKEN) is the same as the one {} uses", c.display(), d.display())), "{}", got[0]);
@@ -469,7 +616,11 @@ fn duplicate_id_across_files_names_both() {
         "b.json",
         "{\"id\": \"same-name\", \"name\": \"Other\", \"bio\": \"x\"}",
     );
-    let r = check_files(&[t.path().to_path_buf()], &Env::new());
+    let r = check_files(
+        &[t.path().to_path_buf()],
+        &Env::new(),
+        &LoadOptions::default(),
+    );
     let got: Vec<String> = r.diagnostics.iter().map(ToString::to_string).collect();
     assert_eq!(
         got,
@@ -487,7 +638,7 @@ fn duplicate_id_across_files_names_both() {
         ]
     );
     // load_dir refuses the second one.
-    let (ok, bad) = load_dir(t.path());
+    let (ok, bad) = load_dir(t.path(), &LoadOptions::default());
     assert_eq!(ok.len(), 1);
     assert_eq!(bad.len(), 1);
 }
@@ -890,6 +1041,7 @@ async fn watch_reports_edits_new_files_and_removals() {
     let mut rx = watch::watch_every(
         t.path().to_path_buf(),
         Env::new(),
+        LoadOptions::default(),
         stop.clone(),
         Duration::from_millis(20),
     );
@@ -965,6 +1117,7 @@ async fn watch_sees_parent_edits() {
     let mut rx = watch::watch_every(
         t.path().to_path_buf(),
         Env::new(),
+        LoadOptions::default(),
         stop.clone(),
         Duration::from_millis(20),
     );

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::diag::Diagnostic;
+use super::paths::LoadOptions;
 use super::{Env, Loaded, Persona, check, load};
 
 /// How often the directory is scanned.
@@ -55,21 +56,28 @@ struct Tracked {
     good: Option<Persona>,
 }
 
-/// Watches `dir` until `shutdown` is cancelled (or the receiver is dropped).
-pub fn watch(dir: PathBuf, env: Env, shutdown: CancellationToken) -> mpsc::Receiver<PersonaEvent> {
-    watch_every(dir, env, shutdown, POLL_INTERVAL)
+/// Watches `dir` until `shutdown` is cancelled (or the receiver is dropped). Files are
+/// loaded with `options`, as [`super::load_dir`] loads them.
+pub fn watch(
+    dir: PathBuf,
+    env: Env,
+    options: LoadOptions,
+    shutdown: CancellationToken,
+) -> mpsc::Receiver<PersonaEvent> {
+    watch_every(dir, env, options, shutdown, POLL_INTERVAL)
 }
 
 pub(crate) fn watch_every(
     dir: PathBuf,
     env: Env,
+    options: LoadOptions,
     shutdown: CancellationToken,
     interval: Duration,
 ) -> mpsc::Receiver<PersonaEvent> {
     let (tx, rx) = mpsc::channel(64);
     // The starting state is taken now, before returning, so a change made right after
     // `watch` returns is seen as a change.
-    let mut state = baseline(&dir);
+    let mut state = baseline(&dir, &options);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -78,9 +86,9 @@ pub(crate) fn watch_every(
                 _ = shutdown.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            let (dir2, env2) = (dir.clone(), env.clone());
+            let (dir2, env2, options2) = (dir.clone(), env.clone(), options.clone());
             let scanned = tokio::task::spawn_blocking(move || {
-                let events = scan(&dir2, &env2, &mut state);
+                let events = scan(&dir2, &env2, &options2, &mut state);
                 (state, events)
             })
             .await;
@@ -96,10 +104,10 @@ pub(crate) fn watch_every(
     rx
 }
 
-fn baseline(dir: &Path) -> BTreeMap<PathBuf, Tracked> {
+fn baseline(dir: &Path, options: &LoadOptions) -> BTreeMap<PathBuf, Tracked> {
     let mut state = BTreeMap::new();
     for path in load::persona_files(dir).unwrap_or_default() {
-        let (deps, good) = match load::load_file(&path) {
+        let (deps, good) = match load::load_file_with(&path, options) {
             Ok(l) => (l.persona.depends_on.clone(), Some(l.persona)),
             Err(_) => (Vec::new(), None),
         };
@@ -129,7 +137,12 @@ fn fingerprint(path: &Path, deps: &[PathBuf]) -> Option<u64> {
     Some(h.finish())
 }
 
-fn scan(dir: &Path, env: &Env, state: &mut BTreeMap<PathBuf, Tracked>) -> Vec<PersonaEvent> {
+fn scan(
+    dir: &Path,
+    env: &Env,
+    options: &LoadOptions,
+    state: &mut BTreeMap<PathBuf, Tracked>,
+) -> Vec<PersonaEvent> {
     let mut events = Vec::new();
     // A directory that cannot be listed (being replaced, briefly missing) is not a removal of
     // every persona; wait for the next poll.
@@ -149,7 +162,7 @@ fn scan(dir: &Path, env: &Env, state: &mut BTreeMap<PathBuf, Tracked>) -> Vec<Pe
 
     for path in files {
         let mut t = state.remove(&path).unwrap_or_default();
-        if let Some(event) = step(&path, &mut t, state, env) {
+        if let Some(event) = step(&path, &mut t, state, env, options) {
             events.push(event);
         }
         state.insert(path, t);
@@ -163,6 +176,7 @@ fn step(
     t: &mut Tracked,
     others: &BTreeMap<PathBuf, Tracked>,
     env: &Env,
+    options: &LoadOptions,
 ) -> Option<PersonaEvent> {
     let fp = fingerprint(path, &t.deps)?;
     if t.fingerprint == Some(fp) {
@@ -175,7 +189,7 @@ fn step(
     }
     // Stable for two polls: report it.
     t.pending = None;
-    match load::load_file(path) {
+    match load::load_file_with(path, options) {
         Ok(loaded) => {
             t.deps = loaded.persona.depends_on.clone();
             t.fingerprint = Some(fingerprint(path, &t.deps).unwrap_or(fp));
