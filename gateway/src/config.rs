@@ -467,6 +467,7 @@ impl Config {
             None => FileConfig::default(),
         };
         let layered = Layered { env: &env };
+        let (api_token, http, fetch) = edge_settings(&env, &layered, &mut file)?;
 
         let http_addr = layered
             .string("TROUPE_HTTP_ADDR", file.http_addr)
@@ -474,7 +475,6 @@ impl Config {
         let http_addr: SocketAddr = http_addr.parse().with_context(|| {
             format!("TROUPE_HTTP_ADDR `{http_addr}` is not an address such as 127.0.0.1:3000")
         })?;
-        let (api_token, http, fetch) = edge_settings(&env, &layered, &mut file)?;
         if api_token.is_none() && !http_addr.ip().is_loopback() {
             bail!(
                 "TROUPE_HTTP_ADDR {http_addr} is not a loopback address, and TROUPE_API_TOKEN is \
