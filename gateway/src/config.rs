@@ -184,6 +184,9 @@ pub struct HttpSettings {
     /// `TROUPE_HTTP_HEADER_TIMEOUT_SECS`, default 10: how long a client may take to send a
     /// request's headers before the connection is closed.
     pub header_timeout: Duration,
+    /// `TROUPE_HTTP_BODY_TIMEOUT_SECS`, default 30: the longest pause while a client sends a
+    /// request body; then the request fails and the connection is closed.
+    pub body_timeout: Duration,
     /// `TROUPE_HTTP_MAX_CONNECTIONS`, default 1024: connections served at once; more wait
     /// in the listen queue until one closes.
     pub max_connections: usize,
@@ -219,6 +222,14 @@ fn edge_settings(
     if header_timeout == 0 {
         bail!("TROUPE_HTTP_HEADER_TIMEOUT_SECS must be at least 1");
     }
+    let body_timeout: u64 = layered.parse(
+        "TROUPE_HTTP_BODY_TIMEOUT_SECS",
+        file.http_body_timeout_secs,
+        30,
+    )?;
+    if body_timeout == 0 {
+        bail!("TROUPE_HTTP_BODY_TIMEOUT_SECS must be at least 1");
+    }
     let max_connections: usize = layered.parse(
         "TROUPE_HTTP_MAX_CONNECTIONS",
         file.http_max_connections,
@@ -229,6 +240,7 @@ fn edge_settings(
     }
     let http = HttpSettings {
         header_timeout: Duration::from_secs(header_timeout),
+        body_timeout: Duration::from_secs(body_timeout),
         max_connections,
         api_per_minute: layered.parse("TROUPE_RATE_API_PER_MIN", file.rate_api_per_min, 120)?,
     };
@@ -245,11 +257,7 @@ fn edge_settings(
     let fetch = FetchSettings {
         allow,
         timeout: Duration::from_secs(fetch_timeout),
-        max_redirects: layered.parse(
-            "TROUPE_FETCH_MAX_REDIRECTS",
-            file.fetch_max_redirects,
-            3,
-        )?,
+        max_redirects: layered.parse("TROUPE_FETCH_MAX_REDIRECTS", file.fetch_max_redirects, 3)?,
     };
     Ok((api_token, http, fetch))
 }
@@ -445,6 +453,7 @@ struct FileConfig {
     fetch_timeout_secs: Option<u64>,
     fetch_max_redirects: Option<u32>,
     http_header_timeout_secs: Option<u64>,
+    http_body_timeout_secs: Option<u64>,
     http_max_connections: Option<usize>,
     rate_api_per_min: Option<u32>,
 }
@@ -974,6 +983,7 @@ mod tests {
     fn edge_settings_have_defaults_and_bad_ones_are_named() {
         let c = Config::for_test();
         assert_eq!(c.http.header_timeout, Duration::from_secs(10));
+        assert_eq!(c.http.body_timeout, Duration::from_secs(30));
         assert_eq!(c.http.max_connections, 1024);
         assert_eq!(c.http.api_per_minute, 120);
         assert!(c.knowledge.fetch.allow.is_empty());
@@ -1007,7 +1017,10 @@ mod tests {
             assert!(err.to_string().contains("white space"), "{err}");
         }
         let err = Config::from_env(env(&[("TROUPE_API_TOKEN", " s3cret ")])).unwrap_err();
-        assert!(!err.to_string().contains("s3cret"), "the token is printed: {err}");
+        assert!(
+            !err.to_string().contains("s3cret"),
+            "the token is printed: {err}"
+        );
         // Empty is unset, as compose passes it.
         let c = Config::from_env(env(&[("TROUPE_API_TOKEN", "")])).unwrap();
         assert!(c.api_token.is_none());

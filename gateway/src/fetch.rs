@@ -129,10 +129,11 @@ impl std::str::FromStr for AllowRule {
                 .map_err(|_| format!("`{s}`: `{addr}` is not an IPv6 address"))?;
             let port = match tail {
                 "" => None,
-                t => Some(port(
-                    t.strip_prefix(':')
-                        .ok_or_else(|| format!("`{s}`: expected `:port` after `]`"))?,
-                )?),
+                t => {
+                    Some(port(t.strip_prefix(':').ok_or_else(|| {
+                        format!("`{s}`: expected `:port` after `]`")
+                    })?)?)
+                }
             };
             return Ok(AllowRule::Net {
                 addr: IpAddr::V6(addr),
@@ -546,10 +547,16 @@ mod tests {
         let rules = parse_allow("10.0.0.0/8,127.0.0.1:9000,files.internal:8080").unwrap();
         let allows = |addr: &str, port| rules.iter().any(|r| r.allows_addr(ip(addr), port));
         assert!(allows("10.200.3.4", 80));
-        assert!(allows("::ffff:10.0.0.1", 443), "a mapped address is its IPv4");
+        assert!(
+            allows("::ffff:10.0.0.1", 443),
+            "a mapped address is its IPv4"
+        );
         assert!(!allows("11.0.0.1", 80));
         assert!(allows("127.0.0.1", 9000));
-        assert!(!allows("127.0.0.1", 9001), "another port of an allowed address");
+        assert!(
+            !allows("127.0.0.1", 9001),
+            "another port of an allowed address"
+        );
         assert!(!allows("127.0.0.2", 9000));
         let by_name = |name: &str, port| rules.iter().any(|r| r.allows_name(name, port));
         assert!(by_name("files.internal", 8080));
@@ -592,10 +599,7 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let files = axum::Router::new()
             .route("/a.txt", get(|| async { "the body" }))
-            .route(
-                "/big.txt",
-                get(|| async { "x".repeat(1000) }),
-            )
+            .route("/big.txt", get(|| async { "x".repeat(1000) }))
             .route(
                 "/loop",
                 get(|| async { axum::response::Redirect::temporary("/loop") }),
@@ -613,8 +617,13 @@ mod tests {
         tokio::spawn(async move { axum::serve(listener, files).await });
         let base = format!("http://127.0.0.1:{port}");
 
-        let refused = fetcher("").fetch_capped(&format!("{base}/a.txt"), 100).await;
-        assert!(matches!(refused, Err(FetchError::Blocked { .. })), "{refused:?}");
+        let refused = fetcher("")
+            .fetch_capped(&format!("{base}/a.txt"), 100)
+            .await;
+        assert!(
+            matches!(refused, Err(FetchError::Blocked { .. })),
+            "{refused:?}"
+        );
         let other_port = fetcher(&format!("127.0.0.1:{}", port.wrapping_add(1)))
             .fetch_capped(&format!("{base}/a.txt"), 100)
             .await;
@@ -632,10 +641,19 @@ mod tests {
         let too_big = f.fetch_capped(&format!("{base}/big.txt"), 100).await;
         assert!(matches!(too_big, Err(FetchError::TooLarge { cap: 100 })));
         let looped = f.fetch_capped(&format!("{base}/loop"), 100).await;
-        assert!(matches!(looped, Err(FetchError::TooManyRedirects(3))), "{looped:?}");
+        assert!(
+            matches!(looped, Err(FetchError::TooManyRedirects(3))),
+            "{looped:?}"
+        );
         let metadata = f.fetch_capped(&format!("{base}/to-metadata"), 100).await;
         assert!(
-            matches!(metadata, Err(FetchError::Blocked { kind: "link-local (cloud metadata)", .. })),
+            matches!(
+                metadata,
+                Err(FetchError::Blocked {
+                    kind: "link-local (cloud metadata)",
+                    ..
+                })
+            ),
             "{metadata:?}"
         );
         // A name allowed by name may resolve to loopback.

@@ -330,7 +330,10 @@ mod tests {
         assert!(budget.check(a).is_ok());
         assert!(budget.check(a).is_ok());
         let wait = budget.check(a).unwrap_err();
-        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(60), "{wait:?}");
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_secs(60),
+            "{wait:?}"
+        );
         assert!(budget.check(b).is_ok(), "another peer has its own budget");
         // One IPv6 host: any address in its /64.
         let v6 = |s: &str| s.parse::<IpAddr>().unwrap();

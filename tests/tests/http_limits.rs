@@ -75,9 +75,11 @@ async fn half_sent_requests_are_closed_after_the_header_timeout() {
     for i in 0..50 {
         let mut s = TcpStream::connect(app.addr()).await.unwrap();
         // Headers without the blank line that ends them, as a slowloris client sends.
-        s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: troupe\r\nX-Slow-{i}: 1\r\n").as_bytes())
-            .await
-            .unwrap();
+        s.write_all(
+            format!("GET /healthz HTTP/1.1\r\nHost: troupe\r\nX-Slow-{i}: 1\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
         held.push(s);
     }
     // A connection that sends nothing at all is closed too.
@@ -95,10 +97,28 @@ async fn half_sent_requests_are_closed_after_the_header_timeout() {
 }
 
 #[tokio::test]
+async fn a_stalled_body_fails_and_its_connection_closes() {
+    let app = spawn(&[("TROUPE_HTTP_BODY_TIMEOUT_SECS", "1")]).await;
+    let mut s = TcpStream::connect(app.addr()).await.unwrap();
+    s.write_all(
+        b"POST /api/agents/ada/messages HTTP/1.1\r\nHost: troupe\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"text\": \"hel",
+    )
+    .await
+    .unwrap();
+    let answer =
+        String::from_utf8_lossy(&wait_for_close(&mut s, "a stalled body").await).to_string();
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 400"),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
 async fn connections_past_the_cap_wait_until_one_closes() {
     let app = spawn(&[
         ("TROUPE_HTTP_MAX_CONNECTIONS", "2"),
         ("TROUPE_HTTP_HEADER_TIMEOUT_SECS", "1"),
+        ("TROUPE_HTTP_BODY_TIMEOUT_SECS", "120"),
     ])
     .await;
     // Two connections, each proven served, then held inside a request whose body never
@@ -145,9 +165,21 @@ async fn every_error_is_json() {
     let (status, body) = app
         .get(&format!("/api/agents/{AGENT}/rooms/r1/memories?limit=abc"))
         .await;
-    check("limit=abc", status, &body, StatusCode::BAD_REQUEST, "bad_request");
+    check(
+        "limit=abc",
+        status,
+        &body,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
     let (status, body) = app.get("/api/agents/%FF%FE").await;
-    check("a path that is not UTF-8", status, &body, StatusCode::BAD_REQUEST, "bad_request");
+    check(
+        "a path that is not UTF-8",
+        status,
+        &body,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
     let (status, body) = app
         .post_raw(
             &format!("/api/agents/{AGENT}/messages"),
@@ -156,7 +188,13 @@ async fn every_error_is_json() {
             None,
         )
         .await;
-    check("bad JSON", status, &body, StatusCode::BAD_REQUEST, "bad_request");
+    check(
+        "bad JSON",
+        status,
+        &body,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
     let big = "x".repeat((1 << 20) + 1024);
     for path in ["/webhooks/telegram/ada", "/api/agents/ada/messages"] {
         let (status, body) = app.post_raw(path, &big, "application/json", None).await;
@@ -179,7 +217,10 @@ async fn a_blank_api_token_is_refused_at_start() {
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("TROUPE_HTTP_ADDR", "127.0.0.1:0")
-        .env("TROUPE_DATABASE_URL", format!("sqlite://{}", dir.path().join("t.db").display()))
+        .env(
+            "TROUPE_DATABASE_URL",
+            format!("sqlite://{}", dir.path().join("t.db").display()),
+        )
         .env("TROUPE_PERSONAS", dir.path())
         .env("TROUPE_API_TOKEN", "   ")
         .stdin(Stdio::null())

@@ -146,11 +146,7 @@ pub async fn json_errors(request: Request, next: axum::middleware::Next) -> Resp
         text
     };
     let mut out = ApiError::new(status, code_for(status), detail).into_response();
-    for name in [
-        header::RETRY_AFTER,
-        header::ALLOW,
-        header::WWW_AUTHENTICATE,
-    ] {
+    for name in [header::RETRY_AFTER, header::ALLOW, header::WWW_AUTHENTICATE] {
         if let Some(v) = parts.headers.get(&name) {
             out.headers_mut().insert(name, v.clone());
         }

@@ -74,10 +74,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route(
             "/metrics",
-            get(metrics).route_layer(middleware::from_fn_with_state(
-                state.clone(),
-                require_token,
-            )),
+            get(metrics).route_layer(middleware::from_fn_with_state(state.clone(), require_token)),
         )
         .nest("/api", api)
         .route(
@@ -208,6 +205,8 @@ async fn api_budget(State(state): State<AppState>, request: Request, next: Next)
 /// - A client has `header_timeout` to send each request's headers, and as long again to
 ///   start the next request on a kept-alive connection; then the connection is closed.
 ///   A slow or half-sent request cannot hold a connection.
+/// - A request body may pause at most `body_timeout` between two pieces; then reading it
+///   fails (the request gets a 400) and the connection closes.
 /// - At most `max_connections` connections are served at once: the next one is accepted
 ///   only when one closes, and waits in the listen queue until then.
 pub async fn serve(
@@ -242,12 +241,15 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        let service = router
-            .clone()
-            .map_request(move |mut request: axum::http::Request<hyper::body::Incoming>| {
+        let body_timeout = settings.body_timeout;
+        let service = router.clone().map_request(
+            move |request: axum::http::Request<hyper::body::Incoming>| {
+                let mut request =
+                    request.map(|body| axum::body::Body::new(IdleBody::new(body, body_timeout)));
                 request.extensions_mut().insert(ConnectInfo(peer));
                 request
-            });
+            },
+        );
         let service = TowerToHyperService::new(service);
         let header_timeout = settings.header_timeout;
         let closing = closing.clone();
@@ -276,6 +278,72 @@ pub async fn serve(
     connections.close();
     connections.wait().await;
     Ok(())
+}
+
+/// A request body that fails once the client has sent nothing for `idle`: a body trickled
+/// or never finished cannot hold a connection and a handler for ever. Large uploads on slow
+/// links are fine: only pauses count.
+struct IdleBody {
+    inner: hyper::body::Incoming,
+    idle: std::time::Duration,
+    pause: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl IdleBody {
+    fn new(inner: hyper::body::Incoming, idle: std::time::Duration) -> Self {
+        IdleBody {
+            inner,
+            idle,
+            pause: None,
+        }
+    }
+}
+
+/// Why an [`IdleBody`] failed.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("the client stopped sending the request body (TROUPE_HTTP_BODY_TIMEOUT_SECS)")]
+    Stalled,
+    #[error(transparent)]
+    Read(#[from] hyper::Error),
+}
+
+impl http_body::Body for IdleBody {
+    type Data = bytes::Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, BodyError>>> {
+        use std::future::Future;
+        use std::task::Poll;
+        let this = self.get_mut();
+        match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                this.pause = None;
+                Poll::Ready(frame.map(|r| r.map_err(BodyError::from)))
+            }
+            Poll::Pending => {
+                let idle = this.idle;
+                let pause = this
+                    .pause
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                match pause.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::Stalled))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// An accept error: a connection that failed before it was accepted is skipped; running
