@@ -58,7 +58,7 @@ pub enum FetchError {
         host: String,
         status: reqwest::StatusCode,
     },
-    #[error("it is over {cap} bytes")]
+    #[error("it is over {cap} bytes (for attachments: TROUPE_KNOWLEDGE_MAX_ATTACHMENT_BYTES)")]
     TooLarge { cap: usize },
     #[error("fetching from {host} took longer than {timeout:?} (TROUPE_FETCH_TIMEOUT_SECS)")]
     Timeout { host: String, timeout: Duration },
