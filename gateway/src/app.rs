@@ -434,12 +434,17 @@ impl App {
         tasks.spawn(self.outbox.clone().run(shutdown.child_token()));
 
         let limiter = self.limiter.clone();
+        let budget = crate::limits::ApiBudget::new(self.config.http.api_per_minute);
+        let api_budget = budget.clone();
         let housekeeping = shutdown.child_token();
         tasks.spawn(async move {
             loop {
                 tokio::select! {
                     _ = housekeeping.cancelled() => return,
-                    _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => limiter.housekeep(),
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {
+                        limiter.housekeep();
+                        api_budget.housekeep();
+                    }
                 }
             }
         });
@@ -453,14 +458,12 @@ impl App {
                 outbox: self.outbox.clone(),
                 knowledge: self.knowledge.clone(),
                 elector: self.elector.clone(),
+                budget,
             };
             let router = http::router(state);
             let stop = shutdown.child_token();
-            tasks.spawn(async move {
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(async move { stop.cancelled().await })
-                    .await
-            })
+            let settings = self.config.http.clone();
+            tasks.spawn(async move { http::serve(listener, router, &settings, stop).await })
         });
 
         let ingress = self.ingress.clone();

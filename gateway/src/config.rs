@@ -30,9 +30,12 @@ pub struct Config {
     pub nats: NatsSettings,
     /// `TROUPE_PERSONAS`, default `./personas`.
     pub personas_dir: PathBuf,
-    /// `TROUPE_API_TOKEN`: when set, mutating routes need `Authorization: Bearer <token>`.
+    /// `TROUPE_API_TOKEN`: when set, every route but `/healthz` and `/readyz` needs
+    /// `Authorization: Bearer <token>`. Empty means unset; white space only is refused.
     pub api_token: Option<SecretString>,
     pub limits: Limits,
+    /// The HTTP server's own limits and the API's budget per caller.
+    pub http: HttpSettings,
     pub agent: AgentSettings,
     pub knowledge: KnowledgeSettings,
     /// `TROUPE_LOG` (or `RUST_LOG`): the log filter, default `info`.
@@ -134,6 +137,8 @@ pub struct KnowledgeSettings {
     pub max_attachment_bytes: usize,
     /// Vectors next to BM25, when an embedding model is configured; `None`: BM25 only.
     pub embedding: Option<EmbeddingSettings>,
+    /// How attachments and linked files are fetched (see fetch.rs).
+    pub fetch: FetchSettings,
 }
 
 impl Default for KnowledgeSettings {
@@ -148,9 +153,121 @@ impl Default for KnowledgeSettings {
             search_timeout: Duration::from_millis(3_000),
             max_attachment_bytes: 2 << 20,
             embedding: None,
+            fetch: FetchSettings::default(),
         }
     }
 }
+
+// ---- edge (issue 12: outbound fetch policy, API token, API budget, HTTP server limits) ----
+
+/// What troupe fetches when a message links or attaches a file (see `fetch.rs`).
+#[derive(Debug, Clone)]
+pub struct FetchSettings {
+    /// `TROUPE_FETCH_ALLOW`, empty by default: internal sources that may be fetched although
+    /// they are loopback, private or link-local. Entries, separated by commas: `host`,
+    /// `host:port`, an address, `address:port` (`[v6]:port`) or a CIDR network.
+    pub allow: Vec<crate::fetch::AllowRule>,
+    /// `TROUPE_FETCH_TIMEOUT_SECS`, default 15: one fetch, redirects included.
+    pub timeout: Duration,
+    /// `TROUPE_FETCH_MAX_REDIRECTS`, default 3: redirects followed, each checked again.
+    pub max_redirects: u32,
+}
+
+impl Default for FetchSettings {
+    fn default() -> Self {
+        FetchSettings {
+            allow: Vec::new(),
+            timeout: Duration::from_secs(15),
+            max_redirects: 3,
+        }
+    }
+}
+
+/// The HTTP server's limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// `TROUPE_HTTP_HEADER_TIMEOUT_SECS`, default 10: how long a client may take to send a
+    /// request's headers before the connection is closed.
+    pub header_timeout: Duration,
+    /// `TROUPE_HTTP_BODY_TIMEOUT_SECS`, default 30: the longest pause while a client sends a
+    /// request body; then the request fails and the connection is closed.
+    pub body_timeout: Duration,
+    /// `TROUPE_HTTP_MAX_CONNECTIONS`, default 1024: connections served at once; more wait
+    /// in the listen queue until one closes.
+    pub max_connections: usize,
+    /// `TROUPE_RATE_API_PER_MIN`, default 120 (0: off): requests one caller (one peer
+    /// address) may make to `/api` per minute, separate from the platforms' limits.
+    pub api_per_minute: u32,
+}
+
+fn edge_settings(
+    env: &Env,
+    layered: &Layered<'_>,
+    file: &mut FileConfig,
+) -> anyhow::Result<(Option<SecretString>, HttpSettings, FetchSettings)> {
+    // An empty value is unset (compose passes `${TROUPE_API_TOKEN:-}`); a token of white
+    // space, or with white space around it, could never be presented in a header.
+    let api_token = match env.get("TROUPE_API_TOKEN").filter(|t| !t.is_empty()) {
+        None => None,
+        Some(t) if t.trim().is_empty() => bail!(
+            "TROUPE_API_TOKEN is only white space: set it to a long random string (for \
+             example `openssl rand -hex 32`), or leave it empty to serve loopback only"
+        ),
+        Some(t) if t.trim() != t || t.chars().any(char::is_control) => bail!(
+            "TROUPE_API_TOKEN has white space around it or control characters, so no client \
+             could send it in an Authorization header: remove them"
+        ),
+        Some(t) => Some(SecretString::from(t.clone())),
+    };
+    let header_timeout: u64 = layered.parse(
+        "TROUPE_HTTP_HEADER_TIMEOUT_SECS",
+        file.http_header_timeout_secs,
+        10,
+    )?;
+    if header_timeout == 0 {
+        bail!("TROUPE_HTTP_HEADER_TIMEOUT_SECS must be at least 1");
+    }
+    let body_timeout: u64 = layered.parse(
+        "TROUPE_HTTP_BODY_TIMEOUT_SECS",
+        file.http_body_timeout_secs,
+        30,
+    )?;
+    if body_timeout == 0 {
+        bail!("TROUPE_HTTP_BODY_TIMEOUT_SECS must be at least 1");
+    }
+    let max_connections: usize = layered.parse(
+        "TROUPE_HTTP_MAX_CONNECTIONS",
+        file.http_max_connections,
+        1024,
+    )?;
+    if max_connections == 0 {
+        bail!("TROUPE_HTTP_MAX_CONNECTIONS must be at least 1");
+    }
+    let http = HttpSettings {
+        header_timeout: Duration::from_secs(header_timeout),
+        body_timeout: Duration::from_secs(body_timeout),
+        max_connections,
+        api_per_minute: layered.parse("TROUPE_RATE_API_PER_MIN", file.rate_api_per_min, 120)?,
+    };
+    let allow = match layered.string("TROUPE_FETCH_ALLOW", file.fetch_allow.take()) {
+        None => Vec::new(),
+        Some(raw) => crate::fetch::parse_allow(&raw)
+            .map_err(|e| anyhow::anyhow!("TROUPE_FETCH_ALLOW is not valid: {e}"))?,
+    };
+    let fetch_timeout: u64 =
+        layered.parse("TROUPE_FETCH_TIMEOUT_SECS", file.fetch_timeout_secs, 15)?;
+    if fetch_timeout == 0 {
+        bail!("TROUPE_FETCH_TIMEOUT_SECS must be at least 1");
+    }
+    let fetch = FetchSettings {
+        allow,
+        timeout: Duration::from_secs(fetch_timeout),
+        max_redirects: layered.parse("TROUPE_FETCH_MAX_REDIRECTS", file.fetch_max_redirects, 3)?,
+    };
+    Ok((api_token, http, fetch))
+}
+
+// ---- end of edge ----
 
 /// Which embedding API to call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,6 +398,7 @@ impl std::fmt::Debug for Config {
             .field("personas_dir", &self.personas_dir)
             .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
             .field("limits", &self.limits)
+            .field("http", &self.http)
             .field("agent", &self.agent)
             .field("knowledge", &self.knowledge)
             .finish_non_exhaustive()
@@ -337,6 +455,14 @@ struct FileConfig {
     bus_dedupe_window_secs: Option<u64>,
     // Issue 12, prompt slice.
     knowledge_allow_paths: Option<Vec<PathBuf>>,
+    // edge (issue 12)
+    fetch_allow: Option<String>,
+    fetch_timeout_secs: Option<u64>,
+    fetch_max_redirects: Option<u32>,
+    http_header_timeout_secs: Option<u64>,
+    http_body_timeout_secs: Option<u64>,
+    http_max_connections: Option<usize>,
+    rate_api_per_min: Option<u32>,
 }
 
 impl Config {
@@ -349,7 +475,7 @@ impl Config {
 
     /// Builds the configuration from an environment snapshot (tests pass their own).
     pub fn from_env(env: Env) -> anyhow::Result<Config> {
-        let file = match env.get("TROUPE_CONFIG") {
+        let mut file = match env.get("TROUPE_CONFIG") {
             Some(path) => read_file_config(Path::new(path))?,
             None if Path::new("troupe.toml").exists() => {
                 read_file_config(Path::new("troupe.toml"))?
@@ -358,6 +484,7 @@ impl Config {
         };
         let layered = Layered { env: &env };
         let knowledge_allow_paths = knowledge_allow_paths(&env, file.knowledge_allow_paths)?;
+        let (api_token, http, fetch) = edge_settings(&env, &layered, &mut file)?;
 
         let http_addr = layered
             .string("TROUPE_HTTP_ADDR", file.http_addr)
@@ -365,10 +492,6 @@ impl Config {
         let http_addr: SocketAddr = http_addr.parse().with_context(|| {
             format!("TROUPE_HTTP_ADDR `{http_addr}` is not an address such as 127.0.0.1:3000")
         })?;
-        let api_token = env
-            .get("TROUPE_API_TOKEN")
-            .filter(|t| !t.is_empty())
-            .map(|t| SecretString::from(t.clone()));
         if api_token.is_none() && !http_addr.ip().is_loopback() {
             bail!(
                 "TROUPE_HTTP_ADDR {http_addr} is not a loopback address, and TROUPE_API_TOKEN is \
@@ -440,7 +563,8 @@ impl Config {
             },
         };
 
-        let knowledge = knowledge_settings(&env, &layered)?;
+        let mut knowledge = knowledge_settings(&env, &layered)?;
+        knowledge.fetch = fetch;
         let replicas = ReplicaSettings {
             leader_retry: Duration::from_secs(
                 layered
@@ -514,6 +638,7 @@ impl Config {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("personas")),
             api_token,
+            http,
             log_filter: env
                 .get("TROUPE_LOG")
                 .or_else(|| env.get("RUST_LOG"))
@@ -648,6 +773,8 @@ fn knowledge_settings(env: &Env, layered: &Layered<'_>) -> anyhow::Result<Knowle
             d.max_attachment_bytes,
         )?,
         embedding,
+        // Set by the edge block in `from_env`.
+        fetch: FetchSettings::default(),
     })
 }
 
@@ -892,6 +1019,53 @@ mod tests {
         assert!(err.to_string().contains("TROUPE_BUS_PARTITIONS"), "{err}");
         let c = Config::from_env(env(&[("TROUPE_BUS_ACK_WAIT_SECS", "2")])).unwrap();
         assert_eq!(c.nats.ack_wait, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn edge_settings_have_defaults_and_bad_ones_are_named() {
+        let c = Config::for_test();
+        assert_eq!(c.http.header_timeout, Duration::from_secs(10));
+        assert_eq!(c.http.body_timeout, Duration::from_secs(30));
+        assert_eq!(c.http.max_connections, 1024);
+        assert_eq!(c.http.api_per_minute, 120);
+        assert!(c.knowledge.fetch.allow.is_empty());
+        assert_eq!(c.knowledge.fetch.max_redirects, 3);
+        assert_eq!(c.knowledge.fetch.timeout, Duration::from_secs(15));
+        let c = Config::from_env(env(&[
+            ("TROUPE_FETCH_ALLOW", "127.0.0.1:9000, files.lan"),
+            ("TROUPE_HTTP_MAX_CONNECTIONS", "8"),
+            ("TROUPE_RATE_API_PER_MIN", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(c.knowledge.fetch.allow.len(), 2);
+        assert_eq!(c.http.max_connections, 8);
+        assert_eq!(c.http.api_per_minute, 0);
+        for (var, bad) in [
+            ("TROUPE_FETCH_ALLOW", "http://x/"),
+            ("TROUPE_HTTP_MAX_CONNECTIONS", "0"),
+            ("TROUPE_HTTP_HEADER_TIMEOUT_SECS", "0"),
+            ("TROUPE_FETCH_TIMEOUT_SECS", "soon"),
+        ] {
+            let err = Config::from_env(env(&[(var, bad)])).unwrap_err();
+            assert!(err.to_string().contains(var), "{var}={bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_blank_api_token_is_refused() {
+        for blank in [" ", "\t", "   \n"] {
+            let err = Config::from_env(env(&[("TROUPE_API_TOKEN", blank)])).unwrap_err();
+            assert!(err.to_string().contains("TROUPE_API_TOKEN"), "{err}");
+            assert!(err.to_string().contains("white space"), "{err}");
+        }
+        let err = Config::from_env(env(&[("TROUPE_API_TOKEN", " s3cret ")])).unwrap_err();
+        assert!(
+            !err.to_string().contains("s3cret"),
+            "the token is printed: {err}"
+        );
+        // Empty is unset, as compose passes it.
+        let c = Config::from_env(env(&[("TROUPE_API_TOKEN", "")])).unwrap();
+        assert!(c.api_token.is_none());
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //! - [`storage`]: SQLite and Postgres through sqlx: journal, memory, outbox.
 //! - [`knowledge`]: documents per agent or room: extraction, chunking, BM25 and vector
 //!   retrieval for the prompt.
-//! - [`limits`]: inbound rate limits.
+//! - [`fetch`]: every fetch of a URL a stranger chose (attachments, embeds): the SSRF policy.
+//! - [`limits`]: inbound rate limits, and the HTTP API's budget per caller.
 //! - [`leader`]: which replica runs a receiver its platform allows once (Postgres locks).
 //! - [`metrics`]: the Prometheus series behind `GET /metrics`.
 //! - [`http`]: the HTTP API.
@@ -32,6 +33,7 @@ pub mod chat;
 pub mod cli;
 mod clock;
 pub mod config;
+pub mod fetch;
 pub mod http;
 pub mod ingress;
 pub mod knowledge;

@@ -1,10 +1,19 @@
-//! Inbound rate limits: per user, per room and per agent, with governor's GCRA.
+//! Inbound rate limits: per user, per room and per agent, with governor's GCRA; and the
+//! HTTP API's budget per caller ([`ApiBudget`]).
 //!
 //! A message over a limit costs no model call. It is still remembered in the room, it is
 //! counted, and the room gets at most one notice per window, so a flood does not turn into
 //! a flood of "slow down" replies.
+//!
+//! On the HTTP API the user and the room are whatever the caller writes, so they limit
+//! nothing there. The API is limited by who calls: [`ApiBudget`] counts requests per peer
+//! address before anything is journaled, and messages from the API may use at most half of
+//! an agent's quota, so that API callers together can never take the rest from the
+//! platforms' users.
 
+use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
+use std::net::{IpAddr, Ipv6Addr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +62,8 @@ struct Inner {
     /// Background model calls (memory) per agent: a quarter of the agent's quota, so they
     /// can never take the whole of it from replies.
     background: Option<DefaultKeyedRateLimiter<String>>,
+    /// Messages from the HTTP API per agent: half of the agent's quota.
+    api: Option<DefaultKeyedRateLimiter<String>>,
     /// Rooms already told to slow down in the current window.
     noticed: moka::sync::Cache<String, ()>,
 }
@@ -69,6 +80,7 @@ impl RateLimiter {
                 room: per_minute(limits.room_per_minute),
                 agent: per_minute(limits.agent_per_minute),
                 background: per_minute(limits.agent_per_minute.div_ceil(4)),
+                api: per_minute(limits.agent_per_minute.div_ceil(2)),
                 noticed: moka::sync::Cache::builder()
                     .max_capacity(100_000)
                     .time_to_live(Duration::from_secs(60))
@@ -78,9 +90,12 @@ impl RateLimiter {
     }
 
     /// Checks and counts one message. The narrowest scope is checked first, so one noisy
-    /// user exhausts their own quota before the room's.
+    /// user exhausts their own quota before the room's. `room` is the room key
+    /// (`platform:room`); a message of the Web platform (the HTTP API) also counts against
+    /// the API's share of the agent's quota.
     pub fn check(&self, agent: &str, room: &str, user: &str) -> Verdict {
         let room_key = format!("{agent}\u{1f}{room}");
+        let from_api = room.starts_with(API_ROOM_PREFIX);
         let checks = [
             (
                 Scope::User,
@@ -88,6 +103,11 @@ impl RateLimiter {
                 format!("{agent}\u{1f}{user}"),
             ),
             (Scope::Room, &self.inner.room, room_key.clone()),
+            (
+                Scope::Agent,
+                if from_api { &self.inner.api } else { &None },
+                agent.to_string(),
+            ),
             (Scope::Agent, &self.inner.agent, agent.to_string()),
         ];
         for (scope, limiter, key) in checks {
@@ -125,6 +145,7 @@ impl RateLimiter {
             &self.inner.room,
             &self.inner.agent,
             &self.inner.background,
+            &self.inner.api,
         ]
         .into_iter()
         .flatten()
@@ -132,6 +153,66 @@ impl RateLimiter {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
+    }
+}
+
+/// How the Web platform's room keys begin (`RoomKey`'s `platform:room` form).
+const API_ROOM_PREFIX: &str = "web:";
+
+/// Peers tracked at once by [`ApiBudget`]; past this, new peers share one bucket until
+/// quiet ones are forgotten, so a flood of addresses cannot grow memory without bound.
+const MAX_API_PEERS: usize = 65_536;
+
+/// The HTTP API's budget per caller: requests per minute per peer address (an IPv6 peer by
+/// its /64, which is what one host usually holds). A cheap-to-clone handle.
+#[derive(Clone)]
+pub struct ApiBudget {
+    limiter: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
+}
+
+impl ApiBudget {
+    /// `per_minute` of 0 turns the budget off.
+    pub fn new(per_minute: u32) -> Self {
+        ApiBudget {
+            limiter: NonZeroU32::new(per_minute)
+                .map(|n| Arc::new(governor::RateLimiter::keyed(Quota::per_minute(n)))),
+        }
+    }
+
+    /// Counts one request from `peer`. `Err(wait)`: over the budget, try again after `wait`.
+    pub fn check(&self, peer: IpAddr) -> Result<(), Duration> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        let mut key = api_key(peer);
+        if limiter.len() >= MAX_API_PEERS {
+            limiter.retain_recent();
+            if limiter.len() >= MAX_API_PEERS {
+                key = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+            }
+        }
+        limiter
+            .check_key(&key)
+            .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
+    }
+
+    /// Forgets peers that have been quiet.
+    pub fn housekeep(&self) {
+        if let Some(limiter) = &self.limiter {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+    }
+}
+
+/// An IPv4 peer (or an IPv4-mapped IPv6 one) by its address, an IPv6 peer by its /64.
+fn api_key(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
     }
 }
 
@@ -206,6 +287,64 @@ mod tests {
         assert!(matches!(rl.check("a", "r", "u"), Verdict::Limited { .. }));
         assert!(rl.check_background("b"), "another agent has its own share");
         assert!(RateLimiter::new(&limits(0, 0)).check_background("a"));
+    }
+
+    #[test]
+    fn api_messages_get_half_the_agent_quota() {
+        let rl = RateLimiter::new(&Limits {
+            agent_per_minute: 6,
+            ..limits(0, 0)
+        });
+        // Rotating users and rooms does not help: the share is the agent's.
+        for i in 0..3 {
+            assert_eq!(
+                rl.check("a", &format!("web:r{i}"), &format!("u{i}")),
+                Verdict::Allowed
+            );
+        }
+        assert!(matches!(
+            rl.check("a", "web:r9", "u9"),
+            Verdict::Limited {
+                scope: Scope::Agent,
+                ..
+            }
+        ));
+        // The platforms' users still have the other half.
+        for i in 0..3 {
+            assert_eq!(
+                rl.check("a", &format!("telegram:{i}"), "t"),
+                Verdict::Allowed
+            );
+        }
+        assert!(matches!(
+            rl.check("a", "telegram:9", "t"),
+            Verdict::Limited { .. }
+        ));
+    }
+
+    #[test]
+    fn the_api_budget_is_per_peer() {
+        let budget = ApiBudget::new(2);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        assert!(budget.check(a).is_ok());
+        assert!(budget.check(a).is_ok());
+        let wait = budget.check(a).unwrap_err();
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_secs(60),
+            "{wait:?}"
+        );
+        assert!(budget.check(b).is_ok(), "another peer has its own budget");
+        // One IPv6 host: any address in its /64.
+        let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(budget.check(v6("2001:db8:1:2::1")).is_ok());
+        assert!(budget.check(v6("2001:db8:1:2::ffff")).is_ok());
+        assert!(budget.check(v6("2001:db8:1:2:abcd::")).is_err());
+        assert!(budget.check(v6("2001:db8:1:3::1")).is_ok());
+        let off = ApiBudget::new(0);
+        for _ in 0..1000 {
+            assert!(off.check(a).is_ok());
+        }
     }
 
     #[test]

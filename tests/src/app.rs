@@ -409,7 +409,10 @@ impl TestApp {
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .env("NO_PROXY", "127.0.0.1,localhost")
-            .env("no_proxy", "127.0.0.1,localhost");
+            .env("no_proxy", "127.0.0.1,localhost")
+            // The fakes serve attachments on loopback, which the fetch policy refuses by
+            // default; a test of that policy sets its own with `env`.
+            .env("TROUPE_FETCH_ALLOW", "127.0.0.1");
         if let Some((base_url, key)) = &self.options.openai {
             cmd.env("OPENAI_BASE_URL", base_url)
                 .env("OPENAI_API_KEY", key);
@@ -613,13 +616,20 @@ impl TestApp {
         (status, body)
     }
 
-    /// `GET path`; the body as JSON, or a JSON string holding the raw text when it is not JSON.
+    /// `GET path` with the configured API token if any; the body as JSON, or a JSON string
+    /// holding the raw text when it is not JSON.
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
-        Self::read(
-            self.client.get(self.url(path)).send().await,
-            &format!("GET {path}"),
-        )
-        .await
+        let token = self.options.api_token.clone();
+        self.get_as(path, token.as_deref()).await
+    }
+
+    /// `GET path` with this bearer token, or none.
+    pub async fn get_as(&self, path: &str, token: Option<&str>) -> (StatusCode, Value) {
+        let mut req = self.client.get(self.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        Self::read(req.send().await, &format!("GET {path}")).await
     }
 
     /// `POST path` with a JSON body and an optional bearer token.

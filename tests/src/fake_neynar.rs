@@ -105,6 +105,8 @@ pub struct NewCast {
     pub text: String,
     pub parent_hash: Option<String>,
     pub mentioned_fids: Vec<u64>,
+    /// URL embeds: `(url, metadata.content_type)`.
+    pub embeds: Vec<(String, Option<String>)>,
 }
 
 impl NewCast {
@@ -115,7 +117,14 @@ impl NewCast {
             text: text.to_string(),
             parent_hash: None,
             mentioned_fids: Vec::new(),
+            embeds: Vec::new(),
         }
+    }
+    /// A URL embed, as Neynar renders it (`{url, metadata: {content_type}}`).
+    pub fn embedding(mut self, url: &str, content_type: Option<&str>) -> Self {
+        self.embeds
+            .push((url.to_string(), content_type.map(str::to_string)));
+        self
     }
     pub fn mentioning(mut self, fid: u64) -> Self {
         self.mentioned_fids.push(fid);
@@ -145,6 +154,7 @@ struct StoredCast {
     author_fid: u64,
     text: String,
     mentioned_fids: Vec<u64>,
+    embeds: Vec<Value>,
 }
 
 struct Shared {
@@ -245,14 +255,24 @@ impl FakeNeynar {
             .parent_hash
             .as_ref()
             .and_then(|p| inner.casts.iter().find(|c| &c.hash == p).cloned());
-        insert_cast(
+        let hash = insert_cast(
             &mut inner,
             new.author_fid,
             new.text,
             new.parent_hash,
             parent.as_ref(),
             new.mentioned_fids,
-        )
+        );
+        if let Some(cast) = inner.casts.iter_mut().find(|c| c.hash == hash) {
+            cast.embeds = new
+                .embeds
+                .into_iter()
+                .map(|(url, content_type)| {
+                    json!({"url": url, "metadata": {"content_type": content_type}})
+                })
+                .collect();
+        }
+        hash
     }
 
     /// A root cast by `author` that @mentions the bot; returns its hash.
@@ -481,6 +501,7 @@ fn insert_cast(
         author_fid,
         text,
         mentioned_fids,
+        embeds: Vec::new(),
     });
     hash
 }
@@ -546,7 +567,7 @@ fn render_cast(inner: &Inner, cast: &StoredCast) -> Value {
         "app": null,
         "text": cast.text,
         "timestamp": rfc3339(EPOCH_SECS + cast.seq as i64),
-        "embeds": [],
+        "embeds": cast.embeds,
         "channel": null,
         "reactions": {"likes_count": 0, "recasts_count": 0, "likes": [], "recasts": []},
         "replies": {"count": replies},

@@ -30,7 +30,7 @@ troupe_e2e::on_each_backend!(
     a_message_pending_at_a_crash_is_answered_after_it,
     without_a_model_provider_messages_get_503_naming_the_variable,
     agents_are_listed_and_bad_requests_get_json_errors,
-    the_api_token_guards_mutating_routes,
+    the_api_token_guards_every_route_but_the_probes,
 );
 
 /// The app with one persona, Ada, pointed at `fake`.
@@ -613,7 +613,7 @@ async fn agents_are_listed_and_bad_requests_get_json_errors(backend: Backend) {
     assert_eq!(status, StatusCode::OK);
 }
 
-async fn the_api_token_guards_mutating_routes(backend: Backend) {
+async fn the_api_token_guards_every_route_but_the_probes(backend: Backend) {
     let token = "tok-e2e-7c1d0a";
     let fake = FakeOpenAi::start().await;
     let app = TestApp::spawn(
@@ -643,8 +643,30 @@ async fn the_api_token_guards_mutating_routes(backend: Backend) {
     let (status, body) = app.post_json(&path, &msg, Some(token)).await;
     reply_text(status, &body, &fake);
 
-    for open in ["/healthz", "/api/agents"] {
-        let (status, body) = app.get(open).await;
+    // Reads show every room's messages, facts and documents: they need the token too.
+    let private = [
+        "/api/agents".to_string(),
+        format!("/api/agents/{AGENT}/rooms"),
+        format!("/api/agents/{AGENT}/rooms/default/memories"),
+        format!("/api/agents/{AGENT}/documents"),
+        format!("/api/agents/{AGENT}/knowledge/search?q=hi"),
+        "/metrics".to_string(),
+    ];
+    for path in &private {
+        for wrong in [None, Some("not-the-token")] {
+            let (status, body) = app.get_as(path, wrong).await;
+            assert_eq!(
+                status,
+                StatusCode::UNAUTHORIZED,
+                "GET {path} with {wrong:?}: {body}"
+            );
+            assert_eq!(body["error"], "unauthorized", "GET {path}: {body}");
+        }
+        let (status, body) = app.get_as(path, Some(token)).await;
+        assert_eq!(status, StatusCode::OK, "GET {path} with the token: {body}");
+    }
+    for open in ["/healthz", "/readyz"] {
+        let (status, body) = app.get_as(open, None).await;
         assert_eq!(status, StatusCode::OK, "GET {open} needs no token: {body}");
     }
     assert!(

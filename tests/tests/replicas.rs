@@ -61,7 +61,8 @@ async fn two_replicas(nats: &str, prefix: &str, model: &FakeOpenAi) -> (TestApp,
         // The test measures delivery, not the rate limits.
         .env("TROUPE_RATE_USER_PER_MIN", "0")
         .env("TROUPE_RATE_ROOM_PER_MIN", "0")
-        .env("TROUPE_RATE_AGENT_PER_MIN", "0");
+        .env("TROUPE_RATE_AGENT_PER_MIN", "0")
+        .env("TROUPE_RATE_API_PER_MIN", "0");
     let a = TestApp::spawn(options).await;
     let b = TestApp::spawn(a.replica_options()).await;
     (a, b)

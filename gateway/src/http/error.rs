@@ -92,3 +92,64 @@ where
         }
     }
 }
+
+/// The stable code for a status that a framework rejection (a bad query, path or body, a
+/// body over its limit) produced without saying more.
+fn code_for(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => "bad_request",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        s if s.is_server_error() => "internal",
+        _ => "error",
+    }
+}
+
+/// The largest error body turned into a `detail`; framework rejections are one line.
+const MAX_ERROR_TEXT: usize = 16 * 1024;
+
+/// Makes every error JSON `{error, detail}`: an error response that is not JSON already (a
+/// rejection of axum's extractors: `?limit=abc`, a path that is not UTF-8, a body over its
+/// limit on any route) gets its text as `detail`. Headers that tell the client what to do
+/// (`retry-after`, `allow`, `www-authenticate`) are kept.
+pub async fn json_errors(request: Request, next: axum::middleware::Next) -> Response {
+    use axum::http::header;
+    let response = next.run(request).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_ERROR_TEXT)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let detail = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("the request failed")
+            .to_string()
+    } else {
+        text
+    };
+    let mut out = ApiError::new(status, code_for(status), detail).into_response();
+    for name in [header::RETRY_AFTER, header::ALLOW, header::WWW_AUTHENTICATE] {
+        if let Some(v) = parts.headers.get(&name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    out
+}

@@ -79,11 +79,12 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 /// `GET /metrics`: every series in the Prometheus text format.
 pub async fn metrics() -> impl IntoResponse {
     let Some(handle) = crate::metrics::install() else {
-        return (
+        return super::error::ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "metrics are not available\n".to_string(),
+            "unavailable",
+            "metrics are not available in this process",
         )
-            .into_response();
+        .into_response();
     };
     (
         [(

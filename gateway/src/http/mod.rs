@@ -1,9 +1,14 @@
-//! The HTTP API: one router, one state, one error type.
+//! The HTTP API: one router, one state, one error type, and the server that runs it.
 //!
-//! Routes (stable; see docs and DESIGN.md): `/healthz`, `/readyz`, and under `/api` the
-//! agents, the direct conversation with them, and their rooms and memories. When
-//! `TROUPE_API_TOKEN` is set, every mutating request needs `Authorization: Bearer <token>`;
-//! reads stay open so dashboards and probes need no secret.
+//! Routes (stable; see docs and DESIGN.md): `/healthz`, `/readyz`, `/metrics`, and under
+//! `/api` the agents, the direct conversation with them, and their rooms and memories.
+//! When `TROUPE_API_TOKEN` is set, every route needs `Authorization: Bearer <token>`, reads
+//! and `/metrics` included: memories, facts and documents are private. Only `/healthz` and
+//! `/readyz` stay open for probes, and `/webhooks/...` check their platform's own secret.
+//!
+//! Every error is JSON `{error, detail}` (see [`error::json_errors`]). Requests to `/api`
+//! that write or cost a model call are counted per caller ([`crate::limits::ApiBudget`]).
+//! [`serve`] runs the router with a deadline on request headers and a cap on connections.
 
 mod agents;
 pub mod error;
@@ -12,18 +17,21 @@ mod knowledge;
 mod webhooks;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use secrecy::ExposeSecret;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::agent::Agents;
-use crate::config::Config;
+use crate::config::{Config, HttpSettings};
 use crate::ingress::Ingress;
 use crate::knowledge::Knowledge;
 use crate::outbox::Outbox;
@@ -41,6 +49,8 @@ pub struct AppState {
     pub knowledge: Knowledge,
     /// Which receivers this replica leads, for `/readyz`.
     pub elector: crate::leader::Elector,
+    /// Requests per caller to `/api` (`TROUPE_RATE_API_PER_MIN`).
+    pub budget: crate::limits::ApiBudget,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -55,12 +65,17 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .merge(knowledge_routes(&state))
+        // The token is checked first: a request without it costs nothing and counts nothing.
+        .route_layer(middleware::from_fn_with_state(state.clone(), api_budget))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
 
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics))
+        .route(
+            "/metrics",
+            get(metrics).route_layer(middleware::from_fn_with_state(state.clone(), require_token)),
+        )
         .nest("/api", api)
         .route(
             "/webhooks/{platform}/{agent}",
@@ -79,6 +94,7 @@ pub fn router(state: AppState) -> Router {
                 .into_response()
             },
         ))
+        .layer(middleware::from_fn(error::json_errors))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -119,22 +135,21 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// Guards mutating requests with the API token, compared in constant time.
+/// Guards every request with the API token, compared in constant time. Reads too: they
+/// show every room's messages, facts and documents.
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let Some(token) = &state.config.api_token else {
         return next.run(request).await;
     };
-    if matches!(
-        *request.method(),
-        Method::GET | Method::HEAD | Method::OPTIONS
-    ) {
-        return next.run(request).await;
-    }
+    // The scheme is case-insensitive (RFC 9110, 11.1).
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
         .unwrap_or("");
     if constant_time_eq(presented.as_bytes(), token.expose_secret().as_bytes()) {
         next.run(request).await
@@ -146,6 +161,203 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
         )
         .into_response()
     }
+}
+
+/// Counts requests that write or cost a model call (everything but GET and HEAD) against
+/// the caller's budget, before any handler runs, so nothing over it is journaled. Reads are
+/// not counted: probes and dashboards poll them, and they cost no model call.
+async fn api_budget(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if matches!(*request.method(), Method::GET | Method::HEAD) {
+        return next.run(request).await;
+    }
+    let Some(ConnectInfo(peer)) = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .copied()
+    else {
+        return next.run(request).await;
+    };
+    match state.budget.check(peer.ip()) {
+        Ok(()) => next.run(request).await,
+        Err(wait) => {
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            let mut response = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "this address has made too many API requests (TROUPE_RATE_API_PER_MIN); \
+                     try again in {secs} s"
+                ),
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+            response
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `stop` is cancelled, then lets the requests in hand
+/// finish. HTTP/1.1 only (with keep-alive): no platform or client of the API needs
+/// HTTP/2 over plain TCP, and HTTP/1 gives the header deadline below.
+///
+/// - A client has `header_timeout` to send each request's headers, and as long again to
+///   start the next request on a kept-alive connection; then the connection is closed.
+///   A slow or half-sent request cannot hold a connection.
+/// - A request body may pause at most `body_timeout` between two pieces; then reading it
+///   fails (the request gets a 400) and the connection closes.
+/// - At most `max_connections` connections are served at once: the next one is accepted
+///   only when one closes, and waits in the listen queue until then.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    settings: &HttpSettings,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    use tower::ServiceExt;
+
+    let permits = Arc::new(tokio::sync::Semaphore::new(settings.max_connections));
+    let connections = tokio_util::task::TaskTracker::new();
+    let closing = CancellationToken::new();
+    loop {
+        let permit = tokio::select! {
+            _ = stop.cancelled() => break,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let (stream, peer) = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let body_timeout = settings.body_timeout;
+        let service = router.clone().map_request(
+            move |request: axum::http::Request<hyper::body::Incoming>| {
+                let mut request =
+                    request.map(|body| axum::body::Body::new(IdleBody::new(body, body_timeout)));
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            },
+        );
+        let service = TowerToHyperService::new(service);
+        let header_timeout = settings.header_timeout;
+        let closing = closing.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            let result = tokio::select! {
+                result = conn.as_mut() => result,
+                _ = closing.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "connection closed with an error");
+            }
+        });
+    }
+    drop(listener);
+    closing.cancel();
+    connections.close();
+    connections.wait().await;
+    Ok(())
+}
+
+/// A request body that fails once the client has sent nothing for `idle`: a body trickled
+/// or never finished cannot hold a connection and a handler for ever. Large uploads on slow
+/// links are fine: only pauses count.
+struct IdleBody {
+    inner: hyper::body::Incoming,
+    idle: std::time::Duration,
+    pause: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl IdleBody {
+    fn new(inner: hyper::body::Incoming, idle: std::time::Duration) -> Self {
+        IdleBody {
+            inner,
+            idle,
+            pause: None,
+        }
+    }
+}
+
+/// Why an [`IdleBody`] failed.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("the client stopped sending the request body (TROUPE_HTTP_BODY_TIMEOUT_SECS)")]
+    Stalled,
+    #[error(transparent)]
+    Read(#[from] hyper::Error),
+}
+
+impl http_body::Body for IdleBody {
+    type Data = bytes::Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, BodyError>>> {
+        use std::future::Future;
+        use std::task::Poll;
+        let this = self.get_mut();
+        match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                this.pause = None;
+                Poll::Ready(frame.map(|r| r.map_err(BodyError::from)))
+            }
+            Poll::Pending => {
+                let idle = this.idle;
+                let pause = this
+                    .pause
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                match pause.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::Stalled))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// An accept error: a connection that failed before it was accepted is skipped; running
+/// out of file descriptors is logged and waited out, so the loop does not spin.
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::ConnectionRefused | ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(error = %e, "cannot accept a connection; retrying in a second");
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -165,24 +165,18 @@ struct Inner {
     store: Store,
     settings: KnowledgeSettings,
     embedder: Option<Embedder>,
-    /// Fetches chat attachments.
-    client: reqwest::Client,
+    /// Fetches chat attachments, under the outbound fetch policy.
+    fetcher: crate::fetch::Fetcher,
 }
-
-/// How long fetching one chat attachment may take.
-const ATTACHMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl Knowledge {
     pub fn new(store: Store, settings: KnowledgeSettings, embedder: Option<Embedder>) -> Self {
         Knowledge {
             inner: Arc::new(Inner {
+                fetcher: crate::fetch::Fetcher::new(&settings.fetch),
                 store,
                 settings,
                 embedder,
-                client: reqwest::Client::builder()
-                    .timeout(ATTACHMENT_TIMEOUT)
-                    .build()
-                    .unwrap_or_default(),
             }),
         }
     }
@@ -482,36 +476,12 @@ impl Knowledge {
         added
     }
 
-    async fn fetch_capped(&self, url: &str, cap: usize) -> Result<Vec<u8>, String> {
-        let mut response = self
-            .inner
-            .client
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| format!("fetching it failed ({})", e.without_url()))?;
-        if !response.status().is_success() {
-            return Err(format!("fetching it answered {}", response.status()));
-        }
-        if response.content_length().is_some_and(|n| n > cap as u64) {
-            return Err(format!(
-                "it is over {cap} bytes (TROUPE_KNOWLEDGE_MAX_ATTACHMENT_BYTES)"
-            ));
-        }
-        let mut bytes = Vec::new();
-        while let Some(piece) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("reading it failed ({})", e.without_url()))?
-        {
-            if bytes.len() + piece.len() > cap {
-                return Err(format!(
-                    "it is over {cap} bytes (TROUPE_KNOWLEDGE_MAX_ATTACHMENT_BYTES)"
-                ));
-            }
-            bytes.extend_from_slice(&piece);
-        }
-        Ok(bytes)
+    async fn fetch_capped(
+        &self,
+        url: &str,
+        cap: usize,
+    ) -> Result<Vec<u8>, crate::fetch::FetchError> {
+        self.inner.fetcher.fetch_capped(url, cap).await
     }
 
     /// The agent's documents, newest first; only one scope's when `room` is given

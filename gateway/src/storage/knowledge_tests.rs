@@ -428,6 +428,11 @@ async fn text_attachments_become_the_rooms_knowledge(store: Store) {
         store.clone(),
         KnowledgeSettings {
             max_attachment_bytes: 1_000,
+            // The files are served on loopback, which the fetch policy refuses by default.
+            fetch: crate::config::FetchSettings {
+                allow: crate::fetch::parse_allow("127.0.0.1").unwrap(),
+                ..Default::default()
+            },
             ..KnowledgeSettings::default()
         },
         None,
