@@ -30,12 +30,22 @@ const FIRST_ATTEMPT: u32 = 1;
 /// How the agent dealt with a message.
 #[derive(Debug, Clone)]
 pub enum Outcome {
-    Replied { texts: Vec<String> },
-    Ignored { reason: &'static str },
-    RateLimited { scope: &'static str },
-    Failed { error: ProviderError },
+    Replied {
+        texts: Vec<String>,
+    },
+    Ignored {
+        reason: &'static str,
+    },
+    RateLimited {
+        scope: &'static str,
+    },
+    Failed {
+        error: ProviderError,
+    },
     /// The message had `TROUPE_MAX_ATTEMPTS` and is not handled again; why.
-    GaveUp { reason: String },
+    GaveUp {
+        reason: String,
+    },
 }
 
 /// `Outcome` as it crosses between replicas. `Outcome` holds `&'static str` reasons and a

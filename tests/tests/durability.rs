@@ -11,9 +11,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use troupe_e2e::fake_telegram::{FakeTelegram, SentMessage, tg};
-use troupe_e2e::{
-    Backend, FakeOpenAi, Script, TestApp, TestAppOptions, eventually, persona_json,
-};
+use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, eventually, persona_json};
 
 const AGENT: &str = "Tess";
 const BIO: &str = "Tess keeps the night ferry's logbook and knows every buoy in the strait.";
@@ -110,7 +108,9 @@ async fn a_message_that_stops_the_gateway_at_every_start_is_given_up_with_one_ap
     assert_eq!(sent.len(), 2, "{sent:#?}");
     assert_eq!(model.request_count(), 3, "{:?}", model.requests());
     assert!(
-        !model.last_prompt_text().contains("Read the attached logbook."),
+        !model
+            .last_prompt_text()
+            .contains("Read the attached logbook."),
         "the given-up message is not part of the room's history"
     );
 }
@@ -151,10 +151,19 @@ async fn one_message_id_in_two_rooms_is_two_messages(backend: Backend) {
     model.push_reply("Bravo: buoy nine is missing.");
 
     let (a, dup) = replies_of(&app, &post("room-a", "ann", "What colour is the light?")).await;
-    assert_eq!((a.as_slice(), dup), (&["Alpha: the harbour light is green.".to_string()][..], false));
+    assert_eq!(
+        (a.as_slice(), dup),
+        (
+            &["Alpha: the harbour light is green.".to_string()][..],
+            false
+        )
+    );
     // Another caller, another room, the same messageId: its own answer, not Ann's.
     let (b, dup) = replies_of(&app, &post("room-b", "bob", "Which buoy is gone?")).await;
-    assert_eq!((b.as_slice(), dup), (&["Bravo: buoy nine is missing.".to_string()][..], false));
+    assert_eq!(
+        (b.as_slice(), dup),
+        (&["Bravo: buoy nine is missing.".to_string()][..], false)
+    );
     assert!(model.last_prompt_text().contains("Which buoy is gone?"));
     assert_eq!(model.request_count(), 2);
 
@@ -163,7 +172,11 @@ async fn one_message_id_in_two_rooms_is_two_messages(backend: Backend) {
     assert_eq!((again, dup), (a.clone(), true));
     let (again, dup) = replies_of(&app, &post("room-b", "bob", "Which buoy is gone?")).await;
     assert_eq!((again, dup), (b.clone(), true));
-    assert_eq!(model.request_count(), 2, "a duplicate asked the model again");
+    assert_eq!(
+        model.request_count(),
+        2,
+        "a duplicate asked the model again"
+    );
 
     // Neither room's memory holds the other's exchange.
     for (room, own, other) in [("room-a", &a[0], &b[0]), ("room-b", &b[0], &a[0])] {
@@ -173,7 +186,10 @@ async fn one_message_id_in_two_rooms_is_two_messages(backend: Backend) {
         assert_eq!(status, StatusCode::OK);
         let text = body.to_string();
         assert!(text.contains(own.as_str()), "{room}: {text}");
-        assert!(!text.contains(other.as_str()), "{room} sees the other room: {text}");
+        assert!(
+            !text.contains(other.as_str()),
+            "{room} sees the other room: {text}"
+        );
     }
 }
 

@@ -36,7 +36,8 @@ const SLOW_DOWN: &str = "I'm getting a lot of messages right now. Give me a minu
 
 /// The short reply a room gets, at most once per `APOLOGY_QUIET_MS`, when troupe gives up a
 /// message that kept stopping the gateway.
-const GAVE_UP: &str = "Sorry, I couldn't answer that message. Please try again, or send it differently.";
+const GAVE_UP: &str =
+    "Sorry, I couldn't answer that message. Please try again, or send it differently.";
 
 /// A room that got the give-up apology gets no other for this long: a burst of poison
 /// messages (or several replicas giving up) says sorry once.
@@ -331,7 +332,9 @@ impl Agent {
             (JournalState::Failed, Some(error)) => {
                 format!("gave up after {attempts} attempts: {error}")
             }
-            _ => format!("gave up after {attempts} attempts: the gateway stopped while handling it"),
+            _ => {
+                format!("gave up after {attempts} attempts: the gateway stopped while handling it")
+            }
         };
         if state != JournalState::Pending {
             tracing::warn!(attempts, %reason, "not handling the message again");
@@ -542,7 +545,10 @@ impl Handler for Dispatcher {
                 // A drive again counts as an attempt, as in `Agent::handle`, so such an entry
                 // is not driven at every start forever; the limit is applied at replay.
                 if envelope.redelivery
-                    && let Err(e) = self.store.journal_begin(envelope.journal_id, u32::MAX).await
+                    && let Err(e) = self
+                        .store
+                        .journal_begin(envelope.journal_id, u32::MAX)
+                        .await
                 {
                     tracing::error!(error = %e, "could not count the attempt");
                 }

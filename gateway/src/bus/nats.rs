@@ -428,9 +428,8 @@ impl Bus for NatsBus {
             redelivery: envelope.redelivery,
             attempt: envelope.attempt,
         };
-        let payload = Bytes::from(
-            serde_json::to_vec(&wire).map_err(|e| BusError::Backend(e.to_string()))?,
-        );
+        let payload =
+            Bytes::from(serde_json::to_vec(&wire).map_err(|e| BusError::Backend(e.to_string()))?);
         let mut ack = self
             .shared
             .send(subject.clone(), payload.clone(), &id)

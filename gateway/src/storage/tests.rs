@@ -1281,7 +1281,11 @@ async fn dedupe_is_per_room_and_web_caller(ctx: Ctx) {
         JournalInsert::Duplicate(ids[0], JournalState::Pending)
     );
     for (m, id) in [(&a, ids[0]), (&b, ids[1]), (&a_by_bob, ids[2])] {
-        let entry = store.journal_lookup(AGENT, m).await.unwrap().expect("entry");
+        let entry = store
+            .journal_lookup(AGENT, m)
+            .await
+            .unwrap()
+            .expect("entry");
         assert_eq!(entry.id, id);
         assert_eq!(entry.inbound.text, m.text);
         assert!(same_dedupe_key(&entry, AGENT, m));
@@ -1430,7 +1434,12 @@ async fn give_up_apologises_once_per_room(ctx: Ctx) {
     }
     let hour = 3_600_000;
     let first = store
-        .journal_give_up(ids[0], "gave up after 2 attempts", Some(&sorry(&msgs[0])), hour)
+        .journal_give_up(
+            ids[0],
+            "gave up after 2 attempts",
+            Some(&sorry(&msgs[0])),
+            hour,
+        )
         .await
         .unwrap();
     assert!(first.first);
@@ -1516,9 +1525,12 @@ async fn installation_id_is_stable_and_per_database(ctx: Ctx) {
     again.close().await;
     // …and not shared with a fresh one, whose journal ids start at 1 again.
     let dir = tempfile::tempdir().unwrap();
-    let fresh = Store::connect(&format!("sqlite://{}", dir.path().join("fresh.db").display()))
-        .await
-        .unwrap();
+    let fresh = Store::connect(&format!(
+        "sqlite://{}",
+        dir.path().join("fresh.db").display()
+    ))
+    .await
+    .unwrap();
     assert_ne!(fresh.installation_id().await.unwrap(), id);
 }
 
@@ -1597,7 +1609,10 @@ async fn sqlite_migration_0005_keeps_existing_rows_and_references() {
     let foreign_keys: i64 = with_pool!(store, pool => {
         sqlx::query_scalar("PRAGMA foreign_keys").fetch_one(pool).await.unwrap()
     });
-    assert_eq!(foreign_keys, 1, "the migration must turn foreign keys back on");
+    assert_eq!(
+        foreign_keys, 1,
+        "the migration must turn foreign keys back on"
+    );
     let web = inbound(Platform::Web, "r1", "m-1", "ann", "hello", 1);
     assert_eq!(
         store.journal_insert(AGENT, &web).await.unwrap(),

@@ -324,7 +324,12 @@ pub(super) async fn journal_batch(
     let inserted: Vec<JournalKeyRow> = with_rows(pool, insert.finish()).await?;
     let mut fresh: HashMap<JournalKey<'_>, i64> = inserted
         .iter()
-        .map(|(id, a, p, r, c, m)| ((a.as_str(), p.as_str(), r.as_str(), c.as_str(), m.as_str()), *id))
+        .map(|(id, a, p, r, c, m)| {
+            (
+                (a.as_str(), p.as_str(), r.as_str(), c.as_str(), m.as_str()),
+                *id,
+            )
+        })
         .collect();
 
     // The first request for a key that was inserted gets `Inserted`; every other one is a
