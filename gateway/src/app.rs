@@ -136,8 +136,14 @@ impl App {
         let bus: Arc<dyn Bus> = match &config.bus_url {
             None => Arc::new(InProcessBus::new(config.agent.bus_capacity, dispatcher)),
             Some(url) => Arc::new(
-                crate::bus::nats::NatsBus::connect(url, &config.nats, dispatcher, waiters.clone())
-                    .await?,
+                crate::bus::nats::NatsBus::connect(
+                    url,
+                    &config.nats,
+                    store.installation_id().await?,
+                    dispatcher,
+                    waiters.clone(),
+                )
+                .await?,
             ),
         };
         let ingress = Ingress::new(store.clone(), bus, waiters.clone());

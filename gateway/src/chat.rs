@@ -65,6 +65,7 @@ pub async fn run(config: Config, agent: &str, room: &str) -> anyhow::Result<Exit
                 Outcome::Ignored { reason } => println!("({name} did not answer: {reason})"),
                 Outcome::RateLimited { scope } => println!("(rate limited per {scope})"),
                 Outcome::Failed { error } => println!("(error: {error})"),
+                Outcome::GaveUp { reason } => println!("({reason})"),
             },
             Err(e) => println!("(error: {e})"),
         }

@@ -91,7 +91,9 @@ pub struct AgentSettings {
     /// `TROUPE_BUS_CAPACITY`, default 10000: messages queued in the in-process bus before
     /// connectors are slowed down.
     pub bus_capacity: usize,
-    /// `TROUPE_MAX_ATTEMPTS`, default 5: how often a failed message is driven again.
+    /// `TROUPE_MAX_ATTEMPTS`, default 5: how often a message is tried, its first try
+    /// included. A try is counted before it starts, so one that crashes the process counts;
+    /// a message out of tries is given up (see `storage::journal`).
     pub max_attempts: u32,
     /// Room summaries and user facts (see docs/memory.md).
     pub memory: MemorySettings,

@@ -1,8 +1,8 @@
 //! Ingress: where a message enters. Journal first, then the bus.
 //!
 //! Every connector hands its messages to an `InboundSink` built here. Accepting a message
-//! means writing it to the journal, which refuses a second `(platform, message id)`, and only
-//! then publishing it; a connector acknowledges its platform after `accept` returns, so a
+//! means writing it to the journal, which refuses a second message with the same id in the
+//! same room (and, on the Web platform, from the same caller), and only then publishing it; a connector acknowledges its platform after `accept` returns, so a
 //! crash at any point either loses nothing (the journal has it, and `replay` drives it again
 //! at start) or never saw the message (the platform redelivers it).
 //!
@@ -21,15 +21,31 @@ use troupe_connectors::{Accepted, Inbound, InboundSink, SinkError};
 
 use crate::bus::{Bus, Envelope};
 use crate::provider::ProviderError;
-use crate::storage::{JournalId, JournalInsert, JournalState, Store};
+use crate::storage::{JournalId, JournalInsert, JournalState, Store, same_dedupe_key};
+
+/// The attempt a first publication carries: the one its journal insert counted (see
+/// `storage::journal`), so that a replay of the same attempt has the same NATS id.
+const FIRST_ATTEMPT: u32 = 1;
 
 /// How the agent dealt with a message.
 #[derive(Debug, Clone)]
 pub enum Outcome {
-    Replied { texts: Vec<String> },
-    Ignored { reason: &'static str },
-    RateLimited { scope: &'static str },
-    Failed { error: ProviderError },
+    Replied {
+        texts: Vec<String>,
+    },
+    Ignored {
+        reason: &'static str,
+    },
+    RateLimited {
+        scope: &'static str,
+    },
+    Failed {
+        error: ProviderError,
+    },
+    /// The message had `TROUPE_MAX_ATTEMPTS` and is not handled again; why.
+    GaveUp {
+        reason: String,
+    },
 }
 
 /// `Outcome` as it crosses between replicas. `Outcome` holds `&'static str` reasons and a
@@ -45,6 +61,7 @@ enum WireOutcome {
     ProviderRateLimited { retry_after_secs: Option<f64> },
     Upstream { detail: String },
     Empty,
+    GaveUp { reason: String },
 }
 
 /// The reasons and scopes an `Outcome` can carry; anything else reads back as a generic one.
@@ -88,6 +105,9 @@ impl Outcome {
                 ProviderError::Upstream(d) => WireOutcome::Upstream { detail: d.clone() },
                 ProviderError::Empty => WireOutcome::Empty,
             },
+            Outcome::GaveUp { reason } => WireOutcome::GaveUp {
+                reason: reason.clone(),
+            },
         };
         serde_json::to_vec(&wire).unwrap_or_default()
     }
@@ -120,6 +140,7 @@ impl Outcome {
             WireOutcome::Empty => Outcome::Failed {
                 error: ProviderError::Empty,
             },
+            WireOutcome::GaveUp { reason } => Outcome::GaveUp { reason },
         })
     }
 }
@@ -145,6 +166,11 @@ pub enum ConverseError {
         "the message is journaled, but no answer came in time; it will be answered when the agent gets to it"
     )]
     NoAnswerInTime,
+    /// The journal answered a duplicate with an entry of another room or caller. The unique
+    /// key rules this out; it is checked anyway, because answering would hand one caller
+    /// another room's reply.
+    #[error("journal entry {0} does not belong to this room and caller; not answering from it")]
+    KeyMismatch(i64),
 }
 
 /// Journal ids that someone is waiting on, and the ids on their way through the bus.
@@ -291,11 +317,12 @@ impl Ingress {
         let (id, duplicate, waiter) = match journaled {
             JournalInsert::Inserted(id) => {
                 let rx = self.waiters.wait(id);
-                self.publish(id, agent_id, inbound, false, 0).await?;
+                self.publish(id, agent_id, inbound, false, FIRST_ATTEMPT)
+                    .await?;
                 (id, false, rx)
             }
             JournalInsert::Duplicate(id, JournalState::Done) => {
-                return self.answered_before(id).await;
+                return self.answered_before(id, agent_id, &inbound).await;
             }
             JournalInsert::Duplicate(id, state) => {
                 let rx = self.waiters.wait(id);
@@ -304,6 +331,13 @@ impl Ingress {
                     .journal_get(id)
                     .await
                     .map_err(|e| SinkError(e.to_string()))?;
+                if entry
+                    .as_ref()
+                    .is_some_and(|e| !same_dedupe_key(e, agent_id, &inbound))
+                {
+                    self.waiters.forget(id);
+                    return Err(self.mismatch(id));
+                }
                 let attempt = entry.as_ref().map_or(0, |e| e.attempts.max(0) as u32);
                 if entry
                     .as_ref()
@@ -311,7 +345,7 @@ impl Ingress {
                 {
                     // It finished between the insert and the registration of our waiter.
                     self.waiters.forget(id);
-                    return self.answered_before(id).await;
+                    return self.answered_before(id, agent_id, &inbound).await;
                 }
                 if state == JournalState::Failed || self.bus.is_shared() {
                     // A failed message is driven again. On a shared bus a pending one is
@@ -331,7 +365,34 @@ impl Ingress {
         }
     }
 
-    async fn answered_before(&self, id: JournalId) -> Result<Answer, ConverseError> {
+    fn mismatch(&self, id: JournalId) -> ConverseError {
+        crate::metrics::error("journal");
+        tracing::error!(
+            journal_id = id.0,
+            "a duplicate matched the journal entry of another room or caller; not answering from it"
+        );
+        ConverseError::KeyMismatch(id.0)
+    }
+
+    /// The recorded replies of `id`, the handled entry of `inbound`; never those of an entry
+    /// of another room or caller.
+    async fn answered_before(
+        &self,
+        id: JournalId,
+        agent_id: &str,
+        inbound: &Inbound,
+    ) -> Result<Answer, ConverseError> {
+        let entry = self
+            .store
+            .journal_get(id)
+            .await
+            .map_err(|e| SinkError(e.to_string()))?;
+        if !entry
+            .as_ref()
+            .is_some_and(|e| same_dedupe_key(e, agent_id, inbound))
+        {
+            return Err(self.mismatch(id));
+        }
         let replies = self
             .store
             .replies_for(id)
@@ -348,11 +409,19 @@ impl Ingress {
     /// Drives again what a previous run left unfinished: pending entries, and failed ones
     /// that have attempts left. Returns how many were published.
     ///
+    /// A pending entry is published whatever its attempts: the agent counts the attempt
+    /// before handling it (`Store::journal_begin`) and gives up one that had them all, which
+    /// is where a message that crashed the process at every start stops (with its reason
+    /// logged and one apology to its room). Deciding there rather than here keeps a replica
+    /// from giving up an entry another replica is handling right now: on NATS the copy
+    /// waits behind it in its room's lane, and then finds it done.
+    ///
     /// With several replicas on NATS each one replays at its start, including entries
     /// another replica is handling or has queued. That is safe: a replayed entry carries the
-    /// same NATS message id (journal id and attempt) as its first publication, so JetStream
-    /// drops it within the dedupe window; after the window, the copy is flagged a
-    /// redelivery and the agent finds the entry done in the journal before calling a model.
+    /// same NATS message id (installation, journal id and attempt) as its publication of
+    /// that attempt, so JetStream drops it within the dedupe window; after the window, the
+    /// copy is flagged a redelivery and the agent finds the entry done in the journal before
+    /// calling a model.
     pub async fn replay(&self, max_attempts: u32) -> anyhow::Result<usize> {
         let mut published = 0;
         let unfinished = self.store.journal_unfinished(100_000).await?;
@@ -397,7 +466,7 @@ impl InboundSink for AgentSink {
         match journaled? {
             JournalInsert::Inserted(id) => {
                 self.ingress
-                    .publish(id, &self.agent_id, message, false, 0)
+                    .publish(id, &self.agent_id, message, false, FIRST_ATTEMPT)
                     .await?;
                 Ok(Accepted::New)
             }
@@ -406,7 +475,7 @@ impl InboundSink for AgentSink {
                 // journaled it died before publishing: publish it (again). NATS drops the
                 // copy when the first publication went through.
                 self.ingress
-                    .publish(id, &self.agent_id, message, true, 0)
+                    .publish(id, &self.agent_id, message, true, FIRST_ATTEMPT)
                     .await?;
                 Ok(Accepted::Duplicate)
             }

@@ -23,7 +23,9 @@ use crate::limits::{RateLimiter, Verdict};
 use crate::outbox::Outbox;
 use crate::persona::{self, HistoryLine, Persona, PromptInput};
 use crate::provider::ModelProvider;
-use crate::storage::{HandledMessage, JournalId, JournalState, NewMemory, RecordedReply, Store};
+use crate::storage::{
+    Attempt, HandledMessage, JournalId, JournalState, NewMemory, RecordedReply, Store,
+};
 use decide::{Decision, decide};
 
 /// How long the prompt waits for the platform's thread context.
@@ -31,6 +33,15 @@ const THREAD_CONTEXT_WAIT: Duration = Duration::from_secs(5);
 
 /// The short reply sent once per window to a room that is over its rate limit.
 const SLOW_DOWN: &str = "I'm getting a lot of messages right now. Give me a minute and ask again.";
+
+/// The short reply a room gets, at most once per `APOLOGY_QUIET_MS`, when troupe gives up a
+/// message that kept stopping the gateway.
+const GAVE_UP: &str =
+    "Sorry, I couldn't answer that message. Please try again, or send it differently.";
+
+/// A room that got the give-up apology gets no other for this long: a burst of poison
+/// messages (or several replicas giving up) says sorry once.
+const APOLOGY_QUIET_MS: i64 = 60 * 60 * 1000;
 
 /// What a persona runs with; swapped whole on reload.
 pub struct Mind {
@@ -129,6 +140,7 @@ impl Agent {
                 Outcome::Ignored { .. } => "ignored",
                 Outcome::RateLimited { .. } => "rate_limited",
                 Outcome::Failed { .. } => "failed",
+                Outcome::GaveUp { .. } => "gave_up",
             },
         );
         self.waiters.complete(journal_id, &outcome);
@@ -140,16 +152,34 @@ impl Agent {
         inbound: &Inbound,
         redelivery: bool,
     ) -> anyhow::Result<Outcome> {
-        // A message handled since it was published (by another replica, or by a drive that
-        // raced this one) is not answered again: its recorded replies stand.
-        if redelivery
-            && let Some(entry) = self.store.journal_get(journal_id).await?
-            && entry.state == JournalState::Done
-        {
-            let replies = self.store.replies_for(journal_id).await?;
-            return Ok(Outcome::Replied {
-                texts: replies.into_iter().map(|o| o.text).collect(),
-            });
+        // A message published before may have been handled since (by another replica, or by
+        // a drive that raced this one): its recorded replies stand. Otherwise this handling
+        // is counted before it starts, so that one that crashes the process counts too, and
+        // a message that had all its attempts is given up instead (see storage::journal).
+        // A first publication was counted by its journal insert.
+        if redelivery {
+            match self
+                .store
+                .journal_begin(journal_id, self.settings.max_attempts)
+                .await?
+            {
+                Attempt::Started { .. } => {}
+                Attempt::Done => {
+                    let replies = self.store.replies_for(journal_id).await?;
+                    return Ok(Outcome::Replied {
+                        texts: replies.into_iter().map(|o| o.text).collect(),
+                    });
+                }
+                Attempt::Exhausted {
+                    attempts,
+                    state,
+                    last_error,
+                } => {
+                    return self
+                        .give_up(journal_id, inbound, attempts, state, last_error)
+                        .await;
+                }
+            }
         }
         let mind = self.mind();
         let persona = &mind.persona;
@@ -284,6 +314,54 @@ impl Agent {
         };
         self.memory.after_reply(model, inbound, recent.len());
         Ok(Outcome::Replied { texts: vec![text] })
+    }
+
+    /// Gives up a message that had all its attempts: it is never handled again. One that
+    /// never finished (the process stopped while handling it, `state` pending) is marked
+    /// failed with the reason, and its room gets the short apology unless it had one
+    /// recently (the Web platform has no room to post to: its caller gets the outcome).
+    async fn give_up(
+        &self,
+        journal_id: JournalId,
+        inbound: &Inbound,
+        attempts: i32,
+        state: JournalState,
+        last_error: Option<String>,
+    ) -> anyhow::Result<Outcome> {
+        let reason = match (state, last_error) {
+            (JournalState::Failed, Some(error)) => {
+                format!("gave up after {attempts} attempts: {error}")
+            }
+            _ => {
+                format!("gave up after {attempts} attempts: the gateway stopped while handling it")
+            }
+        };
+        if state != JournalState::Pending {
+            tracing::warn!(attempts, %reason, "not handling the message again");
+            return Ok(Outcome::GaveUp { reason });
+        }
+        let apology = (inbound.platform() != Platform::Web).then(|| Outbound {
+            key: format!("{}:{}:gave-up", self.id, journal_id.0),
+            room: inbound.room.clone(),
+            text: GAVE_UP.to_string(),
+            reply_to: Some(inbound.id.clone()),
+        });
+        let gave_up = self
+            .store
+            .journal_give_up(journal_id, &reason, apology.as_ref(), APOLOGY_QUIET_MS)
+            .await?;
+        if gave_up.first {
+            crate::metrics::error("gave_up");
+            tracing::error!(
+                attempts,
+                apology = gave_up.apology.is_some(),
+                "{reason}; the message is marked failed and will not be driven again"
+            );
+        }
+        if let Some(outbox_id) = gave_up.apology {
+            self.outbox.deliver(outbox_id).await?;
+        }
+        Ok(Outcome::GaveUp { reason })
     }
 
     /// The messages above `inbound` in its thread that its platform knows, oldest first;
@@ -464,6 +542,16 @@ impl Handler for Dispatcher {
             None => {
                 let error = format!("no persona with id `{}` is loaded", envelope.agent_id);
                 tracing::warn!(journal_id = envelope.journal_id.0, %error, "dropping message");
+                // A drive again counts as an attempt, as in `Agent::handle`, so such an entry
+                // is not driven at every start forever; the limit is applied at replay.
+                if envelope.redelivery
+                    && let Err(e) = self
+                        .store
+                        .journal_begin(envelope.journal_id, u32::MAX)
+                        .await
+                {
+                    tracing::error!(error = %e, "could not count the attempt");
+                }
                 if let Err(e) = self.store.journal_fail(envelope.journal_id, &error).await {
                     tracing::error!(error = %e, "could not record the failure");
                 }

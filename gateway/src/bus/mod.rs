@@ -28,8 +28,8 @@ pub struct Envelope {
     /// Published before (a restart's replay, a repost of a failed message, a NATS
     /// redelivery): it may have been handled since, so the agent checks the journal first.
     pub redelivery: bool,
-    /// The journal entry's failed attempts when it was published: a retry of a failed
-    /// message is a new publication, a replay of the same attempt is not (NATS dedupes it).
+    /// The journal entry's attempts when it was published (1 for a first publication): a
+    /// retry is a new publication, a replay of the same attempt is not (NATS dedupes it).
     pub attempt: u32,
 }
 

@@ -18,9 +18,17 @@
 //! them, and NATS hands the message to another replica when the ack wait runs out. That copy
 //! is flagged a redelivery, so the agent looks at the journal before answering.
 //!
-//! Each publication carries `Nats-Msg-Id: <journal id>.<attempt>`: a replay at start (every
-//! replica replays) or a republished duplicate is dropped by JetStream within the dedupe
-//! window, while a retry of a failed message (a higher attempt) goes through.
+//! Each publication carries `Nats-Msg-Id: <installation id>.<journal id>.<attempt>`: a replay
+//! at start (every replica replays) or a republished duplicate is dropped by JetStream within
+//! the dedupe window, while a retry of a failed message (a higher attempt) goes through. The
+//! installation id is the database's (made by its migration): journal ids start again at 1
+//! in a fresh database, and without it a deployment on a reset database, or another one
+//! sharing the NATS server and the prefix, had its messages dropped as duplicates of the
+//! earlier one's, journaled and never answered.
+//!
+//! A first publication (not a redelivery) that JetStream still calls a duplicate would leave
+//! a journaled message unanswered, so it is published again under an id of its own (logged):
+//! the journal, not the dedupe window, is what keeps it from being answered twice.
 //!
 //! Outcomes cross replicas on core NATS: the replica that handled a message publishes its
 //! outcome on `p.outcome.<journal id>`, and every replica listens on `p.outcome.*` for the
@@ -68,6 +76,8 @@ struct Shared {
     js: jetstream::Context,
     stream: stream::Stream,
     prefix: String,
+    /// The database's installation id, the first part of every `Nats-Msg-Id`.
+    installation: String,
     partitions: u32,
     ack_wait: Duration,
     handler: Arc<dyn Handler>,
@@ -90,6 +100,7 @@ impl NatsBus {
     pub async fn connect(
         url: &str,
         settings: &NatsSettings,
+        installation: String,
         handler: Arc<dyn Handler>,
         waiters: Waiters,
     ) -> anyhow::Result<NatsBus> {
@@ -136,6 +147,7 @@ impl NatsBus {
             js,
             stream,
             prefix,
+            installation,
             partitions: settings.partitions,
             ack_wait: settings.ack_wait,
             handler,
@@ -200,9 +212,10 @@ pub(crate) fn partition_of(order_key: &str, partitions: u32) -> u32 {
     (hash % u64::from(partitions.max(1))) as u32
 }
 
-/// The `Nats-Msg-Id` of a publication: the same for a replay of one attempt.
-fn message_id(journal_id: JournalId, attempt: u32) -> String {
-    format!("{}.{attempt}", journal_id.0)
+/// The `Nats-Msg-Id` of a publication: the same for a replay of one attempt of one
+/// database's entry, different for any other database.
+fn message_id(installation: &str, journal_id: JournalId, attempt: u32) -> String {
+    format!("{installation}.{}.{attempt}", journal_id.0)
 }
 
 /// Hands outcomes to the publishing task; `announce` is called from synchronous code.
@@ -217,6 +230,34 @@ impl OutcomeRelay for Relay {
 }
 
 impl Shared {
+    /// Publishes to the stream and waits for JetStream's acknowledgement, which says
+    /// whether it took the message as a duplicate.
+    async fn send(
+        &self,
+        subject: String,
+        payload: Bytes,
+        id: &str,
+    ) -> Result<jetstream::publish::PublishAck, BusError> {
+        let published = async {
+            self.js
+                .send_publish(
+                    subject,
+                    jetstream::message::PublishMessage::build()
+                        .payload(payload)
+                        .message_id(id),
+                )
+                .await
+                .map_err(|e| e.to_string())?
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        published.map_err(|e| {
+            crate::metrics::error("bus");
+            BusError::Backend(format!("NATS publish: {e}"))
+        })
+    }
+
     async fn refresh_depth(&self) {
         match self.stream.get_info().await {
             Ok(info) => self
@@ -373,7 +414,13 @@ impl Bus for NatsBus {
         }
         let partition = partition_of(&envelope.order_key(), self.shared.partitions);
         let subject = format!("{}.inbound.{partition}", self.shared.prefix);
-        let id = message_id(envelope.journal_id, envelope.attempt);
+        let id = message_id(
+            &self.shared.installation,
+            envelope.journal_id,
+            envelope.attempt,
+        );
+        let journal_id = envelope.journal_id;
+        let redelivery = envelope.redelivery;
         let wire = Wire {
             journal_id: envelope.journal_id.0,
             agent_id: envelope.agent_id,
@@ -381,30 +428,34 @@ impl Bus for NatsBus {
             redelivery: envelope.redelivery,
             attempt: envelope.attempt,
         };
-        let payload = serde_json::to_vec(&wire).map_err(|e| BusError::Backend(e.to_string()))?;
-        let published = async {
-            self.shared
-                .js
-                .send_publish(
-                    subject,
-                    jetstream::message::PublishMessage::build()
-                        .payload(Bytes::from(payload))
-                        .message_id(&id),
-                )
-                .await
-                .map_err(|e| e.to_string())?
-                // The stream has it (or had it: a duplicate is acknowledged too).
-                .await
-                .map_err(|e| e.to_string())
-        }
-        .await;
-        match published {
-            Ok(_) => Ok(()),
-            Err(e) => {
+        let payload =
+            Bytes::from(serde_json::to_vec(&wire).map_err(|e| BusError::Backend(e.to_string()))?);
+        let mut ack = self
+            .shared
+            .send(subject.clone(), payload.clone(), &id)
+            .await?;
+        if ack.duplicate && !redelivery {
+            // This process journaled it just now and expects it handled: a duplicate here is
+            // an id that collides with another publication (not a replay), and dropping it
+            // would leave the message unanswered. An id of its own gets it through; the
+            // journal still keeps it from being answered twice.
+            let fresh = format!("{id}.{}", uuid::Uuid::new_v4().simple());
+            crate::metrics::error("bus_duplicate");
+            tracing::warn!(
+                journal_id = journal_id.0,
+                nats_msg_id = %id,
+                "JetStream took a new message for a duplicate; publishing it again as {fresh}"
+            );
+            ack = self.shared.send(subject, payload, &fresh).await?;
+            if ack.duplicate {
                 crate::metrics::error("bus");
-                Err(BusError::Backend(format!("NATS publish: {e}")))
+                return Err(BusError::Backend(format!(
+                    "NATS publish: JetStream refused journal entry {} as a duplicate twice",
+                    journal_id.0
+                )));
             }
         }
+        Ok(())
     }
 
     fn depth(&self) -> usize {
@@ -494,7 +545,19 @@ mod tests {
 
     #[test]
     fn a_replay_has_the_id_of_its_attempt() {
-        assert_eq!(message_id(JournalId(7), 0), "7.0");
-        assert_ne!(message_id(JournalId(7), 0), message_id(JournalId(7), 1));
+        assert_eq!(message_id("ab12", JournalId(7), 1), "ab12.7.1");
+        assert_ne!(
+            message_id("ab12", JournalId(7), 1),
+            message_id("ab12", JournalId(7), 2)
+        );
+    }
+
+    #[test]
+    fn two_databases_never_share_an_id() {
+        // Issue 12, #11: journal ids restart at 1 in a fresh database.
+        assert_ne!(
+            message_id("ab12", JournalId(1), 1),
+            message_id("cd34", JournalId(1), 1)
+        );
     }
 }

@@ -171,6 +171,12 @@ pub async fn post_message(
             format!("too many messages (per-{scope} limit); wait a minute and try again"),
         )),
         Outcome::Failed { error } => Err(provider_error(&error)),
+        // Not a model error: the message itself kept stopping the gateway (issue 12, #2).
+        Outcome::GaveUp { reason } => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "gave_up",
+            reason,
+        )),
     }
 }
 

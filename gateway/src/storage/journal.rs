@@ -1,15 +1,33 @@
 //! The journal: every accepted inbound message, deduplicated by the database's unique key,
 //! and the states that let a restart drive unfinished work again.
 //!
+//! The dedupe key is `(agent, platform, room, caller, platform message id)`. Platforms
+//! assign message ids and authenticate authors, so their `caller` is empty; on the Web
+//! platform both the room id and the message id are whatever the HTTP caller sent, so the
+//! caller's `userId` is part of the key (see `dedupe_caller`). Either way a message id reused
+//! in another room is another message, and never gets that room's reply.
+//!
+//! Attempts (the poison-message rule): `attempts` counts the handlings that started, and is
+//! raised *before* a handling starts, so a crash while handling a message (an upload that
+//! brings the process down, a model call that never returns before a kill) still counts.
+//! The first handling is counted by the insert itself (attempts = 1): the publication that
+//! follows an insert starts it, so the hot path pays no extra write. Every later handling (a
+//! replay at start, a NATS redelivery, a repost of a failed message) calls `journal_begin`,
+//! which raises the count only below `TROUPE_MAX_ATTEMPTS`; at the limit the agent gives the
+//! message up (`journal_give_up`) instead of handling it. A message that was queued but not
+//! started when the process died is counted once more than it ran: the price of not
+//! writing on the hot path, and harmless below the limit.
+//!
 //! Handling a message (memory, reply, `Done`) is `memory::record_handled`, which must set
 //! the state in the same transaction as the rest.
 
 use super::writer::JournalReq;
 use super::{
-    JournalEntry, JournalId, JournalInsert, JournalState, Result, StorageError, Store, now_ms,
-    parse_json, with_pool,
+    Attempt, GaveUp, JournalEntry, JournalId, JournalInsert, JournalState, OutboxId, Result,
+    StorageError, Store, now_ms, parse_json, with_pool,
 };
-use troupe_connectors::{Inbound, Platform};
+use sqlx::types::Json;
+use troupe_connectors::{Inbound, Outbound, Platform};
 
 /// A journal read: the columns `JournalRow` wants, then `$rest`. JSON is read as text in
 /// both backends (a no-op cast in SQLite, `jsonb::text` in Postgres) so that decoding and
@@ -48,9 +66,31 @@ impl TryFrom<JournalRow> for JournalEntry {
     }
 }
 
+/// The `caller` part of a message's dedupe key: the author on the Web platform, where the
+/// HTTP caller picks the room and the message id; nothing on a platform, which assigns the
+/// id itself. A `userId` is a claim, not an identity (any caller may send any): it keeps
+/// two honest callers who reuse an id apart, while `TROUPE_API_TOKEN` is the access control.
+pub fn dedupe_caller(inbound: &Inbound) -> &str {
+    match inbound.platform() {
+        Platform::Web => inbound.author.id.as_str(),
+        _ => "",
+    }
+}
+
+/// Whether `entry` is the journal entry of `inbound` for `agent_id`: same agent, room and
+/// caller. The unique key already makes a duplicate one; the answer of a duplicate is
+/// checked against it anyway, so that no change of key can hand a reply to another room.
+pub fn same_dedupe_key(entry: &JournalEntry, agent_id: &str, inbound: &Inbound) -> bool {
+    entry.agent_id == agent_id
+        && entry.inbound.room.key() == inbound.room.key()
+        && dedupe_caller(&entry.inbound) == dedupe_caller(inbound)
+        && entry.inbound.id == inbound.id
+}
+
 impl Store {
     /// Journals an inbound message for an agent, unless that agent already has it. The
     /// unique key decides, so two replicas receiving the same event cannot both insert it.
+    /// A new entry starts with one attempt: the handling its publication starts.
     pub async fn journal_insert(&self, agent_id: &str, inbound: &Inbound) -> Result<JournalInsert> {
         let inbound_json = serde_json::to_string(inbound)
             .map_err(|e| StorageError::Corrupt(format!("cannot encode an inbound message: {e}")))?;
@@ -60,6 +100,7 @@ impl Store {
                 platform: inbound.platform().as_str(),
                 message_id: inbound.id.as_str().to_string(),
                 room: inbound.room.key().to_string(),
+                caller: dedupe_caller(inbound).to_string(),
                 inbound_json,
                 now: now_ms(),
             })
@@ -84,14 +125,15 @@ impl Store {
         rows.into_iter().map(JournalEntry::try_from).collect()
     }
 
-    /// Marks an entry failed with its error and counts the attempt. A `Done` entry stays
-    /// done: its effects are committed, and driving it again would answer twice.
+    /// Marks an entry failed with its error. The attempt was counted when it started (see
+    /// the module doc). A `Done` entry stays done: its effects are committed, and driving
+    /// it again would answer twice.
     pub async fn journal_fail(&self, id: JournalId, error: &str) -> Result<()> {
         let now = now_ms();
         with_pool!(self, pool => {
             sqlx::query(
                 "UPDATE journal
-                 SET state = 'failed', last_error = $2, attempts = attempts + 1, updated_at_ms = $3
+                 SET state = 'failed', last_error = $2, updated_at_ms = $3
                  WHERE id = $1 AND state <> 'done'",
             )
             .bind(id.0)
@@ -104,22 +146,137 @@ impl Store {
         Ok(())
     }
 
+    /// Counts one more attempt before a message is handled again, unless it is done or has
+    /// had `max_attempts` already. One statement: two replicas beginning at once both
+    /// count, and neither passes the limit.
+    pub async fn journal_begin(&self, id: JournalId, max_attempts: u32) -> Result<Attempt> {
+        let max = i64::from(max_attempts);
+        let counted: Option<(i32,)> = with_pool!(self, pool => {
+            sqlx::query_as(
+                "UPDATE journal SET attempts = attempts + 1, updated_at_ms = $3
+                 WHERE id = $1 AND state <> 'done' AND attempts < $2
+                 RETURNING attempts",
+            )
+            .bind(id.0)
+            .bind(max)
+            .bind(now_ms())
+            .fetch_optional(pool)
+            .await
+        })?;
+        if let Some((attempts,)) = counted {
+            return Ok(Attempt::Started { attempts });
+        }
+        let entry = self
+            .journal_get(id)
+            .await?
+            .ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
+        Ok(match entry.state {
+            JournalState::Done => Attempt::Done,
+            state => Attempt::Exhausted {
+                attempts: entry.attempts,
+                state,
+                last_error: entry.last_error,
+            },
+        })
+    }
+
+    /// Gives a pending message up: marks it failed with `reason` and, when `apology` is
+    /// given and its room had no apology in the last `quiet_ms`, queues the apology in the
+    /// outbox. One transaction, so of several replicas (or restarts) giving the same room up
+    /// one apologises. An entry that is not pending (done, or given up already) is left as
+    /// it is: `GaveUp::first` is false then.
+    pub async fn journal_give_up(
+        &self,
+        id: JournalId,
+        reason: &str,
+        apology: Option<&Outbound>,
+        quiet_ms: i64,
+    ) -> Result<GaveUp> {
+        let now = now_ms();
+        let result: Result<GaveUp, sqlx::Error> = with_pool!(self, pool => async {
+            let mut tx = pool.begin().await?;
+            let marked: Option<(String, String)> = sqlx::query_as(
+                "UPDATE journal SET state = 'failed', last_error = $2, updated_at_ms = $3
+                 WHERE id = $1 AND state = 'pending'
+                 RETURNING agent_id, room",
+            )
+            .bind(id.0)
+            .bind(reason)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some((agent_id, room)) = marked else {
+                tx.commit().await?;
+                return Ok(GaveUp { first: false, apology: None });
+            };
+            let mut queued = None;
+            if let Some(apology) = apology {
+                let claimed: Option<(i64,)> = sqlx::query_as(
+                    "INSERT INTO room_apologies (agent_id, room, journal_id, apologized_at_ms)
+                     VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (agent_id, room) DO UPDATE
+                     SET journal_id = excluded.journal_id, apologized_at_ms = excluded.apologized_at_ms
+                     WHERE room_apologies.apologized_at_ms <= $5
+                     RETURNING journal_id",
+                )
+                .bind(&agent_id)
+                .bind(&room)
+                .bind(id.0)
+                .bind(now)
+                .bind(now.saturating_sub(quiet_ms))
+                .fetch_optional(&mut *tx)
+                .await?;
+                if claimed.is_some() {
+                    // Not tied to the journal entry (journal_id NULL): it is not the
+                    // message's reply, and a duplicate of the message must not return it.
+                    let (outbox_id,): (i64,) = sqlx::query_as(
+                        "INSERT INTO outbox (agent_id, journal_id, outbound, state, attempts,
+                             not_before_ms, created_at_ms, updated_at_ms)
+                         VALUES ($1, NULL, $2, 'pending', 0, 0, $3, $3)
+                         RETURNING id",
+                    )
+                    .bind(&agent_id)
+                    .bind(Json(apology))
+                    .bind(now)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    queued = Some(OutboxId(outbox_id));
+                }
+            }
+            tx.commit().await?;
+            Ok(GaveUp { first: true, apology: queued })
+        }.await);
+        Ok(result?)
+    }
+
+    /// The entry of `inbound` for `agent_id`, by its dedupe key.
     pub async fn journal_lookup(
         &self,
         agent_id: &str,
-        platform: Platform,
-        message_id: &str,
+        inbound: &Inbound,
     ) -> Result<Option<JournalEntry>> {
         let row: Option<JournalRow> = with_pool!(self, pool => {
             sqlx::query_as(select_journal!(
-                "WHERE agent_id = $1 AND platform = $2 AND platform_message_id = $3"
+                "WHERE agent_id = $1 AND platform = $2 AND room = $3 AND caller = $4
+                   AND platform_message_id = $5"
             ))
                 .bind(agent_id)
-                .bind(platform.as_str())
-                .bind(message_id)
+                .bind(inbound.platform().as_str())
+                .bind(inbound.room.key().to_string())
+                .bind(dedupe_caller(inbound))
+                .bind(inbound.id.as_str())
                 .fetch_optional(pool)
                 .await
         })?;
         row.map(JournalEntry::try_from).transpose()
+    }
+
+    /// This database's installation id: random, made once by the migration, so that ids
+    /// derived from journal ids (the NATS dedupe id) differ between two databases.
+    pub async fn installation_id(&self) -> Result<String> {
+        let (id,): (String,) = with_pool!(self, pool => {
+            sqlx::query_as("SELECT id FROM installation WHERE one = 1").fetch_one(pool).await
+        })?;
+        Ok(id)
     }
 }

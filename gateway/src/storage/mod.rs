@@ -6,8 +6,11 @@
 //! - agents: one row per persona id;
 //! - rooms and users: what the platforms told us about them (names, last activity);
 //! - messages: room memory, both what people said and what the persona replied;
-//! - journal: every accepted `Inbound`, unique on `(agent, platform, platform message id)`,
-//!   with a state, so a crash loses nothing and nothing is answered twice;
+//! - journal: every accepted `Inbound`, unique on `(agent, platform, room, caller, platform
+//!   message id)` (the caller only on the Web platform), with a state and the attempts
+//!   started, so a crash loses nothing, nothing is answered twice, and a message that
+//!   crashes the process is given up after `TROUPE_MAX_ATTEMPTS`;
+//! - installation: one random id per database (the NATS dedupe ids carry it);
 //! - outbox: every reply to deliver, with attempts and a claim, so delivery survives a crash;
 //! - knowledge: documents, their chunks, the full-text index and embedding vectors.
 //! - room summaries and user facts: memory beyond the recent window.
@@ -50,6 +53,7 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use troupe_connectors::{Inbound, Outbound, RoomKey};
 
+pub use journal::{dedupe_caller, same_dedupe_key};
 pub use knowledge::{DocumentRow, NewDocument, ScoredChunk, UnembeddedChunk};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 
@@ -105,6 +109,32 @@ impl JournalState {
             ))),
         }
     }
+}
+
+/// The outcome of `Store::journal_begin`: whether a message may be handled again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// Counted: handle it. `attempts` includes this one.
+    Started { attempts: i32 },
+    /// Handled meanwhile: its recorded replies stand.
+    Done,
+    /// It had `TROUPE_MAX_ATTEMPTS` already: give it up, do not handle it. `state` says
+    /// whether the last attempt failed (`Failed`, with its error) or never finished
+    /// (`Pending`: the process stopped while handling it).
+    Exhausted {
+        attempts: i32,
+        state: JournalState,
+        last_error: Option<String>,
+    },
+}
+
+/// The outcome of `Store::journal_give_up`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GaveUp {
+    /// This call marked the entry failed (it was pending).
+    pub first: bool,
+    /// The apology this call queued for the room, if the room had none recently.
+    pub apology: Option<OutboxId>,
 }
 
 /// The outcome of `journal_insert`.

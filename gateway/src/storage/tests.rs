@@ -143,6 +143,11 @@ on_both_backends!(
     batch_of_record_handled_for_one_entry,
     batch_with_a_bad_request,
     connector_state_is_scoped_and_overwritten,
+    dedupe_is_per_room_and_web_caller,
+    batch_dedupe_is_per_room,
+    attempts_are_counted_before_handling,
+    give_up_apologises_once_per_room,
+    installation_id_is_stable_and_per_database,
 );
 
 // ---- fixtures ----
@@ -277,16 +282,18 @@ async fn duplicate_journal_insert(ctx: Ctx) {
     assert_eq!(entry.inbound, msg);
     assert_eq!(entry.agent_id, AGENT);
     assert_eq!(entry.state, JournalState::Pending);
-    assert_eq!(entry.attempts, 0);
+    // The insert counts the first attempt (the poison-message rule, storage::journal).
+    assert_eq!(entry.attempts, 1);
     let looked_up = store
-        .journal_lookup(AGENT, Platform::Discord, "m1")
+        .journal_lookup(AGENT, &msg)
         .await
         .unwrap()
         .expect("lookup");
     assert_eq!(looked_up.id, id);
+    let on_telegram = inbound(Platform::Telegram, "c1", "m1", "ann", "hello", 1_000);
     assert!(
         store
-            .journal_lookup(AGENT, Platform::Telegram, "m1")
+            .journal_lookup(AGENT, &on_telegram)
             .await
             .unwrap()
             .is_none()
@@ -646,6 +653,10 @@ async fn journal_unfinished_and_fail(ctx: Ctx) {
         .await
         .unwrap();
     store.journal_fail(ids[2], "model timed out").await.unwrap();
+    assert_eq!(
+        store.journal_begin(ids[2], 5).await.unwrap(),
+        Attempt::Started { attempts: 2 }
+    );
     store
         .journal_fail(ids[2], "model timed out again")
         .await
@@ -661,14 +672,14 @@ async fn journal_unfinished_and_fail(ctx: Ctx) {
     assert_eq!(
         summary,
         [
-            (ids[0], JournalState::Pending, 0, None),
+            (ids[0], JournalState::Pending, 1, None),
             (
                 ids[2],
                 JournalState::Failed,
                 2,
                 Some("model timed out again")
             ),
-            (ids[3], JournalState::Pending, 0, None),
+            (ids[3], JournalState::Pending, 1, None),
         ]
     );
     assert_eq!(unfinished[1].inbound, msgs[2]);
@@ -680,7 +691,7 @@ async fn journal_unfinished_and_fail(ctx: Ctx) {
     let done = store.journal_get(ids[1]).await.unwrap().unwrap();
     assert_eq!(
         (done.state, done.attempts, done.last_error),
-        (JournalState::Done, 0, None)
+        (JournalState::Done, 1, None)
     );
 
     // A failed entry that is handled on a later try becomes done and leaves the list.
@@ -900,7 +911,7 @@ async fn corrupt_json_is_reported(ctx: Ctx) {
     };
     assert!(what.contains(&format!("journal row {}", jid.0)), "{what}");
     assert!(matches!(
-        store.journal_lookup(AGENT, Platform::Discord, "m1").await,
+        store.journal_lookup(AGENT, &msg).await,
         Err(StorageError::Corrupt(_))
     ));
     assert!(matches!(
@@ -1005,6 +1016,7 @@ fn journal_req(msg: &Inbound) -> writer::JournalReq {
         platform: msg.platform().as_str(),
         message_id: msg.id.as_str().to_string(),
         room: msg.room.key().to_string(),
+        caller: dedupe_caller(msg).to_string(),
         inbound_json: serde_json::to_string(msg).unwrap(),
         now: 1,
     }
@@ -1245,4 +1257,387 @@ async fn connector_state_is_scoped_and_overwritten(ctx: Ctx) {
             .as_deref(),
         Some("11")
     );
+}
+
+// ---- the journal's dedupe key, attempts and give-ups (issue 12: #2, #7, #11) ----
+
+async fn dedupe_is_per_room_and_web_caller(ctx: Ctx) {
+    let store = ctx.store;
+    // #7: one `messageId` in two Web rooms, and from two callers of one Web room: three
+    // messages. The same caller repeating it in its room is the duplicate.
+    let a = inbound(Platform::Web, "room-a", "m-1", "ann", "from a", 1);
+    let b = inbound(Platform::Web, "room-b", "m-1", "bob", "from b", 2);
+    let a_by_bob = inbound(Platform::Web, "room-a", "m-1", "bob", "bob in a", 3);
+    let mut ids = Vec::new();
+    for m in [&a, &b, &a_by_bob] {
+        let JournalInsert::Inserted(id) = store.journal_insert(AGENT, m).await.unwrap() else {
+            panic!("{} in {} must be a new message", m.id, m.room.key());
+        };
+        ids.push(id);
+    }
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 3);
+    assert_eq!(
+        store.journal_insert(AGENT, &a).await.unwrap(),
+        JournalInsert::Duplicate(ids[0], JournalState::Pending)
+    );
+    for (m, id) in [(&a, ids[0]), (&b, ids[1]), (&a_by_bob, ids[2])] {
+        let entry = store
+            .journal_lookup(AGENT, m)
+            .await
+            .unwrap()
+            .expect("entry");
+        assert_eq!(entry.id, id);
+        assert_eq!(entry.inbound.text, m.text);
+        assert!(same_dedupe_key(&entry, AGENT, m));
+    }
+    let entry_a = store.journal_get(ids[0]).await.unwrap().unwrap();
+    assert!(!same_dedupe_key(&entry_a, AGENT, &b));
+    assert!(!same_dedupe_key(&entry_a, AGENT, &a_by_bob));
+    assert!(!same_dedupe_key(&entry_a, "other-agent", &a));
+
+    // On a platform the platform assigns ids and authors: the room scopes, the author does
+    // not (a redelivered event is the same message whoever it names).
+    let d = inbound(Platform::Discord, "c1", "42", "ann", "hi", 4);
+    let d_other_room = inbound(Platform::Discord, "c2", "42", "ann", "hi", 4);
+    let d_other_author = inbound(Platform::Discord, "c1", "42", "zed", "hi", 4);
+    let JournalInsert::Inserted(d_id) = store.journal_insert(AGENT, &d).await.unwrap() else {
+        panic!("insert");
+    };
+    assert!(matches!(
+        store.journal_insert(AGENT, &d_other_room).await.unwrap(),
+        JournalInsert::Inserted(other) if other != d_id
+    ));
+    assert_eq!(
+        store.journal_insert(AGENT, &d_other_author).await.unwrap(),
+        JournalInsert::Duplicate(d_id, JournalState::Pending)
+    );
+}
+
+async fn batch_dedupe_is_per_room(ctx: Ctx) {
+    // The writer's multi-row insert and its duplicate lookup use the whole key too.
+    let reqs: Vec<_> = [
+        inbound(Platform::Web, "room-a", "m-1", "ann", "a", 1),
+        inbound(Platform::Web, "room-b", "m-1", "ann", "b", 1),
+        inbound(Platform::Web, "room-a", "m-1", "ann", "a again", 1),
+        inbound(Platform::Web, "room-a", "m-1", "bob", "bob", 1),
+    ]
+    .iter()
+    .map(journal_req)
+    .collect();
+    let results: Vec<JournalInsert> = writer::journal_batch(&ctx.store.pool, &reqs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let [
+        JournalInsert::Inserted(a),
+        JournalInsert::Inserted(b),
+        again,
+        JournalInsert::Inserted(bob),
+    ] = results[..]
+    else {
+        panic!("{results:?}")
+    };
+    assert_eq!(again, JournalInsert::Duplicate(a, JournalState::Pending));
+    assert_eq!([a, b, bob].iter().collect::<HashSet<_>>().len(), 3);
+}
+
+async fn attempts_are_counted_before_handling(ctx: Ctx) {
+    let store = ctx.store;
+    let msg = inbound(Platform::Telegram, "5", "5:1", "ann", "poison", 1);
+    let JournalInsert::Inserted(id) = store.journal_insert(AGENT, &msg).await.unwrap() else {
+        panic!("insert");
+    };
+    // #2: the insert counted the first handling; a crash in it leaves the entry pending
+    // with that attempt counted, and each drive again counts before it starts.
+    assert_eq!(store.journal_get(id).await.unwrap().unwrap().attempts, 1);
+    assert_eq!(
+        store.journal_begin(id, 3).await.unwrap(),
+        Attempt::Started { attempts: 2 }
+    );
+    assert_eq!(
+        store.journal_begin(id, 3).await.unwrap(),
+        Attempt::Started { attempts: 3 }
+    );
+    // At the limit it is not counted again, and is reported exhausted while still pending
+    // (the last attempt never finished).
+    for _ in 0..2 {
+        assert_eq!(
+            store.journal_begin(id, 3).await.unwrap(),
+            Attempt::Exhausted {
+                attempts: 3,
+                state: JournalState::Pending,
+                last_error: None
+            }
+        );
+    }
+    // A failure does not count again: the attempt was counted when it began.
+    store.journal_fail(id, "model said no").await.unwrap();
+    assert_eq!(
+        store.journal_begin(id, 3).await.unwrap(),
+        Attempt::Exhausted {
+            attempts: 3,
+            state: JournalState::Failed,
+            last_error: Some("model said no".into())
+        }
+    );
+    // Raising the limit lets a failed entry run again.
+    assert_eq!(
+        store.journal_begin(id, 4).await.unwrap(),
+        Attempt::Started { attempts: 4 }
+    );
+
+    // A handled entry is never counted: its replies stand.
+    let other = inbound(Platform::Telegram, "5", "5:2", "ann", "fine", 2);
+    let (done, _) = exchange(&store, AGENT, &other, Some("ok")).await;
+    assert_eq!(store.journal_begin(done, 3).await.unwrap(), Attempt::Done);
+    assert_eq!(store.journal_get(done).await.unwrap().unwrap().attempts, 1);
+
+    // Two replicas beginning the last attempt at once: one gets it.
+    let racy = inbound(Platform::Telegram, "5", "5:3", "ann", "race", 3);
+    let JournalInsert::Inserted(racy) = store.journal_insert(AGENT, &racy).await.unwrap() else {
+        panic!("insert");
+    };
+    let begins = (0..4).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move { store.journal_begin(racy, 2).await.unwrap() })
+    });
+    let started = futures::future::join_all(begins)
+        .await
+        .into_iter()
+        .filter(|r| matches!(r, Ok(Attempt::Started { .. })))
+        .count();
+    assert_eq!(started, 1);
+    assert!(matches!(
+        store.journal_begin(JournalId(racy.0 + 1000), 2).await,
+        Err(StorageError::Database(sqlx::Error::RowNotFound))
+    ));
+}
+
+async fn give_up_apologises_once_per_room(ctx: Ctx) {
+    let store = ctx.store;
+    let m = |room: &str, id: &str| inbound(Platform::Telegram, room, id, "ann", "poison", 1);
+    let sorry = |msg: &Inbound| Outbound {
+        key: format!("sorry:{}", msg.id),
+        room: msg.room.clone(),
+        text: "Sorry.".into(),
+        reply_to: Some(msg.id.clone()),
+    };
+    let msgs = [m("7", "7:1"), m("7", "7:2"), m("8", "8:1")];
+    let mut ids = Vec::new();
+    for msg in &msgs {
+        let JournalInsert::Inserted(id) = store.journal_insert(AGENT, msg).await.unwrap() else {
+            panic!("insert");
+        };
+        ids.push(id);
+    }
+    let hour = 3_600_000;
+    let first = store
+        .journal_give_up(
+            ids[0],
+            "gave up after 2 attempts",
+            Some(&sorry(&msgs[0])),
+            hour,
+        )
+        .await
+        .unwrap();
+    assert!(first.first);
+    let apology = first.apology.expect("the room's first give-up apologises");
+    // Giving the same entry up again (another replica, a restart) changes nothing.
+    let again = store
+        .journal_give_up(ids[0], "gave up", Some(&sorry(&msgs[0])), hour)
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        GaveUp {
+            first: false,
+            apology: None
+        }
+    );
+    // A second poison message of the same room within the quiet time: failed, no apology.
+    let second = store
+        .journal_give_up(ids[1], "gave up", Some(&sorry(&msgs[1])), hour)
+        .await
+        .unwrap();
+    assert_eq!(
+        second,
+        GaveUp {
+            first: true,
+            apology: None
+        }
+    );
+    // Another room gets its own.
+    let other_room = store
+        .journal_give_up(ids[2], "gave up", Some(&sorry(&msgs[2])), hour)
+        .await
+        .unwrap();
+    assert!(other_room.apology.is_some());
+
+    for id in &ids {
+        let entry = store.journal_get(*id).await.unwrap().unwrap();
+        assert_eq!(entry.state, JournalState::Failed);
+        assert!(entry.last_error.unwrap().starts_with("gave up"));
+    }
+    // Failed for good: not among what a start drives again once out of attempts, and the
+    // apology is not the message's reply (a duplicate must not return it).
+    assert!(store.replies_for(ids[0]).await.unwrap().is_empty());
+    let claimed = store.outbox_claim(10, now_ms(), 1_000).await.unwrap();
+    assert_eq!(claimed.len(), 2, "{claimed:?}");
+    assert_eq!(claimed[0].id, apology);
+    assert_eq!(claimed[0].outbound, sorry(&msgs[0]));
+    assert_eq!(claimed[0].journal_id, None);
+
+    // A done entry is never given up.
+    let fine = m("9", "9:1");
+    let (done, _) = exchange(&store, AGENT, &fine, Some("ok")).await;
+    let nothing = store
+        .journal_give_up(done, "gave up", Some(&sorry(&fine)), hour)
+        .await
+        .unwrap();
+    assert!(!nothing.first && nothing.apology.is_none());
+    assert_eq!(
+        store.journal_get(done).await.unwrap().unwrap().state,
+        JournalState::Done
+    );
+
+    // After the quiet time the room may be told again (quiet_ms 0: at once).
+    let later = m("7", "7:3");
+    let JournalInsert::Inserted(later_id) = store.journal_insert(AGENT, &later).await.unwrap()
+    else {
+        panic!("insert");
+    };
+    let told = store
+        .journal_give_up(later_id, "gave up", Some(&sorry(&later)), 0)
+        .await
+        .unwrap();
+    assert!(told.apology.is_some());
+}
+
+async fn installation_id_is_stable_and_per_database(ctx: Ctx) {
+    // #11: the id the NATS dedupe ids carry. Stable across connections to one database…
+    let id = ctx.store.installation_id().await.unwrap();
+    assert_eq!(id.len(), 32, "{id}");
+    assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    let again = Store::connect(&ctx.url).await.unwrap();
+    assert_eq!(again.installation_id().await.unwrap(), id);
+    again.close().await;
+    // …and not shared with a fresh one, whose journal ids start at 1 again.
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = Store::connect(&format!(
+        "sqlite://{}",
+        dir.path().join("fresh.db").display()
+    ))
+    .await
+    .unwrap();
+    assert_ne!(fresh.installation_id().await.unwrap(), id);
+}
+
+#[tokio::test]
+async fn sqlite_migration_0005_keeps_existing_rows_and_references() {
+    // A database made by the migrations before 0005, with a handled message (memory and an
+    // outbox row that reference its journal row) and a pending one.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("old.db").display());
+    {
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(&url)
+            .unwrap()
+            .create_if_missing(true)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .unwrap();
+        let mut before = sqlx::migrate!("../migrations/sqlite");
+        before.migrations = before
+            .migrations
+            .iter()
+            .filter(|m| m.version < 5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into();
+        before.run(&pool).await.unwrap();
+        let web = inbound(Platform::Web, "r1", "m-1", "ann", "hello", 1);
+        let tg = inbound(Platform::Telegram, "5", "5:1", "bob", "hi", 2);
+        for (id, msg, state) in [(1, &web, "done"), (2, &tg, "pending")] {
+            sqlx::query(
+                "INSERT INTO journal (id, agent_id, platform, platform_message_id, room, inbound,
+                     state, attempts, created_at_ms, updated_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 1, 1)",
+            )
+            .bind(id)
+            .bind(AGENT)
+            .bind(msg.platform().as_str())
+            .bind(msg.id.as_str())
+            .bind(msg.room.key().to_string())
+            .bind(serde_json::to_string(msg).unwrap())
+            .bind(state)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        sqlx::query(
+            "INSERT INTO messages (agent_id, room, journal_id, author_id, author_name, text,
+                 from_agent, created_at_ms) VALUES ($1, 'web:r1', 1, 'ann', 'ANN', 'hello', 0, 1)",
+        )
+        .bind(AGENT)
+        .execute(&pool)
+        .await
+        .unwrap();
+        let reply = outbound_for(&web, "hi ann");
+        sqlx::query(
+            "INSERT INTO outbox (agent_id, journal_id, outbound, created_at_ms, updated_at_ms)
+             VALUES ($1, 1, $2, 1, 1)",
+        )
+        .bind(AGENT)
+        .bind(serde_json::to_string(&reply).unwrap())
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+    }
+
+    let store = Store::connect(&url).await.unwrap();
+    // The references survived the rebuild (a DROP with foreign keys on would have nulled them).
+    let refs: Vec<(Option<i64>,)> = with_pool!(store, pool => {
+        sqlx::query_as("SELECT journal_id FROM messages UNION ALL SELECT journal_id FROM outbox")
+            .fetch_all(pool).await.unwrap()
+    });
+    assert_eq!(refs, [(Some(1),), (Some(1),)]);
+    let foreign_keys: i64 = with_pool!(store, pool => {
+        sqlx::query_scalar("PRAGMA foreign_keys").fetch_one(pool).await.unwrap()
+    });
+    assert_eq!(
+        foreign_keys, 1,
+        "the migration must turn foreign keys back on"
+    );
+    let web = inbound(Platform::Web, "r1", "m-1", "ann", "hello", 1);
+    assert_eq!(
+        store.journal_insert(AGENT, &web).await.unwrap(),
+        JournalInsert::Duplicate(JournalId(1), JournalState::Done),
+        "the Web row got its caller from its inbound"
+    );
+    assert_eq!(store.replies_for(JournalId(1)).await.unwrap().len(), 1);
+    let tg = inbound(Platform::Telegram, "5", "5:1", "bob", "hi", 2);
+    assert_eq!(
+        store.journal_insert(AGENT, &tg).await.unwrap(),
+        JournalInsert::Duplicate(JournalId(2), JournalState::Pending)
+    );
+    // New rows continue after the old ids, and the indexes are there.
+    let fresh = inbound(Platform::Web, "r2", "m-1", "ann", "new", 3);
+    assert_eq!(
+        store.journal_insert(AGENT, &fresh).await.unwrap(),
+        JournalInsert::Inserted(JournalId(3))
+    );
+    let indexes: Vec<(String,)> = with_pool!(store, pool => {
+        sqlx::query_as("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'journal' ORDER BY name")
+            .fetch_all(pool).await.unwrap()
+    });
+    assert!(
+        indexes.iter().any(|(n,)| n == "journal_by_state"),
+        "{indexes:?}"
+    );
+    assert_eq!(store.installation_id().await.unwrap().len(), 32);
 }

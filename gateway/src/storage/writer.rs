@@ -46,6 +46,8 @@ pub(super) struct JournalReq {
     pub platform: &'static str,
     pub message_id: String,
     pub room: String,
+    /// See `journal::dedupe_caller`.
+    pub caller: String,
     pub inbound_json: String,
     pub now: i64,
 }
@@ -272,7 +274,23 @@ fn backend(pool: &Pool) -> Backend {
     }
 }
 
-type JournalKey<'a> = (&'a str, &'a str, &'a str);
+/// The journal's unique key: agent, platform, room, caller, platform message id.
+type JournalKey<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
+
+impl JournalReq {
+    fn key(&self) -> JournalKey<'_> {
+        (
+            &self.agent_id,
+            self.platform,
+            &self.room,
+            &self.caller,
+            &self.message_id,
+        )
+    }
+}
+
+/// A row of `RETURNING id` and the unique key.
+type JournalKeyRow = (i64, String, String, String, String, String);
 
 pub(super) async fn journal_batch(
     pool: &Pool,
@@ -282,7 +300,7 @@ pub(super) async fn journal_batch(
     let mut insert = Script::new(backend);
     insert.push(
         "INSERT INTO journal
-             (agent_id, platform, platform_message_id, room, inbound, state, attempts,
+             (agent_id, platform, platform_message_id, room, caller, inbound, state, attempts,
               created_at_ms, updated_at_ms)
          VALUES ",
     );
@@ -292,18 +310,26 @@ pub(super) async fn journal_batch(
         insert.arg(Arg::Text(r.platform)).push(", ");
         insert.arg(Arg::Text(&r.message_id)).push(", ");
         insert.arg(Arg::Text(&r.room)).push(", ");
-        insert.json(&r.inbound_json).push(", 'pending', 0, ");
+        insert.arg(Arg::Text(&r.caller)).push(", ");
+        // One attempt: the handling the publication after this insert starts (see the
+        // poison-message rule in `journal`).
+        insert.json(&r.inbound_json).push(", 'pending', 1, ");
         insert.arg(Arg::Int(r.now)).push(", ");
         insert.arg(Arg::Int(r.now)).push(")");
     }
     insert.push(
-        " ON CONFLICT (agent_id, platform, platform_message_id) DO NOTHING
-         RETURNING id, agent_id, platform, platform_message_id",
+        " ON CONFLICT (agent_id, platform, room, caller, platform_message_id) DO NOTHING
+         RETURNING id, agent_id, platform, room, caller, platform_message_id",
     );
-    let inserted: Vec<(i64, String, String, String)> = with_rows(pool, insert.finish()).await?;
+    let inserted: Vec<JournalKeyRow> = with_rows(pool, insert.finish()).await?;
     let mut fresh: HashMap<JournalKey<'_>, i64> = inserted
         .iter()
-        .map(|(id, a, p, m)| ((a.as_str(), p.as_str(), m.as_str()), *id))
+        .map(|(id, a, p, r, c, m)| {
+            (
+                (a.as_str(), p.as_str(), r.as_str(), c.as_str(), m.as_str()),
+                *id,
+            )
+        })
         .collect();
 
     // The first request for a key that was inserted gets `Inserted`; every other one is a
@@ -311,7 +337,7 @@ pub(super) async fn journal_batch(
     let mut results: Vec<Option<Result<JournalInsert>>> = Vec::with_capacity(reqs.len());
     let mut lookup: Vec<JournalKey<'_>> = Vec::new();
     for r in reqs {
-        let key = (r.agent_id.as_str(), r.platform, r.message_id.as_str());
+        let key = r.key();
         match fresh.remove(&key) {
             Some(id) => results.push(Some(Ok(JournalInsert::Inserted(JournalId(id))))),
             None => {
@@ -328,28 +354,36 @@ pub(super) async fn journal_batch(
     // Conflicting rows are committed (Postgres waits for a concurrent inserter before
     // reporting the conflict) and journal rows are never deleted, so they are there to read.
     let mut select = Script::new(backend);
-    select.push("SELECT id, state, agent_id, platform, platform_message_id FROM journal WHERE ");
-    for (i, (a, p, m)) in lookup.iter().enumerate() {
+    select.push(
+        "SELECT id, agent_id, platform, room, caller, platform_message_id, state FROM journal WHERE ",
+    );
+    for (i, (a, p, room, c, m)) in lookup.iter().enumerate() {
         select.push(if i == 0 { "(" } else { " OR (" });
         select.push("agent_id = ").arg(Arg::Text(a));
         select.push(" AND platform = ").arg(Arg::Text(p));
+        select.push(" AND room = ").arg(Arg::Text(room));
+        select.push(" AND caller = ").arg(Arg::Text(c));
         select.push(" AND platform_message_id = ").arg(Arg::Text(m));
         select.push(")");
     }
-    let existing: Vec<(i64, String, String, String, String)> =
+    let existing: Vec<(i64, String, String, String, String, String, String)> =
         with_rows(pool, select.finish()).await?;
     let existing: HashMap<JournalKey<'_>, (i64, &str)> = existing
         .iter()
-        .map(|(id, s, a, p, m)| ((a.as_str(), p.as_str(), m.as_str()), (*id, s.as_str())))
+        .map(|(id, a, p, r, c, m, s)| {
+            (
+                (a.as_str(), p.as_str(), r.as_str(), c.as_str(), m.as_str()),
+                (*id, s.as_str()),
+            )
+        })
         .collect();
     Ok(reqs
         .iter()
         .zip(results)
         .map(|(r, done)| {
             done.unwrap_or_else(|| {
-                let key = (r.agent_id.as_str(), r.platform, r.message_id.as_str());
                 let (id, state) = existing
-                    .get(&key)
+                    .get(&r.key())
                     .ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
                 Ok(JournalInsert::Duplicate(
                     JournalId(*id),
