@@ -5,10 +5,24 @@
 //! models' input limits are in tokens. Markdown is cut at its own structure (headings,
 //! paragraphs, list items) before sentences; everything else at blank lines, lines,
 //! sentences, then words, by `text-splitter`.
+//!
+//! Cost must stay linear in the input, whatever its shape. Three things make it so:
+//! - the text goes to the splitter in windows of at most [`WINDOW_BYTES`], cut at the best
+//!   break near the end of each (a blank line, a line end, a space): the splitter rescans
+//!   what remains of its input for every chunk, so a 20 MB single line cost 20 MB per chunk;
+//! - tokens are counted in pieces of at most [`PIECE_BYTES`], cut before whitespace where
+//!   there is any: BPE is quadratic in the length of a run without whitespace (one
+//!   megabyte of `aaaa…` took minutes), and tiktoken's own pieces begin at whitespace, so
+//!   the count is the same for ordinary text;
+//! - counting stops once a text is over the chunk size: the splitter only asks whether a
+//!   candidate fits, and a candidate may be a whole window.
+//!
+//! A window boundary is also a chunk boundary, without overlap across it; with windows of
+//! hundreds of kilobytes cut at blank lines first, that is rare and at a paragraph break.
 
 use std::sync::LazyLock;
 
-use text_splitter::{ChunkConfig, MarkdownSplitter, TextSplitter};
+use text_splitter::{ChunkConfig, ChunkSizer, MarkdownSplitter, TextSplitter};
 use tiktoken_rs::CoreBPE;
 
 use super::extract::Format;
@@ -16,21 +30,111 @@ use super::extract::Format;
 /// The tokenizer, built once: building it parses a 100k-entry vocabulary.
 static CL100K: LazyLock<Option<CoreBPE>> = LazyLock::new(|| tiktoken_rs::cl100k_base().ok());
 
+/// The most text the splitter sees at once.
+const WINDOW_BYTES: usize = 256 * 1024;
+/// The longest piece of text tokenized at once.
+const PIECE_BYTES: usize = 256;
+
 /// Cuts `text` into chunks of at most `tokens` tokens sharing `overlap` tokens with their
 /// neighbours. Empty and whitespace-only pieces are dropped.
 pub(crate) fn chunk(format: Format, text: &str, tokens: usize, overlap: usize) -> Vec<String> {
     let tokens = tokens.max(1);
     let overlap = overlap.min(tokens - 1);
-    let pieces: Vec<&str> = match CL100K.as_ref() {
-        Some(bpe) => split(format, text, config(tokens, overlap).with_sizer(bpe)),
-        // Only if the bundled vocabulary failed to load: about four characters per token.
-        None => split(format, text, config(tokens * 4, overlap * 4)),
-    };
-    pieces
-        .into_iter()
-        .filter(|p| !p.trim().is_empty())
-        .map(str::to_string)
-        .collect()
+    let mut out = Vec::new();
+    for window in windows(text, WINDOW_BYTES) {
+        let pieces: Vec<&str> = match CL100K.as_ref() {
+            Some(bpe) => split(
+                format,
+                window,
+                config(tokens, overlap).with_sizer(Cl100k {
+                    bpe,
+                    stop_after: tokens,
+                }),
+            ),
+            // Only if the bundled vocabulary failed to load: about four characters per token.
+            None => split(format, window, config(tokens * 4, overlap * 4)),
+        };
+        out.extend(
+            pieces
+                .into_iter()
+                .filter(|p| !p.trim().is_empty())
+                .map(str::to_string),
+        );
+    }
+    out
+}
+
+/// cl100k token counts, in pieces of at most [`PIECE_BYTES`], and only up to just past
+/// `stop_after`: the splitter needs the exact size of what fits and only "too big" for
+/// the rest.
+struct Cl100k<'a> {
+    bpe: &'a CoreBPE,
+    stop_after: usize,
+}
+
+impl ChunkSizer for Cl100k<'_> {
+    fn size(&self, chunk: &str) -> usize {
+        let mut count = 0;
+        for piece in pieces(chunk, PIECE_BYTES) {
+            count += self.bpe.encode_ordinary(piece).len();
+            if count > self.stop_after {
+                break;
+            }
+        }
+        count
+    }
+}
+
+/// `text` cut into consecutive pieces of at most `max` bytes (a piece is longer only when
+/// one character is), each cut before the last whitespace in reach, or at a character
+/// boundary when there is none.
+fn pieces(text: &str, max: usize) -> impl Iterator<Item = &str> {
+    cut(text, max, |head| {
+        head.char_indices()
+            .rev()
+            .find(|&(i, c)| i > 0 && c.is_whitespace())
+            .map(|(i, _)| i)
+    })
+}
+
+/// `text` cut into windows of at most `max` bytes, each cut at the last blank line, else
+/// line end, else space in its second half, else at a character boundary.
+fn windows(text: &str, max: usize) -> impl Iterator<Item = &str> {
+    cut(text, max, |head| {
+        let half = head.len() / 2;
+        let after = |i: Option<usize>, len: usize| i.map(|i| i + len).filter(|&i| i > half);
+        after(head.rfind("\n\n"), 2)
+            .or_else(|| after(head.rfind('\n'), 1))
+            .or_else(|| after(head.rfind(' '), 1))
+    })
+}
+
+/// Consecutive pieces of `text` of at most `max` bytes; `at` picks the cut within the
+/// first `max` bytes (by byte offset, on a character boundary, not 0), else the cut is the
+/// last character boundary in reach.
+fn cut(
+    text: &str,
+    max: usize,
+    at: impl Fn(&str) -> Option<usize>,
+) -> impl Iterator<Item = &str> {
+    let max = max.max(4);
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        if rest.len() <= max {
+            return Some(std::mem::take(&mut rest));
+        }
+        let mut reach = max;
+        while !rest.is_char_boundary(reach) {
+            reach -= 1;
+        }
+        let end = at(&rest[..reach]).filter(|&i| i > 0).unwrap_or(reach);
+        let (head, tail) = rest.split_at(end);
+        rest = tail;
+        Some(head)
+    })
 }
 
 fn config(size: usize, overlap: usize) -> ChunkConfig<text_splitter::Characters> {
@@ -39,11 +143,7 @@ fn config(size: usize, overlap: usize) -> ChunkConfig<text_splitter::Characters>
         .unwrap_or_else(|_| ChunkConfig::new(size))
 }
 
-fn split<S: text_splitter::ChunkSizer>(
-    format: Format,
-    text: &str,
-    config: ChunkConfig<S>,
-) -> Vec<&str> {
+fn split<'t, S: ChunkSizer>(format: Format, text: &'t str, config: ChunkConfig<S>) -> Vec<&'t str> {
     match format {
         // HTML is extracted as light Markdown (see extract::html).
         Format::Markdown | Format::Html => MarkdownSplitter::new(config).chunks(text).collect(),
@@ -103,6 +203,45 @@ mod tests {
         assert_eq!(chunks.len(), 2, "{chunks:#?}");
         assert!(chunks[0].starts_with("# Tides") && !chunks[0].contains("lamp"));
         assert!(chunks[1].starts_with("# Lamps"));
+    }
+
+    #[test]
+    fn a_megabyte_without_whitespace_is_cut_into_bounded_chunks() {
+        let word = "a".repeat(1 << 20);
+        let chunks = chunk(Format::Text, &word, 400, 50);
+        assert!(chunks.len() > 100, "{}", chunks.len());
+        // Nothing lost: without whitespace to share, the chunks tile the word.
+        assert!(chunks.iter().map(String::len).sum::<usize>() >= word.len());
+        for c in &chunks {
+            assert!(c.bytes().all(|b| b == b'a'));
+            assert!(count_tokens(c) <= 400, "{} tokens", count_tokens(c));
+        }
+    }
+
+    #[test]
+    fn a_long_single_line_is_chunked_like_any_text() {
+        // A wide CSV row as the extractor writes it: one line, 200k `column: value` pairs.
+        let line: String = (0..200_000).map(|i| format!("c{i}: v{i}; ")).collect();
+        let chunks = chunk(Format::Csv, &line, 400, 50);
+        for c in &chunks {
+            assert!(count_tokens(c) <= 400, "{} tokens", count_tokens(c));
+        }
+        assert!(chunks[0].starts_with("c0: v0;"), "{}", &chunks[0][..40]);
+        assert!(chunks.last().unwrap().ends_with("c199999: v199999;"));
+    }
+
+    #[test]
+    fn pieces_and_windows_cover_the_text_on_good_cuts() {
+        let text = "one two three\n\nfour five six\nseven é";
+        for max in [4, 5, 7, 10, 64] {
+            assert_eq!(pieces(text, max).collect::<String>(), text);
+            assert_eq!(windows(text, max).collect::<String>(), text);
+            assert!(windows(text, max).all(|w| w.len() <= max.max(4)));
+        }
+        let w: Vec<&str> = windows(text, 20).collect();
+        assert_eq!(w[0], "one two three\n\n");
+        let p: Vec<&str> = pieces("alpha beta gamma", 12).collect();
+        assert_eq!(p, vec!["alpha beta", " gamma"]);
     }
 
     #[test]
