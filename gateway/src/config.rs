@@ -161,11 +161,16 @@ impl Default for ExtractSettings {
     }
 }
 
-fn extract_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<ExtractSettings> {
+/// `file`: `troupe.toml`'s `extract_timeout_secs`, `extract_memory_mb`, `extract_workers`.
+fn extract_settings(
+    layered: &Layered<'_>,
+    file: (Option<u64>, Option<u64>, Option<usize>),
+) -> anyhow::Result<ExtractSettings> {
     let d = ExtractSettings::default();
+    let (file_timeout, file_memory, file_workers) = file;
     let timeout: u64 = layered.parse(
         "TROUPE_EXTRACT_TIMEOUT_SECS",
-        file.extract_timeout_secs,
+        file_timeout,
         d.timeout.as_secs(),
     )?;
     if timeout == 0 {
@@ -173,7 +178,7 @@ fn extract_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<
     }
     let memory_mb: u64 = layered.parse(
         "TROUPE_EXTRACT_MEMORY_MB",
-        file.extract_memory_mb,
+        file_memory,
         d.memory_bytes >> 20,
     )?;
     // Below this the worker cannot even map its own executable and tokenizer.
@@ -184,7 +189,7 @@ fn extract_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<
         timeout: Duration::from_secs(timeout),
         memory_bytes: memory_mb << 20,
         workers: layered
-            .parse("TROUPE_EXTRACT_WORKERS", file.extract_workers, d.workers)?
+            .parse("TROUPE_EXTRACT_WORKERS", file_workers, d.workers)?
             .max(1),
     })
 }
@@ -498,7 +503,14 @@ impl Config {
         };
 
         let knowledge = KnowledgeSettings {
-            extract: extract_settings(&layered, &file)?,
+            extract: extract_settings(
+                &layered,
+                (
+                    file.extract_timeout_secs,
+                    file.extract_memory_mb,
+                    file.extract_workers,
+                ),
+            )?,
             ..knowledge_settings(&env, &layered)?
         };
         let replicas = ReplicaSettings {

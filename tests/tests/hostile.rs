@@ -303,7 +303,8 @@ async fn hostile_documents_get_an_answer_and_the_gateway_stays_up() {
                 "{name}: {status} {body}"
             );
             assert!(
-                body["error"].is_string() && body["detail"].as_str().is_some_and(|d| d.contains(name)),
+                body["error"].is_string()
+                    && body["detail"].as_str().is_some_and(|d| d.contains(name)),
                 "{name}: {status} {body}"
             );
         }
@@ -312,7 +313,10 @@ async fn hostile_documents_get_an_answer_and_the_gateway_stays_up() {
     for pdf in ["parent_loop.pdf", "self_xobject.pdf", "flate_bomb.pdf"] {
         let (_, status, body) = answers.iter().find(|(n, _, _)| *n == pdf).unwrap();
         assert!(
-            matches!(*status, StatusCode::UNPROCESSABLE_ENTITY | StatusCode::CREATED),
+            matches!(
+                *status,
+                StatusCode::UNPROCESSABLE_ENTITY | StatusCode::CREATED
+            ),
             "{pdf}: {status} {body}"
         );
     }

@@ -422,7 +422,10 @@ async fn a_room_id_after_the_file_scopes_it(backend: Backend) {
     assert_eq!(docs.len(), 1, "{docs:?}");
     assert_eq!(docs[0]["roomId"], json!("web:r1"), "{docs:?}");
     let in_r2 = prompt_for(&app, &fake, "r2", "What is the vault code?").await;
-    assert!(!in_r2.contains("4417"), "another room's document leaked:\n{in_r2}");
+    assert!(
+        !in_r2.contains("4417"),
+        "another room's document leaked:\n{in_r2}"
+    );
     let in_r1 = prompt_for(&app, &fake, "r1", "What is the vault code?").await;
     assert!(in_r1.contains("4417"), "{in_r1}");
 
@@ -454,7 +457,10 @@ async fn too_many_files_store_nothing(backend: Backend) {
     let (status, body) = upload_parts(&app, &parts).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     assert_eq!(body["error"], json!("too_many_files"), "{body}");
-    assert!(listed(&app).await.is_empty(), "a refused upload stored files");
+    assert!(
+        listed(&app).await.is_empty(),
+        "a refused upload stored files"
+    );
 
     // Twenty is the limit, and all twenty are stored.
     let (status, body) = upload_parts(&app, &parts[..20]).await;
@@ -477,8 +483,14 @@ async fn one_bad_file_stores_nothing_of_its_upload(backend: Backend) {
     )
     .await;
     assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
-    assert!(body["detail"].as_str().unwrap().contains("photo.png"), "{body}");
-    assert!(listed(&app).await.is_empty(), "the good files of a failed upload were stored");
+    assert!(
+        body["detail"].as_str().unwrap().contains("photo.png"),
+        "{body}"
+    );
+    assert!(
+        listed(&app).await.is_empty(),
+        "the good files of a failed upload were stored"
+    );
 
     // Unreadable (no text in it) as the last of three.
     let (status, body) = upload_parts(

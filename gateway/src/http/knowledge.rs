@@ -126,7 +126,8 @@ async fn spool(field: &mut Field<'_>, name: &str, limit: usize) -> Result<Spoole
         .prefix("troupe-upload-")
         .tempfile()
         .map_err(ApiError::internal)?;
-    let mut out = tokio::fs::File::from_std(file.as_file().try_clone().map_err(ApiError::internal)?);
+    let mut out =
+        tokio::fs::File::from_std(file.as_file().try_clone().map_err(ApiError::internal)?);
     let mut written = 0usize;
     while let Some(piece) = field.chunk().await.map_err(|e| multipart_error(e, limit))? {
         if written + piece.len() > limit {

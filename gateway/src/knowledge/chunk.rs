@@ -6,19 +6,21 @@
 //! paragraphs, list items) before sentences; everything else at blank lines, lines,
 //! sentences, then words, by `text-splitter`.
 //!
-//! Cost must stay linear in the input, whatever its shape. Three things make it so:
-//! - the text goes to the splitter in windows of at most [`WINDOW_BYTES`], cut at the best
-//!   break near the end of each (a blank line, a line end, a space): the splitter rescans
-//!   what remains of its input for every chunk, so a 20 MB single line cost 20 MB per chunk;
+//! Cost must stay linear in the input, whatever its shape. The splitter rescans what
+//! remains of its input for every chunk it cuts (the first sentence or word of the rest, at
+//! each level), so a 20 MB single line cost 20 MB of scanning per chunk, and BPE is
+//! quadratic in a run without whitespace (one megabyte of `aaaa…` took minutes). So:
+//! - the text goes to the splitter in windows of at most [`WINDOW_BYTES`], cut at a blank
+//!   line, else a line end, near the end of each;
+//! - a line longer than [`LONG_LINE_BYTES`] (a CSV row a million columns wide, minified
+//!   JSON, base64) does not go to the splitter: it is cut into pieces before whitespace and
+//!   the pieces are packed greedily into chunks, with the same token size and overlap;
 //! - tokens are counted in pieces of at most [`PIECE_BYTES`], cut before whitespace where
-//!   there is any: BPE is quadratic in the length of a run without whitespace (one
-//!   megabyte of `aaaa…` took minutes), and tiktoken's own pieces begin at whitespace, so
-//!   the count is the same for ordinary text;
-//! - counting stops once a text is over the chunk size: the splitter only asks whether a
-//!   candidate fits, and a candidate may be a whole window.
+//!   there is any (tiktoken's own pieces begin at whitespace, so ordinary text counts the
+//!   same), and counting stops once a candidate is over the chunk size.
 //!
-//! A window boundary is also a chunk boundary, without overlap across it; with windows of
-//! hundreds of kilobytes cut at blank lines first, that is rare and at a paragraph break.
+//! A window's end is a chunk's end, without overlap across it; windows are cut at blank
+//! lines first and are hundreds of kilobytes long, so that is rare and at a paragraph.
 
 use std::sync::LazyLock;
 
@@ -32,6 +34,8 @@ static CL100K: LazyLock<Option<CoreBPE>> = LazyLock::new(|| tiktoken_rs::cl100k_
 
 /// The most text the splitter sees at once.
 const WINDOW_BYTES: usize = 256 * 1024;
+/// Lines longer than this are chunked by [`pack`], not by the splitter.
+const LONG_LINE_BYTES: usize = 8 * 1024;
 /// The longest piece of text tokenized at once.
 const PIECE_BYTES: usize = 256;
 
@@ -40,19 +44,27 @@ const PIECE_BYTES: usize = 256;
 pub(crate) fn chunk(format: Format, text: &str, tokens: usize, overlap: usize) -> Vec<String> {
     let tokens = tokens.max(1);
     let overlap = overlap.min(tokens - 1);
+    let bpe = CL100K.as_ref();
+    let count = |piece: &str| match bpe {
+        Some(bpe) => bpe.encode_ordinary(piece).len(),
+        // Only if the bundled vocabulary failed to load: about four characters per token.
+        None => piece.chars().count().div_ceil(4),
+    };
     let mut out = Vec::new();
-    for window in windows(text, WINDOW_BYTES) {
-        let pieces: Vec<&str> = match CL100K.as_ref() {
-            Some(bpe) => split(
-                format,
-                window,
-                config(tokens, overlap).with_sizer(Cl100k {
-                    bpe,
-                    stop_after: tokens,
-                }),
-            ),
-            // Only if the bundled vocabulary failed to load: about four characters per token.
-            None => split(format, window, config(tokens * 4, overlap * 4)),
+    for segment in windows(text, WINDOW_BYTES).flat_map(|w| segments(w, LONG_LINE_BYTES)) {
+        let pieces: Vec<&str> = match segment {
+            Segment::LongLine(line) => pack(line, tokens, overlap, count),
+            Segment::Lines(lines) => match bpe {
+                Some(bpe) => split(
+                    format,
+                    lines,
+                    config(tokens, overlap).with_sizer(Cl100k {
+                        bpe,
+                        stop_after: tokens,
+                    }),
+                ),
+                None => split(format, lines, config(tokens * 4, overlap * 4)),
+            },
         };
         out.extend(
             pieces
@@ -60,6 +72,68 @@ pub(crate) fn chunk(format: Format, text: &str, tokens: usize, overlap: usize) -
                 .filter(|p| !p.trim().is_empty())
                 .map(str::to_string),
         );
+    }
+    out
+}
+
+/// A window's parts: runs of ordinary lines for the splitter, and single long lines.
+#[derive(Debug, PartialEq, Eq)]
+enum Segment<'a> {
+    Lines(&'a str),
+    LongLine(&'a str),
+}
+
+/// `window` cut into runs of lines of at most `long` bytes and, apart, each longer line.
+fn segments(window: &str, long: usize) -> Vec<Segment<'_>> {
+    let mut out = Vec::new();
+    let (mut start, mut at) = (0, 0);
+    for line in window.split_inclusive('\n') {
+        if line.len() > long {
+            if at > start {
+                out.push(Segment::Lines(&window[start..at]));
+            }
+            out.push(Segment::LongLine(line));
+            start = at + line.len();
+        }
+        at += line.len();
+    }
+    if at > start {
+        out.push(Segment::Lines(&window[start..at]));
+    }
+    out
+}
+
+/// One long line as chunks: cut into pieces before whitespace (each at most `tokens`
+/// bytes, so at most `tokens` tokens), packed greedily up to `tokens` tokens, the next
+/// chunk starting with the pieces of the last `overlap` tokens. Linear: each piece is
+/// counted once.
+fn pack(line: &str, tokens: usize, overlap: usize, count: impl Fn(&str) -> usize) -> Vec<&str> {
+    let base = line.as_ptr() as usize;
+    let sized: Vec<(usize, usize, usize)> = pieces(line, tokens.clamp(4, PIECE_BYTES))
+        .map(|p| {
+            let start = p.as_ptr() as usize - base;
+            (start, start + p.len(), count(p))
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < sized.len() {
+        let (mut j, mut used) = (i, 0);
+        while j < sized.len() && (j == i || used + sized[j].2 <= tokens) {
+            used += sized[j].2;
+            j += 1;
+        }
+        out.push(line[sized[i].0..sized[j - 1].1].trim());
+        if j == sized.len() {
+            break;
+        }
+        // Back from the end while the overlap allows, always moving forward.
+        let (mut k, mut shared) = (j, 0);
+        while k > i + 1 && shared + sized[k - 1].2 <= overlap {
+            shared += sized[k - 1].2;
+            k -= 1;
+        }
+        i = k;
     }
     out
 }
@@ -97,26 +171,23 @@ fn pieces(text: &str, max: usize) -> impl Iterator<Item = &str> {
     })
 }
 
-/// `text` cut into windows of at most `max` bytes, each cut at the last blank line, else
-/// line end, else space in its second half, else at a character boundary.
+/// `text` cut into windows of at most `max` bytes, each cut after the last blank line, else
+/// line end, in its second half; else before the last whitespace (inside a long line,
+/// which [`pack`] cuts there anyway), else at a character boundary.
 fn windows(text: &str, max: usize) -> impl Iterator<Item = &str> {
     cut(text, max, |head| {
         let half = head.len() / 2;
         let after = |i: Option<usize>, len: usize| i.map(|i| i + len).filter(|&i| i > half);
         after(head.rfind("\n\n"), 2)
             .or_else(|| after(head.rfind('\n'), 1))
-            .or_else(|| after(head.rfind(' '), 1))
+            .or_else(|| head.rfind(char::is_whitespace))
     })
 }
 
 /// Consecutive pieces of `text` of at most `max` bytes; `at` picks the cut within the
 /// first `max` bytes (by byte offset, on a character boundary, not 0), else the cut is the
 /// last character boundary in reach.
-fn cut(
-    text: &str,
-    max: usize,
-    at: impl Fn(&str) -> Option<usize>,
-) -> impl Iterator<Item = &str> {
+fn cut(text: &str, max: usize, at: impl Fn(&str) -> Option<usize>) -> impl Iterator<Item = &str> {
     let max = max.max(4);
     let mut rest = text;
     std::iter::from_fn(move || {
@@ -242,6 +313,27 @@ mod tests {
         assert_eq!(w[0], "one two three\n\n");
         let p: Vec<&str> = pieces("alpha beta gamma", 12).collect();
         assert_eq!(p, vec!["alpha beta", " gamma"]);
+        assert_eq!(
+            segments("a\nbb\nlong line here\nc\n", 8),
+            vec![
+                Segment::Lines("a\nbb\n"),
+                Segment::LongLine("long line here\n"),
+                Segment::Lines("c\n"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_long_line_is_packed_with_overlap() {
+        let line = "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9";
+        // One token per word with this count; pieces of at most 4 bytes are the words.
+        let words = |p: &str| p.split_whitespace().count();
+        let chunks = pack(line, 4, 1, words);
+        assert_eq!(chunks, vec!["w0 w1 w2 w3", "w3 w4 w5 w6", "w6 w7 w8 w9"]);
+        assert_eq!(
+            pack(line, 4, 0, words),
+            vec!["w0 w1 w2 w3", "w4 w5 w6 w7", "w8 w9"]
+        );
     }
 
     #[test]

@@ -372,7 +372,12 @@ impl Knowledge {
                 Ok(ingested) => done.push(ingested),
                 Err(e) => {
                     for d in done.iter().filter(|d| !d.duplicate) {
-                        if let Err(undo) = self.inner.store.delete_document(agent_id, &d.document_id).await {
+                        if let Err(undo) = self
+                            .inner
+                            .store
+                            .delete_document(agent_id, &d.document_id)
+                            .await
+                        {
                             tracing::error!(agent = %agent_id, document = %d.document_id, error = %undo,
                                 "could not remove a document of a failed upload");
                         }

@@ -24,16 +24,15 @@ use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::Semaphore;
 
 use super::KnowledgeError;
-use crate::config::ExtractSettings;
 use super::chunk;
 use super::extract::{self, ExtractError, Format};
+use crate::config::ExtractSettings;
 
 /// The longest request or reply line; a file name and a sentence fit many times over.
 const MAX_LINE: u64 = 64 * 1024;
@@ -89,9 +88,16 @@ struct Request {
 #[serde(tag = "status", rename_all = "camelCase")]
 enum Reply {
     #[serde(rename_all = "camelCase")]
-    Ok { content_type: String, chunks: usize },
-    Unsupported { detail: String },
-    Unreadable { detail: String },
+    Ok {
+        content_type: String,
+        chunks: usize,
+    },
+    Unsupported {
+        detail: String,
+    },
+    Unreadable {
+        detail: String,
+    },
 }
 
 /// Extraction and chunking of one document, as both the worker and the in-process reader
@@ -218,9 +224,8 @@ impl Worker {
                 "`{name}` could not be read: the document reader has no pipes"
             )));
         };
-        let mut line = serde_json::to_vec(&request).map_err(|e| {
-            KnowledgeError::Unreadable(format!("`{name}` could not be read: {e}"))
-        })?;
+        let mut line = serde_json::to_vec(&request)
+            .map_err(|e| KnowledgeError::Unreadable(format!("`{name}` could not be read: {e}")))?;
         line.push(b'\n');
 
         let feed = async move {
@@ -268,9 +273,10 @@ impl Worker {
         tracing::debug!(document = %name, elapsed_ms = started.elapsed().as_millis() as u64,
             "document worker done");
         let status = status.ok();
-        let too_long = match &reply {
-            Err(ReplyError::TooLong(limit)) => Some(*limit),
-            _ => None,
+        let (too_long, broken) = match &reply {
+            Err(ReplyError::TooLong(limit)) => (Some(*limit), None),
+            Err(ReplyError::Broken(why)) => (None, Some(why.clone())),
+            Ok(_) => (None, None),
         };
         match reply {
             Ok(result) if status.is_some_and(|s| s.success()) => result,
@@ -278,8 +284,8 @@ impl Worker {
             Ok(Err(e)) => Err(e),
             Ok(Ok(_)) | Err(_) => {
                 let why = describe_exit(status, &self.settings);
-                tracing::warn!(document = %name, %why, stderr = %String::from_utf8_lossy(&log),
-                    "document worker failed");
+                tracing::warn!(document = %name, %why, reply = broken.as_deref().unwrap_or(""),
+                    stderr = %String::from_utf8_lossy(&log), "document worker failed");
                 Err(KnowledgeError::Unreadable(match too_long {
                     Some(limit) => format!(
                         "`{name}` could not be read: it gave more than {limit} bytes of chunks"
@@ -485,10 +491,7 @@ pub fn worker_main() -> ExitCode {
     }
 }
 
-fn write_reply(
-    out: &mut impl Write,
-    result: Result<Chunked, ExtractError>,
-) -> std::io::Result<()> {
+fn write_reply(out: &mut impl Write, result: Result<Chunked, ExtractError>) -> std::io::Result<()> {
     let (reply, chunks) = match result {
         Ok(Chunked { format, chunks }) => (
             Reply::Ok {
@@ -503,8 +506,8 @@ fn write_reply(
     serde_json::to_writer(&mut *out, &reply)?;
     out.write_all(b"\n")?;
     for chunk in &chunks {
-        let len = u32::try_from(chunk.len())
-            .map_err(|_| std::io::Error::other("a chunk over 4 GiB"))?;
+        let len =
+            u32::try_from(chunk.len()).map_err(|_| std::io::Error::other("a chunk over 4 GiB"))?;
         out.write_all(&len.to_le_bytes())?;
         out.write_all(chunk.as_bytes())?;
     }
@@ -514,6 +517,7 @@ fn write_reply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn request() -> Request {
         Request {
@@ -524,7 +528,10 @@ mod tests {
         }
     }
 
-    async fn decode(bytes: Vec<u8>, budget: usize) -> Result<Result<Chunked, KnowledgeError>, ReplyError> {
+    async fn decode(
+        bytes: Vec<u8>,
+        budget: usize,
+    ) -> Result<Result<Chunked, KnowledgeError>, ReplyError> {
         read_reply(BufReader::new(&bytes[..]), budget).await
     }
 
@@ -534,7 +541,10 @@ mod tests {
         let done = read_document(&request(), b"The ferry leaves at noon.").unwrap();
         write_reply(&mut out, Ok(done.clone())).unwrap();
         assert_eq!(decode(out.clone(), 1 << 20).await.unwrap().unwrap(), done);
-        assert!(matches!(decode(out, 10).await, Err(ReplyError::TooLong(10))));
+        assert!(matches!(
+            decode(out, 10).await,
+            Err(ReplyError::TooLong(10))
+        ));
 
         let mut out = Vec::new();
         write_reply(&mut out, Err(ExtractError::Unsupported("a PNG".into()))).unwrap();
@@ -546,7 +556,10 @@ mod tests {
         let mut out = Vec::new();
         write_reply(&mut out, Ok(done)).unwrap();
         out.truncate(out.len() - 3);
-        assert!(matches!(decode(out, 1 << 20).await, Err(ReplyError::Broken(_))));
+        assert!(matches!(
+            decode(out, 1 << 20).await,
+            Err(ReplyError::Broken(_))
+        ));
     }
 
     #[test]
@@ -630,7 +643,9 @@ mod tests {
         };
         let worker = Arc::new(Worker::new("/bin/true".into(), Vec::new(), settings));
         let _busy = worker.permits.acquire().await.unwrap();
-        let err = read_with(&Reader::Worker(worker.clone())).await.unwrap_err();
+        let err = read_with(&Reader::Worker(worker.clone()))
+            .await
+            .unwrap_err();
         assert!(matches!(err, KnowledgeError::Busy(_)), "{err:?}");
     }
 }
