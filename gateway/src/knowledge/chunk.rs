@@ -22,6 +22,8 @@
 //! A window's end is a chunk's end, without overlap across it; windows are cut at blank
 //! lines first and are hundreds of kilobytes long, so that is rare and at a paragraph.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use text_splitter::{ChunkConfig, ChunkSizer, MarkdownSplitter, TextSplitter};
@@ -58,10 +60,7 @@ pub(crate) fn chunk(format: Format, text: &str, tokens: usize, overlap: usize) -
                 Some(bpe) => split(
                     format,
                     lines,
-                    config(tokens, overlap).with_sizer(Cl100k {
-                        bpe,
-                        stop_after: tokens,
-                    }),
+                    config(tokens, overlap).with_sizer(Cl100k::new(bpe, tokens)),
                 ),
                 None => split(format, lines, config(tokens * 4, overlap * 4)),
             },
@@ -141,16 +140,35 @@ fn pack(line: &str, tokens: usize, overlap: usize, count: impl Fn(&str) -> usize
 /// cl100k token counts, in pieces of at most [`PIECE_BYTES`], and only up to just past
 /// `stop_after`: the splitter needs the exact size of what fits and only "too big" for
 /// the rest.
+///
+/// The splitter sizes many candidates that start at the same place (a binary search over
+/// where the chunk ends), and those are cut into the same pieces, so each piece's count is
+/// kept, by its place in the window: the window is counted about once.
 struct Cl100k<'a> {
     bpe: &'a CoreBPE,
     stop_after: usize,
+    /// Token counts by (address, length) of a piece of this window's text.
+    counted: RefCell<HashMap<(usize, usize), usize>>,
+}
+
+impl<'a> Cl100k<'a> {
+    fn new(bpe: &'a CoreBPE, stop_after: usize) -> Self {
+        Cl100k {
+            bpe,
+            stop_after,
+            counted: RefCell::new(HashMap::new()),
+        }
+    }
 }
 
 impl ChunkSizer for Cl100k<'_> {
     fn size(&self, chunk: &str) -> usize {
+        let mut counted = self.counted.borrow_mut();
         let mut count = 0;
         for piece in pieces(chunk, PIECE_BYTES) {
-            count += self.bpe.encode_ordinary(piece).len();
+            count += *counted
+                .entry((piece.as_ptr() as usize, piece.len()))
+                .or_insert_with(|| self.bpe.encode_ordinary(piece).len());
             if count > self.stop_after {
                 break;
             }
