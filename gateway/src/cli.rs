@@ -1,4 +1,4 @@
-//! The command line: `troupe run | check | migrate | chat | ingest | bench`.
+//! The command line: `troupe run | check | migrate | chat | ingest | bench | extract`.
 //!
 //! Each subcommand is a small function over the same `Config`; errors go to stderr as one
 //! sentence that says what to do, and the exit code says whether it worked.
@@ -59,10 +59,18 @@ enum Command {
     },
     /// Measure the gateway's own per-message cost with a zero-latency model.
     Bench(crate::bench::BenchArgs),
+    /// The sandboxed document worker, started by troupe itself: reads one document on
+    /// stdin and writes its chunks on stdout (see docs/knowledge.md).
+    Extract,
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The worker reads no configuration, logs nothing and starts no runtime: everything it
+    // needs comes on stdin, and its stdout is the answer.
+    if let Command::Extract = cli.command {
+        return crate::knowledge::worker_main();
+    }
     // The process-wide TLS crypto provider: with both ring and aws-lc-rs in the dependency
     // tree, rustls cannot pick one by itself and panics on the first TLS connection.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -103,6 +111,7 @@ pub fn main() -> ExitCode {
                 files,
             } => ingest(config, agent, room, reembed, files).await,
             Command::Bench(args) => crate::bench::run(config, args).await,
+            Command::Extract => Ok(crate::knowledge::worker_main()),
         }
     });
     match result {

@@ -141,7 +141,72 @@ pub struct KnowledgeSettings {
     pub embedding: Option<EmbeddingSettings>,
     /// How attachments and linked files are fetched (see fetch.rs).
     pub fetch: FetchSettings,
+    /// The sandboxed document worker's limits (`TROUPE_EXTRACT_*`).
+    pub extract: ExtractSettings,
 }
+
+// ---- issue 12, sandboxed extraction (knowledge/sandbox.rs): the worker's limits ----
+
+/// How the sandboxed document worker (`troupe extract`) is bounded; see
+/// `knowledge/sandbox.rs` and docs/knowledge.md.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtractSettings {
+    /// `TROUPE_EXTRACT_TIMEOUT_SECS`, default 20: how long reading one document may take,
+    /// from the worker's start to its last chunk; past it the worker is killed and the
+    /// upload gets 422. The worker's CPU limit is one second more, so an orphaned worker
+    /// ends by itself.
+    pub timeout: Duration,
+    /// `TROUPE_EXTRACT_MEMORY_MB`, default 512: the worker's address space (RLIMIT_AS).
+    pub memory_bytes: u64,
+    /// `TROUPE_EXTRACT_WORKERS`, default 2: workers running at once; more documents wait
+    /// for one, at most the timeout, then get 503.
+    pub workers: usize,
+}
+
+impl Default for ExtractSettings {
+    fn default() -> Self {
+        ExtractSettings {
+            timeout: Duration::from_secs(20),
+            memory_bytes: 512 << 20,
+            workers: 2,
+        }
+    }
+}
+
+/// `file`: `troupe.toml`'s `extract_timeout_secs`, `extract_memory_mb`, `extract_workers`.
+fn extract_settings(
+    layered: &Layered<'_>,
+    file: (Option<u64>, Option<u64>, Option<usize>),
+) -> anyhow::Result<ExtractSettings> {
+    let d = ExtractSettings::default();
+    let (file_timeout, file_memory, file_workers) = file;
+    let timeout: u64 = layered.parse(
+        "TROUPE_EXTRACT_TIMEOUT_SECS",
+        file_timeout,
+        d.timeout.as_secs(),
+    )?;
+    if timeout == 0 {
+        bail!("TROUPE_EXTRACT_TIMEOUT_SECS must be at least 1");
+    }
+    let memory_mb: u64 = layered.parse(
+        "TROUPE_EXTRACT_MEMORY_MB",
+        file_memory,
+        d.memory_bytes >> 20,
+    )?;
+    // Below this the worker cannot even map its own executable and tokenizer.
+    if memory_mb < 64 {
+        bail!("TROUPE_EXTRACT_MEMORY_MB={memory_mb} is too small: at least 64");
+    }
+    Ok(ExtractSettings {
+        timeout: Duration::from_secs(timeout),
+        memory_bytes: memory_mb << 20,
+        workers: layered
+            .parse("TROUPE_EXTRACT_WORKERS", file_workers, d.workers)?
+            .max(1),
+    })
+}
+
+// ---- end of the sandboxed-extraction block ----
 
 impl Default for KnowledgeSettings {
     fn default() -> Self {
@@ -156,6 +221,7 @@ impl Default for KnowledgeSettings {
             max_attachment_bytes: 2 << 20,
             embedding: None,
             fetch: FetchSettings::default(),
+            extract: ExtractSettings::default(),
         }
     }
 }
@@ -465,6 +531,10 @@ struct FileConfig {
     http_body_timeout_secs: Option<u64>,
     http_max_connections: Option<usize>,
     rate_api_per_min: Option<u32>,
+    // issue 12, sandboxed extraction
+    extract_timeout_secs: Option<u64>,
+    extract_memory_mb: Option<u64>,
+    extract_workers: Option<usize>,
 }
 
 impl Config {
@@ -567,6 +637,14 @@ impl Config {
 
         let mut knowledge = knowledge_settings(&env, &layered)?;
         knowledge.fetch = fetch;
+        knowledge.extract = extract_settings(
+            &layered,
+            (
+                file.extract_timeout_secs,
+                file.extract_memory_mb,
+                file.extract_workers,
+            ),
+        )?;
         let replicas = ReplicaSettings {
             leader_retry: Duration::from_secs(
                 layered
@@ -777,6 +855,7 @@ fn knowledge_settings(env: &Env, layered: &Layered<'_>) -> anyhow::Result<Knowle
         embedding,
         // Set by the edge block in `from_env`.
         fetch: FetchSettings::default(),
+        extract: d.extract,
     })
 }
 
@@ -1099,5 +1178,31 @@ mod tests {
             err.to_string().contains("TROUPE_KNOWLEDGE_ALLOW_PATHS"),
             "{err}"
         );
+    // issue 12, sandboxed extraction
+    #[test]
+    fn extract_settings_have_defaults_and_are_checked() {
+        let c = Config::for_test();
+        assert_eq!(c.knowledge.extract, ExtractSettings::default());
+        assert_eq!(c.knowledge.extract.timeout, Duration::from_secs(20));
+        assert_eq!(c.knowledge.extract.memory_bytes, 512 << 20);
+        assert_eq!(c.knowledge.extract.workers, 2);
+        let c = Config::from_env(env(&[
+            ("TROUPE_EXTRACT_TIMEOUT_SECS", "5"),
+            ("TROUPE_EXTRACT_MEMORY_MB", "256"),
+            ("TROUPE_EXTRACT_WORKERS", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(c.knowledge.extract.timeout, Duration::from_secs(5));
+        assert_eq!(c.knowledge.extract.memory_bytes, 256 << 20);
+        assert_eq!(c.knowledge.extract.workers, 1);
+        for (var, value) in [
+            ("TROUPE_EXTRACT_TIMEOUT_SECS", "0"),
+            ("TROUPE_EXTRACT_MEMORY_MB", "8"),
+        ] {
+            let err = Config::from_env(env(&[(var, value)])).unwrap_err();
+            assert!(err.to_string().contains(var), "{err}");
+        }
+        let file: FileConfig = toml::from_str("extract_timeout_secs = 7").unwrap();
+        assert_eq!(file.extract_timeout_secs, Some(7));
     }
 }

@@ -526,6 +526,10 @@ impl TestApp {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+    /// The running binary's process id (for `/proc/<pid>/status`); `None` when stopped.
+    pub fn pid(&self) -> Option<u32> {
+        self.running.as_ref().and_then(|r| r.child.id())
+    }
     /// `http://127.0.0.1:PORT<path>`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)

@@ -1,6 +1,7 @@
 //! End-to-end tests of knowledge: documents uploaded over HTTP (or named by the character
 //! file) reach the prompt that the fake model receives, in their room only, until deleted.
-//! Each body runs on SQLite and on Postgres (`TROUPE_TEST_DATABASE_URL`).
+//! Each body runs on SQLite and on Postgres (`TROUPE_TEST_DATABASE_URL`). An upload of
+//! several fields is all or nothing, its fields in any order (issue 12, finding 6).
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -18,6 +19,9 @@ troupe_e2e::on_each_backend!(
     character_knowledge_is_ingested_once_at_start,
     with_an_embedding_model_chunks_and_queries_are_embedded,
     troupe_ingest_adds_a_directory_and_reembeds,
+    a_room_id_after_the_file_scopes_it,
+    too_many_files_store_nothing,
+    one_bad_file_stores_nothing_of_its_upload,
 );
 
 /// A handbook in sections, each on its own subject, so that chunks are told apart.
@@ -69,6 +73,52 @@ async fn upload(
     );
     body.extend_from_slice(bytes);
     body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let response = app
+        .client()
+        .post(app.url(&format!("/api/agents/{AGENT}/documents")))
+        .header(
+            reqwest::header::CONTENT_TYPE,
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .expect("POST documents");
+    read(response).await
+}
+
+/// One multipart field of [`upload_parts`].
+enum Part<'a> {
+    Room(&'a str),
+    File(&'a str, &'a str, &'a [u8]),
+}
+
+/// `POST /api/agents/{agent}/documents` with the fields in the order given.
+async fn upload_parts(app: &TestApp, parts: &[Part<'_>]) -> (StatusCode, Value) {
+    let boundary = "troupe-e2e-4c2a9b";
+    let mut body: Vec<u8> = Vec::new();
+    for part in parts {
+        match part {
+            Part::Room(room) => body.extend_from_slice(
+                format!(
+                    "--{boundary}\r\nContent-Disposition: form-data; name=\"roomId\"\r\n\r\n{room}\r\n"
+                )
+                .as_bytes(),
+            ),
+            Part::File(name, content_type, bytes) => {
+                body.extend_from_slice(
+                    format!(
+                        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; \
+                         filename=\"{name}\"\r\nContent-Type: {content_type}\r\n\r\n"
+                    )
+                    .as_bytes(),
+                );
+                body.extend_from_slice(bytes);
+                body.extend_from_slice(b"\r\n");
+            }
+        }
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
     let response = app
         .client()
         .post(app.url(&format!("/api/agents/{AGENT}/documents")))
@@ -347,6 +397,115 @@ async fn identical_uploads_are_stored_once_and_listed(backend: Backend) {
     assert_eq!(r1["documents"][0]["roomId"], json!("web:r1"), "{r1}");
     let (status, _) = app.get("/api/agents/nobody/documents").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Finding 6: a `roomId` after the `file` got 400 with the file already stored for every
+/// room. Now the order does not matter, and the document is the room's only.
+async fn a_room_id_after_the_file_scopes_it(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(backend, &fake, &[]).await;
+    let (status, body) = upload_parts(
+        &app,
+        &[
+            Part::File(
+                "vault.txt",
+                "text/plain",
+                b"The harbour vault code is 4417; change it every spring.",
+            ),
+            Part::Room("r1"),
+        ],
+    )
+    .await;
+    uploaded_id(status, &body);
+    assert_eq!(body["roomId"], json!("web:r1"), "{body}");
+    let docs = listed(&app).await;
+    assert_eq!(docs.len(), 1, "{docs:?}");
+    assert_eq!(docs[0]["roomId"], json!("web:r1"), "{docs:?}");
+    let in_r2 = prompt_for(&app, &fake, "r2", "What is the vault code?").await;
+    assert!(
+        !in_r2.contains("4417"),
+        "another room's document leaked:\n{in_r2}"
+    );
+    let in_r1 = prompt_for(&app, &fake, "r1", "What is the vault code?").await;
+    assert!(in_r1.contains("4417"), "{in_r1}");
+
+    // Two rooms for one upload is a mistake, refused before anything is stored.
+    let (status, body) = upload_parts(
+        &app,
+        &[
+            Part::Room("r1"),
+            Part::File("other.txt", "text/plain", b"Another harbour fact."),
+            Part::Room("r2"),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(listed(&app).await.len(), 1);
+}
+
+/// Finding 6: 21 files got 413 with 20 of them stored.
+async fn too_many_files_store_nothing(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(backend, &fake, &[]).await;
+    let texts: Vec<(String, String)> = (0..21)
+        .map(|i| (format!("note-{i}.txt"), format!("Harbour note number {i}.")))
+        .collect();
+    let parts: Vec<Part<'_>> = texts
+        .iter()
+        .map(|(name, text)| Part::File(name, "text/plain", text.as_bytes()))
+        .collect();
+    let (status, body) = upload_parts(&app, &parts).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error"], json!("too_many_files"), "{body}");
+    assert!(
+        listed(&app).await.is_empty(),
+        "a refused upload stored files"
+    );
+
+    // Twenty is the limit, and all twenty are stored.
+    let (status, body) = upload_parts(&app, &parts[..20]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["documents"].as_array().unwrap().len(), 20, "{body}");
+    assert_eq!(listed(&app).await.len(), 20);
+}
+
+/// Finding 6: a bad file among good ones leaves nothing of the upload stored, whatever
+/// its place.
+async fn one_bad_file_stores_nothing_of_its_upload(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(backend, &fake, &[]).await;
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0";
+    let good = Part::File("good.txt", "text/plain", b"The pier lamp is lit at dusk.");
+    let also = Part::File("also.txt", "text/plain", b"The ferry bell rings twice.");
+    let (status, body) = upload_parts(
+        &app,
+        &[good, Part::File("photo.png", "image/png", png), also],
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("photo.png"),
+        "{body}"
+    );
+    assert!(
+        listed(&app).await.is_empty(),
+        "the good files of a failed upload were stored"
+    );
+
+    // Unreadable (no text in it) as the last of three.
+    let (status, body) = upload_parts(
+        &app,
+        &[
+            Part::File("good.txt", "text/plain", b"The pier lamp is lit at dusk."),
+            Part::File("also.txt", "text/plain", b"The ferry bell rings twice."),
+            Part::File("empty.txt", "text/plain", b"   \n  "),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(listed(&app).await.is_empty());
+    let prompt = prompt_for(&app, &fake, "r1", "When is the pier lamp lit?").await;
+    assert!(!prompt.contains("dusk"), "{prompt}");
 }
 
 async fn character_knowledge_is_ingested_once_at_start(backend: Backend) {

@@ -1,11 +1,13 @@
 //! `/api/agents/{agent}/documents` and `/api/agents/{agent}/knowledge/search`: uploading,
 //! listing and deleting an agent's documents, and searching them as the prompt would.
 //!
-//! Uploads are multipart (`file`, repeatable up to `TROUPE_KNOWLEDGE_MAX_FILES`, and an
-//! optional `roomId` before them). Each file is read and refused as soon as it passes the
-//! per-file limit, then ingested before the next is read, so an upload holds at most one
-//! file's worth of memory. The work
-//! itself is `knowledge::Knowledge`'s; this module only maps requests and errors.
+//! Uploads are multipart: `file`, repeatable up to `TROUPE_KNOWLEDGE_MAX_FILES`, and an
+//! optional `roomId`, in any order. An upload is all or nothing: every field is read first,
+//! each file spooled to a temporary file (refused as soon as it passes the per-file limit,
+//! so memory never holds more than a piece of one file); then every file is read and
+//! chunked by the sandboxed worker; only when all of them succeeded are they stored, and a
+//! failure while storing removes the ones this request stored. The work itself is
+//! `knowledge::Knowledge`'s; this module only maps requests and errors.
 
 use axum::Json;
 use axum::extract::multipart::{Field, MultipartError, MultipartRejection};
@@ -16,12 +18,13 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
 use troupe_connectors::{Platform, RoomId, RoomKey};
 
 use super::AppState;
 use super::error::ApiError;
 use crate::agent::Agent;
-use crate::knowledge::{Knowledge, KnowledgeError};
+use crate::knowledge::{Input, Knowledge, KnowledgeError, Origin};
 
 impl From<KnowledgeError> for ApiError {
     fn from(e: KnowledgeError) -> Self {
@@ -40,6 +43,9 @@ impl From<KnowledgeError> for ApiError {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "unreadable_document", why)
             }
             KnowledgeError::NotFound(why) => ApiError::not_found(why),
+            KnowledgeError::Busy(why) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", why)
+            }
             KnowledgeError::Embedding(why) => {
                 tracing::warn!(error = %why, "embedding failed while serving a request");
                 ApiError::new(
@@ -106,30 +112,47 @@ fn multipart_error(e: MultipartError, limit: usize) -> ApiError {
     }
 }
 
-/// Reads one file field, refusing it once it is over `limit` bytes.
-async fn read_limited(
-    field: &mut Field<'_>,
-    name: &str,
-    limit: usize,
-) -> Result<Vec<u8>, ApiError> {
-    let mut bytes = Vec::new();
+/// One uploaded file, spooled to disk until the whole request has been read.
+struct Spooled {
+    name: String,
+    content_type: Option<String>,
+    /// Removed when dropped, whatever the outcome.
+    file: tempfile::NamedTempFile,
+}
+
+/// Writes one file field to a temporary file, refusing it once it is over `limit` bytes.
+async fn spool(field: &mut Field<'_>, name: &str, limit: usize) -> Result<Spooled, ApiError> {
+    let file = tempfile::Builder::new()
+        .prefix("troupe-upload-")
+        .tempfile()
+        .map_err(ApiError::internal)?;
+    let mut out =
+        tokio::fs::File::from_std(file.as_file().try_clone().map_err(ApiError::internal)?);
+    let mut written = 0usize;
     while let Some(piece) = field.chunk().await.map_err(|e| multipart_error(e, limit))? {
-        if bytes.len() + piece.len() > limit {
+        if written + piece.len() > limit {
             return Err(KnowledgeError::TooLarge {
                 file: name.to_string(),
-                bytes: bytes.len() + piece.len(),
+                bytes: written + piece.len(),
                 limit,
             }
             .into());
         }
-        bytes.extend_from_slice(&piece);
+        out.write_all(&piece).await.map_err(ApiError::internal)?;
+        written += piece.len();
     }
-    Ok(bytes)
+    out.flush().await.map_err(ApiError::internal)?;
+    Ok(Spooled {
+        name: name.to_string(),
+        content_type: field.content_type().map(str::to_string),
+        file,
+    })
 }
 
-/// `POST /api/agents/{agent}/documents`: multipart `file` (one or more) and `roomId`.
-/// Answers 201 with `{documents: [{id, source, chunks, duplicate, roomId}]}` and, for the
-/// first file, the same fields at the top level; 200 when every file was a duplicate.
+/// `POST /api/agents/{agent}/documents`: multipart `file` (one or more) and `roomId`, in
+/// any order. Answers 201 with `{documents: [{id, source, chunks, duplicate, roomId}]}`
+/// and, for the first file, the same fields at the top level; 200 when every file was a
+/// duplicate. Any error leaves nothing of the request stored.
 pub async fn upload(
     State(state): State<AppState>,
     Path(agent): Path<String>,
@@ -145,19 +168,19 @@ pub async fn upload(
     let knowledge = knowledge(&state)?;
     let settings = knowledge.settings();
     let limit = settings.max_file_bytes;
-    // Each file is ingested as soon as it has been read, so memory holds one file at a
-    // time; the room must therefore come first.
+
+    // 1. Every field, before anything is read or stored.
     let mut room: Option<String> = None;
-    let mut documents: Vec<Value> = Vec::new();
+    let mut files: Vec<Spooled> = Vec::new();
     while let Some(mut field) = multipart
         .next_field()
         .await
         .map_err(|e| multipart_error(e, limit))?
     {
         match field.name().unwrap_or("") {
-            "roomId" if !documents.is_empty() => {
+            "roomId" if room.is_some() => {
                 return Err(ApiError::bad_request(
-                    "`roomId` must come before the `file` fields in the multipart body",
+                    "`roomId` is given twice: an upload goes to one room, or to the whole agent",
                 ));
             }
             "roomId" => {
@@ -165,12 +188,12 @@ pub async fn upload(
                 room = Some(room_key(&text)?);
             }
             "file" => {
-                if documents.len() == settings.max_files_per_request {
+                if files.len() == settings.max_files_per_request {
                     return Err(ApiError::new(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         "too_many_files",
                         format!(
-                            "at most {} files per request (TROUPE_KNOWLEDGE_MAX_FILES)",
+                            "at most {} files per request (TROUPE_KNOWLEDGE_MAX_FILES);                              nothing was stored",
                             settings.max_files_per_request
                         ),
                     ));
@@ -179,39 +202,58 @@ pub async fn upload(
                     .file_name()
                     .map(str::to_string)
                     .filter(|n| !n.trim().is_empty())
-                    .unwrap_or_else(|| format!("upload-{}", documents.len() + 1));
-                let content_type = field.content_type().map(str::to_string);
-                let bytes = read_limited(&mut field, &name, limit).await?;
-                let done = knowledge
-                    .ingest(
-                        &agent.id,
-                        room.as_deref(),
-                        &name,
-                        content_type.as_deref(),
-                        &bytes,
-                    )
-                    .await?;
-                documents.push(json!({
-                    "id": done.document_id,
-                    "source": name,
-                    "chunks": done.chunks,
-                    "duplicate": done.duplicate,
-                    "roomId": room,
-                }));
+                    .unwrap_or_else(|| format!("upload-{}", files.len() + 1));
+                files.push(spool(&mut field, &name, limit).await?);
             }
             other => {
                 return Err(ApiError::bad_request(format!(
                     "unknown multipart field `{other}`: send the document as `file` and, \
-                     optionally before it, the room as `roomId`"
+                     optionally, the room as `roomId`"
                 )));
             }
         }
     }
-    if documents.is_empty() {
+    if files.is_empty() {
         return Err(ApiError::bad_request(
             "no `file` field: send the document as multipart/form-data with a `file` field",
         ));
     }
+
+    // 2. Every file read and chunked (in the sandboxed worker); nothing stored yet.
+    let mut prepared = Vec::with_capacity(files.len());
+    for f in &files {
+        prepared.push(
+            knowledge
+                .prepare(
+                    &agent.id,
+                    room.as_deref(),
+                    &f.name,
+                    f.content_type.as_deref(),
+                    Input::File(f.file.path()),
+                )
+                .await?,
+        );
+    }
+    drop(files);
+
+    // 3. All stored, or none.
+    let names: Vec<String> = prepared.iter().map(|p| p.source().to_string()).collect();
+    let done = knowledge
+        .store_all(Origin::Upload, &agent.id, prepared)
+        .await?;
+    let documents: Vec<Value> = done
+        .into_iter()
+        .zip(names)
+        .map(|(d, name)| {
+            json!({
+                "id": d.document_id,
+                "source": name,
+                "chunks": d.chunks,
+                "duplicate": d.duplicate,
+                "roomId": room,
+            })
+        })
+        .collect();
     let all_duplicates = documents.iter().all(|d| d["duplicate"] == json!(true));
     let mut body = documents[0].clone();
     body["documents"] = Value::Array(documents);

@@ -31,6 +31,22 @@ impl Format {
             Format::Code => "text/x-source",
         }
     }
+
+    /// The format whose [`Format::content_type`] is `content_type` (the worker's reply
+    /// names formats so).
+    pub(crate) fn from_content_type(content_type: &str) -> Option<Format> {
+        [
+            Format::Text,
+            Format::Markdown,
+            Format::Html,
+            Format::Pdf,
+            Format::Json,
+            Format::Csv,
+            Format::Code,
+        ]
+        .into_iter()
+        .find(|f| f.content_type() == content_type)
+    }
 }
 
 /// Why a file could not be read; the HTTP layer maps these to 415 and 422.

@@ -2,8 +2,8 @@
 //! from them for the prompt.
 //!
 //! A document goes through extraction (`extract`: format detection, one reader per format,
-//! binary refused), chunking (`chunk`: cl100k tokens with overlap, Markdown-aware) and
-//! indexing (the `documents`, `chunks` and full-text tables in storage), and, when an
+//! binary refused) and chunking (`chunk`: cl100k tokens with overlap, Markdown-aware), both
+//! in a sandboxed worker process (`sandbox`), then indexing (the `documents`, `chunks` and full-text tables in storage), and, when an
 //! embedding model is configured, embedding (`embed`). A search ranks chunks by BM25
 //! (SQLite FTS5; Postgres full-text search is close but not literally BM25) and, with an
 //! embedding model, by cosine similarity computed here over the stored vectors; the two
@@ -15,6 +15,11 @@
 //! SHA-256 of its bytes, and a chunk's id from its document's id and its index, so ids are
 //! stable across re-ingestion.
 //!
+//! Ingesting is two steps, so that a request of several documents is all or nothing:
+//! [`Knowledge::prepare`] reads and chunks a document and stores nothing;
+//! [`Knowledge::store_all`] stores prepared documents, and removes again the ones it
+//! stored when one of them fails. [`Knowledge::ingest_from`] is both for one document.
+//!
 //! It owns no HTTP or CLI: `http::knowledge` and `cli` call it, the agent calls
 //! [`Knowledge::for_prompt`], and the app ingests each character's `knowledge` entries.
 
@@ -22,6 +27,7 @@ mod chunk;
 mod embed;
 mod extract;
 mod walk;
+mod sandbox;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -33,10 +39,13 @@ use sha2::{Digest, Sha256};
 use crate::persona::{KnowledgeEntry, Persona};
 use crate::storage::{NewDocument, ScoredChunk, StorageError, Store};
 
-pub use crate::config::{EmbeddingApi, EmbeddingSettings, KnowledgeSettings};
+pub use crate::config::{EmbeddingApi, EmbeddingSettings, ExtractSettings, KnowledgeSettings};
 pub use embed::Embedder;
 use extract::ExtractError;
 pub use walk::files_under;
+pub use sandbox::Input;
+pub use sandbox::worker_main;
+use sandbox::{Reader, Worker};
 
 /// Reciprocal rank fusion's constant, as in Cormack et al. (2009): it damps the weight of
 /// the very first ranks so that agreement between the two rankings counts most.
@@ -69,6 +78,9 @@ pub enum KnowledgeError {
     Unreadable(String),
     #[error("{0}")]
     NotFound(String),
+    /// Every document worker was busy for the whole extraction timeout (503).
+    #[error("{0}")]
+    Busy(String),
     #[error("embedding failed: {0}")]
     Embedding(String),
     #[error(transparent)]
@@ -155,6 +167,32 @@ impl Origin {
     }
 }
 
+/// A document read and chunked for one agent and scope, not yet stored: what
+/// [`Knowledge::prepare`] gives and [`Knowledge::store_all`] takes.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    id: String,
+    scope: String,
+    source: String,
+    content_type: &'static str,
+    hash: String,
+    bytes: u64,
+    /// `(chunk id, text)`; empty when `existing` is set.
+    chunks: Vec<(String, String)>,
+    /// The same content is stored already, with this many chunks: nothing to do.
+    existing: Option<usize>,
+}
+
+impl Prepared {
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+    /// The room key it is scoped to; `None` for the whole agent.
+    pub fn room(&self) -> Option<&str> {
+        Some(self.scope.as_str()).filter(|s| !s.is_empty())
+    }
+}
+
 /// The knowledge store: a cheap-to-clone handle.
 #[derive(Clone)]
 pub struct Knowledge {
@@ -167,24 +205,46 @@ struct Inner {
     embedder: Option<Embedder>,
     /// Fetches chat attachments, under the outbound fetch policy.
     fetcher: crate::fetch::Fetcher,
+    /// Who parses documents: the sandboxed worker, or this process in tests.
+    reader: Reader,
 }
 
 impl Knowledge {
+    /// A knowledge store that reads documents in this process, without the sandbox: for
+    /// unit tests and benchmarks, whose executable is not `troupe`. The gateway and the CLI
+    /// use [`Knowledge::from_settings`].
     pub fn new(store: Store, settings: KnowledgeSettings, embedder: Option<Embedder>) -> Self {
+        Self::with_reader(store, settings, embedder, Reader::InProcess)
+    }
+
+    fn with_reader(
+        store: Store,
+        settings: KnowledgeSettings,
+        embedder: Option<Embedder>,
+        reader: Reader,
+    ) -> Self {
         Knowledge {
             inner: Arc::new(Inner {
                 fetcher: crate::fetch::Fetcher::new(&settings.fetch),
                 store,
                 settings,
                 embedder,
+                reader,
             }),
         }
     }
 
-    /// Built from the gateway's settings: with an embedder when an embedding model is set.
+    /// Built from the gateway's settings: documents are read by sandboxed `troupe extract`
+    /// workers (this executable), with an embedder when an embedding model is set.
     pub fn from_settings(store: Store, settings: &KnowledgeSettings) -> Self {
         let embedder = settings.embedding.as_ref().map(Embedder::new);
-        Self::new(store, settings.clone(), embedder)
+        let worker = Worker::current_exe(settings.extract.clone());
+        Self::with_reader(
+            store,
+            settings.clone(),
+            embedder,
+            Reader::Worker(Arc::new(worker)),
+        )
     }
 
     pub fn settings(&self) -> &KnowledgeSettings {
@@ -218,59 +278,148 @@ impl Knowledge {
         content_type: Option<&str>,
         bytes: &[u8],
     ) -> Result<Ingested, KnowledgeError> {
+        let prepared = self
+            .prepare(agent_id, room, source, content_type, Input::Bytes(bytes))
+            .await?;
+        self.store(origin, agent_id, prepared).await
+    }
+
+    /// Reads and chunks one document for `agent_id` and `room` (in the sandboxed worker)
+    /// and stores nothing. Content already stored there is not read again.
+    pub async fn prepare(
+        &self,
+        agent_id: &str,
+        room: Option<&str>,
+        source: &str,
+        content_type: Option<&str>,
+        input: Input<'_>,
+    ) -> Result<Prepared, KnowledgeError> {
         let settings = &self.inner.settings;
-        if bytes.len() > settings.max_file_bytes {
+        let unreadable =
+            |e: std::io::Error| KnowledgeError::Unreadable(format!("cannot read `{source}`: {e}"));
+        let size = match input {
+            Input::Bytes(b) => b.len() as u64,
+            Input::File(path) => tokio::fs::metadata(path).await.map_err(unreadable)?.len(),
+        };
+        if size > settings.max_file_bytes as u64 {
             return Err(KnowledgeError::TooLarge {
                 file: source.to_string(),
-                bytes: bytes.len(),
+                bytes: usize::try_from(size).unwrap_or(usize::MAX),
                 limit: settings.max_file_bytes,
             });
         }
+        let hash = match input {
+            Input::Bytes(b) => hex::encode(Sha256::digest(b)),
+            Input::File(path) => hash_file(path).await.map_err(unreadable)?,
+        };
         let scope = room.unwrap_or("");
-        let hash = hex::encode(Sha256::digest(bytes));
         let id = document_id(agent_id, scope, &hash);
-        let store = &self.inner.store;
-        if let Some(existing) = store.document(agent_id, &id).await? {
-            return Ok(Ingested {
-                document_id: id,
-                chunks: usize::try_from(existing.chunk_count).unwrap_or(0),
-                duplicate: true,
-            });
+        let mut prepared = Prepared {
+            id,
+            scope: scope.to_string(),
+            source: source.to_string(),
+            content_type: "",
+            hash,
+            bytes: size,
+            chunks: Vec::new(),
+            existing: None,
+        };
+        if let Some(existing) = self.inner.store.document(agent_id, &prepared.id).await? {
+            prepared.existing = Some(usize::try_from(existing.chunk_count).unwrap_or(0));
+            return Ok(prepared);
         }
-
-        // Extraction and chunking are CPU-bound (a PDF or 50 MB of text takes a while):
-        // off the async workers.
-        let (tokens, overlap) = (settings.chunk_tokens, settings.chunk_overlap_tokens);
-        let owned = bytes.to_vec();
-        let name = source.to_string();
-        let declared = content_type.map(str::to_string);
-        let (format, pieces) = tokio::task::spawn_blocking(move || {
-            let format = extract::detect(&name, declared.as_deref(), &owned)?;
-            let text = extract::extract(format, &name, &owned)?;
-            Ok::<_, ExtractError>((format, chunk::chunk(format, &text, tokens, overlap)))
-        })
-        .await
-        .map_err(|e| KnowledgeError::Unreadable(format!("`{source}` could not be read: {e}")))??;
-        if pieces.is_empty() {
+        let chunked = self
+            .inner
+            .reader
+            .read(
+                source,
+                content_type,
+                input,
+                (settings.chunk_tokens, settings.chunk_overlap_tokens),
+            )
+            .await?;
+        if chunked.chunks.is_empty() {
             return Err(KnowledgeError::Unreadable(format!(
                 "`{source}` holds no text to index"
             )));
         }
-        let chunks: Vec<(String, String)> = pieces
+        prepared.content_type = chunked.format.content_type();
+        prepared.chunks = chunked
+            .chunks
             .into_iter()
             .enumerate()
-            .map(|(i, text)| (format!("{id}:{i}"), text))
+            .map(|(i, text)| (format!("{}:{i}", prepared.id), text))
             .collect();
+        Ok(prepared)
+    }
+
+    /// Stores prepared documents, in order. All or nothing: when one fails, the ones this
+    /// call stored are deleted again before the error is returned (content that was stored
+    /// before the call stays).
+    pub async fn store_all(
+        &self,
+        origin: Origin,
+        agent_id: &str,
+        prepared: Vec<Prepared>,
+    ) -> Result<Vec<Ingested>, KnowledgeError> {
+        let mut done: Vec<Ingested> = Vec::with_capacity(prepared.len());
+        for p in prepared {
+            match self.store(origin, agent_id, p).await {
+                Ok(ingested) => done.push(ingested),
+                Err(e) => {
+                    for d in done.iter().filter(|d| !d.duplicate) {
+                        if let Err(undo) = self
+                            .inner
+                            .store
+                            .delete_document(agent_id, &d.document_id)
+                            .await
+                        {
+                            tracing::error!(agent = %agent_id, document = %d.document_id, error = %undo,
+                                "could not remove a document of a failed upload");
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Stores one prepared document, and embeds it when an embedding model is set.
+    async fn store(
+        &self,
+        origin: Origin,
+        agent_id: &str,
+        prepared: Prepared,
+    ) -> Result<Ingested, KnowledgeError> {
+        let Prepared {
+            id,
+            scope,
+            source,
+            content_type,
+            hash,
+            bytes,
+            chunks,
+            existing,
+        } = prepared;
+        if let Some(chunks) = existing {
+            return Ok(Ingested {
+                document_id: id,
+                chunks,
+                duplicate: true,
+            });
+        }
+        let store = &self.inner.store;
         let inserted = store
             .insert_document(&NewDocument {
                 id: &id,
                 agent_id,
-                scope,
-                source,
-                content_type: format.content_type(),
+                scope: &scope,
+                source: &source,
+                content_type,
                 content_hash: &hash,
                 origin: origin.as_str(),
-                bytes: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+                bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
                 chunks: &chunks,
             })
             .await?;
@@ -285,13 +434,13 @@ impl Knowledge {
         if let Some(embedder) = &self.inner.embedder {
             // The document is searchable by BM25 already; without vectors it is only
             // missing from the vector ranking until `troupe ingest --reembed`.
-            if let Err(e) = self.embed_chunks(embedder, agent_id, scope, &chunks).await {
+            if let Err(e) = self.embed_chunks(embedder, agent_id, &scope, &chunks).await {
                 tracing::warn!(document = %id, %source, error = %e,
                     "could not embed the document; it is searchable by keywords only until `troupe ingest --reembed`");
             }
         }
         tracing::info!(agent = %agent_id, document = %id, %source, chunks = chunks.len(),
-            scope = %if scope.is_empty() { "agent" } else { scope }, "document ingested");
+            scope = %if scope.is_empty() { "agent" } else { scope.as_str() }, "document ingested");
         Ok(Ingested {
             document_id: id,
             chunks: chunks.len(),
@@ -584,7 +733,8 @@ impl Knowledge {
             .sum())
     }
 
-    /// Reads a file from disk and ingests it (the size limit is checked before reading).
+    /// Ingests a file from disk (the size limit is checked before reading; the worker
+    /// reads the file from a pipe, so the gateway never holds it whole).
     pub async fn ingest_file(
         &self,
         origin: Origin,
@@ -593,20 +743,10 @@ impl Knowledge {
         path: &Path,
     ) -> Result<Ingested, KnowledgeError> {
         let name = path.display().to_string();
-        let unreadable =
-            |e: std::io::Error| KnowledgeError::Unreadable(format!("cannot read `{name}`: {e}"));
-        let size = tokio::fs::metadata(path).await.map_err(unreadable)?.len();
-        let limit = self.inner.settings.max_file_bytes;
-        if size > limit as u64 {
-            return Err(KnowledgeError::TooLarge {
-                file: name,
-                bytes: usize::try_from(size).unwrap_or(usize::MAX),
-                limit,
-            });
-        }
-        let bytes = tokio::fs::read(path).await.map_err(unreadable)?;
-        self.ingest_from(origin, agent_id, room, &name, None, &bytes)
-            .await
+        let prepared = self
+            .prepare(agent_id, room, &name, None, Input::File(path))
+            .await?;
+        self.store(origin, agent_id, prepared).await
     }
 
     /// Ingests a character's `knowledge` entries (strings, files, directories) for the
@@ -686,6 +826,21 @@ impl Knowledge {
                 tracing::error!(persona = %agent, error = %e, "could not list knowledge documents")
             }
         }
+    }
+}
+
+/// The SHA-256 of a file, read in pieces.
+async fn hash_file(path: &Path) -> std::io::Result<String> {
+    use tokio::io::AsyncReadExt;
+    let mut file = tokio::fs::File::open(path).await?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = file.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(hex::encode(hasher.finalize()));
+        }
+        hasher.update(&buf[..n]);
     }
 }
 

@@ -1,0 +1,651 @@
+//! The sandboxed document worker: extraction and chunking in a child process that may
+//! crash, run out of memory or hang without taking the gateway with it.
+//!
+//! Parsers of PDF, HTML and CSV are not written for hostile input: a page whose `/Parent`
+//! points at itself overflows the stack (which `catch_unwind` cannot catch), a few KB of
+//! nested FlateDecode streams inflate to gigabytes, and text-shaped inputs can be
+//! quadratic. So the gateway never parses a document itself. For each document it starts
+//! its own executable as `troupe extract` with resource limits set between `fork` and
+//! `exec` (address space, CPU seconds, no file writes, no core dump, few descriptors),
+//! feeds it the document on stdin and reads the chunks from stdout, within a wall-clock
+//! deadline and an output cap. A worker that dies, is killed or overruns becomes
+//! [`KnowledgeError::Unreadable`] (422) with a sentence saying so; the gateway goes on.
+//! Dropping the future (a client that disconnects, a shutdown) kills the worker.
+//!
+//! The protocol, both ways over pipes:
+//! - request: one JSON line ([`Request`]), then the document's bytes to end of input;
+//! - reply: one JSON line ([`Reply`]); when it is `ok`, that many frames follow, each a
+//!   little-endian `u32` length and that many bytes of UTF-8: the chunks, in order.
+//!
+//! It owns the worker's limits, its protocol and [`worker_main`], the worker itself. It
+//! knows nothing of storage or agents.
+
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, ExitStatus, Stdio};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::Semaphore;
+
+use super::KnowledgeError;
+use super::chunk;
+use super::extract::{self, ExtractError, Format};
+use crate::config::ExtractSettings;
+
+/// The longest request or reply line; a file name and a sentence fit many times over.
+const MAX_LINE: u64 = 64 * 1024;
+/// What the worker may write on stderr that the gateway keeps for its log.
+const MAX_STDERR: u64 = 4 * 1024;
+/// Descriptors the worker may hold: stdio, and what the loader opens while starting.
+const WORKER_FILES: u64 = 32;
+
+/// The extracted text may be this many times the input, plus [`TEXT_SLACK`], before the
+/// worker refuses the document: JSON's `path: value` lines and CSV's `column: value` pairs
+/// legitimately grow a file, a decompression bomb grows it without end.
+const TEXT_FACTOR: usize = 8;
+const TEXT_SLACK: usize = 1 << 20;
+
+/// The most text the worker keeps from an input of `input` bytes.
+fn max_text(input: usize) -> usize {
+    input.saturating_mul(TEXT_FACTOR).saturating_add(TEXT_SLACK)
+}
+
+/// The most reply bytes the gateway reads for an input of `input` bytes: the chunks repeat
+/// their overlap, so twice the text bound, plus the framing.
+fn max_reply(input: usize) -> usize {
+    max_text(input).saturating_mul(2).saturating_add(64 * 1024)
+}
+
+/// Where a document's bytes are: in memory (a character's text entry, a chat attachment)
+/// or in a file (an upload spooled to disk, a file named by the CLI or a character).
+#[derive(Debug, Clone, Copy)]
+pub enum Input<'a> {
+    Bytes(&'a [u8]),
+    File(&'a Path),
+}
+
+/// A document read and chunked, not yet stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Chunked {
+    pub format: Format,
+    pub chunks: Vec<String>,
+}
+
+/// The request line.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request {
+    name: String,
+    content_type: Option<String>,
+    chunk_tokens: usize,
+    chunk_overlap: usize,
+}
+
+/// The reply line.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "camelCase")]
+enum Reply {
+    #[serde(rename_all = "camelCase")]
+    Ok {
+        content_type: String,
+        chunks: usize,
+    },
+    Unsupported {
+        detail: String,
+    },
+    Unreadable {
+        detail: String,
+    },
+}
+
+/// Extraction and chunking of one document, as both the worker and the in-process reader
+/// do it.
+fn read_document(request: &Request, bytes: &[u8]) -> Result<Chunked, ExtractError> {
+    let name = request.name.as_str();
+    let format = extract::detect(name, request.content_type.as_deref(), bytes)?;
+    let text = extract::extract(format, name, bytes)?;
+    let limit = max_text(bytes.len());
+    if text.len() > limit {
+        return Err(ExtractError::Unreadable(format!(
+            "`{name}` expands to more than {limit} bytes of text from {} bytes; it looks \
+             like a decompression bomb",
+            bytes.len()
+        )));
+    }
+    let chunks = chunk::chunk(format, &text, request.chunk_tokens, request.chunk_overlap);
+    Ok(Chunked { format, chunks })
+}
+
+/// Who reads documents: a sandboxed worker per document (the gateway, the CLI), or this
+/// process (unit tests and benchmarks, whose executable is not `troupe`).
+#[derive(Clone)]
+pub(crate) enum Reader {
+    InProcess,
+    Worker(Arc<Worker>),
+}
+
+/// Starts and bounds workers.
+pub(crate) struct Worker {
+    /// The program and its leading arguments: `troupe extract`.
+    program: PathBuf,
+    args: Vec<String>,
+    settings: ExtractSettings,
+    permits: Semaphore,
+}
+
+impl Worker {
+    /// Workers that run this executable as `troupe extract`.
+    pub(crate) fn current_exe(settings: ExtractSettings) -> Worker {
+        // current_exe reads /proc/self/exe on Linux; that link also works as the program.
+        let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+        Self::new(program, vec!["extract".into()], settings)
+    }
+
+    pub(crate) fn new(program: PathBuf, args: Vec<String>, settings: ExtractSettings) -> Worker {
+        Worker {
+            permits: Semaphore::new(settings.workers.max(1)),
+            program,
+            args,
+            settings,
+        }
+    }
+}
+
+impl Reader {
+    /// Reads and chunks one document.
+    pub(crate) async fn read(
+        &self,
+        name: &str,
+        content_type: Option<&str>,
+        input: Input<'_>,
+        (chunk_tokens, chunk_overlap): (usize, usize),
+    ) -> Result<Chunked, KnowledgeError> {
+        let request = Request {
+            name: name.to_string(),
+            content_type: content_type.map(str::to_string),
+            chunk_tokens,
+            chunk_overlap,
+        };
+        match self {
+            Reader::InProcess => {
+                let bytes = match input {
+                    Input::Bytes(b) => b.to_vec(),
+                    Input::File(path) => tokio::fs::read(path).await.map_err(|e| {
+                        KnowledgeError::Unreadable(format!("cannot read `{name}`: {e}"))
+                    })?,
+                };
+                tokio::task::spawn_blocking(move || read_document(&request, &bytes))
+                    .await
+                    .map_err(|e| {
+                        KnowledgeError::Unreadable(format!("`{name}` could not be read: {e}"))
+                    })?
+                    .map_err(KnowledgeError::from)
+            }
+            Reader::Worker(worker) => worker.read(request, input).await,
+        }
+    }
+}
+
+impl Worker {
+    async fn read(&self, request: Request, input: Input<'_>) -> Result<Chunked, KnowledgeError> {
+        let name = request.name.clone();
+        let timeout = self.settings.timeout;
+        let _permit = match tokio::time::timeout(timeout, self.permits.acquire()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) | Err(_) => {
+                return Err(KnowledgeError::Busy(format!(
+                    "`{name}` was not read: {} documents were being read for {}s; try again \
+                     later (TROUPE_EXTRACT_WORKERS)",
+                    self.settings.workers,
+                    timeout.as_secs()
+                )));
+            }
+        };
+        let size = match input {
+            Input::Bytes(b) => b.len(),
+            Input::File(path) => tokio::fs::metadata(path)
+                .await
+                .map(|m| usize::try_from(m.len()).unwrap_or(usize::MAX))
+                .map_err(|e| KnowledgeError::Unreadable(format!("cannot read `{name}`: {e}")))?,
+        };
+        let mut child = self.spawn().map_err(|e| {
+            tracing::error!(program = %self.program.display(), error = %e,
+                "cannot start the document worker");
+            KnowledgeError::Unreadable(format!(
+                "`{name}` could not be read: the document reader did not start"
+            ))
+        })?;
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(KnowledgeError::Unreadable(format!(
+                "`{name}` could not be read: the document reader has no pipes"
+            )));
+        };
+        let mut line = serde_json::to_vec(&request)
+            .map_err(|e| KnowledgeError::Unreadable(format!("`{name}` could not be read: {e}")))?;
+        line.push(b'\n');
+
+        let feed = async move {
+            // A worker that dies early closes its stdin: the write fails, and its exit
+            // status says why. So write errors are not errors here.
+            if stdin.write_all(&line).await.is_err() {
+                return;
+            }
+            match input {
+                Input::Bytes(b) => {
+                    let _ = stdin.write_all(b).await;
+                }
+                Input::File(path) => {
+                    if let Ok(mut file) = tokio::fs::File::open(path).await {
+                        let _ = tokio::io::copy(&mut file, &mut stdin).await;
+                    }
+                }
+            }
+            let _ = stdin.shutdown().await;
+        };
+        let work = async {
+            let (_, reply, log) = tokio::join!(
+                feed,
+                read_reply(BufReader::new(stdout), max_reply(size)),
+                read_capped(stderr, MAX_STDERR)
+            );
+            let status = child.wait().await;
+            (reply, log, status)
+        };
+        let started = std::time::Instant::now();
+        let outcome = tokio::time::timeout(timeout, work).await;
+        let Ok((reply, log, status)) = outcome else {
+            // `child` is dropped here with kill_on_drop; kill now so it is gone before the
+            // permit is given back, not when the runtime gets to it.
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            tracing::warn!(document = %name, timeout_s = timeout.as_secs(),
+                "document worker killed at its deadline");
+            return Err(KnowledgeError::Unreadable(format!(
+                "`{name}` could not be read in time: reading it took more than {}s \
+                 (TROUPE_EXTRACT_TIMEOUT_SECS); export it as plain text or split it",
+                timeout.as_secs()
+            )));
+        };
+        tracing::debug!(document = %name, elapsed_ms = started.elapsed().as_millis() as u64,
+            "document worker done");
+        let status = status.ok();
+        let (too_long, broken) = match &reply {
+            Err(ReplyError::TooLong(limit)) => (Some(*limit), None),
+            Err(ReplyError::Broken(why)) => (None, Some(why.clone())),
+            Ok(_) => (None, None),
+        };
+        match reply {
+            Ok(result) if status.is_some_and(|s| s.success()) => result,
+            // An answer about the document itself ("not UTF-8"), whatever the exit.
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(_)) | Err(_) => {
+                let why = describe_exit(status, &self.settings);
+                tracing::warn!(document = %name, %why, reply = broken.as_deref().unwrap_or(""),
+                    stderr = %String::from_utf8_lossy(&log), "document worker failed");
+                Err(KnowledgeError::Unreadable(match too_long {
+                    Some(limit) => format!(
+                        "`{name}` could not be read: it gave more than {limit} bytes of chunks"
+                    ),
+                    None => format!(
+                        "`{name}` could not be read in time: the reader {why}; export it as \
+                         plain text or split it"
+                    ),
+                }))
+            }
+        }
+    }
+
+    fn spawn(&self) -> std::io::Result<tokio::process::Child> {
+        let mut cmd = tokio::process::Command::new(&self.program);
+        cmd.args(&self.args)
+            // Nothing of the gateway's environment (tokens, keys) reaches the parser.
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        {
+            let memory = self.settings.memory_bytes;
+            let cpu = self.settings.timeout.as_secs().saturating_add(1);
+            // Its own process group, so a Ctrl-C at the terminal reaches the gateway, which
+            // then kills its workers, rather than both at once.
+            cmd.process_group(0);
+            // SAFETY: the closure runs between fork and exec and calls only getrlimit and
+            // setrlimit, which are async-signal-safe; it allocates nothing.
+            unsafe {
+                cmd.pre_exec(move || limit_self(memory, cpu));
+            }
+        }
+        cmd.spawn()
+    }
+}
+
+/// In the forked child, before exec: the worker's resource limits. A limit above the
+/// inherited hard limit is lowered to it (raising it would be refused).
+#[cfg(unix)]
+fn limit_self(memory_bytes: libc::rlim_t, cpu_secs: libc::rlim_t) -> std::io::Result<()> {
+    let set = |resource, soft: libc::rlim_t, hard: libc::rlim_t| -> std::io::Result<()> {
+        let mut current = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit with a valid resource and a pointer to a local.
+        unsafe {
+            if libc::getrlimit(resource, &mut current) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let max = current.rlim_max;
+            let wanted = libc::rlimit {
+                rlim_cur: soft.min(max),
+                rlim_max: hard.min(max),
+            };
+            if libc::setrlimit(resource, &wanted) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    };
+    set(libc::RLIMIT_AS, memory_bytes, memory_bytes)?;
+    // SIGXCPU at the soft limit, SIGKILL a second later.
+    set(libc::RLIMIT_CPU, cpu_secs, cpu_secs.saturating_add(1))?;
+    set(libc::RLIMIT_FSIZE, 0, 0)?;
+    set(libc::RLIMIT_CORE, 0, 0)?;
+    set(libc::RLIMIT_NOFILE, WORKER_FILES, WORKER_FILES)?;
+    Ok(())
+}
+
+/// What a worker's end says, as the end of a sentence: "the reader …".
+fn describe_exit(status: Option<ExitStatus>, settings: &ExtractSettings) -> String {
+    let Some(status) = status else {
+        return "ended without an exit status".into();
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return match signal {
+                libc::SIGKILL | libc::SIGXCPU => format!(
+                    "was stopped at its CPU limit ({}s) or killed",
+                    settings.timeout.as_secs() + 1
+                ),
+                libc::SIGSEGV | libc::SIGBUS | libc::SIGABRT => format!(
+                    "crashed on it (signal {signal}: a stack overflow, a failed allocation \
+                     within its {} MB or a parser bug)",
+                    settings.memory_bytes >> 20
+                ),
+                other => format!("was ended by signal {other}"),
+            };
+        }
+    }
+    match status.code() {
+        Some(0) => "gave an incomplete answer".into(),
+        Some(code) => format!(
+            "failed (exit code {code}; out of memory within {} MB?)",
+            settings.memory_bytes >> 20
+        ),
+        None => "ended without an exit code".into(),
+    }
+}
+
+#[derive(Debug)]
+enum ReplyError {
+    /// Past the output cap, in bytes.
+    TooLong(usize),
+    /// Cut short or not in the protocol.
+    Broken(String),
+}
+
+/// The worker's reply: the answer line, then the chunks, within `budget` bytes.
+async fn read_reply<R: AsyncRead + Unpin>(
+    mut out: BufReader<R>,
+    budget: usize,
+) -> Result<Result<Chunked, KnowledgeError>, ReplyError> {
+    let mut line = Vec::new();
+    (&mut out)
+        .take(MAX_LINE)
+        .read_until(b'\n', &mut line)
+        .await
+        .map_err(|e| ReplyError::Broken(e.to_string()))?;
+    let reply: Reply =
+        serde_json::from_slice(&line).map_err(|e| ReplyError::Broken(e.to_string()))?;
+    let (content_type, count) = match reply {
+        Reply::Ok {
+            content_type,
+            chunks,
+        } => (content_type, chunks),
+        Reply::Unsupported { detail } => return Ok(Err(KnowledgeError::Unsupported(detail))),
+        Reply::Unreadable { detail } => return Ok(Err(KnowledgeError::Unreadable(detail))),
+    };
+    let format = Format::from_content_type(&content_type)
+        .ok_or_else(|| ReplyError::Broken(format!("unknown format `{content_type}`")))?;
+    let mut used = line.len();
+    let mut chunks = Vec::with_capacity(count.min(1 << 16));
+    for _ in 0..count {
+        let mut len = [0u8; 4];
+        out.read_exact(&mut len)
+            .await
+            .map_err(|e| ReplyError::Broken(e.to_string()))?;
+        let len = u32::from_le_bytes(len) as usize;
+        used = used.saturating_add(4 + len);
+        if used > budget {
+            return Err(ReplyError::TooLong(budget));
+        }
+        let mut text = vec![0u8; len];
+        out.read_exact(&mut text)
+            .await
+            .map_err(|e| ReplyError::Broken(e.to_string()))?;
+        chunks.push(String::from_utf8(text).map_err(|e| ReplyError::Broken(e.to_string()))?);
+    }
+    Ok(Ok(Chunked { format, chunks }))
+}
+
+/// Up to `cap` bytes of `r`, then the rest is read and dropped, so the writer never blocks.
+async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: u64) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let _ = (&mut r).take(cap).read_to_end(&mut kept).await;
+    let _ = tokio::io::copy(&mut r, &mut tokio::io::sink()).await;
+    kept
+}
+
+/// `troupe extract`: the worker. Reads one request from stdin, answers on stdout, and
+/// exits 0 whenever it could answer, including "this file is unreadable". It reads no
+/// configuration and writes no log: everything it knows comes in the request.
+pub fn worker_main() -> ExitCode {
+    let mut input = std::io::BufReader::new(std::io::stdin().lock());
+    let mut line = Vec::new();
+    if let Err(e) = (&mut input).take(MAX_LINE).read_until(b'\n', &mut line) {
+        eprintln!("troupe extract: cannot read the request: {e}");
+        return ExitCode::from(2);
+    }
+    let request: Request = match serde_json::from_slice(&line) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "troupe extract: the request line is not valid ({e}); this command is started \
+                 by troupe itself, with a document on stdin"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let mut bytes = Vec::new();
+    if let Err(e) = input.read_to_end(&mut bytes) {
+        eprintln!("troupe extract: cannot read the document: {e}");
+        return ExitCode::from(2);
+    }
+    drop(input);
+    let result = read_document(&request, &bytes);
+    drop(bytes);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    match write_reply(&mut out, result).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("troupe extract: cannot write the answer: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn write_reply(out: &mut impl Write, result: Result<Chunked, ExtractError>) -> std::io::Result<()> {
+    let (reply, chunks) = match result {
+        Ok(Chunked { format, chunks }) => (
+            Reply::Ok {
+                content_type: format.content_type().to_string(),
+                chunks: chunks.len(),
+            },
+            chunks,
+        ),
+        Err(ExtractError::Unsupported(detail)) => (Reply::Unsupported { detail }, Vec::new()),
+        Err(ExtractError::Unreadable(detail)) => (Reply::Unreadable { detail }, Vec::new()),
+    };
+    serde_json::to_writer(&mut *out, &reply)?;
+    out.write_all(b"\n")?;
+    for chunk in &chunks {
+        let len =
+            u32::try_from(chunk.len()).map_err(|_| std::io::Error::other("a chunk over 4 GiB"))?;
+        out.write_all(&len.to_le_bytes())?;
+        out.write_all(chunk.as_bytes())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn request() -> Request {
+        Request {
+            name: "a.txt".into(),
+            content_type: None,
+            chunk_tokens: 400,
+            chunk_overlap: 50,
+        }
+    }
+
+    async fn decode(
+        bytes: Vec<u8>,
+        budget: usize,
+    ) -> Result<Result<Chunked, KnowledgeError>, ReplyError> {
+        read_reply(BufReader::new(&bytes[..]), budget).await
+    }
+
+    #[tokio::test]
+    async fn the_reply_round_trips() {
+        let mut out = Vec::new();
+        let done = read_document(&request(), b"The ferry leaves at noon.").unwrap();
+        write_reply(&mut out, Ok(done.clone())).unwrap();
+        assert_eq!(decode(out.clone(), 1 << 20).await.unwrap().unwrap(), done);
+        assert!(matches!(
+            decode(out, 10).await,
+            Err(ReplyError::TooLong(10))
+        ));
+
+        let mut out = Vec::new();
+        write_reply(&mut out, Err(ExtractError::Unsupported("a PNG".into()))).unwrap();
+        assert!(matches!(
+            decode(out, 1 << 20).await.unwrap(),
+            Err(KnowledgeError::Unsupported(why)) if why == "a PNG"
+        ));
+        // Cut short: the worker died while writing.
+        let mut out = Vec::new();
+        write_reply(&mut out, Ok(done)).unwrap();
+        out.truncate(out.len() - 3);
+        assert!(matches!(
+            decode(out, 1 << 20).await,
+            Err(ReplyError::Broken(_))
+        ));
+    }
+
+    #[test]
+    fn text_that_grows_past_its_bound_is_refused() {
+        // 8 bytes of JSON whose flattened text would be small: accepted; the bound is
+        // relative to the input plus a megabyte of slack.
+        assert!(read_document(&request(), b"{\"a\": 1}").is_ok());
+        assert!(max_text(10) > 10 * TEXT_FACTOR);
+        assert!(max_reply(10) > max_text(10));
+    }
+
+    fn sh(script: &str, settings: ExtractSettings) -> Reader {
+        Reader::Worker(Arc::new(Worker::new(
+            "/bin/sh".into(),
+            vec!["-c".into(), script.into()],
+            settings,
+        )))
+    }
+
+    async fn read_with(reader: &Reader) -> Result<Chunked, KnowledgeError> {
+        reader
+            .read("doc.txt", None, Input::Bytes(b"some words"), (400, 50))
+            .await
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_worker_that_hangs_is_killed_at_its_deadline() {
+        let settings = ExtractSettings {
+            timeout: Duration::from_millis(300),
+            ..ExtractSettings::default()
+        };
+        // `exec` so that the shell is the sleeper, and killing it leaves nothing behind.
+        let err = read_with(&sh("exec sleep 30", settings)).await.unwrap_err();
+        match err {
+            KnowledgeError::Unreadable(why) => {
+                assert!(why.contains("could not be read in time"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_worker_that_crashes_is_a_clear_error() {
+        let err = read_with(&sh("kill -SEGV $$", ExtractSettings::default()))
+            .await
+            .unwrap_err();
+        match err {
+            KnowledgeError::Unreadable(why) => {
+                assert!(why.contains("doc.txt") && why.contains("crashed"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn the_worker_runs_within_its_limits() {
+        // A stand-in worker that answers only when its limits and its empty environment
+        // hold, and otherwise exits 1 (which the reader reports as a failure).
+        let script = "[ \"$(ulimit -f)\" = 0 ] && [ \"$(ulimit -n)\" -le 32 ] \
+                      && [ \"$(ulimit -v)\" -le 65536 ] && [ -z \"$HOME\" ] \
+                      && cat >/dev/null \
+                      && printf '{\"status\":\"ok\",\"contentType\":\"text/plain\",\"chunks\":0}\\n'";
+        let settings = ExtractSettings {
+            memory_bytes: 64 << 20,
+            ..ExtractSettings::default()
+        };
+        let done = read_with(&sh(script, settings)).await.unwrap();
+        assert_eq!(done.format, Format::Text);
+        assert!(done.chunks.is_empty());
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_worker_is_bounded() {
+        let settings = ExtractSettings {
+            timeout: Duration::from_millis(200),
+            workers: 1,
+            ..ExtractSettings::default()
+        };
+        let worker = Arc::new(Worker::new("/bin/true".into(), Vec::new(), settings));
+        let _busy = worker.permits.acquire().await.unwrap();
+        let err = read_with(&Reader::Worker(worker.clone()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, KnowledgeError::Busy(_)), "{err:?}");
+    }
+}
