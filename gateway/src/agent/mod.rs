@@ -22,7 +22,7 @@ use crate::ingress::{Outcome, Waiters};
 use crate::limits::{RateLimiter, Verdict};
 use crate::outbox::Outbox;
 use crate::persona::{self, HistoryLine, Persona, PromptInput};
-use crate::provider::ModelProvider;
+use crate::provider::{ModelProvider, OutageNotice};
 use crate::storage::{HandledMessage, JournalId, JournalState, NewMemory, RecordedReply, Store};
 use decide::{Decision, decide};
 
@@ -31,6 +31,48 @@ const THREAD_CONTEXT_WAIT: Duration = Duration::from_secs(5);
 
 /// The short reply sent once per window to a room that is over its rate limit.
 const SLOW_DOWN: &str = "I'm getting a lot of messages right now. Give me a minute and ask again.";
+
+/// The notice a room gets, once per outage, when its message waits for a model provider
+/// that is down (issue 12, faults).
+const MODEL_DOWN: &str = "I'm having trouble reaching my model; I'll answer as soon as it's back.";
+
+/// How long sending that notice may take before it is given up.
+const NOTICE_WAIT: Duration = Duration::from_secs(10);
+
+/// Tells a waiting message's room that the model is unreachable. The notice goes straight
+/// to the connector, not through the outbox: it is not the message's reply, it is not
+/// remembered in the room, and a lost one is only logged.
+struct RoomNotice<'a> {
+    agent: &'a Agent,
+    inbound: &'a Inbound,
+}
+
+#[async_trait::async_trait]
+impl OutageNotice for RoomNotice<'_> {
+    fn key(&self) -> String {
+        format!("{}\u{1f}{}", self.agent.id, self.inbound.room.key())
+    }
+
+    async fn send(&self) {
+        let platform = self.inbound.platform();
+        let Some(connector) = self.agent.outbox.connectors().get(&self.agent.id, platform) else {
+            return;
+        };
+        let notice = Outbound {
+            key: format!("{}:model-down:{}", self.agent.id, self.inbound.id),
+            room: self.inbound.room.clone(),
+            text: MODEL_DOWN.to_string(),
+            reply_to: Some(self.inbound.id.clone()),
+        };
+        match tokio::time::timeout(NOTICE_WAIT, connector.send(&notice)).await {
+            Ok(Ok(_)) => tracing::info!("told the room the model is unreachable"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not tell the room the model is unreachable")
+            }
+            Err(_) => tracing::warn!("telling the room the model is unreachable took too long"),
+        }
+    }
+}
 
 /// What a persona runs with; swapped whole on reload.
 pub struct Mind {
@@ -251,7 +293,14 @@ impl Agent {
 
         let typing = self.keep_typing(inbound);
         let started = Instant::now();
-        let result = mind.provider.complete(&prompt).await;
+        // A message that meets a provider outage waits for the provider to come back; its
+        // room hears once per outage. Not the web API: its caller sees the wait itself.
+        let notice = RoomNotice {
+            agent: self,
+            inbound,
+        };
+        let notice = (platform != Platform::Web).then_some(&notice as &dyn OutageNotice);
+        let result = mind.provider.complete_or_wait(&prompt, notice).await;
         drop(typing);
         crate::metrics::model_call(
             &mind.provider.describe(),
