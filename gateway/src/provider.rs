@@ -672,14 +672,38 @@ struct Breaker {
     /// Bumped on every change of state, to wake the waiting calls.
     changed: watch::Sender<u64>,
     closing: CancellationToken,
+    /// Probes so far, in flight now, and the most in flight at once (unit tests).
+    #[cfg(test)]
+    probes_seen: std::sync::atomic::AtomicUsize,
+    #[cfg(test)]
+    probes_now: std::sync::atomic::AtomicUsize,
+    #[cfg(test)]
+    most_probes: std::sync::atomic::AtomicUsize,
 }
 
 /// Held by the probe; if the probe is dropped before its outcome is recorded, another call
 /// may probe.
 struct ProbeGuard<'a>(&'a Breaker);
 
+impl<'a> ProbeGuard<'a> {
+    fn new(breaker: &'a Breaker) -> Self {
+        #[cfg(test)]
+        {
+            use std::sync::atomic::Ordering::SeqCst;
+            breaker.probes_seen.fetch_add(1, SeqCst);
+            let now = breaker.probes_now.fetch_add(1, SeqCst) + 1;
+            breaker.most_probes.fetch_max(now, SeqCst);
+        }
+        ProbeGuard(breaker)
+    }
+}
+
 impl Drop for ProbeGuard<'_> {
     fn drop(&mut self) {
+        #[cfg(test)]
+        self.0
+            .probes_now
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         self.0.lock().probe_abandoned(Moment::now());
         self.0.bump();
     }
@@ -696,6 +720,12 @@ impl Breaker {
             settings,
             changed: watch::Sender::new(0),
             closing,
+            #[cfg(test)]
+            probes_seen: Default::default(),
+            #[cfg(test)]
+            probes_now: Default::default(),
+            #[cfg(test)]
+            most_probes: Default::default(),
         }
     }
 
@@ -742,7 +772,7 @@ impl Breaker {
                 Admit::Call => return Ok(None),
                 Admit::Probe => {
                     tracing::info!(provider = %self.label, "probing the model provider");
-                    return Ok(Some(ProbeGuard(self)));
+                    return Ok(Some(ProbeGuard::new(self)));
                 }
                 Admit::Wait { until, outage } => (until, outage),
             };
@@ -1111,7 +1141,10 @@ mod tests {
             settings,
             CancellationToken::new(),
         ));
-        let flaky = Flaky::failing(4);
+        // The provider is down when the calls come: the circuit is open, the next three
+        // probes fail.
+        breaker.record(|c| c.trip(Moment::now()));
+        let flaky = Flaky::failing(3);
         let notices = Arc::new(Notices(Mutex::default(), "ada/room".into()));
         let mut calls = tokio::task::JoinSet::new();
         for _ in 0..8 {
@@ -1129,9 +1162,21 @@ mod tests {
             assert_eq!(done.unwrap().unwrap().text, "back");
         }
         assert_eq!(notices.0.lock().unwrap().len(), 1, "one notice per room");
-        // The failures before the first open may overlap; every later attempt is either the
-        // lone probe or a call after the close.
-        assert!(flaky.attempts() >= 8 + 1);
+        // Four probes, one at a time, then the seven other calls once the circuit closed.
+        assert_eq!(flaky.attempts(), 4 + 7);
+        assert_eq!(
+            breaker
+                .probes_seen
+                .load(std::sync::atomic::Ordering::SeqCst),
+            3 + 1,
+            "three failed probes and the one that closed the circuit"
+        );
+        assert_eq!(
+            breaker
+                .most_probes
+                .load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
     }
 
     #[tokio::test]

@@ -26,6 +26,10 @@ use crate::provider::{ModelProvider, OutageNotice};
 use crate::storage::{HandledMessage, JournalId, JournalState, NewMemory, RecordedReply, Store};
 use decide::{Decision, decide};
 
+/// How long a message whose handling failed on storage waits for the database to come back
+/// before it is left pending for the next start.
+const STORAGE_WAIT: Duration = Duration::from_secs(120);
+
 /// How long the prompt waits for the platform's thread context.
 const THREAD_CONTEXT_WAIT: Duration = Duration::from_secs(5);
 
@@ -149,15 +153,33 @@ impl Agent {
         );
         let platform = inbound.platform();
         let outcome = async {
-            match self.process(journal_id, &inbound, redelivery).await {
-                Ok(outcome) => outcome,
-                Err(e) => {
-                    crate::metrics::error("storage");
-                    // A storage failure: the journal entry stays pending and is driven
-                    // again at the next start.
-                    tracing::error!(error = %e, "could not handle the message");
-                    Outcome::Failed {
-                        error: crate::provider::ProviderError::Upstream(format!("storage: {e}")),
+            let mut redelivery = redelivery;
+            let give_up_at = Instant::now() + STORAGE_WAIT;
+            // An error that is not an outage (a bad row) fails again with the database up:
+            // a few tries, not two minutes of them.
+            let mut tries_left = 5;
+            loop {
+                match self.process(journal_id, &inbound, redelivery).await {
+                    Ok(outcome) => break outcome,
+                    Err(e) => {
+                        crate::metrics::error("storage");
+                        // A storage failure (the database restarting, say): the message
+                        // waits, in its room's turn, until the database answers again, and
+                        // is handled anew; as a redelivery, so that one whose reply was
+                        // committed after all is not answered twice. Only when that takes
+                        // too long does the entry stay pending for the next start.
+                        tries_left -= 1;
+                        if tries_left > 0 && self.storage_is_back(give_up_at).await {
+                            tracing::warn!(error = %e, "could not handle the message; handling it again now that the database answers");
+                            redelivery = true;
+                            continue;
+                        }
+                        tracing::error!(error = %e, "could not handle the message");
+                        break Outcome::Failed {
+                            error: crate::provider::ProviderError::Upstream(format!(
+                                "storage: {e}"
+                            )),
+                        };
                     }
                 }
             }
@@ -174,6 +196,21 @@ impl Agent {
             },
         );
         self.waiters.complete(journal_id, &outcome);
+    }
+
+    /// Waits until the database answers a ping (true), or `give_up_at` passes (false).
+    async fn storage_is_back(&self, give_up_at: Instant) -> bool {
+        let mut pause = Duration::from_millis(100);
+        loop {
+            if Instant::now() >= give_up_at {
+                return false;
+            }
+            tokio::time::sleep(pause).await;
+            if self.store.ping().await.is_ok() {
+                return true;
+            }
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
     }
 
     async fn process(
