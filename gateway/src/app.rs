@@ -29,18 +29,23 @@ use tracing::Instrument;
 use troupe_connectors::Platform;
 use troupe_connectors::registry::{self, Built, ConnectorSettings, Receiving, Shard};
 
-/// Builds the model provider for a persona; `troupe bench` swaps in an instant one.
-pub type ProviderFactory = Arc<dyn Fn(&Persona, &Config) -> Arc<dyn ModelProvider> + Send + Sync>;
+/// Builds the model provider for a persona, with the app's circuit breakers; `troupe bench`
+/// swaps in an instant one.
+pub type ProviderFactory =
+    Arc<dyn Fn(&Persona, &Config, &provider::Breakers) -> Arc<dyn ModelProvider> + Send + Sync>;
 
 pub fn default_provider_factory() -> ProviderFactory {
-    Arc::new(|persona: &Persona, config: &Config| {
-        provider::for_persona(
-            persona,
-            &config.env,
-            config.agent.model_timeout,
-            config.agent.model_concurrency,
-        )
-    })
+    Arc::new(
+        |persona: &Persona, config: &Config, breakers: &provider::Breakers| {
+            provider::for_persona(
+                persona,
+                &config.env,
+                config.agent.model_timeout,
+                config.agent.model_concurrency,
+                breakers,
+            )
+        },
+    )
 }
 
 /// One bot account serves one persona: two personas with the same platform token would
@@ -79,6 +84,9 @@ pub struct App {
     limiter: RateLimiter,
     waiters: Waiters,
     providers: ProviderFactory,
+    /// One circuit breaker per provider account; closed at shutdown so no message waits on
+    /// a provider that is down while the app drains.
+    breakers: provider::Breakers,
     /// Stops one agent's platform connectors (on reload or removal).
     running: std::sync::Mutex<HashMap<String, CancellationToken>>,
     /// The parent of every connector's token, cancelled at shutdown.
@@ -149,6 +157,7 @@ impl App {
         let ingress = Ingress::new(store.clone(), bus, waiters.clone());
         let knowledge = Knowledge::from_settings(store.clone(), &config.knowledge);
         let elector = Elector::for_database(&config.database_url, config.replicas.leader_retry)?;
+        let breakers = provider::Breakers::new(config.provider.clone());
         let app = App {
             elector,
             limiter: RateLimiter::new(&config.limits),
@@ -162,6 +171,7 @@ impl App {
             knowledge,
             waiters,
             providers,
+            breakers,
             running: Default::default(),
             root: CancellationToken::new(),
             serving: Default::default(),
@@ -223,7 +233,7 @@ impl App {
         self.store.upsert_agent(&persona.id, &persona.name).await?;
         // The character's `knowledge` entries, before the persona answers anything.
         self.knowledge.load_character(&persona).await;
-        let provider = (self.providers)(&persona, &self.config);
+        let provider = (self.providers)(&persona, &self.config, &self.breakers);
         if let Some(reason) = provider.unavailable() {
             tracing::warn!(persona = %persona.id, "{reason}");
         }
@@ -473,6 +483,7 @@ impl App {
         });
 
         let ingress = self.ingress.clone();
+        let breakers = self.breakers.clone();
         let mut events = self
             .persona_events
             .take()
@@ -498,6 +509,7 @@ impl App {
 
         shutdown.cancelled().await;
         tracing::info!("shutting down: finishing the messages in hand");
+        breakers.close();
         ingress.bus().close().await;
         tasks.close();
         tasks.wait().await;

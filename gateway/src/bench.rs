@@ -93,7 +93,7 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
     let rooms = args.rooms.max(1);
     let per_room = args.messages.div_ceil(rooms);
 
-    let factory: crate::app::ProviderFactory = Arc::new(|_, _| {
+    let factory: crate::app::ProviderFactory = Arc::new(|_, _, _| {
         Arc::new(provider::Instant {
             text: "ok, noted.".into(),
         }) as Arc<dyn ModelProvider>

@@ -53,6 +53,8 @@ pub struct Config {
     pub otlp_endpoint: Option<String>,
     /// `OTEL_SERVICE_NAME`, default `troupe`.
     pub otel_service_name: String,
+    /// How model calls ride out a failing provider (issue 12, faults slice).
+    pub provider: ProviderSettings,
     /// The environment as it was at start, for persona secrets and provider keys.
     pub env: Env,
     // Issue 12, prompt slice: knowledge paths of character files.
@@ -61,6 +63,111 @@ pub struct Config {
     /// point into (absolute, through `..` or through a symlink). A `:`-separated list.
     pub knowledge_allow_paths: Vec<PathBuf>,
 }
+
+// --- issue 12, faults slice: provider retries and circuit breaker ---------------------------
+
+/// Retries, backoff and the circuit breaker of every model provider (see `provider.rs` and
+/// docs/architecture.md, "Faults").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSettings {
+    /// `TROUPE_PROVIDER_RETRIES`, default 2: further attempts of one call after a failure that
+    /// may pass (5xx, timeout, 429, connection refused), while the circuit is closed.
+    pub retries: u32,
+    /// `TROUPE_PROVIDER_BACKOFF_MS`, default 500: the wait before the first retry; it doubles
+    /// for each retry after it, with jitter (half of it random).
+    pub backoff: Duration,
+    /// `TROUPE_PROVIDER_BACKOFF_MAX_MS`, default 10000: the longest wait between two attempts,
+    /// also the cap on a 429's `retry-after`.
+    pub backoff_max: Duration,
+    /// `TROUPE_PROVIDER_BREAKER_FAILURES`, default 5: failures in a row (across every call to
+    /// one provider account) that open its circuit. A call that used up its retries opens it
+    /// too.
+    pub breaker_failures: u32,
+    /// `TROUPE_PROVIDER_BREAKER_COOLDOWN_MS`, default 10000: how long an open circuit stays
+    /// open before one call is let through as a probe.
+    pub breaker_cooldown: Duration,
+    /// `TROUPE_PROVIDER_OUTAGE_WAIT_SECS`, default 900: how long a message waits for its
+    /// provider to come back before it is marked failed (and driven again at the next start).
+    pub outage_wait: Duration,
+}
+
+impl Default for ProviderSettings {
+    fn default() -> Self {
+        ProviderSettings {
+            retries: 2,
+            backoff: Duration::from_millis(500),
+            backoff_max: Duration::from_millis(10_000),
+            breaker_failures: 5,
+            breaker_cooldown: Duration::from_millis(10_000),
+            outage_wait: Duration::from_secs(900),
+        }
+    }
+}
+
+/// The `troupe.toml` keys of the block above.
+#[derive(Clone, Copy)]
+struct ProviderFile {
+    provider_retries: Option<u32>,
+    provider_backoff_ms: Option<u64>,
+    provider_backoff_max_ms: Option<u64>,
+    provider_breaker_failures: Option<u32>,
+    provider_breaker_cooldown_ms: Option<u64>,
+    provider_outage_wait_secs: Option<u64>,
+}
+
+fn provider_settings(
+    layered: &Layered<'_>,
+    file: ProviderFile,
+) -> anyhow::Result<ProviderSettings> {
+    let d = ProviderSettings::default();
+    let ms = |var: &str, file: Option<u64>, default: Duration| -> anyhow::Result<Duration> {
+        Ok(Duration::from_millis(layered.parse(
+            var,
+            file,
+            default.as_millis() as u64,
+        )?))
+    };
+    let settings = ProviderSettings {
+        retries: layered.parse("TROUPE_PROVIDER_RETRIES", file.provider_retries, d.retries)?,
+        backoff: ms(
+            "TROUPE_PROVIDER_BACKOFF_MS",
+            file.provider_backoff_ms,
+            d.backoff,
+        )?,
+        backoff_max: ms(
+            "TROUPE_PROVIDER_BACKOFF_MAX_MS",
+            file.provider_backoff_max_ms,
+            d.backoff_max,
+        )?,
+        breaker_failures: layered
+            .parse(
+                "TROUPE_PROVIDER_BREAKER_FAILURES",
+                file.provider_breaker_failures,
+                d.breaker_failures,
+            )?
+            .max(1),
+        breaker_cooldown: ms(
+            "TROUPE_PROVIDER_BREAKER_COOLDOWN_MS",
+            file.provider_breaker_cooldown_ms,
+            d.breaker_cooldown,
+        )?,
+        outage_wait: Duration::from_secs(layered.parse(
+            "TROUPE_PROVIDER_OUTAGE_WAIT_SECS",
+            file.provider_outage_wait_secs,
+            d.outage_wait.as_secs(),
+        )?),
+    };
+    if settings.backoff > settings.backoff_max {
+        bail!(
+            "TROUPE_PROVIDER_BACKOFF_MS ({:?}) must not exceed TROUPE_PROVIDER_BACKOFF_MAX_MS ({:?})",
+            settings.backoff,
+            settings.backoff_max
+        );
+    }
+    Ok(settings)
+}
+
+// --- end of the faults slice ----------------------------------------------------------------
 
 /// Inbound rate limits. A value of 0 disables that limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -535,6 +642,13 @@ struct FileConfig {
     extract_timeout_secs: Option<u64>,
     extract_memory_mb: Option<u64>,
     extract_workers: Option<usize>,
+    // issue 12, faults slice
+    provider_retries: Option<u32>,
+    provider_backoff_ms: Option<u64>,
+    provider_backoff_max_ms: Option<u64>,
+    provider_breaker_failures: Option<u32>,
+    provider_breaker_cooldown_ms: Option<u64>,
+    provider_outage_wait_secs: Option<u64>,
 }
 
 impl Config {
@@ -645,6 +759,17 @@ impl Config {
                 file.extract_workers,
             ),
         )?;
+        let provider = provider_settings(
+            &layered,
+            ProviderFile {
+                provider_retries: file.provider_retries,
+                provider_backoff_ms: file.provider_backoff_ms,
+                provider_backoff_max_ms: file.provider_backoff_max_ms,
+                provider_breaker_failures: file.provider_breaker_failures,
+                provider_breaker_cooldown_ms: file.provider_breaker_cooldown_ms,
+                provider_outage_wait_secs: file.provider_outage_wait_secs,
+            },
+        )?;
         let replicas = ReplicaSettings {
             leader_retry: Duration::from_secs(
                 layered
@@ -732,6 +857,7 @@ impl Config {
             agent,
             knowledge,
             replicas,
+            provider,
             otlp_endpoint: env
                 .get("OTEL_EXPORTER_OTLP_ENDPOINT")
                 .filter(|v| !v.trim().is_empty())
@@ -1147,6 +1273,26 @@ mod tests {
         // Empty is unset, as compose passes it.
         let c = Config::from_env(env(&[("TROUPE_API_TOKEN", "")])).unwrap();
         assert!(c.api_token.is_none());
+    fn provider_settings_default_and_are_checked() {
+        let c = Config::for_test();
+        assert_eq!(c.provider, ProviderSettings::default());
+        let c = Config::from_env(env(&[
+            ("TROUPE_PROVIDER_RETRIES", "0"),
+            ("TROUPE_PROVIDER_BACKOFF_MS", "20"),
+            ("TROUPE_PROVIDER_BREAKER_COOLDOWN_MS", "300"),
+            ("TROUPE_PROVIDER_BREAKER_FAILURES", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(c.provider.retries, 0);
+        assert_eq!(c.provider.backoff, Duration::from_millis(20));
+        assert_eq!(c.provider.breaker_cooldown, Duration::from_millis(300));
+        // Zero failures would never let a call through: one is the least.
+        assert_eq!(c.provider.breaker_failures, 1);
+        let err = Config::from_env(env(&[("TROUPE_PROVIDER_BACKOFF_MS", "20000")])).unwrap_err();
+        assert!(
+            err.to_string().contains("TROUPE_PROVIDER_BACKOFF_MAX_MS"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -12,12 +12,14 @@
 //! - [`app`]: [`TestApp`], the `troupe run` child process on a fresh data dir and a fresh
 //!   SQLite file or Postgres database, with port discovery, restart and log capture.
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
+//! - [`services`]: private Postgres and NATS servers that a fault test may restart.
 
 pub mod app;
 pub mod fake_discord;
 pub mod fake_neynar;
 pub mod fake_openai;
 pub mod fake_telegram;
+pub mod services;
 
 pub use app::{
     Backend, TestApp, TestAppOptions, eventually, json_contains_text, persona_json, troupe_bin,
@@ -25,6 +27,7 @@ pub use app::{
 pub use fake_openai::{
     ChatMessage, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, Outcome, Script,
 };
+pub use services::{PrivateNats, PrivatePostgres};
 
 /// The elizaOS character fixtures: `TROUPE_FIXTURES_DIR`, or `shared/fixtures/characters`
 /// beside the repository. `None` (with a note) outside CI when they are absent; in CI their

@@ -22,11 +22,15 @@ use crate::ingress::{Outcome, Waiters};
 use crate::limits::{RateLimiter, Verdict};
 use crate::outbox::Outbox;
 use crate::persona::{self, HistoryLine, Persona, PromptInput};
-use crate::provider::ModelProvider;
+use crate::provider::{ModelProvider, OutageNotice};
 use crate::storage::{
     Attempt, HandledMessage, JournalId, JournalState, NewMemory, RecordedReply, Store,
 };
 use decide::{Decision, decide};
+
+/// How long a message whose handling failed on storage waits for the database to come back
+/// before it is left pending for the next start.
+const STORAGE_WAIT: Duration = Duration::from_secs(120);
 
 /// How long the prompt waits for the platform's thread context.
 const THREAD_CONTEXT_WAIT: Duration = Duration::from_secs(5);
@@ -42,6 +46,47 @@ const GAVE_UP: &str =
 /// A room that got the give-up apology gets no other for this long: a burst of poison
 /// messages (or several replicas giving up) says sorry once.
 const APOLOGY_QUIET_MS: i64 = 60 * 60 * 1000;
+/// The notice a room gets, once per outage, when its message waits for a model provider
+/// that is down (issue 12, faults).
+const MODEL_DOWN: &str = "I'm having trouble reaching my model; I'll answer as soon as it's back.";
+
+/// How long sending that notice may take before it is given up.
+const NOTICE_WAIT: Duration = Duration::from_secs(10);
+
+/// Tells a waiting message's room that the model is unreachable. The notice goes straight
+/// to the connector, not through the outbox: it is not the message's reply, it is not
+/// remembered in the room, and a lost one is only logged.
+struct RoomNotice<'a> {
+    agent: &'a Agent,
+    inbound: &'a Inbound,
+}
+
+#[async_trait::async_trait]
+impl OutageNotice for RoomNotice<'_> {
+    fn key(&self) -> String {
+        format!("{}\u{1f}{}", self.agent.id, self.inbound.room.key())
+    }
+
+    async fn send(&self) {
+        let platform = self.inbound.platform();
+        let Some(connector) = self.agent.outbox.connectors().get(&self.agent.id, platform) else {
+            return;
+        };
+        let notice = Outbound {
+            key: format!("{}:model-down:{}", self.agent.id, self.inbound.id),
+            room: self.inbound.room.clone(),
+            text: MODEL_DOWN.to_string(),
+            reply_to: Some(self.inbound.id.clone()),
+        };
+        match tokio::time::timeout(NOTICE_WAIT, connector.send(&notice)).await {
+            Ok(Ok(_)) => tracing::info!("told the room the model is unreachable"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not tell the room the model is unreachable")
+            }
+            Err(_) => tracing::warn!("telling the room the model is unreachable took too long"),
+        }
+    }
+}
 
 /// What a persona runs with; swapped whole on reload.
 pub struct Mind {
@@ -118,15 +163,33 @@ impl Agent {
         );
         let platform = inbound.platform();
         let outcome = async {
-            match self.process(journal_id, &inbound, redelivery).await {
-                Ok(outcome) => outcome,
-                Err(e) => {
-                    crate::metrics::error("storage");
-                    // A storage failure: the journal entry stays pending and is driven
-                    // again at the next start.
-                    tracing::error!(error = %e, "could not handle the message");
-                    Outcome::Failed {
-                        error: crate::provider::ProviderError::Upstream(format!("storage: {e}")),
+            let mut redelivery = redelivery;
+            let give_up_at = Instant::now() + STORAGE_WAIT;
+            // An error that is not an outage (a bad row) fails again with the database up:
+            // a few tries, not two minutes of them.
+            let mut tries_left = 5;
+            loop {
+                match self.process(journal_id, &inbound, redelivery).await {
+                    Ok(outcome) => break outcome,
+                    Err(e) => {
+                        crate::metrics::error("storage");
+                        // A storage failure (the database restarting, say): the message
+                        // waits, in its room's turn, until the database answers again, and
+                        // is handled anew; as a redelivery, so that one whose reply was
+                        // committed after all is not answered twice. Only when that takes
+                        // too long does the entry stay pending for the next start.
+                        tries_left -= 1;
+                        if tries_left > 0 && self.storage_is_back(give_up_at).await {
+                            tracing::warn!(error = %e, "could not handle the message; handling it again now that the database answers");
+                            redelivery = true;
+                            continue;
+                        }
+                        tracing::error!(error = %e, "could not handle the message");
+                        break Outcome::Failed {
+                            error: crate::provider::ProviderError::Upstream(format!(
+                                "storage: {e}"
+                            )),
+                        };
                     }
                 }
             }
@@ -144,6 +207,21 @@ impl Agent {
             },
         );
         self.waiters.complete(journal_id, &outcome);
+    }
+
+    /// Waits until the database answers a ping (true), or `give_up_at` passes (false).
+    async fn storage_is_back(&self, give_up_at: Instant) -> bool {
+        let mut pause = Duration::from_millis(100);
+        loop {
+            if Instant::now() >= give_up_at {
+                return false;
+            }
+            tokio::time::sleep(pause).await;
+            if self.store.ping().await.is_ok() {
+                return true;
+            }
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
     }
 
     async fn process(
@@ -281,7 +359,14 @@ impl Agent {
 
         let typing = self.keep_typing(inbound);
         let started = Instant::now();
-        let result = mind.provider.complete(&prompt).await;
+        // A message that meets a provider outage waits for the provider to come back; its
+        // room hears once per outage. Not the web API: its caller sees the wait itself.
+        let notice = RoomNotice {
+            agent: self,
+            inbound,
+        };
+        let notice = (platform != Platform::Web).then_some(&notice as &dyn OutageNotice);
+        let result = mind.provider.complete_or_wait(&prompt, notice).await;
         drop(typing);
         crate::metrics::model_call(
             &mind.provider.describe(),
