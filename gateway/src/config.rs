@@ -669,7 +669,7 @@ impl Config {
             None => FileConfig::default(),
         };
         let layered = Layered { env: &env };
-        let knowledge_allow_paths = knowledge_allow_paths(&env, file.knowledge_allow_paths)?;
+        let knowledge_allow_paths = knowledge_allow_paths(&env, file.knowledge_allow_paths.take())?;
         let (api_token, http, fetch) = edge_settings(&env, &layered, &mut file)?;
 
         let http_addr = layered
@@ -1273,6 +1273,9 @@ mod tests {
         // Empty is unset, as compose passes it.
         let c = Config::from_env(env(&[("TROUPE_API_TOKEN", "")])).unwrap();
         assert!(c.api_token.is_none());
+    }
+
+    #[test]
     fn provider_settings_default_and_are_checked() {
         let c = Config::for_test();
         assert_eq!(c.provider, ProviderSettings::default());
@@ -1324,6 +1327,8 @@ mod tests {
             err.to_string().contains("TROUPE_KNOWLEDGE_ALLOW_PATHS"),
             "{err}"
         );
+    }
+
     // issue 12, sandboxed extraction
     #[test]
     fn extract_settings_have_defaults_and_are_checked() {
