@@ -22,6 +22,14 @@ mod chunk;
 mod embed;
 mod extract;
 
+/// Extraction and chunking, for `crate::fuzzing` (the fuzz targets and their corpus replay)
+/// only.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz {
+    pub(crate) use super::chunk::chunk;
+    pub(crate) use super::extract::{Format, detect, extract};
+}
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
