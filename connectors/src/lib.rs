@@ -12,6 +12,8 @@
 //! - `farcaster` (feature `farcaster`, on by default): Farcaster over Neynar's v2 API,
 //!   polling notifications or taking signed webhooks, posting replies as chained casts.
 //! - [`telegram`] (feature `telegram`, on by default): the Telegram Bot API connector.
+//! - `fuzzing` (feature `fuzzing`, hidden): byte-level entry points for the fuzz targets in
+//!   `fuzz/`; not an API.
 //!
 //! A connector depends on nothing in the gateway: it receives an `InboundSink` and a
 //! shutdown token, and it never learns who consumes its messages.
@@ -21,6 +23,10 @@ pub mod connector;
 pub mod discord;
 #[cfg(feature = "farcaster")]
 pub mod farcaster;
+#[cfg(all(feature = "discord", feature = "farcaster", feature = "telegram"))]
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod model;
 pub mod registry;
 pub mod split;

@@ -23,6 +23,8 @@
 //! - [`metrics`]: the Prometheus series behind `GET /metrics`.
 //! - [`http`]: the HTTP API.
 //! - [`web`]: the HTTP API seen as a connector.
+//! - `fuzzing` (feature `fuzzing`, hidden): byte-level entry points for the fuzz targets in
+//!   `fuzz/`; not an API.
 
 pub mod agent;
 pub mod app;
@@ -34,6 +36,9 @@ pub mod cli;
 mod clock;
 pub mod config;
 pub mod fetch;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod ingress;
 pub mod knowledge;

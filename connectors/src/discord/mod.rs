@@ -18,6 +18,13 @@ mod send;
 mod split;
 mod wire;
 
+/// The normalizer, for `crate::fuzzing` (the fuzz targets and their corpus replay) only.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz {
+    pub(crate) use super::normalize::{Place, parse, to_inbound};
+    pub(crate) use super::wire::Snowflake;
+}
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

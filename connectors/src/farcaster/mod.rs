@@ -24,6 +24,17 @@ mod publish;
 mod webhook;
 mod wire;
 
+/// The normalizer and readers, for `crate::fuzzing` (the fuzz targets and their corpus
+/// replay) only.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz {
+    pub(crate) use super::config::Fid;
+    pub(crate) use super::normalize::{Hint, to_inbound};
+    pub(crate) use super::poll::sift;
+    pub(crate) use super::webhook::{Event, decode};
+    pub(crate) use super::wire::{Cast, NotificationsPage};
+}
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -20,6 +20,12 @@ mod pace;
 mod receive;
 mod send;
 
+/// The normalizer, for `crate::fuzzing` (the fuzz targets and their corpus replay) only.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz {
+    pub(crate) use super::normalize::{BotIdentity, GroupPolicy, normalize};
+}
+
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};

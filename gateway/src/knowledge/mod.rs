@@ -26,8 +26,16 @@
 mod chunk;
 mod embed;
 mod extract;
-mod walk;
 mod sandbox;
+mod walk;
+
+/// Extraction and chunking, for `crate::fuzzing` (the fuzz targets and their corpus replay)
+/// only.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz {
+    pub(crate) use super::chunk::chunk;
+    pub(crate) use super::extract::{Format, detect, extract};
+}
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -42,10 +50,10 @@ use crate::storage::{NewDocument, ScoredChunk, StorageError, Store};
 pub use crate::config::{EmbeddingApi, EmbeddingSettings, ExtractSettings, KnowledgeSettings};
 pub use embed::Embedder;
 use extract::ExtractError;
-pub use walk::files_under;
 pub use sandbox::Input;
 pub use sandbox::worker_main;
 use sandbox::{Reader, Worker};
+pub use walk::files_under;
 
 /// Reciprocal rank fusion's constant, as in Cormack et al. (2009): it damps the weight of
 /// the very first ranks so that agreement between the two rankings counts most.
