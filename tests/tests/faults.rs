@@ -216,14 +216,14 @@ async fn a_sigkill_mid_burst_loses_nothing_and_answers_nothing_twice() {
     }
     let mut cast_ids = vec![neynar.mention(9_000, "skipper0", "@max cast 0: tide?")];
     until(&app, "the warm-up is answered", || async {
-        discord.sent_messages().len() >= DISCORD_CHANNELS as usize && neynar.published().len() >= 1
+        discord.sent_messages().len() >= DISCORD_CHANNELS as usize && !neynar.published().is_empty()
     })
     .await;
 
     // The burst.
     let mut telegram_ids = Vec::new();
     for round in 0..DISCORD_PER_CHANNEL.max(TELEGRAM_PER_CHAT) {
-        if round >= 1 && round < DISCORD_PER_CHANNEL {
+        if (1..DISCORD_PER_CHANNEL).contains(&round) {
             for c in 0..DISCORD_CHANNELS {
                 let who = Author::person(&format!("sailor{c}"));
                 let text = format!("discord c{c} m{round}: tide?");

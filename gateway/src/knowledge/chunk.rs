@@ -232,7 +232,7 @@ fn config(size: usize, overlap: usize) -> ChunkConfig<text_splitter::Characters>
         .unwrap_or_else(|_| ChunkConfig::new(size))
 }
 
-fn split<'t, S: ChunkSizer>(format: Format, text: &'t str, config: ChunkConfig<S>) -> Vec<&'t str> {
+fn split<S: ChunkSizer>(format: Format, text: &str, config: ChunkConfig<S>) -> Vec<&str> {
     match format {
         // HTML is extracted as light Markdown (see extract::html).
         Format::Markdown | Format::Html => MarkdownSplitter::new(config).chunks(text).collect(),
