@@ -72,8 +72,9 @@ pub trait ModelProvider: Send + Sync {
         None
     }
     async fn complete(&self, prompt: &Prompt) -> Result<Completion, ProviderError>;
-    /// `complete`, telling `notice` (once per outage and notice key) when the call has to
-    /// wait for the provider to come back. A provider without a breaker just completes.
+    /// `complete`, but with a room to tell: the call waits out an outage of its provider,
+    /// telling `notice` once per outage and notice key. Without a notice it fails as soon as
+    /// the circuit is open. A provider without a breaker just completes.
     async fn complete_or_wait(
         &self,
         prompt: &Prompt,
@@ -807,7 +808,15 @@ impl Breaker {
         Fut: std::future::Future<Output = Result<Completion, Failure>> + Send,
     {
         let s = &self.settings;
-        let give_up_at = Moment::now() + s.outage_wait;
+        // Only a call with someone to tell waits out an outage: a message from a platform
+        // room. A caller waiting on the line (the HTTP API, `troupe chat`) and background
+        // memory work get the provider's error once the retries are spent or the circuit is
+        // open; their message stays journaled, and a repost drives it again.
+        let give_up_at = if notice.is_some() {
+            Moment::now() + s.outage_wait
+        } else {
+            Moment::now()
+        };
         let mut retries_left = s.retries;
         let mut backoff = s.backoff;
         let mut last: Option<ProviderError> = None;
@@ -1180,6 +1189,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn without_a_room_to_tell_an_open_circuit_fails_at_once() {
+        let settings = ProviderSettings {
+            breaker_failures: 1,
+            breaker_cooldown: Duration::from_secs(3600),
+            ..fast_settings()
+        };
+        let breaker = Breaker::new("test".into(), settings, CancellationToken::new());
+        breaker.record(|c| c.trip(Moment::now()));
+        let result = tokio::time::timeout(
+            Duration::from_secs(10),
+            breaker.call(None, || async { Ok(completion("never")) }),
+        )
+        .await
+        .expect("an HTTP caller does not wait out an outage");
+        assert!(result.is_err(), "{result:?}");
+    }
+
+    #[tokio::test]
     async fn closing_ends_the_wait_for_an_open_circuit() {
         let settings = ProviderSettings {
             breaker_failures: 1,
@@ -1192,8 +1219,9 @@ mod tests {
         let waiting = {
             let breaker = breaker.clone();
             tokio::spawn(async move {
+                let notices = Notices::default();
                 breaker
-                    .call(None, || async { Ok(completion("never")) })
+                    .call(Some(&notices), || async { Ok(completion("never")) })
                     .await
             })
         };

@@ -181,38 +181,57 @@ fn display_name(user: &User) -> String {
 /// account, or a command aimed at it (`/help@username`).
 fn mentions(text: &str, entities: &[MessageEntity], me: &BotIdentity) -> bool {
     let username = me.username.as_deref().unwrap_or_default();
+    // One pass over the text maps every UTF-16 offset, however many entities there are: a
+    // walk per entity made a long message full of `@mentions` cost text × entities.
+    let index = Utf16Index::new(text);
     entities.iter().any(|e| match &e.kind {
         MessageEntityKind::TextMention { user } => user.id.0 == me.id,
-        MessageEntityKind::Mention => entity_text(text, e.offset, e.length)
+        MessageEntityKind::Mention => index
+            .entity_text(text, e.offset, e.length)
             .and_then(|t| t.strip_prefix('@'))
             .is_some_and(|name| !username.is_empty() && name.eq_ignore_ascii_case(username)),
-        MessageEntityKind::BotCommand => entity_text(text, e.offset, e.length)
+        MessageEntityKind::BotCommand => index
+            .entity_text(text, e.offset, e.length)
             .and_then(|t| t.split_once('@'))
             .is_some_and(|(_, name)| !username.is_empty() && name.eq_ignore_ascii_case(username)),
         _ => false,
     })
 }
 
-/// The part of `text` an entity covers. Entity offsets count UTF-16 code units; an entity
-/// that does not fit the text, or cuts a character in two, gives `None`.
-fn entity_text(text: &str, offset: usize, length: usize) -> Option<&str> {
-    let start = utf16_to_byte(text, offset)?;
-    let end = utf16_to_byte(text, offset.checked_add(length)?)?;
-    text.get(start..end)
+/// The byte offset of every character boundary of a text, by its UTF-16 offset. Entity
+/// offsets count UTF-16 code units.
+struct Utf16Index {
+    /// `(utf16 offset, byte offset)` of each boundary, ascending in both; the end included.
+    boundaries: Vec<(usize, usize)>,
 }
 
-fn utf16_to_byte(text: &str, position: usize) -> Option<usize> {
-    let mut units = 0usize;
-    for (byte, c) in text.char_indices() {
-        if units == position {
-            return Some(byte);
+impl Utf16Index {
+    fn new(text: &str) -> Self {
+        let mut boundaries = Vec::with_capacity(text.len() + 1);
+        let mut units = 0usize;
+        for (byte, c) in text.char_indices() {
+            boundaries.push((units, byte));
+            units += c.len_utf16();
         }
-        if units > position {
-            return None;
-        }
-        units += c.len_utf16();
+        boundaries.push((units, text.len()));
+        Utf16Index { boundaries }
     }
-    (units == position).then_some(text.len())
+
+    /// The byte offset at `position`, or `None` past the end or inside a character.
+    fn byte(&self, position: usize) -> Option<usize> {
+        self.boundaries
+            .binary_search_by_key(&position, |&(units, _)| units)
+            .ok()
+            .map(|i| self.boundaries[i].1)
+    }
+
+    /// The part of `text` an entity covers; `None` for one that does not fit the text, or
+    /// cuts a character in two.
+    fn entity_text<'t>(&self, text: &'t str, offset: usize, length: usize) -> Option<&'t str> {
+        let start = self.byte(offset)?;
+        let end = self.byte(offset.checked_add(length)?)?;
+        text.get(start..end)
+    }
 }
 
 /// Files on the message, recorded by name, type and size (not downloaded).
@@ -528,5 +547,36 @@ mod tests {
             normalize(&added(group(-77)), &me(), &open()),
             Event::Skip(_)
         ));
+    }
+}
+
+#[cfg(test)]
+mod utf16_tests {
+    use super::Utf16Index;
+
+    #[test]
+    fn offsets_count_utf16_units_and_never_cut_a_character() {
+        // "é" is one UTF-16 unit and two bytes, "😀" two units and four bytes.
+        let text = "é😀 @bot";
+        let index = Utf16Index::new(text);
+        assert_eq!(index.entity_text(text, 4, 4), Some("@bot"));
+        assert_eq!(index.entity_text(text, 0, 1), Some("é"));
+        assert_eq!(index.entity_text(text, 1, 2), Some("😀"));
+        // Inside the emoji's surrogate pair, past the end, and an overflowing length.
+        assert_eq!(index.entity_text(text, 2, 1), None);
+        assert_eq!(index.entity_text(text, 4, 5), None);
+        assert_eq!(index.entity_text(text, 1, usize::MAX), None);
+        assert_eq!(index.entity_text("", 0, 0), Some(""));
+    }
+
+    #[test]
+    fn many_entities_are_read_from_one_index() {
+        // The fuzzing finding: 1,000 mentions at the end of a long text. Each must still be
+        // read right; the index is built once for all of them.
+        let text = format!("{}{}", "é".repeat(4096), "@x".repeat(1000));
+        let index = Utf16Index::new(&text);
+        for i in 0..1000 {
+            assert_eq!(index.entity_text(&text, 4096 + 2 * i, 2), Some("@x"));
+        }
     }
 }
