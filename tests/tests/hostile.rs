@@ -240,7 +240,8 @@ async fn hostile_documents_get_an_answer_and_the_gateway_stays_up() {
             // Chat must stay answerable throughout: no rate limit in the way.
             .env("TROUPE_RATE_USER_PER_MIN", "0")
             .env("TROUPE_RATE_ROOM_PER_MIN", "0")
-            .env("TROUPE_RATE_AGENT_PER_MIN", "0"),
+            .env("TROUPE_RATE_AGENT_PER_MIN", "0")
+            .env("TROUPE_RATE_API_PER_MIN", "0"),
     )
     .await;
     let pid = app.pid().expect("the gateway runs");
