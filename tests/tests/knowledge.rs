@@ -54,37 +54,11 @@ async fn upload(
     content_type: &str,
     bytes: &[u8],
 ) -> (StatusCode, Value) {
-    let boundary = "troupe-e2e-7d1f0c";
-    let mut body: Vec<u8> = Vec::new();
-    if let Some(room) = room {
-        body.extend_from_slice(
-            format!(
-                "--{boundary}\r\nContent-Disposition: form-data; name=\"roomId\"\r\n\r\n{room}\r\n"
-            )
-            .as_bytes(),
-        );
+    let file = Part::File(file_name, content_type, bytes);
+    match room {
+        Some(room) => upload_parts(app, &[Part::Room(room), file]).await,
+        None => upload_parts(app, &[file]).await,
     }
-    body.extend_from_slice(
-        format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{file_name}\"\r\n\
-             Content-Type: {content_type}\r\n\r\n"
-        )
-        .as_bytes(),
-    );
-    body.extend_from_slice(bytes);
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let response = app
-        .client()
-        .post(app.url(&format!("/api/agents/{AGENT}/documents")))
-        .header(
-            reqwest::header::CONTENT_TYPE,
-            format!("multipart/form-data; boundary={boundary}"),
-        )
-        .body(body)
-        .send()
-        .await
-        .expect("POST documents");
-    read(response).await
 }
 
 /// One multipart field of [`upload_parts`].
