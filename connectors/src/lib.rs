@@ -38,7 +38,7 @@ pub use connector::{
     MemoryState, SinkError, WebhookRequest, WebhookResponse,
 };
 pub use model::{
-    Attachment, Inbound, MessageId, Outbound, Platform, ReplyTo, RoomId, RoomKey, RoomRef, UserId,
-    UserRef,
+    AgentId, Attachment, BadRoomKey, Inbound, MessageId, Outbound, Platform, ReplyTo, RoomId,
+    RoomKey, RoomRef, UserId, UserRef,
 };
 pub use registry::{Built, ConnectorSettings, Lookup};

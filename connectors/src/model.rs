@@ -93,6 +93,25 @@ macro_rules! id_newtype {
             }
         }
 
+        impl FromStr for $name {
+            type Err = std::convert::Infallible;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Ok(Self(s.to_string()))
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                Self(s.to_string())
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                Self(s)
+            }
+        }
+
         impl AsRef<str> for $name {
             fn as_ref(&self) -> &str {
                 &self.0
@@ -104,9 +123,62 @@ macro_rules! id_newtype {
                 f.write_str(&self.0)
             }
         }
+
+        #[cfg(feature = "sqlx")]
+        text_column!($name);
     };
 }
 
+/// Stores a type as a text column, in its `Display` form, read back through `FromStr` (a
+/// row that does not parse is a decode error, never a silently wrong key). Generic over the
+/// database, so one impl serves SQLite and Postgres.
+#[cfg(feature = "sqlx")]
+macro_rules! text_column {
+    ($name:ty) => {
+        impl<DB: sqlx::Database> sqlx::Type<DB> for $name
+        where
+            String: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <String as sqlx::Type<DB>>::type_info()
+            }
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <String as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'q, DB: sqlx::Database> sqlx::Encode<'q, DB> for $name
+        where
+            String: sqlx::Encode<'q, DB>,
+        {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <DB as sqlx::Database>::ArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <String as sqlx::Encode<'q, DB>>::encode(self.to_string(), buf)
+            }
+        }
+
+        impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for $name
+        where
+            String: sqlx::Decode<'r, DB>,
+        {
+            fn decode(
+                value: <DB as sqlx::Database>::ValueRef<'r>,
+            ) -> Result<Self, sqlx::error::BoxDynError> {
+                let text = <String as sqlx::Decode<'r, DB>>::decode(value)?;
+                Ok(text.parse::<$name>()?)
+            }
+        }
+    };
+}
+
+id_newtype!(
+    /// A persona, by the id troupe gives it (the character file's `id`, else its name made
+    /// into a slug). Every per-agent row, limit, metric and route is keyed by it; it is
+    /// parsed once, where a persona is loaded or a route names one, and is opaque after.
+    AgentId
+);
 id_newtype!(
     /// A room as the platform names it: a Discord channel or thread id, a Telegram chat id
     /// (with `:topic` for forum topics), a Farcaster thread's root hash, or an API room id.
@@ -124,7 +196,7 @@ id_newtype!(
 
 /// A room, unique across platforms: `platform:room`. This is the key of room memory and of
 /// per-room ordering on the bus.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RoomKey {
     pub platform: Platform,
     pub room: RoomId,
@@ -139,6 +211,70 @@ impl RoomKey {
 impl fmt::Display for RoomKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.platform, self.room)
+    }
+}
+
+/// Why a string is not a room key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadRoomKey {
+    #[error("a room must be 1 to {max} characters: `platform:room`, or a room of the HTTP API", max = RoomKey::MAX_LEN)]
+    Length,
+    #[error(
+        "`{0}` is not a room key: expected `platform:room` with platform one of discord, telegram, farcaster, web"
+    )]
+    Form(String),
+}
+
+impl RoomKey {
+    /// The longest room key a caller may name (the API's `roomId`, the CLI's `--room`).
+    pub const MAX_LEN: usize = 200;
+
+    /// A room as a person names it, in the API or the CLI: `platform:room`
+    /// (`telegram:-100123`), or a bare id for the Web platform (`r1` is `web:r1`), as
+    /// `POST /messages` uses it. Surrounding space is ignored.
+    pub fn parse_lenient(s: &str) -> Result<Self, BadRoomKey> {
+        let s = s.trim();
+        if s.is_empty() || s.len() > Self::MAX_LEN {
+            return Err(BadRoomKey::Length);
+        }
+        Ok(s.parse()
+            .unwrap_or_else(|_| RoomKey::new(Platform::Web, RoomId::new(s))))
+    }
+}
+
+/// The stored form, `platform:room`: the platform is the part before the first `:`, so a
+/// room id may hold colons itself (a Telegram forum topic is `telegram:-100123:7`).
+impl FromStr for RoomKey {
+    type Err = BadRoomKey;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (platform, room) = s
+            .split_once(':')
+            .ok_or_else(|| BadRoomKey::Form(s.to_string()))?;
+        let platform = platform
+            .parse::<Platform>()
+            .map_err(|_| BadRoomKey::Form(s.to_string()))?;
+        if room.is_empty() {
+            return Err(BadRoomKey::Form(s.to_string()));
+        }
+        Ok(RoomKey::new(platform, RoomId::new(room)))
+    }
+}
+
+#[cfg(feature = "sqlx")]
+text_column!(RoomKey);
+#[cfg(feature = "sqlx")]
+text_column!(Platform);
+
+impl Serialize for RoomKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for RoomKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -260,5 +396,34 @@ mod tests {
     fn room_key_displays_platform_and_room() {
         let key = RoomKey::new(Platform::Telegram, RoomId::new("-100:7"));
         assert_eq!(key.to_string(), "telegram:-100:7");
+    }
+
+    #[test]
+    fn room_key_parses_back_from_its_stored_form() {
+        let key = RoomKey::new(Platform::Telegram, RoomId::new("-100:7"));
+        assert_eq!(key.to_string().parse::<RoomKey>().unwrap(), key);
+        assert_eq!(
+            serde_json::from_value::<RoomKey>(serde_json::to_value(&key).unwrap()).unwrap(),
+            key
+        );
+        assert_eq!(serde_json::to_value(&key).unwrap(), "telegram:-100:7");
+        for bad in ["", "r1", "myspace:r1", "discord:"] {
+            assert!(bad.parse::<RoomKey>().is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn a_bare_room_is_a_web_room_where_people_name_rooms() {
+        assert_eq!(
+            RoomKey::parse_lenient(" r1 ").unwrap(),
+            RoomKey::new(Platform::Web, RoomId::new("r1"))
+        );
+        assert_eq!(
+            RoomKey::parse_lenient("discord:42").unwrap(),
+            RoomKey::new(Platform::Discord, RoomId::new("42"))
+        );
+        assert_eq!(RoomKey::parse_lenient("  "), Err(BadRoomKey::Length));
+        let long = "x".repeat(RoomKey::MAX_LEN + 1);
+        assert_eq!(RoomKey::parse_lenient(&long), Err(BadRoomKey::Length));
     }
 }
