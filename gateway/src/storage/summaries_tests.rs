@@ -5,36 +5,16 @@
 #![allow(clippy::disallowed_methods)] // tests pick their database from the environment
 
 use super::*;
-use std::future::Future;
 use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
-const AGENT: &str = "rosa";
+static AGENT: std::sync::LazyLock<AgentId> = std::sync::LazyLock::new(|| AgentId::new("rosa"));
 
-use super::tests::Kind;
-
-/// Runs `body` on a fresh database of `kind`, removed afterwards (see `tests::run`).
-async fn run<F, Fut>(kind: Kind, body: F)
-where
-    F: FnOnce(Store) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    super::tests::run(kind, |ctx| body(ctx.store)).await
+/// A room key, as stored.
+fn key(s: &str) -> RoomKey {
+    s.parse().expect("a room key")
 }
 
-macro_rules! on_both_backends {
-    ($($body:ident),* $(,)?) => {$(
-        mod $body {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::run(super::Kind::Sqlite, super::$body).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::run(super::Kind::Postgres, super::$body).await
-            }
-        }
-    )*};
-}
+use super::test_support::{Kind, on_both_backends, run_with_store as run};
 
 on_both_backends!(
     a_summary_only_moves_forward,
@@ -71,14 +51,14 @@ async fn say(
         mentions_self: false,
         sent_at_ms: 1_000,
     };
-    let JournalInsert::Inserted(jid) = store.journal_insert(AGENT, &msg).await.unwrap() else {
+    let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("{id} was already journaled")
     };
     let key = msg.room.key();
     let reply = reply.then(|| {
         (
             NewMemory {
-                author_id: AGENT,
+                author_id: &AGENT,
                 author_name: "Rosa",
                 text: "noted",
                 from_agent: true,
@@ -95,7 +75,7 @@ async fn say(
     store
         .record_handled(HandledMessage {
             journal_id: jid,
-            agent_id: AGENT,
+            agent_id: &AGENT,
             room: &key,
             room_name: None,
             inbound: NewMemory {
@@ -110,7 +90,7 @@ async fn say(
         .await
         .unwrap();
     let recent = store
-        .recent_messages(AGENT, &key.to_string(), 2)
+        .recent_messages(&AGENT, &key.to_string(), 2)
         .await
         .unwrap();
     recent
@@ -122,7 +102,7 @@ async fn say(
 
 fn who<'a>(platform: &'a str, user_id: &'a str) -> FactSubject<'a> {
     FactSubject {
-        agent_id: AGENT,
+        agent_id: &AGENT,
         platform,
         user_id,
     }
@@ -143,14 +123,14 @@ fn strings(items: &[&str]) -> Vec<String> {
 }
 
 async fn a_summary_only_moves_forward(store: Store) {
-    assert_eq!(store.room_summary(AGENT, "web:r1").await.unwrap(), None);
+    assert_eq!(store.room_summary(&AGENT, &key("web:r1")).await.unwrap(), None);
     assert!(
         store
-            .put_room_summary(AGENT, "web:r1", "first", 5, 10)
+            .put_room_summary(&AGENT, &key("web:r1"), "first", 5, 10)
             .await
             .unwrap()
     );
-    let got = store.room_summary(AGENT, "web:r1").await.unwrap().unwrap();
+    let got = store.room_summary(&AGENT, &key("web:r1")).await.unwrap().unwrap();
     assert_eq!(
         got,
         ConversationSummary {
@@ -163,28 +143,28 @@ async fn a_summary_only_moves_forward(store: Store) {
     for through in [3, 5] {
         assert!(
             !store
-                .put_room_summary(AGENT, "web:r1", "stale", through, 20)
+                .put_room_summary(&AGENT, &key("web:r1"), "stale", through, 20)
                 .await
                 .unwrap()
         );
     }
     assert_eq!(
-        store.room_summary(AGENT, "web:r1").await.unwrap().unwrap(),
+        store.room_summary(&AGENT, &key("web:r1")).await.unwrap().unwrap(),
         got
     );
     assert!(
         store
-            .put_room_summary(AGENT, "web:r1", "second", 9, 30)
+            .put_room_summary(&AGENT, &key("web:r1"), "second", 9, 30)
             .await
             .unwrap()
     );
-    let got = store.room_summary(AGENT, "web:r1").await.unwrap().unwrap();
+    let got = store.room_summary(&AGENT, &key("web:r1")).await.unwrap().unwrap();
     assert_eq!(
         (got.summary.as_str(), got.through_message_id),
         ("second", 9)
     );
     // Per room and per agent.
-    assert_eq!(store.room_summary(AGENT, "web:r2").await.unwrap(), None);
+    assert_eq!(store.room_summary(&AGENT, &key("web:r2")).await.unwrap(), None);
     assert_eq!(store.room_summary("other", "web:r1").await.unwrap(), None);
 }
 
@@ -205,20 +185,20 @@ async fn room_messages_after_a_position(store: Store) {
     // Five exchanges: ten messages in r1.
     assert_eq!(
         store
-            .count_room_messages_after(AGENT, "web:r1", 0)
+            .count_room_messages_after(&AGENT, &key("web:r1"), 0)
             .await
             .unwrap(),
         10
     );
     assert_eq!(
         store
-            .count_room_messages_after(AGENT, "web:r1", ids[2])
+            .count_room_messages_after(&AGENT, &key("web:r1"), ids[2])
             .await
             .unwrap(),
         5
     );
     let page = store
-        .room_messages_after(AGENT, "web:r1", ids[1], 3)
+        .room_messages_after(&AGENT, &key("web:r1"), ids[1], 3)
         .await
         .unwrap();
     let texts: Vec<&str> = page.iter().map(|m| m.text.as_str()).collect();
@@ -226,7 +206,7 @@ async fn room_messages_after_a_position(store: Store) {
     assert!(page.windows(2).all(|w| w[0].id < w[1].id));
     assert!(
         store
-            .room_messages_after(AGENT, "web:r1", ids[4] + 1, 10)
+            .room_messages_after(&AGENT, &key("web:r1"), ids[4] + 1, 10)
             .await
             .unwrap()
             .is_empty()
@@ -357,7 +337,7 @@ async fn a_rooms_facts_are_about_its_users(store: Store) {
         );
     }
     // r1 only heard from sam: only sam's facts, learned in r2, with sam's name.
-    let r1 = store.room_user_facts(AGENT, "web", "web:r1").await.unwrap();
+    let r1 = store.room_user_facts(&AGENT, &key("web:r1")).await.unwrap();
     assert_eq!(
         r1,
         [RoomUserFact {
@@ -368,12 +348,12 @@ async fn a_rooms_facts_are_about_its_users(store: Store) {
             created_at_ms: 100,
         }]
     );
-    let r2 = store.room_user_facts(AGENT, "web", "web:r2").await.unwrap();
+    let r2 = store.room_user_facts(&AGENT, &key("web:r2")).await.unwrap();
     let users: Vec<&str> = r2.iter().map(|f| f.user_id.as_str()).collect();
     assert_eq!(users, ["ann", "sam"]);
     assert!(
         store
-            .room_user_facts(AGENT, "web", "web:empty")
+            .room_user_facts(&AGENT, &key("web:empty"))
             .await
             .unwrap()
             .is_empty()
