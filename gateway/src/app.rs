@@ -26,8 +26,8 @@ use crate::provider::{self, ModelProvider};
 use crate::storage::Store;
 use crate::web::WebConnector;
 use tracing::Instrument;
-use troupe_connectors::{AgentId, Platform};
 use troupe_connectors::registry::{self, Built, ConnectorSettings, Receiving, Shard};
+use troupe_connectors::{AgentId, Platform};
 
 /// Builds the model provider for a persona, with the app's circuit breakers; `troupe bench`
 /// swaps in an instant one.
@@ -538,7 +538,12 @@ impl troupe_connectors::ConnectorState for StoredState {
 
     async fn put(&self, key: &str, value: &str) -> Result<(), troupe_connectors::SinkError> {
         self.store
-            .connector_state_put(&AgentId::new(self.agent_id.clone()), self.platform, key, value)
+            .connector_state_put(
+                &AgentId::new(self.agent_id.clone()),
+                self.platform,
+                key,
+                value,
+            )
             .await
             .map_err(|e| troupe_connectors::SinkError(e.to_string()))
     }

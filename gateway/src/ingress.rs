@@ -430,8 +430,14 @@ impl Ingress {
                 continue;
             }
             let attempt = entry.attempts.max(0) as u32;
-            self.publish(entry.id, entry.agent_id.as_str(), entry.inbound, true, attempt)
-                .await?;
+            self.publish(
+                entry.id,
+                entry.agent_id.as_str(),
+                entry.inbound,
+                true,
+                attempt,
+            )
+            .await?;
             published += 1;
         }
         Ok(published)

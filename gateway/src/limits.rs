@@ -283,13 +283,19 @@ mod tests {
         });
         assert!(rl.check_background(&"a".into()));
         assert!(rl.check_background(&"a".into()));
-        assert!(!rl.check_background(&"a".into()), "over the background share");
+        assert!(
+            !rl.check_background(&"a".into()),
+            "over the background share"
+        );
         // They were counted against the agent: six answers remain of eight.
         for _ in 0..6 {
             assert_eq!(check(&rl, "a", "r", "u"), Verdict::Allowed);
         }
         assert!(matches!(check(&rl, "a", "r", "u"), Verdict::Limited { .. }));
-        assert!(rl.check_background(&"b".into()), "another agent has its own share");
+        assert!(
+            rl.check_background(&"b".into()),
+            "another agent has its own share"
+        );
         assert!(RateLimiter::new(&limits(0, 0)).check_background(&"a".into()));
     }
 

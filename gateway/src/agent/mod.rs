@@ -278,8 +278,7 @@ impl Agent {
         }
 
         if let Verdict::Limited { scope, notice } =
-            self.limiter
-                .check(&self.id, &room_key, &inbound.author.id)
+            self.limiter.check(&self.id, &room_key, &inbound.author.id)
         {
             tracing::info!(scope = scope.as_str(), notice, "rate limited");
             if notice && platform != Platform::Web {

@@ -20,9 +20,7 @@ use clap::Args;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use troupe_connectors::{
-    AgentId, Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef,
-};
+use troupe_connectors::{AgentId, Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
 use crate::app::App;
 use crate::config::Config;
@@ -262,7 +260,6 @@ async fn converse_many(
     }
     Ok(latencies)
 }
-
 
 fn message(run_id: &str, room: usize, n: usize) -> Inbound {
     let room = if room == usize::MAX {

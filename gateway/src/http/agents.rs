@@ -22,7 +22,12 @@ use crate::provider::ProviderError;
 
 fn find(state: &AppState, agent: &str) -> Result<Arc<Agent>, ApiError> {
     state.agents.find(agent).ok_or_else(|| {
-        let known: Vec<String> = state.agents.all().iter().map(|a| a.id.to_string()).collect();
+        let known: Vec<String> = state
+            .agents
+            .all()
+            .iter()
+            .map(|a| a.id.to_string())
+            .collect();
         ApiError::not_found(format!(
             "no persona with id or name `{agent}`; loaded: {}",
             if known.is_empty() {
@@ -137,7 +142,11 @@ pub async fn post_message(
 
     // The model has its own deadline; this one only guards against a lost outcome.
     let deadline = state.config.agent.model_timeout + Duration::from_secs(30);
-    let answer = match state.ingress.converse(agent.id.as_str(), inbound, deadline).await {
+    let answer = match state
+        .ingress
+        .converse(agent.id.as_str(), inbound, deadline)
+        .await
+    {
         Ok(answer) => answer,
         Err(ConverseError::NoAnswerInTime) => {
             return Err(ApiError::new(
@@ -232,10 +241,7 @@ pub async fn memories(
     let messages = state.store.recent_messages(&agent.id, &room, limit).await?;
     // What the agent remembers beyond the recent messages (docs/memory.md).
     let summary = state.store.room_summary(&agent.id, &room).await?;
-    let facts = state
-        .store
-        .room_user_facts(&agent.id, &room)
-        .await?;
+    let facts = state.store.room_user_facts(&agent.id, &room).await?;
     Ok(Json(json!({
         "room": key,
         "messages": messages,

@@ -669,7 +669,11 @@ impl Knowledge {
     }
 
     /// Deletes a document, its chunks and its vectors.
-    pub async fn delete(&self, agent_id: &AgentId, document_id: &str) -> Result<(), KnowledgeError> {
+    pub async fn delete(
+        &self,
+        agent_id: &AgentId,
+        document_id: &str,
+    ) -> Result<(), KnowledgeError> {
         if self
             .inner
             .store

@@ -165,4 +165,3 @@ fn token_error(
         }
     }
 }
-

@@ -10,8 +10,23 @@ use crate::knowledge::{Knowledge, KnowledgeError, KnowledgeSettings, Origin};
 
 static AGENT: std::sync::LazyLock<AgentId> = std::sync::LazyLock::new(|| AgentId::new("ada"));
 
+/// A chunk's vector for `AGENT`, scoped to the room key `room` (or agent-wide).
+fn embedding(chunk: &str, room: Option<&str>, vector: Vec<u8>) -> NewEmbedding {
+    NewEmbedding {
+        chunk_id: chunk.to_string(),
+        agent_id: AGENT.clone(),
+        scope: room.map_or(Scope::AGENT, scope),
+        vector,
+    }
+}
+
+/// One room's scope.
+fn scope(room: &str) -> Scope {
+    Scope::new(Some(&key_of(room)))
+}
+
 /// A room key, as stored.
-fn key(s: &str) -> RoomKey {
+fn key_of(s: &str) -> RoomKey {
     s.parse().expect("a room key")
 }
 
@@ -47,7 +62,7 @@ async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
         .unwrap();
     k.ingest(
         &AGENT,
-        Some(&key("web:r1")),
+        Some(&key_of("web:r1")),
         "r1.txt",
         None,
         text("Skye").as_bytes(),
@@ -56,30 +71,39 @@ async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
     .unwrap();
     k.ingest(
         &AGENT,
-        Some(&key("web:r2")),
+        Some(&key_of("web:r2")),
         "r2.txt",
         None,
         text("Mull").as_bytes(),
     )
     .await
     .unwrap();
-    k.ingest("bob", None, "bob.txt", None, text("Iona").as_bytes())
-        .await
-        .unwrap();
+    k.ingest(
+        &AgentId::new("bob"),
+        None,
+        "bob.txt",
+        None,
+        text("Iona").as_bytes(),
+    )
+    .await
+    .unwrap();
 
     let in_r1 = k
-        .search(&AGENT, Some(&key("web:r1")), "ferry pier", 10)
+        .search(&AGENT, Some(&key_of("web:r1")), "ferry pier", 10)
         .await
         .unwrap();
     assert_eq!(sources(&in_r1), vec!["all.txt", "r1.txt"]);
     let in_r2 = k
-        .search(&AGENT, Some(&key("web:r2")), "ferry pier", 10)
+        .search(&AGENT, Some(&key_of("web:r2")), "ferry pier", 10)
         .await
         .unwrap();
     assert_eq!(sources(&in_r2), vec!["all.txt", "r2.txt"]);
     let agent_only = k.search(&AGENT, None, "ferry pier", 10).await.unwrap();
     assert_eq!(sources(&agent_only), vec!["all.txt"]);
-    let bob = k.search("bob", Some("web:r1"), "ferry", 10).await.unwrap();
+    let bob = k
+        .search(&AgentId::new("bob"), Some(&key_of("web:r1")), "ferry", 10)
+        .await
+        .unwrap();
     assert_eq!(sources(&bob), vec!["bob.txt"]);
     // Words that match nothing, and a query of only punctuation, find nothing.
     assert!(
@@ -107,9 +131,12 @@ async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
 
     let listed = k.documents(&AGENT, None).await.unwrap();
     assert_eq!(listed.len(), 3);
-    let r1_only = k.documents(&AGENT, Some(Some("web:r1"))).await.unwrap();
+    let r1_only = k
+        .documents(&AGENT, Some(Some(&key_of("web:r1"))))
+        .await
+        .unwrap();
     assert_eq!(r1_only.len(), 1);
-    assert_eq!(r1_only[0].room_id.as_deref(), Some("web:r1"));
+    assert_eq!(r1_only[0].room_id, Some(key_of("web:r1")));
     let wide = k.documents(&AGENT, Some(None)).await.unwrap();
     assert_eq!(wide.len(), 1);
     assert_eq!(wide[0].room_id, None);
@@ -130,7 +157,7 @@ async fn identical_content_is_stored_once_per_scope(store: Store) {
     assert_eq!(again.chunks, 1);
     // Another scope is another document.
     let room = k
-        .ingest(&AGENT, Some(&key("web:r1")), "a.txt", None, body)
+        .ingest(&AGENT, Some(&key_of("web:r1")), "a.txt", None, body)
         .await
         .unwrap();
     assert!(!room.duplicate);
@@ -155,22 +182,27 @@ async fn delete_removes_chunks_and_vectors(store: Store) {
         .unwrap();
     let chunk = format!("{}:0", doc.document_id);
     store
-        .put_embeddings(
-            "m1",
-            &[(
-                chunk.clone(),
-                AGENT.into(),
-                String::new(),
-                vec![0, 0, 128, 63],
-            )],
-        )
+        .put_embeddings("m1", &[embedding(&chunk, None, vec![0, 0, 128, 63])])
         .await
         .unwrap();
-    assert_eq!(store.embeddings(&AGENT, &Scope::AGENT, "m1").await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .embeddings(&AGENT, &Scope::AGENT, "m1")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 
     k.delete(&AGENT, &doc.document_id).await.unwrap();
     assert!(k.search(&AGENT, None, "tide", 5).await.unwrap().is_empty());
-    assert!(store.embeddings(&AGENT, &Scope::AGENT, "m1").await.unwrap().is_empty());
+    assert!(
+        store
+            .embeddings(&AGENT, &Scope::AGENT, "m1")
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(k.documents(&AGENT, None).await.unwrap().is_empty());
     assert!(matches!(
         k.delete(&AGENT, &doc.document_id).await,
@@ -182,7 +214,7 @@ async fn delete_removes_chunks_and_vectors(store: Store) {
         .await
         .unwrap();
     assert!(matches!(
-        k.delete("bob", &again.document_id).await,
+        k.delete(&AgentId::new("bob"), &again.document_id).await,
         Err(KnowledgeError::NotFound(_))
     ));
     // And the same content can come back after a delete.
@@ -197,7 +229,10 @@ async fn delete_removes_chunks_and_vectors(store: Store) {
         .await
         .unwrap();
     assert!(!back.duplicate);
-    assert_eq!(k.search(&AGENT, None, "tide six", 5).await.unwrap().len(), 2);
+    assert_eq!(
+        k.search(&AGENT, None, "tide six", 5).await.unwrap().len(),
+        2
+    );
 }
 
 async fn vectors_are_kept_per_model(store: Store) {
@@ -207,7 +242,7 @@ async fn vectors_are_kept_per_model(store: Store) {
         .await
         .unwrap();
     let b = k
-        .ingest(&AGENT, Some(&key("web:r9")), "b.txt", None, b"beta")
+        .ingest(&AGENT, Some(&key_of("web:r9")), "b.txt", None, b"beta")
         .await
         .unwrap();
     let (ca, cb) = (
@@ -220,7 +255,7 @@ async fn vectors_are_kept_per_model(store: Store) {
         .await
         .unwrap();
     assert_eq!(missing.len(), 2);
-    assert_eq!(missing[1].scope, "web:r9");
+    assert_eq!(missing[1].scope, scope("web:r9"));
     // Paging: after the first one's seq, only the second.
     let rest = store
         .chunks_without_embedding(Some(&*AGENT), "m1", missing[0].seq, 10)
@@ -233,27 +268,33 @@ async fn vectors_are_kept_per_model(store: Store) {
         .put_embeddings(
             "m1",
             &[
-                (ca.clone(), AGENT.into(), String::new(), v(1.0)),
-                (cb.clone(), AGENT.into(), "web:r9".into(), v(2.0)),
+                embedding(&ca, None, v(1.0)),
+                embedding(&cb, Some("web:r9"), v(2.0)),
             ],
         )
         .await
         .unwrap();
     // Replaced, not duplicated.
     store
-        .put_embeddings("m1", &[(ca.clone(), AGENT.into(), String::new(), v(3.0))])
+        .put_embeddings("m1", &[embedding(&ca, None, v(3.0))])
         .await
         .unwrap();
     store
-        .put_embeddings("m2", &[(ca.clone(), AGENT.into(), String::new(), v(4.0))])
+        .put_embeddings("m2", &[embedding(&ca, None, v(4.0))])
         .await
         .unwrap();
 
-    let mut r9 = store.embeddings(&AGENT, &key("web:r9"), "m1").await.unwrap();
+    let mut r9 = store
+        .embeddings(&AGENT, &scope("web:r9"), "m1")
+        .await
+        .unwrap();
     r9.sort();
     assert_eq!(r9, vec![(ca.clone(), v(3.0)), (cb.clone(), v(2.0))]);
     assert_eq!(
-        store.embeddings(&AGENT, &key("web:other"), "m1").await.unwrap(),
+        store
+            .embeddings(&AGENT, &scope("web:other"), "m1")
+            .await
+            .unwrap(),
         vec![(ca.clone(), v(3.0))]
     );
     assert_eq!(
@@ -268,7 +309,14 @@ async fn vectors_are_kept_per_model(store: Store) {
             .is_empty()
     );
     assert_eq!(store.delete_embeddings(&AGENT, "m1").await.unwrap(), 2);
-    assert_eq!(store.embeddings(&AGENT, &Scope::AGENT, "m2").await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .embeddings(&AGENT, &Scope::AGENT, "m2")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 async fn ranking_prefers_the_better_match(store: Store) {
@@ -321,7 +369,14 @@ async fn chunks_are_inserted_in_batches(store: Store) {
         .map(|i| format!("Entry {i} names the buoy number {i}.\n\n"))
         .collect();
     let doc = k
-        .ingest_from(Origin::Cli, &AGENT, None, "buoys.txt", None, text.as_bytes())
+        .ingest_from(
+            Origin::Cli,
+            &AGENT,
+            None,
+            "buoys.txt",
+            None,
+            text.as_bytes(),
+        )
         .await
         .unwrap();
     assert!(doc.chunks > 500, "{}", doc.chunks);
@@ -440,26 +495,26 @@ async fn text_attachments_become_the_rooms_knowledge(store: Store) {
         attachment("local.txt", None, None),
     ];
     let added = k
-        .ingest_attachments(&AGENT, &key("discord:42"), &attachments)
+        .ingest_attachments(&AGENT, &key_of("discord:42"), &attachments)
         .await;
     assert_eq!(added, 1);
     let docs = k.documents(&AGENT, None).await.unwrap();
     assert_eq!(docs.len(), 1, "{docs:?}");
     assert_eq!(docs[0].origin, "attachment");
-    assert_eq!(docs[0].room_id.as_deref(), Some("discord:42"));
+    assert_eq!(docs[0].room_id, Some(key_of("discord:42")));
     let here = k
-        .search(&AGENT, Some(&key("discord:42")), "spare key", 5)
+        .search(&AGENT, Some(&key_of("discord:42")), "spare key", 5)
         .await
         .unwrap();
     assert_eq!(sources(&here), vec!["notes.txt"]);
     let elsewhere = k
-        .search(&AGENT, Some(&key("discord:7")), "spare key", 5)
+        .search(&AGENT, Some(&key_of("discord:7")), "spare key", 5)
         .await
         .unwrap();
     assert!(elsewhere.is_empty());
     // The same attachment again is known already.
     assert_eq!(
-        k.ingest_attachments(&AGENT, &key("discord:42"), &attachments[..1])
+        k.ingest_attachments(&AGENT, &key_of("discord:42"), &attachments[..1])
             .await,
         0
     );
@@ -535,7 +590,7 @@ async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store)
         .unwrap();
     k.ingest(
         &AGENT,
-        Some(&key("web:r2")),
+        Some(&key_of("web:r2")),
         "r2.txt",
         None,
         b"A boat for room two.",
@@ -544,12 +599,19 @@ async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store)
     .unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 3, "one vector per chunk");
     assert_eq!(
-        store.embeddings(&AGENT, &Scope::AGENT, "synonyms").await.unwrap().len(),
+        store
+            .embeddings(&AGENT, &Scope::AGENT, "synonyms")
+            .await
+            .unwrap()
+            .len(),
         2
     );
 
     // "ship" is in no document: keywords find nothing, the vectors find the boat.
-    let hits = k.search(&AGENT, Some(&key("web:r1")), "ship", 5).await.unwrap();
+    let hits = k
+        .search(&AGENT, Some(&key_of("web:r1")), "ship", 5)
+        .await
+        .unwrap();
     assert_eq!(
         hits.first().map(|h| h.source.as_str()),
         Some("boats.txt"),
@@ -573,7 +635,7 @@ async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store)
     assert_eq!(calls.load(Ordering::SeqCst) - before, 3);
     assert_eq!(
         store
-            .embeddings(&AGENT, &key("web:r2"), "synonyms")
+            .embeddings(&AGENT, &scope("web:r2"), "synonyms")
             .await
             .unwrap()
             .len(),

@@ -13,7 +13,7 @@ use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 static AGENT: std::sync::LazyLock<AgentId> = std::sync::LazyLock::new(|| AgentId::new("eliza"));
 
 /// A room key, as stored.
-fn key(s: &str) -> RoomKey {
+fn key_of(s: &str) -> RoomKey {
     s.parse().expect("a room key")
 }
 
@@ -77,7 +77,7 @@ fn outbound_for(msg: &Inbound, text: &str) -> Outbound {
 
 fn handled<'a>(
     journal_id: JournalId,
-    agent: &'a str,
+    agent: &'a AgentId,
     key: &'a RoomKey,
     msg: &'a Inbound,
     reply: Option<(&'a str, &'a Outbound)>,
@@ -96,8 +96,8 @@ fn handled<'a>(
         },
         reply: reply.map(|(text, outbound)| {
             let memory = NewMemory {
-                author_id: agent,
-                author_name: agent,
+                author_id: agent.as_str(),
+                author_name: agent.as_str(),
                 text,
                 from_agent: true,
                 created_at_ms: msg.sent_at_ms + 1,
@@ -110,7 +110,7 @@ fn handled<'a>(
 /// Journals `msg` for `agent` and records it as handled, with a reply when `reply` is set.
 async fn exchange(
     store: &Store,
-    agent: &str,
+    agent: &AgentId,
     msg: &Inbound,
     reply: Option<&str>,
 ) -> (JournalId, Option<OutboxId>) {
@@ -207,7 +207,7 @@ async fn duplicate_journal_insert(ctx: Ctx) {
         JournalInsert::Inserted(other) if other != id
     ));
     assert!(matches!(
-        store.journal_insert("other-agent", &msg).await.unwrap(),
+        store.journal_insert(&AgentId::new("other-agent"), &msg).await.unwrap(),
         JournalInsert::Inserted(other) if other != id
     ));
 
@@ -284,10 +284,7 @@ async fn record_handled_is_idempotent(ctx: Ctx) {
         .unwrap();
     assert_eq!(second, Some(first));
 
-    let memory = store
-        .recent_messages(&AGENT, &key.to_string(), 50)
-        .await
-        .unwrap();
+    let memory = store.recent_messages(&AGENT, &key, 50).await.unwrap();
     assert_eq!(texts(&memory), ["hi there", "hello ann"]);
     assert_eq!(
         memory.iter().map(|m| m.from_agent).collect::<Vec<_>>(),
@@ -295,7 +292,7 @@ async fn record_handled_is_idempotent(ctx: Ctx) {
     );
     assert_eq!(memory[0].author_id, "ann");
     assert_eq!(memory[0].author_name, "ANN");
-    assert_eq!(memory[0].room, "discord:c1");
+    assert_eq!(memory[0].room.to_string(), "discord:c1");
     assert_eq!(memory[0].created_at_ms, 1_000);
     assert_eq!(
         store.replies_for(jid).await.unwrap(),
@@ -308,7 +305,7 @@ async fn record_handled_is_idempotent(ctx: Ctx) {
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, first);
     assert_eq!(claimed[0].journal_id, Some(jid));
-    assert_eq!(claimed[0].agent_id, &AGENT);
+    assert_eq!(claimed[0].agent_id, *AGENT);
     assert_eq!(claimed[0].outbound, outbound);
 
     let rooms = store.rooms(&AGENT).await.unwrap();
@@ -345,7 +342,7 @@ async fn concurrent_record_handled(ctx: Ctx) {
     );
     let memory = ctx
         .store
-        .recent_messages(&AGENT, &key("discord:c1"), 10)
+        .recent_messages(&AGENT, &key_of("discord:c1"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&memory), ["hi", "hello"]);
@@ -373,7 +370,7 @@ async fn record_handled_without_reply(ctx: Ctx) {
         None
     );
     let memory = store
-        .recent_messages(&AGENT, &key("telegram:-100"), 10)
+        .recent_messages(&AGENT, &key_of("telegram:-100"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&memory), ["just chatting"]);
@@ -421,7 +418,7 @@ async fn recent_messages_ordering_and_limit(ctx: Ctx) {
         exchange(&store, &AGENT, &msg, Some(&format!("a{i}"))).await;
     }
     let all = store
-        .recent_messages(&AGENT, &key("discord:c1"), 100)
+        .recent_messages(&AGENT, &key_of("discord:c1"), 100)
         .await
         .unwrap();
     assert_eq!(
@@ -429,18 +426,21 @@ async fn recent_messages_ordering_and_limit(ctx: Ctx) {
         ["q0", "a0", "q1", "a1", "q2", "a2", "q3", "a3", "q4", "a4"]
     );
     assert!(all.windows(2).all(|w| w[0].id < w[1].id));
-    let last3 = store.recent_messages(&AGENT, &key("discord:c1"), 3).await.unwrap();
+    let last3 = store
+        .recent_messages(&AGENT, &key_of("discord:c1"), 3)
+        .await
+        .unwrap();
     assert_eq!(texts(&last3), ["a3", "q4", "a4"]);
     assert!(
         store
-            .recent_messages(&AGENT, &key("discord:c1"), 0)
+            .recent_messages(&AGENT, &key_of("discord:c1"), 0)
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
         store
-            .recent_messages(&AGENT, &key("discord:c1"), -1)
+            .recent_messages(&AGENT, &key_of("discord:c1"), -1)
             .await
             .unwrap()
             .is_empty()
@@ -470,37 +470,39 @@ async fn rooms_are_isolated(ctx: Ctx) {
     exchange(&store, &AGENT, &b, None).await;
     exchange(&store, &AGENT, &c, Some("reply random")).await;
     // Another persona in the same Discord channel keeps its own memory.
-    exchange(&store, "trump", &a, Some("other persona")).await;
+    exchange(&store, &AgentId::new("trump"), &a, Some("other persona")).await;
 
     let general = store
-        .recent_messages(&AGENT, &key("discord:general"), 10)
+        .recent_messages(&AGENT, &key_of("discord:general"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&general), ["in general", "reply general"]);
     let telegram = store
-        .recent_messages(&AGENT, &key("telegram:general"), 10)
+        .recent_messages(&AGENT, &key_of("telegram:general"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&telegram), ["in telegram"]);
     let other = store
-        .recent_messages("trump", "discord:general", 10)
+        .recent_messages(&AgentId::new("trump"), &key_of("discord:general"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&other), ["in general", "other persona"]);
     assert!(
         store
-            .recent_messages("nobody", "discord:general", 10)
+            .recent_messages(&AgentId::new("nobody"), &key_of("discord:general"), 10)
             .await
             .unwrap()
             .is_empty()
     );
 
     let rooms = store.rooms(&AGENT).await.unwrap();
+    let keys: Vec<String> = rooms.iter().map(|r| r.room.to_string()).collect();
     let listed: Vec<(&str, &str, Option<&str>, i64, i64)> = rooms
         .iter()
-        .map(|r| {
+        .zip(&keys)
+        .map(|(r, key)| {
             (
-                r.room.as_str(),
+                key.as_str(),
                 r.platform.as_str(),
                 r.name.as_deref(),
                 r.message_count,
@@ -516,8 +518,14 @@ async fn rooms_are_isolated(ctx: Ctx) {
             ("discord:general", "discord", Some("#general"), 2, 1_001),
         ]
     );
-    assert_eq!(store.rooms("trump").await.unwrap().len(), 1);
-    assert!(store.rooms("nobody").await.unwrap().is_empty());
+    assert_eq!(store.rooms(&AgentId::new("trump")).await.unwrap().len(), 1);
+    assert!(
+        store
+            .rooms(&AgentId::new("nobody"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn journal_unfinished_and_fail(ctx: Ctx) {
@@ -848,7 +856,7 @@ async fn sqlite_creates_directories_and_survives_reconnect() {
         JournalInsert::Duplicate(jid, JournalState::Done)
     );
     let memory = store
-        .recent_messages(&AGENT, &key("discord:c1"), 10)
+        .recent_messages(&AGENT, &key_of("discord:c1"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&memory), ["remember me", "I will"]);
@@ -863,7 +871,7 @@ async fn sqlite_in_memory_works() {
     exchange(&store, &AGENT, &msg, Some("hello")).await;
     assert_eq!(
         store
-            .recent_messages(&AGENT, &key("web:r"), 10)
+            .recent_messages(&AGENT, &key_of("web:r"), 10)
             .await
             .unwrap()
             .len(),
@@ -906,10 +914,9 @@ fn test_database_urls_keep_server_and_options() {
 
 fn journal_req(msg: &Inbound) -> writer::JournalReq {
     writer::JournalReq {
-        agent_id: AGENT.to_string(),
-        platform: msg.platform().as_str(),
+        agent_id: AGENT.clone(),
         message_id: msg.id.as_str().to_string(),
-        room: msg.room.key().to_string(),
+        room: msg.room.key(),
         caller: dedupe_caller(msg).to_string(),
         inbound_json: serde_json::to_string(msg).unwrap(),
         now: 1,
@@ -1026,7 +1033,7 @@ async fn batch_of_record_handled_for_one_entry(ctx: Ctx) {
     assert!(matches!(results[1], Some(RecordedReply::Queued(id)) if id == entry.id));
     assert!(results[2].is_none() && results[3].is_none());
     let memory = store
-        .recent_messages(&AGENT, &key("discord:c1"), 10)
+        .recent_messages(&AGENT, &key_of("discord:c1"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&memory), ["one", "first", "two"]);
@@ -1062,7 +1069,8 @@ async fn batch_with_a_bad_request(ctx: Ctx) {
     // Postgres refuses a NUL in text, which fails the whole statement; SQLite stores it, so
     // there the bad request names a journal entry that does not exist.
     let mut bad = inbound(Platform::Discord, "c1", "bad", "bob", "nul \0 here", 2_000);
-    let JournalInsert::Inserted(good_id) = store.journal_insert(&AGENT, &good).await.unwrap() else {
+    let JournalInsert::Inserted(good_id) = store.journal_insert(&AGENT, &good).await.unwrap()
+    else {
         panic!("insert")
     };
     let bad_id = match store.backend() {
@@ -1094,7 +1102,7 @@ async fn batch_with_a_bad_request(ctx: Ctx) {
     );
     assert!(results[1].is_err(), "{results:?}");
     let memory = store
-        .recent_messages(&AGENT, &key("discord:c1"), 10)
+        .recent_messages(&AGENT, &key_of("discord:c1"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&memory), ["fine", "ok"]);
@@ -1108,32 +1116,32 @@ async fn connector_state_is_scoped_and_overwritten(ctx: Ctx) {
     let store = ctx.store;
     assert_eq!(
         store
-            .connector_state_get("a", Platform::Telegram, "offset")
+            .connector_state_get(&AgentId::new("a"), Platform::Telegram, "offset")
             .await
             .unwrap(),
         None
     );
     store
-        .connector_state_put("a", Platform::Telegram, "offset", "10")
+        .connector_state_put(&AgentId::new("a"), Platform::Telegram, "offset", "10")
         .await
         .unwrap();
     store
-        .connector_state_put("a", Platform::Telegram, "offset", "11")
+        .connector_state_put(&AgentId::new("a"), Platform::Telegram, "offset", "11")
         .await
         .unwrap();
     store
-        .connector_state_put("b", Platform::Telegram, "offset", "99")
+        .connector_state_put(&AgentId::new("b"), Platform::Telegram, "offset", "99")
         .await
         .unwrap();
     store
-        .connector_state_put("a", Platform::Discord, "offset", "7")
+        .connector_state_put(&AgentId::new("a"), Platform::Discord, "offset", "7")
         .await
         .unwrap();
     let get = |agent: &'static str, platform| {
         let store = store.clone();
         async move {
             store
-                .connector_state_get(agent, platform, "offset")
+                .connector_state_get(&AgentId::new(agent), platform, "offset")
                 .await
                 .unwrap()
         }
@@ -1145,7 +1153,7 @@ async fn connector_state_is_scoped_and_overwritten(ctx: Ctx) {
     let again = Store::connect(&ctx.url).await.unwrap();
     assert_eq!(
         again
-            .connector_state_get("a", Platform::Telegram, "offset")
+            .connector_state_get(&AgentId::new("a"), Platform::Telegram, "offset")
             .await
             .unwrap()
             .as_deref(),
@@ -1187,7 +1195,7 @@ async fn dedupe_is_per_room_and_web_caller(ctx: Ctx) {
     let entry_a = store.journal_get(ids[0]).await.unwrap().unwrap();
     assert!(!same_dedupe_key(&entry_a, &AGENT, &b));
     assert!(!same_dedupe_key(&entry_a, &AGENT, &a_by_bob));
-    assert!(!same_dedupe_key(&entry_a, "other-agent", &a));
+    assert!(!same_dedupe_key(&entry_a, &AgentId::new("other-agent"), &a));
 
     // On a platform the platform assigns ids and authors: the room scopes, the author does
     // not (a redelivered event is the same message whoever it names).

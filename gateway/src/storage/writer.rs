@@ -368,7 +368,8 @@ pub(super) async fn journal_batch(
     for (i, (a, room, c, m)) in lookup.iter().enumerate() {
         select.push(if i == 0 { "(" } else { " OR (" });
         select.push("agent_id = ").arg(Arg::Agent(a));
-        select.push(" AND platform = ")
+        select
+            .push(" AND platform = ")
             .arg(Arg::Platform(room.platform));
         select.push(" AND room = ").arg(Arg::Room(room));
         select.push(" AND caller = ").arg(Arg::Text(c));
