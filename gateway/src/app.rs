@@ -26,8 +26,8 @@ use crate::provider::{self, ModelProvider};
 use crate::storage::Store;
 use crate::web::WebConnector;
 use tracing::Instrument;
-use troupe_connectors::Platform;
 use troupe_connectors::registry::{self, Built, ConnectorSettings, Receiving, Shard};
+use troupe_connectors::{AgentId, Platform};
 
 /// Builds the model provider for a persona, with the app's circuit breakers; `troupe bench`
 /// swaps in an instant one.
@@ -238,7 +238,7 @@ impl App {
             tracing::warn!(persona = %persona.id, "{reason}");
         }
         let mind = Mind { persona, provider };
-        match self.agents.by_id(&mind.persona.id) {
+        match self.agents.by_id(mind.persona.id.as_str()) {
             Some(agent) => {
                 tracing::info!(persona = %mind.persona.id, model = %mind.provider.describe(), "persona reloaded");
                 agent.reload(mind);
@@ -267,7 +267,7 @@ impl App {
     /// once serving has started; a reload stops the old ones first. Restarting is safe: a
     /// connector acknowledges its platform only after the journal has a message.
     fn start_connectors(&self, persona: &Persona) {
-        if let Some(old) = self.lock_running().remove(&persona.id) {
+        if let Some(old) = self.lock_running().remove(persona.id.as_str()) {
             old.cancel();
         }
         self.outbox.connectors().remove_agent(&persona.id);
@@ -289,8 +289,8 @@ impl App {
             }
             let switches = persona.switches(platform);
             let settings = ConnectorSettings {
-                state: self.connector_state(&persona.id, platform),
-                agent_id: persona.id.clone(),
+                state: self.connector_state(persona.id.as_str(), platform),
+                agent_id: persona.id.to_string(),
                 persona_name: persona.name.clone(),
                 allowed_rooms: switches.allowed_rooms.clone(),
                 only_join_allowed: switches.only_join_allowed_groups,
@@ -309,7 +309,7 @@ impl App {
             self.outbox
                 .connectors()
                 .insert(&persona.id, connector.clone());
-            let sink = self.ingress.sink_for(&persona.id);
+            let sink = self.ingress.sink_for(persona.id.as_str());
             let connector_id = format!("{}/{platform}", persona.id);
             // Receivers a platform allows once per account run under leader election, so
             // that replicas on one Postgres never run two (see leader.rs); webhooks run
@@ -388,7 +388,7 @@ impl App {
                 }
             }
         }
-        self.lock_running().insert(persona.id.clone(), token);
+        self.lock_running().insert(persona.id.to_string(), token);
     }
 
     /// Where a connector keeps its position: the `connector_state` table. The journal
@@ -413,8 +413,8 @@ impl App {
         for agent in self.agents.all() {
             if agent.mind().persona.source == source {
                 tracing::info!(persona = %agent.id, "persona file removed; stopping it");
-                self.agents.remove(&agent.id);
-                if let Some(token) = self.lock_running().remove(&agent.id) {
+                self.agents.remove(agent.id.as_str());
+                if let Some(token) = self.lock_running().remove(agent.id.as_str()) {
                     token.cancel();
                 }
                 self.outbox.connectors().remove_agent(&agent.id);
@@ -531,14 +531,19 @@ struct StoredState {
 impl troupe_connectors::ConnectorState for StoredState {
     async fn get(&self, key: &str) -> Result<Option<String>, troupe_connectors::SinkError> {
         self.store
-            .connector_state_get(&self.agent_id, self.platform, key)
+            .connector_state_get(&AgentId::new(self.agent_id.clone()), self.platform, key)
             .await
             .map_err(|e| troupe_connectors::SinkError(e.to_string()))
     }
 
     async fn put(&self, key: &str, value: &str) -> Result<(), troupe_connectors::SinkError> {
         self.store
-            .connector_state_put(&self.agent_id, self.platform, key, value)
+            .connector_state_put(
+                &AgentId::new(self.agent_id.clone()),
+                self.platform,
+                key,
+                value,
+            )
             .await
             .map_err(|e| troupe_connectors::SinkError(e.to_string()))
     }

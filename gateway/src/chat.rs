@@ -5,17 +5,18 @@ use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use troupe_connectors::{Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+use troupe_connectors::{AgentId, Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
 use crate::app::{App, default_provider_factory};
 use crate::config::Config;
 use crate::ingress::Outcome;
 
-pub async fn run(config: Config, agent: &str, room: &str) -> anyhow::Result<ExitCode> {
+/// Talks to the persona named `agent` (its id, or its name) in the Web room `room_id`.
+pub async fn run(config: Config, agent: &AgentId, room_id: &RoomId) -> anyhow::Result<ExitCode> {
     let deadline = config.agent.model_timeout + Duration::from_secs(5);
     let app = App::build_headless(config, default_provider_factory()).await?;
-    let Some(agent) = app.agents.find(agent) else {
-        let known: Vec<String> = app.agents.all().iter().map(|a| a.id.clone()).collect();
+    let Some(agent) = app.agents.find(agent.as_str()) else {
+        let known: Vec<String> = app.agents.all().iter().map(|a| a.id.to_string()).collect();
         anyhow::bail!("no persona `{agent}`; loaded: {}", known.join(", "));
     };
     if let Some(reason) = agent.mind().provider.unavailable() {
@@ -25,7 +26,7 @@ pub async fn run(config: Config, agent: &str, room: &str) -> anyhow::Result<Exit
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
     let name = agent.mind().persona.name.clone();
-    eprintln!("Talking to {name} in room `{room}`. An empty line or Ctrl-D ends.");
+    eprintln!("Talking to {name} in room `{room_id}`. An empty line or Ctrl-D ends.");
 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(1);
     std::thread::spawn(move || {
@@ -42,7 +43,7 @@ pub async fn run(config: Config, agent: &str, room: &str) -> anyhow::Result<Exit
     while let Some(text) = rx.recv().await {
         let inbound = Inbound {
             id: MessageId::new(uuid::Uuid::now_v7().to_string()),
-            room: RoomRef::new(Platform::Web, RoomId::new(room.to_string())),
+            room: RoomRef::new(Platform::Web, room_id.clone()),
             author: UserRef {
                 id: UserId::new("cli"),
                 name: "You".into(),
@@ -55,7 +56,7 @@ pub async fn run(config: Config, agent: &str, room: &str) -> anyhow::Result<Exit
             mentions_self: false,
             sent_at_ms: crate::clock::now_ms(),
         };
-        match ingress.converse(&agent.id, inbound, deadline).await {
+        match ingress.converse(agent.id.as_str(), inbound, deadline).await {
             Ok(answer) => match answer.outcome {
                 Outcome::Replied { texts } => {
                     for t in texts {

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
+use troupe_connectors::{AgentId, RoomId, RoomKey};
+
 use crate::app::App;
 use crate::config::Config;
 
@@ -37,20 +39,22 @@ enum Command {
     Migrate,
     /// Talk to a persona in the terminal, through the same path as any platform.
     Chat {
+        /// The persona's id or name.
         #[arg(long)]
-        agent: String,
-        /// The room to talk in (its memory persists).
-        #[arg(long, default_value = "cli")]
-        room: String,
+        agent: AgentId,
+        /// The room of the HTTP API to talk in (its memory persists).
+        #[arg(long = "room", default_value = "cli")]
+        room_id: RoomId,
     },
     /// Add documents (files, or directories read recursively) to a persona's knowledge.
     Ingest {
         /// The persona's id or name.
         #[arg(long)]
-        agent: String,
-        /// Scope the documents to one room (`platform:room`, e.g. `telegram:-100123`).
-        #[arg(long)]
-        room: Option<String>,
+        agent: AgentId,
+        /// Scope the documents to one room (`platform:room`, e.g. `telegram:-100123`; a bare
+        /// id is a room of the HTTP API).
+        #[arg(long, value_parser = RoomKey::parse_lenient)]
+        room: Option<RoomKey>,
         /// Rebuild the persona's vectors for the configured embedding model (after the files,
         /// if any are given).
         #[arg(long)]
@@ -103,7 +107,7 @@ pub fn main() -> ExitCode {
             Command::Run => run(config).await,
             Command::Check { files } => check(config, files),
             Command::Migrate => migrate(config).await,
-            Command::Chat { agent, room } => chat(config, agent, room).await,
+            Command::Chat { agent, room_id } => crate::chat::run(config, &agent, &room_id).await,
             Command::Ingest {
                 agent,
                 room,
@@ -191,16 +195,12 @@ async fn migrate(config: Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn chat(config: Config, agent: String, room: String) -> anyhow::Result<ExitCode> {
-    crate::chat::run(config, &agent, &room).await
-}
-
 /// `troupe ingest`: one file at a time (memory holds one file, never the corpus), with a
 /// progress bar on a terminal and one line per problem. Exit code 1 when a file failed.
 async fn ingest(
     config: Config,
-    agent: String,
-    room: Option<String>,
+    agent: AgentId,
+    room: Option<RoomKey>,
     reembed: bool,
     files: Vec<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
@@ -215,7 +215,7 @@ async fn ingest(
     let Some(persona) = loaded
         .iter()
         .map(|l| &l.persona)
-        .find(|p| p.id == agent || p.name.eq_ignore_ascii_case(&agent))
+        .find(|p| p.id == agent || p.name.eq_ignore_ascii_case(agent.as_str()))
     else {
         let known: Vec<&str> = loaded.iter().map(|l| l.persona.id.as_str()).collect();
         anyhow::bail!(
@@ -246,11 +246,6 @@ async fn ingest(
             "--reembed needs an embedding model: set TROUPE_EMBEDDING_MODEL (see docs/knowledge.md)"
         );
     }
-    let room = room.map(|r| match r.split_once(':') {
-        Some((p, _)) if p.parse::<troupe_connectors::Platform>().is_ok() => r,
-        _ => format!("web:{r}"),
-    });
-
     let paths: Vec<PathBuf> = files.iter().flat_map(|f| files_under(f)).collect();
     let bar = ProgressBar::new(paths.len() as u64).with_style(
         ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} files {wide_msg}")
@@ -261,7 +256,7 @@ async fn ingest(
     for path in &paths {
         bar.set_message(path.display().to_string());
         match knowledge
-            .ingest_file(Origin::Cli, &persona.id, room.as_deref(), path)
+            .ingest_file(Origin::Cli, &persona.id, room.as_ref(), path)
             .await
         {
             Ok(done) if done.duplicate => duplicates += 1,

@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
-use troupe_connectors::{Accepted, Inbound, InboundSink, SinkError};
+use troupe_connectors::{Accepted, AgentId, Inbound, InboundSink, SinkError};
 
 use crate::bus::{Bus, Envelope};
 use crate::provider::ProviderError;
@@ -273,7 +273,7 @@ impl Ingress {
         inbound: &Inbound,
     ) -> Result<JournalInsert, SinkError> {
         self.store
-            .journal_insert(agent_id, inbound)
+            .journal_insert(&AgentId::new(agent_id), inbound)
             .await
             .map_err(|e| SinkError(e.to_string()))
     }
@@ -333,7 +333,7 @@ impl Ingress {
                     .map_err(|e| SinkError(e.to_string()))?;
                 if entry
                     .as_ref()
-                    .is_some_and(|e| !same_dedupe_key(e, agent_id, &inbound))
+                    .is_some_and(|e| !same_dedupe_key(e, &AgentId::new(agent_id), &inbound))
                 {
                     self.waiters.forget(id);
                     return Err(self.mismatch(id));
@@ -389,7 +389,7 @@ impl Ingress {
             .map_err(|e| SinkError(e.to_string()))?;
         if !entry
             .as_ref()
-            .is_some_and(|e| same_dedupe_key(e, agent_id, inbound))
+            .is_some_and(|e| same_dedupe_key(e, &AgentId::new(agent_id), inbound))
         {
             return Err(self.mismatch(id));
         }
@@ -430,8 +430,14 @@ impl Ingress {
                 continue;
             }
             let attempt = entry.attempts.max(0) as u32;
-            self.publish(entry.id, &entry.agent_id, entry.inbound, true, attempt)
-                .await?;
+            self.publish(
+                entry.id,
+                entry.agent_id.as_str(),
+                entry.inbound,
+                true,
+                attempt,
+            )
+            .await?;
             published += 1;
         }
         Ok(published)

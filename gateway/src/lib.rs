@@ -29,7 +29,6 @@
 pub mod agent;
 pub mod app;
 pub mod bench;
-mod bench_knowledge;
 pub mod bus;
 pub mod chat;
 pub mod cli;

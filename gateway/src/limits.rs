@@ -18,6 +18,8 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use troupe_connectors::{AgentId, Platform, RoomKey, UserId};
+
 use crate::config::Limits;
 
 /// Which limit a message ran into.
@@ -56,19 +58,20 @@ pub struct RateLimiter {
 }
 
 struct Inner {
-    user: Option<DefaultKeyedRateLimiter<String>>,
-    room: Option<DefaultKeyedRateLimiter<String>>,
-    agent: Option<DefaultKeyedRateLimiter<String>>,
+    /// A user as one agent sees them: user ids are only unique within a platform.
+    user: Option<DefaultKeyedRateLimiter<(AgentId, Platform, UserId)>>,
+    room: Option<DefaultKeyedRateLimiter<(AgentId, RoomKey)>>,
+    agent: Option<DefaultKeyedRateLimiter<AgentId>>,
     /// Background model calls (memory) per agent: a quarter of the agent's quota, so they
     /// can never take the whole of it from replies.
-    background: Option<DefaultKeyedRateLimiter<String>>,
+    background: Option<DefaultKeyedRateLimiter<AgentId>>,
     /// Messages from the HTTP API per agent: half of the agent's quota.
-    api: Option<DefaultKeyedRateLimiter<String>>,
+    api: Option<DefaultKeyedRateLimiter<AgentId>>,
     /// Rooms already told to slow down in the current window.
-    noticed: moka::sync::Cache<String, ()>,
+    noticed: moka::sync::Cache<(AgentId, RoomKey), ()>,
 }
 
-fn per_minute(n: u32) -> Option<DefaultKeyedRateLimiter<String>> {
+fn per_minute<K: std::hash::Hash + Eq + Clone>(n: u32) -> Option<DefaultKeyedRateLimiter<K>> {
     NonZeroU32::new(n).map(|n| governor::RateLimiter::keyed(Quota::per_minute(n)))
 }
 
@@ -89,75 +92,67 @@ impl RateLimiter {
         }
     }
 
-    /// Checks and counts one message. The narrowest scope is checked first, so one noisy
-    /// user exhausts their own quota before the room's. `room` is the room key
-    /// (`platform:room`); a message of the Web platform (the HTTP API) also counts against
-    /// the API's share of the agent's quota.
-    pub fn check(&self, agent: &str, room: &str, user: &str) -> Verdict {
-        let room_key = format!("{agent}\u{1f}{room}");
-        let from_api = room.starts_with(API_ROOM_PREFIX);
-        let checks = [
-            (
-                Scope::User,
-                &self.inner.user,
-                format!("{agent}\u{1f}{user}"),
-            ),
-            (Scope::Room, &self.inner.room, room_key.clone()),
-            (
-                Scope::Agent,
-                if from_api { &self.inner.api } else { &None },
-                agent.to_string(),
-            ),
-            (Scope::Agent, &self.inner.agent, agent.to_string()),
-        ];
-        for (scope, limiter, key) in checks {
-            if let Some(limiter) = limiter
-                && limiter.check_key(&key).is_err()
-            {
-                let first = !self.inner.noticed.contains_key(&room_key);
-                if first {
-                    self.inner.noticed.insert(room_key, ());
-                }
-                return Verdict::Limited {
-                    scope,
-                    notice: first,
-                };
-            }
+    /// Checks and counts one message of `user` in `room`. The narrowest scope is checked
+    /// first, so one noisy user exhausts their own quota before the room's. A message of the
+    /// Web platform (the HTTP API) also counts against the API's share of the agent's quota.
+    pub fn check(&self, agent: &AgentId, room: &RoomKey, user: &UserId) -> Verdict {
+        let in_room = (agent.clone(), room.clone());
+        let from_api = room.platform == Platform::Web;
+        let inner = &self.inner;
+        let limited = if over(&inner.user, &(agent.clone(), room.platform, user.clone())) {
+            Some(Scope::User)
+        } else if over(&inner.room, &in_room) {
+            Some(Scope::Room)
+        } else if (from_api && over(&inner.api, agent)) || over(&inner.agent, agent) {
+            Some(Scope::Agent)
+        } else {
+            None
+        };
+        let Some(scope) = limited else {
+            return Verdict::Allowed;
+        };
+        let first = !inner.noticed.contains_key(&in_room);
+        if first {
+            inner.noticed.insert(in_room, ());
         }
-        Verdict::Allowed
+        Verdict::Limited {
+            scope,
+            notice: first,
+        }
     }
 
     /// Counts one background model call of `agent` (memory upkeep) against the agent's
     /// limit, within its background share. False: skip it for now; its work is still due
     /// and is tried again after a later reply.
-    pub fn check_background(&self, agent: &str) -> bool {
-        let key = agent.to_string();
-        let within = |limiter: &Option<DefaultKeyedRateLimiter<String>>| {
-            limiter.as_ref().is_none_or(|l| l.check_key(&key).is_ok())
-        };
-        within(&self.inner.background) && within(&self.inner.agent)
+    pub fn check_background(&self, agent: &AgentId) -> bool {
+        !over(&self.inner.background, agent) && !over(&self.inner.agent, agent)
     }
 
     /// Drops state for keys that have been quiet, so memory follows active users only.
     pub fn housekeep(&self) {
-        for limiter in [
-            &self.inner.user,
-            &self.inner.room,
-            &self.inner.agent,
-            &self.inner.background,
-            &self.inner.api,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            limiter.retain_recent();
-            limiter.shrink_to_fit();
+        let inner = &self.inner;
+        housekeep(&inner.user);
+        housekeep(&inner.room);
+        for limiter in [&inner.agent, &inner.background, &inner.api] {
+            housekeep(limiter);
         }
     }
 }
 
-/// How the Web platform's room keys begin (`RoomKey`'s `platform:room` form).
-const API_ROOM_PREFIX: &str = "web:";
+/// Counts one event for `key`: true when it is over the limit (a limit that is off never is).
+fn over<K: std::hash::Hash + Eq + Clone>(
+    limiter: &Option<DefaultKeyedRateLimiter<K>>,
+    key: &K,
+) -> bool {
+    limiter.as_ref().is_some_and(|l| l.check_key(key).is_err())
+}
+
+fn housekeep<K: std::hash::Hash + Eq + Clone>(limiter: &Option<DefaultKeyedRateLimiter<K>>) {
+    if let Some(limiter) = limiter {
+        limiter.retain_recent();
+        limiter.shrink_to_fit();
+    }
+}
 
 /// Peers tracked at once by [`ApiBudget`]; past this, new peers share one bucket until
 /// quiet ones are forgotten, so a flood of addresses cannot grow memory without bound.
@@ -219,6 +214,15 @@ fn api_key(peer: IpAddr) -> IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use troupe_connectors::RoomId;
+
+    /// `room` is a room key (`web:r1`), or a Discord room when it names no platform.
+    fn check(rl: &RateLimiter, agent: &str, room: &str, user: &str) -> Verdict {
+        let room = room
+            .parse()
+            .unwrap_or_else(|_| RoomKey::new(Platform::Discord, RoomId::new(room)));
+        rl.check(&AgentId::new(agent), &room, &UserId::new(user))
+    }
 
     fn limits(user: u32, room: u32) -> Limits {
         Limits {
@@ -233,42 +237,42 @@ mod tests {
     #[test]
     fn a_user_over_the_limit_is_limited_and_noticed_once() {
         let rl = RateLimiter::new(&limits(2, 100));
-        assert_eq!(rl.check("a", "r", "u"), Verdict::Allowed);
-        assert_eq!(rl.check("a", "r", "u"), Verdict::Allowed);
+        assert_eq!(check(&rl, "a", "r", "u"), Verdict::Allowed);
+        assert_eq!(check(&rl, "a", "r", "u"), Verdict::Allowed);
         assert_eq!(
-            rl.check("a", "r", "u"),
+            check(&rl, "a", "r", "u"),
             Verdict::Limited {
                 scope: Scope::User,
                 notice: true
             }
         );
         assert_eq!(
-            rl.check("a", "r", "u"),
+            check(&rl, "a", "r", "u"),
             Verdict::Limited {
                 scope: Scope::User,
                 notice: false
             }
         );
         // Another user in the same room is not affected by u's quota.
-        assert_eq!(rl.check("a", "r", "v"), Verdict::Allowed);
+        assert_eq!(check(&rl, "a", "r", "v"), Verdict::Allowed);
         // The same user talking to another agent has its own quota.
-        assert_eq!(rl.check("b", "r", "u"), Verdict::Allowed);
+        assert_eq!(check(&rl, "b", "r", "u"), Verdict::Allowed);
     }
 
     #[test]
     fn a_room_limit_covers_all_its_users() {
         let rl = RateLimiter::new(&limits(100, 3));
         for u in ["u1", "u2", "u3"] {
-            assert_eq!(rl.check("a", "r", u), Verdict::Allowed);
+            assert_eq!(check(&rl, "a", "r", u), Verdict::Allowed);
         }
         assert!(matches!(
-            rl.check("a", "r", "u4"),
+            check(&rl, "a", "r", "u4"),
             Verdict::Limited {
                 scope: Scope::Room,
                 ..
             }
         ));
-        assert_eq!(rl.check("a", "other", "u4"), Verdict::Allowed);
+        assert_eq!(check(&rl, "a", "other", "u4"), Verdict::Allowed);
     }
 
     #[test]
@@ -277,16 +281,22 @@ mod tests {
             agent_per_minute: 8,
             ..limits(0, 0)
         });
-        assert!(rl.check_background("a"));
-        assert!(rl.check_background("a"));
-        assert!(!rl.check_background("a"), "over the background share");
+        assert!(rl.check_background(&"a".into()));
+        assert!(rl.check_background(&"a".into()));
+        assert!(
+            !rl.check_background(&"a".into()),
+            "over the background share"
+        );
         // They were counted against the agent: six answers remain of eight.
         for _ in 0..6 {
-            assert_eq!(rl.check("a", "r", "u"), Verdict::Allowed);
+            assert_eq!(check(&rl, "a", "r", "u"), Verdict::Allowed);
         }
-        assert!(matches!(rl.check("a", "r", "u"), Verdict::Limited { .. }));
-        assert!(rl.check_background("b"), "another agent has its own share");
-        assert!(RateLimiter::new(&limits(0, 0)).check_background("a"));
+        assert!(matches!(check(&rl, "a", "r", "u"), Verdict::Limited { .. }));
+        assert!(
+            rl.check_background(&"b".into()),
+            "another agent has its own share"
+        );
+        assert!(RateLimiter::new(&limits(0, 0)).check_background(&"a".into()));
     }
 
     #[test]
@@ -298,12 +308,12 @@ mod tests {
         // Rotating users and rooms does not help: the share is the agent's.
         for i in 0..3 {
             assert_eq!(
-                rl.check("a", &format!("web:r{i}"), &format!("u{i}")),
+                check(&rl, "a", &format!("web:r{i}"), &format!("u{i}")),
                 Verdict::Allowed
             );
         }
         assert!(matches!(
-            rl.check("a", "web:r9", "u9"),
+            check(&rl, "a", "web:r9", "u9"),
             Verdict::Limited {
                 scope: Scope::Agent,
                 ..
@@ -312,12 +322,12 @@ mod tests {
         // The platforms' users still have the other half.
         for i in 0..3 {
             assert_eq!(
-                rl.check("a", &format!("telegram:{i}"), "t"),
+                check(&rl, "a", &format!("telegram:{i}"), "t"),
                 Verdict::Allowed
             );
         }
         assert!(matches!(
-            rl.check("a", "telegram:9", "t"),
+            check(&rl, "a", "telegram:9", "t"),
             Verdict::Limited { .. }
         ));
     }
@@ -351,7 +361,7 @@ mod tests {
     fn zero_disables_a_limit() {
         let rl = RateLimiter::new(&limits(0, 0));
         for _ in 0..1000 {
-            assert_eq!(rl.check("a", "r", "u"), Verdict::Allowed);
+            assert_eq!(check(&rl, "a", "r", "u"), Verdict::Allowed);
         }
     }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use troupe_connectors::{Connector, ConnectorError, Platform};
+use troupe_connectors::{AgentId, Connector, ConnectorError, Platform};
 
 use crate::storage::{OutboxEntry, OutboxId, Store};
 
@@ -22,7 +22,7 @@ pub const LEASE_MS: i64 = 60_000;
 /// Attempts before a reply is given up and logged.
 const MAX_ATTEMPTS: i32 = 12;
 
-type ByAgentAndPlatform = HashMap<(String, Platform), Arc<dyn Connector>>;
+type ByAgentAndPlatform = HashMap<(AgentId, Platform), Arc<dyn Connector>>;
 
 /// The connectors that can deliver, by agent and platform. Topology fills it in.
 #[derive(Clone, Default)]
@@ -31,31 +31,31 @@ pub struct Connectors {
 }
 
 impl Connectors {
-    pub fn insert(&self, agent_id: &str, connector: Arc<dyn Connector>) {
+    pub fn insert(&self, agent_id: &AgentId, connector: Arc<dyn Connector>) {
         let platform = connector.platform();
         self.inner
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert((agent_id.to_string(), platform), connector);
+            .insert((agent_id.clone(), platform), connector);
     }
 
-    pub fn remove_agent(&self, agent_id: &str) {
+    pub fn remove_agent(&self, agent_id: &AgentId) {
         self.inner
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|(a, _), _| a != agent_id);
     }
 
-    pub fn get(&self, agent_id: &str, platform: Platform) -> Option<Arc<dyn Connector>> {
+    pub fn get(&self, agent_id: &AgentId, platform: Platform) -> Option<Arc<dyn Connector>> {
         self.inner
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&(agent_id.to_string(), platform))
+            .get(&(agent_id.clone(), platform))
             .cloned()
     }
 
     /// Every connector, for health checks.
-    pub fn all(&self) -> Vec<(String, Arc<dyn Connector>)> {
+    pub fn all(&self) -> Vec<(AgentId, Arc<dyn Connector>)> {
         self.inner
             .read()
             .unwrap_or_else(|e| e.into_inner())

@@ -143,7 +143,7 @@ struct Scores {
 
 async fn evaluate(knowledge: &Knowledge, c: &Collection) -> Scores {
     use futures::StreamExt;
-    let agent = "vaswani";
+    let agent = &troupe_connectors::AgentId::new("vaswani");
     futures::stream::iter(&c.docs)
         .for_each_concurrent(INGEST_CONCURRENCY, |(docno, text)| async move {
             knowledge

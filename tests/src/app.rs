@@ -58,22 +58,7 @@ impl Backend {
     pub fn or_skip(self, test: &str) -> Option<Backend> {
         match self {
             Backend::Sqlite => Some(self),
-            Backend::Postgres => {
-                if std::env::var("TROUPE_TEST_DATABASE_URL").is_ok_and(|v| !v.is_empty()) {
-                    return Some(self);
-                }
-                if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-                    panic!(
-                        "{test}: TROUPE_TEST_DATABASE_URL is not set and CI=true. Postgres tests must run in CI: \
-                         set it to a server URL whose user can CREATE DATABASE, e.g. \
-                         postgres://postgres@127.0.0.1:5432/postgres"
-                    );
-                }
-                eprintln!(
-                    "note: {test} skipped: set TROUPE_TEST_DATABASE_URL to run it on Postgres"
-                );
-                None
-            }
+            Backend::Postgres => crate::env::postgres_url(test).map(|_| self),
         }
     }
 }
@@ -213,7 +198,7 @@ impl Database {
 /// the URL of the new database.
 async fn create_postgres_database() -> String {
     use sqlx::Connection;
-    let base = std::env::var("TROUPE_TEST_DATABASE_URL")
+    let base = crate::env::postgres_url_if_set()
         .expect("Backend::Postgres needs TROUPE_TEST_DATABASE_URL (call Backend::or_skip first)");
     let name = format!("troupe_e2e_{}", uuid::Uuid::new_v4().simple());
     let mut conn = sqlx::PgConnection::connect(&base)
@@ -720,7 +705,7 @@ impl Drop for TestApp {
 /// Best effort: `DROP DATABASE … WITH (FORCE)` through `TROUPE_TEST_DATABASE_URL`.
 async fn drop_postgres_database(url: &str) {
     use sqlx::Connection;
-    let Ok(base) = std::env::var("TROUPE_TEST_DATABASE_URL") else {
+    let Some(base) = crate::env::postgres_url_if_set() else {
         return;
     };
     let Some(name) = reqwest::Url::parse(url)

@@ -13,8 +13,11 @@
 //!   SQLite file or Postgres database, with port discovery, restart and log capture.
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
 //! - [`services`]: private Postgres and NATS servers that a fault test may restart.
+//! - [`env`]: the services tests run against, from the environment (`TROUPE_TEST_*`), and
+//!   the rule that a missing one skips a test here and fails it in CI.
 
 pub mod app;
+pub mod env;
 pub mod fake_discord;
 pub mod fake_neynar;
 pub mod fake_openai;

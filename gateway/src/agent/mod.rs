@@ -14,7 +14,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
-use troupe_connectors::{ContextLine, Inbound, Outbound, Platform};
+use troupe_connectors::{AgentId, ContextLine, Inbound, Outbound, Platform};
 
 use crate::bus::{Envelope, Handler};
 use crate::config::AgentSettings;
@@ -95,7 +95,7 @@ pub struct Mind {
 }
 
 pub struct Agent {
-    pub id: String,
+    pub id: AgentId,
     mind: RwLock<Arc<Mind>>,
     store: Store,
     outbox: Outbox,
@@ -264,7 +264,7 @@ impl Agent {
         let platform = inbound.platform();
         let switches = persona.switches(platform);
         let names: Vec<&str> = [persona.name.as_str()].into_iter().collect();
-        let room_key = inbound.room.key().to_string();
+        let room_key = inbound.room.key();
 
         match decide(&names, &switches, inbound) {
             Decision::Ignore(why) => {
@@ -278,8 +278,7 @@ impl Agent {
         }
 
         if let Verdict::Limited { scope, notice } =
-            self.limiter
-                .check(&self.id, &room_key, inbound.author.id.as_str())
+            self.limiter.check(&self.id, &room_key, &inbound.author.id)
         {
             tracing::info!(scope = scope.as_str(), notice, "rate limited");
             if notice && platform != Platform::Web {
@@ -513,7 +512,7 @@ impl Agent {
             reply: outbound.as_ref().map(|o| {
                 (
                     NewMemory {
-                        author_id: &self.id,
+                        author_id: self.id.as_str(),
                         author_name: &agent_name,
                         text: &o.text,
                         from_agent: true,
@@ -570,7 +569,7 @@ impl Agents {
         self.inner
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(agent.id.clone(), agent);
+            .insert(agent.id.to_string(), agent);
     }
 
     pub fn remove(&self, id: &str) -> Option<Arc<Agent>> {

@@ -22,7 +22,12 @@ use crate::provider::ProviderError;
 
 fn find(state: &AppState, agent: &str) -> Result<Arc<Agent>, ApiError> {
     state.agents.find(agent).ok_or_else(|| {
-        let known: Vec<String> = state.agents.all().iter().map(|a| a.id.clone()).collect();
+        let known: Vec<String> = state
+            .agents
+            .all()
+            .iter()
+            .map(|a| a.id.to_string())
+            .collect();
         ApiError::not_found(format!(
             "no persona with id or name `{agent}`; loaded: {}",
             if known.is_empty() {
@@ -137,7 +142,11 @@ pub async fn post_message(
 
     // The model has its own deadline; this one only guards against a lost outcome.
     let deadline = state.config.agent.model_timeout + Duration::from_secs(30);
-    let answer = match state.ingress.converse(&agent.id, inbound, deadline).await {
+    let answer = match state
+        .ingress
+        .converse(agent.id.as_str(), inbound, deadline)
+        .await
+    {
         Ok(answer) => answer,
         Err(ConverseError::NoAnswerInTime) => {
             return Err(ApiError::new(
@@ -229,13 +238,10 @@ pub async fn memories(
     let room = room_key(&room);
     let key = room.to_string();
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let messages = state.store.recent_messages(&agent.id, &key, limit).await?;
+    let messages = state.store.recent_messages(&agent.id, &room, limit).await?;
     // What the agent remembers beyond the recent messages (docs/memory.md).
-    let summary = state.store.room_summary(&agent.id, &key).await?;
-    let facts = state
-        .store
-        .room_user_facts(&agent.id, room.platform.as_str(), &key)
-        .await?;
+    let summary = state.store.room_summary(&agent.id, &room).await?;
+    let facts = state.store.room_user_facts(&agent.id, &room).await?;
     Ok(Json(json!({
         "room": key,
         "messages": messages,

@@ -73,7 +73,7 @@ fn find(state: &AppState, agent: &str) -> Result<Arc<Agent>, ApiError> {
 
 /// A `roomId` as the API takes it: `platform:room` (`telegram:-100123`), or a bare id for
 /// the Web platform, as `POST /messages` uses it (`r1` is `web:r1`).
-fn room_key(room: &str) -> Result<String, ApiError> {
+fn room_key(room: &str) -> Result<RoomKey, ApiError> {
     let room = room.trim();
     if room.is_empty() || room.len() > 200 {
         return Err(ApiError::bad_request(
@@ -83,9 +83,9 @@ fn room_key(room: &str) -> Result<String, ApiError> {
     if let Some((platform, id)) = room.split_once(':')
         && let Ok(platform) = platform.parse::<Platform>()
     {
-        return Ok(RoomKey::new(platform, RoomId::new(id)).to_string());
+        return Ok(RoomKey::new(platform, RoomId::new(id)));
     }
-    Ok(RoomKey::new(Platform::Web, RoomId::new(room)).to_string())
+    Ok(RoomKey::new(Platform::Web, RoomId::new(room)))
 }
 
 /// A query string that does not parse (`limit=abc`), as a JSON 400.
@@ -170,7 +170,7 @@ pub async fn upload(
     let limit = settings.max_file_bytes;
 
     // 1. Every field, before anything is read or stored.
-    let mut room: Option<String> = None;
+    let mut room: Option<RoomKey> = None;
     let mut files: Vec<Spooled> = Vec::new();
     while let Some(mut field) = multipart
         .next_field()
@@ -226,7 +226,7 @@ pub async fn upload(
             knowledge
                 .prepare(
                     &agent.id,
-                    room.as_deref(),
+                    room.as_ref(),
                     &f.name,
                     f.content_type.as_deref(),
                     Input::File(f.file.path()),
@@ -281,7 +281,7 @@ pub async fn list(
     let agent = find(&state, &agent)?;
     let room = query.room_id.as_deref().map(room_key).transpose()?;
     let docs = knowledge(&state)?
-        .documents(&agent.id, room.as_deref().map(Some))
+        .documents(&agent.id, room.as_ref().map(Some))
         .await?;
     Ok(Json(json!({ "documents": docs })))
 }
@@ -331,7 +331,7 @@ pub async fn search(
         .unwrap_or(knowledge.settings().top_k.max(1))
         .clamp(1, 100);
     let hits = knowledge
-        .search(&agent.id, room.as_deref(), &q, limit)
+        .search(&agent.id, room.as_ref(), &q, limit)
         .await?;
     Ok(Json(json!({ "query": q, "roomId": room, "results": hits })))
 }
@@ -340,8 +340,11 @@ pub async fn search(
 mod tests {
     #[test]
     fn room_ids_parse_like_the_messages_route() {
-        assert_eq!(super::room_key("r1").unwrap(), "web:r1");
-        assert_eq!(super::room_key("telegram:-100").unwrap(), "telegram:-100");
+        assert_eq!(super::room_key("r1").unwrap().to_string(), "web:r1");
+        assert_eq!(
+            super::room_key("telegram:-100").unwrap().to_string(),
+            "telegram:-100"
+        );
         assert!(super::room_key(" ").is_err());
     }
 }

@@ -44,8 +44,10 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use troupe_connectors::{AgentId, RoomKey};
+
 use crate::persona::{KnowledgeEntry, Persona};
-use crate::storage::{NewDocument, ScoredChunk, StorageError, Store};
+use crate::storage::{NewDocument, NewEmbedding, Scope, ScoredChunk, StorageError, Store};
 
 pub use crate::config::{EmbeddingApi, EmbeddingSettings, ExtractSettings, KnowledgeSettings};
 pub use embed::Embedder;
@@ -145,7 +147,7 @@ pub struct Document {
     pub id: String,
     pub source: String,
     /// The room key it is scoped to; `None` for the whole agent.
-    pub room_id: Option<String>,
+    pub room_id: Option<RoomKey>,
     pub content_type: String,
     /// Who added it: `upload`, `cli`, `character` or `attachment`.
     pub origin: String,
@@ -180,7 +182,7 @@ impl Origin {
 #[derive(Debug, Clone)]
 pub struct Prepared {
     id: String,
-    scope: String,
+    scope: Scope,
     source: String,
     content_type: &'static str,
     hash: String,
@@ -195,9 +197,9 @@ impl Prepared {
     pub fn source(&self) -> &str {
         &self.source
     }
-    /// The room key it is scoped to; `None` for the whole agent.
-    pub fn room(&self) -> Option<&str> {
-        Some(self.scope.as_str()).filter(|s| !s.is_empty())
+    /// The room it is scoped to; `None` for the whole agent.
+    pub fn room(&self) -> Option<&RoomKey> {
+        self.scope.room()
     }
 }
 
@@ -266,8 +268,8 @@ impl Knowledge {
     /// Extract, chunk, index one document; dedupes by hash.
     pub async fn ingest(
         &self,
-        agent_id: &str,
-        room: Option<&str>,
+        agent_id: &AgentId,
+        room: Option<&RoomKey>,
         source: &str,
         content_type: Option<&str>,
         bytes: &[u8],
@@ -280,8 +282,8 @@ impl Knowledge {
     pub async fn ingest_from(
         &self,
         origin: Origin,
-        agent_id: &str,
-        room: Option<&str>,
+        agent_id: &AgentId,
+        room: Option<&RoomKey>,
         source: &str,
         content_type: Option<&str>,
         bytes: &[u8],
@@ -296,8 +298,8 @@ impl Knowledge {
     /// and stores nothing. Content already stored there is not read again.
     pub async fn prepare(
         &self,
-        agent_id: &str,
-        room: Option<&str>,
+        agent_id: &AgentId,
+        room: Option<&RoomKey>,
         source: &str,
         content_type: Option<&str>,
         input: Input<'_>,
@@ -320,11 +322,11 @@ impl Knowledge {
             Input::Bytes(b) => hex::encode(Sha256::digest(b)),
             Input::File(path) => hash_file(path).await.map_err(unreadable)?,
         };
-        let scope = room.unwrap_or("");
-        let id = document_id(agent_id, scope, &hash);
+        let scope = Scope::new(room);
+        let id = document_id(agent_id, &scope, &hash);
         let mut prepared = Prepared {
             id,
-            scope: scope.to_string(),
+            scope,
             source: source.to_string(),
             content_type: "",
             hash,
@@ -367,7 +369,7 @@ impl Knowledge {
     pub async fn store_all(
         &self,
         origin: Origin,
-        agent_id: &str,
+        agent_id: &AgentId,
         prepared: Vec<Prepared>,
     ) -> Result<Vec<Ingested>, KnowledgeError> {
         let mut done: Vec<Ingested> = Vec::with_capacity(prepared.len());
@@ -397,7 +399,7 @@ impl Knowledge {
     async fn store(
         &self,
         origin: Origin,
-        agent_id: &str,
+        agent_id: &AgentId,
         prepared: Prepared,
     ) -> Result<Ingested, KnowledgeError> {
         let Prepared {
@@ -447,8 +449,11 @@ impl Knowledge {
                     "could not embed the document; it is searchable by keywords only until `troupe ingest --reembed`");
             }
         }
+        let scope = scope
+            .room()
+            .map_or_else(|| "agent".to_string(), RoomKey::to_string);
         tracing::info!(agent = %agent_id, document = %id, %source, chunks = chunks.len(),
-            scope = %if scope.is_empty() { "agent" } else { scope.as_str() }, "document ingested");
+            %scope, "document ingested");
         Ok(Ingested {
             document_id: id,
             chunks: chunks.len(),
@@ -459,8 +464,8 @@ impl Knowledge {
     async fn embed_chunks(
         &self,
         embedder: &Embedder,
-        agent_id: &str,
-        scope: &str,
+        agent_id: &AgentId,
+        scope: &Scope,
         chunks: &[(String, String)],
     ) -> Result<(), KnowledgeError> {
         let model = embedder.model_key();
@@ -470,16 +475,14 @@ impl Knowledge {
                 .embed(&texts)
                 .await
                 .map_err(KnowledgeError::Embedding)?;
-            let rows: Vec<(String, String, String, Vec<u8>)> = page
+            let rows: Vec<NewEmbedding> = page
                 .iter()
                 .zip(vectors)
-                .map(|((id, _), v)| {
-                    (
-                        id.clone(),
-                        agent_id.to_string(),
-                        scope.to_string(),
-                        embed::to_bytes(&v),
-                    )
+                .map(|((id, _), v)| NewEmbedding {
+                    chunk_id: id.clone(),
+                    agent_id: agent_id.clone(),
+                    scope: scope.clone(),
+                    vector: embed::to_bytes(&v),
                 })
                 .collect();
             self.inner.store.put_embeddings(&model, &rows).await?;
@@ -491,15 +494,15 @@ impl Knowledge {
     /// given, that room's; best first.
     pub async fn search(
         &self,
-        agent_id: &str,
-        room: Option<&str>,
+        agent_id: &AgentId,
+        room: Option<&RoomKey>,
         query: &str,
         limit: usize,
     ) -> Result<Vec<Hit>, KnowledgeError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let scope = room.unwrap_or("");
+        let scope = &Scope::new(room);
         let terms = query_terms(query);
         let store = &self.inner.store;
         let Some(embedder) = &self.inner.embedder else {
@@ -563,7 +566,7 @@ impl Knowledge {
     /// The knowledge for a reply: the top chunks for `text` within the prompt's knowledge
     /// budget. Retrieval must never cost the reply: an error or a slow search is logged and
     /// answered with nothing.
-    pub async fn for_prompt(&self, agent_id: &str, room: &str, text: &str) -> Vec<Hit> {
+    pub async fn for_prompt(&self, agent_id: &AgentId, room: &RoomKey, text: &str) -> Vec<Hit> {
         let settings = &self.inner.settings;
         if settings.top_k == 0 || settings.prompt_budget_chars == 0 {
             return Vec::new();
@@ -591,8 +594,8 @@ impl Knowledge {
     /// platform's file URL may carry a token.
     pub async fn ingest_attachments(
         &self,
-        agent_id: &str,
-        room: &str,
+        agent_id: &AgentId,
+        room: &RoomKey,
         attachments: &[troupe_connectors::Attachment],
     ) -> usize {
         let cap = self.inner.settings.max_attachment_bytes;
@@ -645,15 +648,15 @@ impl Knowledge {
     /// (`Some(None)`: the agent-wide ones).
     pub async fn documents(
         &self,
-        agent_id: &str,
-        room: Option<Option<&str>>,
+        agent_id: &AgentId,
+        room: Option<Option<&RoomKey>>,
     ) -> Result<Vec<Document>, KnowledgeError> {
-        let scope = room.map(|r| r.unwrap_or(""));
-        let rows = self.inner.store.documents(agent_id, scope).await?;
+        let scope = room.map(Scope::new);
+        let rows = self.inner.store.documents(agent_id, scope.as_ref()).await?;
         Ok(rows
             .into_iter()
             .map(|d| Document {
-                room_id: Some(d.scope).filter(|s| !s.is_empty()),
+                room_id: d.scope.into_room(),
                 id: d.id,
                 source: d.source,
                 content_type: d.content_type,
@@ -666,7 +669,11 @@ impl Knowledge {
     }
 
     /// Deletes a document, its chunks and its vectors.
-    pub async fn delete(&self, agent_id: &str, document_id: &str) -> Result<(), KnowledgeError> {
+    pub async fn delete(
+        &self,
+        agent_id: &AgentId,
+        document_id: &str,
+    ) -> Result<(), KnowledgeError> {
         if self
             .inner
             .store
@@ -687,7 +694,7 @@ impl Knowledge {
     /// are kept (switching back needs no re-embedding).
     pub async fn reembed(
         &self,
-        agent_id: &str,
+        agent_id: &AgentId,
         mut progress: impl FnMut(usize),
     ) -> Result<usize, KnowledgeError> {
         let Some(embedder) = &self.inner.embedder else {
@@ -717,13 +724,11 @@ impl Knowledge {
             let rows: Vec<_> = page
                 .iter()
                 .zip(vectors)
-                .map(|(c, v)| {
-                    (
-                        c.id.clone(),
-                        c.agent_id.clone(),
-                        c.scope.clone(),
-                        embed::to_bytes(&v),
-                    )
+                .map(|(c, v)| NewEmbedding {
+                    chunk_id: c.id.clone(),
+                    agent_id: c.agent_id.clone(),
+                    scope: c.scope.clone(),
+                    vector: embed::to_bytes(&v),
                 })
                 .collect();
             store.put_embeddings(&model, &rows).await?;
@@ -733,7 +738,7 @@ impl Knowledge {
     }
 
     /// Chunks of the agent, for a progress bar's length.
-    pub async fn chunk_count(&self, agent_id: &str) -> Result<usize, KnowledgeError> {
+    pub async fn chunk_count(&self, agent_id: &AgentId) -> Result<usize, KnowledgeError> {
         let docs = self.inner.store.documents(agent_id, None).await?;
         Ok(docs
             .iter()
@@ -746,8 +751,8 @@ impl Knowledge {
     pub async fn ingest_file(
         &self,
         origin: Origin,
-        agent_id: &str,
-        room: Option<&str>,
+        agent_id: &AgentId,
+        room: Option<&RoomKey>,
         path: &Path,
     ) -> Result<Ingested, KnowledgeError> {
         let name = path.display().to_string();
@@ -762,7 +767,7 @@ impl Knowledge {
     /// one no longer has. Idempotent: unchanged content is found by its hash. Problems are
     /// logged; the persona runs without the entries that failed.
     pub async fn load_character(&self, persona: &Persona) {
-        let agent = persona.id.as_str();
+        let agent = &persona.id;
         let file = persona
             .source
             .file_name()
@@ -852,13 +857,13 @@ async fn hash_file(path: &Path) -> std::io::Result<String> {
     }
 }
 
-/// The document id: derived from the agent, the scope and the content's SHA-256, so the
-/// same content in the same place always has the same id.
-fn document_id(agent_id: &str, scope: &str, content_hash: &str) -> String {
+/// The document id: derived from the agent, the scope (as stored: `""` or the room key)
+/// and the content's SHA-256, so the same content in the same place always has the same id.
+fn document_id(agent_id: &AgentId, scope: &Scope, content_hash: &str) -> String {
     let mut h = Sha256::new();
-    h.update(agent_id.as_bytes());
+    h.update(agent_id.as_str().as_bytes());
     h.update([0]);
-    h.update(scope.as_bytes());
+    h.update(scope.to_string().as_bytes());
     h.update([0]);
     h.update(content_hash.as_bytes());
     hex::encode(&h.finalize()[..12])
@@ -969,11 +974,13 @@ mod tests {
 
     #[test]
     fn document_ids_depend_on_agent_scope_and_content() {
-        let a = document_id("ada", "", "h1");
-        assert_eq!(a, document_id("ada", "", "h1"));
-        assert_ne!(a, document_id("ada", "web:r1", "h1"));
-        assert_ne!(a, document_id("bob", "", "h1"));
-        assert_ne!(a, document_id("ada", "", "h2"));
+        let (ada, bob) = (AgentId::new("ada"), AgentId::new("bob"));
+        let r1: RoomKey = "web:r1".parse().unwrap();
+        let a = document_id(&ada, &Scope::AGENT, "h1");
+        assert_eq!(a, document_id(&ada, &Scope::AGENT, "h1"));
+        assert_ne!(a, document_id(&ada, &Scope::new(Some(&r1)), "h1"));
+        assert_ne!(a, document_id(&bob, &Scope::AGENT, "h1"));
+        assert_ne!(a, document_id(&ada, &Scope::AGENT, "h2"));
         assert_eq!(a.len(), 24);
     }
 

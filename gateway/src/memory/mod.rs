@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use troupe_connectors::Inbound;
+use troupe_connectors::{AgentId, Inbound, Platform, RoomKey, UserId};
 
 use crate::config::{AgentSettings, MemorySettings};
 use crate::limits::RateLimiter;
@@ -64,38 +64,46 @@ pub(crate) struct Model {
 /// One agent's memory upkeep. A cheap-to-clone handle.
 #[derive(Clone)]
 pub(crate) struct Memory {
-    agent_id: Arc<str>,
+    agent_id: AgentId,
     store: Store,
     limiter: RateLimiter,
     settings: MemorySettings,
     history_limit: u32,
     /// Rooms and users with a run under way in this process, and whether another pass was
     /// asked for since it started.
-    in_flight: Arc<Mutex<HashMap<String, bool>>>,
+    in_flight: Arc<Mutex<HashMap<Upkeep, bool>>>,
     calls: Arc<Semaphore>,
     /// Replies per room and per user since their stored state was last checked.
-    seen: moka::sync::Cache<String, u32>,
+    seen: moka::sync::Cache<Upkeep, u32>,
     /// Facts per user as last read, so that a prompt does not cost a query each time: they
     /// change at most once per `facts_every` messages. A write here drops the entry; one
     /// by another replica is seen within `FACTS_CACHE_TTL`.
-    facts: moka::sync::Cache<String, Arc<Vec<String>>>,
+    facts: moka::sync::Cache<(Platform, UserId), Arc<Vec<String>>>,
+}
+
+/// What a background run keeps up: a room's summary, or a user's facts (user ids are only
+/// unique within a platform).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Upkeep {
+    Summary(RoomKey),
+    Facts(Platform, UserId),
 }
 
 const FACTS_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
-fn facts_cache_key(who: FactSubject<'_>) -> String {
-    format!("{}\u{1f}{}", who.platform, who.user_id)
+fn facts_cache_key(who: FactSubject<'_>) -> (Platform, UserId) {
+    (who.platform, who.user_id.clone())
 }
 
 impl Memory {
     pub(crate) fn new(
-        agent_id: &str,
+        agent_id: &AgentId,
         store: Store,
         limiter: RateLimiter,
         settings: &AgentSettings,
     ) -> Self {
         Memory {
-            agent_id: agent_id.into(),
+            agent_id: agent_id.clone(),
             store,
             limiter,
             settings: settings.memory.clone(),
@@ -118,7 +126,7 @@ impl Memory {
     /// nothing outside it to summarise, and its summary is not read.
     pub(crate) async fn recall(
         &self,
-        room: &str,
+        room: &RoomKey,
         recalled_messages: usize,
         inbound: &Inbound,
     ) -> crate::storage::Result<Recalled> {
@@ -151,11 +159,11 @@ impl Memory {
     /// Starts the upkeep due after a reply in the background: the room's summary, then the
     /// sender's facts. Returns at once.
     pub(crate) fn after_reply(&self, model: Model, inbound: &Inbound, recalled_messages: usize) {
-        let room = inbound.room.key().to_string();
+        let room = inbound.room.key();
         let platform = inbound.platform();
-        let user_id = inbound.author.id.as_str().to_string();
-        let summary_key = format!("summary\u{1f}{room}");
-        let facts_key = format!("facts\u{1f}{platform}\u{1f}{user_id}");
+        let user_id = inbound.author.id.clone();
+        let summary_key = Upkeep::Summary(room.clone());
+        let facts_key = Upkeep::Facts(platform, user_id.clone());
         let summarize = self.settings.summary_every > 0
             // The room held fewer messages than its window before this exchange, so at most
             // two fell out of it: not enough to summarise yet.
@@ -177,7 +185,7 @@ impl Memory {
             if extract {
                 let who = FactSubject {
                     agent_id: &memory.agent_id,
-                    platform: platform.as_str(),
+                    platform,
                     user_id: &user_id,
                 };
                 facts::run(&memory, &model, facts_key, who, &user_name).await;
@@ -189,11 +197,10 @@ impl Memory {
     /// since the last time. Only then is the stored state checked, so that a reply costs no
     /// query when no run can be due yet. The counts live in this process: after a restart,
     /// or with replicas sharing the work, a run may come up to `every` replies late.
-    fn count_up(&self, key: &str, every: u32) -> bool {
+    fn count_up(&self, key: &Upkeep, every: u32) -> bool {
         let seen = self.seen.get(key).unwrap_or(0) + 1;
         let due = seen >= every;
-        self.seen
-            .insert(key.to_string(), if due { 0 } else { seen });
+        self.seen.insert(key.clone(), if due { 0 } else { seen });
         due
     }
 
@@ -205,14 +212,14 @@ impl Memory {
     fn subject<'a>(&'a self, inbound: &'a Inbound) -> FactSubject<'a> {
         FactSubject {
             agent_id: &self.agent_id,
-            platform: inbound.platform().as_str(),
-            user_id: inbound.author.id.as_str(),
+            platform: inbound.platform(),
+            user_id: &inbound.author.id,
         }
     }
 
     /// Marks `key` as under way. `None` when a run for it already is: that run is asked
     /// for one more pass instead.
-    fn begin(&self, key: String) -> Option<InFlight> {
+    fn begin(&self, key: Upkeep) -> Option<InFlight> {
         let mut runs = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(again) = runs.get_mut(&key) {
             *again = true;
@@ -227,7 +234,7 @@ impl Memory {
 
     /// Runs `pass` under the in-flight mark for `key`: once, then again for as long as
     /// replies asked for another pass meanwhile (up to `MAX_PASSES`).
-    async fn coalesced<F, Fut>(&self, key: String, mut pass: F)
+    async fn coalesced<F, Fut>(&self, key: Upkeep, mut pass: F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = ()>,
@@ -289,9 +296,9 @@ fn learns_about(inbound: &Inbound) -> bool {
 
 /// A run under way. It ends through `again`, or when dropped (whatever the outcome).
 struct InFlight {
-    runs: Arc<Mutex<HashMap<String, bool>>>,
+    runs: Arc<Mutex<HashMap<Upkeep, bool>>>,
     /// `None` once ended.
-    key: Option<String>,
+    key: Option<Upkeep>,
 }
 
 impl InFlight {
@@ -337,6 +344,12 @@ fn clip(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use troupe_connectors::RoomId;
+
+    /// The summary of the Web room `room`: any key will do where only keys are compared.
+    fn summary(room: &str) -> Upkeep {
+        Upkeep::Summary(RoomKey::new(Platform::Web, RoomId::new(room)))
+    }
 
     #[test]
     fn clip_respects_characters() {
@@ -352,7 +365,7 @@ mod tests {
         let (inside_tx, inside_rx) = tokio::sync::oneshot::channel();
         let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
         let signals = Mutex::new(Some((inside_tx, go_rx)));
-        let run = memory.coalesced("k".into(), || async {
+        let run = memory.coalesced(summary("k"), || async {
             passes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let first = signals.lock().unwrap().take();
             if let Some((inside, go)) = first {
@@ -363,24 +376,29 @@ mod tests {
         let trigger = async {
             inside_rx.await.unwrap();
             // Two triggers while the first pass runs: they coalesce into one more pass.
-            assert!(memory.begin("k".into()).is_none());
-            assert!(memory.begin("k".into()).is_none());
+            assert!(memory.begin(summary("k")).is_none());
+            assert!(memory.begin(summary("k")).is_none());
             go_tx.send(()).unwrap();
         };
         tokio::join!(run, trigger);
         assert_eq!(passes.load(std::sync::atomic::Ordering::SeqCst), 2);
-        assert!(memory.begin("k".into()).is_some(), "the run has ended");
+        assert!(memory.begin(summary("k")).is_some(), "the run has ended");
     }
 
     async fn test_memory() -> Memory {
         let store = Store::connect("sqlite::memory:").await.unwrap();
         let config = crate::config::Config::for_test();
-        Memory::new("a", store, RateLimiter::new(&config.limits), &config.agent)
+        Memory::new(
+            &AgentId::new("a"),
+            store,
+            RateLimiter::new(&config.limits),
+            &config.agent,
+        )
     }
 
     #[test]
     fn no_facts_about_bots_or_the_anonymous_api_caller() {
-        use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+        use troupe_connectors::{MessageId, RoomRef, UserRef};
         let message = |platform, user: &str, is_bot| Inbound {
             id: MessageId::new("m"),
             room: RoomRef::new(platform, RoomId::new("r")),
@@ -413,30 +431,30 @@ mod tests {
     #[tokio::test]
     async fn the_stored_state_is_checked_every_so_many_replies() {
         let memory = test_memory().await;
-        let due: Vec<bool> = (0..7).map(|_| memory.count_up("k", 3)).collect();
+        let due: Vec<bool> = (0..7).map(|_| memory.count_up(&summary("k"), 3)).collect();
         assert_eq!(due, [false, false, true, false, false, true, false]);
-        assert!(memory.count_up("every reply", 1));
-        assert!(memory.count_up("every reply", 1));
+        assert!(memory.count_up(&summary("every reply"), 1));
+        assert!(memory.count_up(&summary("every reply"), 1));
     }
 
     #[tokio::test]
     async fn one_run_per_key_at_a_time() {
         let memory = test_memory().await;
-        let first = memory.begin("summary:web:r".into());
+        let first = memory.begin(summary("r"));
         assert!(first.is_some());
-        assert!(memory.begin("summary:web:other".into()).is_some());
+        assert!(memory.begin(summary("other")).is_some());
         let mut first = first.unwrap();
         // Nobody asked meanwhile: the run ends, and a new one may start.
         assert!(!first.again());
-        let mut second = memory.begin("summary:web:r".into()).unwrap();
+        let mut second = memory.begin(summary("r")).unwrap();
         // Asked twice while under way: one more pass, then the end.
-        assert!(memory.begin("summary:web:r".into()).is_none());
-        assert!(memory.begin("summary:web:r".into()).is_none());
+        assert!(memory.begin(summary("r")).is_none());
+        assert!(memory.begin(summary("r")).is_none());
         assert!(second.again());
         assert!(!second.again());
         // A dropped run (an early return) ends too.
-        drop(memory.begin("summary:web:r".into()).unwrap());
-        assert!(memory.begin("summary:web:r".into()).is_some());
+        drop(memory.begin(summary("r")).unwrap());
+        assert!(memory.begin(summary("r")).is_some());
 
         let slots: Vec<_> = (0..BACKGROUND_CALLS).map(|_| memory.model_slot()).collect();
         assert!(slots.iter().all(Option::is_some));

@@ -9,9 +9,10 @@
 //! window or in the summary (once the middle part is folded), and the model reads each
 //! message once.
 
-use super::{Memory, Model, clip};
+use super::{Memory, Model, Upkeep, clip};
 use crate::persona::{Prompt, quote};
 use crate::storage::MemoryMessage;
+use troupe_connectors::RoomKey;
 
 /// The most messages folded by one run; a room with a longer backlog (memory turned on in
 /// an old room) catches up over several replies.
@@ -27,19 +28,19 @@ pub(super) const MAX_SUMMARY_CHARS: usize = 2_000;
 pub(crate) const SYSTEM_PREFIX: &str = "You keep the running summary of a conversation";
 
 /// Folds what fell out of the room's window into its summary, if enough has.
-pub(super) async fn run(memory: &Memory, model: &Model, key: String, room: &str) {
+pub(super) async fn run(memory: &Memory, model: &Model, key: Upkeep, room: &RoomKey) {
     memory
         .coalesced(key, || async {
             if let Err(error) = fold(memory, model, room).await {
                 crate::metrics::error("storage");
-                tracing::warn!(%error, room, "could not update the room's summary");
+                tracing::warn!(%error, %room, "could not update the room's summary");
             }
         })
         .await;
 }
 
-async fn fold(memory: &Memory, model: &Model, room: &str) -> crate::storage::Result<()> {
-    let agent = &*memory.agent_id;
+async fn fold(memory: &Memory, model: &Model, room: &RoomKey) -> crate::storage::Result<()> {
+    let agent = &memory.agent_id;
     let previous = memory.store.room_summary(agent, room).await?;
     let after = previous.as_ref().map_or(0, |s| s.through_message_id);
     let uncovered = memory
@@ -55,7 +56,7 @@ async fn fold(memory: &Memory, model: &Model, room: &str) -> crate::storage::Res
         .room_messages_after(agent, room, after, outside.min(MAX_FOLD))
         .await?;
     let Some(_slot) = memory.model_slot() else {
-        tracing::debug!(room, "summary due, but the background share is in use");
+        tracing::debug!(%room, "summary due, but the background share is in use");
         return Ok(());
     };
     let (prompt, through) = prompt(
@@ -75,7 +76,7 @@ async fn fold(memory: &Memory, model: &Model, room: &str) -> crate::storage::Res
         .put_room_summary(agent, room, &text, through, crate::storage::now_ms())
         .await?;
     tracing::info!(
-        room,
+        %room,
         through_message_id = through,
         chars = text.chars().count(),
         written,
@@ -134,7 +135,7 @@ mod tests {
     fn message(id: i64, text: &str) -> MemoryMessage {
         MemoryMessage {
             id,
-            room: "web:r".into(),
+            room: "web:r".parse().unwrap(),
             author_id: "u".into(),
             author_name: "Sam".into(),
             text: text.into(),

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 
 use troupe_connectors::Platform;
 
-use super::diag::{Diagnostic, Severity};
-use super::json::Pos;
+use super::diag::Diagnostic;
 use super::paths::{LoadOptions, Policy};
 use super::secrets::{self, SecretSource};
 use super::{Env, Loaded, Persona};
@@ -108,33 +107,10 @@ pub(crate) fn conflicts_of(persona: &Persona, others: &[&Persona], env: &Env) ->
 fn pair_conflicts(a: &Persona, b: &Persona, env: &Env) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     if a.id == b.id {
-        out.push(duplicate_id(a, b));
+        out.push(super::load::duplicate_id(a, b));
     }
     out.extend(shared_tokens(a, b, env));
     out
-}
-
-/// An error on `persona` saying `other` already has its id.
-pub(crate) fn duplicate_id(persona: &Persona, other: &Persona) -> Diagnostic {
-    let field = if persona.character.id.is_some() {
-        "id"
-    } else {
-        "name"
-    };
-    let hint = if field == "id" {
-        "give each persona its own \"id\""
-    } else {
-        "the id comes from the name: rename one, or set an \"id\""
-    };
-    at_field(
-        persona,
-        field,
-        format!(
-            "persona id \"{}\" is also used by {}; ids must be unique ({hint})",
-            persona.id,
-            other.source.display()
-        ),
-    )
 }
 
 /// Errors on `a` for every platform where `a` and `b` would log in with the same token.
@@ -175,7 +151,7 @@ fn token_error(
         secrets::env_name(&persona.name),
     );
     match source.field(key) {
-        Some(field) => at_field(persona, &field, message),
+        Some(field) => Diagnostic::at_field(persona, &field, message),
         None => {
             // The token came from the environment: point at where the persona claims the
             // platform.
@@ -183,25 +159,9 @@ fn token_error(
                 .into_iter()
                 .find(|f| persona.character.positions.contains_key(*f))
                 .unwrap_or("name");
-            let mut d = at_field(persona, field, message);
+            let mut d = Diagnostic::at_field(persona, field, message);
             d.path = format!("{field} ({platform})");
             d
         }
-    }
-}
-
-fn at_field(persona: &Persona, field: &str, message: String) -> Diagnostic {
-    let pos = persona.character.positions.get(field);
-    let (line, col, file) = match pos {
-        Some(Pos { line, col, file }) => (*line, *col, file.to_path_buf()),
-        None => (1, 1, persona.source.clone()),
-    };
-    Diagnostic {
-        file,
-        line,
-        col,
-        path: field.to_string(),
-        message,
-        severity: Severity::Error,
     }
 }

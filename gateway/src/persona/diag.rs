@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::Persona;
 use super::json::{Node, Pos};
 
 /// One problem found in a character file, printed as `file:line:col: field.path: reason`.
@@ -64,6 +65,24 @@ impl Diagnostic {
             path: path.to_string(),
             message: message.into(),
             severity,
+        }
+    }
+
+    /// An error on one of `persona`'s fields, at the field's position when the file has it
+    /// (else at the top of the persona's file).
+    pub(crate) fn at_field(persona: &Persona, field: &str, message: String) -> Self {
+        let pos = persona.character.positions.get(field);
+        let (line, col, file) = match pos {
+            Some(Pos { line, col, file }) => (*line, *col, file.to_path_buf()),
+            None => (1, 1, persona.source.clone()),
+        };
+        Diagnostic {
+            file,
+            line,
+            col,
+            path: field.to_string(),
+            message,
+            severity: Severity::Error,
         }
     }
 

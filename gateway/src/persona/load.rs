@@ -16,6 +16,7 @@ use super::diag::{Diagnostic, Diags};
 use super::json::{self, Kind, Member, Node};
 use super::paths::{LoadOptions, Policy};
 use super::{Loaded, Persona};
+use troupe_connectors::AgentId;
 
 /// Reads and checks one character file, with no knowledge roots beyond its own directory
 /// (see [`load_file_with`]).
@@ -81,7 +82,7 @@ pub fn load_dir(dir: &Path, options: &LoadOptions) -> (Vec<Loaded>, Vec<Diagnost
         match load_file_with(&p, options) {
             Ok(l) => {
                 if let Some(first) = ok.iter().find(|o| o.persona.id == l.persona.id) {
-                    bad.push(super::check::duplicate_id(&l.persona, &first.persona));
+                    bad.push(duplicate_id(&l.persona, &first.persona));
                 } else {
                     ok.push(l);
                 }
@@ -90,6 +91,29 @@ pub fn load_dir(dir: &Path, options: &LoadOptions) -> (Vec<Loaded>, Vec<Diagnost
         }
     }
     (ok, bad)
+}
+
+/// An error on `persona` saying `other` already has its id.
+pub(crate) fn duplicate_id(persona: &Persona, other: &Persona) -> Diagnostic {
+    let field = if persona.character.id.is_some() {
+        "id"
+    } else {
+        "name"
+    };
+    let hint = if field == "id" {
+        "give each persona its own \"id\""
+    } else {
+        "the id comes from the name: rename one, or set an \"id\""
+    };
+    Diagnostic::at_field(
+        persona,
+        field,
+        format!(
+            "persona id \"{}\" is also used by {}; ids must be unique ({hint})",
+            persona.id,
+            other.source.display()
+        ),
+    )
 }
 
 /// The `*.json` files directly in `dir`, sorted.
@@ -311,8 +335,8 @@ impl Persona {
             .as_deref()
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .unwrap_or_else(|| slug(&character.name));
+            .map(AgentId::from)
+            .unwrap_or_else(|| AgentId::new(slug(&character.name)));
         Persona {
             id,
             name: character.name.clone(),

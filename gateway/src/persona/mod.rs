@@ -35,7 +35,7 @@ mod tests;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use troupe_connectors::Platform;
+use troupe_connectors::{AgentId, Platform};
 
 pub use character::{Character, ExampleMessage, KnowledgeEntry, Settings, Style};
 pub use check::{CheckReport, check_files};
@@ -54,7 +54,7 @@ pub type Env = HashMap<String, String>;
 pub struct Persona {
     /// The character's `id` when it has one, else a slug of its name (`LP Manager` →
     /// `lp-manager`). Stable across edits that keep the name.
-    pub id: String,
+    pub id: AgentId,
     pub name: String,
     /// The file it came from.
     pub source: PathBuf,

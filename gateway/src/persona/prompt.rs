@@ -194,11 +194,11 @@ fn shuffled<T: Clone>(items: &[T], rng: &mut StdRng) -> Vec<T> {
     v
 }
 
-fn pick_names(rng: &mut StdRng, agent: &str) -> Vec<&'static str> {
+fn pick_names(rng: &mut StdRng, agent_name: &str) -> Vec<&'static str> {
     let pool: Vec<&'static str> = EXAMPLE_NAMES
         .iter()
         .copied()
-        .filter(|n| !n.eq_ignore_ascii_case(agent))
+        .filter(|n| !n.eq_ignore_ascii_case(agent_name))
         .collect();
     pool.choose_multiple(rng, 5).copied().collect()
 }
@@ -516,7 +516,7 @@ fn fill(
     let value = |p: &str| -> Option<String> {
         Some(match p {
             "agentName" => name.to_string(),
-            "agentId" => persona.id.clone(),
+            "agentId" => persona.id.to_string(),
             "senderName" => meta(input.sender_name).into_owned(),
             "platform" => input.platform.as_str().to_string(),
             "system" => c.system.clone().unwrap_or_default(),

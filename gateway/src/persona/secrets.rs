@@ -80,7 +80,7 @@ pub(crate) fn env_prefixes(persona: &Persona) -> Vec<String> {
         .unwrap_or(&persona.name)
         .to_uppercase()
         .replace(' ', "_");
-    for p in [eliza, env_name(&persona.id)] {
+    for p in [eliza, env_name(persona.id.as_str())] {
         if !out.contains(&p) {
             out.push(p);
         }

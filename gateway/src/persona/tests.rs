@@ -152,7 +152,7 @@ fn v1_fixture_specifics() {
     let p = compose(&shaw, &input(Platform::Web, &[], 1));
     assert!(!p.user.contains("{{name1}}"));
     let eliza = load_file(&dir.join("v0_eliza-starter__eliza.character.json")).unwrap();
-    assert_eq!(eliza.persona.id, "eliza");
+    assert_eq!(eliza.persona.id.as_str(), "eliza");
     assert!(eliza.warnings.is_empty(), "{}", lines(&eliza.warnings));
 }
 
@@ -162,7 +162,7 @@ fn default_persona_loads_without_warnings() {
     let l = load_file(&dir.join("troupe.json")).unwrap();
     assert!(l.warnings.is_empty(), "{}", lines(&l.warnings));
     let p = &l.persona;
-    assert_eq!(p.id, "troupe");
+    assert_eq!(p.id.as_str(), "troupe");
     assert_eq!(
         p.platforms(),
         [

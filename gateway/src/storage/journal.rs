@@ -27,7 +27,7 @@ use super::{
     StorageError, Store, now_ms, parse_json, with_pool,
 };
 use sqlx::types::Json;
-use troupe_connectors::{Inbound, Outbound, Platform};
+use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
 /// A journal read: the columns `JournalRow` wants, then `$rest`. JSON is read as text in
 /// both backends (a no-op cast in SQLite, `jsonb::text` in Postgres) so that decoding and
@@ -45,7 +45,7 @@ macro_rules! select_journal {
 #[derive(sqlx::FromRow)]
 struct JournalRow {
     id: i64,
-    agent_id: String,
+    agent_id: AgentId,
     inbound: String,
     state: String,
     attempts: i32,
@@ -80,8 +80,8 @@ pub fn dedupe_caller(inbound: &Inbound) -> &str {
 /// Whether `entry` is the journal entry of `inbound` for `agent_id`: same agent, room and
 /// caller. The unique key already makes a duplicate one; the answer of a duplicate is
 /// checked against it anyway, so that no change of key can hand a reply to another room.
-pub fn same_dedupe_key(entry: &JournalEntry, agent_id: &str, inbound: &Inbound) -> bool {
-    entry.agent_id == agent_id
+pub fn same_dedupe_key(entry: &JournalEntry, agent_id: &AgentId, inbound: &Inbound) -> bool {
+    entry.agent_id == *agent_id
         && entry.inbound.room.key() == inbound.room.key()
         && dedupe_caller(&entry.inbound) == dedupe_caller(inbound)
         && entry.inbound.id == inbound.id
@@ -91,15 +91,18 @@ impl Store {
     /// Journals an inbound message for an agent, unless that agent already has it. The
     /// unique key decides, so two replicas receiving the same event cannot both insert it.
     /// A new entry starts with one attempt: the handling its publication starts.
-    pub async fn journal_insert(&self, agent_id: &str, inbound: &Inbound) -> Result<JournalInsert> {
+    pub async fn journal_insert(
+        &self,
+        agent_id: &AgentId,
+        inbound: &Inbound,
+    ) -> Result<JournalInsert> {
         let inbound_json = serde_json::to_string(inbound)
             .map_err(|e| StorageError::Corrupt(format!("cannot encode an inbound message: {e}")))?;
         self.writer
             .journal_insert(JournalReq {
-                agent_id: agent_id.to_string(),
-                platform: inbound.platform().as_str(),
+                agent_id: agent_id.clone(),
                 message_id: inbound.id.as_str().to_string(),
-                room: inbound.room.key().to_string(),
+                room: inbound.room.key(),
                 caller: dedupe_caller(inbound).to_string(),
                 inbound_json,
                 now: now_ms(),
@@ -195,7 +198,7 @@ impl Store {
         let now = now_ms();
         let result: Result<GaveUp, sqlx::Error> = with_pool!(self, pool => async {
             let mut tx = pool.begin().await?;
-            let marked: Option<(String, String)> = sqlx::query_as(
+            let marked: Option<(AgentId, RoomKey)> = sqlx::query_as(
                 "UPDATE journal SET state = 'failed', last_error = $2, updated_at_ms = $3
                  WHERE id = $1 AND state = 'pending'
                  RETURNING agent_id, room",
@@ -252,7 +255,7 @@ impl Store {
     /// The entry of `inbound` for `agent_id`, by its dedupe key.
     pub async fn journal_lookup(
         &self,
-        agent_id: &str,
+        agent_id: &AgentId,
         inbound: &Inbound,
     ) -> Result<Option<JournalEntry>> {
         let row: Option<JournalRow> = with_pool!(self, pool => {
@@ -261,8 +264,8 @@ impl Store {
                    AND platform_message_id = $5"
             ))
                 .bind(agent_id)
-                .bind(inbound.platform().as_str())
-                .bind(inbound.room.key().to_string())
+                .bind(inbound.platform())
+                .bind(inbound.room.key())
                 .bind(dedupe_caller(inbound))
                 .bind(inbound.id.as_str())
                 .fetch_optional(pool)

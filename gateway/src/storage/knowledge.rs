@@ -6,18 +6,95 @@
 //! literally BM25: no inverse document frequency). Vectors are bytes here; similarity is the
 //! caller's business (no pgvector or sqlite-vec is assumed).
 
+use std::fmt;
+
+use troupe_connectors::{AgentId, RoomKey};
+
 use super::{Backend, Result, Store, now_ms, with_pool};
 
 /// Chunks inserted per statement: few enough that one statement (with its FTS indexing)
 /// stays well under sqlx's one-second slow-statement warning on a busy machine.
 const INSERT_BATCH: usize = 100;
 
+/// Where a document applies: the whole agent, or one room. Stored in the `scope` column as
+/// `""` or the room key (`platform:room`); a value that is neither is a decode error.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Scope(Option<RoomKey>);
+
+impl Scope {
+    /// The whole agent.
+    pub const AGENT: Scope = Scope(None);
+
+    /// One room when given, else the whole agent.
+    pub fn new(room: Option<&RoomKey>) -> Self {
+        Scope(room.cloned())
+    }
+
+    /// The room, `None` for the whole agent.
+    pub fn room(&self) -> Option<&RoomKey> {
+        self.0.as_ref()
+    }
+
+    pub fn into_room(self) -> Option<RoomKey> {
+        self.0
+    }
+}
+
+/// The column's text: `""`, or the room key.
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(room) => room.fmt(f),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<DB: sqlx::Database> sqlx::Type<DB> for Scope
+where
+    String: sqlx::Type<DB>,
+{
+    fn type_info() -> DB::TypeInfo {
+        <String as sqlx::Type<DB>>::type_info()
+    }
+    fn compatible(ty: &DB::TypeInfo) -> bool {
+        <String as sqlx::Type<DB>>::compatible(ty)
+    }
+}
+
+impl<'q, DB: sqlx::Database> sqlx::Encode<'q, DB> for Scope
+where
+    String: sqlx::Encode<'q, DB>,
+{
+    fn encode_by_ref(
+        &self,
+        buf: &mut <DB as sqlx::Database>::ArgumentBuffer,
+    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <String as sqlx::Encode<'q, DB>>::encode(self.to_string(), buf)
+    }
+}
+
+impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for Scope
+where
+    String: sqlx::Decode<'r, DB>,
+{
+    fn decode(
+        value: <DB as sqlx::Database>::ValueRef<'r>,
+    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+        let text = <String as sqlx::Decode<'r, DB>>::decode(value)?;
+        if text.is_empty() {
+            return Ok(Scope::AGENT);
+        }
+        Ok(Scope(Some(text.parse::<RoomKey>()?)))
+    }
+}
+
 /// A document to store with its chunks, in one transaction.
 #[derive(Debug, Clone)]
 pub struct NewDocument<'a> {
     pub id: &'a str,
-    pub agent_id: &'a str,
-    pub scope: &'a str,
+    pub agent_id: &'a AgentId,
+    pub scope: &'a Scope,
     pub source: &'a str,
     pub content_type: &'a str,
     pub content_hash: &'a str,
@@ -30,8 +107,8 @@ pub struct NewDocument<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct DocumentRow {
     pub id: String,
-    pub agent_id: String,
-    pub scope: String,
+    pub agent_id: AgentId,
+    pub scope: Scope,
     pub source: String,
     pub content_type: String,
     pub content_hash: String,
@@ -56,9 +133,19 @@ pub struct ScoredChunk {
 pub struct UnembeddedChunk {
     pub seq: i64,
     pub id: String,
-    pub agent_id: String,
-    pub scope: String,
+    pub agent_id: AgentId,
+    pub scope: Scope,
     pub text: String,
+}
+
+/// A chunk's vector for one model, to store.
+#[derive(Debug, Clone)]
+pub struct NewEmbedding {
+    pub chunk_id: String,
+    pub agent_id: AgentId,
+    pub scope: Scope,
+    /// Little-endian f32s.
+    pub vector: Vec<u8>,
 }
 
 const DOCUMENT_COLUMNS: &str = "id, agent_id, scope, source, content_type, content_hash, origin, \
@@ -114,7 +201,7 @@ impl Store {
         Ok(inserted)
     }
 
-    pub async fn document(&self, agent_id: &str, id: &str) -> Result<Option<DocumentRow>> {
+    pub async fn document(&self, agent_id: &AgentId, id: &str) -> Result<Option<DocumentRow>> {
         let sql =
             format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE agent_id = $1 AND id = $2");
         let row = with_pool!(self, pool => {
@@ -127,9 +214,12 @@ impl Store {
         Ok(row)
     }
 
-    /// An agent's documents, newest first; only those of `scope` when given (`""` for the
-    /// agent-wide ones).
-    pub async fn documents(&self, agent_id: &str, scope: Option<&str>) -> Result<Vec<DocumentRow>> {
+    /// An agent's documents, newest first; only those of `scope` when given.
+    pub async fn documents(
+        &self,
+        agent_id: &AgentId,
+        scope: Option<&Scope>,
+    ) -> Result<Vec<DocumentRow>> {
         let sql = format!(
             "SELECT {DOCUMENT_COLUMNS} FROM documents
              WHERE agent_id = $1 AND ($2 IS NULL OR scope = $2)
@@ -148,7 +238,7 @@ impl Store {
     /// The ids of an agent's documents that came from `origin`.
     pub async fn document_ids_by_origin(
         &self,
-        agent_id: &str,
+        agent_id: &AgentId,
         origin: &str,
     ) -> Result<Vec<String>> {
         let ids = with_pool!(self, pool => {
@@ -164,7 +254,7 @@ impl Store {
     }
 
     /// Deletes a document with its chunks and vectors; false when there was none.
-    pub async fn delete_document(&self, agent_id: &str, id: &str) -> Result<bool> {
+    pub async fn delete_document(&self, agent_id: &AgentId, id: &str) -> Result<bool> {
         let deleted = with_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             sqlx::query(
@@ -196,8 +286,8 @@ impl Store {
     /// and digits only: the caller has cut the query), any of which may match.
     pub async fn search_chunks(
         &self,
-        agent_id: &str,
-        scope: &str,
+        agent_id: &AgentId,
+        scope: &Scope,
         terms: &[String],
         limit: usize,
     ) -> Result<Vec<ScoredChunk>> {
@@ -301,7 +391,7 @@ impl Store {
     /// `after_seq`, in order: the caller pages through them.
     pub async fn chunks_without_embedding(
         &self,
-        agent_id: Option<&str>,
+        agent_id: Option<&AgentId>,
         model: &str,
         after_seq: i64,
         limit: usize,
@@ -324,25 +414,21 @@ impl Store {
         Ok(rows)
     }
 
-    /// Stores vectors for `model`: `(chunk id, agent, scope, little-endian f32 bytes)`.
-    /// A vector already stored for a chunk and model is replaced.
-    pub async fn put_embeddings(
-        &self,
-        model: &str,
-        rows: &[(String, String, String, Vec<u8>)],
-    ) -> Result<()> {
+    /// Stores vectors for `model`. A vector already stored for a chunk and model is
+    /// replaced.
+    pub async fn put_embeddings(&self, model: &str, rows: &[NewEmbedding]) -> Result<()> {
         for batch in rows.chunks(INSERT_BATCH) {
             with_pool!(self, pool => {
                 let mut q = sqlx::QueryBuilder::new(
                     "INSERT INTO chunk_embeddings (chunk_id, model, agent_id, scope, dim, vector) ",
                 );
-                q.push_values(batch, |mut row, (chunk, agent, scope, vector)| {
-                    row.push_bind(chunk.as_str())
+                q.push_values(batch, |mut row, e| {
+                    row.push_bind(e.chunk_id.as_str())
                         .push_bind(model)
-                        .push_bind(agent.as_str())
-                        .push_bind(scope.as_str())
-                        .push_bind((vector.len() / 4) as i64)
-                        .push_bind(vector.as_slice());
+                        .push_bind(&e.agent_id)
+                        .push_bind(&e.scope)
+                        .push_bind((e.vector.len() / 4) as i64)
+                        .push_bind(e.vector.as_slice());
                 });
                 q.push(
                     " ON CONFLICT (chunk_id, model) DO UPDATE SET dim = excluded.dim, \
@@ -358,8 +444,8 @@ impl Store {
     /// ones: `(chunk id, little-endian f32 bytes)`.
     pub async fn embeddings(
         &self,
-        agent_id: &str,
-        scope: &str,
+        agent_id: &AgentId,
+        scope: &Scope,
         model: &str,
     ) -> Result<Vec<(String, Vec<u8>)>> {
         let rows = with_pool!(self, pool => {
@@ -377,7 +463,7 @@ impl Store {
     }
 
     /// Removes an agent's vectors for `model` (before re-embedding them all).
-    pub async fn delete_embeddings(&self, agent_id: &str, model: &str) -> Result<u64> {
+    pub async fn delete_embeddings(&self, agent_id: &AgentId, model: &str) -> Result<u64> {
         let n = with_pool!(self, pool => {
             sqlx::query("DELETE FROM chunk_embeddings WHERE agent_id = $1 AND model = $2")
                 .bind(agent_id)

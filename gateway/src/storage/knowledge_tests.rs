@@ -7,37 +7,30 @@
 
 use super::*;
 use crate::knowledge::{Knowledge, KnowledgeError, KnowledgeSettings, Origin};
-use std::future::Future;
 
-const AGENT: &str = "ada";
+static AGENT: std::sync::LazyLock<AgentId> = std::sync::LazyLock::new(|| AgentId::new("ada"));
 
-use super::tests::Kind;
-
-/// Runs `body` on a fresh database of `kind`, removed afterwards (see `tests::run`).
-async fn run<F, Fut>(kind: Kind, body: F)
-where
-    F: FnOnce(Store) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    super::tests::run(kind, |ctx| body(ctx.store)).await
+/// A chunk's vector for `AGENT`, scoped to the room key `room` (or agent-wide).
+fn embedding(chunk: &str, room: Option<&str>, vector: Vec<u8>) -> NewEmbedding {
+    NewEmbedding {
+        chunk_id: chunk.to_string(),
+        agent_id: AGENT.clone(),
+        scope: room.map_or(Scope::AGENT, scope),
+        vector,
+    }
 }
 
-macro_rules! on_both_backends {
-    ($($body:ident),* $(,)?) => {
-        $(
-            mod $body {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::run(super::Kind::Sqlite, super::$body).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    super::run(super::Kind::Postgres, super::$body).await
-                }
-            }
-        )*
-    };
+/// One room's scope.
+fn scope(room: &str) -> Scope {
+    Scope::new(Some(&key_of(room)))
 }
+
+/// A room key, as stored.
+fn key_of(s: &str) -> RoomKey {
+    s.parse().expect("a room key")
+}
+
+use super::test_support::{Kind, on_both_backends, run_with_store as run};
 
 on_both_backends!(
     search_sees_the_room_and_the_agent_never_other_rooms,
@@ -64,12 +57,12 @@ fn sources(hits: &[crate::knowledge::Hit]) -> Vec<&str> {
 async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
     let k = knowledge(&store);
     let text = |place: &str| format!("The ferry to {place} leaves from pier seven at noon.");
-    k.ingest(AGENT, None, "all.txt", None, text("everywhere").as_bytes())
+    k.ingest(&AGENT, None, "all.txt", None, text("everywhere").as_bytes())
         .await
         .unwrap();
     k.ingest(
-        AGENT,
-        Some("web:r1"),
+        &AGENT,
+        Some(&key_of("web:r1")),
         "r1.txt",
         None,
         text("Skye").as_bytes(),
@@ -77,41 +70,50 @@ async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
     .await
     .unwrap();
     k.ingest(
-        AGENT,
-        Some("web:r2"),
+        &AGENT,
+        Some(&key_of("web:r2")),
         "r2.txt",
         None,
         text("Mull").as_bytes(),
     )
     .await
     .unwrap();
-    k.ingest("bob", None, "bob.txt", None, text("Iona").as_bytes())
-        .await
-        .unwrap();
+    k.ingest(
+        &AgentId::new("bob"),
+        None,
+        "bob.txt",
+        None,
+        text("Iona").as_bytes(),
+    )
+    .await
+    .unwrap();
 
     let in_r1 = k
-        .search(AGENT, Some("web:r1"), "ferry pier", 10)
+        .search(&AGENT, Some(&key_of("web:r1")), "ferry pier", 10)
         .await
         .unwrap();
     assert_eq!(sources(&in_r1), vec!["all.txt", "r1.txt"]);
     let in_r2 = k
-        .search(AGENT, Some("web:r2"), "ferry pier", 10)
+        .search(&AGENT, Some(&key_of("web:r2")), "ferry pier", 10)
         .await
         .unwrap();
     assert_eq!(sources(&in_r2), vec!["all.txt", "r2.txt"]);
-    let agent_only = k.search(AGENT, None, "ferry pier", 10).await.unwrap();
+    let agent_only = k.search(&AGENT, None, "ferry pier", 10).await.unwrap();
     assert_eq!(sources(&agent_only), vec!["all.txt"]);
-    let bob = k.search("bob", Some("web:r1"), "ferry", 10).await.unwrap();
+    let bob = k
+        .search(&AgentId::new("bob"), Some(&key_of("web:r1")), "ferry", 10)
+        .await
+        .unwrap();
     assert_eq!(sources(&bob), vec!["bob.txt"]);
     // Words that match nothing, and a query of only punctuation, find nothing.
     assert!(
-        k.search(AGENT, None, "zeppelin", 10)
+        k.search(&AGENT, None, "zeppelin", 10)
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
-        k.search(AGENT, None, "?! \" OR (", 10)
+        k.search(&AGENT, None, "?! \" OR (", 10)
             .await
             .unwrap()
             .is_empty()
@@ -122,17 +124,20 @@ async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
         "-ferry NOT OR AND NEAR",
         "'pier' & | ! <-> :*",
     ] {
-        k.search(AGENT, None, odd, 10)
+        k.search(&AGENT, None, odd, 10)
             .await
             .unwrap_or_else(|e| panic!("{odd:?}: {e}"));
     }
 
-    let listed = k.documents(AGENT, None).await.unwrap();
+    let listed = k.documents(&AGENT, None).await.unwrap();
     assert_eq!(listed.len(), 3);
-    let r1_only = k.documents(AGENT, Some(Some("web:r1"))).await.unwrap();
+    let r1_only = k
+        .documents(&AGENT, Some(Some(&key_of("web:r1"))))
+        .await
+        .unwrap();
     assert_eq!(r1_only.len(), 1);
-    assert_eq!(r1_only[0].room_id.as_deref(), Some("web:r1"));
-    let wide = k.documents(AGENT, Some(None)).await.unwrap();
+    assert_eq!(r1_only[0].room_id, Some(key_of("web:r1")));
+    let wide = k.documents(&AGENT, Some(None)).await.unwrap();
     assert_eq!(wide.len(), 1);
     assert_eq!(wide[0].room_id, None);
 }
@@ -140,11 +145,11 @@ async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
 async fn identical_content_is_stored_once_per_scope(store: Store) {
     let k = knowledge(&store);
     let body = b"Sea glass is frosted by years of surf.";
-    let first = k.ingest(AGENT, None, "a.txt", None, body).await.unwrap();
+    let first = k.ingest(&AGENT, None, "a.txt", None, body).await.unwrap();
     assert!(!first.duplicate);
     assert_eq!(first.chunks, 1);
     let again = k
-        .ingest(AGENT, None, "renamed.txt", None, body)
+        .ingest(&AGENT, None, "renamed.txt", None, body)
         .await
         .unwrap();
     assert!(again.duplicate);
@@ -152,14 +157,14 @@ async fn identical_content_is_stored_once_per_scope(store: Store) {
     assert_eq!(again.chunks, 1);
     // Another scope is another document.
     let room = k
-        .ingest(AGENT, Some("web:r1"), "a.txt", None, body)
+        .ingest(&AGENT, Some(&key_of("web:r1")), "a.txt", None, body)
         .await
         .unwrap();
     assert!(!room.duplicate);
     assert_ne!(room.document_id, first.document_id);
-    assert_eq!(k.documents(AGENT, None).await.unwrap().len(), 2);
+    assert_eq!(k.documents(&AGENT, None).await.unwrap().len(), 2);
     // Stable chunk ids: document id and index.
-    let hits = k.search(AGENT, None, "sea glass", 5).await.unwrap();
+    let hits = k.search(&AGENT, None, "sea glass", 5).await.unwrap();
     assert_eq!(hits[0].chunk_id, format!("{}:0", first.document_id));
 }
 
@@ -167,7 +172,7 @@ async fn delete_removes_chunks_and_vectors(store: Store) {
     let k = knowledge(&store);
     let doc = k
         .ingest(
-            AGENT,
+            &AGENT,
             None,
             "tides.md",
             None,
@@ -177,40 +182,45 @@ async fn delete_removes_chunks_and_vectors(store: Store) {
         .unwrap();
     let chunk = format!("{}:0", doc.document_id);
     store
-        .put_embeddings(
-            "m1",
-            &[(
-                chunk.clone(),
-                AGENT.into(),
-                String::new(),
-                vec![0, 0, 128, 63],
-            )],
-        )
+        .put_embeddings("m1", &[embedding(&chunk, None, vec![0, 0, 128, 63])])
         .await
         .unwrap();
-    assert_eq!(store.embeddings(AGENT, "", "m1").await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .embeddings(&AGENT, &Scope::AGENT, "m1")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 
-    k.delete(AGENT, &doc.document_id).await.unwrap();
-    assert!(k.search(AGENT, None, "tide", 5).await.unwrap().is_empty());
-    assert!(store.embeddings(AGENT, "", "m1").await.unwrap().is_empty());
-    assert!(k.documents(AGENT, None).await.unwrap().is_empty());
+    k.delete(&AGENT, &doc.document_id).await.unwrap();
+    assert!(k.search(&AGENT, None, "tide", 5).await.unwrap().is_empty());
+    assert!(
+        store
+            .embeddings(&AGENT, &Scope::AGENT, "m1")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(k.documents(&AGENT, None).await.unwrap().is_empty());
     assert!(matches!(
-        k.delete(AGENT, &doc.document_id).await,
+        k.delete(&AGENT, &doc.document_id).await,
         Err(KnowledgeError::NotFound(_))
     ));
     // Another agent cannot delete it either.
     let again = k
-        .ingest(AGENT, None, "t.md", None, b"Low tide")
+        .ingest(&AGENT, None, "t.md", None, b"Low tide")
         .await
         .unwrap();
     assert!(matches!(
-        k.delete("bob", &again.document_id).await,
+        k.delete(&AgentId::new("bob"), &again.document_id).await,
         Err(KnowledgeError::NotFound(_))
     ));
     // And the same content can come back after a delete.
     let back = k
         .ingest(
-            AGENT,
+            &AGENT,
             None,
             "tides.md",
             None,
@@ -219,17 +229,20 @@ async fn delete_removes_chunks_and_vectors(store: Store) {
         .await
         .unwrap();
     assert!(!back.duplicate);
-    assert_eq!(k.search(AGENT, None, "tide six", 5).await.unwrap().len(), 2);
+    assert_eq!(
+        k.search(&AGENT, None, "tide six", 5).await.unwrap().len(),
+        2
+    );
 }
 
 async fn vectors_are_kept_per_model(store: Store) {
     let k = knowledge(&store);
     let a = k
-        .ingest(AGENT, None, "a.txt", None, b"alpha")
+        .ingest(&AGENT, None, "a.txt", None, b"alpha")
         .await
         .unwrap();
     let b = k
-        .ingest(AGENT, Some("web:r9"), "b.txt", None, b"beta")
+        .ingest(&AGENT, Some(&key_of("web:r9")), "b.txt", None, b"beta")
         .await
         .unwrap();
     let (ca, cb) = (
@@ -238,14 +251,14 @@ async fn vectors_are_kept_per_model(store: Store) {
     );
 
     let missing = store
-        .chunks_without_embedding(Some(AGENT), "m1", 0, 10)
+        .chunks_without_embedding(Some(&*AGENT), "m1", 0, 10)
         .await
         .unwrap();
     assert_eq!(missing.len(), 2);
-    assert_eq!(missing[1].scope, "web:r9");
+    assert_eq!(missing[1].scope, scope("web:r9"));
     // Paging: after the first one's seq, only the second.
     let rest = store
-        .chunks_without_embedding(Some(AGENT), "m1", missing[0].seq, 10)
+        .chunks_without_embedding(Some(&*AGENT), "m1", missing[0].seq, 10)
         .await
         .unwrap();
     assert_eq!(rest.len(), 1);
@@ -255,48 +268,61 @@ async fn vectors_are_kept_per_model(store: Store) {
         .put_embeddings(
             "m1",
             &[
-                (ca.clone(), AGENT.into(), String::new(), v(1.0)),
-                (cb.clone(), AGENT.into(), "web:r9".into(), v(2.0)),
+                embedding(&ca, None, v(1.0)),
+                embedding(&cb, Some("web:r9"), v(2.0)),
             ],
         )
         .await
         .unwrap();
     // Replaced, not duplicated.
     store
-        .put_embeddings("m1", &[(ca.clone(), AGENT.into(), String::new(), v(3.0))])
+        .put_embeddings("m1", &[embedding(&ca, None, v(3.0))])
         .await
         .unwrap();
     store
-        .put_embeddings("m2", &[(ca.clone(), AGENT.into(), String::new(), v(4.0))])
+        .put_embeddings("m2", &[embedding(&ca, None, v(4.0))])
         .await
         .unwrap();
 
-    let mut r9 = store.embeddings(AGENT, "web:r9", "m1").await.unwrap();
+    let mut r9 = store
+        .embeddings(&AGENT, &scope("web:r9"), "m1")
+        .await
+        .unwrap();
     r9.sort();
     assert_eq!(r9, vec![(ca.clone(), v(3.0)), (cb.clone(), v(2.0))]);
     assert_eq!(
-        store.embeddings(AGENT, "web:other", "m1").await.unwrap(),
+        store
+            .embeddings(&AGENT, &scope("web:other"), "m1")
+            .await
+            .unwrap(),
         vec![(ca.clone(), v(3.0))]
     );
     assert_eq!(
-        store.embeddings(AGENT, "", "m2").await.unwrap(),
+        store.embeddings(&AGENT, &Scope::AGENT, "m2").await.unwrap(),
         vec![(ca.clone(), v(4.0))]
     );
     assert!(
         store
-            .chunks_without_embedding(Some(AGENT), "m1", 0, 10)
+            .chunks_without_embedding(Some(&*AGENT), "m1", 0, 10)
             .await
             .unwrap()
             .is_empty()
     );
-    assert_eq!(store.delete_embeddings(AGENT, "m1").await.unwrap(), 2);
-    assert_eq!(store.embeddings(AGENT, "", "m2").await.unwrap().len(), 1);
+    assert_eq!(store.delete_embeddings(&AGENT, "m1").await.unwrap(), 2);
+    assert_eq!(
+        store
+            .embeddings(&AGENT, &Scope::AGENT, "m2")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 async fn ranking_prefers_the_better_match(store: Store) {
     let k = knowledge(&store);
     k.ingest(
-        AGENT,
+        &AGENT,
         None,
         "lamps.txt",
         None,
@@ -305,7 +331,7 @@ async fn ranking_prefers_the_better_match(store: Store) {
     .await
     .unwrap();
     k.ingest(
-        AGENT,
+        &AGENT,
         None,
         "garden.txt",
         None,
@@ -313,18 +339,18 @@ async fn ranking_prefers_the_better_match(store: Store) {
     )
     .await
     .unwrap();
-    k.ingest(AGENT, None, "boats.txt", None, b"Boats moor at the pier.")
+    k.ingest(&AGENT, None, "boats.txt", None, b"Boats moor at the pier.")
         .await
         .unwrap();
     let hits = k
-        .search(AGENT, None, "How does the lens turn?", 10)
+        .search(&AGENT, None, "How does the lens turn?", 10)
         .await
         .unwrap();
     assert_eq!(sources(&hits).len(), 2, "{hits:#?}");
     assert_eq!(hits[0].source, "lamps.txt", "{hits:#?}");
     assert!(hits[0].score > hits[1].score, "{hits:#?}");
     assert!(hits[0].text.contains("lens turns"));
-    let one = k.search(AGENT, None, "lens", 1).await.unwrap();
+    let one = k.search(&AGENT, None, "lens", 1).await.unwrap();
     assert_eq!(one.len(), 1);
 }
 
@@ -343,14 +369,21 @@ async fn chunks_are_inserted_in_batches(store: Store) {
         .map(|i| format!("Entry {i} names the buoy number {i}.\n\n"))
         .collect();
     let doc = k
-        .ingest_from(Origin::Cli, AGENT, None, "buoys.txt", None, text.as_bytes())
+        .ingest_from(
+            Origin::Cli,
+            &AGENT,
+            None,
+            "buoys.txt",
+            None,
+            text.as_bytes(),
+        )
         .await
         .unwrap();
     assert!(doc.chunks > 500, "{}", doc.chunks);
-    let listed = k.documents(AGENT, None).await.unwrap();
+    let listed = k.documents(&AGENT, None).await.unwrap();
     assert_eq!(listed[0].chunks as usize, doc.chunks);
     assert_eq!(listed[0].origin, "cli");
-    let hits = k.search(AGENT, None, "1187", 3).await.unwrap();
+    let hits = k.search(&AGENT, None, "1187", 3).await.unwrap();
     assert!(hits[0].text.contains("buoy number 1187"), "{hits:#?}");
     let last = format!("{}:{}", doc.document_id, doc.chunks - 1);
     assert_eq!(
@@ -373,7 +406,7 @@ async fn bad_input_is_refused_before_storage(store: Store) {
         None,
     );
     let err = k
-        .ingest(AGENT, None, "big.txt", None, &[b'a'; 65])
+        .ingest(&AGENT, None, "big.txt", None, &[b'a'; 65])
         .await
         .unwrap_err();
     assert!(
@@ -390,7 +423,7 @@ async fn bad_input_is_refused_before_storage(store: Store) {
     assert!(err.to_string().contains("big.txt"), "{err}");
     let err = k
         .ingest(
-            AGENT,
+            &AGENT,
             None,
             "x.png",
             Some("image/png"),
@@ -400,11 +433,11 @@ async fn bad_input_is_refused_before_storage(store: Store) {
         .unwrap_err();
     assert!(matches!(err, KnowledgeError::Unsupported(_)), "{err}");
     let err = k
-        .ingest(AGENT, None, "e.txt", None, b"   ")
+        .ingest(&AGENT, None, "e.txt", None, b"   ")
         .await
         .unwrap_err();
     assert!(matches!(err, KnowledgeError::Unreadable(_)), "{err}");
-    assert!(k.documents(AGENT, None).await.unwrap().is_empty());
+    assert!(k.documents(&AGENT, None).await.unwrap().is_empty());
 }
 
 async fn text_attachments_become_the_rooms_knowledge(store: Store) {
@@ -462,26 +495,26 @@ async fn text_attachments_become_the_rooms_knowledge(store: Store) {
         attachment("local.txt", None, None),
     ];
     let added = k
-        .ingest_attachments(AGENT, "discord:42", &attachments)
+        .ingest_attachments(&AGENT, &key_of("discord:42"), &attachments)
         .await;
     assert_eq!(added, 1);
-    let docs = k.documents(AGENT, None).await.unwrap();
+    let docs = k.documents(&AGENT, None).await.unwrap();
     assert_eq!(docs.len(), 1, "{docs:?}");
     assert_eq!(docs[0].origin, "attachment");
-    assert_eq!(docs[0].room_id.as_deref(), Some("discord:42"));
+    assert_eq!(docs[0].room_id, Some(key_of("discord:42")));
     let here = k
-        .search(AGENT, Some("discord:42"), "spare key", 5)
+        .search(&AGENT, Some(&key_of("discord:42")), "spare key", 5)
         .await
         .unwrap();
     assert_eq!(sources(&here), vec!["notes.txt"]);
     let elsewhere = k
-        .search(AGENT, Some("discord:7"), "spare key", 5)
+        .search(&AGENT, Some(&key_of("discord:7")), "spare key", 5)
         .await
         .unwrap();
     assert!(elsewhere.is_empty());
     // The same attachment again is known already.
     assert_eq!(
-        k.ingest_attachments(AGENT, "discord:42", &attachments[..1])
+        k.ingest_attachments(&AGENT, &key_of("discord:42"), &attachments[..1])
             .await,
         0
     );
@@ -549,15 +582,15 @@ async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store)
         dimensions: None,
     });
     let k = Knowledge::new(store.clone(), KnowledgeSettings::default(), Some(embedder));
-    k.ingest(AGENT, None, "boats.txt", None, b"Our boat sails at dawn.")
+    k.ingest(&AGENT, None, "boats.txt", None, b"Our boat sails at dawn.")
         .await
         .unwrap();
-    k.ingest(AGENT, None, "lamps.txt", None, b"The lamp burns oil.")
+    k.ingest(&AGENT, None, "lamps.txt", None, b"The lamp burns oil.")
         .await
         .unwrap();
     k.ingest(
-        AGENT,
-        Some("web:r2"),
+        &AGENT,
+        Some(&key_of("web:r2")),
         "r2.txt",
         None,
         b"A boat for room two.",
@@ -566,12 +599,19 @@ async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store)
     .unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 3, "one vector per chunk");
     assert_eq!(
-        store.embeddings(AGENT, "", "synonyms").await.unwrap().len(),
+        store
+            .embeddings(&AGENT, &Scope::AGENT, "synonyms")
+            .await
+            .unwrap()
+            .len(),
         2
     );
 
     // "ship" is in no document: keywords find nothing, the vectors find the boat.
-    let hits = k.search(AGENT, Some("web:r1"), "ship", 5).await.unwrap();
+    let hits = k
+        .search(&AGENT, Some(&key_of("web:r1")), "ship", 5)
+        .await
+        .unwrap();
     assert_eq!(
         hits.first().map(|h| h.source.as_str()),
         Some("boats.txt"),
@@ -583,19 +623,19 @@ async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store)
     );
     assert!((hits[0].score - 1.0 / 61.0).abs() < 1e-9, "{hits:#?}");
     // Found by both rankings, a chunk scores higher than by one.
-    let both = k.search(AGENT, None, "boat", 5).await.unwrap();
+    let both = k.search(&AGENT, None, "boat", 5).await.unwrap();
     assert_eq!(both[0].source, "boats.txt");
     assert!(both[0].score > 1.0 / 61.0, "{both:#?}");
 
     let before = calls.load(Ordering::SeqCst);
     let mut seen = Vec::new();
-    let done = k.reembed(AGENT, |n| seen.push(n)).await.unwrap();
+    let done = k.reembed(&AGENT, |n| seen.push(n)).await.unwrap();
     assert_eq!(done, 3);
     assert_eq!(seen.last(), Some(&3));
     assert_eq!(calls.load(Ordering::SeqCst) - before, 3);
     assert_eq!(
         store
-            .embeddings(AGENT, "web:r2", "synonyms")
+            .embeddings(&AGENT, &scope("web:r2"), "synonyms")
             .await
             .unwrap()
             .len(),
@@ -604,6 +644,6 @@ async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store)
 
     // Without an embedder, reembed says what to configure.
     let plain = knowledge(&store);
-    let err = plain.reembed(AGENT, |_| {}).await.unwrap_err();
+    let err = plain.reembed(&AGENT, |_| {}).await.unwrap_err();
     assert!(err.to_string().contains("TROUPE_EMBEDDING_MODEL"), "{err}");
 }

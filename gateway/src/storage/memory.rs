@@ -8,20 +8,7 @@ use super::{
     HandledMessage, JournalId, MemoryMessage, NewMemory, OutboxId, RecordedReply, Result,
     RoomSummary, StorageError, Store, parse_json, with_pool,
 };
-use troupe_connectors::Outbound;
-
-/// Later sightings win; a re-driven old message must not roll a name or a time back.
-pub(super) const UPSERT_USER_CONFLICT: &str = " ON CONFLICT (platform, user_id) DO UPDATE SET
-         name = CASE WHEN excluded.last_seen_ms >= users.last_seen_ms
-                     THEN excluded.name ELSE users.name END,
-         last_seen_ms = CASE WHEN excluded.last_seen_ms > users.last_seen_ms
-                             THEN excluded.last_seen_ms ELSE users.last_seen_ms END";
-
-/// `CASE` rather than `max()`/`GREATEST()`, which is where the two dialects part.
-pub(super) const UPSERT_ROOM_CONFLICT: &str = " ON CONFLICT (agent_id, room) DO UPDATE SET
-         name = COALESCE(excluded.name, rooms.name),
-         last_active_ms = CASE WHEN excluded.last_active_ms > rooms.last_active_ms
-                               THEN excluded.last_active_ms ELSE rooms.last_active_ms END";
+use troupe_connectors::{AgentId, Outbound, RoomKey};
 
 impl Store {
     /// Commits a handled message; returns the outbox id of the reply, if any.
@@ -54,8 +41,8 @@ impl Store {
     /// The last `limit` messages of the room, oldest first.
     pub async fn recent_messages(
         &self,
-        agent_id: &str,
-        room: &str,
+        agent_id: &AgentId,
+        room: &RoomKey,
         limit: i64,
     ) -> Result<Vec<MemoryMessage>> {
         // Ids follow commit order within a room (one transaction writes the inbound, then
@@ -81,7 +68,7 @@ impl Store {
     }
 
     /// The agent's rooms with their message counts, most recently active first.
-    pub async fn rooms(&self, agent_id: &str) -> Result<Vec<RoomSummary>> {
+    pub async fn rooms(&self, agent_id: &AgentId) -> Result<Vec<RoomSummary>> {
         let rows = with_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT r.room, r.platform, r.name, r.last_active_ms,
@@ -138,9 +125,8 @@ pub(super) fn owned(handled: HandledMessage<'_>, lease_ms: Option<i64>) -> Resul
     memories.extend(reply.as_ref().map(|(m, _)| memory(m)));
     Ok(HandledReq {
         journal_id: journal_id.0,
-        agent_id: agent_id.to_string(),
-        room_key: room.to_string(),
-        platform: room.platform.as_str(),
+        agent_id: agent_id.clone(),
+        room_key: room.clone(),
         room_name: room_name.map(str::to_string),
         last_active,
         memories,

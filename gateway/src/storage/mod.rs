@@ -41,6 +41,8 @@ mod summaries;
 #[cfg(test)]
 mod summaries_tests;
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
 mod writer;
 
@@ -51,10 +53,10 @@ use sqlx::sqlite::{
 };
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use troupe_connectors::{Inbound, Outbound, RoomKey};
+use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
 pub use journal::{dedupe_caller, same_dedupe_key};
-pub use knowledge::{DocumentRow, NewDocument, ScoredChunk, UnembeddedChunk};
+pub use knowledge::{DocumentRow, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -147,7 +149,7 @@ pub enum JournalInsert {
 #[derive(Debug, Clone)]
 pub struct JournalEntry {
     pub id: JournalId,
-    pub agent_id: String,
+    pub agent_id: AgentId,
     pub inbound: Inbound,
     pub state: JournalState,
     pub attempts: i32,
@@ -158,7 +160,7 @@ pub struct JournalEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct MemoryMessage {
     pub id: i64,
-    pub room: String,
+    pub room: RoomKey,
     pub author_id: String,
     pub author_name: String,
     pub text: String,
@@ -179,8 +181,8 @@ pub struct NewMemory<'a> {
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct RoomSummary {
-    pub room: String,
-    pub platform: String,
+    pub room: RoomKey,
+    pub platform: Platform,
     pub name: Option<String>,
     pub message_count: i64,
     pub last_active_ms: i64,
@@ -193,7 +195,7 @@ pub struct OutboxId(pub i64);
 #[derive(Debug, Clone)]
 pub struct OutboxEntry {
     pub id: OutboxId,
-    pub agent_id: String,
+    pub agent_id: AgentId,
     pub journal_id: Option<JournalId>,
     pub outbound: Outbound,
     pub attempts: i32,
@@ -204,7 +206,7 @@ pub struct OutboxEntry {
 #[derive(Debug, Clone)]
 pub struct HandledMessage<'a> {
     pub journal_id: JournalId,
-    pub agent_id: &'a str,
+    pub agent_id: &'a AgentId,
     pub room: &'a RoomKey,
     pub room_name: Option<&'a str>,
     pub inbound: NewMemory<'a>,
@@ -295,7 +297,7 @@ impl Store {
         with_pool!(self, pool => pool.close().await)
     }
 
-    pub async fn upsert_agent(&self, id: &str, name: &str) -> Result<()> {
+    pub async fn upsert_agent(&self, id: &AgentId, name: &str) -> Result<()> {
         let now = now_ms();
         with_pool!(self, pool => {
             sqlx::query(

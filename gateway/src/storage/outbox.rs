@@ -10,6 +10,7 @@ use super::{
     with_pool,
 };
 use sqlx::types::Json;
+use troupe_connectors::AgentId;
 
 /// Claims due entries. SQLite has a single writer, so one `UPDATE … RETURNING` is atomic.
 const CLAIM_SQLITE: &str = "UPDATE outbox
@@ -48,7 +49,7 @@ const CLAIM_ONE: &str = "UPDATE outbox
 #[derive(sqlx::FromRow)]
 struct OutboxRow {
     id: i64,
-    agent_id: String,
+    agent_id: AgentId,
     journal_id: Option<i64>,
     outbound: String,
     attempts: i32,

@@ -2,12 +2,12 @@
 //! connectors keep across restarts.
 
 use super::{Result, Store, now_ms, with_pool};
-use troupe_connectors::Platform;
+use troupe_connectors::{AgentId, Platform};
 
 impl Store {
     pub async fn connector_state_get(
         &self,
-        agent_id: &str,
+        agent_id: &AgentId,
         platform: Platform,
         key: &str,
     ) -> Result<Option<String>> {
@@ -16,7 +16,7 @@ impl Store {
                 "SELECT value FROM connector_state WHERE agent_id = $1 AND platform = $2 AND key = $3",
             )
             .bind(agent_id)
-            .bind(platform.as_str())
+            .bind(platform)
             .bind(key)
             .fetch_optional(pool)
             .await
@@ -26,7 +26,7 @@ impl Store {
 
     pub async fn connector_state_put(
         &self,
-        agent_id: &str,
+        agent_id: &AgentId,
         platform: Platform,
         key: &str,
         value: &str,
@@ -39,7 +39,7 @@ impl Store {
                  DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
             )
             .bind(agent_id)
-            .bind(platform.as_str())
+            .bind(platform)
             .bind(key)
             .bind(value)
             .bind(now_ms())

@@ -10,6 +10,7 @@
 //! What to remember, when, and how to ask the model belongs to `crate::memory`.
 
 use serde::Serialize;
+use troupe_connectors::{AgentId, Platform, RoomKey, UserId};
 
 use super::{MemoryMessage, Result, Store, with_pool};
 
@@ -31,17 +32,17 @@ pub struct RoomUserFact {
     pub user_name: String,
     pub fact: String,
     /// The room it was learned in (any room of the agent on the same platform).
-    pub room: String,
+    pub room: RoomKey,
     pub created_at_ms: i64,
 }
 
 /// Whose facts: a platform user, as one agent knows them.
 #[derive(Debug, Clone, Copy)]
 pub struct FactSubject<'a> {
-    pub agent_id: &'a str,
-    /// `Platform::as_str`: user ids are only unique within a platform.
-    pub platform: &'a str,
-    pub user_id: &'a str,
+    pub agent_id: &'a AgentId,
+    /// User ids are only unique within a platform.
+    pub platform: Platform,
+    pub user_id: &'a UserId,
 }
 
 impl FactSubject<'_> {
@@ -57,7 +58,7 @@ impl FactSubject<'_> {
 pub struct NewFacts<'a> {
     pub facts: &'a [String],
     /// The room of the newest message read (where the facts were learned).
-    pub room: &'a str,
+    pub room: &'a RoomKey,
     /// The newest message read: becomes the user's position, and each fact's source.
     pub through_message_id: i64,
     /// Keep at most this many facts for the user, the newest.
@@ -69,8 +70,8 @@ impl Store {
     /// The room's summary, if one was written.
     pub async fn room_summary(
         &self,
-        agent_id: &str,
-        room: &str,
+        agent_id: &AgentId,
+        room: &RoomKey,
     ) -> Result<Option<ConversationSummary>> {
         let row = with_pool!(self, pool => {
             sqlx::query_as(
@@ -89,8 +90,8 @@ impl Store {
     /// was written (false: another writer got further first).
     pub async fn put_room_summary(
         &self,
-        agent_id: &str,
-        room: &str,
+        agent_id: &AgentId,
+        room: &RoomKey,
         summary: &str,
         through_message_id: i64,
         now_ms: i64,
@@ -120,8 +121,8 @@ impl Store {
     /// How many messages of the room come after message `after_id`.
     pub async fn count_room_messages_after(
         &self,
-        agent_id: &str,
-        room: &str,
+        agent_id: &AgentId,
+        room: &RoomKey,
         after_id: i64,
     ) -> Result<i64> {
         let n = with_pool!(self, pool => {
@@ -140,8 +141,8 @@ impl Store {
     /// The room's first `limit` messages after message `after_id`, oldest first.
     pub async fn room_messages_after(
         &self,
-        agent_id: &str,
-        room: &str,
+        agent_id: &AgentId,
+        room: &RoomKey,
         after_id: i64,
         limit: i64,
     ) -> Result<Vec<MemoryMessage>> {
@@ -321,9 +322,8 @@ impl Store {
     /// taught them), grouped by user, newest first within a user.
     pub async fn room_user_facts(
         &self,
-        agent_id: &str,
-        platform: &str,
-        room: &str,
+        agent_id: &AgentId,
+        room: &RoomKey,
     ) -> Result<Vec<RoomUserFact>> {
         let rows = with_pool!(self, pool => {
             sqlx::query_as(
@@ -337,7 +337,7 @@ impl Store {
                  ORDER BY f.user_id, f.created_at_ms DESC, f.id DESC",
             )
             .bind(agent_id)
-            .bind(platform)
+            .bind(room.platform)
             .bind(room)
             .bind(false)
             .fetch_all(pool)

@@ -5,36 +5,19 @@
 #![allow(clippy::disallowed_methods)] // tests pick their database from the environment
 
 use super::*;
-use std::future::Future;
 use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
-const AGENT: &str = "rosa";
+static AGENT: std::sync::LazyLock<AgentId> = std::sync::LazyLock::new(|| AgentId::new("rosa"));
 
-use super::tests::Kind;
+/// The room most bodies write in.
+static R1: std::sync::LazyLock<RoomKey> = std::sync::LazyLock::new(|| key_of("web:r1"));
 
-/// Runs `body` on a fresh database of `kind`, removed afterwards (see `tests::run`).
-async fn run<F, Fut>(kind: Kind, body: F)
-where
-    F: FnOnce(Store) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    super::tests::run(kind, |ctx| body(ctx.store)).await
+/// A room key, as stored.
+fn key_of(s: &str) -> RoomKey {
+    s.parse().expect("a room key")
 }
 
-macro_rules! on_both_backends {
-    ($($body:ident),* $(,)?) => {$(
-        mod $body {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::run(super::Kind::Sqlite, super::$body).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::run(super::Kind::Postgres, super::$body).await
-            }
-        }
-    )*};
-}
+use super::test_support::{Kind, on_both_backends, run_with_store as run};
 
 on_both_backends!(
     a_summary_only_moves_forward,
@@ -71,14 +54,14 @@ async fn say(
         mentions_self: false,
         sent_at_ms: 1_000,
     };
-    let JournalInsert::Inserted(jid) = store.journal_insert(AGENT, &msg).await.unwrap() else {
+    let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("{id} was already journaled")
     };
     let key = msg.room.key();
     let reply = reply.then(|| {
         (
             NewMemory {
-                author_id: AGENT,
+                author_id: AGENT.as_str(),
                 author_name: "Rosa",
                 text: "noted",
                 from_agent: true,
@@ -95,7 +78,7 @@ async fn say(
     store
         .record_handled(HandledMessage {
             journal_id: jid,
-            agent_id: AGENT,
+            agent_id: &AGENT,
             room: &key,
             room_name: None,
             inbound: NewMemory {
@@ -109,10 +92,7 @@ async fn say(
         })
         .await
         .unwrap();
-    let recent = store
-        .recent_messages(AGENT, &key.to_string(), 2)
-        .await
-        .unwrap();
+    let recent = store.recent_messages(&AGENT, &key, 2).await.unwrap();
     recent
         .iter()
         .find(|m| !m.from_agent && m.text == text)
@@ -120,9 +100,9 @@ async fn say(
         .expect("the message is in room memory")
 }
 
-fn who<'a>(platform: &'a str, user_id: &'a str) -> FactSubject<'a> {
+fn who(platform: Platform, user_id: &UserId) -> FactSubject<'_> {
     FactSubject {
-        agent_id: AGENT,
+        agent_id: &AGENT,
         platform,
         user_id,
     }
@@ -131,7 +111,7 @@ fn who<'a>(platform: &'a str, user_id: &'a str) -> FactSubject<'a> {
 fn facts<'a>(facts: &'a [String], through: i64, keep: i64, now_ms: i64) -> NewFacts<'a> {
     NewFacts {
         facts,
-        room: "web:r1",
+        room: &R1,
         through_message_id: through,
         keep,
         now_ms,
@@ -143,14 +123,21 @@ fn strings(items: &[&str]) -> Vec<String> {
 }
 
 async fn a_summary_only_moves_forward(store: Store) {
-    assert_eq!(store.room_summary(AGENT, "web:r1").await.unwrap(), None);
+    assert_eq!(
+        store.room_summary(&AGENT, &key_of("web:r1")).await.unwrap(),
+        None
+    );
     assert!(
         store
-            .put_room_summary(AGENT, "web:r1", "first", 5, 10)
+            .put_room_summary(&AGENT, &key_of("web:r1"), "first", 5, 10)
             .await
             .unwrap()
     );
-    let got = store.room_summary(AGENT, "web:r1").await.unwrap().unwrap();
+    let got = store
+        .room_summary(&AGENT, &key_of("web:r1"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         got,
         ConversationSummary {
@@ -163,29 +150,46 @@ async fn a_summary_only_moves_forward(store: Store) {
     for through in [3, 5] {
         assert!(
             !store
-                .put_room_summary(AGENT, "web:r1", "stale", through, 20)
+                .put_room_summary(&AGENT, &key_of("web:r1"), "stale", through, 20)
                 .await
                 .unwrap()
         );
     }
     assert_eq!(
-        store.room_summary(AGENT, "web:r1").await.unwrap().unwrap(),
+        store
+            .room_summary(&AGENT, &key_of("web:r1"))
+            .await
+            .unwrap()
+            .unwrap(),
         got
     );
     assert!(
         store
-            .put_room_summary(AGENT, "web:r1", "second", 9, 30)
+            .put_room_summary(&AGENT, &key_of("web:r1"), "second", 9, 30)
             .await
             .unwrap()
     );
-    let got = store.room_summary(AGENT, "web:r1").await.unwrap().unwrap();
+    let got = store
+        .room_summary(&AGENT, &key_of("web:r1"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (got.summary.as_str(), got.through_message_id),
         ("second", 9)
     );
     // Per room and per agent.
-    assert_eq!(store.room_summary(AGENT, "web:r2").await.unwrap(), None);
-    assert_eq!(store.room_summary("other", "web:r1").await.unwrap(), None);
+    assert_eq!(
+        store.room_summary(&AGENT, &key_of("web:r2")).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .room_summary(&AgentId::new("other"), &key_of("web:r1"))
+            .await
+            .unwrap(),
+        None
+    );
 }
 
 async fn room_messages_after_a_position(store: Store) {
@@ -205,20 +209,20 @@ async fn room_messages_after_a_position(store: Store) {
     // Five exchanges: ten messages in r1.
     assert_eq!(
         store
-            .count_room_messages_after(AGENT, "web:r1", 0)
+            .count_room_messages_after(&AGENT, &key_of("web:r1"), 0)
             .await
             .unwrap(),
         10
     );
     assert_eq!(
         store
-            .count_room_messages_after(AGENT, "web:r1", ids[2])
+            .count_room_messages_after(&AGENT, &key_of("web:r1"), ids[2])
             .await
             .unwrap(),
         5
     );
     let page = store
-        .room_messages_after(AGENT, "web:r1", ids[1], 3)
+        .room_messages_after(&AGENT, &key_of("web:r1"), ids[1], 3)
         .await
         .unwrap();
     let texts: Vec<&str> = page.iter().map(|m| m.text.as_str()).collect();
@@ -226,7 +230,7 @@ async fn room_messages_after_a_position(store: Store) {
     assert!(page.windows(2).all(|w| w[0].id < w[1].id));
     assert!(
         store
-            .room_messages_after(AGENT, "web:r1", ids[4] + 1, 10)
+            .room_messages_after(&AGENT, &key_of("web:r1"), ids[4] + 1, 10)
             .await
             .unwrap()
             .is_empty()
@@ -239,7 +243,8 @@ async fn a_users_messages_across_rooms_of_one_platform(store: Store) {
     say(&store, Platform::Discord, "a", "42", "d1", true).await;
     say(&store, Platform::Telegram, "a", "43", "someone else", true).await;
     say(&store, Platform::Telegram, "b", "42", "t3", false).await;
-    let tg = who("telegram", "42");
+    let u42 = UserId::new("42");
+    let tg = who(Platform::Telegram, &u42);
     // Their own messages only (not the replies), in any Telegram room, not Discord's.
     assert_eq!(store.count_user_messages_after(tg, 0).await.unwrap(), 3);
     assert_eq!(store.count_user_messages_after(tg, first).await.unwrap(), 2);
@@ -255,7 +260,7 @@ async fn a_users_messages_across_rooms_of_one_platform(store: Store) {
     );
     assert_eq!(
         store
-            .count_user_messages_after(who("discord", "42"), 0)
+            .count_user_messages_after(who(Platform::Discord, &u42), 0)
             .await
             .unwrap(),
         1
@@ -263,7 +268,8 @@ async fn a_users_messages_across_rooms_of_one_platform(store: Store) {
 }
 
 async fn facts_are_deduplicated_capped_and_move_the_position(store: Store) {
-    let sam = who("web", "sam");
+    let sam_id = UserId::new("sam");
+    let sam = who(Platform::Web, &sam_id);
     assert_eq!(store.fact_progress(sam).await.unwrap(), 0);
     let first = strings(&["keeps bees", "lives in Oslo"]);
     assert!(
@@ -310,13 +316,13 @@ async fn facts_are_deduplicated_capped_and_move_the_position(store: Store) {
     // Scoped by platform and by agent.
     assert!(
         store
-            .user_facts(who("telegram", "sam"), 50)
+            .user_facts(who(Platform::Telegram, &sam_id), 50)
             .await
             .unwrap()
             .is_empty()
     );
     let other_agent = FactSubject {
-        agent_id: "other",
+        agent_id: &AgentId::new("other"),
         ..sam
     };
     assert!(store.user_facts(other_agent, 50).await.unwrap().is_empty());
@@ -324,7 +330,8 @@ async fn facts_are_deduplicated_capped_and_move_the_position(store: Store) {
 }
 
 async fn racing_extractions_store_one(store: Store) {
-    let sam = who("web", "sam");
+    let sam_id = UserId::new("sam");
+    let sam = who(Platform::Web, &sam_id);
     let a = strings(&["fact from a"]);
     let b = strings(&["fact from b"]);
     let (ra, rb) = tokio::join!(
@@ -346,34 +353,40 @@ async fn a_rooms_facts_are_about_its_users(store: Store) {
     let (sam, ann) = (strings(&["sam keeps bees"]), strings(&["ann is a pilot"]));
     for (user, learned) in [("sam", &sam), ("ann", &ann)] {
         let new = NewFacts {
-            room: "web:r2",
+            room: &key_of("web:r2"),
             ..facts(learned, 1, 50, 100)
         };
         assert!(
             store
-                .record_user_facts(who("web", user), new)
+                .record_user_facts(who(Platform::Web, &UserId::new(user)), new)
                 .await
                 .unwrap()
         );
     }
     // r1 only heard from sam: only sam's facts, learned in r2, with sam's name.
-    let r1 = store.room_user_facts(AGENT, "web", "web:r1").await.unwrap();
+    let r1 = store
+        .room_user_facts(&AGENT, &key_of("web:r1"))
+        .await
+        .unwrap();
     assert_eq!(
         r1,
         [RoomUserFact {
             user_id: "sam".into(),
             user_name: "sam name".into(),
             fact: "sam keeps bees".into(),
-            room: "web:r2".into(),
+            room: key_of("web:r2"),
             created_at_ms: 100,
         }]
     );
-    let r2 = store.room_user_facts(AGENT, "web", "web:r2").await.unwrap();
+    let r2 = store
+        .room_user_facts(&AGENT, &key_of("web:r2"))
+        .await
+        .unwrap();
     let users: Vec<&str> = r2.iter().map(|f| f.user_id.as_str()).collect();
     assert_eq!(users, ["ann", "sam"]);
     assert!(
         store
-            .room_user_facts(AGENT, "web", "web:empty")
+            .room_user_facts(&AGENT, &key_of("web:empty"))
             .await
             .unwrap()
             .is_empty()

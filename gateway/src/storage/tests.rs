@@ -5,122 +5,16 @@
 
 #![allow(clippy::disallowed_methods)] // tests pick databases and fixtures from the environment
 
+use super::test_support::{Ctx, Kind, on_both_backends, run, with_database};
 use super::*;
-use futures::FutureExt;
-use sqlx::Connection;
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
-const AGENT: &str = "eliza";
+static AGENT: std::sync::LazyLock<AgentId> = std::sync::LazyLock::new(|| AgentId::new("eliza"));
 
-/// What a test body gets: a migrated store, and the URL it came from (to open another).
-pub(super) struct Ctx {
-    pub(super) store: Store,
-    url: String,
-}
-
-#[derive(Clone, Copy)]
-pub(super) enum Kind {
-    Sqlite,
-    Postgres,
-}
-
-/// Runs `body` against a fresh database of `kind`, and removes the database afterwards,
-/// whether the body passed or panicked. The knowledge and summaries tests use it too.
-pub(super) async fn run<F, Fut>(kind: Kind, body: F)
-where
-    F: FnOnce(Ctx) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    match kind {
-        Kind::Sqlite => {
-            let dir = tempfile::tempdir().expect("temporary directory");
-            let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
-            let store = Store::connect(&url).await.expect("connect to SQLite");
-            body(Ctx { store, url }).await;
-        }
-        Kind::Postgres => {
-            let Some(admin_url) = postgres_url() else {
-                eprintln!("skipped: TROUPE_TEST_DATABASE_URL is not set");
-                return;
-            };
-            let name = format!("troupe_test_{}", uuid::Uuid::new_v4().simple());
-            let mut admin = sqlx::PgConnection::connect(&admin_url)
-                .await
-                .expect("connect to TROUPE_TEST_DATABASE_URL");
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&mut admin)
-                .await
-                .expect("create the test database");
-            let url = with_database(&admin_url, &name);
-            let store = Store::connect(&url).await.expect("connect to Postgres");
-            let closer = store.clone();
-            let outcome = AssertUnwindSafe(body(Ctx { store, url }))
-                .catch_unwind()
-                .await;
-            closer.close().await;
-            // FORCE ends connections a failed body may have left open.
-            let dropped = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-            )))
-            .execute(&mut admin)
-            .await;
-            if let Err(e) = dropped {
-                eprintln!("could not drop test database {name}: {e}");
-            }
-            if let Err(panic) = outcome {
-                std::panic::resume_unwind(panic);
-            }
-        }
-    }
-}
-
-/// The Postgres server to test against. Tests read the environment directly: they are not
-/// the gateway, and its configuration does not apply to them.
-#[allow(clippy::disallowed_methods)]
-fn postgres_url() -> Option<String> {
-    match std::env::var("TROUPE_TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => panic!(
-            "CI=true but TROUPE_TEST_DATABASE_URL is not set: the Postgres storage tests \
-             must run in CI (e.g. TROUPE_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test)"
-        ),
-        _ => None,
-    }
-}
-
-/// `url` with its database name replaced by `name`, keeping any query string.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (url, String::new()),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let server = match base[authority_start..].find('/') {
-        Some(slash) => &base[..authority_start + slash],
-        None => base,
-    };
-    format!("{server}/{name}{query}")
-}
-
-/// One `#[tokio::test]` per backend for each body: `storage::tests::<body>::{sqlite,postgres}`.
-macro_rules! on_both_backends {
-    ($($body:ident),* $(,)?) => {
-        $(
-            mod $body {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::run(super::Kind::Sqlite, super::$body).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    super::run(super::Kind::Postgres, super::$body).await
-                }
-            }
-        )*
-    };
+/// A room key, as stored.
+fn key_of(s: &str) -> RoomKey {
+    s.parse().expect("a room key")
 }
 
 on_both_backends!(
@@ -183,7 +77,7 @@ fn outbound_for(msg: &Inbound, text: &str) -> Outbound {
 
 fn handled<'a>(
     journal_id: JournalId,
-    agent: &'a str,
+    agent: &'a AgentId,
     key: &'a RoomKey,
     msg: &'a Inbound,
     reply: Option<(&'a str, &'a Outbound)>,
@@ -202,8 +96,8 @@ fn handled<'a>(
         },
         reply: reply.map(|(text, outbound)| {
             let memory = NewMemory {
-                author_id: agent,
-                author_name: agent,
+                author_id: agent.as_str(),
+                author_name: agent.as_str(),
                 text,
                 from_agent: true,
                 created_at_ms: msg.sent_at_ms + 1,
@@ -216,7 +110,7 @@ fn handled<'a>(
 /// Journals `msg` for `agent` and records it as handled, with a reply when `reply` is set.
 async fn exchange(
     store: &Store,
-    agent: &str,
+    agent: &AgentId,
     msg: &Inbound,
     reply: Option<&str>,
 ) -> (JournalId, Option<OutboxId>) {
@@ -248,11 +142,11 @@ async fn connect_and_agents(ctx: Ctx) {
         Backend::Postgres
     };
     assert_eq!(store.backend(), expected);
-    store.upsert_agent(AGENT, "Eliza").await.unwrap();
-    store.upsert_agent(AGENT, "Eliza 2").await.unwrap();
+    store.upsert_agent(&AGENT, "Eliza").await.unwrap();
+    store.upsert_agent(&AGENT, "Eliza 2").await.unwrap();
     let name: String = with_pool!(store, pool => {
         sqlx::query_scalar("SELECT name FROM agents WHERE id = $1")
-            .bind(AGENT)
+            .bind(&*AGENT)
             .fetch_one(pool)
             .await
             .unwrap()
@@ -270,22 +164,22 @@ async fn connect_and_agents(ctx: Ctx) {
 async fn duplicate_journal_insert(ctx: Ctx) {
     let store = ctx.store;
     let msg = inbound(Platform::Discord, "c1", "m1", "ann", "hello", 1_000);
-    let JournalInsert::Inserted(id) = store.journal_insert(AGENT, &msg).await.unwrap() else {
+    let JournalInsert::Inserted(id) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("first insert must insert");
     };
     assert_eq!(
-        store.journal_insert(AGENT, &msg).await.unwrap(),
+        store.journal_insert(&AGENT, &msg).await.unwrap(),
         JournalInsert::Duplicate(id, JournalState::Pending)
     );
 
     let entry = store.journal_get(id).await.unwrap().expect("entry");
     assert_eq!(entry.inbound, msg);
-    assert_eq!(entry.agent_id, AGENT);
+    assert_eq!(entry.agent_id, *AGENT);
     assert_eq!(entry.state, JournalState::Pending);
     // The insert counts the first attempt (the poison-message rule, storage::journal).
     assert_eq!(entry.attempts, 1);
     let looked_up = store
-        .journal_lookup(AGENT, &msg)
+        .journal_lookup(&AGENT, &msg)
         .await
         .unwrap()
         .expect("lookup");
@@ -293,7 +187,7 @@ async fn duplicate_journal_insert(ctx: Ctx) {
     let on_telegram = inbound(Platform::Telegram, "c1", "m1", "ann", "hello", 1_000);
     assert!(
         store
-            .journal_lookup(AGENT, &on_telegram)
+            .journal_lookup(&AGENT, &on_telegram)
             .await
             .unwrap()
             .is_none()
@@ -309,22 +203,22 @@ async fn duplicate_journal_insert(ctx: Ctx) {
     // The same platform message id on another platform, or for another agent, is new.
     let other_platform = inbound(Platform::Telegram, "c1", "m1", "ann", "hello", 1_000);
     assert!(matches!(
-        store.journal_insert(AGENT, &other_platform).await.unwrap(),
+        store.journal_insert(&AGENT, &other_platform).await.unwrap(),
         JournalInsert::Inserted(other) if other != id
     ));
     assert!(matches!(
-        store.journal_insert("other-agent", &msg).await.unwrap(),
+        store.journal_insert(&AgentId::new("other-agent"), &msg).await.unwrap(),
         JournalInsert::Inserted(other) if other != id
     ));
 
     // Once handled, a duplicate reports the new state.
     let key = msg.room.key();
     store
-        .record_handled(handled(id, AGENT, &key, &msg, None))
+        .record_handled(handled(id, &AGENT, &key, &msg, None))
         .await
         .unwrap();
     assert_eq!(
-        store.journal_insert(AGENT, &msg).await.unwrap(),
+        store.journal_insert(&AGENT, &msg).await.unwrap(),
         JournalInsert::Duplicate(id, JournalState::Done)
     );
 }
@@ -334,7 +228,7 @@ async fn concurrent_duplicate_inserts(ctx: Ctx) {
     let attempts = (0..8).map(|_| {
         let store = ctx.store.clone();
         let msg = msg.clone();
-        tokio::spawn(async move { store.journal_insert(AGENT, &msg).await.unwrap() })
+        tokio::spawn(async move { store.journal_insert(&AGENT, &msg).await.unwrap() })
     });
     let outcomes: Vec<JournalInsert> = futures::future::join_all(attempts)
         .await
@@ -361,7 +255,7 @@ async fn concurrent_duplicate_inserts(ctx: Ctx) {
 async fn record_handled_is_idempotent(ctx: Ctx) {
     let store = ctx.store;
     let msg = inbound(Platform::Discord, "c1", "m1", "ann", "hi there", 1_000);
-    let JournalInsert::Inserted(jid) = store.journal_insert(AGENT, &msg).await.unwrap() else {
+    let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("insert");
     };
     let key = msg.room.key();
@@ -369,7 +263,7 @@ async fn record_handled_is_idempotent(ctx: Ctx) {
     let first = store
         .record_handled(handled(
             jid,
-            AGENT,
+            &AGENT,
             &key,
             &msg,
             Some(("hello ann", &outbound)),
@@ -381,7 +275,7 @@ async fn record_handled_is_idempotent(ctx: Ctx) {
     let second = store
         .record_handled(handled(
             jid,
-            AGENT,
+            &AGENT,
             &key,
             &msg,
             Some(("hello again", &outbound)),
@@ -390,10 +284,7 @@ async fn record_handled_is_idempotent(ctx: Ctx) {
         .unwrap();
     assert_eq!(second, Some(first));
 
-    let memory = store
-        .recent_messages(AGENT, &key.to_string(), 50)
-        .await
-        .unwrap();
+    let memory = store.recent_messages(&AGENT, &key, 50).await.unwrap();
     assert_eq!(texts(&memory), ["hi there", "hello ann"]);
     assert_eq!(
         memory.iter().map(|m| m.from_agent).collect::<Vec<_>>(),
@@ -401,7 +292,7 @@ async fn record_handled_is_idempotent(ctx: Ctx) {
     );
     assert_eq!(memory[0].author_id, "ann");
     assert_eq!(memory[0].author_name, "ANN");
-    assert_eq!(memory[0].room, "discord:c1");
+    assert_eq!(memory[0].room.to_string(), "discord:c1");
     assert_eq!(memory[0].created_at_ms, 1_000);
     assert_eq!(
         store.replies_for(jid).await.unwrap(),
@@ -414,17 +305,17 @@ async fn record_handled_is_idempotent(ctx: Ctx) {
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, first);
     assert_eq!(claimed[0].journal_id, Some(jid));
-    assert_eq!(claimed[0].agent_id, AGENT);
+    assert_eq!(claimed[0].agent_id, *AGENT);
     assert_eq!(claimed[0].outbound, outbound);
 
-    let rooms = store.rooms(AGENT).await.unwrap();
+    let rooms = store.rooms(&AGENT).await.unwrap();
     assert_eq!(rooms.len(), 1);
     assert_eq!(rooms[0].message_count, 2);
 }
 
 async fn concurrent_record_handled(ctx: Ctx) {
     let msg = inbound(Platform::Discord, "c1", "m1", "ann", "hi", 1_000);
-    let JournalInsert::Inserted(jid) = ctx.store.journal_insert(AGENT, &msg).await.unwrap() else {
+    let JournalInsert::Inserted(jid) = ctx.store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("insert");
     };
     // Two drivers of the same entry at once (a re-drive racing the original worker).
@@ -435,7 +326,7 @@ async fn concurrent_record_handled(ctx: Ctx) {
             let key = msg.room.key();
             let outbound = outbound_for(&msg, "hello");
             store
-                .record_handled(handled(jid, AGENT, &key, &msg, Some(("hello", &outbound))))
+                .record_handled(handled(jid, &AGENT, &key, &msg, Some(("hello", &outbound))))
                 .await
                 .unwrap()
         })
@@ -451,7 +342,7 @@ async fn concurrent_record_handled(ctx: Ctx) {
     );
     let memory = ctx
         .store
-        .recent_messages(AGENT, "discord:c1", 10)
+        .recent_messages(&AGENT, &key_of("discord:c1"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&memory), ["hi", "hello"]);
@@ -468,18 +359,18 @@ async fn record_handled_without_reply(ctx: Ctx) {
         "just chatting",
         2_000,
     );
-    let (jid, outbox) = exchange(&store, AGENT, &msg, None).await;
+    let (jid, outbox) = exchange(&store, &AGENT, &msg, None).await;
     assert_eq!(outbox, None);
     let key = msg.room.key();
     assert_eq!(
         store
-            .record_handled(handled(jid, AGENT, &key, &msg, None))
+            .record_handled(handled(jid, &AGENT, &key, &msg, None))
             .await
             .unwrap(),
         None
     );
     let memory = store
-        .recent_messages(AGENT, "telegram:-100", 10)
+        .recent_messages(&AGENT, &key_of("telegram:-100"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&memory), ["just chatting"]);
@@ -502,7 +393,7 @@ async fn record_handled_unknown_journal(ctx: Ctx) {
     let key = msg.room.key();
     let err = ctx
         .store
-        .record_handled(handled(JournalId(424_242), AGENT, &key, &msg, None))
+        .record_handled(handled(JournalId(424_242), &AGENT, &key, &msg, None))
         .await
         .unwrap_err();
     assert!(
@@ -510,7 +401,7 @@ async fn record_handled_unknown_journal(ctx: Ctx) {
         "{err:?}"
     );
     // Nothing was written.
-    assert!(ctx.store.rooms(AGENT).await.unwrap().is_empty());
+    assert!(ctx.store.rooms(&AGENT).await.unwrap().is_empty());
 }
 
 async fn recent_messages_ordering_and_limit(ctx: Ctx) {
@@ -524,10 +415,10 @@ async fn recent_messages_ordering_and_limit(ctx: Ctx) {
             &format!("q{i}"),
             1_000 + i * 10,
         );
-        exchange(&store, AGENT, &msg, Some(&format!("a{i}"))).await;
+        exchange(&store, &AGENT, &msg, Some(&format!("a{i}"))).await;
     }
     let all = store
-        .recent_messages(AGENT, "discord:c1", 100)
+        .recent_messages(&AGENT, &key_of("discord:c1"), 100)
         .await
         .unwrap();
     assert_eq!(
@@ -535,18 +426,21 @@ async fn recent_messages_ordering_and_limit(ctx: Ctx) {
         ["q0", "a0", "q1", "a1", "q2", "a2", "q3", "a3", "q4", "a4"]
     );
     assert!(all.windows(2).all(|w| w[0].id < w[1].id));
-    let last3 = store.recent_messages(AGENT, "discord:c1", 3).await.unwrap();
+    let last3 = store
+        .recent_messages(&AGENT, &key_of("discord:c1"), 3)
+        .await
+        .unwrap();
     assert_eq!(texts(&last3), ["a3", "q4", "a4"]);
     assert!(
         store
-            .recent_messages(AGENT, "discord:c1", 0)
+            .recent_messages(&AGENT, &key_of("discord:c1"), 0)
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
         store
-            .recent_messages(AGENT, "discord:c1", -1)
+            .recent_messages(&AGENT, &key_of("discord:c1"), -1)
             .await
             .unwrap()
             .is_empty()
@@ -572,41 +466,43 @@ async fn rooms_are_isolated(ctx: Ctx) {
         2_000,
     );
     let c = inbound(Platform::Discord, "random", "2", "cat", "in random", 1_500);
-    exchange(&store, AGENT, &a, Some("reply general")).await;
-    exchange(&store, AGENT, &b, None).await;
-    exchange(&store, AGENT, &c, Some("reply random")).await;
+    exchange(&store, &AGENT, &a, Some("reply general")).await;
+    exchange(&store, &AGENT, &b, None).await;
+    exchange(&store, &AGENT, &c, Some("reply random")).await;
     // Another persona in the same Discord channel keeps its own memory.
-    exchange(&store, "trump", &a, Some("other persona")).await;
+    exchange(&store, &AgentId::new("trump"), &a, Some("other persona")).await;
 
     let general = store
-        .recent_messages(AGENT, "discord:general", 10)
+        .recent_messages(&AGENT, &key_of("discord:general"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&general), ["in general", "reply general"]);
     let telegram = store
-        .recent_messages(AGENT, "telegram:general", 10)
+        .recent_messages(&AGENT, &key_of("telegram:general"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&telegram), ["in telegram"]);
     let other = store
-        .recent_messages("trump", "discord:general", 10)
+        .recent_messages(&AgentId::new("trump"), &key_of("discord:general"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&other), ["in general", "other persona"]);
     assert!(
         store
-            .recent_messages("nobody", "discord:general", 10)
+            .recent_messages(&AgentId::new("nobody"), &key_of("discord:general"), 10)
             .await
             .unwrap()
             .is_empty()
     );
 
-    let rooms = store.rooms(AGENT).await.unwrap();
+    let rooms = store.rooms(&AGENT).await.unwrap();
+    let keys: Vec<String> = rooms.iter().map(|r| r.room.to_string()).collect();
     let listed: Vec<(&str, &str, Option<&str>, i64, i64)> = rooms
         .iter()
-        .map(|r| {
+        .zip(&keys)
+        .map(|(r, key)| {
             (
-                r.room.as_str(),
+                key.as_str(),
                 r.platform.as_str(),
                 r.name.as_deref(),
                 r.message_count,
@@ -622,8 +518,14 @@ async fn rooms_are_isolated(ctx: Ctx) {
             ("discord:general", "discord", Some("#general"), 2, 1_001),
         ]
     );
-    assert_eq!(store.rooms("trump").await.unwrap().len(), 1);
-    assert!(store.rooms("nobody").await.unwrap().is_empty());
+    assert_eq!(store.rooms(&AgentId::new("trump")).await.unwrap().len(), 1);
+    assert!(
+        store
+            .rooms(&AgentId::new("nobody"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn journal_unfinished_and_fail(ctx: Ctx) {
@@ -642,14 +544,14 @@ async fn journal_unfinished_and_fail(ctx: Ctx) {
         .collect();
     let mut ids = Vec::new();
     for m in &msgs {
-        let JournalInsert::Inserted(id) = store.journal_insert(AGENT, m).await.unwrap() else {
+        let JournalInsert::Inserted(id) = store.journal_insert(&AGENT, m).await.unwrap() else {
             panic!("insert");
         };
         ids.push(id);
     }
     let key = msgs[1].room.key();
     store
-        .record_handled(handled(ids[1], AGENT, &key, &msgs[1], None))
+        .record_handled(handled(ids[1], &AGENT, &key, &msgs[1], None))
         .await
         .unwrap();
     store.journal_fail(ids[2], "model timed out").await.unwrap();
@@ -697,7 +599,7 @@ async fn journal_unfinished_and_fail(ctx: Ctx) {
     // A failed entry that is handled on a later try becomes done and leaves the list.
     let key = msgs[2].room.key();
     store
-        .record_handled(handled(ids[2], AGENT, &key, &msgs[2], None))
+        .record_handled(handled(ids[2], &AGENT, &key, &msgs[2], None))
         .await
         .unwrap();
     let after = store.journal_unfinished(10).await.unwrap();
@@ -710,7 +612,7 @@ async fn journal_unfinished_and_fail(ctx: Ctx) {
 async fn outbox_claim_lease_retry_delivered(ctx: Ctx) {
     let store = ctx.store;
     let msg = inbound(Platform::Discord, "c1", "m1", "ann", "ping", 1);
-    let (_, outbox) = exchange(&store, AGENT, &msg, Some("pong")).await;
+    let (_, outbox) = exchange(&store, &AGENT, &msg, Some("pong")).await;
     let id = outbox.unwrap();
 
     let first = store.outbox_claim(10, 1_000, 500).await.unwrap();
@@ -809,7 +711,7 @@ async fn outbox_give_up_and_claim_limit(ctx: Ctx) {
     let mut outbox = Vec::new();
     for i in 0..5 {
         let msg = inbound(Platform::Telegram, "chat", &format!("{i}"), "fay", "q", i);
-        outbox.push(exchange(&store, AGENT, &msg, Some("a")).await.1.unwrap());
+        outbox.push(exchange(&store, &AGENT, &msg, Some("a")).await.1.unwrap());
     }
     store
         .outbox_give_up(outbox[0], "403 Forbidden")
@@ -850,7 +752,7 @@ async fn concurrent_claimers_never_share(ctx: Ctx) {
             "q",
             i as i64,
         );
-        exchange(&ctx.store, AGENT, &msg, Some("a")).await;
+        exchange(&ctx.store, &AGENT, &msg, Some("a")).await;
     }
     // Two handles with their own pools, as two replicas would have.
     let other = Store::connect(&ctx.url).await.unwrap();
@@ -888,7 +790,7 @@ async fn concurrent_claimers_never_share(ctx: Ctx) {
 async fn corrupt_json_is_reported(ctx: Ctx) {
     let store = ctx.store;
     let msg = inbound(Platform::Discord, "c1", "m1", "ann", "ping", 1);
-    let (jid, outbox) = exchange(&store, AGENT, &msg, Some("pong")).await;
+    let (jid, outbox) = exchange(&store, &AGENT, &msg, Some("pong")).await;
     // Valid JSON of the wrong shape: Postgres' JSONB would refuse malformed text.
     let wrong = sqlx::types::Json(serde_json::json!({ "not": "a message" }));
     with_pool!(store, pool => {
@@ -911,7 +813,7 @@ async fn corrupt_json_is_reported(ctx: Ctx) {
     };
     assert!(what.contains(&format!("journal row {}", jid.0)), "{what}");
     assert!(matches!(
-        store.journal_lookup(AGENT, &msg).await,
+        store.journal_lookup(&AGENT, &msg).await,
         Err(StorageError::Corrupt(_))
     ));
     assert!(matches!(
@@ -942,7 +844,7 @@ async fn sqlite_creates_directories_and_survives_reconnect() {
             sqlx::query_scalar("PRAGMA foreign_keys").fetch_one(pool).await.unwrap()
         });
         assert_eq!(foreign_keys, 1);
-        let (jid, _) = exchange(&store, AGENT, &msg, Some("I will")).await;
+        let (jid, _) = exchange(&store, &AGENT, &msg, Some("I will")).await;
         store.close().await;
         jid
     };
@@ -950,11 +852,11 @@ async fn sqlite_creates_directories_and_survives_reconnect() {
 
     let store = Store::connect(&url).await.unwrap();
     assert_eq!(
-        store.journal_insert(AGENT, &msg).await.unwrap(),
+        store.journal_insert(&AGENT, &msg).await.unwrap(),
         JournalInsert::Duplicate(jid, JournalState::Done)
     );
     let memory = store
-        .recent_messages(AGENT, "discord:c1", 10)
+        .recent_messages(&AGENT, &key_of("discord:c1"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&memory), ["remember me", "I will"]);
@@ -966,10 +868,10 @@ async fn sqlite_creates_directories_and_survives_reconnect() {
 async fn sqlite_in_memory_works() {
     let store = Store::connect("sqlite::memory:").await.unwrap();
     let msg = inbound(Platform::Web, "r", "1", "ann", "hi", 1);
-    exchange(&store, AGENT, &msg, Some("hello")).await;
+    exchange(&store, &AGENT, &msg, Some("hello")).await;
     assert_eq!(
         store
-            .recent_messages(AGENT, "web:r", 10)
+            .recent_messages(&AGENT, &key_of("web:r"), 10)
             .await
             .unwrap()
             .len(),
@@ -1012,10 +914,9 @@ fn test_database_urls_keep_server_and_options() {
 
 fn journal_req(msg: &Inbound) -> writer::JournalReq {
     writer::JournalReq {
-        agent_id: AGENT.to_string(),
-        platform: msg.platform().as_str(),
+        agent_id: AGENT.clone(),
         message_id: msg.id.as_str().to_string(),
-        room: msg.room.key().to_string(),
+        room: msg.room.key(),
         caller: dedupe_caller(msg).to_string(),
         inbound_json: serde_json::to_string(msg).unwrap(),
         now: 1,
@@ -1024,7 +925,7 @@ fn journal_req(msg: &Inbound) -> writer::JournalReq {
 
 async fn batch_of_journal_inserts_with_duplicates(ctx: Ctx) {
     let m = |id| inbound(Platform::Discord, "c1", id, "ann", "hi", 1_000);
-    let JournalInsert::Inserted(old) = ctx.store.journal_insert(AGENT, &m("old")).await.unwrap()
+    let JournalInsert::Inserted(old) = ctx.store.journal_insert(&AGENT, &m("old")).await.unwrap()
     else {
         panic!("insert")
     };
@@ -1064,7 +965,7 @@ async fn concurrent_journal_inserts_with_duplicates(ctx: Ctx) {
             "yo",
             5,
         );
-        tokio::spawn(async move { (n % 16, store.journal_insert(AGENT, &msg).await.unwrap()) })
+        tokio::spawn(async move { (n % 16, store.journal_insert(&AGENT, &msg).await.unwrap()) })
     });
     let mut by_message: HashMap<usize, Vec<JournalInsert>> = HashMap::new();
     for post in futures::future::join_all(posts).await {
@@ -1096,7 +997,7 @@ async fn batch_of_record_handled_for_one_entry(ctx: Ctx) {
     let m2 = inbound(Platform::Discord, "c1", "m2", "bob", "two", 2_000);
     let mut jids = Vec::new();
     for m in [&m1, &m2] {
-        let JournalInsert::Inserted(jid) = store.journal_insert(AGENT, m).await.unwrap() else {
+        let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, m).await.unwrap() else {
             panic!("insert")
         };
         jids.push(jid);
@@ -1105,17 +1006,17 @@ async fn batch_of_record_handled_for_one_entry(ctx: Ctx) {
     let (o1, o1b) = (outbound_for(&m1, "first"), outbound_for(&m1, "second"));
     let reqs = vec![
         memory::owned(
-            handled(jids[0], AGENT, &key, &m1, Some(("first", &o1))),
+            handled(jids[0], &AGENT, &key, &m1, Some(("first", &o1))),
             Some(60_000),
         )
         .unwrap(),
         memory::owned(
-            handled(jids[0], AGENT, &key, &m1, Some(("second", &o1b))),
+            handled(jids[0], &AGENT, &key, &m1, Some(("second", &o1b))),
             Some(60_000),
         )
         .unwrap(),
-        memory::owned(handled(jids[1], AGENT, &key, &m2, None), None).unwrap(),
-        memory::owned(handled(jids[1], AGENT, &key, &m2, None), None).unwrap(),
+        memory::owned(handled(jids[1], &AGENT, &key, &m2, None), None).unwrap(),
+        memory::owned(handled(jids[1], &AGENT, &key, &m2, None), None).unwrap(),
     ];
     let results: Vec<Option<RecordedReply>> = writer::handled_batch(&store.pool, &reqs)
         .await
@@ -1132,7 +1033,7 @@ async fn batch_of_record_handled_for_one_entry(ctx: Ctx) {
     assert!(matches!(results[1], Some(RecordedReply::Queued(id)) if id == entry.id));
     assert!(results[2].is_none() && results[3].is_none());
     let memory = store
-        .recent_messages(AGENT, "discord:c1", 10)
+        .recent_messages(&AGENT, &key_of("discord:c1"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&memory), ["one", "first", "two"]);
@@ -1157,7 +1058,7 @@ async fn batch_of_record_handled_for_one_entry(ctx: Ctx) {
             JournalState::Done
         );
     }
-    let rooms = store.rooms(AGENT).await.unwrap();
+    let rooms = store.rooms(&AGENT).await.unwrap();
     assert_eq!(rooms.len(), 1);
     assert_eq!(rooms[0].last_active_ms, 2_000);
 }
@@ -1168,13 +1069,14 @@ async fn batch_with_a_bad_request(ctx: Ctx) {
     // Postgres refuses a NUL in text, which fails the whole statement; SQLite stores it, so
     // there the bad request names a journal entry that does not exist.
     let mut bad = inbound(Platform::Discord, "c1", "bad", "bob", "nul \0 here", 2_000);
-    let JournalInsert::Inserted(good_id) = store.journal_insert(AGENT, &good).await.unwrap() else {
+    let JournalInsert::Inserted(good_id) = store.journal_insert(&AGENT, &good).await.unwrap()
+    else {
         panic!("insert")
     };
     let bad_id = match store.backend() {
         Backend::Postgres => {
             bad.text = "fine in JSON".into();
-            let JournalInsert::Inserted(id) = store.journal_insert(AGENT, &bad).await.unwrap()
+            let JournalInsert::Inserted(id) = store.journal_insert(&AGENT, &bad).await.unwrap()
             else {
                 panic!("insert")
             };
@@ -1187,11 +1089,11 @@ async fn batch_with_a_bad_request(ctx: Ctx) {
     let out = outbound_for(&good, "ok");
     let reqs = vec![
         memory::owned(
-            handled(good_id, AGENT, &key, &good, Some(("ok", &out))),
+            handled(good_id, &AGENT, &key, &good, Some(("ok", &out))),
             None,
         )
         .unwrap(),
-        memory::owned(handled(bad_id, AGENT, &key, &bad, None), None).unwrap(),
+        memory::owned(handled(bad_id, &AGENT, &key, &bad, None), None).unwrap(),
     ];
     let results = writer::isolate(&reqs, |r| writer::handled_batch(&store.pool, r)).await;
     assert!(
@@ -1200,7 +1102,7 @@ async fn batch_with_a_bad_request(ctx: Ctx) {
     );
     assert!(results[1].is_err(), "{results:?}");
     let memory = store
-        .recent_messages(AGENT, "discord:c1", 10)
+        .recent_messages(&AGENT, &key_of("discord:c1"), 10)
         .await
         .unwrap();
     assert_eq!(texts(&memory), ["fine", "ok"]);
@@ -1214,32 +1116,32 @@ async fn connector_state_is_scoped_and_overwritten(ctx: Ctx) {
     let store = ctx.store;
     assert_eq!(
         store
-            .connector_state_get("a", Platform::Telegram, "offset")
+            .connector_state_get(&AgentId::new("a"), Platform::Telegram, "offset")
             .await
             .unwrap(),
         None
     );
     store
-        .connector_state_put("a", Platform::Telegram, "offset", "10")
+        .connector_state_put(&AgentId::new("a"), Platform::Telegram, "offset", "10")
         .await
         .unwrap();
     store
-        .connector_state_put("a", Platform::Telegram, "offset", "11")
+        .connector_state_put(&AgentId::new("a"), Platform::Telegram, "offset", "11")
         .await
         .unwrap();
     store
-        .connector_state_put("b", Platform::Telegram, "offset", "99")
+        .connector_state_put(&AgentId::new("b"), Platform::Telegram, "offset", "99")
         .await
         .unwrap();
     store
-        .connector_state_put("a", Platform::Discord, "offset", "7")
+        .connector_state_put(&AgentId::new("a"), Platform::Discord, "offset", "7")
         .await
         .unwrap();
     let get = |agent: &'static str, platform| {
         let store = store.clone();
         async move {
             store
-                .connector_state_get(agent, platform, "offset")
+                .connector_state_get(&AgentId::new(agent), platform, "offset")
                 .await
                 .unwrap()
         }
@@ -1251,7 +1153,7 @@ async fn connector_state_is_scoped_and_overwritten(ctx: Ctx) {
     let again = Store::connect(&ctx.url).await.unwrap();
     assert_eq!(
         again
-            .connector_state_get("a", Platform::Telegram, "offset")
+            .connector_state_get(&AgentId::new("a"), Platform::Telegram, "offset")
             .await
             .unwrap()
             .as_deref(),
@@ -1270,45 +1172,45 @@ async fn dedupe_is_per_room_and_web_caller(ctx: Ctx) {
     let a_by_bob = inbound(Platform::Web, "room-a", "m-1", "bob", "bob in a", 3);
     let mut ids = Vec::new();
     for m in [&a, &b, &a_by_bob] {
-        let JournalInsert::Inserted(id) = store.journal_insert(AGENT, m).await.unwrap() else {
+        let JournalInsert::Inserted(id) = store.journal_insert(&AGENT, m).await.unwrap() else {
             panic!("{} in {} must be a new message", m.id, m.room.key());
         };
         ids.push(id);
     }
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 3);
     assert_eq!(
-        store.journal_insert(AGENT, &a).await.unwrap(),
+        store.journal_insert(&AGENT, &a).await.unwrap(),
         JournalInsert::Duplicate(ids[0], JournalState::Pending)
     );
     for (m, id) in [(&a, ids[0]), (&b, ids[1]), (&a_by_bob, ids[2])] {
         let entry = store
-            .journal_lookup(AGENT, m)
+            .journal_lookup(&AGENT, m)
             .await
             .unwrap()
             .expect("entry");
         assert_eq!(entry.id, id);
         assert_eq!(entry.inbound.text, m.text);
-        assert!(same_dedupe_key(&entry, AGENT, m));
+        assert!(same_dedupe_key(&entry, &AGENT, m));
     }
     let entry_a = store.journal_get(ids[0]).await.unwrap().unwrap();
-    assert!(!same_dedupe_key(&entry_a, AGENT, &b));
-    assert!(!same_dedupe_key(&entry_a, AGENT, &a_by_bob));
-    assert!(!same_dedupe_key(&entry_a, "other-agent", &a));
+    assert!(!same_dedupe_key(&entry_a, &AGENT, &b));
+    assert!(!same_dedupe_key(&entry_a, &AGENT, &a_by_bob));
+    assert!(!same_dedupe_key(&entry_a, &AgentId::new("other-agent"), &a));
 
     // On a platform the platform assigns ids and authors: the room scopes, the author does
     // not (a redelivered event is the same message whoever it names).
     let d = inbound(Platform::Discord, "c1", "42", "ann", "hi", 4);
     let d_other_room = inbound(Platform::Discord, "c2", "42", "ann", "hi", 4);
     let d_other_author = inbound(Platform::Discord, "c1", "42", "zed", "hi", 4);
-    let JournalInsert::Inserted(d_id) = store.journal_insert(AGENT, &d).await.unwrap() else {
+    let JournalInsert::Inserted(d_id) = store.journal_insert(&AGENT, &d).await.unwrap() else {
         panic!("insert");
     };
     assert!(matches!(
-        store.journal_insert(AGENT, &d_other_room).await.unwrap(),
+        store.journal_insert(&AGENT, &d_other_room).await.unwrap(),
         JournalInsert::Inserted(other) if other != d_id
     ));
     assert_eq!(
-        store.journal_insert(AGENT, &d_other_author).await.unwrap(),
+        store.journal_insert(&AGENT, &d_other_author).await.unwrap(),
         JournalInsert::Duplicate(d_id, JournalState::Pending)
     );
 }
@@ -1346,7 +1248,7 @@ async fn batch_dedupe_is_per_room(ctx: Ctx) {
 async fn attempts_are_counted_before_handling(ctx: Ctx) {
     let store = ctx.store;
     let msg = inbound(Platform::Telegram, "5", "5:1", "ann", "poison", 1);
-    let JournalInsert::Inserted(id) = store.journal_insert(AGENT, &msg).await.unwrap() else {
+    let JournalInsert::Inserted(id) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("insert");
     };
     // #2: the insert counted the first handling; a crash in it leaves the entry pending
@@ -1390,13 +1292,13 @@ async fn attempts_are_counted_before_handling(ctx: Ctx) {
 
     // A handled entry is never counted: its replies stand.
     let other = inbound(Platform::Telegram, "5", "5:2", "ann", "fine", 2);
-    let (done, _) = exchange(&store, AGENT, &other, Some("ok")).await;
+    let (done, _) = exchange(&store, &AGENT, &other, Some("ok")).await;
     assert_eq!(store.journal_begin(done, 3).await.unwrap(), Attempt::Done);
     assert_eq!(store.journal_get(done).await.unwrap().unwrap().attempts, 1);
 
     // Two replicas beginning the last attempt at once: one gets it.
     let racy = inbound(Platform::Telegram, "5", "5:3", "ann", "race", 3);
-    let JournalInsert::Inserted(racy) = store.journal_insert(AGENT, &racy).await.unwrap() else {
+    let JournalInsert::Inserted(racy) = store.journal_insert(&AGENT, &racy).await.unwrap() else {
         panic!("insert");
     };
     let begins = (0..4).map(|_| {
@@ -1427,7 +1329,7 @@ async fn give_up_apologises_once_per_room(ctx: Ctx) {
     let msgs = [m("7", "7:1"), m("7", "7:2"), m("8", "8:1")];
     let mut ids = Vec::new();
     for msg in &msgs {
-        let JournalInsert::Inserted(id) = store.journal_insert(AGENT, msg).await.unwrap() else {
+        let JournalInsert::Inserted(id) = store.journal_insert(&AGENT, msg).await.unwrap() else {
             panic!("insert");
         };
         ids.push(id);
@@ -1491,7 +1393,7 @@ async fn give_up_apologises_once_per_room(ctx: Ctx) {
 
     // A done entry is never given up.
     let fine = m("9", "9:1");
-    let (done, _) = exchange(&store, AGENT, &fine, Some("ok")).await;
+    let (done, _) = exchange(&store, &AGENT, &fine, Some("ok")).await;
     let nothing = store
         .journal_give_up(done, "gave up", Some(&sorry(&fine)), hour)
         .await
@@ -1504,7 +1406,7 @@ async fn give_up_apologises_once_per_room(ctx: Ctx) {
 
     // After the quiet time the room may be told again (quiet_ms 0: at once).
     let later = m("7", "7:3");
-    let JournalInsert::Inserted(later_id) = store.journal_insert(AGENT, &later).await.unwrap()
+    let JournalInsert::Inserted(later_id) = store.journal_insert(&AGENT, &later).await.unwrap()
     else {
         panic!("insert");
     };
@@ -1568,7 +1470,7 @@ async fn sqlite_migration_0005_keeps_existing_rows_and_references() {
                  VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 1, 1)",
             )
             .bind(id)
-            .bind(AGENT)
+            .bind(&*AGENT)
             .bind(msg.platform().as_str())
             .bind(msg.id.as_str())
             .bind(msg.room.key().to_string())
@@ -1582,7 +1484,7 @@ async fn sqlite_migration_0005_keeps_existing_rows_and_references() {
             "INSERT INTO messages (agent_id, room, journal_id, author_id, author_name, text,
                  from_agent, created_at_ms) VALUES ($1, 'web:r1', 1, 'ann', 'ANN', 'hello', 0, 1)",
         )
-        .bind(AGENT)
+        .bind(&*AGENT)
         .execute(&pool)
         .await
         .unwrap();
@@ -1591,7 +1493,7 @@ async fn sqlite_migration_0005_keeps_existing_rows_and_references() {
             "INSERT INTO outbox (agent_id, journal_id, outbound, created_at_ms, updated_at_ms)
              VALUES ($1, 1, $2, 1, 1)",
         )
-        .bind(AGENT)
+        .bind(&*AGENT)
         .bind(serde_json::to_string(&reply).unwrap())
         .execute(&pool)
         .await
@@ -1615,20 +1517,20 @@ async fn sqlite_migration_0005_keeps_existing_rows_and_references() {
     );
     let web = inbound(Platform::Web, "r1", "m-1", "ann", "hello", 1);
     assert_eq!(
-        store.journal_insert(AGENT, &web).await.unwrap(),
+        store.journal_insert(&AGENT, &web).await.unwrap(),
         JournalInsert::Duplicate(JournalId(1), JournalState::Done),
         "the Web row got its caller from its inbound"
     );
     assert_eq!(store.replies_for(JournalId(1)).await.unwrap().len(), 1);
     let tg = inbound(Platform::Telegram, "5", "5:1", "bob", "hi", 2);
     assert_eq!(
-        store.journal_insert(AGENT, &tg).await.unwrap(),
+        store.journal_insert(&AGENT, &tg).await.unwrap(),
         JournalInsert::Duplicate(JournalId(2), JournalState::Pending)
     );
     // New rows continue after the old ids, and the indexes are there.
     let fresh = inbound(Platform::Web, "r2", "m-1", "ann", "new", 3);
     assert_eq!(
-        store.journal_insert(AGENT, &fresh).await.unwrap(),
+        store.journal_insert(&AGENT, &fresh).await.unwrap(),
         JournalInsert::Inserted(JournalId(3))
     );
     let indexes: Vec<(String,)> = with_pool!(store, pool => {

@@ -31,7 +31,20 @@ use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use std::collections::{HashMap, HashSet};
 use tokio::sync::{mpsc, oneshot};
-use troupe_connectors::Outbound;
+use troupe_connectors::{AgentId, Outbound, Platform, RoomKey};
+
+/// Later sightings win; a re-driven old message must not roll a name or a time back.
+const UPSERT_USER_CONFLICT: &str = " ON CONFLICT (platform, user_id) DO UPDATE SET
+         name = CASE WHEN excluded.last_seen_ms >= users.last_seen_ms
+                     THEN excluded.name ELSE users.name END,
+         last_seen_ms = CASE WHEN excluded.last_seen_ms > users.last_seen_ms
+                             THEN excluded.last_seen_ms ELSE users.last_seen_ms END";
+
+/// `CASE` rather than `max()`/`GREATEST()`, which is where the two dialects part.
+const UPSERT_ROOM_CONFLICT: &str = " ON CONFLICT (agent_id, room) DO UPDATE SET
+         name = COALESCE(excluded.name, rooms.name),
+         last_active_ms = CASE WHEN excluded.last_active_ms > rooms.last_active_ms
+                               THEN excluded.last_active_ms ELSE rooms.last_active_ms END";
 
 /// Requests per batch.
 const MAX_BATCH: usize = 256;
@@ -42,10 +55,9 @@ const QUEUE: usize = 1024;
 
 /// A journal insert, owned so it can cross to the writer task.
 pub(super) struct JournalReq {
-    pub agent_id: String,
-    pub platform: &'static str,
+    pub agent_id: AgentId,
     pub message_id: String,
-    pub room: String,
+    pub room: RoomKey,
     /// See `journal::dedupe_caller`.
     pub caller: String,
     pub inbound_json: String,
@@ -63,9 +75,8 @@ pub(super) struct MemoryReq {
 /// A `record_handled`, owned.
 pub(super) struct HandledReq {
     pub journal_id: i64,
-    pub agent_id: String,
-    pub room_key: String,
-    pub platform: &'static str,
+    pub agent_id: AgentId,
+    pub room_key: RoomKey,
     pub room_name: Option<String>,
     pub last_active: i64,
     pub memories: Vec<MemoryReq>,
@@ -173,6 +184,9 @@ where
 enum Arg<'a> {
     Int(i64),
     Text(&'a str),
+    Agent(&'a AgentId),
+    Room(&'a RoomKey),
+    Platform(Platform),
     OptText(Option<&'a str>),
     Bool(bool),
 }
@@ -256,6 +270,9 @@ macro_rules! run_script {
                 query = match arg {
                     Arg::Int(v) => query.bind(v),
                     Arg::Text(v) => query.bind(v),
+                    Arg::Agent(v) => query.bind(v),
+                    Arg::Room(v) => query.bind(v),
+                    Arg::Platform(v) => query.bind(v),
                     Arg::OptText(v) => query.bind(v),
                     Arg::Bool(v) => query.bind(v),
                 };
@@ -274,23 +291,18 @@ fn backend(pool: &Pool) -> Backend {
     }
 }
 
-/// The journal's unique key: agent, platform, room, caller, platform message id.
-type JournalKey<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
+/// The journal's unique key: agent, room (its platform is the key's `platform` column),
+/// caller, platform message id.
+type JournalKey<'a> = (&'a AgentId, &'a RoomKey, &'a str, &'a str);
 
 impl JournalReq {
     fn key(&self) -> JournalKey<'_> {
-        (
-            &self.agent_id,
-            self.platform,
-            &self.room,
-            &self.caller,
-            &self.message_id,
-        )
+        (&self.agent_id, &self.room, &self.caller, &self.message_id)
     }
 }
 
 /// A row of `RETURNING id` and the unique key.
-type JournalKeyRow = (i64, String, String, String, String, String);
+type JournalKeyRow = (i64, AgentId, Platform, RoomKey, String, String);
 
 pub(super) async fn journal_batch(
     pool: &Pool,
@@ -306,10 +318,10 @@ pub(super) async fn journal_batch(
     );
     for (i, r) in reqs.iter().enumerate() {
         insert.push(if i == 0 { "(" } else { ", (" });
-        insert.arg(Arg::Text(&r.agent_id)).push(", ");
-        insert.arg(Arg::Text(r.platform)).push(", ");
+        insert.arg(Arg::Agent(&r.agent_id)).push(", ");
+        insert.arg(Arg::Platform(r.room.platform)).push(", ");
         insert.arg(Arg::Text(&r.message_id)).push(", ");
-        insert.arg(Arg::Text(&r.room)).push(", ");
+        insert.arg(Arg::Room(&r.room)).push(", ");
         insert.arg(Arg::Text(&r.caller)).push(", ");
         // One attempt: the handling the publication after this insert starts (see the
         // poison-message rule in `journal`).
@@ -322,14 +334,10 @@ pub(super) async fn journal_batch(
          RETURNING id, agent_id, platform, room, caller, platform_message_id",
     );
     let inserted: Vec<JournalKeyRow> = with_rows(pool, insert.finish()).await?;
+    // The platform column is the room key's own platform, so the key leaves it out.
     let mut fresh: HashMap<JournalKey<'_>, i64> = inserted
         .iter()
-        .map(|(id, a, p, r, c, m)| {
-            (
-                (a.as_str(), p.as_str(), r.as_str(), c.as_str(), m.as_str()),
-                *id,
-            )
-        })
+        .map(|(id, a, _, r, c, m)| ((a, r, c.as_str(), m.as_str()), *id))
         .collect();
 
     // The first request for a key that was inserted gets `Inserted`; every other one is a
@@ -357,25 +365,22 @@ pub(super) async fn journal_batch(
     select.push(
         "SELECT id, agent_id, platform, room, caller, platform_message_id, state FROM journal WHERE ",
     );
-    for (i, (a, p, room, c, m)) in lookup.iter().enumerate() {
+    for (i, (a, room, c, m)) in lookup.iter().enumerate() {
         select.push(if i == 0 { "(" } else { " OR (" });
-        select.push("agent_id = ").arg(Arg::Text(a));
-        select.push(" AND platform = ").arg(Arg::Text(p));
-        select.push(" AND room = ").arg(Arg::Text(room));
+        select.push("agent_id = ").arg(Arg::Agent(a));
+        select
+            .push(" AND platform = ")
+            .arg(Arg::Platform(room.platform));
+        select.push(" AND room = ").arg(Arg::Room(room));
         select.push(" AND caller = ").arg(Arg::Text(c));
         select.push(" AND platform_message_id = ").arg(Arg::Text(m));
         select.push(")");
     }
-    let existing: Vec<(i64, String, String, String, String, String, String)> =
+    let existing: Vec<(i64, AgentId, Platform, RoomKey, String, String, String)> =
         with_rows(pool, select.finish()).await?;
     let existing: HashMap<JournalKey<'_>, (i64, &str)> = existing
         .iter()
-        .map(|(id, a, p, r, c, m, s)| {
-            (
-                (a.as_str(), p.as_str(), r.as_str(), c.as_str(), m.as_str()),
-                (*id, s.as_str()),
-            )
-        })
+        .map(|(id, a, _, r, c, m, s)| ((a, r, c.as_str(), m.as_str()), (*id, s.as_str())))
         .collect();
     Ok(reqs
         .iter()
@@ -564,30 +569,30 @@ impl Plan {
         let mut s = Script::new(backend);
         // One row per key (Postgres refuses to upsert a row twice in one statement),
         // merged as the single-row upserts would have left it, applied in order.
-        let mut rooms: Vec<(&str, &str, &str, Option<&str>, i64)> = Vec::new();
-        let mut users: Vec<(&str, &str, &str, i64)> = Vec::new();
+        let mut rooms: Vec<(&AgentId, &RoomKey, Option<&str>, i64)> = Vec::new();
+        let mut users: Vec<(Platform, &str, &str, i64)> = Vec::new();
         for r in self.writers(reqs) {
             match rooms
                 .iter_mut()
-                .find(|(a, k, ..)| *a == r.agent_id && *k == r.room_key)
+                .find(|(a, k, ..)| *a == &r.agent_id && *k == &r.room_key)
             {
                 Some(room) => {
-                    room.3 = r.room_name.as_deref().or(room.3);
-                    room.4 = room.4.max(r.last_active);
+                    room.2 = r.room_name.as_deref().or(room.2);
+                    room.3 = room.3.max(r.last_active);
                 }
                 None => rooms.push((
                     &r.agent_id,
                     &r.room_key,
-                    r.platform,
                     r.room_name.as_deref(),
                     r.last_active,
                 )),
             }
             // The persona is an agent, not a platform user.
+            let platform = r.room_key.platform;
             for m in r.memories.iter().filter(|m| !m.from_agent) {
                 match users
                     .iter_mut()
-                    .find(|(p, u, ..)| *p == r.platform && *u == m.author_id)
+                    .find(|(p, u, ..)| *p == platform && *u == m.author_id)
                 {
                     Some(user) => {
                         if m.created_at_ms >= user.3 {
@@ -595,33 +600,33 @@ impl Plan {
                             user.3 = m.created_at_ms;
                         }
                     }
-                    None => users.push((r.platform, &m.author_id, &m.author_name, m.created_at_ms)),
+                    None => users.push((platform, &m.author_id, &m.author_name, m.created_at_ms)),
                 }
             }
         }
         if !rooms.is_empty() {
             s.push("INSERT INTO rooms (agent_id, room, platform, name, last_active_ms) VALUES ");
-            for (i, (agent, room, platform, name, active)) in rooms.into_iter().enumerate() {
+            for (i, (agent, room, name, active)) in rooms.into_iter().enumerate() {
                 s.push(if i == 0 { "(" } else { ", (" });
-                s.arg(Arg::Text(agent)).push(", ");
-                s.arg(Arg::Text(room)).push(", ");
-                s.arg(Arg::Text(platform)).push(", ");
+                s.arg(Arg::Agent(agent)).push(", ");
+                s.arg(Arg::Room(room)).push(", ");
+                s.arg(Arg::Platform(room.platform)).push(", ");
                 s.arg(Arg::OptText(name)).push(", ");
                 s.arg(Arg::Int(active)).push(")");
             }
-            s.push(super::memory::UPSERT_ROOM_CONFLICT);
+            s.push(UPSERT_ROOM_CONFLICT);
             s.next();
         }
         if !users.is_empty() {
             s.push("INSERT INTO users (platform, user_id, name, last_seen_ms) VALUES ");
             for (i, (platform, user, name, seen)) in users.into_iter().enumerate() {
                 s.push(if i == 0 { "(" } else { ", (" });
-                s.arg(Arg::Text(platform)).push(", ");
+                s.arg(Arg::Platform(platform)).push(", ");
                 s.arg(Arg::Text(user)).push(", ");
                 s.arg(Arg::Text(name)).push(", ");
                 s.arg(Arg::Int(seen)).push(")");
             }
-            s.push(super::memory::UPSERT_USER_CONFLICT);
+            s.push(UPSERT_USER_CONFLICT);
             s.next();
         }
         // Ids follow the order of the rows, so each inbound comes before its reply.
@@ -637,8 +642,8 @@ impl Plan {
                 } else {
                     s.push(", (");
                 }
-                s.arg(Arg::Text(&r.agent_id)).push(", ");
-                s.arg(Arg::Text(&r.room_key)).push(", ");
+                s.arg(Arg::Agent(&r.agent_id)).push(", ");
+                s.arg(Arg::Room(&r.room_key)).push(", ");
                 s.arg(Arg::Int(r.journal_id)).push(", ");
                 s.arg(Arg::Text(&m.author_id)).push(", ");
                 s.arg(Arg::Text(&m.author_name)).push(", ");
@@ -664,7 +669,7 @@ impl Plan {
             } else {
                 s.push(", (");
             }
-            s.arg(Arg::Text(&r.agent_id)).push(", ");
+            s.arg(Arg::Agent(&r.agent_id)).push(", ");
             s.arg(Arg::Int(r.journal_id)).push(", ");
             s.json(json).push(", 'pending', ");
             s.arg(Arg::Int(i64::from(r.lease_ms.is_some())))

@@ -19,13 +19,13 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::bench::{pct, rss_kib};
+use super::stats::{pct, rss_kib};
 use crate::knowledge::{Knowledge, KnowledgeSettings};
 use crate::storage::Store;
+use troupe_connectors::AgentId;
 
 const FILE_BYTES: usize = 512 * 1024;
 const VOCABULARY: usize = 30_000;
-const AGENT: &str = "bench";
 
 pub struct KnowledgeBench {
     pub megabytes: usize,
@@ -52,6 +52,7 @@ pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
     let store = Store::connect(&url).await?;
     let knowledge = Knowledge::new(store, KnowledgeSettings::default(), None);
+    let agent = AgentId::new("bench");
 
     reset_peak_rss();
     let rss_before = rss_kib("VmRSS");
@@ -69,7 +70,7 @@ pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let ingested = knowledge
-            .ingest(AGENT, None, &name, Some("text/markdown"), &bytes)
+            .ingest(&agent, None, &name, Some("text/markdown"), &bytes)
             .await?;
         chunks += ingested.chunks;
     }
@@ -84,7 +85,7 @@ pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(" ");
         let started = Instant::now();
-        hits += knowledge.search(AGENT, None, &query, 8).await?.len();
+        hits += knowledge.search(&agent, None, &query, 8).await?.len();
         latencies.push(started.elapsed());
     }
     latencies.sort();

@@ -12,17 +12,25 @@
 //! builds N headless apps in this one process on the same database and the same stream (a
 //! fresh prefix per run, deleted at the end), as N replicas would be: conversations post
 //! to the replicas in turn, and whichever replica pulls a message handles it.
+//!
+//! Layout: this file runs the message benchmark; `knowledge` is `--knowledge-mb`, what
+//! knowledge costs; `stats` holds what both report (percentiles, resident memory).
 
 use clap::Args;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use troupe_connectors::{Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+use troupe_connectors::{AgentId, Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
 use crate::app::App;
 use crate::config::Config;
 use crate::ingress::Outcome;
 use crate::provider::{self, ModelProvider};
+
+mod knowledge;
+mod stats;
+
+use stats::{pct, rss_kib};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -48,7 +56,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub replicas: usize,
     /// Measure knowledge instead of messages: ingest a generated corpus of this many
-    /// megabytes, then time searches over it (see `bench_knowledge.rs`).
+    /// megabytes, then time searches over it (see `bench/knowledge.rs`).
     #[arg(long)]
     pub knowledge_mb: Option<usize>,
     /// Searches timed after a `--knowledge-mb` ingest.
@@ -70,7 +78,7 @@ const PERSONA: &str = r#"{
 
 pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(megabytes) = args.knowledge_mb {
-        return crate::bench_knowledge::run(crate::bench_knowledge::KnowledgeBench {
+        return knowledge::run(knowledge::KnowledgeBench {
             megabytes,
             queries: args.knowledge_queries,
             database_url: args.database_url,
@@ -135,10 +143,11 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
     eprintln!(
         "troupe bench ({backend:?}, {bus_kind}, {replicas} replica(s)): latency over {single} sequential messages in one room"
     );
+    let agent_id = agent.id.clone();
     let mut latencies = converse_many(
         &ingresses,
         &run_id,
-        &agent.id,
+        &agent_id,
         usize::MAX,
         single,
         args.warmup,
@@ -160,7 +169,7 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
     let mut tasks = tokio::task::JoinSet::new();
     for r in 0..rooms {
         let ingresses = ingresses.clone();
-        let agent_id = agent.id.clone();
+        let agent_id = agent_id.clone();
         let warmup = args.warmup;
         let run_id = run_id.clone();
         tasks.spawn(async move {
@@ -226,7 +235,7 @@ async fn remove_stream(url: &str, prefix: &str) {
 async fn converse_many(
     ingresses: &[crate::ingress::Ingress],
     run_id: &str,
-    agent_id: &str,
+    agent_id: &AgentId,
     room: usize,
     count: usize,
     warmup: usize,
@@ -236,7 +245,11 @@ async fn converse_many(
         let t = Instant::now();
         let ingress = &ingresses[(room.wrapping_add(n)) % ingresses.len()];
         let answer = ingress
-            .converse(agent_id, message(run_id, room, n), Duration::from_secs(60))
+            .converse(
+                agent_id.as_str(),
+                message(run_id, room, n),
+                Duration::from_secs(60),
+            )
             .await?;
         if !matches!(answer.outcome, Outcome::Replied { .. }) {
             anyhow::bail!("unexpected outcome {:?}", answer.outcome);
@@ -246,13 +259,6 @@ async fn converse_many(
         }
     }
     Ok(latencies)
-}
-
-pub(crate) fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn message(run_id: &str, room: usize, n: usize) -> Inbound {
@@ -280,17 +286,4 @@ fn message(run_id: &str, room: usize, n: usize) -> Inbound {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-/// A field of /proc/self/status in KiB (0 where there is no /proc).
-pub(crate) fn rss_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
 }

@@ -1,0 +1,122 @@
+//! What the storage tests share: a fresh database per test body on either backend, and
+//! [`on_both_backends!`], which turns each body into a SQLite test and a Postgres test.
+//!
+//! The Postgres server is `TROUPE_TEST_DATABASE_URL` (through `troupe_e2e::env`, the same
+//! rule as the end-to-end tests): without it the Postgres variants are skipped with a note,
+//! and under `CI=true` they fail rather than pass silently.
+
+use futures::FutureExt;
+use sqlx::Connection;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use super::Store;
+
+/// What a test body gets: a migrated store, and the URL it came from (to open another).
+pub(super) struct Ctx {
+    pub(super) store: Store,
+    pub(super) url: String,
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// Runs `body` against a fresh database of `kind`, and removes the database afterwards,
+/// whether the body passed or panicked.
+pub(super) async fn run<F, Fut>(kind: Kind, body: F)
+where
+    F: FnOnce(Ctx) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    match kind {
+        Kind::Sqlite => {
+            let dir = tempfile::tempdir().expect("temporary directory");
+            let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
+            let store = Store::connect(&url).await.expect("connect to SQLite");
+            body(Ctx { store, url }).await;
+        }
+        Kind::Postgres => {
+            // libtest names the thread after the test: the note says which was skipped.
+            let thread = std::thread::current();
+            let test = thread.name().unwrap_or("a Postgres storage test");
+            let Some(admin_url) = troupe_e2e::env::postgres_url(test) else {
+                return;
+            };
+            let name = format!("troupe_test_{}", uuid::Uuid::new_v4().simple());
+            let mut admin = sqlx::PgConnection::connect(&admin_url)
+                .await
+                .expect("connect to TROUPE_TEST_DATABASE_URL");
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut admin)
+                .await
+                .expect("create the test database");
+            let url = with_database(&admin_url, &name);
+            let store = Store::connect(&url).await.expect("connect to Postgres");
+            let closer = store.clone();
+            let outcome = AssertUnwindSafe(body(Ctx { store, url }))
+                .catch_unwind()
+                .await;
+            closer.close().await;
+            // FORCE ends connections a failed body may have left open.
+            let dropped = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&mut admin)
+            .await;
+            if let Err(e) = dropped {
+                eprintln!("could not drop test database {name}: {e}");
+            }
+            if let Err(panic) = outcome {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
+/// [`run`] for a body that needs only the store.
+pub(super) async fn run_with_store<F, Fut>(kind: Kind, body: F)
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    run(kind, |ctx| body(ctx.store)).await
+}
+
+/// `url` with its database name replaced by `name`, keeping any query string.
+pub(super) fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let server = match base[authority_start..].find('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    format!("{server}/{name}{query}")
+}
+
+/// One `#[tokio::test]` per backend for each body: `storage::<file>::<body>::{sqlite,postgres}`.
+/// The calling module has `run(Kind, body)` in scope (this module's [`run`] for bodies that
+/// take a [`Ctx`], [`run_with_store`] imported as `run` for bodies that take a [`Store`]),
+/// and `Kind`.
+macro_rules! on_both_backends {
+    ($($body:ident),* $(,)?) => {
+        $(
+            mod $body {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::run(super::Kind::Sqlite, super::$body).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::run(super::Kind::Postgres, super::$body).await
+                }
+            }
+        )*
+    };
+}
+pub(super) use on_both_backends;

@@ -1,0 +1,39 @@
+//! What tests take from the environment: the services they run against, and whether they
+//! run in CI, where a missing service fails the test instead of skipping it.
+//!
+//! Used by this crate's harness and, as a dev-dependency, by the gateway's own unit tests,
+//! so that "skip here, fail in CI" is decided in one place.
+
+/// The variable naming the Postgres server tests may create databases on.
+pub const POSTGRES_URL_VAR: &str = "TROUPE_TEST_DATABASE_URL";
+
+/// Under `CI=true` (or `CI=1`), as CI runs the tests.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The Postgres server of `TROUPE_TEST_DATABASE_URL`, whose user can `CREATE DATABASE`.
+/// Without it, `None` with a note naming `test` (it is skipped); under `CI=true` its absence
+/// fails the test, so that Postgres tests never pass silently in CI.
+pub fn postgres_url(test: &str) -> Option<String> {
+    if let Some(url) = postgres_url_if_set() {
+        return Some(url);
+    }
+    if in_ci() {
+        panic!(
+            "{test}: {POSTGRES_URL_VAR} is not set and CI=true. Postgres tests must run in CI: \
+             set it to a server URL whose user can CREATE DATABASE, e.g. \
+             postgres://postgres@127.0.0.1:5432/postgres"
+        );
+    }
+    eprintln!("note: {test} skipped: set {POSTGRES_URL_VAR} to run it on Postgres");
+    None
+}
+
+/// `TROUPE_TEST_DATABASE_URL` when it is set and not empty, with no note and no check of
+/// CI: for code that runs after [`postgres_url`] has decided (cleanup, a second connection).
+pub fn postgres_url_if_set() -> Option<String> {
+    std::env::var(POSTGRES_URL_VAR)
+        .ok()
+        .filter(|url| !url.is_empty())
+}
