@@ -309,7 +309,9 @@ impl App {
             self.outbox
                 .connectors()
                 .insert(&persona.id, connector.clone());
-            let sink = self.ingress.sink_for(&persona.id);
+            let sink = self
+                .ingress
+                .sink_for(&troupe_connectors::AgentId::from(persona.id.as_str()));
             let connector_id = format!("{}/{platform}", persona.id);
             // Receivers a platform allows once per account run under leader election, so
             // that replicas on one Postgres never run two (see leader.rs); webhooks run
@@ -533,13 +535,13 @@ impl troupe_connectors::ConnectorState for StoredState {
         self.store
             .connector_state_get(&self.agent_id, self.platform, key)
             .await
-            .map_err(|e| troupe_connectors::SinkError(e.to_string()))
+            .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
     }
 
     async fn put(&self, key: &str, value: &str) -> Result<(), troupe_connectors::SinkError> {
         self.store
             .connector_state_put(&self.agent_id, self.platform, key, value)
             .await
-            .map_err(|e| troupe_connectors::SinkError(e.to_string()))
+            .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
     }
 }

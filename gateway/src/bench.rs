@@ -236,7 +236,11 @@ async fn converse_many(
         let t = Instant::now();
         let ingress = &ingresses[(room.wrapping_add(n)) % ingresses.len()];
         let answer = ingress
-            .converse(agent_id, message(run_id, room, n), Duration::from_secs(60))
+            .converse(
+                &troupe_connectors::AgentId::from(agent_id),
+                message(run_id, room, n),
+                Duration::from_secs(60),
+            )
             .await?;
         if !matches!(answer.outcome, Outcome::Replied { .. }) {
             anyhow::bail!("unexpected outcome {:?}", answer.outcome);

@@ -55,7 +55,14 @@ pub async fn run(config: Config, agent: &str, room: &str) -> anyhow::Result<Exit
             mentions_self: false,
             sent_at_ms: crate::clock::now_ms(),
         };
-        match ingress.converse(&agent.id, inbound, deadline).await {
+        match ingress
+            .converse(
+                &troupe_connectors::AgentId::from(agent.id.as_str()),
+                inbound,
+                deadline,
+            )
+            .await
+        {
             Ok(answer) => match answer.outcome {
                 Outcome::Replied { texts } => {
                     for t in texts {
