@@ -21,10 +21,31 @@ pub enum Accepted {
     Duplicate,
 }
 
-/// The sink could not take the message; the connector must not acknowledge it.
-#[derive(Debug, thiserror::Error)]
-#[error("the gateway could not journal the message: {0}")]
-pub struct SinkError(pub String);
+/// The sink did not take the message. Each variant says what the connector does next:
+/// [`SinkError::is_retryable`] is the question to ask.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SinkError {
+    /// The journal cannot be written now (the database or the bus is down). Do not
+    /// acknowledge the message: the platform's redelivery, or the next poll from the same
+    /// position, brings it back once the gateway can take it.
+    #[error("the gateway cannot journal the message now (retry later): {0}")]
+    Unavailable(String),
+    /// This message will never be taken (the database refuses its content). Acknowledge it
+    /// and move on: retrying would block the messages behind it forever.
+    #[error("the gateway refused the message: {0}")]
+    Rejected(String),
+    /// The gateway is stopping. Do not acknowledge: the next run receives the message.
+    #[error("the gateway is shutting down: {0}")]
+    ShuttingDown(String),
+}
+
+impl SinkError {
+    /// Whether the same message may be taken later, so the connector must leave it
+    /// unacknowledged; false for a message that is refused for good.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, SinkError::Rejected(_))
+    }
+}
 
 /// Where a connector puts what it receives. The gateway implements it over the journal and
 /// the bus.

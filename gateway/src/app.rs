@@ -309,7 +309,7 @@ impl App {
             self.outbox
                 .connectors()
                 .insert(&persona.id, connector.clone());
-            let sink = self.ingress.sink_for(persona.id.as_str());
+            let sink = self.ingress.sink_for(&persona.id);
             let connector_id = format!("{}/{platform}", persona.id);
             // Receivers a platform allows once per account run under leader election, so
             // that replicas on one Postgres never run two (see leader.rs); webhooks run
@@ -533,7 +533,7 @@ impl troupe_connectors::ConnectorState for StoredState {
         self.store
             .connector_state_get(&AgentId::new(self.agent_id.clone()), self.platform, key)
             .await
-            .map_err(|e| troupe_connectors::SinkError(e.to_string()))
+            .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
     }
 
     async fn put(&self, key: &str, value: &str) -> Result<(), troupe_connectors::SinkError> {
@@ -545,6 +545,6 @@ impl troupe_connectors::ConnectorState for StoredState {
                 value,
             )
             .await
-            .map_err(|e| troupe_connectors::SinkError(e.to_string()))
+            .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
     }
 }

@@ -56,7 +56,7 @@ pub async fn run(config: Config, agent: &AgentId, room_id: &RoomId) -> anyhow::R
             mentions_self: false,
             sent_at_ms: crate::clock::now_ms(),
         };
-        match ingress.converse(agent.id.as_str(), inbound, deadline).await {
+        match ingress.converse(&agent.id, inbound, deadline).await {
             Ok(answer) => match answer.outcome {
                 Outcome::Replied { texts } => {
                     for t in texts {

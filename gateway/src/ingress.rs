@@ -7,147 +7,60 @@
 //! at start) or never saw the message (the platform redelivers it).
 //!
 //! Callers that wait for the answer (the HTTP API, `troupe chat`) register a waiter on the
-//! journal id before publishing; the agent completes it with the `Outcome`. With a shared
-//! bus another replica may handle the message: `Waiters` then also hands every outcome to an
+//! journal id before publishing; the agent completes it with the `Outcome` (both in
+//! `outcome`, which the bus shares without depending on this module). With a shared bus
+//! another replica may handle the message: `Waiters` then also hands every outcome to an
 //! `OutcomeRelay` (the NATS bus publishes it), and outcomes relayed from other replicas come
 //! back in through `Waiters::complete_relayed`.
+//!
+//! A connector learns what a refusal means from the `SinkError` variant: `Unavailable` (the
+//! database or the bus is down: leave the message unacknowledged), `ShuttingDown` (the same,
+//! for the next run), or `Rejected` (the database refuses the message's content: it never
+//! will be taken, so acknowledge it and move on).
 
 use async_trait::async_trait;
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::oneshot;
 use troupe_connectors::{Accepted, AgentId, Inbound, InboundSink, SinkError};
 
-use crate::bus::{Bus, Envelope};
-use crate::provider::ProviderError;
-use crate::storage::{JournalId, JournalInsert, JournalState, Store, same_dedupe_key};
+use crate::bus::{Bus, BusError, Envelope};
+use crate::storage::{
+    JournalId, JournalInsert, JournalState, StorageError, Store, same_dedupe_key,
+};
+
+pub use crate::outcome::{HandleError, Outcome, Waiters, WhyNot};
 
 /// The attempt a first publication carries: the one its journal insert counted (see
 /// `storage::journal`), so that a replay of the same attempt has the same NATS id.
 const FIRST_ATTEMPT: u32 = 1;
 
-/// How the agent dealt with a message.
-#[derive(Debug, Clone)]
-pub enum Outcome {
-    Replied {
-        texts: Vec<String>,
-    },
-    Ignored {
-        reason: &'static str,
-    },
-    RateLimited {
-        scope: &'static str,
-    },
-    Failed {
-        error: ProviderError,
-    },
-    /// The message had `TROUPE_MAX_ATTEMPTS` and is not handled again; why.
-    GaveUp {
-        reason: String,
-    },
-}
-
-/// `Outcome` as it crosses between replicas. `Outcome` holds `&'static str` reasons and a
-/// `ProviderError`; this mirror owns its strings and maps them back to the known ones.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-enum WireOutcome {
-    Replied { texts: Vec<String> },
-    Ignored { reason: String },
-    RateLimited { scope: String },
-    Unconfigured { detail: String },
-    Timeout { secs: f64 },
-    ProviderRateLimited { retry_after_secs: Option<f64> },
-    Upstream { detail: String },
-    Empty,
-    GaveUp { reason: String },
-}
-
-/// The reasons and scopes an `Outcome` can carry; anything else reads back as a generic one.
-const KNOWN_REASONS: &[&str] = &[
-    "message from a bot",
-    "room is not in the persona's allowed list",
-    "the persona ignores direct messages",
-    "not addressed to the persona",
-];
-const KNOWN_SCOPES: &[&str] = &["user", "room", "agent"];
-
-fn known(value: &str, known: &[&'static str], fallback: &'static str) -> &'static str {
-    known
-        .iter()
-        .copied()
-        .find(|k| *k == value)
-        .unwrap_or(fallback)
-}
-
-impl Outcome {
-    /// The outcome as bytes for another replica.
-    pub(crate) fn to_wire(&self) -> Vec<u8> {
-        let wire = match self {
-            Outcome::Replied { texts } => WireOutcome::Replied {
-                texts: texts.clone(),
-            },
-            Outcome::Ignored { reason } => WireOutcome::Ignored {
-                reason: reason.to_string(),
-            },
-            Outcome::RateLimited { scope } => WireOutcome::RateLimited {
-                scope: scope.to_string(),
-            },
-            Outcome::Failed { error } => match error {
-                ProviderError::Unconfigured(d) => WireOutcome::Unconfigured { detail: d.clone() },
-                ProviderError::Timeout(t) => WireOutcome::Timeout {
-                    secs: t.as_secs_f64(),
-                },
-                ProviderError::RateLimited { retry_after } => WireOutcome::ProviderRateLimited {
-                    retry_after_secs: retry_after.map(|d| d.as_secs_f64()),
-                },
-                ProviderError::Upstream(d) => WireOutcome::Upstream { detail: d.clone() },
-                ProviderError::Empty => WireOutcome::Empty,
-            },
-            Outcome::GaveUp { reason } => WireOutcome::GaveUp {
-                reason: reason.clone(),
-            },
-        };
-        serde_json::to_vec(&wire).unwrap_or_default()
-    }
-
-    /// Reads an outcome another replica relayed; `None` for bytes that are not one.
-    pub(crate) fn from_wire(bytes: &[u8]) -> Option<Outcome> {
-        let secs = |s: f64| Duration::try_from_secs_f64(s).unwrap_or_default();
-        Some(match serde_json::from_slice(bytes).ok()? {
-            WireOutcome::Replied { texts } => Outcome::Replied { texts },
-            WireOutcome::Ignored { reason } => Outcome::Ignored {
-                reason: known(&reason, KNOWN_REASONS, "not answered"),
-            },
-            WireOutcome::RateLimited { scope } => Outcome::RateLimited {
-                scope: known(&scope, KNOWN_SCOPES, "agent"),
-            },
-            WireOutcome::Unconfigured { detail } => Outcome::Failed {
-                error: ProviderError::Unconfigured(detail),
-            },
-            WireOutcome::Timeout { secs: s } => Outcome::Failed {
-                error: ProviderError::Timeout(secs(s)),
-            },
-            WireOutcome::ProviderRateLimited { retry_after_secs } => Outcome::Failed {
-                error: ProviderError::RateLimited {
-                    retry_after: retry_after_secs.map(secs),
-                },
-            },
-            WireOutcome::Upstream { detail } => Outcome::Failed {
-                error: ProviderError::Upstream(detail),
-            },
-            WireOutcome::Empty => Outcome::Failed {
-                error: ProviderError::Empty,
-            },
-            WireOutcome::GaveUp { reason } => Outcome::GaveUp { reason },
-        })
+/// What a storage failure means for whoever handed the message over.
+fn refused_by_storage(e: StorageError) -> SinkError {
+    match &e {
+        // The message cannot be encoded, or a stored row cannot be read: no retry helps.
+        StorageError::Corrupt(_) => SinkError::Rejected(e.to_string()),
+        // Postgres' data exceptions (SQLSTATE class 22: a NUL byte in a text column, a value
+        // out of range) are about the row, not the server.
+        StorageError::Database(sqlx::Error::Database(db))
+            if db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some_and(|pg| pg.code().starts_with("22")) =>
+        {
+            SinkError::Rejected(e.to_string())
+        }
+        // The pool is closed only at shutdown (the writer task too: see `storage::writer`).
+        StorageError::Database(sqlx::Error::PoolClosed) => SinkError::ShuttingDown(e.to_string()),
+        _ => SinkError::Unavailable(e.to_string()),
     }
 }
 
-/// Carries outcomes to the other replicas, where someone may wait for them.
-pub(crate) trait OutcomeRelay: Send + Sync {
-    fn announce(&self, id: JournalId, outcome: &Outcome);
+/// What a bus failure means for a connector: the message is journaled, so either way the
+/// replay at the next start drives it; the platform's redelivery only makes it sooner.
+fn refused_by_bus(e: BusError) -> SinkError {
+    match e {
+        BusError::Closed => SinkError::ShuttingDown(e.to_string()),
+        BusError::Backend(_) => SinkError::Unavailable(e.to_string()),
+    }
 }
 
 /// The outcome of a direct conversation turn.
@@ -160,8 +73,13 @@ pub struct Answer {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConverseError {
+    /// The journal did not take the message, or could not be read for its earlier answer.
     #[error(transparent)]
     Journal(#[from] SinkError),
+    /// The message is journaled but could not be put on the bus. Posting it again, or the
+    /// next start, drives it.
+    #[error("the message is journaled, but the bus did not take it: {0}")]
+    Bus(#[source] BusError),
     #[error(
         "the message is journaled, but no answer came in time; it will be answered when the agent gets to it"
     )]
@@ -171,74 +89,6 @@ pub enum ConverseError {
     /// another room's reply.
     #[error("journal entry {0} does not belong to this room and caller; not answering from it")]
     KeyMismatch(i64),
-}
-
-/// Journal ids that someone is waiting on, and the ids on their way through the bus.
-///
-/// The in-flight set keeps a message from being handled twice at once in this process: a
-/// failed message posted again while the restart replay (or an earlier repost) is already
-/// driving it is waited for, not published a second time.
-#[derive(Clone, Default)]
-pub struct Waiters {
-    inner: Arc<Mutex<HashMap<JournalId, Vec<oneshot::Sender<Outcome>>>>>,
-    in_flight: Arc<Mutex<HashSet<JournalId>>>,
-    /// Set once, by a shared bus: where outcomes go for the other replicas.
-    relay: Arc<OnceLock<Arc<dyn OutcomeRelay>>>,
-}
-
-impl Waiters {
-    /// Marks `id` as on its way; false if it already is.
-    pub fn begin(&self, id: JournalId) -> bool {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id)
-    }
-
-    fn end(&self, id: JournalId) {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
-    }
-
-    pub fn wait(&self, id: JournalId) -> oneshot::Receiver<Outcome> {
-        let (tx, rx) = oneshot::channel();
-        self.lock().entry(id).or_default().push(tx);
-        rx
-    }
-
-    /// Sends every outcome to the other replicas too, from now on.
-    pub(crate) fn relay_to(&self, relay: Arc<dyn OutcomeRelay>) {
-        let _ = self.relay.set(relay);
-    }
-
-    /// Hands the outcome to everyone waiting on `id`, here and (through the relay) on the
-    /// other replicas; the message is no longer in flight.
-    pub fn complete(&self, id: JournalId, outcome: &Outcome) {
-        if let Some(relay) = self.relay.get() {
-            relay.announce(id, outcome);
-        }
-        self.complete_relayed(id, outcome);
-    }
-
-    /// Hands an outcome to the callers waiting here, without relaying it further.
-    pub(crate) fn complete_relayed(&self, id: JournalId, outcome: &Outcome) {
-        self.end(id);
-        let senders = self.lock().remove(&id);
-        for tx in senders.into_iter().flatten() {
-            let _ = tx.send(outcome.clone());
-        }
-    }
-
-    /// Forgets a waiter whose caller went away.
-    pub fn forget(&self, id: JournalId) {
-        self.lock().remove(&id);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JournalId, Vec<oneshot::Sender<Outcome>>>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 /// The journal and the bus, together.
@@ -269,34 +119,33 @@ impl Ingress {
     /// Writes the message to the journal. Does not publish it.
     pub async fn journal(
         &self,
-        agent_id: &str,
+        agent: &AgentId,
         inbound: &Inbound,
     ) -> Result<JournalInsert, SinkError> {
         self.store
-            .journal_insert(&AgentId::new(agent_id), inbound)
+            .journal_insert(agent, inbound)
             .await
-            .map_err(|e| SinkError(e.to_string()))
+            .map_err(refused_by_storage)
     }
 
     /// Puts a journaled message on the bus.
     pub async fn publish(
         &self,
         journal_id: JournalId,
-        agent_id: &str,
+        agent: &AgentId,
         inbound: Inbound,
         redelivery: bool,
         attempt: u32,
-    ) -> Result<(), SinkError> {
+    ) -> Result<(), BusError> {
         self.bus
             .publish(Envelope {
                 journal_id,
-                agent_id: agent_id.to_string(),
+                agent: agent.clone(),
                 inbound,
                 redelivery,
                 attempt,
             })
             .await
-            .map_err(|e| SinkError(e.to_string()))
     }
 
     /// Submits a message and waits for its outcome: the direct conversation of the HTTP API
@@ -305,11 +154,11 @@ impl Ingress {
     /// driven again.
     pub async fn converse(
         &self,
-        agent_id: &str,
+        agent: &AgentId,
         inbound: Inbound,
         deadline: Duration,
     ) -> Result<Answer, ConverseError> {
-        let journaled = self.journal(agent_id, &inbound).await?;
+        let journaled = self.journal(agent, &inbound).await?;
         crate::metrics::message_in(
             inbound.platform(),
             matches!(journaled, JournalInsert::Inserted(_)),
@@ -317,23 +166,25 @@ impl Ingress {
         let (id, duplicate, waiter) = match journaled {
             JournalInsert::Inserted(id) => {
                 let rx = self.waiters.wait(id);
-                self.publish(id, agent_id, inbound, false, FIRST_ATTEMPT)
+                self.publish_waited(id, agent, inbound, false, FIRST_ATTEMPT)
                     .await?;
                 (id, false, rx)
             }
             JournalInsert::Duplicate(id, JournalState::Done) => {
-                return self.answered_before(id, agent_id, &inbound).await;
+                return self.answered_before(id, agent, &inbound).await;
             }
             JournalInsert::Duplicate(id, state) => {
                 let rx = self.waiters.wait(id);
-                let entry = self
-                    .store
-                    .journal_get(id)
-                    .await
-                    .map_err(|e| SinkError(e.to_string()))?;
+                let entry = match self.store.journal_get(id).await {
+                    Ok(entry) => entry,
+                    Err(e) => {
+                        self.waiters.forget(id);
+                        return Err(refused_by_storage(e).into());
+                    }
+                };
                 if entry
                     .as_ref()
-                    .is_some_and(|e| !same_dedupe_key(e, &AgentId::new(agent_id), &inbound))
+                    .is_some_and(|e| !same_dedupe_key(e, agent, &inbound))
                 {
                     self.waiters.forget(id);
                     return Err(self.mismatch(id));
@@ -345,13 +196,16 @@ impl Ingress {
                 {
                     // It finished between the insert and the registration of our waiter.
                     self.waiters.forget(id);
-                    return self.answered_before(id, agent_id, &inbound).await;
+                    return self.answered_before(id, agent, &inbound).await;
                 }
                 if state == JournalState::Failed || self.bus.is_shared() {
                     // A failed message is driven again. On a shared bus a pending one is
                     // published again too: the replica that journaled it may have died
-                    // before publishing, and NATS drops the copy if it did not.
-                    self.publish(id, agent_id, inbound, true, attempt).await?;
+                    // before publishing, and NATS drops the copy if it did not. A drive
+                    // already under way (the restart replay) is not disturbed: this copy
+                    // waits behind it in the room's lane and then finds the entry done.
+                    self.publish_waited(id, agent, inbound, true, attempt)
+                        .await?;
                 }
                 (id, true, rx)
             }
@@ -363,6 +217,23 @@ impl Ingress {
                 Err(ConverseError::NoAnswerInTime)
             }
         }
+    }
+
+    /// `publish` for a caller waiting on `id`: a failure forgets its waiter.
+    async fn publish_waited(
+        &self,
+        id: JournalId,
+        agent: &AgentId,
+        inbound: Inbound,
+        redelivery: bool,
+        attempt: u32,
+    ) -> Result<(), ConverseError> {
+        self.publish(id, agent, inbound, redelivery, attempt)
+            .await
+            .map_err(|e| {
+                self.waiters.forget(id);
+                ConverseError::Bus(e)
+            })
     }
 
     fn mismatch(&self, id: JournalId) -> ConverseError {
@@ -379,17 +250,17 @@ impl Ingress {
     async fn answered_before(
         &self,
         id: JournalId,
-        agent_id: &str,
+        agent: &AgentId,
         inbound: &Inbound,
     ) -> Result<Answer, ConverseError> {
         let entry = self
             .store
             .journal_get(id)
             .await
-            .map_err(|e| SinkError(e.to_string()))?;
+            .map_err(refused_by_storage)?;
         if !entry
             .as_ref()
-            .is_some_and(|e| same_dedupe_key(e, &AgentId::new(agent_id), inbound))
+            .is_some_and(|e| same_dedupe_key(e, agent, inbound))
         {
             return Err(self.mismatch(id));
         }
@@ -397,7 +268,7 @@ impl Ingress {
             .store
             .replies_for(id)
             .await
-            .map_err(|e| SinkError(e.to_string()))?;
+            .map_err(refused_by_storage)?;
         Ok(Answer {
             outcome: Outcome::Replied {
                 texts: replies.into_iter().map(|o| o.text).collect(),
@@ -430,38 +301,33 @@ impl Ingress {
                 continue;
             }
             let attempt = entry.attempts.max(0) as u32;
-            self.publish(
-                entry.id,
-                entry.agent_id.as_str(),
-                entry.inbound,
-                true,
-                attempt,
-            )
-            .await?;
+            let agent = AgentId::from(entry.agent_id);
+            self.publish(entry.id, &agent, entry.inbound, true, attempt)
+                .await?;
             published += 1;
         }
         Ok(published)
     }
 
-    /// The sink a connector of `agent_id` hands its messages to.
-    pub fn sink_for(&self, agent_id: &str) -> Arc<dyn InboundSink> {
+    /// The sink a connector of `agent` hands its messages to.
+    pub fn sink_for(&self, agent: &AgentId) -> Arc<dyn InboundSink> {
         Arc::new(AgentSink {
             ingress: self.clone(),
-            agent_id: agent_id.to_string(),
+            agent: agent.clone(),
         })
     }
 }
 
 struct AgentSink {
     ingress: Ingress,
-    agent_id: String,
+    agent: AgentId,
 }
 
 #[async_trait]
 impl InboundSink for AgentSink {
     async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError> {
         let platform = message.platform();
-        let journaled = self.ingress.journal(&self.agent_id, &message).await;
+        let journaled = self.ingress.journal(&self.agent, &message).await;
         if journaled.is_err() {
             crate::metrics::error("storage");
         }
@@ -472,8 +338,9 @@ impl InboundSink for AgentSink {
         match journaled? {
             JournalInsert::Inserted(id) => {
                 self.ingress
-                    .publish(id, &self.agent_id, message, false, FIRST_ATTEMPT)
-                    .await?;
+                    .publish(id, &self.agent, message, false, FIRST_ATTEMPT)
+                    .await
+                    .map_err(refused_by_bus)?;
                 Ok(Accepted::New)
             }
             JournalInsert::Duplicate(id, JournalState::Pending) if self.ingress.bus.is_shared() => {
@@ -481,11 +348,70 @@ impl InboundSink for AgentSink {
                 // journaled it died before publishing: publish it (again). NATS drops the
                 // copy when the first publication went through.
                 self.ingress
-                    .publish(id, &self.agent_id, message, true, FIRST_ATTEMPT)
-                    .await?;
+                    .publish(id, &self.agent, message, true, FIRST_ATTEMPT)
+                    .await
+                    .map_err(refused_by_bus)?;
                 Ok(Accepted::Duplicate)
             }
             JournalInsert::Duplicate(..) => Ok(Accepted::Duplicate),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_says_whether_to_retry() {
+        let corrupt = refused_by_storage(StorageError::Corrupt("cannot encode".into()));
+        assert!(matches!(corrupt, SinkError::Rejected(_)), "{corrupt:?}");
+        assert!(!corrupt.is_retryable());
+        let down = refused_by_storage(StorageError::Database(sqlx::Error::PoolTimedOut));
+        assert!(matches!(down, SinkError::Unavailable(_)), "{down:?}");
+        assert!(down.is_retryable());
+        let closing = refused_by_storage(StorageError::Database(sqlx::Error::PoolClosed));
+        assert!(matches!(closing, SinkError::ShuttingDown(_)), "{closing:?}");
+        assert!(closing.is_retryable());
+        assert!(matches!(
+            refused_by_bus(BusError::Closed),
+            SinkError::ShuttingDown(_)
+        ));
+        assert!(matches!(
+            refused_by_bus(BusError::Backend("NATS publish: timed out".into())),
+            SinkError::Unavailable(_)
+        ));
+    }
+
+    /// Postgres' own errors: a data exception (class 22) is the row's fault, anything else
+    /// the server's. Skipped without `TROUPE_TEST_DATABASE_URL`.
+    #[tokio::test]
+    #[allow(clippy::disallowed_methods)]
+    async fn postgres_data_exceptions_are_rejections() {
+        use sqlx::Connection;
+        let Ok(url) = std::env::var("TROUPE_TEST_DATABASE_URL") else {
+            eprintln!("skipped: TROUPE_TEST_DATABASE_URL is not set");
+            return;
+        };
+        let mut pg = sqlx::PgConnection::connect(&url)
+            .await
+            .expect("connect to TROUPE_TEST_DATABASE_URL");
+        let fails = |sql: &'static str| sqlx::query(sql);
+        // 22021 is what a NUL byte in a text column raises; 22012 is as good and simpler.
+        let data = fails("SELECT 1 / 0").execute(&mut pg).await.unwrap_err();
+        let refused = refused_by_storage(StorageError::Database(data));
+        assert!(matches!(refused, SinkError::Rejected(_)), "{refused:?}");
+        let nul = fails("SELECT convert_from('\\x6100'::bytea, 'UTF8')")
+            .execute(&mut pg)
+            .await
+            .unwrap_err();
+        let refused = refused_by_storage(StorageError::Database(nul));
+        assert!(matches!(refused, SinkError::Rejected(_)), "{refused:?}");
+        let other = fails("SELECT * FROM no_such_table_anywhere")
+            .execute(&mut pg)
+            .await
+            .unwrap_err();
+        let refused = refused_by_storage(StorageError::Database(other));
+        assert!(matches!(refused, SinkError::Unavailable(_)), "{refused:?}");
     }
 }

@@ -7,7 +7,9 @@
 //! - [`config`]: the only reader of the environment; `Config` with typed secrets.
 //! - [`cli`]: `troupe run | check | migrate | chat | ingest | bench`.
 //! - [`app`]: the topology; builds and runs everything as one value.
-//! - [`ingress`]: journal-then-publish, and waiters for direct conversations.
+//! - [`ingress`]: journal-then-publish, and direct conversations.
+//! - [`outcome`]: how handling a message ended (`Outcome`, `HandleError`), and the callers
+//!   waiting to hear it (`Waiters`); below `ingress`, `bus` and `agent`.
 //! - [`bus`]: delivery of journaled messages to agents, ordered per room.
 //! - [`agent`]: decide, rate-limit, recall, prompt, call the model, record, reply.
 //! - [`outbox`]: delivery through the connectors, with retries.
@@ -46,6 +48,7 @@ pub mod limits;
 mod memory;
 pub mod metrics;
 pub mod outbox;
+pub mod outcome;
 pub mod persona;
 pub mod provider;
 pub mod storage;

@@ -202,17 +202,26 @@ impl TelegramConnector {
                         Ok(())
                     }
                 };
-                if let Err(e) = handled {
-                    // Not journaled: keep the offset so Telegram hands it over again.
-                    failures += 1;
-                    let wait = backoff(failures);
-                    tracing::warn!(update_id = polled.id, error = %e, retry_in = ?wait,
-                        "the gateway could not take an update; asking Telegram for it again");
-                    self.save_offset(before, offset).await;
-                    if !pause(shutdown, wait).await {
-                        return Ok(());
+                match handled {
+                    Ok(()) => {}
+                    Err(e) if !e.is_retryable() => {
+                        // Refused for good: asking for it again would stall every update
+                        // behind it.
+                        tracing::warn!(update_id = polled.id, error = %e,
+                            "the gateway refused an update; skipping it");
                     }
-                    continue 'poll;
+                    Err(e) => {
+                        // Not journaled: keep the offset so Telegram hands it over again.
+                        failures += 1;
+                        let wait = backoff(failures);
+                        tracing::warn!(update_id = polled.id, error = %e, retry_in = ?wait,
+                            "the gateway could not take an update; asking Telegram for it again");
+                        self.save_offset(before, offset).await;
+                        if !pause(shutdown, wait).await {
+                            return Ok(());
+                        }
+                        continue 'poll;
+                    }
                 }
                 if next > offset {
                     offset = next;
@@ -345,6 +354,11 @@ impl TelegramConnector {
         };
         match self.dispatch(&update, &live.me, live.sink.as_ref()).await {
             Ok(()) => respond(200, serde_json::json!({"ok": true})),
+            Err(e) if !e.is_retryable() => {
+                // A 500 would have Telegram send it again and again; it will never be taken.
+                tracing::warn!(update_id = update.id.0, error = %e, "the gateway refused a webhook update; skipping it");
+                respond(200, serde_json::json!({"ok": true, "skipped": true}))
+            }
             Err(e) => {
                 tracing::warn!(update_id = update.id.0, error = %e, "the gateway could not take a webhook update; Telegram will send it again");
                 respond(

@@ -24,6 +24,8 @@ struct RecordingSink {
     accepted: std::sync::Mutex<Vec<Inbound>>,
     refuse_next: AtomicUsize,
     refused: AtomicUsize,
+    /// Refuses the next messages for good (`SinkError::Rejected`).
+    reject_next: AtomicUsize,
     count: watch::Sender<usize>,
 }
 
@@ -36,7 +38,14 @@ impl InboundSink for RecordingSink {
             .is_ok()
         {
             self.refused.fetch_add(1, Ordering::SeqCst);
-            return Err(SinkError("journal unavailable".into()));
+            return Err(SinkError::Unavailable("journal unavailable".into()));
+        }
+        if self
+            .reject_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(SinkError::Rejected("the database refuses its text".into()));
         }
         let mut accepted = self.accepted.lock().unwrap();
         if accepted.iter().any(|m| m.id == message.id) {
@@ -310,6 +319,27 @@ async fn a_group_that_is_not_allowed_is_left_and_its_messages_dropped() {
 }
 
 #[tokio::test]
+async fn an_update_refused_for_good_is_skipped_not_asked_for_forever() {
+    let fake = FakeTelegram::start().await;
+    let sink = Arc::new(RecordingSink::default());
+    sink.reject_next.store(1, Ordering::SeqCst);
+    let c = connector(&fake, &settings(false, None));
+    let chat = || tg::private_chat(42, "Ann");
+    fake.push_update(tg::message(tg::text(chat(), tg::user(42, "Ann"), "poison")));
+    let second = fake.push_update(tg::message(tg::text(chat(), tg::user(42, "Ann"), "hello")));
+    let (stop, task) = spawn(&c, &sink);
+    let got = sink.wait_for(1).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].text, "hello");
+    // The next poll confirms both: the refused one is not handed over again.
+    let polls = fake.wait_for_calls("getUpdates", 2, WAIT).await;
+    assert_eq!(offset_of(&polls[1]), Some(second + 1));
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(sink.messages().len(), 1);
+}
+
+#[tokio::test]
 async fn webhook_checks_the_secret_and_answers_after_the_journal() {
     let fake = FakeTelegram::start().await;
     let sink = Arc::new(RecordingSink::default());
@@ -347,6 +377,10 @@ async fn webhook_checks_the_secret_and_answers_after_the_journal() {
 
     sink.refuse_next.store(1, Ordering::SeqCst);
     assert_eq!(c.webhook(request(Some("s3cret"))).await.status, 500);
+    assert!(sink.messages().is_empty());
+    // Refused for good: 200, or Telegram would send it again and again.
+    sink.reject_next.store(1, Ordering::SeqCst);
+    assert_eq!(c.webhook(request(Some("s3cret"))).await.status, 200);
     assert!(sink.messages().is_empty());
     assert_eq!(c.webhook(request(Some("s3cret"))).await.status, 200);
     assert_eq!(sink.messages().len(), 1);

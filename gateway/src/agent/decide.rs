@@ -14,6 +14,10 @@ use troupe_connectors::{Inbound, Platform};
 
 use crate::persona::ClientSwitches;
 
+// Why not: an outcome's vocabulary, so it lives with `Outcome` (below the agent and the
+// bus); the rules that choose one are here.
+pub use crate::outcome::WhyNot;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     Respond(Why),
@@ -26,25 +30,6 @@ pub enum Why {
     Mention,
     ReplyToSelf,
     Name,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WhyNot {
-    Bot,
-    NotAllowedRoom,
-    DirectMessagesOff,
-    NotAddressed,
-}
-
-impl WhyNot {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WhyNot::Bot => "message from a bot",
-            WhyNot::NotAllowedRoom => "room is not in the persona's allowed list",
-            WhyNot::DirectMessagesOff => "the persona ignores direct messages",
-            WhyNot::NotAddressed => "not addressed to the persona",
-        }
-    }
 }
 
 /// Decides for `message`, given the persona's names and its switches for the platform.

@@ -3,7 +3,9 @@
 //! One `Agent` per persona. `handle` takes a journaled message through the whole path:
 //! decide whether to answer, apply the rate limits, recall the room, compose the prompt
 //! from the character, call the model, record both messages and the reply in one
-//! transaction, and hand the reply to the outbox. An agent holds only the handles it uses;
+//! transaction, and hand the reply to the outbox. `process` reads as that recipe, one method
+//! per step (`resume`, `decide`, `budget`, `recall`, `compose`, `complete`, `answer`), and
+//! `handle` around it waits out a storage failure. An agent holds only the handles it uses;
 //! its persona and model provider sit behind a lock so that a hot reload swaps them between
 //! two messages without a restart.
 
@@ -18,13 +20,14 @@ use troupe_connectors::{AgentId, ContextLine, Inbound, Outbound, Platform};
 
 use crate::bus::{Envelope, Handler};
 use crate::config::AgentSettings;
-use crate::ingress::{Outcome, Waiters};
 use crate::limits::{RateLimiter, Verdict};
 use crate::outbox::Outbox;
-use crate::persona::{self, HistoryLine, Persona, PromptInput};
-use crate::provider::{ModelProvider, OutageNotice};
+use crate::outcome::{HandleError, Outcome, Waiters};
+use crate::persona::{self, HistoryLine, Persona, Prompt, PromptInput};
+use crate::provider::{ModelProvider, OutageNotice, ProviderError};
 use crate::storage::{
-    Attempt, HandledMessage, JournalId, JournalState, NewMemory, RecordedReply, Store,
+    Attempt, HandledMessage, JournalId, JournalState, MemoryMessage, NewMemory, RecordedReply,
+    Store,
 };
 use decide::{Decision, decide};
 
@@ -86,6 +89,18 @@ impl OutageNotice for RoomNotice<'_> {
             Err(_) => tracing::warn!("telling the room the model is unreachable took too long"),
         }
     }
+}
+
+/// What `recall` found for a message, owned, for `compose` to borrow from.
+struct Recall {
+    /// The room's recent messages, oldest first.
+    recent: Vec<MemoryMessage>,
+    /// The room's summary and the sender's facts.
+    memory: crate::memory::Recalled,
+    /// The thread above the message, as its platform knows it.
+    thread: Vec<ContextLine>,
+    /// Knowledge for the prompt.
+    hits: Vec<crate::knowledge::Hit>,
 }
 
 /// What a persona runs with; swapped whole on reload.
@@ -186,9 +201,7 @@ impl Agent {
                         }
                         tracing::error!(error = %e, "could not handle the message");
                         break Outcome::Failed {
-                            error: crate::provider::ProviderError::Upstream(format!(
-                                "storage: {e}"
-                            )),
+                            error: HandleError::Storage(e.to_string()),
                         };
                     }
                 }
@@ -196,16 +209,7 @@ impl Agent {
         }
         .instrument(span)
         .await;
-        crate::metrics::decision(
-            platform,
-            match &outcome {
-                Outcome::Replied { .. } => "responded",
-                Outcome::Ignored { .. } => "ignored",
-                Outcome::RateLimited { .. } => "rate_limited",
-                Outcome::Failed { .. } => "failed",
-                Outcome::GaveUp { .. } => "gave_up",
-            },
-        );
+        crate::metrics::decision(platform, outcome.metric_label());
         self.waiters.complete(journal_id, &outcome);
     }
 
@@ -224,86 +228,166 @@ impl Agent {
         }
     }
 
+    /// Takes one message through its steps; each step owns one part of the path, and a
+    /// step that ends the message's handling (an ignored or limited message, a failed model
+    /// call) returns its outcome. An `Err` is a storage failure, which `handle` waits out.
     async fn process(
         &self,
         journal_id: JournalId,
         inbound: &Inbound,
         redelivery: bool,
     ) -> anyhow::Result<Outcome> {
-        // A message published before may have been handled since (by another replica, or by
-        // a drive that raced this one): its recorded replies stand. Otherwise this handling
-        // is counted before it starts, so that one that crashes the process counts too, and
-        // a message that had all its attempts is given up instead (see storage::journal).
-        // A first publication was counted by its journal insert.
-        if redelivery {
-            match self
-                .store
-                .journal_begin(journal_id, self.settings.max_attempts)
-                .await?
-            {
-                Attempt::Started { .. } => {}
-                Attempt::Done => {
-                    let replies = self.store.replies_for(journal_id).await?;
-                    return Ok(Outcome::Replied {
-                        texts: replies.into_iter().map(|o| o.text).collect(),
-                    });
-                }
-                Attempt::Exhausted {
-                    attempts,
-                    state,
-                    last_error,
-                } => {
-                    return self
-                        .give_up(journal_id, inbound, attempts, state, last_error)
-                        .await;
-                }
-            }
+        if redelivery && let Some(outcome) = self.resume(journal_id, inbound).await? {
+            return Ok(outcome);
         }
         let mind = self.mind();
-        let persona = &mind.persona;
-        let platform = inbound.platform();
-        let switches = persona.switches(platform);
-        let names: Vec<&str> = [persona.name.as_str()].into_iter().collect();
-        let room_key = inbound.room.key();
+        if let Some(outcome) = self.decide(&mind.persona, journal_id, inbound).await? {
+            return Ok(outcome);
+        }
+        if let Some(outcome) = self.budget(journal_id, inbound).await? {
+            return Ok(outcome);
+        }
+        let recall = self.recall(inbound).await?;
+        let prompt = self.compose(&mind.persona, inbound, &recall);
+        let text = match self.complete(&mind, inbound, &prompt).await {
+            Ok(text) => text,
+            Err(error) => {
+                self.store
+                    .journal_fail(journal_id, &error.to_string())
+                    .await?;
+                return Ok(Outcome::Failed {
+                    error: HandleError::Model(error),
+                });
+            }
+        };
+        self.answer(&mind, journal_id, inbound, text, recall.recent.len())
+            .await
+    }
 
+    /// Journal: a message published before may have been handled since (by another
+    /// replica, or by a drive that raced this one): its recorded replies stand. Otherwise
+    /// this handling is counted before it starts, so that one that crashes the process
+    /// counts too, and a message that had all its attempts is given up instead (see
+    /// storage::journal). A first publication was counted by its journal insert, and skips
+    /// this step. `None` when the message is to be handled.
+    async fn resume(
+        &self,
+        journal_id: JournalId,
+        inbound: &Inbound,
+    ) -> anyhow::Result<Option<Outcome>> {
+        match self
+            .store
+            .journal_begin(journal_id, self.settings.max_attempts)
+            .await?
+        {
+            Attempt::Started { .. } => Ok(None),
+            Attempt::Done => {
+                let replies = self.store.replies_for(journal_id).await?;
+                Ok(Some(Outcome::Replied {
+                    texts: replies.into_iter().map(|o| o.text).collect(),
+                }))
+            }
+            Attempt::Exhausted {
+                attempts,
+                state,
+                last_error,
+            } => self
+                .give_up(journal_id, inbound, attempts, state, last_error)
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Decide: whether the persona answers at all (`decide::decide`). An ignored message is
+    /// still remembered in its room. `None` when it answers.
+    async fn decide(
+        &self,
+        persona: &Persona,
+        journal_id: JournalId,
+        inbound: &Inbound,
+    ) -> anyhow::Result<Option<Outcome>> {
+        let switches = persona.switches(inbound.platform());
+        let names: Vec<&str> = [persona.name.as_str()].into_iter().collect();
         match decide(&names, &switches, inbound) {
             Decision::Ignore(why) => {
                 tracing::debug!(reason = why.as_str(), "not answering");
                 self.record(journal_id, inbound, None).await?;
-                return Ok(Outcome::Ignored {
-                    reason: why.as_str(),
-                });
+                Ok(Some(Outcome::Ignored { reason: why }))
             }
-            Decision::Respond(why) => tracing::debug!(?why, "answering"),
+            Decision::Respond(why) => {
+                tracing::debug!(?why, "answering");
+                Ok(None)
+            }
         }
+    }
 
-        if let Verdict::Limited { scope, notice } =
+    /// Budget: the per-user, per-room and per-agent rate limits. A limited message costs no
+    /// model call; it is remembered, and the first one of a window gets the short notice
+    /// (not on the Web platform, whose caller sees the 429). `None` when within the limits.
+    async fn budget(
+        &self,
+        journal_id: JournalId,
+        inbound: &Inbound,
+    ) -> anyhow::Result<Option<Outcome>> {
+        let room_key = inbound.room.key();
+        let Verdict::Limited { scope, notice } =
             self.limiter.check(&self.id, &room_key, &inbound.author.id)
-        {
-            tracing::info!(scope = scope.as_str(), notice, "rate limited");
-            if notice && platform != Platform::Web {
-                self.reply(journal_id, inbound, SLOW_DOWN.to_string())
-                    .await?;
-            } else {
-                self.record(journal_id, inbound, None).await?;
-            }
-            return Ok(Outcome::RateLimited {
-                scope: scope.as_str(),
-            });
+        else {
+            return Ok(None);
+        };
+        tracing::info!(scope = scope.as_str(), notice, "rate limited");
+        if notice && inbound.platform() != Platform::Web {
+            self.reply(journal_id, inbound, SLOW_DOWN.to_string())
+                .await?;
+        } else {
+            self.record(journal_id, inbound, None).await?;
         }
+        Ok(Some(Outcome::RateLimited { scope }))
+    }
 
-        // Recall. The stored history does not hold this message yet: it is recorded with
-        // the reply, in one transaction.
+    /// Recall: what the prompt draws on. The room's recent messages (the stored history
+    /// does not hold this message yet: it is recorded with the reply, in one transaction),
+    /// its summary and the sender's facts, the thread above the message as the platform
+    /// knows it, and knowledge for this room and the whole agent (documents attached to the
+    /// message become the room's knowledge first; a failed or slow search answers without
+    /// it, see Knowledge::for_prompt).
+    async fn recall(&self, inbound: &Inbound) -> anyhow::Result<Recall> {
+        let room_key = inbound.room.key();
         let recent = self
             .store
             .recent_messages(&self.id, &room_key, i64::from(self.settings.history_limit))
             .await?;
         let memory = self.memory.recall(&room_key, recent.len(), inbound).await?;
+        let thread = self.thread_context(inbound).await;
+        let hits = match &self.knowledge {
+            Some(k) => {
+                if !inbound.attachments.is_empty() {
+                    k.ingest_attachments(&self.id, &room_key, &inbound.attachments)
+                        .await;
+                }
+                k.for_prompt(&self.id, &room_key, &inbound.text).await
+            }
+            None => Vec::new(),
+        };
+        Ok(Recall {
+            recent,
+            memory,
+            thread,
+            hits,
+        })
+    }
+
+    /// Compose: the prompt, from the character and what was recalled. The thread's lines
+    /// that troupe already remembers are not repeated; the message itself comes last.
+    fn compose(&self, persona: &Persona, inbound: &Inbound, recall: &Recall) -> Prompt {
+        let Recall {
+            recent,
+            memory,
+            thread,
+            hits,
+        } = recall;
         let facts: Vec<&str> = memory.facts.iter().map(String::as_str).collect();
-        // The thread above this message, as the platform knows it: what troupe already
-        // remembers is not repeated.
-        let context = self.thread_context(inbound).await;
-        let mut history: Vec<HistoryLine<'_>> = context
+        let mut history: Vec<HistoryLine<'_>> = thread
             .iter()
             .filter(|c| c.text != inbound.text && !recent.iter().any(|m| m.text == c.text))
             .map(|c| HistoryLine {
@@ -322,19 +406,6 @@ impl Agent {
             text: &inbound.text,
             from_agent: false,
         });
-        // Knowledge for this room and the whole agent; a failed or slow search answers
-        // without it (see Knowledge::for_prompt).
-        let hits = match &self.knowledge {
-            Some(k) => {
-                // Documents attached to the message become the room's knowledge first.
-                if !inbound.attachments.is_empty() {
-                    k.ingest_attachments(&self.id, &room_key, &inbound.attachments)
-                        .await;
-                }
-                k.for_prompt(&self.id, &room_key, &inbound.text).await
-            }
-            None => Vec::new(),
-        };
         let knowledge: Vec<persona::KnowledgeItem<'_>> = hits
             .iter()
             .map(|h| persona::KnowledgeItem {
@@ -342,10 +413,10 @@ impl Agent {
                 text: &h.text,
             })
             .collect();
-        let prompt = persona::compose(
+        persona::compose(
             persona,
             &PromptInput {
-                platform,
+                platform: inbound.platform(),
                 sender_name: &inbound.author.name,
                 history: &history,
                 knowledge: &knowledge,
@@ -354,18 +425,26 @@ impl Agent {
                 summary: memory.summary.as_deref(),
                 facts: &facts,
             },
-        );
+        )
+    }
 
+    /// Complete: the model call, with the typing indicator on and its metrics. A message
+    /// that meets a provider outage waits for the provider to come back, and its room hears
+    /// once per outage; not the Web platform, whose caller sees the wait itself.
+    async fn complete(
+        &self,
+        mind: &Mind,
+        inbound: &Inbound,
+        prompt: &Prompt,
+    ) -> Result<String, ProviderError> {
         let typing = self.keep_typing(inbound);
         let started = Instant::now();
-        // A message that meets a provider outage waits for the provider to come back; its
-        // room hears once per outage. Not the web API: its caller sees the wait itself.
         let notice = RoomNotice {
             agent: self,
             inbound,
         };
-        let notice = (platform != Platform::Web).then_some(&notice as &dyn OutageNotice);
-        let result = mind.provider.complete_or_wait(&prompt, notice).await;
+        let notice = (inbound.platform() != Platform::Web).then_some(&notice as &dyn OutageNotice);
+        let result = mind.provider.complete_or_wait(prompt, notice).await;
         drop(typing);
         crate::metrics::model_call(
             &mind.provider.describe(),
@@ -374,29 +453,34 @@ impl Agent {
             result.as_ref().ok().and_then(|c| c.prompt_tokens),
             result.as_ref().ok().and_then(|c| c.completion_tokens),
         );
-        let completion = match result {
-            Ok(c) => c,
-            Err(error) => {
-                tracing::warn!(%error, provider = %mind.provider.describe(), "model call failed");
-                self.store
-                    .journal_fail(journal_id, &error.to_string())
-                    .await?;
-                return Ok(Outcome::Failed { error });
-            }
-        };
+        let completion = result.inspect_err(|error| {
+            tracing::warn!(%error, provider = %mind.provider.describe(), "model call failed");
+        })?;
         tracing::info!(
             model_ms = started.elapsed().as_millis() as u64,
             prompt_tokens = completion.prompt_tokens,
             completion_tokens = completion.completion_tokens,
             "model answered"
         );
-        let text = completion.text;
+        Ok(completion.text)
+    }
+
+    /// Reply: records the exchange and delivers the reply (`reply`), then lets room memory
+    /// learn from it in the background.
+    async fn answer(
+        &self,
+        mind: &Mind,
+        journal_id: JournalId,
+        inbound: &Inbound,
+        text: String,
+        recalled_messages: usize,
+    ) -> anyhow::Result<Outcome> {
         self.reply(journal_id, inbound, text.clone()).await?;
         let model = crate::memory::Model {
             provider: mind.provider.clone(),
-            agent_name: persona.name.clone(),
+            agent_name: mind.persona.name.clone(),
         };
-        self.memory.after_reply(model, inbound, recent.len());
+        self.memory.after_reply(model, inbound, recalled_messages);
         Ok(Outcome::Replied { texts: vec![text] })
     }
 
@@ -621,10 +705,11 @@ pub struct Dispatcher {
 #[async_trait::async_trait]
 impl Handler for Dispatcher {
     async fn handle(&self, envelope: Envelope) {
-        match self.agents.by_id(&envelope.agent_id) {
+        match self.agents.by_id(envelope.agent.as_str()) {
             Some(agent) => agent.handle(envelope).await,
             None => {
-                let error = format!("no persona with id `{}` is loaded", envelope.agent_id);
+                let unknown = HandleError::UnknownAgent(envelope.agent.clone());
+                let error = unknown.to_string();
                 tracing::warn!(journal_id = envelope.journal_id.0, %error, "dropping message");
                 // A drive again counts as an attempt, as in `Agent::handle`, so such an entry
                 // is not driven at every start forever; the limit is applied at replay.
@@ -639,12 +724,8 @@ impl Handler for Dispatcher {
                 if let Err(e) = self.store.journal_fail(envelope.journal_id, &error).await {
                     tracing::error!(error = %e, "could not record the failure");
                 }
-                self.waiters.complete(
-                    envelope.journal_id,
-                    &Outcome::Failed {
-                        error: crate::provider::ProviderError::Unconfigured(error),
-                    },
-                );
+                self.waiters
+                    .complete(envelope.journal_id, &Outcome::Failed { error: unknown });
             }
         }
     }

@@ -245,11 +245,7 @@ async fn converse_many(
         let t = Instant::now();
         let ingress = &ingresses[(room.wrapping_add(n)) % ingresses.len()];
         let answer = ingress
-            .converse(
-                agent_id.as_str(),
-                message(run_id, room, n),
-                Duration::from_secs(60),
-            )
+            .converse(agent_id, message(run_id, room, n), Duration::from_secs(60))
             .await?;
         if !matches!(answer.outcome, Outcome::Replied { .. }) {
             anyhow::bail!("unexpected outcome {:?}", answer.outcome);

@@ -133,7 +133,7 @@ mod tests {
             journal_id: JournalId(n),
             redelivery: false,
             attempt: 0,
-            agent_id: "a".into(),
+            agent: "a".into(),
             inbound: Inbound {
                 id: MessageId::new(n.to_string()),
                 room: RoomRef::new(Platform::Web, RoomId::new(room)),

@@ -15,7 +15,7 @@ pub(crate) mod nats;
 pub use in_process::InProcessBus;
 
 use async_trait::async_trait;
-use troupe_connectors::Inbound;
+use troupe_connectors::{AgentId, Inbound};
 
 use crate::storage::JournalId;
 
@@ -23,7 +23,7 @@ use crate::storage::JournalId;
 #[derive(Debug, Clone)]
 pub struct Envelope {
     pub journal_id: JournalId,
-    pub agent_id: String,
+    pub agent: AgentId,
     pub inbound: Inbound,
     /// Published before (a restart's replay, a repost of a failed message, a NATS
     /// redelivery): it may have been handled since, so the agent checks the journal first.
@@ -36,7 +36,7 @@ pub struct Envelope {
 impl Envelope {
     /// Messages with the same order key are handled one after the other, in order.
     pub fn order_key(&self) -> String {
-        format!("{}\u{1f}{}", self.agent_id, self.inbound.room.key())
+        format!("{}\u{1f}{}", self.agent, self.inbound.room.key())
     }
 }
 

@@ -44,11 +44,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use troupe_connectors::Inbound;
+use troupe_connectors::{AgentId, Inbound};
 
 use super::{Bus, BusError, Envelope, Handler};
 use crate::config::{NatsSettings, redact_url};
-use crate::ingress::{Outcome, OutcomeRelay, Waiters};
+use crate::outcome::{Outcome, OutcomeRelay, Waiters};
 use crate::storage::JournalId;
 
 /// How often the cached depth (messages in the stream) is refreshed.
@@ -56,11 +56,13 @@ const DEPTH_EVERY: Duration = Duration::from_secs(1);
 /// How long to wait before pulling again after the consumer could not be reached.
 const RETRY_PULL: Duration = Duration::from_millis(500);
 
-/// The envelope as it travels; `Envelope` itself stays free of serde.
+/// The envelope as it travels; `Envelope` itself stays free of serde. The field names and
+/// their order are the wire format that replicas of other releases read: the agent's id is a
+/// plain string (`AgentId` serializes as one), under `agent_id`.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Wire {
     journal_id: i64,
-    agent_id: String,
+    agent_id: AgentId,
     inbound: Inbound,
     redelivery: bool,
     attempt: u32,
@@ -374,7 +376,7 @@ impl Shared {
         };
         let envelope = Envelope {
             journal_id: JournalId(wire.journal_id),
-            agent_id: wire.agent_id,
+            agent: wire.agent_id,
             inbound: wire.inbound,
             redelivery: wire.redelivery || delivered > 1,
             attempt: wire.attempt,
@@ -423,7 +425,7 @@ impl Bus for NatsBus {
         let redelivery = envelope.redelivery;
         let wire = Wire {
             journal_id: envelope.journal_id.0,
-            agent_id: envelope.agent_id,
+            agent_id: envelope.agent,
             inbound: envelope.inbound,
             redelivery: envelope.redelivery,
             attempt: envelope.attempt,
@@ -541,6 +543,41 @@ mod tests {
             "200 rooms should touch every one of 16 partitions"
         );
         assert_eq!(partition_of("anything", 1), 0);
+    }
+
+    #[test]
+    fn the_envelope_on_the_wire_keeps_its_form() {
+        use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+        let inbound = Inbound {
+            id: MessageId::new("m1"),
+            room: RoomRef::new(Platform::Web, RoomId::new("r1")),
+            author: UserRef {
+                id: UserId::new("u"),
+                name: "U".into(),
+                is_bot: false,
+            },
+            text: "hi".into(),
+            attachments: vec![],
+            reply_to: None,
+            is_direct: true,
+            mentions_self: false,
+            sent_at_ms: 0,
+        };
+        let inbound_json = serde_json::to_string(&inbound).unwrap();
+        let wire = Wire {
+            journal_id: 7,
+            agent_id: AgentId::new("ada"),
+            inbound,
+            redelivery: false,
+            attempt: 1,
+        };
+        // What replicas of earlier releases, whose agent id was a `String`, send and read.
+        assert_eq!(
+            serde_json::to_string(&wire).unwrap(),
+            format!(
+                r#"{{"journal_id":7,"agent_id":"ada","inbound":{inbound_json},"redelivery":false,"attempt":1}}"#
+            )
+        );
     }
 
     #[test]

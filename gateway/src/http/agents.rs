@@ -12,12 +12,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use troupe_connectors::{Inbound, MessageId, Platform, RoomId, RoomKey, RoomRef, UserId, UserRef};
+use troupe_connectors::{
+    AgentId, Inbound, MessageId, Platform, RoomId, RoomKey, RoomRef, SinkError, UserId, UserRef,
+};
 
 use super::AppState;
 use super::error::{ApiError, ApiJson};
 use crate::agent::Agent;
-use crate::ingress::{ConverseError, Outcome};
+use crate::bus::BusError;
+use crate::ingress::{ConverseError, HandleError, Outcome};
 use crate::provider::ProviderError;
 
 fn find(state: &AppState, agent: &str) -> Result<Arc<Agent>, ApiError> {
@@ -142,20 +145,10 @@ pub async fn post_message(
 
     // The model has its own deadline; this one only guards against a lost outcome.
     let deadline = state.config.agent.model_timeout + Duration::from_secs(30);
-    let answer = match state
-        .ingress
-        .converse(agent.id.as_str(), inbound, deadline)
-        .await
-    {
+    let agent_id = AgentId::from(agent.id.as_str());
+    let answer = match state.ingress.converse(&agent_id, inbound, deadline).await {
         Ok(answer) => answer,
-        Err(ConverseError::NoAnswerInTime) => {
-            return Err(ApiError::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                "timeout",
-                ConverseError::NoAnswerInTime.to_string(),
-            ));
-        }
-        Err(e) => return Err(ApiError::internal(e)),
+        Err(e) => return Err(converse_error(e)),
     };
     let duplicate = answer.duplicate;
     match answer.outcome {
@@ -179,13 +172,67 @@ pub async fn post_message(
             "rate_limited",
             format!("too many messages (per-{scope} limit); wait a minute and try again"),
         )),
-        Outcome::Failed { error } => Err(provider_error(&error)),
+        Outcome::Failed { error } => Err(handle_error(&error)),
         // Not a model error: the message itself kept stopping the gateway (issue 12, #2).
         Outcome::GaveUp { reason } => Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "gave_up",
             reason,
         )),
+    }
+}
+
+/// A message the journal or the bus did not take, or that got no answer in time. Storage
+/// and the bus being down are 503s (the caller may post again); a message the database
+/// refuses for good is the caller's to change (422).
+fn converse_error(e: ConverseError) -> ApiError {
+    match e {
+        ConverseError::Journal(SinkError::Unavailable(_)) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_unavailable",
+            format!("{e}; post it again in a few seconds"),
+        ),
+        ConverseError::Journal(SinkError::ShuttingDown(_)) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            format!("{e}; post it again once the gateway is back"),
+        ),
+        ConverseError::Journal(SinkError::Rejected(_)) => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "rejected", e.to_string())
+        }
+        ConverseError::Bus(BusError::Closed) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            format!("{e}; it will be answered at the next start, or post it again"),
+        ),
+        ConverseError::Bus(BusError::Backend(_)) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "bus_unavailable",
+            format!("{e}; post it again in a few seconds"),
+        ),
+        ConverseError::NoAnswerInTime => {
+            ApiError::new(StatusCode::GATEWAY_TIMEOUT, "timeout", e.to_string())
+        }
+        ConverseError::KeyMismatch(_) => ApiError::internal(e),
+    }
+}
+
+/// What handling the message failed with: the model's errors as they always were, the
+/// database down as a 503 (the message stays journaled), a persona removed since the
+/// message was journaled as a 404.
+fn handle_error(error: &HandleError) -> ApiError {
+    match error {
+        HandleError::Model(e) => provider_error(e),
+        HandleError::Storage(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_unavailable",
+            format!(
+                "{error}; the message is journaled and will be answered when it is posted again or at the next start"
+            ),
+        ),
+        HandleError::UnknownAgent(_) => {
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_agent", error.to_string())
+        }
     }
 }
 
