@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use crate::fetch::FetchSettings;
 use crate::persona::Env;
 
 /// Everything the gateway is configured with. Built once at start.
@@ -104,21 +105,7 @@ impl Default for ProviderSettings {
     }
 }
 
-/// The `troupe.toml` keys of the block above.
-#[derive(Clone, Copy)]
-struct ProviderFile {
-    provider_retries: Option<u32>,
-    provider_backoff_ms: Option<u64>,
-    provider_backoff_max_ms: Option<u64>,
-    provider_breaker_failures: Option<u32>,
-    provider_breaker_cooldown_ms: Option<u64>,
-    provider_outage_wait_secs: Option<u64>,
-}
-
-fn provider_settings(
-    layered: &Layered<'_>,
-    file: ProviderFile,
-) -> anyhow::Result<ProviderSettings> {
+fn provider_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<ProviderSettings> {
     let d = ProviderSettings::default();
     let ms = |var: &str, file: Option<u64>, default: Duration| -> anyhow::Result<Duration> {
         Ok(Duration::from_millis(layered.parse(
@@ -280,16 +267,12 @@ impl Default for ExtractSettings {
     }
 }
 
-/// `file`: `troupe.toml`'s `extract_timeout_secs`, `extract_memory_mb`, `extract_workers`.
-fn extract_settings(
-    layered: &Layered<'_>,
-    file: (Option<u64>, Option<u64>, Option<usize>),
-) -> anyhow::Result<ExtractSettings> {
+/// `TROUPE_EXTRACT_*`, or troupe.toml's `extract_*`.
+fn extract_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<ExtractSettings> {
     let d = ExtractSettings::default();
-    let (file_timeout, file_memory, file_workers) = file;
     let timeout: u64 = layered.parse(
         "TROUPE_EXTRACT_TIMEOUT_SECS",
-        file_timeout,
+        file.extract_timeout_secs,
         d.timeout.as_secs(),
     )?;
     if timeout == 0 {
@@ -297,7 +280,7 @@ fn extract_settings(
     }
     let memory_mb: u64 = layered.parse(
         "TROUPE_EXTRACT_MEMORY_MB",
-        file_memory,
+        file.extract_memory_mb,
         d.memory_bytes >> 20,
     )?;
     // Below this the worker cannot even map its own executable and tokenizer.
@@ -308,7 +291,7 @@ fn extract_settings(
         timeout: Duration::from_secs(timeout),
         memory_bytes: memory_mb << 20,
         workers: layered
-            .parse("TROUPE_EXTRACT_WORKERS", file_workers, d.workers)?
+            .parse("TROUPE_EXTRACT_WORKERS", file.extract_workers, d.workers)?
             .max(1),
     })
 }
@@ -335,29 +318,6 @@ impl Default for KnowledgeSettings {
 
 // ---- edge (issue 12: outbound fetch policy, API token, API budget, HTTP server limits) ----
 
-/// What troupe fetches when a message links or attaches a file (see `fetch.rs`).
-#[derive(Debug, Clone)]
-pub struct FetchSettings {
-    /// `TROUPE_FETCH_ALLOW`, empty by default: internal sources that may be fetched although
-    /// they are loopback, private or link-local. Entries, separated by commas: `host`,
-    /// `host:port`, an address, `address:port` (`[v6]:port`) or a CIDR network.
-    pub allow: Vec<crate::fetch::AllowRule>,
-    /// `TROUPE_FETCH_TIMEOUT_SECS`, default 15: one fetch, redirects included.
-    pub timeout: Duration,
-    /// `TROUPE_FETCH_MAX_REDIRECTS`, default 3: redirects followed, each checked again.
-    pub max_redirects: u32,
-}
-
-impl Default for FetchSettings {
-    fn default() -> Self {
-        FetchSettings {
-            allow: Vec::new(),
-            timeout: Duration::from_secs(15),
-            max_redirects: 3,
-        }
-    }
-}
-
 /// The HTTP server's limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSettings {
@@ -375,15 +335,20 @@ pub struct HttpSettings {
     pub api_per_minute: u32,
 }
 
-fn edge_settings(
-    env: &Env,
-    layered: &Layered<'_>,
-    file: &mut FileConfig,
-) -> anyhow::Result<(Option<SecretString>, HttpSettings, FetchSettings)> {
-    // An empty value is unset (compose passes `${TROUPE_API_TOKEN:-}`); a token of white
-    // space, or with white space around it, could never be presented in a header.
-    let api_token = match env.get("TROUPE_API_TOKEN").filter(|t| !t.is_empty()) {
-        None => None,
+/// `TROUPE_API_TOKEN`, else troupe.toml's `api_token`. An empty value is unset (compose
+/// passes `${TROUPE_API_TOKEN:-}`); a token of white space, or with white space around it,
+/// could never be presented in a header, so it is refused rather than silently unusable.
+fn api_token(layered: &Layered<'_>, file: Option<String>) -> anyhow::Result<Option<SecretString>> {
+    let token = match layered
+        .env
+        .get("TROUPE_API_TOKEN")
+        .filter(|t| !t.is_empty())
+    {
+        Some(t) => Some(t.clone()),
+        None => file.filter(|t| !t.is_empty()),
+    };
+    match token {
+        None => Ok(None),
         Some(t) if t.trim().is_empty() => bail!(
             "TROUPE_API_TOKEN is only white space: set it to a long random string (for \
              example `openssl rand -hex 32`), or leave it empty to serve loopback only"
@@ -392,24 +357,29 @@ fn edge_settings(
             "TROUPE_API_TOKEN has white space around it or control characters, so no client \
              could send it in an Authorization header: remove them"
         ),
-        Some(t) => Some(SecretString::from(t.clone())),
+        Some(t) => Ok(Some(SecretString::from(t))),
+    }
+}
+
+/// `TROUPE_HTTP_*` and `TROUPE_RATE_API_PER_MIN`: the HTTP server's own limits.
+fn http_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<HttpSettings> {
+    let at_least_one = |var: &str, file: Option<u64>, default: u64| -> anyhow::Result<u64> {
+        let value = layered.parse(var, file, default)?;
+        if value == 0 {
+            bail!("{var} must be at least 1");
+        }
+        Ok(value)
     };
-    let header_timeout: u64 = layered.parse(
+    let header_timeout = at_least_one(
         "TROUPE_HTTP_HEADER_TIMEOUT_SECS",
         file.http_header_timeout_secs,
         10,
     )?;
-    if header_timeout == 0 {
-        bail!("TROUPE_HTTP_HEADER_TIMEOUT_SECS must be at least 1");
-    }
-    let body_timeout: u64 = layered.parse(
+    let body_timeout = at_least_one(
         "TROUPE_HTTP_BODY_TIMEOUT_SECS",
         file.http_body_timeout_secs,
         30,
     )?;
-    if body_timeout == 0 {
-        bail!("TROUPE_HTTP_BODY_TIMEOUT_SECS must be at least 1");
-    }
     let max_connections: usize = layered.parse(
         "TROUPE_HTTP_MAX_CONNECTIONS",
         file.http_max_connections,
@@ -418,28 +388,30 @@ fn edge_settings(
     if max_connections == 0 {
         bail!("TROUPE_HTTP_MAX_CONNECTIONS must be at least 1");
     }
-    let http = HttpSettings {
+    Ok(HttpSettings {
         header_timeout: Duration::from_secs(header_timeout),
         body_timeout: Duration::from_secs(body_timeout),
         max_connections,
         api_per_minute: layered.parse("TROUPE_RATE_API_PER_MIN", file.rate_api_per_min, 120)?,
-    };
+    })
+}
+
+/// `TROUPE_FETCH_*`: what attachments and linked files may be fetched from.
+fn fetch_settings(layered: &Layered<'_>, file: &mut FileConfig) -> anyhow::Result<FetchSettings> {
     let allow = match layered.string("TROUPE_FETCH_ALLOW", file.fetch_allow.take()) {
         None => Vec::new(),
         Some(raw) => crate::fetch::parse_allow(&raw)
             .map_err(|e| anyhow::anyhow!("TROUPE_FETCH_ALLOW is not valid: {e}"))?,
     };
-    let fetch_timeout: u64 =
-        layered.parse("TROUPE_FETCH_TIMEOUT_SECS", file.fetch_timeout_secs, 15)?;
-    if fetch_timeout == 0 {
+    let timeout: u64 = layered.parse("TROUPE_FETCH_TIMEOUT_SECS", file.fetch_timeout_secs, 15)?;
+    if timeout == 0 {
         bail!("TROUPE_FETCH_TIMEOUT_SECS must be at least 1");
     }
-    let fetch = FetchSettings {
+    Ok(FetchSettings {
         allow,
-        timeout: Duration::from_secs(fetch_timeout),
+        timeout: Duration::from_secs(timeout),
         max_redirects: layered.parse("TROUPE_FETCH_MAX_REDIRECTS", file.fetch_max_redirects, 3)?,
-    };
-    Ok((api_token, http, fetch))
+    })
 }
 
 // ---- end of edge ----
@@ -599,14 +571,22 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// The optional `troupe.toml`: the same settings as the environment, in lower case.
+/// The optional `troupe.toml`: the same settings as the environment, in lower case without
+/// the `TROUPE_` prefix (`TROUPE_LOG` is `log`; `OTEL_*` keep their prefix). Unknown keys
+/// are refused, so a typo is an error at start rather than a setting silently ignored.
+/// `config::tests::every_readme_setting_has_a_toml_key` keeps it in step with README.md.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     http_addr: Option<String>,
+    api_token: Option<String>,
     database_url: Option<String>,
     bus_url: Option<String>,
     personas: Option<PathBuf>,
+    log: Option<String>,
+    log_format: Option<String>,
+    otel_exporter_otlp_endpoint: Option<String>,
+    otel_service_name: Option<String>,
     rate_user_per_min: Option<u32>,
     rate_room_per_min: Option<u32>,
     rate_agent_per_min: Option<u32>,
@@ -621,6 +601,19 @@ struct FileConfig {
     memory_summary_every: Option<u32>,
     memory_facts_every: Option<u32>,
     memory_facts_per_user: Option<u32>,
+    knowledge_max_file_bytes: Option<usize>,
+    knowledge_max_files: Option<usize>,
+    knowledge_chunk_tokens: Option<usize>,
+    knowledge_chunk_overlap: Option<usize>,
+    knowledge_top_k: Option<usize>,
+    knowledge_budget_chars: Option<usize>,
+    knowledge_timeout_ms: Option<u64>,
+    knowledge_max_attachment_bytes: Option<usize>,
+    embedding_model: Option<String>,
+    embedding_provider: Option<String>,
+    embedding_url: Option<String>,
+    embedding_api_key: Option<String>,
+    embedding_dimensions: Option<usize>,
     leader_retry_secs: Option<u64>,
     discord_shards: Option<String>,
     discord_shards_per_replica: Option<u32>,
@@ -659,175 +652,28 @@ impl Config {
         Self::from_env(env)
     }
 
-    /// Builds the configuration from an environment snapshot (tests pass their own).
+    /// Builds the configuration from an environment snapshot (tests pass their own), one
+    /// settings group at a time; each step takes its keys out of the file.
     pub fn from_env(env: Env) -> anyhow::Result<Config> {
-        let mut file = match env.get("TROUPE_CONFIG") {
-            Some(path) => read_file_config(Path::new(path))?,
-            None if Path::new("troupe.toml").exists() => {
-                read_file_config(Path::new("troupe.toml"))?
-            }
-            None => FileConfig::default(),
-        };
+        let mut file = file_config(&env)?;
         let layered = Layered { env: &env };
         let knowledge_allow_paths = knowledge_allow_paths(&env, file.knowledge_allow_paths.take())?;
-        let (api_token, http, fetch) = edge_settings(&env, &layered, &mut file)?;
-
-        let http_addr = layered
-            .string("TROUPE_HTTP_ADDR", file.http_addr)
-            .unwrap_or_else(|| "127.0.0.1:3000".into());
-        let http_addr: SocketAddr = http_addr.parse().with_context(|| {
-            format!("TROUPE_HTTP_ADDR `{http_addr}` is not an address such as 127.0.0.1:3000")
-        })?;
-        if api_token.is_none() && !http_addr.ip().is_loopback() {
-            bail!(
-                "TROUPE_HTTP_ADDR {http_addr} is not a loopback address, and TROUPE_API_TOKEN is \
-                 not set: anyone who reaches this port could talk to your agents and upload \
-                 documents. Set TROUPE_API_TOKEN, or bind 127.0.0.1."
-            );
-        }
-
-        let limits = Limits {
-            user_per_minute: layered.parse(
-                "TROUPE_RATE_USER_PER_MIN",
-                file.rate_user_per_min,
-                20,
-            )?,
-            room_per_minute: layered.parse(
-                "TROUPE_RATE_ROOM_PER_MIN",
-                file.rate_room_per_min,
-                60,
-            )?,
-            agent_per_minute: layered.parse(
-                "TROUPE_RATE_AGENT_PER_MIN",
-                file.rate_agent_per_min,
-                600,
-            )?,
-            max_body_bytes: layered.parse("TROUPE_MAX_BODY_BYTES", file.max_body_bytes, 1 << 20)?,
-            max_message_chars: layered.parse(
-                "TROUPE_MAX_MESSAGE_CHARS",
-                file.max_message_chars,
-                16_000,
-            )?,
+        let api_token = api_token(&layered, file.api_token.take())?;
+        let http = http_settings(&layered, &file)?;
+        let fetch = fetch_settings(&layered, &mut file)?;
+        let http_addr = http_addr(&layered, file.http_addr.take(), api_token.is_some())?;
+        let limits = limits(&layered, &file)?;
+        let agent = agent_settings(&layered, &file)?;
+        let knowledge = KnowledgeSettings {
+            fetch,
+            extract: extract_settings(&layered, &file)?,
+            ..knowledge_settings(&layered, &mut file)?
         };
-        let agent = AgentSettings {
-            history_limit: layered.parse("TROUPE_HISTORY_LIMIT", file.history_limit, 32)?,
-            prompt_budget_chars: layered.parse(
-                "TROUPE_PROMPT_BUDGET_CHARS",
-                file.prompt_budget_chars,
-                24_000,
-            )?,
-            model_timeout: Duration::from_secs(layered.parse(
-                "TROUPE_MODEL_TIMEOUT_SECS",
-                file.model_timeout_secs,
-                60,
-            )?),
-            model_concurrency: layered
-                .parse("TROUPE_MODEL_CONCURRENCY", file.model_concurrency, 16)?
-                .max(1),
-            bus_capacity: layered
-                .parse("TROUPE_BUS_CAPACITY", file.bus_capacity, 10_000)?
-                .max(1),
-            max_attempts: layered
-                .parse("TROUPE_MAX_ATTEMPTS", file.max_attempts, 5)?
-                .max(1),
-            memory: MemorySettings {
-                summary_every: layered.parse(
-                    "TROUPE_MEMORY_SUMMARY_EVERY",
-                    file.memory_summary_every,
-                    16,
-                )?,
-                facts_every: layered.parse(
-                    "TROUPE_MEMORY_FACTS_EVERY",
-                    file.memory_facts_every,
-                    8,
-                )?,
-                facts_per_user: layered.parse(
-                    "TROUPE_MEMORY_FACTS_PER_USER",
-                    file.memory_facts_per_user,
-                    50,
-                )?,
-            },
-        };
-
-        let mut knowledge = knowledge_settings(&env, &layered)?;
-        knowledge.fetch = fetch;
-        knowledge.extract = extract_settings(
-            &layered,
-            (
-                file.extract_timeout_secs,
-                file.extract_memory_mb,
-                file.extract_workers,
-            ),
-        )?;
-        let provider = provider_settings(
-            &layered,
-            ProviderFile {
-                provider_retries: file.provider_retries,
-                provider_backoff_ms: file.provider_backoff_ms,
-                provider_backoff_max_ms: file.provider_backoff_max_ms,
-                provider_breaker_failures: file.provider_breaker_failures,
-                provider_breaker_cooldown_ms: file.provider_breaker_cooldown_ms,
-                provider_outage_wait_secs: file.provider_outage_wait_secs,
-            },
-        )?;
-        let replicas = ReplicaSettings {
-            leader_retry: Duration::from_secs(
-                layered
-                    .parse("TROUPE_LEADER_RETRY_SECS", file.leader_retry_secs, 5)?
-                    .max(1),
-            ),
-            discord_shards: match layered.string("TROUPE_DISCORD_SHARDS", file.discord_shards) {
-                None => DiscordShards {
-                    first: 0,
-                    last: 0,
-                    total: 1,
-                },
-                Some(raw) => raw.parse().map_err(|e| {
-                    anyhow::anyhow!("TROUPE_DISCORD_SHARDS=`{raw}` is not valid: {e}")
-                })?,
-            },
-            discord_shards_per_replica: layered.parse(
-                "TROUPE_DISCORD_SHARDS_PER_REPLICA",
-                file.discord_shards_per_replica,
-                0,
-            )?,
-        };
-
-        let prefix = layered
-            .string("TROUPE_BUS_PREFIX", file.bus_prefix)
-            .unwrap_or_else(|| "troupe".into());
-        if !prefix
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            bail!(
-                "TROUPE_BUS_PREFIX `{prefix}` may hold only letters, digits, `_` and `-` (it names NATS subjects and streams)"
-            );
-        }
-        let partitions: u32 = layered.parse("TROUPE_BUS_PARTITIONS", file.bus_partitions, 64)?;
-        if !(1..=4096).contains(&partitions) {
-            bail!("TROUPE_BUS_PARTITIONS={partitions} must be between 1 and 4096");
-        }
-        let ack_wait: u64 =
-            layered.parse("TROUPE_BUS_ACK_WAIT_SECS", file.bus_ack_wait_secs, 30)?;
-        if ack_wait == 0 {
-            bail!("TROUPE_BUS_ACK_WAIT_SECS must be at least 1");
-        }
-        let dedupe_window: u64 = layered.parse(
-            "TROUPE_BUS_DEDUPE_WINDOW_SECS",
-            file.bus_dedupe_window_secs,
-            120,
-        )?;
-        if dedupe_window == 0 {
-            bail!("TROUPE_BUS_DEDUPE_WINDOW_SECS must be at least 1");
-        }
-        let nats = NatsSettings {
-            prefix,
-            partitions,
-            ack_wait: Duration::from_secs(ack_wait),
-            dedupe_window: Duration::from_secs(dedupe_window),
-        };
-
+        let provider = provider_settings(&layered, &file)?;
+        let replicas = replica_settings(&layered, &mut file)?;
+        let nats = nats_settings(&layered, &mut file)?;
+        let logs = log_settings(&layered, &mut file);
+        let (otlp_endpoint, otel_service_name) = otel_settings(&layered, &mut file);
         Ok(Config {
             http_addr,
             nats,
@@ -844,29 +690,16 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from("personas")),
             api_token,
             http,
-            log_filter: env
-                .get("TROUPE_LOG")
-                .or_else(|| env.get("RUST_LOG"))
-                .cloned()
-                .unwrap_or_else(|| "info,sqlx=warn".into()),
-            log_filter_set: env.contains_key("TROUPE_LOG") || env.contains_key("RUST_LOG"),
-            log_json: env
-                .get("TROUPE_LOG_FORMAT")
-                .is_some_and(|f| f.eq_ignore_ascii_case("json")),
+            log_filter: logs.filter,
+            log_filter_set: logs.filter_set,
+            log_json: logs.json,
             limits,
             agent,
             knowledge,
             replicas,
             provider,
-            otlp_endpoint: env
-                .get("OTEL_EXPORTER_OTLP_ENDPOINT")
-                .filter(|v| !v.trim().is_empty())
-                .map(|v| v.trim().to_string()),
-            otel_service_name: env
-                .get("OTEL_SERVICE_NAME")
-                .filter(|v| !v.trim().is_empty())
-                .cloned()
-                .unwrap_or_else(|| "troupe".into()),
+            otlp_endpoint,
+            otel_service_name,
             env,
             knowledge_allow_paths,
         })
@@ -878,110 +711,383 @@ impl Config {
     }
 }
 
-fn knowledge_settings(env: &Env, layered: &Layered<'_>) -> anyhow::Result<KnowledgeSettings> {
-    let d = KnowledgeSettings::default();
-    let flag = |name: &str| {
-        env.get(name)
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
-    };
-    let var = |name: &str| env.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
-    let api = match var("TROUPE_EMBEDDING_PROVIDER") {
-        None if flag("USE_OLLAMA_EMBEDDING") && !flag("USE_OPENAI_EMBEDDING") => {
-            EmbeddingApi::Ollama
-        }
-        None => EmbeddingApi::OpenAi,
-        Some(p) if p.eq_ignore_ascii_case("openai") => EmbeddingApi::OpenAi,
-        Some(p) if p.eq_ignore_ascii_case("ollama") => EmbeddingApi::Ollama,
-        Some(p) => bail!("TROUPE_EMBEDDING_PROVIDER=`{p}` is not valid: use openai or ollama"),
-    };
-    let model = var("TROUPE_EMBEDDING_MODEL")
-        .map(str::to_string)
-        .or_else(|| match api {
-            EmbeddingApi::OpenAi if flag("USE_OPENAI_EMBEDDING") => Some(
-                var("EMBEDDING_OPENAI_MODEL")
-                    .unwrap_or("text-embedding-3-small")
-                    .to_string(),
-            ),
-            EmbeddingApi::Ollama if flag("USE_OLLAMA_EMBEDDING") => Some(
-                var("OLLAMA_EMBEDDING_MODEL")
-                    .unwrap_or("mxbai-embed-large")
-                    .to_string(),
-            ),
-            _ => None,
-        });
-    let embedding = match model {
-        None => None,
-        Some(model) => {
-            let url = match (var("TROUPE_EMBEDDING_URL"), api) {
-                (Some(url), _) => url.to_string(),
-                (None, EmbeddingApi::OpenAi) => var("OPENAI_BASE_URL")
-                    .unwrap_or("https://api.openai.com/v1")
-                    .to_string(),
-                (None, EmbeddingApi::Ollama) => var("OLLAMA_SERVER_URL")
-                    .unwrap_or("http://localhost:11434")
-                    .to_string(),
-            };
-            let api_key = var("TROUPE_EMBEDDING_API_KEY")
-                .or_else(|| var("OPENAI_API_KEY").filter(|_| api == EmbeddingApi::OpenAi))
-                .map(|k| SecretString::from(k.to_string()));
-            let dimensions = match var("TROUPE_EMBEDDING_DIMENSIONS") {
-                None => None,
-                Some(raw) => Some(raw.parse::<usize>().map_err(|e| {
-                    anyhow::anyhow!("TROUPE_EMBEDDING_DIMENSIONS=`{raw}` is not valid: {e}")
-                })?),
-            };
-            Some(EmbeddingSettings {
-                api,
-                url: url.trim_end_matches('/').to_string(),
-                api_key,
-                model,
-                dimensions,
-            })
-        }
-    };
-    let chunk_tokens = layered
-        .parse("TROUPE_KNOWLEDGE_CHUNK_TOKENS", None, d.chunk_tokens)?
-        .max(16);
-    let chunk_overlap_tokens = layered.parse(
-        "TROUPE_KNOWLEDGE_CHUNK_OVERLAP",
-        None,
-        d.chunk_overlap_tokens,
-    )?;
-    if chunk_overlap_tokens >= chunk_tokens {
+/// `TROUPE_CONFIG`, else `troupe.toml` in the working directory when it exists, else none.
+fn file_config(env: &Env) -> anyhow::Result<FileConfig> {
+    match env.get("TROUPE_CONFIG") {
+        Some(path) => read_file_config(Path::new(path)),
+        None if Path::new("troupe.toml").exists() => read_file_config(Path::new("troupe.toml")),
+        None => Ok(FileConfig::default()),
+    }
+}
+
+/// `TROUPE_HTTP_ADDR`. Anything but loopback needs the API token: without it, anyone who
+/// reaches the port could talk to the agents.
+fn http_addr(
+    layered: &Layered<'_>,
+    file: Option<String>,
+    has_token: bool,
+) -> anyhow::Result<SocketAddr> {
+    let raw = layered
+        .string("TROUPE_HTTP_ADDR", file)
+        .unwrap_or_else(|| "127.0.0.1:3000".into());
+    let addr: SocketAddr = raw.parse().with_context(|| {
+        format!("TROUPE_HTTP_ADDR `{raw}` is not an address such as 127.0.0.1:3000")
+    })?;
+    if !has_token && !addr.ip().is_loopback() {
         bail!(
-            "TROUPE_KNOWLEDGE_CHUNK_OVERLAP ({chunk_overlap_tokens}) must be smaller than \
-             TROUPE_KNOWLEDGE_CHUNK_TOKENS ({chunk_tokens})"
+            "TROUPE_HTTP_ADDR {addr} is not a loopback address, and TROUPE_API_TOKEN is \
+             not set: anyone who reaches this port could talk to your agents and upload \
+             documents. Set TROUPE_API_TOKEN, or bind 127.0.0.1."
         );
     }
+    Ok(addr)
+}
+
+/// `TROUPE_RATE_*_PER_MIN` and the size limits of a message.
+fn limits(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<Limits> {
+    Ok(Limits {
+        user_per_minute: layered.parse("TROUPE_RATE_USER_PER_MIN", file.rate_user_per_min, 20)?,
+        room_per_minute: layered.parse("TROUPE_RATE_ROOM_PER_MIN", file.rate_room_per_min, 60)?,
+        agent_per_minute: layered.parse(
+            "TROUPE_RATE_AGENT_PER_MIN",
+            file.rate_agent_per_min,
+            600,
+        )?,
+        max_body_bytes: layered.parse("TROUPE_MAX_BODY_BYTES", file.max_body_bytes, 1 << 20)?,
+        max_message_chars: layered.parse(
+            "TROUPE_MAX_MESSAGE_CHARS",
+            file.max_message_chars,
+            16_000,
+        )?,
+    })
+}
+
+/// How agents work: history, prompt budget, model calls, the bus, retries and memory.
+fn agent_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<AgentSettings> {
+    Ok(AgentSettings {
+        history_limit: layered.parse("TROUPE_HISTORY_LIMIT", file.history_limit, 32)?,
+        prompt_budget_chars: layered.parse(
+            "TROUPE_PROMPT_BUDGET_CHARS",
+            file.prompt_budget_chars,
+            24_000,
+        )?,
+        model_timeout: Duration::from_secs(layered.parse(
+            "TROUPE_MODEL_TIMEOUT_SECS",
+            file.model_timeout_secs,
+            60,
+        )?),
+        model_concurrency: layered
+            .parse("TROUPE_MODEL_CONCURRENCY", file.model_concurrency, 16)?
+            .max(1),
+        bus_capacity: layered
+            .parse("TROUPE_BUS_CAPACITY", file.bus_capacity, 10_000)?
+            .max(1),
+        max_attempts: layered
+            .parse("TROUPE_MAX_ATTEMPTS", file.max_attempts, 5)?
+            .max(1),
+        memory: memory_settings(layered, file)?,
+    })
+}
+
+/// `TROUPE_MEMORY_*`: summaries and facts.
+fn memory_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<MemorySettings> {
+    Ok(MemorySettings {
+        summary_every: layered.parse(
+            "TROUPE_MEMORY_SUMMARY_EVERY",
+            file.memory_summary_every,
+            16,
+        )?,
+        facts_every: layered.parse("TROUPE_MEMORY_FACTS_EVERY", file.memory_facts_every, 8)?,
+        facts_per_user: layered.parse(
+            "TROUPE_MEMORY_FACTS_PER_USER",
+            file.memory_facts_per_user,
+            50,
+        )?,
+    })
+}
+
+/// `TROUPE_LEADER_RETRY_SECS` and `TROUPE_DISCORD_SHARDS*`: several replicas on one Postgres.
+fn replica_settings(
+    layered: &Layered<'_>,
+    file: &mut FileConfig,
+) -> anyhow::Result<ReplicaSettings> {
+    Ok(ReplicaSettings {
+        leader_retry: Duration::from_secs(
+            layered
+                .parse("TROUPE_LEADER_RETRY_SECS", file.leader_retry_secs, 5)?
+                .max(1),
+        ),
+        discord_shards: match layered.string("TROUPE_DISCORD_SHARDS", file.discord_shards.take()) {
+            None => DiscordShards {
+                first: 0,
+                last: 0,
+                total: 1,
+            },
+            Some(raw) => raw
+                .parse()
+                .map_err(|e| anyhow::anyhow!("TROUPE_DISCORD_SHARDS=`{raw}` is not valid: {e}"))?,
+        },
+        discord_shards_per_replica: layered.parse(
+            "TROUPE_DISCORD_SHARDS_PER_REPLICA",
+            file.discord_shards_per_replica,
+            0,
+        )?,
+    })
+}
+
+/// `TROUPE_BUS_*` but the URL and the capacity: how the NATS JetStream bus is laid out.
+fn nats_settings(layered: &Layered<'_>, file: &mut FileConfig) -> anyhow::Result<NatsSettings> {
+    let prefix = layered
+        .string("TROUPE_BUS_PREFIX", file.bus_prefix.take())
+        .unwrap_or_else(|| "troupe".into());
+    if !prefix
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        bail!(
+            "TROUPE_BUS_PREFIX `{prefix}` may hold only letters, digits, `_` and `-` (it names NATS subjects and streams)"
+        );
+    }
+    let partitions: u32 = layered.parse("TROUPE_BUS_PARTITIONS", file.bus_partitions, 64)?;
+    if !(1..=4096).contains(&partitions) {
+        bail!("TROUPE_BUS_PARTITIONS={partitions} must be between 1 and 4096");
+    }
+    let ack_wait: u64 = layered.parse("TROUPE_BUS_ACK_WAIT_SECS", file.bus_ack_wait_secs, 30)?;
+    if ack_wait == 0 {
+        bail!("TROUPE_BUS_ACK_WAIT_SECS must be at least 1");
+    }
+    let dedupe_window: u64 = layered.parse(
+        "TROUPE_BUS_DEDUPE_WINDOW_SECS",
+        file.bus_dedupe_window_secs,
+        120,
+    )?;
+    if dedupe_window == 0 {
+        bail!("TROUPE_BUS_DEDUPE_WINDOW_SECS must be at least 1");
+    }
+    Ok(NatsSettings {
+        prefix,
+        partitions,
+        ack_wait: Duration::from_secs(ack_wait),
+        dedupe_window: Duration::from_secs(dedupe_window),
+    })
+}
+
+/// The log filter and format.
+struct LogSettings {
+    filter: String,
+    filter_set: bool,
+    json: bool,
+}
+
+/// `TROUPE_LOG` (else `RUST_LOG`, else troupe.toml's `log`) and `TROUPE_LOG_FORMAT`. An
+/// empty filter in the environment is kept as given, as before the file could set it.
+fn log_settings(layered: &Layered<'_>, file: &mut FileConfig) -> LogSettings {
+    let env = layered.env;
+    let filter = env
+        .get("TROUPE_LOG")
+        .or_else(|| env.get("RUST_LOG"))
+        .cloned()
+        .or(file.log.take());
+    LogSettings {
+        filter_set: filter.is_some(),
+        filter: filter.unwrap_or_else(|| "info,sqlx=warn".into()),
+        json: layered
+            .string("TROUPE_LOG_FORMAT", file.log_format.take())
+            .is_some_and(|f| f.trim().eq_ignore_ascii_case("json")),
+    }
+}
+
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_SERVICE_NAME` (the OpenTelemetry names).
+fn otel_settings(layered: &Layered<'_>, file: &mut FileConfig) -> (Option<String>, String) {
+    let endpoint = layered
+        .string(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            file.otel_exporter_otlp_endpoint.take(),
+        )
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
+    let service = layered
+        .string("OTEL_SERVICE_NAME", file.otel_service_name.take())
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "troupe".into());
+    (endpoint, service)
+}
+
+/// `TROUPE_KNOWLEDGE_*` and the embedding model. The fetch policy and the document worker's
+/// limits are their own steps; this leaves them at their defaults.
+fn knowledge_settings(
+    layered: &Layered<'_>,
+    file: &mut FileConfig,
+) -> anyhow::Result<KnowledgeSettings> {
+    let d = KnowledgeSettings::default();
+    let (chunk_tokens, chunk_overlap_tokens) = chunking(layered, file)?;
     Ok(KnowledgeSettings {
         max_file_bytes: layered
-            .parse("TROUPE_KNOWLEDGE_MAX_FILE_BYTES", None, d.max_file_bytes)?
+            .parse(
+                "TROUPE_KNOWLEDGE_MAX_FILE_BYTES",
+                file.knowledge_max_file_bytes,
+                d.max_file_bytes,
+            )?
             .max(1),
         max_files_per_request: layered
-            .parse("TROUPE_KNOWLEDGE_MAX_FILES", None, d.max_files_per_request)?
+            .parse(
+                "TROUPE_KNOWLEDGE_MAX_FILES",
+                file.knowledge_max_files,
+                d.max_files_per_request,
+            )?
             .max(1),
         chunk_tokens,
         chunk_overlap_tokens,
-        top_k: layered.parse("TROUPE_KNOWLEDGE_TOP_K", None, d.top_k)?,
+        top_k: layered.parse("TROUPE_KNOWLEDGE_TOP_K", file.knowledge_top_k, d.top_k)?,
         prompt_budget_chars: layered.parse(
             "TROUPE_KNOWLEDGE_BUDGET_CHARS",
-            None,
+            file.knowledge_budget_chars,
             d.prompt_budget_chars,
         )?,
         search_timeout: Duration::from_millis(layered.parse(
             "TROUPE_KNOWLEDGE_TIMEOUT_MS",
-            None,
-            3_000u64,
+            file.knowledge_timeout_ms,
+            d.search_timeout.as_millis() as u64,
         )?),
         max_attachment_bytes: layered.parse(
             "TROUPE_KNOWLEDGE_MAX_ATTACHMENT_BYTES",
-            None,
+            file.knowledge_max_attachment_bytes,
             d.max_attachment_bytes,
         )?,
-        embedding,
-        // Set by the edge block in `from_env`.
-        fetch: FetchSettings::default(),
-        extract: d.extract,
+        embedding: embedding_settings(layered, file)?,
+        ..d
+    })
+}
+
+/// `TROUPE_KNOWLEDGE_CHUNK_TOKENS` (at least 16) and `TROUPE_KNOWLEDGE_CHUNK_OVERLAP`,
+/// which must be smaller.
+fn chunking(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<(usize, usize)> {
+    let d = KnowledgeSettings::default();
+    let tokens = layered
+        .parse(
+            "TROUPE_KNOWLEDGE_CHUNK_TOKENS",
+            file.knowledge_chunk_tokens,
+            d.chunk_tokens,
+        )?
+        .max(16);
+    let overlap = layered.parse(
+        "TROUPE_KNOWLEDGE_CHUNK_OVERLAP",
+        file.knowledge_chunk_overlap,
+        d.chunk_overlap_tokens,
+    )?;
+    if overlap >= tokens {
+        bail!(
+            "TROUPE_KNOWLEDGE_CHUNK_OVERLAP ({overlap}) must be smaller than \
+             TROUPE_KNOWLEDGE_CHUNK_TOKENS ({tokens})"
+        );
+    }
+    Ok((tokens, overlap))
+}
+
+/// Whether elizaOS's switch `name` (`USE_OPENAI_EMBEDDING`, …) is on.
+fn flag(env: &Env, name: &str) -> bool {
+    env.get(name)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// An environment variable, trimmed; blank is unset.
+fn var<'e>(env: &'e Env, name: &str) -> Option<&'e str> {
+    env.get(name).map(|v| v.trim()).filter(|v| !v.is_empty())
+}
+
+/// `TROUPE_EMBEDDING_*`, troupe.toml's `embedding_*`, then elizaOS's switches and the
+/// providers' own URL and key as defaults. `None` (BM25 only) unless a model is named.
+fn embedding_settings(
+    layered: &Layered<'_>,
+    file: &mut FileConfig,
+) -> anyhow::Result<Option<EmbeddingSettings>> {
+    let env = layered.env;
+    let api = embedding_api(layered, file.embedding_provider.take())?;
+    let Some(model) = embedding_model(layered, file.embedding_model.take(), api) else {
+        return Ok(None);
+    };
+    let url = match layered.string("TROUPE_EMBEDDING_URL", file.embedding_url.take()) {
+        Some(url) => url.trim().to_string(),
+        None => match api {
+            EmbeddingApi::OpenAi => {
+                var(env, "OPENAI_BASE_URL").unwrap_or("https://api.openai.com/v1")
+            }
+            EmbeddingApi::Ollama => {
+                var(env, "OLLAMA_SERVER_URL").unwrap_or("http://localhost:11434")
+            }
+        }
+        .to_string(),
+    };
+    let api_key = layered
+        .string("TROUPE_EMBEDDING_API_KEY", file.embedding_api_key.take())
+        .map(|k| k.trim().to_string())
+        .or_else(|| {
+            var(env, "OPENAI_API_KEY")
+                .filter(|_| api == EmbeddingApi::OpenAi)
+                .map(str::to_string)
+        })
+        .map(SecretString::from);
+    let dimensions = match var(env, "TROUPE_EMBEDDING_DIMENSIONS") {
+        None => file.embedding_dimensions,
+        Some(raw) => Some(raw.parse::<usize>().map_err(|e| {
+            anyhow::anyhow!("TROUPE_EMBEDDING_DIMENSIONS=`{raw}` is not valid: {e}")
+        })?),
+    };
+    Ok(Some(EmbeddingSettings {
+        api,
+        url: url.trim_end_matches('/').to_string(),
+        api_key,
+        model,
+        dimensions,
+    }))
+}
+
+/// `TROUPE_EMBEDDING_PROVIDER` (else the file's `embedding_provider`): `openai` or `ollama`.
+/// Unset: ollama when only `USE_OLLAMA_EMBEDDING` is on, else openai.
+fn embedding_api(layered: &Layered<'_>, file: Option<String>) -> anyhow::Result<EmbeddingApi> {
+    let env = layered.env;
+    Ok(
+        match layered
+            .string("TROUPE_EMBEDDING_PROVIDER", file)
+            .map(|p| p.trim().to_string())
+        {
+            None if flag(env, "USE_OLLAMA_EMBEDDING") && !flag(env, "USE_OPENAI_EMBEDDING") => {
+                EmbeddingApi::Ollama
+            }
+            None => EmbeddingApi::OpenAi,
+            Some(p) if p.eq_ignore_ascii_case("openai") => EmbeddingApi::OpenAi,
+            Some(p) if p.eq_ignore_ascii_case("ollama") => EmbeddingApi::Ollama,
+            Some(p) => {
+                bail!("TROUPE_EMBEDDING_PROVIDER=`{p}` is not valid: use openai or ollama")
+            }
+        },
+    )
+}
+
+/// `TROUPE_EMBEDDING_MODEL` (else the file's `embedding_model`), else the model elizaOS's
+/// switch for `api` names (`EMBEDDING_OPENAI_MODEL`, `OLLAMA_EMBEDDING_MODEL`).
+fn embedding_model(
+    layered: &Layered<'_>,
+    file: Option<String>,
+    api: EmbeddingApi,
+) -> Option<String> {
+    let env = layered.env;
+    let named = layered
+        .string("TROUPE_EMBEDDING_MODEL", file)
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty());
+    named.or_else(|| match api {
+        EmbeddingApi::OpenAi if flag(env, "USE_OPENAI_EMBEDDING") => Some(
+            var(env, "EMBEDDING_OPENAI_MODEL")
+                .unwrap_or("text-embedding-3-small")
+                .to_string(),
+        ),
+        EmbeddingApi::Ollama if flag(env, "USE_OLLAMA_EMBEDDING") => Some(
+            var(env, "OLLAMA_EMBEDDING_MODEL")
+                .unwrap_or("mxbai-embed-large")
+                .to_string(),
+        ),
+        _ => None,
     })
 }
 
@@ -1355,5 +1461,340 @@ mod tests {
         }
         let file: FileConfig = toml::from_str("extract_timeout_secs = 7").unwrap();
         assert_eq!(file.extract_timeout_secs, Some(7));
+    }
+
+    /// The variables of README.md's settings table (its first column), in order. `RUST_LOG`
+    /// is left out: it is the fallback name of `TROUPE_LOG`, in the same row.
+    fn readme_settings() -> Vec<String> {
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+        let table = readme
+            .split("\n## Configuration\n")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("README.md has a Configuration section");
+        let mut names = Vec::new();
+        for row in table.lines().filter(|l| l.starts_with("| `")) {
+            let first = row.split('|').nth(1).unwrap_or_default();
+            for name in first.split('`').skip(1).step_by(2) {
+                if name.starts_with("TROUPE_") || name.starts_with("OTEL_") {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        names
+    }
+
+    /// The troupe.toml key of a variable: lower case, without `TROUPE_`.
+    fn toml_key(var: &str) -> String {
+        var.strip_prefix("TROUPE_").unwrap_or(var).to_lowercase()
+    }
+
+    /// For one setting: a troupe.toml value, a different environment value, variables that
+    /// both need (an embedding URL means nothing without a model), and how to read it back.
+    struct Probe {
+        var: &'static str,
+        file: String,
+        env: String,
+        context: &'static [(&'static str, &'static str)],
+        read: fn(&Config) -> String,
+    }
+
+    fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
+        fn p(var: &'static str, file: &str, env: &str, read: fn(&Config) -> String) -> Probe {
+            Probe {
+                var,
+                file: file.to_string(),
+                env: env.to_string(),
+                context: &[],
+                read,
+            }
+        }
+        fn n(var: &'static str, read: fn(&Config) -> String) -> Probe {
+            p(var, "7", "9", read)
+        }
+        fn embedding(
+            var: &'static str,
+            file: &str,
+            env: &str,
+            read: fn(&Config) -> String,
+        ) -> Probe {
+            Probe {
+                context: &[("TROUPE_EMBEDDING_MODEL", "m")],
+                ..p(var, file, env, read)
+            }
+        }
+        fn e(c: &Config) -> &EmbeddingSettings {
+            c.knowledge.embedding.as_ref().expect("an embedding model")
+        }
+        use secrecy::ExposeSecret;
+        vec![
+            p(
+                "TROUPE_HTTP_ADDR",
+                "\"127.0.0.1:4001\"",
+                "127.0.0.1:4002",
+                |c| c.http_addr.to_string(),
+            ),
+            p("TROUPE_API_TOKEN", "\"file-token\"", "env-token", |c| {
+                format!(
+                    "{:?}",
+                    c.api_token.as_ref().map(|t| t.expose_secret().to_string())
+                )
+            }),
+            p(
+                "TROUPE_DATABASE_URL",
+                "\"sqlite://a.db\"",
+                "sqlite://b.db",
+                |c| c.database_url.clone(),
+            ),
+            p(
+                "TROUPE_BUS_URL",
+                "\"nats://a:4222\"",
+                "nats://b:4222",
+                |c| format!("{:?}", c.bus_url),
+            ),
+            p("TROUPE_BUS_PREFIX", "\"a\"", "b", |c| c.nats.prefix.clone()),
+            n("TROUPE_BUS_PARTITIONS", |c| c.nats.partitions.to_string()),
+            n("TROUPE_BUS_ACK_WAIT_SECS", |c| {
+                format!("{:?}", c.nats.ack_wait)
+            }),
+            n("TROUPE_BUS_DEDUPE_WINDOW_SECS", |c| {
+                format!("{:?}", c.nats.dedupe_window)
+            }),
+            p("TROUPE_PERSONAS", "\"/p1\"", "/p2", |c| {
+                c.personas_dir.display().to_string()
+            }),
+            n("TROUPE_HISTORY_LIMIT", |c| {
+                c.agent.history_limit.to_string()
+            }),
+            n("TROUPE_MEMORY_SUMMARY_EVERY", |c| {
+                c.agent.memory.summary_every.to_string()
+            }),
+            n("TROUPE_MEMORY_FACTS_EVERY", |c| {
+                c.agent.memory.facts_every.to_string()
+            }),
+            n("TROUPE_MEMORY_FACTS_PER_USER", |c| {
+                c.agent.memory.facts_per_user.to_string()
+            }),
+            n("TROUPE_PROMPT_BUDGET_CHARS", |c| {
+                c.agent.prompt_budget_chars.to_string()
+            }),
+            n("TROUPE_MODEL_TIMEOUT_SECS", |c| {
+                format!("{:?}", c.agent.model_timeout)
+            }),
+            n("TROUPE_MODEL_CONCURRENCY", |c| {
+                c.agent.model_concurrency.to_string()
+            }),
+            n("TROUPE_RATE_USER_PER_MIN", |c| {
+                c.limits.user_per_minute.to_string()
+            }),
+            n("TROUPE_RATE_ROOM_PER_MIN", |c| {
+                c.limits.room_per_minute.to_string()
+            }),
+            n("TROUPE_RATE_AGENT_PER_MIN", |c| {
+                c.limits.agent_per_minute.to_string()
+            }),
+            n("TROUPE_MAX_BODY_BYTES", |c| {
+                c.limits.max_body_bytes.to_string()
+            }),
+            n("TROUPE_MAX_MESSAGE_CHARS", |c| {
+                c.limits.max_message_chars.to_string()
+            }),
+            n("TROUPE_BUS_CAPACITY", |c| c.agent.bus_capacity.to_string()),
+            n("TROUPE_MAX_ATTEMPTS", |c| c.agent.max_attempts.to_string()),
+            n("TROUPE_KNOWLEDGE_MAX_FILE_BYTES", |c| {
+                c.knowledge.max_file_bytes.to_string()
+            }),
+            n("TROUPE_KNOWLEDGE_MAX_FILES", |c| {
+                c.knowledge.max_files_per_request.to_string()
+            }),
+            p("TROUPE_KNOWLEDGE_CHUNK_TOKENS", "100", "200", |c| {
+                c.knowledge.chunk_tokens.to_string()
+            }),
+            n("TROUPE_KNOWLEDGE_CHUNK_OVERLAP", |c| {
+                c.knowledge.chunk_overlap_tokens.to_string()
+            }),
+            n("TROUPE_KNOWLEDGE_TOP_K", |c| c.knowledge.top_k.to_string()),
+            n("TROUPE_KNOWLEDGE_BUDGET_CHARS", |c| {
+                c.knowledge.prompt_budget_chars.to_string()
+            }),
+            n("TROUPE_KNOWLEDGE_TIMEOUT_MS", |c| {
+                format!("{:?}", c.knowledge.search_timeout)
+            }),
+            n("TROUPE_KNOWLEDGE_MAX_ATTACHMENT_BYTES", |c| {
+                c.knowledge.max_attachment_bytes.to_string()
+            }),
+            p("TROUPE_EMBEDDING_MODEL", "\"m1\"", "m2", |c| {
+                format!(
+                    "{:?}",
+                    c.knowledge.embedding.as_ref().map(|e| e.model.clone())
+                )
+            }),
+            embedding("TROUPE_EMBEDDING_PROVIDER", "\"ollama\"", "openai", |c| {
+                format!("{:?}", e(c).api)
+            }),
+            embedding(
+                "TROUPE_EMBEDDING_URL",
+                "\"http://a/v1\"",
+                "http://b/v1",
+                |c| e(c).url.clone(),
+            ),
+            embedding("TROUPE_EMBEDDING_API_KEY", "\"key-a\"", "key-b", |c| {
+                format!(
+                    "{:?}",
+                    e(c).api_key.as_ref().map(|k| k.expose_secret().to_string())
+                )
+            }),
+            embedding("TROUPE_EMBEDDING_DIMENSIONS", "7", "9", |c| {
+                format!("{:?}", e(c).dimensions)
+            }),
+            p("TROUPE_LOG", "\"debug\"", "warn", |c| c.log_filter.clone()),
+            p("TROUPE_LOG_FORMAT", "\"json\"", "text", |c| {
+                c.log_json.to_string()
+            }),
+            n("TROUPE_LEADER_RETRY_SECS", |c| {
+                format!("{:?}", c.replicas.leader_retry)
+            }),
+            p("TROUPE_DISCORD_SHARDS", "\"2\"", "3", |c| {
+                format!("{:?}", c.replicas.discord_shards)
+            }),
+            n("TROUPE_DISCORD_SHARDS_PER_REPLICA", |c| {
+                c.replicas.discord_shards_per_replica.to_string()
+            }),
+            p(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "\"http://a:4318\"",
+                "http://b:4318",
+                |c| format!("{:?}", c.otlp_endpoint),
+            ),
+            p("OTEL_SERVICE_NAME", "\"troupe-a\"", "troupe-b", |c| {
+                c.otel_service_name.clone()
+            }),
+            p(
+                "TROUPE_KNOWLEDGE_ALLOW_PATHS",
+                &format!("[{:?}]", dir_a.display().to_string()),
+                &dir_b.display().to_string(),
+                |c| format!("{:?}", c.knowledge_allow_paths),
+            ),
+            p("TROUPE_FETCH_ALLOW", "\"10.0.0.1\"", "10.0.0.2", |c| {
+                format!("{:?}", c.knowledge.fetch.allow)
+            }),
+            n("TROUPE_FETCH_TIMEOUT_SECS", |c| {
+                format!("{:?}", c.knowledge.fetch.timeout)
+            }),
+            n("TROUPE_FETCH_MAX_REDIRECTS", |c| {
+                c.knowledge.fetch.max_redirects.to_string()
+            }),
+            n("TROUPE_RATE_API_PER_MIN", |c| {
+                c.http.api_per_minute.to_string()
+            }),
+            n("TROUPE_HTTP_HEADER_TIMEOUT_SECS", |c| {
+                format!("{:?}", c.http.header_timeout)
+            }),
+            n("TROUPE_HTTP_BODY_TIMEOUT_SECS", |c| {
+                format!("{:?}", c.http.body_timeout)
+            }),
+            n("TROUPE_HTTP_MAX_CONNECTIONS", |c| {
+                c.http.max_connections.to_string()
+            }),
+            n("TROUPE_EXTRACT_TIMEOUT_SECS", |c| {
+                format!("{:?}", c.knowledge.extract.timeout)
+            }),
+            p("TROUPE_EXTRACT_MEMORY_MB", "100", "200", |c| {
+                c.knowledge.extract.memory_bytes.to_string()
+            }),
+            n("TROUPE_EXTRACT_WORKERS", |c| {
+                c.knowledge.extract.workers.to_string()
+            }),
+            n("TROUPE_PROVIDER_RETRIES", |c| {
+                c.provider.retries.to_string()
+            }),
+            n("TROUPE_PROVIDER_BACKOFF_MS", |c| {
+                format!("{:?}", c.provider.backoff)
+            }),
+            p("TROUPE_PROVIDER_BACKOFF_MAX_MS", "7000", "9000", |c| {
+                format!("{:?}", c.provider.backoff_max)
+            }),
+            n("TROUPE_PROVIDER_BREAKER_FAILURES", |c| {
+                c.provider.breaker_failures.to_string()
+            }),
+            n("TROUPE_PROVIDER_BREAKER_COOLDOWN_MS", |c| {
+                format!("{:?}", c.provider.breaker_cooldown)
+            }),
+            n("TROUPE_PROVIDER_OUTAGE_WAIT_SECS", |c| {
+                format!("{:?}", c.provider.outage_wait)
+            }),
+        ]
+    }
+
+    /// README.md: "Environment variables first, then an optional troupe.toml (same names in
+    /// lower case, without the TROUPE_ prefix), then these defaults". Checked for every row
+    /// of its settings table: the key is accepted, it changes the setting, and the
+    /// environment wins over it.
+    #[test]
+    fn every_readme_setting_has_a_toml_key() {
+        let dir_a = tempfile::tempdir().unwrap();
+        let dir_b = tempfile::tempdir().unwrap();
+        let probes = probes(dir_a.path(), dir_b.path());
+        let documented = readme_settings();
+        let probed: Vec<&str> = probes.iter().map(|p| p.var).collect();
+        for var in &documented {
+            assert!(
+                probed.contains(&var.as_str()),
+                "README.md lists {var}: add a probe for it (and a troupe.toml key)"
+            );
+        }
+        for var in &probed {
+            assert!(
+                documented.iter().any(|d| d == var),
+                "{var} is probed but not in README.md's settings table"
+            );
+        }
+        let toml_dir = tempfile::tempdir().unwrap();
+        for probe in &probes {
+            let key = toml_key(probe.var);
+            let path = toml_dir.path().join(format!("{key}.toml"));
+            std::fs::write(&path, format!("{key} = {}\n", probe.file)).unwrap();
+            let config = |file: bool, from_env: bool| {
+                let mut vars: Env = probe
+                    .context
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                if file {
+                    vars.insert("TROUPE_CONFIG".into(), path.display().to_string());
+                }
+                if from_env {
+                    vars.insert(probe.var.into(), probe.env.clone());
+                }
+                Config::from_env(vars)
+                    .unwrap_or_else(|e| panic!("{} (file {file}, env {from_env}): {e}", probe.var))
+            };
+            let read = probe.read;
+            let default = read(&config(false, false));
+            let in_file = read(&config(true, false));
+            let in_env = read(&config(false, true));
+            let both = read(&config(true, true));
+            assert_ne!(in_file, default, "`{key}` in troupe.toml changes nothing");
+            assert_ne!(
+                in_env, in_file,
+                "{}: the probe's two values read alike",
+                probe.var
+            );
+            assert_eq!(
+                both, in_env,
+                "{} must win over `{key}` in troupe.toml",
+                probe.var
+            );
+        }
+    }
+
+    #[test]
+    fn a_misspelt_toml_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("troupe.toml");
+        std::fs::write(&path, "knowledge_top_kk = 3\n").unwrap();
+        let err =
+            Config::from_env(env(&[("TROUPE_CONFIG", &path.display().to_string())])).unwrap_err();
+        assert!(err.to_string().contains("knowledge_top_kk"), "{err}");
     }
 }

@@ -25,8 +25,6 @@ use std::time::Duration;
 use reqwest::Url;
 use reqwest::header::{CONTENT_LENGTH, LOCATION};
 
-use crate::config::FetchSettings;
-
 /// Why a URL was not fetched. The text names the host, never the whole URL.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
@@ -269,6 +267,31 @@ fn blocked_v6(ip: Ipv6Addr) -> Option<&'static str> {
         [0x100, 0, 0, 0, ..] => "discard-only",
         _ => return None,
     })
+}
+
+/// What troupe fetches when a message links or attaches a file. Read from the environment
+/// by `config` (the only module that reads it); defined here, below it, because it is this
+/// module's policy.
+#[derive(Debug, Clone)]
+pub struct FetchSettings {
+    /// `TROUPE_FETCH_ALLOW`, empty by default: internal sources that may be fetched although
+    /// they are loopback, private or link-local. Entries, separated by commas: `host`,
+    /// `host:port`, an address, `address:port` (`[v6]:port`) or a CIDR network.
+    pub allow: Vec<AllowRule>,
+    /// `TROUPE_FETCH_TIMEOUT_SECS`, default 15: one fetch, redirects included.
+    pub timeout: Duration,
+    /// `TROUPE_FETCH_MAX_REDIRECTS`, default 3: redirects followed, each checked again.
+    pub max_redirects: u32,
+}
+
+impl Default for FetchSettings {
+    fn default() -> Self {
+        FetchSettings {
+            allow: Vec::new(),
+            timeout: Duration::from_secs(15),
+            max_redirects: 3,
+        }
+    }
 }
 
 /// The outbound fetch policy: cheap to clone.

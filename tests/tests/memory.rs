@@ -26,6 +26,7 @@ troupe_e2e::on_each_backend!(
     facts_learned_in_one_room_are_recalled_in_another,
     malformed_facts_are_ignored_without_harm,
     a_hanging_summary_delays_no_reply_and_is_not_asked_twice,
+    rooms_and_memories_still_carry_their_old_names,
 );
 
 fn is_summary(r: &ChatRequestRecord) -> bool {
@@ -162,13 +163,13 @@ async fn a_room_that_outgrows_its_window_gets_a_summary(backend: Backend) {
     let summary = &body["summary"];
     assert_eq!(summary["text"], "Sam booked the red boat for the regatta.");
     assert!(
-        summary["updated_at_ms"].as_i64().is_some_and(|t| t > 0),
+        summary["updatedAtMs"].as_i64().is_some_and(|t| t > 0),
         "{body}"
     );
     // It covers through the first exchange: the reply to the first message.
     let messages = body["messages"].as_array().expect("messages");
     assert_eq!(messages.len(), 6, "{body}");
-    assert_eq!(summary["through_message_id"], messages[1]["id"], "{body}");
+    assert_eq!(summary["throughMessageId"], messages[1]["id"], "{body}");
 
     // The next reply's prompt carries the summary in place of what fell out of the window.
     say(&app, "harbour", SAM, "Is the boat ready?").await;
@@ -222,8 +223,8 @@ async fn facts_learned_in_one_room_are_recalled_in_another(backend: Backend) {
     assert!(!prompt.contains("Reply #"), "{prompt}");
 
     let fact = json!({
-        "user_id": "u-sam",
-        "user_name": "Sam",
+        "userId": "u-sam",
+        "userName": "Sam",
         "fact": "Sam keeps bees on a rooftop in Oslo",
         "room": "web:garden",
     });
@@ -233,10 +234,10 @@ async fn facts_learned_in_one_room_are_recalled_in_another(backend: Backend) {
     .await;
     let body = memories(&app, "garden").await;
     let listed = &body["facts"][0];
-    for key in ["user_id", "user_name", "fact", "room"] {
+    for key in ["userId", "userName", "fact", "room"] {
         assert_eq!(listed[key], fact[key], "{key}: {body}");
     }
-    assert!(listed["created_at_ms"].as_i64().is_some_and(|t| t > 0));
+    assert!(listed["createdAtMs"].as_i64().is_some_and(|t| t > 0));
 
     // Sam, in another room: the prompt knows them.
     say(&app, "market", SAM, "Any honey buyers here?").await;
@@ -362,4 +363,49 @@ async fn a_hanging_summary_delays_no_reply_and_is_not_asked_twice(backend: Backe
     }
     fake.wait_for_matching(2, WAIT, is_summary).await;
     assert_eq!(memories(&app, "pier").await["summary"], Value::Null);
+}
+
+/// Issue 13 made every answer camelCase; for one release the rooms and memories answers
+/// also carry their old snake_case names, with the same values (docs/api.md).
+async fn rooms_and_memories_still_carry_their_old_names(backend: Backend) {
+    let fake = model(|_| "unused".to_string(), |_| "[]".to_string()).await;
+    let app = spawn(
+        backend,
+        &fake,
+        &[
+            ("TROUPE_MEMORY_SUMMARY_EVERY", "0"),
+            ("TROUPE_MEMORY_FACTS_EVERY", "0"),
+        ],
+    )
+    .await;
+    say(&app, "lagoon", SAM, "Is the ferry on time?").await;
+
+    let (status, body) = app.get(&format!("/api/agents/{AGENT}/rooms")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let room = &body["rooms"][0];
+    assert_eq!(room["room"], "web:lagoon", "{body}");
+    for (new, old) in [
+        ("messageCount", "message_count"),
+        ("lastActiveMs", "last_active_ms"),
+    ] {
+        assert!(!room[new].is_null(), "{new}: {body}");
+        assert_eq!(room[new], room[old], "{new} / {old}: {body}");
+    }
+
+    let body = memories(&app, "lagoon").await;
+    let messages = body["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 2, "{body}");
+    for message in messages {
+        for (new, old) in [
+            ("authorId", "author_id"),
+            ("authorName", "author_name"),
+            ("fromAgent", "from_agent"),
+            ("createdAtMs", "created_at_ms"),
+        ] {
+            assert!(!message[new].is_null(), "{new}: {body}");
+            assert_eq!(message[new], message[old], "{new} / {old}: {body}");
+        }
+    }
+    assert_eq!(messages[0]["authorId"], "u-sam", "{body}");
+    assert_eq!(messages[1]["fromAgent"], true, "{body}");
 }

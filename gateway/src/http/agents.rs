@@ -4,13 +4,14 @@
 //! message like any platform message, waits for the agent's outcome, and answers with the
 //! replies. The same `messageId` posted again returns the first answer instead of asking the
 //! model twice.
+//!
+//! Every answer is a typed view in camelCase. The rooms and memories views also carry the
+//! snake_case names they had before (issue 13), marked deprecated, for one release.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use serde::Deserialize;
-use serde_json::{Value, json};
-use std::sync::Arc;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use troupe_connectors::{
     AgentId, Inbound, MessageId, Platform, RoomId, RoomKey, RoomRef, SinkError, UserId, UserRef,
@@ -18,71 +19,101 @@ use troupe_connectors::{
 
 use super::AppState;
 use super::error::{ApiError, ApiJson};
+use super::extract::{AgentPath, RoomPath, lenient_room};
 use crate::agent::Agent;
 use crate::bus::BusError;
 use crate::ingress::{ConverseError, HandleError, Outcome};
 use crate::provider::ProviderError;
 
-fn find(state: &AppState, agent: &str) -> Result<Arc<Agent>, ApiError> {
-    state.agents.find(agent).ok_or_else(|| {
-        let known: Vec<String> = state
-            .agents
-            .all()
-            .iter()
-            .map(|a| a.id.to_string())
-            .collect();
-        ApiError::not_found(format!(
-            "no persona with id or name `{agent}`; loaded: {}",
-            if known.is_empty() {
-                "none".to_string()
-            } else {
-                known.join(", ")
-            }
-        ))
-    })
+/// A persona, as `GET /api/agents` lists it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentView {
+    id: AgentId,
+    /// Changes whenever the character file's content does: a hot reload is visible here.
+    revision: String,
+    name: String,
+    model: String,
+    model_configured: bool,
+    platforms: Vec<Platform>,
+    source: Option<String>,
 }
 
-fn describe(agent: &Agent) -> Value {
-    let mind = agent.mind();
-    // Changes whenever the character file's content does: a hot reload is visible here.
-    let revision = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        mind.persona.raw.to_string().hash(&mut h);
-        format!("{:016x}", h.finish())
-    };
-    json!({
-        "id": agent.id,
-        "revision": revision,
-        "name": mind.persona.name,
-        "model": mind.provider.describe(),
-        "modelConfigured": mind.provider.unavailable().is_none(),
-        "platforms": mind.persona.platforms(),
-        "source": mind.persona.source.file_name().map(|f| f.to_string_lossy().to_string()),
-    })
+impl AgentView {
+    fn of(agent: &Agent) -> Self {
+        let mind = agent.mind();
+        let revision = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            mind.persona.raw.to_string().hash(&mut h);
+            format!("{:016x}", h.finish())
+        };
+        AgentView {
+            id: agent.id.clone(),
+            revision,
+            name: mind.persona.name.clone(),
+            model: mind.provider.describe(),
+            model_configured: mind.provider.unavailable().is_none(),
+            platforms: mind.persona.platforms(),
+            source: mind
+                .persona
+                .source
+                .file_name()
+                .map(|f| f.to_string_lossy().to_string()),
+        }
+    }
 }
 
-pub async fn list(State(state): State<AppState>) -> Json<Value> {
-    let agents: Vec<Value> = state.agents.all().iter().map(|a| describe(a)).collect();
-    Json(json!({ "agents": agents }))
+#[derive(Debug, Serialize)]
+pub struct AgentList {
+    agents: Vec<AgentView>,
 }
 
-pub async fn get(
-    State(state): State<AppState>,
-    Path(agent): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let agent = find(&state, &agent)?;
-    Ok(Json(describe(&agent)))
+pub async fn list(State(state): State<AppState>) -> Json<AgentList> {
+    let agents = state
+        .agents
+        .all()
+        .iter()
+        .map(|a| AgentView::of(a))
+        .collect();
+    Json(AgentList { agents })
+}
+
+pub async fn get(AgentPath(agent): AgentPath) -> Json<AgentView> {
+    Json(AgentView::of(&agent))
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PostMessage {
-    room_id: Option<String>,
+    /// A room of the HTTP API: `r1`, or `web:r1`.
+    #[serde(default, deserialize_with = "lenient_room")]
+    room_id: Option<RoomKey>,
     user_id: Option<String>,
     user_name: Option<String>,
     text: String,
     message_id: Option<String>,
+}
+
+/// What `POST /messages` answers: the replies, or why there are none.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageAnswer {
+    replies: Vec<ReplyView>,
+    /// The room as it was posted: the Web room's own id, without `web:`.
+    room_id: RoomId,
+    message_id: MessageId,
+    /// Set when the model answered: whether this is the first answer again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duplicate: Option<bool>,
+    /// Set when the persona chose not to answer: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ignored: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReplyView {
+    text: String,
 }
 
 fn nonempty(value: Option<String>, field: &str, max: usize) -> Result<Option<String>, ApiError> {
@@ -98,12 +129,25 @@ fn nonempty(value: Option<String>, field: &str, max: usize) -> Result<Option<Str
     }
 }
 
+/// The Web room a message is posted in. The API talks only in its own rooms: a room of
+/// another platform is answered there, by its connector, never from an HTTP caller.
+fn web_room(posted: Option<RoomKey>) -> Result<RoomId, ApiError> {
+    match posted {
+        None => Ok(RoomId::new("default")),
+        Some(key) if key.platform == Platform::Web => Ok(key.room),
+        Some(key) => Err(ApiError::bad_request(format!(
+            "`roomId` names a {} room ({key}): POST /messages talks only in rooms of the HTTP \
+             API, `r1` or `web:r1`",
+            key.platform
+        ))),
+    }
+}
+
 pub async fn post_message(
     State(state): State<AppState>,
-    Path(agent): Path<String>,
+    AgentPath(agent): AgentPath,
     ApiJson(body): ApiJson<PostMessage>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let agent = find(&state, &agent)?;
+) -> Result<(StatusCode, Json<MessageAnswer>), ApiError> {
     let mind = agent.mind();
     // Refuse before journaling: a message that cannot be answered is not accepted.
     if let Some(reason) = mind.provider.unavailable() {
@@ -120,16 +164,18 @@ pub async fn post_message(
             format!("`text` is longer than {max} characters (TROUPE_MAX_MESSAGE_CHARS)"),
         ));
     }
-    let room_id = nonempty(body.room_id, "roomId", 200)?.unwrap_or_else(|| "default".into());
+    let room_id = web_room(body.room_id)?;
     let user_id =
         nonempty(body.user_id, "userId", 200)?.unwrap_or_else(|| crate::web::ANONYMOUS_USER.into());
     let user_name = nonempty(body.user_name, "userName", 100)?.unwrap_or_else(|| "User".into());
-    let message_id = nonempty(body.message_id, "messageId", 200)?
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let message_id = MessageId::new(
+        nonempty(body.message_id, "messageId", 200)?
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+    );
 
     let inbound = Inbound {
-        id: MessageId::new(message_id.clone()),
-        room: RoomRef::new(Platform::Web, RoomId::new(room_id.clone())),
+        id: message_id.clone(),
+        room: RoomRef::new(Platform::Web, room_id.clone()),
         author: UserRef {
             id: UserId::new(user_id),
             name: user_name,
@@ -145,28 +191,29 @@ pub async fn post_message(
 
     // The model has its own deadline; this one only guards against a lost outcome.
     let deadline = state.config.agent.model_timeout + Duration::from_secs(30);
-    let agent_id = AgentId::from(agent.id.as_str());
-    let answer = match state.ingress.converse(&agent_id, inbound, deadline).await {
+    let answer = match state.ingress.converse(&agent.id, inbound, deadline).await {
         Ok(answer) => answer,
         Err(e) => return Err(converse_error(e)),
     };
-    let duplicate = answer.duplicate;
+    let reply = |replies: Vec<ReplyView>, duplicate, ignored| {
+        Ok((
+            StatusCode::OK,
+            Json(MessageAnswer {
+                replies,
+                room_id,
+                message_id,
+                duplicate,
+                ignored,
+            }),
+        ))
+    };
     match answer.outcome {
-        Outcome::Replied { texts } => Ok((
-            StatusCode::OK,
-            Json(json!({
-                "replies": texts.iter().map(|t| json!({ "text": t })).collect::<Vec<_>>(),
-                "roomId": room_id,
-                "messageId": message_id,
-                "duplicate": duplicate,
-            })),
-        )),
-        Outcome::Ignored { reason } => Ok((
-            StatusCode::OK,
-            Json(
-                json!({ "replies": [], "roomId": room_id, "messageId": message_id, "ignored": reason }),
-            ),
-        )),
+        Outcome::Replied { texts } => reply(
+            texts.into_iter().map(|text| ReplyView { text }).collect(),
+            Some(answer.duplicate),
+            None,
+        ),
+        Outcome::Ignored { reason } => reply(Vec::new(), None, Some(reason.to_string())),
         Outcome::RateLimited { scope } => Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
@@ -252,23 +299,56 @@ fn provider_error(error: &ProviderError) -> ApiError {
     ApiError::new(status, code, detail)
 }
 
-/// Parses a room path segment: `platform:room`, or a bare id for the Web platform.
-fn room_key(room: &str) -> RoomKey {
-    if let Some((platform, id)) = room.split_once(':')
-        && let Ok(platform) = platform.parse::<Platform>()
-    {
-        return RoomKey::new(platform, RoomId::new(id));
-    }
-    RoomKey::new(Platform::Web, RoomId::new(room))
+/// One room of a persona, as `GET /rooms` lists it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoomView {
+    room: RoomKey,
+    platform: String,
+    name: Option<String>,
+    message_count: i64,
+    last_active_ms: i64,
+    #[serde(flatten)]
+    deprecated: LegacyRoom,
+}
+
+/// Deprecated: the snake_case names `GET /rooms` had before issue 13; they go in the next
+/// release (docs/api.md, "Renamed fields").
+#[derive(Debug, Serialize)]
+struct LegacyRoom {
+    message_count: i64,
+    last_active_ms: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RoomList {
+    rooms: Vec<RoomView>,
 }
 
 pub async fn rooms(
     State(state): State<AppState>,
-    Path(agent): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let agent = find(&state, &agent)?;
-    let rooms = state.store.rooms(&agent.id).await?;
-    Ok(Json(json!({ "rooms": rooms })))
+    AgentPath(agent): AgentPath,
+) -> Result<Json<RoomList>, ApiError> {
+    let rooms = state
+        .store
+        .rooms(&agent.id)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok(RoomView {
+                room: r.room.clone(),
+                platform: r.platform.to_string(),
+                name: r.name,
+                message_count: r.message_count,
+                last_active_ms: r.last_active_ms,
+                deprecated: LegacyRoom {
+                    message_count: r.message_count,
+                    last_active_ms: r.last_active_ms,
+                },
+            })
+        })
+        .collect::<Result<_, ApiError>>()?;
+    Ok(Json(RoomList { rooms }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -276,25 +356,141 @@ pub struct MemoryQuery {
     limit: Option<i64>,
 }
 
+/// `GET /rooms/{room}/memories`: what the persona remembers of a room (docs/memory.md).
+#[derive(Debug, Serialize)]
+pub struct Memories {
+    room: RoomKey,
+    messages: Vec<MessageView>,
+    summary: Option<SummaryView>,
+    facts: Vec<FactView>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageView {
+    id: i64,
+    room: RoomKey,
+    author_id: String,
+    author_name: String,
+    text: String,
+    /// Said by the persona.
+    from_agent: bool,
+    created_at_ms: i64,
+    #[serde(flatten)]
+    deprecated: LegacyMessage,
+}
+
+/// Deprecated snake_case copies, until the next release.
+#[derive(Debug, Serialize)]
+struct LegacyMessage {
+    author_id: String,
+    author_name: String,
+    from_agent: bool,
+    created_at_ms: i64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SummaryView {
+    text: String,
+    /// The newest message the summary covers.
+    through_message_id: i64,
+    updated_at_ms: i64,
+    #[serde(flatten)]
+    deprecated: LegacySummary,
+}
+
+/// Deprecated snake_case copies, until the next release.
+#[derive(Debug, Serialize)]
+struct LegacySummary {
+    through_message_id: i64,
+    updated_at_ms: i64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FactView {
+    user_id: String,
+    user_name: String,
+    fact: String,
+    /// Where it was learned.
+    room: RoomKey,
+    created_at_ms: i64,
+    #[serde(flatten)]
+    deprecated: LegacyFact,
+}
+
+/// Deprecated snake_case copies, until the next release.
+#[derive(Debug, Serialize)]
+struct LegacyFact {
+    user_id: String,
+    user_name: String,
+    created_at_ms: i64,
+}
+
 pub async fn memories(
     State(state): State<AppState>,
-    Path((agent, room)): Path<(String, String)>,
+    AgentPath(agent): AgentPath,
+    RoomPath(room): RoomPath,
     Query(q): Query<MemoryQuery>,
-) -> Result<Json<Value>, ApiError> {
-    let agent = find(&state, &agent)?;
-    let room = room_key(&room);
-    let key = room.to_string();
+) -> Result<Json<Memories>, ApiError> {
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let messages = state.store.recent_messages(&agent.id, &room, limit).await?;
     // What the agent remembers beyond the recent messages (docs/memory.md).
     let summary = state.store.room_summary(&agent.id, &room).await?;
     let facts = state.store.room_user_facts(&agent.id, &room).await?;
-    Ok(Json(json!({
-        "room": key,
-        "messages": messages,
-        "summary": summary,
-        "facts": facts,
-    })))
+    let messages = messages
+        .into_iter()
+        .map(|m| {
+            Ok(MessageView {
+                id: m.id,
+                room: m.room.clone(),
+                deprecated: LegacyMessage {
+                    author_id: m.author_id.to_string(),
+                    author_name: m.author_name.clone(),
+                    from_agent: m.from_agent,
+                    created_at_ms: m.created_at_ms,
+                },
+                author_id: m.author_id.to_string(),
+                author_name: m.author_name,
+                text: m.text,
+                from_agent: m.from_agent,
+                created_at_ms: m.created_at_ms,
+            })
+        })
+        .collect::<Result<_, ApiError>>()?;
+    let summary = summary.map(|s| SummaryView {
+        text: s.summary,
+        through_message_id: s.through_message_id,
+        updated_at_ms: s.updated_at_ms,
+        deprecated: LegacySummary {
+            through_message_id: s.through_message_id,
+            updated_at_ms: s.updated_at_ms,
+        },
+    });
+    let facts = facts
+        .into_iter()
+        .map(|f| {
+            Ok(FactView {
+                room: f.room.clone(),
+                deprecated: LegacyFact {
+                    user_id: f.user_id.to_string(),
+                    user_name: f.user_name.clone(),
+                    created_at_ms: f.created_at_ms,
+                },
+                user_id: f.user_id.to_string(),
+                user_name: f.user_name,
+                fact: f.fact,
+                created_at_ms: f.created_at_ms,
+            })
+        })
+        .collect::<Result<_, ApiError>>()?;
+    Ok(Json(Memories {
+        room,
+        messages,
+        summary,
+        facts,
+    }))
 }
 
 #[cfg(test)]
@@ -302,9 +498,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn room_segments_parse_with_or_without_platform() {
-        assert_eq!(room_key("telegram:-100:7").to_string(), "telegram:-100:7");
-        assert_eq!(room_key("r1").to_string(), "web:r1");
-        assert_eq!(room_key("weird:thing").to_string(), "web:weird:thing");
+    fn the_api_posts_only_in_its_own_rooms() {
+        let posted = |s: &str| web_room(Some(RoomKey::parse_lenient(s).unwrap()));
+        assert_eq!(web_room(None).unwrap().as_str(), "default");
+        assert_eq!(posted("r1").unwrap().as_str(), "r1");
+        assert_eq!(posted("web:r1").unwrap().as_str(), "r1");
+        assert_eq!(posted("weird:thing").unwrap().as_str(), "weird:thing");
+        assert!(posted("telegram:-100").is_err());
+    }
+
+    #[test]
+    fn renamed_fields_are_camel_case_with_their_old_names_kept() {
+        let fact = FactView {
+            user_id: "u1".into(),
+            user_name: "Sam".into(),
+            fact: "keeps bees".into(),
+            room: RoomKey::parse_lenient("r1").unwrap(),
+            created_at_ms: 7,
+            deprecated: LegacyFact {
+                user_id: "u1".into(),
+                user_name: "Sam".into(),
+                created_at_ms: 7,
+            },
+        };
+        let json = serde_json::to_value(&fact).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "userId": "u1", "userName": "Sam", "fact": "keeps bees", "room": "web:r1",
+                "createdAtMs": 7, "user_id": "u1", "user_name": "Sam", "created_at_ms": 7,
+            })
+        );
     }
 }

@@ -6,7 +6,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -44,13 +44,20 @@ impl ApiError {
     }
 }
 
+/// The body of every error response.
+#[derive(Debug, Serialize)]
+struct ErrorBody {
+    error: &'static str,
+    detail: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({ "error": self.error, "detail": self.detail })),
-        )
-            .into_response()
+        let body = ErrorBody {
+            error: self.error,
+            detail: self.detail,
+        };
+        (self.status, Json(body)).into_response()
     }
 }
 

@@ -6,68 +6,111 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::AppState;
+use crate::storage::Backend;
 
-pub async fn healthz() -> impl IntoResponse {
-    Json(json!({ "status": "ok" }))
+/// `GET /healthz`.
+#[derive(Debug, Serialize)]
+pub struct Alive {
+    status: &'static str,
+}
+
+pub async fn healthz() -> Json<Alive> {
+    Json(Alive { status: "ok" })
+}
+
+/// `GET /readyz`: `ready` or `not_ready`, and each dependency's check.
+#[derive(Debug, Serialize)]
+pub struct Readiness {
+    status: &'static str,
+    database: Check,
+    bus: Check,
+    /// By `agent/platform`.
+    connectors: BTreeMap<String, Check>,
+}
+
+/// One dependency's check: `ok`, `standby` or `error` with a `detail`, and what it is.
+#[derive(Debug, Default, Serialize)]
+pub struct Check {
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backend: Option<Backend>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    depth: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+}
+
+impl Check {
+    fn status(status: &'static str) -> Self {
+        Check {
+            status,
+            ..Check::default()
+        }
+    }
+
+    fn error(detail: impl ToString) -> Self {
+        Check {
+            detail: Some(detail.to_string()),
+            ..Check::status("error")
+        }
+    }
+
+    fn is_ok(&self) -> bool {
+        self.status != "error"
+    }
 }
 
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    crate::metrics::bus_depth(state.ingress.bus().depth());
-    let mut ready = true;
+    let bus = state.ingress.bus();
+    crate::metrics::bus_depth(bus.depth());
     let database = match state.store.ping().await {
-        Ok(()) => json!({ "status": "ok", "backend": state.store.backend() }),
-        Err(e) => {
-            ready = false;
-            json!({ "status": "error", "detail": e.to_string() })
-        }
+        Ok(()) => Check {
+            backend: Some(state.store.backend()),
+            ..Check::status("ok")
+        },
+        Err(e) => Check::error(e),
     };
-    let bus = match state.ingress.bus().health().await {
-        Ok(()) => json!({
-            "status": "ok",
-            "kind": state.ingress.bus().describe(),
-            "depth": state.ingress.bus().depth(),
-        }),
-        Err(e) => {
-            ready = false;
-            json!({
-                "status": "error",
-                "kind": state.ingress.bus().describe(),
-                "detail": e.to_string(),
-            })
-        }
+    let bus = match bus.health().await {
+        Ok(()) => Check {
+            kind: Some(bus.describe()),
+            depth: Some(bus.depth()),
+            ..Check::status("ok")
+        },
+        Err(e) => Check {
+            kind: Some(bus.describe()),
+            ..Check::error(e)
+        },
     };
-    let mut connectors = Map::new();
+    let mut connectors = BTreeMap::new();
     // A receiver that another replica leads is healthy here too: this replica still sends
     // through it, and takes over when the leader goes.
     let roles = state.elector.connector_roles();
     for (agent, connector) in state.outbox.connectors().all() {
         let name = format!("{agent}/{}", connector.platform());
         let standby = roles.get(&name) == Some(&crate::leader::Role::Standby);
-        let status =
+        let check =
             match tokio::time::timeout(Duration::from_secs(5), connector.healthcheck()).await {
-                Ok(Ok(())) if standby => json!({ "status": "standby" }),
-                Ok(Ok(())) => json!({ "status": "ok" }),
-                Ok(Err(e)) => {
-                    ready = false;
-                    json!({ "status": "error", "detail": e.to_string() })
-                }
-                Err(_) => {
-                    ready = false;
-                    json!({ "status": "error", "detail": "health check timed out" })
-                }
+                Ok(Ok(())) if standby => Check::status("standby"),
+                Ok(Ok(())) => Check::status("ok"),
+                Ok(Err(e)) => Check::error(e),
+                Err(_) => Check::error("health check timed out"),
             };
-        connectors.insert(name, status);
+        connectors.insert(name, check);
     }
-    let body = json!({
-        "status": if ready { "ready" } else { "not_ready" },
-        "database": database,
-        "bus": bus,
-        "connectors": Value::Object(connectors),
-    });
+    let ready = database.is_ok() && bus.is_ok() && connectors.values().all(Check::is_ok);
+    let body = Readiness {
+        status: if ready { "ready" } else { "not_ready" },
+        database,
+        bus,
+        connectors,
+    };
     let code = if ready {
         StatusCode::OK
     } else {

@@ -15,16 +15,14 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Multipart, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
-use std::sync::Arc;
+use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
-use troupe_connectors::{Platform, RoomId, RoomKey};
+use troupe_connectors::RoomKey;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::agent::Agent;
-use crate::knowledge::{Input, Knowledge, KnowledgeError, Origin};
+use super::extract::{AgentPath, lenient_room, room_param};
+use crate::knowledge::{Document, Hit, Input, Knowledge, KnowledgeError, Origin};
 
 impl From<KnowledgeError> for ApiError {
     fn from(e: KnowledgeError) -> Self {
@@ -61,31 +59,6 @@ impl From<KnowledgeError> for ApiError {
 
 fn knowledge(state: &AppState) -> Result<&Knowledge, ApiError> {
     Ok(&state.knowledge)
-}
-
-fn find(state: &AppState, agent: &str) -> Result<Arc<Agent>, ApiError> {
-    state.agents.find(agent).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "no persona with id or name `{agent}`; GET /api/agents lists them"
-        ))
-    })
-}
-
-/// A `roomId` as the API takes it: `platform:room` (`telegram:-100123`), or a bare id for
-/// the Web platform, as `POST /messages` uses it (`r1` is `web:r1`).
-fn room_key(room: &str) -> Result<RoomKey, ApiError> {
-    let room = room.trim();
-    if room.is_empty() || room.len() > 200 {
-        return Err(ApiError::bad_request(
-            "`roomId` must be 1 to 200 characters: `platform:room`, or a room of the HTTP API",
-        ));
-    }
-    if let Some((platform, id)) = room.split_once(':')
-        && let Ok(platform) = platform.parse::<Platform>()
-    {
-        return Ok(RoomKey::new(platform, RoomId::new(id)));
-    }
-    Ok(RoomKey::new(Platform::Web, RoomId::new(room)))
 }
 
 /// A query string that does not parse (`limit=abc`), as a JSON 400.
@@ -149,13 +122,32 @@ async fn spool(field: &mut Field<'_>, name: &str, limit: usize) -> Result<Spoole
     })
 }
 
+/// One stored file of an upload.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Uploaded {
+    id: String,
+    source: String,
+    chunks: usize,
+    duplicate: bool,
+    room_id: Option<RoomKey>,
+}
+
+/// An upload's answer: the first file's fields at the top level, and every file in order.
+#[derive(Debug, Serialize)]
+pub struct UploadAnswer {
+    #[serde(flatten)]
+    first: Uploaded,
+    documents: Vec<Uploaded>,
+}
+
 /// `POST /api/agents/{agent}/documents`: multipart `file` (one or more) and `roomId`, in
 /// any order. Answers 201 with `{documents: [{id, source, chunks, duplicate, roomId}]}`
 /// and, for the first file, the same fields at the top level; 200 when every file was a
 /// duplicate. Any error leaves nothing of the request stored.
 pub async fn upload(
     State(state): State<AppState>,
-    Path(agent): Path<String>,
+    AgentPath(agent): AgentPath,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Response, ApiError> {
     let mut multipart = multipart.map_err(|e| {
@@ -164,13 +156,12 @@ pub async fn upload(
             e.body_text()
         ))
     })?;
-    let agent = find(&state, &agent)?;
     let knowledge = knowledge(&state)?;
     let settings = knowledge.settings();
     let limit = settings.max_file_bytes;
 
     // 1. Every field, before anything is read or stored.
-    let mut room: Option<RoomKey> = None;
+    let mut scope: Option<RoomKey> = None;
     let mut files: Vec<Spooled> = Vec::new();
     while let Some(mut field) = multipart
         .next_field()
@@ -178,14 +169,14 @@ pub async fn upload(
         .map_err(|e| multipart_error(e, limit))?
     {
         match field.name().unwrap_or("") {
-            "roomId" if room.is_some() => {
+            "roomId" if scope.is_some() => {
                 return Err(ApiError::bad_request(
                     "`roomId` is given twice: an upload goes to one room, or to the whole agent",
                 ));
             }
             "roomId" => {
                 let text = field.text().await.map_err(|e| multipart_error(e, limit))?;
-                room = Some(room_key(&text)?);
+                scope = Some(room_param("roomId", &text)?);
             }
             "file" => {
                 if files.len() == settings.max_files_per_request {
@@ -193,7 +184,8 @@ pub async fn upload(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         "too_many_files",
                         format!(
-                            "at most {} files per request (TROUPE_KNOWLEDGE_MAX_FILES);                              nothing was stored",
+                            "at most {} files per request (TROUPE_KNOWLEDGE_MAX_FILES); \
+                             nothing was stored",
                             settings.max_files_per_request
                         ),
                     ));
@@ -226,7 +218,7 @@ pub async fn upload(
             knowledge
                 .prepare(
                     &agent.id,
-                    room.as_ref(),
+                    scope.as_ref(),
                     &f.name,
                     f.content_type.as_deref(),
                     Input::File(f.file.path()),
@@ -241,67 +233,143 @@ pub async fn upload(
     let done = knowledge
         .store_all(Origin::Upload, &agent.id, prepared)
         .await?;
-    let documents: Vec<Value> = done
+    let documents: Vec<Uploaded> = done
         .into_iter()
         .zip(names)
-        .map(|(d, name)| {
-            json!({
-                "id": d.document_id,
-                "source": name,
-                "chunks": d.chunks,
-                "duplicate": d.duplicate,
-                "roomId": room,
-            })
+        .map(|(d, name)| Uploaded {
+            id: d.document_id.to_string(),
+            source: name,
+            chunks: d.chunks,
+            duplicate: d.duplicate,
+            room_id: scope.clone(),
         })
         .collect();
-    let all_duplicates = documents.iter().all(|d| d["duplicate"] == json!(true));
-    let mut body = documents[0].clone();
-    body["documents"] = Value::Array(documents);
-    let status = if all_duplicates {
+    let status = if documents.iter().all(|d| d.duplicate) {
         StatusCode::OK
     } else {
         StatusCode::CREATED
     };
-    Ok((status, Json(body)).into_response())
+    // `store_all` answers one entry per prepared file, and there is at least one file.
+    let Some(first) = documents.first().cloned() else {
+        return Err(ApiError::internal("an upload stored no document"));
+    };
+    Ok((status, Json(UploadAnswer { first, documents })).into_response())
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListQuery {
-    room_id: Option<String>,
+    #[serde(default, deserialize_with = "lenient_room")]
+    room_id: Option<RoomKey>,
+}
+
+/// A stored document, as listed.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DocumentView {
+    id: String,
+    source: String,
+    /// The room it is scoped to; `null` for the whole agent.
+    room_id: Option<RoomKey>,
+    content_type: String,
+    /// Who added it: `upload`, `cli`, `character` or `attachment`.
+    origin: String,
+    bytes: i64,
+    chunks: i64,
+    created_at_ms: i64,
+}
+
+impl DocumentView {
+    fn of(d: Document) -> Result<Self, ApiError> {
+        Ok(DocumentView {
+            room_id: d.room_id,
+            id: d.id.to_string(),
+            source: d.source,
+            content_type: d.content_type,
+            origin: d.origin.to_string(),
+            bytes: d.bytes,
+            chunks: d.chunks,
+            created_at_ms: d.created_at_ms,
+        })
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct DocumentList {
+    documents: Vec<DocumentView>,
 }
 
 /// `GET /api/agents/{agent}/documents[?roomId=]`.
 pub async fn list(
     State(state): State<AppState>,
-    Path(agent): Path<String>,
+    AgentPath(agent): AgentPath,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DocumentList>, ApiError> {
     let Query(query) = query.map_err(bad_query)?;
-    let agent = find(&state, &agent)?;
-    let room = query.room_id.as_deref().map(room_key).transpose()?;
-    let docs = knowledge(&state)?
-        .documents(&agent.id, room.as_ref().map(Some))
-        .await?;
-    Ok(Json(json!({ "documents": docs })))
+    let documents = knowledge(&state)?
+        .documents(&agent.id, query.room_id.as_ref().map(Some))
+        .await?
+        .into_iter()
+        .map(DocumentView::of)
+        .collect::<Result<_, _>>()?;
+    Ok(Json(DocumentList { documents }))
 }
 
 /// `DELETE /api/agents/{agent}/documents/{id}`: 204, or 404 when unknown.
 pub async fn delete(
     State(state): State<AppState>,
-    Path((agent, id)): Path<(String, String)>,
+    AgentPath(agent): AgentPath,
+    Path(params): Path<DocumentParams>,
 ) -> Result<StatusCode, ApiError> {
-    let agent = find(&state, &agent)?;
-    knowledge(&state)?.delete(&agent.id, &id).await?;
+    knowledge(&state)?.delete(&agent.id, &params.id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The path of one document; `{agent}` is [`AgentPath`]'s.
+#[derive(Debug, Deserialize)]
+pub struct DocumentParams {
+    id: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchQuery {
     q: Option<String>,
-    room_id: Option<String>,
+    #[serde(default, deserialize_with = "lenient_room")]
+    room_id: Option<RoomKey>,
     limit: Option<usize>,
+}
+
+/// One retrieved passage.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HitView {
+    chunk_id: String,
+    document_id: String,
+    source: String,
+    text: String,
+    /// Higher is better: BM25 (Postgres' rank), or the fused score with embeddings.
+    score: f64,
+}
+
+impl From<Hit> for HitView {
+    fn from(h: Hit) -> Self {
+        HitView {
+            chunk_id: h.chunk_id.to_string(),
+            document_id: h.document_id.to_string(),
+            source: h.source,
+            text: h.text,
+            score: h.score,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchAnswer {
+    query: String,
+    room_id: Option<RoomKey>,
+    results: Vec<HitView>,
 }
 
 /// `GET /api/agents/{agent}/knowledge/search?q=&roomId=&limit=`: the chunks a prompt in that
@@ -309,11 +377,10 @@ pub struct SearchQuery {
 /// at most 100).
 pub async fn search(
     State(state): State<AppState>,
-    Path(agent): Path<String>,
+    AgentPath(agent): AgentPath,
     query: Result<Query<SearchQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SearchAnswer>, ApiError> {
     let Query(query) = query.map_err(bad_query)?;
-    let agent = find(&state, &agent)?;
     let knowledge = knowledge(&state)?;
     let q = query
         .q
@@ -325,26 +392,16 @@ pub async fn search(
             state.config.limits.max_message_chars
         )));
     }
-    let room = query.room_id.as_deref().map(room_key).transpose()?;
     let limit = query
         .limit
         .unwrap_or(knowledge.settings().top_k.max(1))
         .clamp(1, 100);
     let hits = knowledge
-        .search(&agent.id, room.as_ref(), &q, limit)
+        .search(&agent.id, query.room_id.as_ref(), &q, limit)
         .await?;
-    Ok(Json(json!({ "query": q, "roomId": room, "results": hits })))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn room_ids_parse_like_the_messages_route() {
-        assert_eq!(super::room_key("r1").unwrap().to_string(), "web:r1");
-        assert_eq!(
-            super::room_key("telegram:-100").unwrap().to_string(),
-            "telegram:-100"
-        );
-        assert!(super::room_key(" ").is_err());
-    }
+    Ok(Json(SearchAnswer {
+        query: q,
+        room_id: query.room_id,
+        results: hits.into_iter().map(HitView::from).collect(),
+    }))
 }

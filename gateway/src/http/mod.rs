@@ -12,6 +12,7 @@
 
 mod agents;
 pub mod error;
+mod extract;
 mod health;
 mod knowledge;
 mod webhooks;

@@ -11,30 +11,37 @@ use troupe_connectors::{Platform, WebhookRequest};
 
 use super::AppState;
 use super::error::ApiError;
+use super::extract::AgentPath;
+
+/// The path of a webhook; `{agent}` is [`AgentPath`]'s.
+#[derive(serde::Deserialize)]
+pub struct WebhookParams {
+    platform: String,
+}
 
 pub async fn receive(
     State(state): State<AppState>,
-    Path((platform, agent)): Path<(String, String)>,
+    AgentPath(agent): AgentPath,
+    Path(params): Path<WebhookParams>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let platform: Platform =
-        platform
+        params
+            .platform
             .parse()
             .map_err(|e: troupe_connectors::model::UnknownPlatform| {
                 ApiError::not_found(e.to_string())
             })?;
-    let agent_id = state
-        .agents
-        .find(&agent)
-        .map(|a| a.id.clone())
-        .ok_or_else(|| ApiError::not_found(format!("no persona `{agent}`")))?;
     let connector = state
         .outbox
         .connectors()
-        .get(&agent_id, platform)
+        .get(&agent.id, platform)
         .ok_or_else(|| {
-            ApiError::not_found(format!("persona `{agent_id}` runs no {platform} connector"))
+            ApiError::not_found(format!(
+                "persona `{}` runs no {platform} connector",
+                agent.id
+            ))
         })?;
     let request = WebhookRequest {
         headers: headers
