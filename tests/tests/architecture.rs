@@ -60,7 +60,10 @@ fn modules(src: &Path) -> BTreeMap<ModPath, String> {
                 parts.pop();
             }
             let text = std::fs::read_to_string(&path).expect("a readable source file");
-            out.insert(parts, strip_test_modules(&strip_comments_and_strings(&text)));
+            out.insert(
+                parts,
+                strip_test_modules(&strip_comments_and_strings(&text)),
+            );
         }
     }
     out
@@ -232,7 +235,12 @@ fn named_paths(text: &str) -> Vec<Vec<String>> {
     }
     paths
         .into_iter()
-        .filter(|p| matches!(p.first().map(String::as_str), Some("crate" | "super" | "self")))
+        .filter(|p| {
+            matches!(
+                p.first().map(String::as_str),
+                Some("crate" | "super" | "self")
+            )
+        })
         .collect()
 }
 
@@ -276,11 +284,7 @@ fn expand_use(tree: &str, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
 }
 
 /// The module file a path lands in: the deepest existing module along it.
-fn resolve(
-    from: &ModPath,
-    path: &[String],
-    known: &BTreeSet<ModPath>,
-) -> Option<ModPath> {
+fn resolve(from: &ModPath, path: &[String], known: &BTreeSet<ModPath>) -> Option<ModPath> {
     let mut base: ModPath = match path.first()?.as_str() {
         "crate" => Vec::new(),
         "self" => from.clone(),
