@@ -5,10 +5,17 @@
 //! `InboundSink`, and only acknowledges a message to its platform (a getUpdates offset, a
 //! webhook 200, a notification cursor) after the sink has accepted it: the sink's answer
 //! means the message is in the journal and will not be lost.
+//!
+//! Also what every platform module builds from and answers with: the persona's
+//! [`ConnectorSettings`] and setting [`Lookup`], the [`Built`] outcome, and how replicas may
+//! share receiving ([`Receiving`], [`Shard`]). They live here, below the platform modules,
+//! so that a platform imports only this module and `model`, and `registry` imports the
+//! platforms: no module imports one that imports it back.
 
-use crate::model::{Inbound, MessageId, Outbound, Platform, RoomRef};
+use crate::model::{AgentId, Inbound, MessageId, Outbound, Platform, RoomRef};
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -187,7 +194,7 @@ pub trait Connector: Send + Sync {
     /// cannot go on (bad token); transient failures are retried inside.
     async fn run(
         &self,
-        sink: std::sync::Arc<dyn InboundSink>,
+        sink: Arc<dyn InboundSink>,
         shutdown: CancellationToken,
     ) -> Result<(), ConnectorError>;
 
@@ -221,4 +228,58 @@ pub trait Connector: Send + Sync {
     async fn healthcheck(&self) -> Result<(), ConnectorError> {
         Ok(())
     }
+
+    /// How the replicas of a gateway may share this account's receiving. Each platform
+    /// answers from the settings it parsed when it was built; the default (nothing to
+    /// receive, or webhooks) runs everywhere.
+    fn receiving(&self) -> Receiving {
+        Receiving::Everywhere
+    }
+}
+
+/// Resolves a setting by its elizaOS-compatible name.
+pub type Lookup<'a> = &'a (dyn Fn(&str) -> Option<String> + Send + Sync);
+
+/// What a connector needs to know about the persona it serves.
+#[derive(Clone)]
+pub struct ConnectorSettings {
+    /// Where the connector keeps its position across restarts.
+    pub state: Arc<dyn ConnectorState>,
+    pub agent_id: AgentId,
+    /// The persona's name (also how it is addressed in text).
+    pub persona_name: String,
+    /// `allowedChannelIds` / `allowedGroupIds`: rooms the persona may talk in.
+    pub allowed_rooms: Option<Vec<String>>,
+    /// `shouldOnlyJoinInAllowedGroups`: leave groups that are not allowed.
+    pub only_join_allowed: bool,
+}
+
+/// What building a platform's connector gave.
+pub enum Built {
+    Ready(Arc<dyn Connector>),
+    /// The platform's credentials are not configured; the string says what to set.
+    NotConfigured(String),
+}
+
+/// How the replicas of one gateway may share the receiving of one platform account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Receiving {
+    /// On every replica at once: the platform pushes each event once to whichever replica
+    /// the load balancer picks (webhooks), or there is nothing to receive.
+    Everywhere,
+    /// On one replica at a time: the platform serves one poller per account (Telegram's
+    /// `getUpdates` answers a second one with 409 Conflict), and two pollers would each
+    /// see every event. `name` identifies the account and holds no secret: it uses a
+    /// public id where the platform has one (a Telegram bot id, a Farcaster FID).
+    OneAtATime { name: String },
+    /// By gateway shard (Discord): each shard on one replica; `name` as above (a Discord
+    /// application id, else a one-way digest of the token).
+    Sharded { name: String },
+}
+
+/// One Discord gateway shard: `id` of `total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub id: u32,
+    pub total: u32,
 }

@@ -4,20 +4,29 @@
 //! - [`model`]: `Platform`, the id newtypes, `RoomRef`, `UserRef`, `Inbound`, `Outbound`,
 //!   `Attachment`. Everything a connector emits or accepts, and nothing platform-specific.
 //! - [`connector`]: the `Connector` trait (a source and a sink for one platform account) and
-//!   the `InboundSink` it hands messages to, plus the typed `ConnectorError`.
-//! - [`registry`]: builds the connector for a platform from its settings.
+//!   the `InboundSink` it hands messages to, plus the typed `ConnectorError`, and what a
+//!   platform is built from (`ConnectorSettings`, `Lookup`) and answers (`Built`,
+//!   `Receiving`, `Shard`).
+//! - [`registry`]: builds the connector for a platform from its settings: one match arm per
+//!   platform. It imports the platform modules; they import only `connector`, `model` and
+//!   `split`, so one platform is one module.
 //! - [`split`]: splitting a long reply at a platform's length limit on natural boundaries.
 //! - `discord` (feature `discord`, on by default): Discord bots over the gateway WebSocket
 //!   (serenity) and the REST API, with catch-up after downtime and code-fence-aware splitting.
 //! - `farcaster` (feature `farcaster`, on by default): Farcaster over Neynar's v2 API,
 //!   polling notifications or taking signed webhooks, posting replies as chained casts.
 //! - [`telegram`] (feature `telegram`, on by default): the Telegram Bot API connector.
+//! - `conformance` (tests only): one test body that every connector runs against its fake
+//!   platform: messages come out normalized, shutdown is respected, send errors surface.
 //! - `fuzzing` (feature `fuzzing`, hidden): byte-level entry points for the fuzz targets in
 //!   `fuzz/`; not an API.
 //!
 //! A connector depends on nothing in the gateway: it receives an `InboundSink` and a
 //! shutdown token, and it never learns who consumes its messages.
 
+// The conformance suite: every connector against its fake platform (tests only).
+#[cfg(all(test, feature = "discord", feature = "farcaster", feature = "telegram"))]
+mod conformance;
 pub mod connector;
 #[cfg(feature = "discord")]
 pub mod discord;
@@ -34,11 +43,11 @@ pub mod split;
 pub mod telegram;
 
 pub use connector::{
-    Accepted, Connector, ConnectorError, ConnectorState, ContextLine, Delivery, InboundSink,
-    MemoryState, SinkError, WebhookRequest, WebhookResponse,
+    Accepted, Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, ContextLine,
+    Delivery, InboundSink, Lookup, MemoryState, Receiving, Shard, SinkError, WebhookRequest,
+    WebhookResponse,
 };
 pub use model::{
     AgentId, Attachment, BadRoomKey, Inbound, MessageId, Outbound, Platform, ReplyTo, RoomId,
     RoomKey, RoomRef, UserId, UserRef,
 };
-pub use registry::{Built, ConnectorSettings, Lookup};

@@ -35,17 +35,6 @@ impl Platform {
             Platform::Web => "web",
         }
     }
-
-    /// The longest message the platform accepts, in the unit the platform counts
-    /// (characters for Discord and Telegram, bytes for Farcaster casts).
-    pub fn max_message_len(self) -> usize {
-        match self {
-            Platform::Discord => 2000,
-            Platform::Telegram => 4096,
-            Platform::Farcaster => 320,
-            Platform::Web => usize::MAX,
-        }
-    }
 }
 
 impl fmt::Display for Platform {

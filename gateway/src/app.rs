@@ -26,8 +26,10 @@ use crate::provider::{self, ModelProvider};
 use crate::storage::Store;
 use crate::web::WebConnector;
 use tracing::Instrument;
-use troupe_connectors::registry::{self, Built, ConnectorSettings, Receiving, Shard};
-use troupe_connectors::{AgentId, Platform};
+use troupe_connectors::registry;
+use troupe_connectors::{
+    AgentId, Built, Connector, ConnectorSettings, InboundSink, Lookup, Platform, Receiving, Shard,
+};
 
 /// Builds the model provider for a persona, with the app's circuit breakers; `troupe bench`
 /// swaps in an instant one.
@@ -102,6 +104,53 @@ pub struct App {
 }
 
 type PendingTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// One receiving loop to run: a connector and, when replicas must not run it twice, the
+/// name it is elected under.
+struct ReceiverRun {
+    connector: Arc<dyn Connector>,
+    leader: Option<String>,
+}
+
+/// Builds a persona's connector of `platform`; `None` (logged) when its credentials are
+/// missing or wrong, so that the persona's other platforms still start.
+fn build_connector(
+    persona: &Persona,
+    platform: Platform,
+    lookup: Lookup<'_>,
+    settings: &ConnectorSettings,
+) -> Option<Arc<dyn Connector>> {
+    match registry::build(platform, lookup, settings) {
+        Ok(Built::Ready(c)) => Some(c),
+        Ok(Built::NotConfigured(why)) => {
+            tracing::warn!(persona = %persona.id, %platform, "not connecting: {why}");
+            None
+        }
+        Err(e) => {
+            tracing::error!(persona = %persona.id, %platform, error = %e, "cannot build the connector");
+            None
+        }
+    }
+}
+
+/// Builds the connector that receives on one shard; `None` (logged) when it cannot be.
+fn build_shard(
+    persona: &Persona,
+    platform: Platform,
+    lookup: Lookup<'_>,
+    settings: &ConnectorSettings,
+    shard: Shard,
+) -> Option<Arc<dyn Connector>> {
+    match registry::build_shard(platform, lookup, settings, shard) {
+        Ok(Built::Ready(c)) => Some(c),
+        Ok(Built::NotConfigured(_)) => None,
+        Err(e) => {
+            tracing::error!(persona = %persona.id, %platform, shard = shard.id,
+                error = %e, "cannot build the shard's connector");
+            None
+        }
+    }
+}
 
 impl App {
     /// Builds the app and binds the HTTP listener.
@@ -267,18 +316,7 @@ impl App {
     /// once serving has started; a reload stops the old ones first. Restarting is safe: a
     /// connector acknowledges its platform only after the journal has a message.
     fn start_connectors(&self, persona: &Persona) {
-        if let Some(old) = self.lock_running().remove(persona.id.as_str()) {
-            old.cancel();
-        }
-        self.outbox.connectors().remove_agent(&persona.id);
-        self.outbox
-            .connectors()
-            .insert(&persona.id, Arc::new(WebConnector));
-        let serving = self
-            .serving
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        self.stop_connectors(persona);
         let token = self.root.child_token();
         let env = self.config.env.clone();
         let lookup_persona = persona.clone();
@@ -287,120 +325,180 @@ impl App {
             if platform == Platform::Web {
                 continue;
             }
-            let switches = persona.switches(platform);
-            let settings = ConnectorSettings {
-                state: self.connector_state(persona.id.as_str(), platform),
-                agent_id: persona.id.to_string(),
-                persona_name: persona.name.clone(),
-                allowed_rooms: switches.allowed_rooms.clone(),
-                only_join_allowed: switches.only_join_allowed_groups,
-            };
-            let connector = match registry::build(platform, &lookup, &settings) {
-                Ok(Built::Ready(c)) => c,
-                Ok(Built::NotConfigured(why)) => {
-                    tracing::warn!(persona = %persona.id, %platform, "not connecting: {why}");
-                    continue;
-                }
-                Err(e) => {
-                    tracing::error!(persona = %persona.id, %platform, error = %e, "cannot build the connector");
-                    continue;
-                }
+            let settings = self.connector_settings(persona, platform);
+            let Some(connector) = build_connector(persona, platform, &lookup, &settings) else {
+                continue;
             };
             self.outbox
                 .connectors()
                 .insert(&persona.id, connector.clone());
-            let sink = self.ingress.sink_for(&persona.id);
-            let connector_id = format!("{}/{platform}", persona.id);
-            // Receivers a platform allows once per account run under leader election, so
-            // that replicas on one Postgres never run two (see leader.rs); webhooks run
-            // everywhere.
-            let runs: Vec<(Arc<dyn troupe_connectors::Connector>, Option<String>)> =
-                match registry::receiving(platform, &lookup) {
-                    Receiving::Everywhere => vec![(connector, None)],
-                    Receiving::OneAtATime { name } => vec![(connector, Some(name))],
-                    Receiving::Sharded { name } => {
-                        let shards = self.config.replicas.discord_shards;
-                        if shards.total == 1 {
-                            vec![(connector, Some(name))]
-                        } else {
-                            (shards.first..=shards.last)
-                                .filter_map(|id| {
-                                    let shard = Shard { id, total: shards.total };
-                                    match registry::build_shard(platform, &lookup, &settings, shard) {
-                                        Ok(Built::Ready(c)) => Some((
-                                            c,
-                                            Some(format!("{name}:shard-{id}-of-{}", shards.total)),
-                                        )),
-                                        Ok(Built::NotConfigured(_)) => None,
-                                        Err(e) => {
-                                            tracing::error!(persona = %persona.id, %platform, shard = id,
-                                                error = %e, "cannot build the shard's connector");
-                                            None
-                                        }
-                                    }
-                                })
-                                .collect()
-                        }
-                    }
-                };
-            // A cap on the shards one replica runs, shared by this persona's shards.
-            let slots = match self.config.replicas.discord_shards_per_replica {
-                0 => None,
-                n => Some(Arc::new(tokio::sync::Semaphore::new(n as usize))),
-            };
-            for (connector, leader_name) in runs {
-                let sink = sink.clone();
-                let stop = token.clone();
-                let span = tracing::info_span!("connector", connector_id = %connector_id);
-                let run_once = move |stop: CancellationToken| {
-                    let (connector, sink) = (connector.clone(), sink.clone());
-                    async move {
-                        tracing::info!("connector starting");
-                        match connector.run(sink, stop).await {
-                            Ok(()) => tracing::info!("connector stopped"),
-                            Err(e) => tracing::error!(error = %e, "connector failed"),
-                        }
-                    }
-                };
-                let task: PendingTask = match leader_name {
-                    None => Box::pin(async move { run_once(stop).await }.instrument(span)),
-                    Some(name) => {
-                        let elector = self.elector.clone();
-                        elector.attach(&name, &connector_id);
-                        let slots = slots.clone().filter(|_| platform == Platform::Discord);
-                        Box::pin(
-                            async move { elector.lead(&name, &stop, slots, run_once).await }
-                                .instrument(span),
-                        )
-                    }
-                };
-                match &serving {
-                    Some(tracker) => {
-                        tracker.spawn(task);
-                    }
-                    None => {
-                        // Not serving yet: run_until_stopped starts the pending ones.
-                        self.pending
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(task);
-                    }
-                }
-            }
+            let receivers = self.receivers(persona, platform, connector, &lookup, &settings);
+            self.spawn_receivers(persona, platform, receivers, &token);
         }
         self.lock_running().insert(persona.id.to_string(), token);
+    }
+
+    /// Cancels the persona's running connectors and leaves it only its Web connector.
+    fn stop_connectors(&self, persona: &Persona) {
+        if let Some(old) = self.lock_running().remove(persona.id.as_str()) {
+            old.cancel();
+        }
+        self.outbox.connectors().remove_agent(&persona.id);
+        self.outbox
+            .connectors()
+            .insert(&persona.id, Arc::new(WebConnector));
+    }
+
+    /// What a connector of `platform` is told about the persona it serves.
+    fn connector_settings(&self, persona: &Persona, platform: Platform) -> ConnectorSettings {
+        let agent = AgentId::from(persona.id.as_str());
+        let switches = persona.switches(platform);
+        ConnectorSettings {
+            state: self.connector_state(&agent, platform),
+            agent_id: agent,
+            persona_name: persona.name.clone(),
+            allowed_rooms: switches.allowed_rooms.clone(),
+            only_join_allowed: switches.only_join_allowed_groups,
+        }
+    }
+
+    /// The receiving loops to run for one built connector. Receivers a platform allows once
+    /// per account run under leader election, so that replicas on one Postgres never run
+    /// two (see leader.rs); webhooks run everywhere. The connector says which it is, from
+    /// the settings it parsed.
+    fn receivers(
+        &self,
+        persona: &Persona,
+        platform: Platform,
+        connector: Arc<dyn Connector>,
+        lookup: Lookup<'_>,
+        settings: &ConnectorSettings,
+    ) -> Vec<ReceiverRun> {
+        match connector.receiving() {
+            Receiving::Everywhere => vec![ReceiverRun {
+                connector,
+                leader: None,
+            }],
+            Receiving::OneAtATime { name } => vec![ReceiverRun {
+                connector,
+                leader: Some(name),
+            }],
+            Receiving::Sharded { name } => {
+                let shards = self.config.replicas.discord_shards;
+                if shards.total == 1 {
+                    return vec![ReceiverRun {
+                        connector,
+                        leader: Some(name),
+                    }];
+                }
+                (shards.first..=shards.last)
+                    .filter_map(|id| {
+                        let shard = Shard {
+                            id,
+                            total: shards.total,
+                        };
+                        build_shard(persona, platform, lookup, settings, shard).map(|connector| {
+                            ReceiverRun {
+                                connector,
+                                leader: Some(format!("{name}:shard-{id}-of-{}", shards.total)),
+                            }
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Runs each receiver in its own span, under `token`: now if serving has started, else
+    /// when it starts.
+    fn spawn_receivers(
+        &self,
+        persona: &Persona,
+        platform: Platform,
+        receivers: Vec<ReceiverRun>,
+        token: &CancellationToken,
+    ) {
+        let sink = self.ingress.sink_for(&persona.id);
+        let connector_id = format!("{}/{platform}", persona.id);
+        // A cap on the shards one replica runs, shared by this persona's shards.
+        let slots = match self.config.replicas.discord_shards_per_replica {
+            0 => None,
+            n => Some(Arc::new(tokio::sync::Semaphore::new(n as usize))),
+        }
+        .filter(|_| platform == Platform::Discord);
+        for receiver in receivers {
+            let task = self.receiver_task(receiver, sink.clone(), &connector_id, token, &slots);
+            self.schedule(task);
+        }
+    }
+
+    /// The task that runs one receiver until `stop`: directly, or while this replica leads
+    /// the receiver's name.
+    fn receiver_task(
+        &self,
+        receiver: ReceiverRun,
+        sink: Arc<dyn InboundSink>,
+        connector_id: &str,
+        stop: &CancellationToken,
+        slots: &Option<Arc<tokio::sync::Semaphore>>,
+    ) -> PendingTask {
+        let stop = stop.clone();
+        let span = tracing::info_span!("connector", connector_id = %connector_id);
+        let connector = receiver.connector;
+        let run_once = move |stop: CancellationToken| {
+            let (connector, sink) = (connector.clone(), sink.clone());
+            async move {
+                tracing::info!("connector starting");
+                match connector.run(sink, stop).await {
+                    Ok(()) => tracing::info!("connector stopped"),
+                    Err(e) => tracing::error!(error = %e, "connector failed"),
+                }
+            }
+        };
+        match receiver.leader {
+            None => Box::pin(async move { run_once(stop).await }.instrument(span)),
+            Some(name) => {
+                let elector = self.elector.clone();
+                elector.attach(&name, connector_id);
+                let slots = slots.clone();
+                Box::pin(
+                    async move { elector.lead(&name, &stop, slots, run_once).await }
+                        .instrument(span),
+                )
+            }
+        }
+    }
+
+    /// Spawns `task` on the serving tracker, or keeps it for `run_until_stopped` when
+    /// serving has not started yet.
+    fn schedule(&self, task: PendingTask) {
+        let serving = self
+            .serving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match serving {
+            Some(tracker) => {
+                tracker.spawn(task);
+            }
+            None => self
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(task),
+        }
     }
 
     /// Where a connector keeps its position: the `connector_state` table. The journal
     /// already guarantees nothing is answered twice; this saves re-reading after a restart.
     fn connector_state(
         &self,
-        agent_id: &str,
+        agent_id: &AgentId,
         platform: Platform,
     ) -> Arc<dyn troupe_connectors::ConnectorState> {
         Arc::new(StoredState {
             store: self.store.clone(),
-            agent_id: agent_id.to_string(),
+            agent_id: agent_id.clone(),
             platform,
         })
     }
@@ -523,7 +621,7 @@ impl App {
 /// A connector's state in the database, scoped to its agent and platform.
 struct StoredState {
     store: Store,
-    agent_id: String,
+    agent_id: AgentId,
     platform: Platform,
 }
 
@@ -531,19 +629,14 @@ struct StoredState {
 impl troupe_connectors::ConnectorState for StoredState {
     async fn get(&self, key: &str) -> Result<Option<String>, troupe_connectors::SinkError> {
         self.store
-            .connector_state_get(&AgentId::new(self.agent_id.clone()), self.platform, key)
+            .connector_state_get(&self.agent_id, self.platform, key)
             .await
             .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
     }
 
     async fn put(&self, key: &str, value: &str) -> Result<(), troupe_connectors::SinkError> {
         self.store
-            .connector_state_put(
-                &AgentId::new(self.agent_id.clone()),
-                self.platform,
-                key,
-                value,
-            )
+            .connector_state_put(&self.agent_id, self.platform, key, value)
             .await
             .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
     }

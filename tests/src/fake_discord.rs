@@ -6,7 +6,8 @@
 //! `message_reference`; 400 over 2,000 characters; honours `nonce` + `enforce_nonce`),
 //! `GET /channels/{id}/messages?after=&limit=` (newest first, as Discord answers),
 //! `POST /channels/{id}/typing`. Every answer carries `X-RateLimit-*` headers; scripted 429s
-//! carry Discord's JSON body and `Retry-After`.
+//! carry Discord's JSON body and `Retry-After`; scripted refusals
+//! ([`FakeDiscord::refuse_next_send`]) carry its error body.
 //!
 //! Gateway: HELLO (op 10), heartbeat ACK (op 11), IDENTIFY (op 2) → READY, RESUME (op 6) →
 //! the missed dispatches replayed in order, then RESUMED; INVALID_SESSION (op 9) for an
@@ -27,6 +28,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
+
+use crate::wait::{self, Diagnose};
 
 /// The bot's token as the tests configure it.
 pub const TOKEN: &str = "t0k3n";
@@ -162,6 +165,8 @@ struct Inner {
     typing: Vec<String>,
     requests: Vec<RequestRecord>,
     scripted_429: usize,
+    /// Refusals for the next message creates: status, Discord's error code, message.
+    scripted_errors: std::collections::VecDeque<(u16, u64, String)>,
     rate_limited: usize,
     session: Option<Session>,
     live: Option<(u64, mpsc::UnboundedSender<Outgoing>)>,
@@ -361,6 +366,11 @@ impl FakeDiscord {
         self.shared.lock().sent.clone()
     }
 
+    /// The user id the fake gave the author named `name`, once they wrote something.
+    pub fn user_id(&self, name: &str) -> Option<String> {
+        self.shared.lock().users.get(name).cloned()
+    }
+
     pub fn typing_calls(&self) -> Vec<String> {
         self.shared.lock().typing.clone()
     }
@@ -372,6 +382,15 @@ impl FakeDiscord {
     /// The next `n` message creates are answered 429.
     pub fn script_429(&self, n: usize) {
         self.shared.lock().scripted_429 += n;
+    }
+
+    /// The next message create (after any scripted 429s) is refused with `status` and
+    /// Discord's JSON error body: e.g. 403, code 50013, "Missing Permissions", or 500.
+    pub fn refuse_next_send(&self, status: u16, code: u64, message: &str) {
+        self.shared
+            .lock()
+            .scripted_errors
+            .push_back((status, code, message.to_string()));
     }
 
     /// How many 429s were answered.
@@ -420,46 +439,24 @@ impl FakeDiscord {
         self.shared.lock().session = None;
     }
 
-    fn diagnostics(&self) -> String {
-        let inner = self.shared.lock();
-        let requests: Vec<String> = inner
-            .requests
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} {} -> {}{}",
-                    r.method,
-                    r.path,
-                    r.status,
-                    if r.authorized { "" } else { " (bad token)" }
-                )
-            })
-            .collect();
-        format!(
-            "sent: {:#?}\nidentifies: {}, resumes: {}, replayed: {}\nrequests ({}):\n  {}",
-            inner.sent,
-            inner.identifies,
-            inner.resumes,
-            inner.replayed,
-            requests.len(),
-            requests.join("\n  ")
-        )
-    }
-
     /// Waits until the bot has sent at least `n` messages, then returns them all.
     pub async fn try_wait_for_sent(
         &self,
         n: usize,
         timeout: Duration,
     ) -> Result<Vec<SentMessage>, String> {
-        match crate::counter_reaches(self.shared.sent.subscribe(), n, timeout).await {
-            true => Ok(self.sent_messages()),
-            false => Err(format!(
-                "the fake Discord got {} message(s), expected {n} within {timeout:?}\n{}",
-                self.sent_messages().len(),
-                self.diagnostics()
-            )),
-        }
+        let expected = format!("the fake Discord to get {n} message(s)");
+        wait::until_or_report(
+            self,
+            self.shared.sent.subscribe(),
+            timeout,
+            expected,
+            || {
+                let sent = self.sent_messages();
+                (sent.len() >= n).then_some(sent)
+            },
+        )
+        .await
     }
 
     pub async fn wait_for_sent(&self, n: usize, timeout: Duration) -> Vec<SentMessage> {
@@ -470,41 +467,66 @@ impl FakeDiscord {
 
     /// Waits until the bot has received `n` READYs (new sessions) in all.
     pub async fn try_wait_for_ready(&self, n: usize, timeout: Duration) -> Result<(), String> {
-        let mut rx = self.shared.sessions.subscribe();
-        match tokio::time::timeout(timeout, rx.wait_for(|(ready, _)| *ready >= n)).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(format!(
-                "the bot did not identify {n} time(s) within {timeout:?}\n{}",
-                self.diagnostics()
-            )),
-        }
+        let sessions = self.shared.sessions.subscribe();
+        let probe = sessions.clone();
+        let expected = format!("the bot to identify {n} time(s)");
+        wait::until_or_report(self, sessions, timeout, expected, || {
+            (probe.borrow().0 >= n).then_some(())
+        })
+        .await
     }
 
     /// Waits until the bot has resumed `n` times in all.
     pub async fn try_wait_for_resumed(&self, n: usize, timeout: Duration) -> Result<(), String> {
-        let mut rx = self.shared.sessions.subscribe();
-        match tokio::time::timeout(timeout, rx.wait_for(|(_, resumed)| *resumed >= n)).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(format!(
-                "the bot did not resume {n} time(s) within {timeout:?}\n{}",
-                self.diagnostics()
-            )),
-        }
+        let sessions = self.shared.sessions.subscribe();
+        let probe = sessions.clone();
+        let expected = format!("the bot to resume {n} time(s)");
+        wait::until_or_report(self, sessions, timeout, expected, || {
+            (probe.borrow().1 >= n).then_some(())
+        })
+        .await
     }
 
     /// Waits until the bot has shown typing in `channel` at least once.
     pub async fn wait_for_typing(&self, channel: &str, timeout: Duration) -> Result<(), String> {
-        let mut rx = self.shared.sent.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if self.typing_calls().iter().any(|c| c == channel) {
-                return Ok(());
-            }
-            match tokio::time::timeout_at(deadline, rx.changed()).await {
-                Ok(Ok(())) => {}
-                _ => return Err(format!("no typing in {channel}\n{}", self.diagnostics())),
-            }
-        }
+        let expected = format!("typing in {channel}");
+        wait::until_or_report(
+            self,
+            self.shared.sent.subscribe(),
+            timeout,
+            expected,
+            || {
+                self.typing_calls()
+                    .iter()
+                    .any(|c| c == channel)
+                    .then_some(())
+            },
+        )
+        .await
+    }
+}
+
+impl Diagnose for FakeDiscord {
+    /// What the bot sent, its gateway sessions, and every REST request with its answer.
+    fn diagnostics(&self) -> String {
+        let inner = self.shared.lock();
+        let requests = inner.requests.iter().map(|r| {
+            format!(
+                "{} {} -> {}{}",
+                r.method,
+                r.path,
+                r.status,
+                if r.authorized { "" } else { " (bad token)" }
+            )
+        });
+        format!(
+            "sent: {:#?}\nidentifies: {}, resumes: {}, replayed: {}\n{}",
+            inner.sent,
+            inner.identifies,
+            inner.resumes,
+            inner.replayed,
+            wait::lines("requests", requests)
+        )
     }
 }
 
@@ -654,6 +676,20 @@ async fn create_message(
                 ("x-ratelimit-scope", "user"),
             ],
             axum::Json(json!({"message": "You are being rate limited.", "retry_after": 0.5, "global": false})),
+        )
+            .into_response();
+    }
+    if let Some((status, code, message)) = inner.scripted_errors.pop_front() {
+        inner.requests.push(RequestRecord {
+            method: "POST",
+            path,
+            status,
+            authorized: true,
+        });
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+        return (
+            status,
+            axum::Json(json!({"code": code, "message": message})),
         )
             .into_response();
     }

@@ -27,6 +27,8 @@ use sha2::Sha512;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::wait::{self, Diagnose};
+
 /// The routes a failure can be scripted on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Route {
@@ -336,33 +338,6 @@ impl FakeNeynar {
         *self.shared.polls.borrow()
     }
 
-    fn diagnostics(&self) -> String {
-        let inner = self.shared.lock();
-        let requests: Vec<String> = inner
-            .requests
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} {}{} -> {}{}",
-                    r.method,
-                    r.path,
-                    r.query
-                        .as_deref()
-                        .map(|q| format!("?{q}"))
-                        .unwrap_or_default(),
-                    r.status,
-                    if r.authorized { "" } else { " (bad key)" }
-                )
-            })
-            .collect();
-        format!(
-            "published: {:#?}\nrequests ({}):\n  {}",
-            inner.published,
-            requests.len(),
-            requests.join("\n  ")
-        )
-    }
-
     /// Waits until the bot has published at least `n` casts, then returns them all; on
     /// timeout, says what the fake saw.
     pub async fn try_wait_for_casts(
@@ -370,14 +345,18 @@ impl FakeNeynar {
         n: usize,
         timeout: Duration,
     ) -> Result<Vec<PublishedCast>, String> {
-        match crate::counter_reaches(self.shared.published.subscribe(), n, timeout).await {
-            true => Ok(self.published()),
-            false => Err(format!(
-                "the fake Neynar got {} cast(s), expected {n} within {timeout:?}\n{}",
-                self.published().len(),
-                self.diagnostics()
-            )),
-        }
+        let expected = format!("the fake Neynar to get {n} cast(s)");
+        wait::until_or_report(
+            self,
+            self.shared.published.subscribe(),
+            timeout,
+            expected,
+            || {
+                let published = self.published();
+                (published.len() >= n).then_some(published)
+            },
+        )
+        .await
     }
 
     /// Like [`Self::try_wait_for_casts`], panicking on timeout.
@@ -389,14 +368,15 @@ impl FakeNeynar {
 
     /// Waits until the notifications endpoint has answered at least `n` polls in all.
     pub async fn try_wait_for_polls(&self, n: usize, timeout: Duration) -> Result<(), String> {
-        match crate::counter_reaches(self.shared.polls.subscribe(), n, timeout).await {
-            true => Ok(()),
-            false => Err(format!(
-                "the fake Neynar answered {} notification poll(s), expected {n} within {timeout:?}\n{}",
-                self.polls(),
-                self.diagnostics()
-            )),
-        }
+        let expected = format!("the fake Neynar to answer {n} notification poll(s)");
+        wait::until_or_report(
+            self,
+            self.shared.polls.subscribe(),
+            timeout,
+            expected,
+            || (self.polls() >= n).then_some(()),
+        )
+        .await
     }
 
     /// Like [`Self::try_wait_for_polls`], panicking on timeout.
@@ -441,6 +421,31 @@ impl FakeNeynar {
 impl Drop for FakeNeynar {
     fn drop(&mut self) {
         self.server.abort();
+    }
+}
+
+impl Diagnose for FakeNeynar {
+    /// The casts the bot published and every request with its answer.
+    fn diagnostics(&self) -> String {
+        let inner = self.shared.lock();
+        let requests = inner.requests.iter().map(|r| {
+            format!(
+                "{} {}{} -> {}{}",
+                r.method,
+                r.path,
+                r.query
+                    .as_deref()
+                    .map(|q| format!("?{q}"))
+                    .unwrap_or_default(),
+                r.status,
+                if r.authorized { "" } else { " (bad key)" }
+            )
+        });
+        format!(
+            "published: {:#?}\n{}",
+            inner.published,
+            wait::lines("requests", requests)
+        )
     }
 }
 

@@ -25,6 +25,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::wait::{self, Diagnose};
+
 /// How the gateway's background memory tasks open their system prompts (docs/memory.md).
 pub const SUMMARY_TASK: &str = "You keep the running summary of a conversation";
 pub const FACTS_TASK: &str = "You extract lasting facts about one person";
@@ -367,15 +369,18 @@ impl FakeOpenAi {
         n: usize,
         timeout: Duration,
     ) -> Result<Vec<ChatRequestRecord>, String> {
-        match crate::counter_reaches(self.shared.chat_count.subscribe(), n, timeout).await {
-            true => Ok(self.requests()),
-            false => Err(format!(
-                "the fake OpenAI server got {} chat request(s), expected {n} within {timeout:?}; \
-                 requests to unknown paths: {:?}",
-                self.request_count(),
-                self.unmatched()
-            )),
-        }
+        let expected = format!("the fake OpenAI server to get {n} chat request(s)");
+        wait::until_or_report(
+            self,
+            self.shared.chat_count.subscribe(),
+            timeout,
+            expected,
+            || {
+                let requests = self.requests();
+                (requests.len() >= n).then_some(requests)
+            },
+        )
+        .await
     }
 
     /// Waits until at least `n` chat requests satisfy `matches` (e.g. the gateway's
@@ -387,35 +392,19 @@ impl FakeOpenAi {
         timeout: Duration,
         matches: impl Fn(&ChatRequestRecord) -> bool,
     ) -> Vec<ChatRequestRecord> {
-        let mut count = self.shared.chat_count.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let found: Vec<_> = self.requests().into_iter().filter(|r| matches(r)).collect();
-            if found.len() >= n {
-                return found;
-            }
-            // Wakes on every new request; the deadline is a hang guard.
-            if !matches!(
-                tokio::time::timeout_at(deadline, count.changed()).await,
-                Ok(Ok(()))
-            ) {
-                panic!(
-                    "the fake OpenAI server got {} matching chat request(s) of {}, expected {n} \
-                     within {timeout:?}; system prompts: {:?}",
-                    found.len(),
-                    self.request_count(),
-                    self.requests()
-                        .iter()
-                        .map(|r| r
-                            .system_prompt()
-                            .unwrap_or("")
-                            .chars()
-                            .take(60)
-                            .collect::<String>())
-                        .collect::<Vec<_>>()
-                );
-            }
-        }
+        let expected = format!("{n} matching chat request(s)");
+        wait::until_or_report(
+            self,
+            self.shared.chat_count.subscribe(),
+            timeout,
+            expected,
+            || {
+                let found: Vec<_> = self.requests().into_iter().filter(|r| matches(r)).collect();
+                (found.len() >= n).then_some(found)
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Like [`Self::try_wait_for_requests`], panicking with a diagnostic on timeout.
@@ -424,6 +413,32 @@ impl FakeOpenAi {
             Ok(r) => r,
             Err(e) => panic!("{e}"),
         }
+    }
+}
+
+impl Diagnose for FakeOpenAi {
+    /// How many chat requests arrived, the start of each one's system prompt (which tells
+    /// the gateway's calls apart), and requests to paths the fake does not serve.
+    fn diagnostics(&self) -> String {
+        let prompts = self
+            .requests()
+            .iter()
+            .map(|r| {
+                format!(
+                    "{:?}",
+                    r.system_prompt()
+                        .unwrap_or("")
+                        .chars()
+                        .take(60)
+                        .collect::<String>()
+                )
+            })
+            .collect::<Vec<_>>();
+        format!(
+            "{}\nrequests to unknown paths: {:?}",
+            wait::lines("chat requests, by system prompt", prompts),
+            self.unmatched()
+        )
     }
 }
 

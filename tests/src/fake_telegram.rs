@@ -7,11 +7,13 @@
 //! and a record of every call. Method names match case-insensitively (teloxide sends
 //! `GetUpdates`); parameters come as JSON, form or multipart bodies, or in the query string.
 //! Errors have the Bot API's shape: 401 for a wrong token, 400 for a message over 4096
-//! characters, and scripted 429s with `parameters.retry_after`.
+//! characters, scripted 429s with `parameters.retry_after`, and scripted refusals
+//! ([`FakeTelegram::refuse_next_send`]).
 //!
 //! Tests drive it with [`FakeTelegram::push_update`] and the builders in [`tg`], and read
 //! what the bot did with [`FakeTelegram::sent_messages`], [`FakeTelegram::left_chats`] and
-//! [`FakeTelegram::set_webhook_info`]. Waiting is notification-based, never a sleep.
+//! [`FakeTelegram::set_webhook_info`]. Waiting is notification-based, never a sleep (see
+//! [`crate::wait`]); a wait that times out shows the calls the fake got.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -27,6 +29,8 @@ use axum::routing::{any, get};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use crate::wait::{self, Diagnose};
 
 /// Telegram's limit on a message's text, in characters.
 pub const MAX_TEXT_CHARS: usize = 4096;
@@ -131,11 +135,20 @@ struct Inner {
     actions: Vec<ChatActionRecord>,
     left: Vec<i64>,
     calls: Vec<ApiCall>,
-    /// Scripted sendMessage outcomes, one per call: `Some(retry_after)` is a 429, `None`
-    /// lets the call through.
-    rate_limits: VecDeque<Option<u64>>,
+    /// Scripted sendMessage outcomes, one per call: `Some` answers the call with an error,
+    /// `None` lets it through.
+    scripted_sends: VecDeque<Option<ScriptedSend>>,
     files: HashMap<String, (String, Vec<u8>)>,
     unmatched: Vec<String>,
+}
+
+/// A scripted sendMessage error.
+#[derive(Debug, Clone)]
+enum ScriptedSend {
+    /// 429 with `parameters.retry_after` in seconds.
+    RetryAfter(u64),
+    /// The Bot API's error shape, with this `error_code` and `description`.
+    Error(u16, String),
 }
 
 struct Shared {
@@ -164,24 +177,13 @@ impl Shared {
         })
     }
 
-    /// Waits until `check` gives a value, up to `timeout`.
+    /// Waits until `check` gives a value, up to `timeout` (see [`crate::wait`]).
     async fn wait_for<T>(
         &self,
         timeout: Duration,
         mut check: impl FnMut(&Inner) -> Option<T>,
     ) -> Option<T> {
-        let mut rx = self.version.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            rx.borrow_and_update();
-            if let Some(v) = check(&self.lock()) {
-                return Some(v);
-            }
-            match tokio::time::timeout_at(deadline, rx.changed()).await {
-                Ok(Ok(())) => continue,
-                _ => return check(&self.lock()),
-            }
-        }
+        wait::until(self.version.subscribe(), timeout, || check(&self.lock())).await
     }
 }
 
@@ -324,18 +326,16 @@ impl FakeTelegram {
         n: usize,
         timeout: Duration,
     ) -> Result<Vec<SentMessage>, String> {
-        match self
-            .shared
+        self.shared
             .wait_for(timeout, |i| (i.sent.len() >= n).then(|| i.sent.clone()))
             .await
-        {
-            Some(sent) => Ok(sent),
-            None => Err(format!(
-                "the fake Telegram API got {} message(s), expected {n} within {timeout:?}; calls: {}",
-                self.sent_messages().len(),
-                self.call_summary()
-            )),
-        }
+            .ok_or_else(|| {
+                let expected = format!(
+                    "the fake Telegram API to get {n} message(s) (it got {})",
+                    self.sent_messages().len()
+                );
+                wait::report(self, expected, timeout)
+            })
     }
 
     /// Like [`Self::try_wait_for_sent`], panicking with a diagnostic on timeout.
@@ -354,10 +354,21 @@ impl FakeTelegram {
     /// with `retry_after` seconds.
     pub fn fail_sends_after(&self, ok: usize, count: usize, retry_after: u64) {
         let mut inner = self.shared.lock();
-        inner.rate_limits.extend(std::iter::repeat_n(None, ok));
-        inner
-            .rate_limits
-            .extend(std::iter::repeat_n(Some(retry_after), count));
+        inner.scripted_sends.extend(std::iter::repeat_n(None, ok));
+        inner.scripted_sends.extend(std::iter::repeat_n(
+            Some(ScriptedSend::RetryAfter(retry_after)),
+            count,
+        ));
+    }
+
+    /// The next sendMessage call is refused with the Bot API's error `code` and
+    /// `description` (e.g. 403 "Forbidden: bot was blocked by the user", or 500 "Internal
+    /// Server Error"), after any failures already scripted.
+    pub fn refuse_next_send(&self, code: u16, description: &str) {
+        self.shared
+            .lock()
+            .scripted_sends
+            .push_back(Some(ScriptedSend::Error(code, description.to_string())));
     }
 
     pub fn chat_actions(&self) -> Vec<ChatActionRecord> {
@@ -370,18 +381,16 @@ impl FakeTelegram {
     }
 
     pub async fn wait_for_left(&self, n: usize, timeout: Duration) -> Vec<i64> {
-        match self
-            .shared
+        self.shared
             .wait_for(timeout, |i| (i.left.len() >= n).then(|| i.left.clone()))
             .await
-        {
-            Some(left) => left,
-            None => panic!(
-                "the bot left {:?}, expected {n} chat(s) within {timeout:?}; calls: {}",
-                self.left_chats(),
-                self.call_summary()
-            ),
-        }
+            .unwrap_or_else(|| {
+                let expected = format!(
+                    "the bot to leave {n} chat(s) (it left {:?})",
+                    self.left_chats()
+                );
+                panic!("{}", wait::report(self, expected, timeout))
+            })
     }
 
     /// What `setWebhook` registered, if a webhook is set.
@@ -390,13 +399,10 @@ impl FakeTelegram {
     }
 
     pub async fn wait_for_webhook(&self, timeout: Duration) -> WebhookRegistration {
-        match self.shared.wait_for(timeout, |i| i.webhook.clone()).await {
-            Some(w) => w,
-            None => panic!(
-                "no webhook was set within {timeout:?}; calls: {}",
-                self.call_summary()
-            ),
-        }
+        self.shared
+            .wait_for(timeout, |i| i.webhook.clone())
+            .await
+            .unwrap_or_else(|| panic!("{}", wait::report(self, "a webhook to be set", timeout)))
     }
 
     /// Every API call, in order.
@@ -420,10 +426,8 @@ impl FakeTelegram {
             })
             .await;
         found.unwrap_or_else(|| {
-            panic!(
-                "expected {n} call(s) to {method} within {timeout:?}; calls: {}",
-                self.call_summary()
-            )
+            let expected = format!("{n} call(s) to {method}");
+            panic!("{}", wait::report(self, expected, timeout))
         })
     }
 
@@ -447,8 +451,11 @@ impl FakeTelegram {
             .expect("no webhook is registered with the fake Telegram API");
         deliver_webhook(&hook.url, hook.secret_token.as_deref(), update).await
     }
+}
 
-    fn call_summary(&self) -> String {
+impl Diagnose for FakeTelegram {
+    /// The calls by method, the paths no route matched, and the updates not confirmed.
+    fn diagnostics(&self) -> String {
         let inner = self.shared.lock();
         let mut counts: Vec<(String, usize)> = Vec::new();
         for call in &inner.calls {
@@ -459,7 +466,7 @@ impl FakeTelegram {
             }
         }
         format!(
-            "{counts:?}; unmatched paths: {:?}; pending updates: {}",
+            "calls: {counts:?}; unmatched paths: {:?}; pending updates: {}",
             inner.unmatched,
             inner.queue.len()
         )
@@ -673,10 +680,8 @@ fn form_value(text: String) -> Value {
 async fn read_params(request: Request) -> Result<Map<String, Value>, String> {
     let mut params = Map::new();
     if let Some(query) = request.uri().query() {
-        let pairs: Vec<(String, String)> =
-            serde_urlencoded_pairs(query).map_err(|e| format!("bad query string: {e}"))?;
-        for (k, v) in pairs {
-            params.insert(k, form_value(v));
+        for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+            params.insert(k.into_owned(), form_value(v.into_owned()));
         }
     }
     let content_type = request
@@ -714,9 +719,10 @@ async fn read_params(request: Request) -> Result<Map<String, Value>, String> {
         return Ok(params);
     }
     if content_type.starts_with("application/x-www-form-urlencoded") {
-        let text = std::str::from_utf8(&body).map_err(|e| e.to_string())?;
-        for (k, v) in serde_urlencoded_pairs(text).map_err(|e| format!("bad form body: {e}"))? {
-            params.insert(k, form_value(v));
+        // `+` is a space and `%XX` a byte. Bytes that are not UTF-8 become U+FFFD (the
+        // url crate's choice) instead of failing the request; no client sends them.
+        for (k, v) in url::form_urlencoded::parse(&body) {
+            params.insert(k.into_owned(), form_value(v.into_owned()));
         }
         return Ok(params);
     }
@@ -728,35 +734,6 @@ async fn read_params(request: Request) -> Result<Map<String, Value>, String> {
         Ok(_) => Err("the JSON body is not an object".into()),
         Err(e) => Err(format!("the body is not JSON: {e}")),
     }
-}
-
-/// Decodes `a=1&b=x%20y` (application/x-www-form-urlencoded).
-fn serde_urlencoded_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
-    fn decode(s: &str) -> Result<String, String> {
-        let bytes = s.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'+' => out.push(b' '),
-                b'%' => {
-                    let hex = s.get(i + 1..i + 3).ok_or("truncated escape")?;
-                    out.push(u8::from_str_radix(hex, 16).map_err(|e| e.to_string())?);
-                    i += 2;
-                }
-                b => out.push(b),
-            }
-            i += 1;
-        }
-        String::from_utf8(out).map_err(|e| e.to_string())
-    }
-    text.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            Ok((decode(k)?, decode(v)?))
-        })
-        .collect()
 }
 
 async fn unmatched(State(shared): State<Arc<Shared>>, request: Request) -> Response {
@@ -1013,8 +990,14 @@ fn set_webhook(shared: &Shared, p: &Value) -> Response {
 fn send_message(shared: &Shared, p: &Value) -> Response {
     let mut inner = shared.lock();
     inner.send_attempts += 1;
-    if let Some(Some(retry_after)) = inner.rate_limits.pop_front() {
-        return too_many_requests(retry_after);
+    match inner.scripted_sends.pop_front() {
+        Some(Some(ScriptedSend::RetryAfter(retry_after))) => {
+            return too_many_requests(retry_after);
+        }
+        Some(Some(ScriptedSend::Error(code, description))) => {
+            return api_error(code, &description);
+        }
+        Some(None) | None => {}
     }
     let Some(chat_id) = int(p, "chat_id") else {
         return match string(p, "chat_id") {

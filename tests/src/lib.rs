@@ -7,6 +7,8 @@
 //!   models) with scripted replies and a record of every request.
 //! - [`fake_discord`]: Discord's REST routes and gateway WebSocket (identify, resume and
 //!   replay, drops), recording what the bot sent, with scripted 429s.
+//! - [`fake_neynar`]: Neynar's Farcaster API (notifications, casts, publishing with `idem`)
+//!   with scripted failures per route, and signed `cast.created` webhooks.
 //! - [`fake_telegram`]: the Telegram Bot API (getUpdates long polling with offsets,
 //!   webhooks, sendMessage, leaveChat, files) with scripted 429s and a record of every call.
 //! - [`app`]: [`TestApp`], the `troupe run` child process on a fresh data dir and a fresh
@@ -15,6 +17,8 @@
 //! - [`services`]: private Postgres and NATS servers that a fault test may restart.
 //! - [`env`]: the services tests run against, from the environment (`TROUPE_TEST_*`), and
 //!   the rule that a missing one skips a test here and fails it in CI.
+//! - [`wait`]: how every fake is waited on (wake on each change, bounded by a deadline) and
+//!   what it reports when a wait times out ([`wait::Diagnose`]).
 
 pub mod app;
 pub mod env;
@@ -23,6 +27,7 @@ pub mod fake_neynar;
 pub mod fake_openai;
 pub mod fake_telegram;
 pub mod services;
+pub mod wait;
 
 pub use app::{
     Backend, TestApp, TestAppOptions, eventually, json_contains_text, persona_json, troupe_bin,
@@ -31,6 +36,7 @@ pub use fake_openai::{
     ChatMessage, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, Outcome, Script,
 };
 pub use services::{PrivateNats, PrivatePostgres};
+pub use wait::Diagnose;
 
 /// The elizaOS character fixtures: `TROUPE_FIXTURES_DIR`, or `shared/fixtures/characters`
 /// beside the repository. `None` (with a note) outside CI when they are absent; in CI their
@@ -76,18 +82,4 @@ macro_rules! on_each_backend {
             }
         }
     )*};
-}
-
-/// Waits until a fake's counter (requests seen, messages sent, polls answered) reaches `n`,
-/// or `timeout` passes. The fakes publish their counters on watch channels, so this wakes
-/// on each change rather than polling.
-pub async fn counter_reaches(
-    mut counter: tokio::sync::watch::Receiver<usize>,
-    n: usize,
-    timeout: std::time::Duration,
-) -> bool {
-    matches!(
-        tokio::time::timeout(timeout, counter.wait_for(|count| *count >= n)).await,
-        Ok(Ok(_))
-    )
 }

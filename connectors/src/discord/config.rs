@@ -9,7 +9,7 @@ use std::fmt;
 use reqwest::Url;
 
 use crate::connector::ConnectorError;
-use crate::registry::Lookup;
+use crate::connector::Lookup;
 
 pub const API_TOKEN: &str = "DISCORD_API_TOKEN";
 pub const APPLICATION_ID: &str = "DISCORD_APPLICATION_ID";
@@ -96,6 +96,22 @@ impl Settings {
     pub(crate) fn origin(&self) -> String {
         self.api_url.as_str().trim_end_matches('/').to_string()
     }
+    /// The bot account, named for leader election without its secret: `discord:<application
+    /// id>` when `DISCORD_APPLICATION_ID` is set, else a one-way digest of the token (the
+    /// same with the `Bot ` prefix or without, since the token is stored bare).
+    pub(crate) fn account_name(&self) -> String {
+        match self.application_id {
+            Some(app) => format!("discord:{app}"),
+            None => format!("discord:token-{:016x}", digest(self.token.expose())),
+        }
+    }
+}
+
+/// A stable 64-bit FNV-1a digest: names an account by its token without revealing it.
+fn digest(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 fn get(lookup: Lookup<'_>, name: &str) -> Option<String> {

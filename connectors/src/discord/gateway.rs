@@ -27,7 +27,7 @@ const CHANNELS_KEY: &str = "discord.channels";
 /// Where one shard keeps its channel memory. Without sharding it is the one key; a shard
 /// has its own, because shards run in different replicas and each writes its whole map:
 /// a shared key would lose the other shards' channels at every write.
-pub(crate) fn channels_key(shard: Option<crate::registry::Shard>) -> String {
+pub(crate) fn channels_key(shard: Option<crate::connector::Shard>) -> String {
     match shard {
         Some(s) if s.total > 1 => format!("{CHANNELS_KEY}.shard-{}-of-{}", s.id, s.total),
         _ => CHANNELS_KEY.to_string(),
@@ -254,7 +254,7 @@ impl EventHandler for Handler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::Shard;
+    use crate::connector::Shard;
 
     #[test]
     fn one_shard_keeps_the_old_key_and_shards_get_their_own() {

@@ -34,9 +34,11 @@ use serenity::all::{ClientBuilder, GatewayError, HttpBuilder};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::connector::{Connector, ConnectorError, ConnectorState, Delivery, InboundSink, Recent};
+use crate::connector::{
+    Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, Delivery, InboundSink,
+    Lookup, Receiving, Recent, Shard,
+};
 use crate::model::{MessageId, Outbound, Platform, RoomRef};
-use crate::registry::{Built, ConnectorSettings, Lookup, Shard};
 use config::Settings;
 use gateway::{Handler, Receiver};
 use rest::Rest;
@@ -282,5 +284,11 @@ impl Connector for DiscordConnector {
             .await
             .map(|_| ())
             .map_err(ConnectorError::from)
+    }
+    /// One gateway session per shard per bot: replicas split the shards between them.
+    fn receiving(&self) -> Receiving {
+        Receiving::Sharded {
+            name: self.settings.account_name(),
+        }
     }
 }

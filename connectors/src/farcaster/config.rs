@@ -11,7 +11,7 @@ use std::time::Duration;
 use reqwest::Url;
 
 use crate::connector::ConnectorError;
-use crate::registry::Lookup;
+use crate::connector::Lookup;
 
 pub(crate) const FID: &str = "FARCASTER_FID";
 pub(crate) const API_KEY: &str = "FARCASTER_NEYNAR_API_KEY";

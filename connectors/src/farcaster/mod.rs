@@ -43,11 +43,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::connector::{
-    Accepted, Connector, ConnectorError, ConnectorState, ContextLine, Delivery, InboundSink,
-    WebhookRequest, WebhookResponse,
+    Accepted, Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, ContextLine,
+    Delivery, InboundSink, Lookup, Receiving, WebhookRequest, WebhookResponse,
 };
-use crate::model::{Inbound, Outbound, Platform};
-use crate::registry::{Built, ConnectorSettings, Lookup};
+use crate::model::{AgentId, Inbound, Outbound, Platform};
 
 use api::Neynar;
 use config::{Intake, Parsed, Settings};
@@ -59,7 +58,8 @@ pub fn build(lookup: Lookup<'_>, settings: &ConnectorSettings) -> Result<Built, 
         Parsed::Ready(s) => s,
         Parsed::NotConfigured(why) => return Ok(Built::NotConfigured(why)),
     };
-    let connector = FarcasterConnector::new(parsed, settings.state.clone(), &settings.agent_id)?;
+    let connector =
+        FarcasterConnector::new(parsed, settings.state.clone(), settings.agent_id.clone())?;
     Ok(Built::Ready(Arc::new(connector)))
 }
 
@@ -69,7 +69,8 @@ pub struct FarcasterConnector {
     api: Neynar,
     state: Arc<dyn ConnectorState>,
     authors: Authors,
-    agent_id: String,
+    /// The persona served: names the webhook route in the start-up log line.
+    agent_id: AgentId,
     /// The sink `run` was given; webhooks hand their casts to it.
     sink: watch::Sender<Option<Arc<dyn InboundSink>>>,
 }
@@ -81,14 +82,14 @@ impl FarcasterConnector {
     fn new(
         settings: Settings,
         state: Arc<dyn ConnectorState>,
-        agent_id: &str,
+        agent_id: AgentId,
     ) -> Result<Self, ConnectorError> {
         Ok(Self {
             api: Neynar::new(&settings)?,
             settings,
             state,
             authors: Authors::default(),
-            agent_id: agent_id.to_string(),
+            agent_id,
             sink: watch::Sender::new(None),
         })
     }
@@ -294,5 +295,15 @@ impl Connector for FarcasterConnector {
 
     async fn healthcheck(&self) -> Result<(), ConnectorError> {
         self.api.user(self.settings.fid).await
+    }
+    /// Neynar pushes each webhook event once; polling the notifications is for one replica
+    /// per account, named by its FID (public).
+    fn receiving(&self) -> Receiving {
+        match self.settings.intake {
+            Intake::Webhook(_) => Receiving::Everywhere,
+            Intake::Poll(_) => Receiving::OneAtATime {
+                name: format!("farcaster:{}", self.settings.fid),
+            },
+        }
     }
 }

@@ -8,7 +8,7 @@ use rand::Rng;
 use url::Url;
 
 use crate::connector::ConnectorError;
-use crate::registry::Lookup;
+use crate::connector::Lookup;
 
 /// The public Bot API server.
 pub(crate) const DEFAULT_API_ROOT: &str = "https://api.telegram.org";
@@ -101,6 +101,11 @@ impl Token {
 
     pub(crate) fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The bot's public user id: the digits before the `:` ([`Token::parse`] checked them).
+    pub(crate) fn bot_id(&self) -> &str {
+        self.0.split_once(':').map_or("", |(id, _)| id)
     }
 
     /// `text` without the token, in plain or percent-encoded form.

@@ -34,11 +34,10 @@ use teloxide::prelude::Requester;
 use tokio_util::sync::CancellationToken;
 
 use crate::connector::{
-    Connector, ConnectorError, ConnectorState, Delivery, InboundSink, Recent, WebhookRequest,
-    WebhookResponse,
+    Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, Delivery, InboundSink,
+    Lookup, Receiving, Recent, WebhookRequest, WebhookResponse,
 };
 use crate::model::{MessageId, Outbound, Platform, RoomRef};
-use crate::registry::{Built, ConnectorSettings, Lookup};
 use config::{Mode, TelegramConfig};
 use normalize::{BotIdentity, GroupPolicy};
 
@@ -162,6 +161,16 @@ impl Connector for TelegramConnector {
 
     async fn healthcheck(&self) -> Result<(), ConnectorError> {
         self.get_me().await.map(|_| ())
+    }
+    /// A webhook is pushed to one replica per update; `getUpdates` serves one poller per
+    /// bot, named by the bot id the parsed token begins with (public, unlike the token).
+    fn receiving(&self) -> Receiving {
+        match self.config.mode {
+            Mode::Webhook { .. } => Receiving::Everywhere,
+            Mode::Polling => Receiving::OneAtATime {
+                name: format!("telegram:{}", self.config.token.bot_id()),
+            },
+        }
     }
 }
 

@@ -13,8 +13,8 @@ use troupe_e2e::fake_telegram::{FakeTelegram, tg};
 use crate::connector::{
     Accepted, Connector, ConnectorError, InboundSink, MemoryState, SinkError, WebhookRequest,
 };
+use crate::connector::{Built, ConnectorSettings};
 use crate::model::{Inbound, MessageId, Outbound, Platform, RoomId, RoomRef};
-use crate::registry::{Built, ConnectorSettings};
 
 const WAIT: Duration = Duration::from_secs(20);
 

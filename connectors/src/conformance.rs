@@ -1,0 +1,633 @@
+//! The connector conformance suite: one test body, [`conforms`], run against every
+//! connector and its fake platform (`troupe-e2e`'s fakes), through the real clients.
+//!
+//! What every connector must do, whatever the platform:
+//! 1. a message from a person reaches the `InboundSink` normalized: the right platform,
+//!    room, author and message ids, and its text;
+//! 2. a reply to it reaches the platform;
+//! 3. a send the platform refuses surfaces as a typed `ConnectorError` (an outage as
+//!    `Transient`, a refusal as an error the outbox does not retry), never a panic, never
+//!    swallowed into an `Ok`, and never with a credential in its text;
+//! 4. `run` ends soon after its shutdown token is cancelled, with `Ok`.
+//!
+//! A platform takes part by implementing [`Harness`]: start its fake, build the connector
+//! against it, deliver one message the way the platform does (a poll answer, a gateway
+//! dispatch, a webhook call), and script the fake to refuse the next send. Nothing here
+//! sleeps: every wait wakes on a change and is bounded by [`WAIT`], and a timeout fails
+//! with what the fake saw.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::json;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use troupe_e2e::Diagnose;
+use troupe_e2e::fake_discord::{self, Author, FakeDiscord, NewMessage};
+use troupe_e2e::fake_neynar::{self, Failure, FakeNeynar, Route};
+use troupe_e2e::fake_telegram::{FakeTelegram, tg};
+
+use crate::connector::{
+    Accepted, Built, Connector, ConnectorError, ConnectorSettings, InboundSink, MemoryState,
+    SinkError, WebhookRequest,
+};
+use crate::model::{Inbound, MessageId, Outbound, Platform, RoomId, UserId};
+
+/// The bound on every wait: generous, for a debug build on a busy machine.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// What the sink must receive for the message a harness delivered.
+#[derive(Debug)]
+struct Expected {
+    platform: Platform,
+    room: RoomId,
+    author: UserId,
+    message: MessageId,
+    text: String,
+}
+
+/// How a harness makes its fake refuse the next send.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// The platform is down for a moment (a 500): worth retrying.
+    Outage,
+    /// The platform will not take this reply (a 403: blocked, or no permission).
+    Forbidden,
+}
+
+/// One connector, wired to its fake platform.
+#[async_trait]
+trait Harness: Diagnose + Send + Sync + Sized {
+    /// Starts the fake and builds the connector against it.
+    async fn start() -> Self;
+    fn connector(&self) -> Arc<dyn Connector>;
+    /// Waits until the running connector can take a message (it has connected, or
+    /// registered its webhook), so that delivering one is not a race.
+    async fn until_receiving(&self) -> Result<(), String>;
+    /// Has the platform deliver one message from a person to the persona.
+    async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected;
+    /// Waits until the fake has taken `n` replies.
+    async fn until_sent(&self, n: usize) -> Result<(), String>;
+    /// Makes the fake refuse the next send.
+    fn refuse_next_send(&self, refusal: Refusal);
+    /// Credentials that must never appear in an error.
+    fn secrets(&self) -> Vec<String>;
+}
+
+/// The sink the connector hands messages to; it publishes how many it holds.
+#[derive(Default)]
+struct RecordingSink {
+    accepted: Mutex<Vec<Inbound>>,
+    count: watch::Sender<usize>,
+}
+
+#[async_trait]
+impl InboundSink for RecordingSink {
+    async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError> {
+        let mut accepted = self.accepted.lock().unwrap_or_else(|e| e.into_inner());
+        if accepted.iter().any(|m| m.id == message.id) {
+            return Ok(Accepted::Duplicate);
+        }
+        accepted.push(message);
+        self.count.send_replace(accepted.len());
+        Ok(Accepted::New)
+    }
+}
+
+impl RecordingSink {
+    async fn until(&self, n: usize, fake: &dyn Diagnose) -> Vec<Inbound> {
+        let mut count = self.count.subscribe();
+        if tokio::time::timeout(WAIT, count.wait_for(|c| *c >= n))
+            .await
+            .is_err()
+        {
+            panic!(
+                "the sink got {} message(s), expected {n} within {WAIT:?}\n{}",
+                *count.borrow(),
+                fake.diagnostics()
+            );
+        }
+        self.accepted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// Fails the test with the fake's diagnostics.
+fn fail(context: &str, why: impl std::fmt::Display, fake: &dyn Diagnose) -> ! {
+    panic!("{context}: {why}\n{}", fake.diagnostics())
+}
+
+/// Sends `reply` in a task of its own, bounded by [`WAIT`]: a panic inside the connector
+/// or a send that never ends fails the test with a diagnostic instead of hiding.
+async fn send(
+    connector: &Arc<dyn Connector>,
+    reply: Outbound,
+    fake: &dyn Diagnose,
+) -> Result<crate::connector::Delivery, ConnectorError> {
+    let c = connector.clone();
+    let task = tokio::spawn(async move { c.send(&reply).await });
+    match tokio::time::timeout(WAIT, task).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(join)) => fail("send panicked", join, fake),
+        Err(_) => fail("send did not end", format!("within {WAIT:?}"), fake),
+    }
+}
+
+/// The test body every connector runs.
+async fn conforms<H: Harness>() {
+    let h = H::start().await;
+    let connector = h.connector();
+    let sink = Arc::new(RecordingSink::default());
+    let shutdown = CancellationToken::new();
+    let run = {
+        let (c, s, t) = (connector.clone(), sink.clone(), shutdown.clone());
+        let s: Arc<dyn InboundSink> = s;
+        tokio::spawn(async move { c.run(s, t).await })
+    };
+    if let Err(e) = h.until_receiving().await {
+        fail("the connector did not start receiving", e, &h);
+    }
+
+    // 1. A message reaches the sink, normalized.
+    let expected = h.deliver(&connector).await;
+    let got = sink.until(1, &h).await;
+    let message = &got[0];
+    assert_eq!(message.platform(), expected.platform, "{message:#?}");
+    assert_eq!(message.room.platform, expected.platform, "{message:#?}");
+    assert_eq!(message.room.id, expected.room, "{message:#?}");
+    assert_eq!(message.author.id, expected.author, "{message:#?}");
+    assert!(!message.author.is_bot, "{message:#?}");
+    assert_eq!(message.id, expected.message, "{message:#?}");
+    assert_eq!(message.text, expected.text, "{message:#?}");
+    assert!(message.sent_at_ms > 0, "{message:#?}");
+
+    // 2. A reply to it reaches the platform.
+    let reply = |key: &str| Outbound {
+        key: key.into(),
+        room: message.room.clone(),
+        text: format!("reply {key}"),
+        reply_to: Some(message.id.clone()),
+    };
+    let delivery = send(&connector, reply("ok"), &h)
+        .await
+        .unwrap_or_else(|e| fail("the reply was not delivered", e, &h));
+    assert_eq!(delivery.message_ids.len(), 1, "{delivery:?}");
+    if let Err(e) = h.until_sent(1).await {
+        fail("the platform did not get the reply", e, &h);
+    }
+
+    // 3. Refused sends surface as typed errors, without credentials.
+    for (key, refusal) in [
+        ("outage", Refusal::Outage),
+        ("forbidden", Refusal::Forbidden),
+    ] {
+        h.refuse_next_send(refusal);
+        let err = match send(&connector, reply(key), &h).await {
+            Ok(delivery) => fail(
+                &format!("a send the platform refused ({refusal:?}) was reported as delivered"),
+                format!("{delivery:?}"),
+                &h,
+            ),
+            Err(e) => e,
+        };
+        match refusal {
+            Refusal::Outage => {
+                assert!(matches!(err, ConnectorError::Transient(_)), "{err:?}")
+            }
+            Refusal::Forbidden => assert!(
+                matches!(
+                    err,
+                    ConnectorError::Fatal(_) | ConnectorError::Unauthorized(_)
+                ),
+                "{err:?}"
+            ),
+        }
+        for secret in h.secrets() {
+            assert!(!err.to_string().contains(&secret), "{err}");
+        }
+    }
+
+    // 4. Shutdown is respected.
+    shutdown.cancel();
+    match tokio::time::timeout(WAIT, run).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => fail("run ended with an error after shutdown", e, &h),
+        Ok(Err(join)) => fail("run panicked", join, &h),
+        Err(_) => fail(
+            "run did not end after shutdown",
+            format!("within {WAIT:?}"),
+            &h,
+        ),
+    }
+}
+
+fn settings() -> ConnectorSettings {
+    ConnectorSettings {
+        state: Arc::new(MemoryState::default()),
+        agent_id: "tess".into(),
+        persona_name: "Tess".into(),
+        allowed_rooms: None,
+        only_join_allowed: false,
+    }
+}
+
+/// Builds `platform`'s connector from these settings, as the gateway does.
+fn build(platform: Platform, vars: &[(&str, String)]) -> Arc<dyn Connector> {
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let lookup = move |k: &str| map.get(k).cloned();
+    match crate::registry::build(platform, &lookup, &settings()) {
+        Ok(Built::Ready(c)) => c,
+        Ok(Built::NotConfigured(why)) => panic!("{platform} is not configured: {why}"),
+        Err(e) => panic!("{platform} did not build: {e}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Telegram
+
+/// Ann's private chat with the bot.
+const TG_CHAT: i64 = 42;
+
+struct Telegram {
+    fake: FakeTelegram,
+    connector: Arc<dyn Connector>,
+    /// `Some(secret)` in webhook mode.
+    webhook: Option<&'static str>,
+}
+
+impl Telegram {
+    async fn start_in(webhook: Option<&'static str>) -> Self {
+        let fake = FakeTelegram::start().await;
+        let mut vars = vec![
+            ("TELEGRAM_BOT_TOKEN", fake.token().to_string()),
+            ("TELEGRAM_API_ROOT", fake.api_root()),
+        ];
+        if let Some(secret) = webhook {
+            vars.push((
+                "TELEGRAM_WEBHOOK_URL",
+                "https://bot.example.org/webhooks/telegram/tess".into(),
+            ));
+            vars.push(("TELEGRAM_WEBHOOK_SECRET", secret.into()));
+        }
+        let connector = build(Platform::Telegram, &vars);
+        Self {
+            fake,
+            connector,
+            webhook,
+        }
+    }
+}
+
+impl Diagnose for Telegram {
+    fn diagnostics(&self) -> String {
+        self.fake.diagnostics()
+    }
+}
+
+#[async_trait]
+impl Harness for Telegram {
+    async fn start() -> Self {
+        Self::start_in(None).await
+    }
+    fn connector(&self) -> Arc<dyn Connector> {
+        self.connector.clone()
+    }
+    async fn until_receiving(&self) -> Result<(), String> {
+        match self.webhook {
+            // The webhook is registered once the connector can take its calls.
+            Some(_) => {
+                self.fake.wait_for_webhook(WAIT).await;
+            }
+            None => {
+                self.fake.wait_for_calls("getUpdates", 1, WAIT).await;
+            }
+        }
+        Ok(())
+    }
+    async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected {
+        let text = "hello from Ann";
+        let message = tg::text(
+            tg::private_chat(TG_CHAT, "Ann"),
+            tg::user(TG_CHAT, "Ann"),
+            text,
+        );
+        let id = match self.webhook {
+            None => self.fake.push_message(message),
+            Some(secret) => {
+                let mut message = message;
+                message["message_id"] = json!(3);
+                message["date"] = json!(1_700_000_000);
+                let update = json!({"update_id": 5, "message": message});
+                let response = connector
+                    .webhook(WebhookRequest {
+                        headers: vec![("x-telegram-bot-api-secret-token".into(), secret.into())],
+                        body: update.to_string().into_bytes(),
+                    })
+                    .await;
+                assert_eq!(response.status, 200, "{}", response.body);
+                3
+            }
+        };
+        Expected {
+            platform: Platform::Telegram,
+            room: RoomId::new(TG_CHAT.to_string()),
+            author: UserId::new(TG_CHAT.to_string()),
+            message: MessageId::new(format!("{TG_CHAT}:{id}")),
+            text: text.into(),
+        }
+    }
+    async fn until_sent(&self, n: usize) -> Result<(), String> {
+        self.fake.try_wait_for_sent(n, WAIT).await.map(|_| ())
+    }
+    fn refuse_next_send(&self, refusal: Refusal) {
+        match refusal {
+            Refusal::Outage => self.fake.refuse_next_send(500, "Internal Server Error"),
+            Refusal::Forbidden => self
+                .fake
+                .refuse_next_send(403, "Forbidden: bot was blocked by the user"),
+        }
+    }
+    fn secrets(&self) -> Vec<String> {
+        let token = self.fake.token().to_string();
+        let secret = token.split_once(':').map(|(_, s)| s.to_string());
+        [Some(token), secret, self.webhook.map(String::from)]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
+/// Telegram, taking updates by webhook instead of long polling.
+struct TelegramWebhook(Telegram);
+
+impl Diagnose for TelegramWebhook {
+    fn diagnostics(&self) -> String {
+        self.0.diagnostics()
+    }
+}
+
+#[async_trait]
+impl Harness for TelegramWebhook {
+    async fn start() -> Self {
+        Self(Telegram::start_in(Some("s3cret_hook")).await)
+    }
+    fn connector(&self) -> Arc<dyn Connector> {
+        self.0.connector()
+    }
+    async fn until_receiving(&self) -> Result<(), String> {
+        self.0.until_receiving().await
+    }
+    async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected {
+        self.0.deliver(connector).await
+    }
+    async fn until_sent(&self, n: usize) -> Result<(), String> {
+        self.0.until_sent(n).await
+    }
+    fn refuse_next_send(&self, refusal: Refusal) {
+        self.0.refuse_next_send(refusal)
+    }
+    fn secrets(&self) -> Vec<String> {
+        self.0.secrets()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Discord
+
+const DISCORD_CHANNEL: &str = "410000000000000001";
+
+struct Discord {
+    fake: FakeDiscord,
+    connector: Arc<dyn Connector>,
+}
+
+impl Diagnose for Discord {
+    fn diagnostics(&self) -> String {
+        self.fake.diagnostics()
+    }
+}
+
+#[async_trait]
+impl Harness for Discord {
+    async fn start() -> Self {
+        let fake = FakeDiscord::start().await;
+        let connector = build(
+            Platform::Discord,
+            &[
+                ("DISCORD_API_TOKEN", fake_discord::TOKEN.into()),
+                ("DISCORD_API_URL", fake.url()),
+                (
+                    "DISCORD_APPLICATION_ID",
+                    fake_discord::APPLICATION_ID.into(),
+                ),
+            ],
+        );
+        Self { fake, connector }
+    }
+    fn connector(&self) -> Arc<dyn Connector> {
+        self.connector.clone()
+    }
+    async fn until_receiving(&self) -> Result<(), String> {
+        self.fake.try_wait_for_ready(1, WAIT).await
+    }
+    async fn deliver(&self, _connector: &Arc<dyn Connector>) -> Expected {
+        let text = "when is the lamp lit?";
+        let id = self.fake.send_message_create(
+            NewMessage::guild(DISCORD_CHANNEL, Author::person("alice"), text).mentioning_bot(),
+        );
+        let author = self
+            .fake
+            .user_id("alice")
+            .expect("the fake names the author of a message it dispatched");
+        Expected {
+            platform: Platform::Discord,
+            room: RoomId::new(DISCORD_CHANNEL),
+            author: UserId::new(author),
+            message: MessageId::new(id),
+            // The fake writes a mention as Discord does, `<@bot id>` before the text.
+            text: format!("<@{}> {text}", fake_discord::BOT_ID),
+        }
+    }
+    async fn until_sent(&self, n: usize) -> Result<(), String> {
+        self.fake.try_wait_for_sent(n, WAIT).await.map(|_| ())
+    }
+    fn refuse_next_send(&self, refusal: Refusal) {
+        match refusal {
+            Refusal::Outage => self
+                .fake
+                .refuse_next_send(500, 0, "500: Internal Server Error"),
+            Refusal::Forbidden => self
+                .fake
+                .refuse_next_send(403, 50013, "Missing Permissions"),
+        }
+    }
+    fn secrets(&self) -> Vec<String> {
+        vec![fake_discord::TOKEN.into()]
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Farcaster
+
+/// The person who mentions the bot.
+const FC_AUTHOR: u64 = 7;
+
+struct Farcaster {
+    fake: FakeNeynar,
+    connector: Arc<dyn Connector>,
+    /// `Some(secret)` when casts arrive by webhook.
+    webhook: Option<&'static str>,
+}
+
+impl Farcaster {
+    async fn start_in(webhook: Option<&'static str>) -> Self {
+        let fake = FakeNeynar::start().await;
+        let mut vars = vec![
+            ("FARCASTER_FID", fake.bot_fid().to_string()),
+            ("FARCASTER_NEYNAR_API_KEY", fake.api_key().to_string()),
+            (
+                "FARCASTER_NEYNAR_SIGNER_UUID",
+                fake.signer_uuid().to_string(),
+            ),
+            ("NEYNAR_API_URL", fake.url()),
+            ("FARCASTER_POLL_INTERVAL", "1".into()),
+        ];
+        if let Some(secret) = webhook {
+            vars.push(("FARCASTER_NEYNAR_WEBHOOK_SECRET", secret.into()));
+        }
+        let connector = build(Platform::Farcaster, &vars);
+        Self {
+            fake,
+            connector,
+            webhook,
+        }
+    }
+}
+
+impl Diagnose for Farcaster {
+    fn diagnostics(&self) -> String {
+        self.fake.diagnostics()
+    }
+}
+
+#[async_trait]
+impl Harness for Farcaster {
+    async fn start() -> Self {
+        Self::start_in(None).await
+    }
+    fn connector(&self) -> Arc<dyn Connector> {
+        self.connector.clone()
+    }
+    async fn until_receiving(&self) -> Result<(), String> {
+        match self.webhook {
+            // A webhook call waits for `run` to hand over its sink; nothing to wait for.
+            Some(_) => Ok(()),
+            None => self.fake.try_wait_for_polls(1, WAIT).await,
+        }
+    }
+    async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected {
+        let text = "@fern when does the tide turn?";
+        let hash = self.fake.mention(FC_AUTHOR, "alice", text);
+        if let Some(secret) = self.webhook {
+            let body = serde_json::to_vec(&self.fake.cast_created_event(&hash))
+                .expect("the event is JSON");
+            let signature = fake_neynar::sign_webhook(secret, &body);
+            let response = connector
+                .webhook(WebhookRequest {
+                    headers: vec![("x-neynar-signature".into(), signature)],
+                    body,
+                })
+                .await;
+            assert_eq!(response.status, 200, "{}", response.body);
+        }
+        Expected {
+            platform: Platform::Farcaster,
+            // A root cast is its own thread.
+            room: RoomId::new(hash.clone()),
+            author: UserId::new(FC_AUTHOR.to_string()),
+            message: MessageId::new(hash),
+            text: text.into(),
+        }
+    }
+    async fn until_sent(&self, n: usize) -> Result<(), String> {
+        self.fake.try_wait_for_casts(n, WAIT).await.map(|_| ())
+    }
+    fn refuse_next_send(&self, refusal: Refusal) {
+        let status = match refusal {
+            Refusal::Outage => 500,
+            Refusal::Forbidden => 403,
+        };
+        self.fake
+            .push_failure(Route::Publish, Failure::Status(status));
+    }
+    fn secrets(&self) -> Vec<String> {
+        [
+            Some(self.fake.api_key().to_string()),
+            Some(self.fake.signer_uuid().to_string()),
+            self.webhook.map(String::from),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
+/// Farcaster, taking casts from Neynar webhooks instead of polling.
+struct FarcasterWebhook(Farcaster);
+
+impl Diagnose for FarcasterWebhook {
+    fn diagnostics(&self) -> String {
+        self.0.diagnostics()
+    }
+}
+
+#[async_trait]
+impl Harness for FarcasterWebhook {
+    async fn start() -> Self {
+        Self(Farcaster::start_in(Some("whsec-conformance")).await)
+    }
+    fn connector(&self) -> Arc<dyn Connector> {
+        self.0.connector()
+    }
+    async fn until_receiving(&self) -> Result<(), String> {
+        self.0.until_receiving().await
+    }
+    async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected {
+        self.0.deliver(connector).await
+    }
+    async fn until_sent(&self, n: usize) -> Result<(), String> {
+        self.0.until_sent(n).await
+    }
+    fn refuse_next_send(&self, refusal: Refusal) {
+        self.0.refuse_next_send(refusal)
+    }
+    fn secrets(&self) -> Vec<String> {
+        self.0.secrets()
+    }
+}
+
+/// One test per connector, all with the body of [`conforms`].
+macro_rules! conformance {
+    ($($name:ident: $harness:ty),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $name() {
+            conforms::<$harness>().await;
+        }
+    )*};
+}
+
+conformance! {
+    discord: Discord,
+    telegram_polling: Telegram,
+    telegram_webhook: TelegramWebhook,
+    farcaster_polling: Farcaster,
+    farcaster_webhook: FarcasterWebhook,
+}
