@@ -301,7 +301,7 @@ impl Ingress {
                 continue;
             }
             let attempt = entry.attempts.max(0) as u32;
-            let agent = AgentId::from(entry.agent_id);
+            let agent = entry.agent_id;
             self.publish(entry.id, &agent, entry.inbound, true, attempt)
                 .await?;
             published += 1;
