@@ -14,7 +14,7 @@
 //! On SQLite there is one process per database file, so it leads everything at once.
 //!
 //! It owns the lock keys and the connections that hold them; it knows nothing of platforms:
-//! the receiver's name (`telegram:<bot id>`) comes from `troupe_connectors::registry`.
+//! the receiver's name (`telegram:<bot id>`) comes from `Connector::receiving`.
 
 use std::collections::BTreeMap;
 use std::future::Future;
