@@ -365,39 +365,52 @@ impl Harness for Telegram {
     }
 }
 
-/// Telegram, taking updates by webhook instead of long polling.
-struct TelegramWebhook(Telegram);
+/// A connector's webhook mode: the same harness as its receiver's, started with a webhook
+/// secret, so that both modes run the one suite.
+macro_rules! webhook_harness {
+    ($(#[$doc:meta])* $name:ident, $inner:ident, $secret:literal) => {
+        $(#[$doc])*
+        struct $name($inner);
 
-impl Diagnose for TelegramWebhook {
-    fn diagnostics(&self) -> String {
-        self.0.diagnostics()
-    }
+        impl Diagnose for $name {
+            fn diagnostics(&self) -> String {
+                self.0.diagnostics()
+            }
+        }
+
+        #[async_trait]
+        impl Harness for $name {
+            async fn start() -> Self {
+                Self($inner::start_in(Some($secret)).await)
+            }
+            fn connector(&self) -> Arc<dyn Connector> {
+                self.0.connector()
+            }
+            async fn until_receiving(&self) -> Result<(), String> {
+                self.0.until_receiving().await
+            }
+            async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected {
+                self.0.deliver(connector).await
+            }
+            async fn until_sent(&self, n: usize) -> Result<(), String> {
+                self.0.until_sent(n).await
+            }
+            fn refuse_next_send(&self, refusal: Refusal) {
+                self.0.refuse_next_send(refusal)
+            }
+            fn secrets(&self) -> Vec<String> {
+                self.0.secrets()
+            }
+        }
+    };
 }
 
-#[async_trait]
-impl Harness for TelegramWebhook {
-    async fn start() -> Self {
-        Self(Telegram::start_in(Some("s3cret_hook")).await)
-    }
-    fn connector(&self) -> Arc<dyn Connector> {
-        self.0.connector()
-    }
-    async fn until_receiving(&self) -> Result<(), String> {
-        self.0.until_receiving().await
-    }
-    async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected {
-        self.0.deliver(connector).await
-    }
-    async fn until_sent(&self, n: usize) -> Result<(), String> {
-        self.0.until_sent(n).await
-    }
-    fn refuse_next_send(&self, refusal: Refusal) {
-        self.0.refuse_next_send(refusal)
-    }
-    fn secrets(&self) -> Vec<String> {
-        self.0.secrets()
-    }
-}
+webhook_harness!(
+    /// Telegram, taking updates by webhook instead of long polling.
+    TelegramWebhook,
+    Telegram,
+    "s3cret_hook"
+);
 
 // ---------------------------------------------------------------------------------------
 // Discord
@@ -580,39 +593,12 @@ impl Harness for Farcaster {
     }
 }
 
-/// Farcaster, taking casts from Neynar webhooks instead of polling.
-struct FarcasterWebhook(Farcaster);
-
-impl Diagnose for FarcasterWebhook {
-    fn diagnostics(&self) -> String {
-        self.0.diagnostics()
-    }
-}
-
-#[async_trait]
-impl Harness for FarcasterWebhook {
-    async fn start() -> Self {
-        Self(Farcaster::start_in(Some("whsec-conformance")).await)
-    }
-    fn connector(&self) -> Arc<dyn Connector> {
-        self.0.connector()
-    }
-    async fn until_receiving(&self) -> Result<(), String> {
-        self.0.until_receiving().await
-    }
-    async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected {
-        self.0.deliver(connector).await
-    }
-    async fn until_sent(&self, n: usize) -> Result<(), String> {
-        self.0.until_sent(n).await
-    }
-    fn refuse_next_send(&self, refusal: Refusal) {
-        self.0.refuse_next_send(refusal)
-    }
-    fn secrets(&self) -> Vec<String> {
-        self.0.secrets()
-    }
-}
+webhook_harness!(
+    /// Farcaster, taking casts from Neynar webhooks instead of polling.
+    FarcasterWebhook,
+    Farcaster,
+    "whsec-conformance"
+);
 
 /// One test per connector, all with the body of [`conforms`].
 macro_rules! conformance {

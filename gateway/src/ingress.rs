@@ -386,11 +386,10 @@ mod tests {
     /// Postgres' own errors: a data exception (class 22) is the row's fault, anything else
     /// the server's. Skipped without `TROUPE_TEST_DATABASE_URL`.
     #[tokio::test]
-    #[allow(clippy::disallowed_methods)]
     async fn postgres_data_exceptions_are_rejections() {
         use sqlx::Connection;
-        let Ok(url) = std::env::var("TROUPE_TEST_DATABASE_URL") else {
-            eprintln!("skipped: TROUPE_TEST_DATABASE_URL is not set");
+        let Some(url) = troupe_e2e::env::postgres_url("postgres_data_exceptions_are_rejections")
+        else {
             return;
         };
         let mut pg = sqlx::PgConnection::connect(&url)
