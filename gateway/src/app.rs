@@ -244,15 +244,6 @@ impl App {
         self.addr
     }
 
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
-    /// Leadership of the once-only receivers: which run here, which stand by.
-    pub fn elector(&self) -> &Elector {
-        &self.elector
-    }
-
     async fn load_personas(&self) -> anyhow::Result<()> {
         let dir = &self.config.personas_dir;
         let (loaded, problems) = persona::load_dir(dir, &self.config.persona_load_options());

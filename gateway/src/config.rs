@@ -10,6 +10,7 @@
 use anyhow::{Context, bail};
 use secrecy::SecretString;
 use serde::Deserialize;
+#[cfg(test)]
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -705,7 +706,8 @@ impl Config {
         })
     }
 
-    /// A configuration for tests and benchmarks: an empty environment and the defaults.
+    /// A configuration for tests: an empty environment and the defaults.
+    #[cfg(test)]
     pub fn for_test() -> Config {
         Self::from_env(HashMap::new()).expect("the defaults are valid")
     }

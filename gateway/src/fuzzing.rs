@@ -42,12 +42,10 @@ pub fn character_file(bytes: &[u8]) {
             HistoryLine {
                 author_name: "Ann",
                 text: "hello {{agentName}}",
-                from_agent: false,
             },
             HistoryLine {
                 author_name: &p.name,
                 text: "hi",
-                from_agent: true,
             },
         ];
         let knowledge = [KnowledgeItem {

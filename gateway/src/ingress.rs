@@ -28,7 +28,7 @@ use crate::storage::{
     JournalId, JournalInsert, JournalState, StorageError, Store, same_dedupe_key,
 };
 
-pub use crate::outcome::{HandleError, Outcome, Waiters, WhyNot};
+pub use crate::outcome::{HandleError, Outcome, Waiters};
 
 /// The attempt a first publication carries: the one its journal insert counted (see
 /// `storage::journal`), so that a replay of the same attempt has the same NATS id.
@@ -106,10 +106,6 @@ impl Ingress {
             bus,
             waiters,
         }
-    }
-
-    pub fn waiters(&self) -> &Waiters {
-        &self.waiters
     }
 
     pub fn bus(&self) -> &Arc<dyn Bus> {

@@ -28,29 +28,29 @@
 //! - `fuzzing` (feature `fuzzing`, hidden): byte-level entry points for the fuzz targets in
 //!   `fuzz/`; not an API.
 
-pub mod agent;
-pub mod app;
-pub mod bench;
-pub mod bus;
-pub mod chat;
+pub(crate) mod agent;
+pub(crate) mod app;
+pub(crate) mod bench;
+pub(crate) mod bus;
+pub(crate) mod chat;
 pub mod cli;
 mod clock;
-pub mod config;
-pub mod fetch;
+pub(crate) mod config;
+pub(crate) mod fetch;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod http;
-pub mod ingress;
+pub(crate) mod http;
+pub(crate) mod ingress;
 pub mod knowledge;
-pub mod leader;
-pub mod limits;
+pub(crate) mod leader;
+pub(crate) mod limits;
 mod memory;
-pub mod metrics;
-pub mod outbox;
-pub mod outcome;
-pub mod persona;
-pub mod provider;
+pub(crate) mod metrics;
+pub(crate) mod outbox;
+pub(crate) mod outcome;
+pub(crate) mod persona;
+pub(crate) mod provider;
 pub mod storage;
 mod telemetry;
-pub mod web;
+pub(crate) mod web;

@@ -393,18 +393,15 @@ impl Agent {
             .map(|c| HistoryLine {
                 author_name: &c.author_name,
                 text: &c.text,
-                from_agent: c.from_self,
             })
             .collect();
         history.extend(recent.iter().map(|m| HistoryLine {
             author_name: &m.author_name,
             text: &m.text,
-            from_agent: m.from_agent,
         }));
         history.push(HistoryLine {
             author_name: &inbound.author.name,
             text: &inbound.text,
-            from_agent: false,
         });
         let knowledge: Vec<persona::KnowledgeItem<'_>> = hits
             .iter()

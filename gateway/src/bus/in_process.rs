@@ -66,6 +66,17 @@ impl Inner {
     }
 }
 
+impl InProcessBus {
+    /// Waits until every published message has been handled (the tests' synchronization).
+    #[cfg(test)]
+    async fn drain(&self) {
+        let all = u32::try_from(self.inner.capacity).unwrap_or(u32::MAX);
+        if let Ok(permits) = self.inner.slots.acquire_many(all).await {
+            drop(permits);
+        }
+    }
+}
+
 #[async_trait]
 impl Bus for InProcessBus {
     async fn publish(&self, envelope: Envelope) -> Result<(), BusError> {
@@ -102,13 +113,6 @@ impl Bus for InProcessBus {
 
     fn depth(&self) -> usize {
         self.inner.capacity - self.inner.slots.available_permits()
-    }
-
-    async fn drain(&self) {
-        let all = u32::try_from(self.inner.capacity).unwrap_or(u32::MAX);
-        if let Ok(permits) = self.inner.slots.acquire_many(all).await {
-            drop(permits);
-        }
     }
 
     async fn close(&self) {

@@ -60,8 +60,6 @@ pub trait Bus: Send + Sync {
     async fn publish(&self, envelope: Envelope) -> Result<(), BusError>;
     /// Messages queued or being handled.
     fn depth(&self) -> usize;
-    /// Waits until every published message has been handled (tests and benchmarks).
-    async fn drain(&self);
     /// Stops taking messages and waits for those being handled.
     async fn close(&self);
     fn describe(&self) -> &'static str;

@@ -464,17 +464,6 @@ impl Bus for NatsBus {
         self.shared.depth.load(Ordering::Relaxed)
     }
 
-    async fn drain(&self) {
-        loop {
-            self.shared.refresh_depth().await;
-            if self.depth() == 0 && self.shared.in_hand.load(Ordering::Relaxed) == 0 {
-                return;
-            }
-            // Nothing to wait on in NATS for "the stream is empty": poll its state.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     async fn close(&self) {
         self.shared.stop.cancel();
         self.shared.tracker.close();

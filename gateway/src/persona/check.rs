@@ -26,12 +26,9 @@ impl CheckReport {
         !self.diagnostics.iter().any(Diagnostic::is_error)
     }
 
+    #[cfg(test)]
     pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
         self.diagnostics.iter().filter(|d| d.is_error())
-    }
-
-    pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
-        self.diagnostics.iter().filter(|d| !d.is_error())
     }
 }
 

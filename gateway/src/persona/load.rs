@@ -20,6 +20,7 @@ use troupe_connectors::AgentId;
 
 /// Reads and checks one character file, with no knowledge roots beyond its own directory
 /// (see [`load_file_with`]).
+#[cfg(test)]
 pub fn load_file(path: &Path) -> Result<Loaded, Vec<Diagnostic>> {
     load_file_with(path, &LoadOptions::default())
 }

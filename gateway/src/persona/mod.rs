@@ -37,13 +37,15 @@ use std::path::PathBuf;
 
 use troupe_connectors::{AgentId, Platform};
 
-pub use character::{Character, ExampleMessage, KnowledgeEntry, Settings, Style};
-pub use check::{CheckReport, check_files};
+pub use character::{Character, KnowledgeEntry};
+pub use check::check_files;
 pub use diag::{Diagnostic, Severity};
-pub use load::{load_dir, load_file, load_file_with, slug};
+pub use load::load_dir;
+#[cfg(test)]
+pub use load::{load_file, load_file_with};
 pub use paths::LoadOptions;
-pub use prompt::{DEFAULT_MESSAGE_HANDLER_TEMPLATE, compose};
-pub use secrets::{SecretSource, env_name, token_key};
+pub use prompt::compose;
+pub use secrets::token_key;
 pub use watch::{PersonaEvent, watch};
 
 /// The process environment, snapshotted once by `config`; personas read secrets from it.
@@ -195,7 +197,6 @@ pub struct Loaded {
 pub struct HistoryLine<'a> {
     pub author_name: &'a str,
     pub text: &'a str,
-    pub from_agent: bool,
 }
 
 /// A retrieved knowledge chunk for the prompt.

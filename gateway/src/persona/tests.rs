@@ -94,7 +94,6 @@ fn every_elizaos_fixture_loads() {
         let history = [HistoryLine {
             author_name: "sam",
             text: "hello there",
-            from_agent: false,
         }];
         let prompt = compose(p, &input(Platform::Discord, &history, 7));
         assert!(prompt.user.contains(&p.name), "{}", f.display());
@@ -717,17 +716,14 @@ fn default_template_follows_elizaos_sampling() {
         HistoryLine {
             author_name: "sam",
             text: "hello",
-            from_agent: false,
         },
         HistoryLine {
             author_name: "Ziggy",
             text: "hey",
-            from_agent: true,
         },
         HistoryLine {
             author_name: "sam",
             text: "how are you?",
-            from_agent: false,
         },
     ];
     let knowledge = [KnowledgeItem {
@@ -800,7 +796,6 @@ fn templates_override_and_platform_variants_win() {
     let h = [HistoryLine {
         author_name: "sam",
         text: "yo",
-        from_agent: false,
     }];
     let web = compose(&p, &input(Platform::Web, &h, 1));
     assert_eq!(
@@ -827,7 +822,6 @@ fn long_history_is_trimmed_oldest_first() {
         .map(|t| HistoryLine {
             author_name: "sam",
             text: t,
-            from_agent: false,
         })
         .collect();
     let mut i = input(Platform::Discord, &history, 3);
