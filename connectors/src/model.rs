@@ -120,8 +120,11 @@ macro_rules! id_newtype {
 
 /// Stores a type as a text column, in its `Display` form, read back through `FromStr` (a
 /// row that does not parse is a decode error, never a silently wrong key). Generic over the
-/// database, so one impl serves SQLite and Postgres.
+/// database, so one impl serves SQLite and Postgres. Exported (hidden) for the gateway's own
+/// text-column types, such as a knowledge scope.
 #[cfg(feature = "sqlx")]
+#[doc(hidden)]
+#[macro_export]
 macro_rules! text_column {
     ($name:ty) => {
         impl<DB: sqlx::Database> sqlx::Type<DB> for $name

@@ -50,44 +50,19 @@ impl fmt::Display for Scope {
     }
 }
 
-impl<DB: sqlx::Database> sqlx::Type<DB> for Scope
-where
-    String: sqlx::Type<DB>,
-{
-    fn type_info() -> DB::TypeInfo {
-        <String as sqlx::Type<DB>>::type_info()
-    }
-    fn compatible(ty: &DB::TypeInfo) -> bool {
-        <String as sqlx::Type<DB>>::compatible(ty)
-    }
-}
-
-impl<'q, DB: sqlx::Database> sqlx::Encode<'q, DB> for Scope
-where
-    String: sqlx::Encode<'q, DB>,
-{
-    fn encode_by_ref(
-        &self,
-        buf: &mut <DB as sqlx::Database>::ArgumentBuffer,
-    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-        <String as sqlx::Encode<'q, DB>>::encode(self.to_string(), buf)
-    }
-}
-
-impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for Scope
-where
-    String: sqlx::Decode<'r, DB>,
-{
-    fn decode(
-        value: <DB as sqlx::Database>::ValueRef<'r>,
-    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
-        let text = <String as sqlx::Decode<'r, DB>>::decode(value)?;
+/// The column's text read back: `""` is the whole agent, anything else must be a room key
+/// (a row that is neither is a decode error, not a silently wrong scope).
+impl std::str::FromStr for Scope {
+    type Err = troupe_connectors::BadRoomKey;
+    fn from_str(text: &str) -> std::result::Result<Self, Self::Err> {
         if text.is_empty() {
             return Ok(Scope::AGENT);
         }
         Ok(Scope(Some(text.parse::<RoomKey>()?)))
     }
 }
+
+troupe_connectors::text_column!(Scope);
 
 /// A document to store with its chunks, in one transaction.
 #[derive(Debug, Clone)]
