@@ -8,7 +8,9 @@
 //! 3. a send the platform refuses surfaces as a typed `ConnectorError` (an outage as
 //!    `Transient`, a refusal as an error the outbox does not retry), never a panic, never
 //!    swallowed into an `Ok`, and never with a credential in its text;
-//! 4. `run` ends soon after its shutdown token is cancelled, with `Ok`.
+//! 4. a message the gateway refuses for good (`SinkError::Rejected`) is skipped: the next
+//!    one still arrives, and the refused one is not handed over again;
+//! 5. `run` ends soon after its shutdown token is cancelled, with `Ok`.
 //!
 //! A platform takes part by implementing [`Harness`]: start its fake, build the connector
 //! against it, deliver one message the way the platform does (a poll answer, a gateway
@@ -19,6 +21,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -68,7 +71,7 @@ trait Harness: Diagnose + Send + Sync + Sized {
     /// registered its webhook), so that delivering one is not a race.
     async fn until_receiving(&self) -> Result<(), String>;
     /// Has the platform deliver one message from a person to the persona.
-    async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected;
+    async fn deliver(&self, connector: &Arc<dyn Connector>, nth: u32) -> Expected;
     /// Waits until the fake has taken `n` replies.
     async fn until_sent(&self, n: usize) -> Result<(), String>;
     /// Makes the fake refuse the next send.
@@ -82,11 +85,20 @@ trait Harness: Diagnose + Send + Sync + Sized {
 struct RecordingSink {
     accepted: Mutex<Vec<Inbound>>,
     count: watch::Sender<usize>,
+    /// Refuses the next messages for good, as a database refusing their content would.
+    reject_next: AtomicUsize,
 }
 
 #[async_trait]
 impl InboundSink for RecordingSink {
     async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError> {
+        if self
+            .reject_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(SinkError::Rejected("the database refuses its text".into()));
+        }
         let mut accepted = self.accepted.lock().unwrap_or_else(|e| e.into_inner());
         if accepted.iter().any(|m| m.id == message.id) {
             return Ok(Accepted::Duplicate);
@@ -154,7 +166,7 @@ async fn conforms<H: Harness>() {
     }
 
     // 1. A message reaches the sink, normalized.
-    let expected = h.deliver(&connector).await;
+    let expected = h.deliver(&connector, 0).await;
     let got = sink.until(1, &h).await;
     let message = &got[0];
     assert_eq!(message.platform(), expected.platform, "{message:#?}");
@@ -212,7 +224,21 @@ async fn conforms<H: Harness>() {
         }
     }
 
-    // 4. Shutdown is respected.
+    // 4. A message refused for good is skipped, not asked for again: retrying it would stall
+    // every message behind it (a poll offset, a catch-up mark, a webhook retried by the
+    // platform). Were it treated as "try later", the refused one would come back as the
+    // second message accepted.
+    sink.reject_next.store(1, Ordering::SeqCst);
+    let refused = h.deliver(&connector, 1).await;
+    let next = h.deliver(&connector, 2).await;
+    let got = sink.until(2, &h).await;
+    assert_eq!(got[1].id, next.message, "refused: {refused:?}\n{got:#?}");
+    assert!(
+        got.iter().all(|m| m.id != refused.message),
+        "the refused message was handed over again\n{got:#?}"
+    );
+
+    // 5. Shutdown is respected.
     shutdown.cancel();
     match tokio::time::timeout(WAIT, run).await {
         Ok(Ok(Ok(()))) => {}
@@ -312,7 +338,7 @@ impl Harness for Telegram {
         }
         Ok(())
     }
-    async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected {
+    async fn deliver(&self, connector: &Arc<dyn Connector>, nth: u32) -> Expected {
         let text = "hello from Ann";
         let message = tg::text(
             tg::private_chat(TG_CHAT, "Ann"),
@@ -323,9 +349,10 @@ impl Harness for Telegram {
             None => self.fake.push_message(message),
             Some(secret) => {
                 let mut message = message;
-                message["message_id"] = json!(3);
+                let id = 3 + i64::from(nth);
+                message["message_id"] = json!(id);
                 message["date"] = json!(1_700_000_000);
-                let update = json!({"update_id": 5, "message": message});
+                let update = json!({"update_id": 5 + i64::from(nth), "message": message});
                 let response = connector
                     .webhook(WebhookRequest {
                         headers: vec![("x-telegram-bot-api-secret-token".into(), secret.into())],
@@ -333,7 +360,7 @@ impl Harness for Telegram {
                     })
                     .await;
                 assert_eq!(response.status, 200, "{}", response.body);
-                3
+                id
             }
         };
         Expected {
@@ -389,8 +416,8 @@ macro_rules! webhook_harness {
             async fn until_receiving(&self) -> Result<(), String> {
                 self.0.until_receiving().await
             }
-            async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected {
-                self.0.deliver(connector).await
+            async fn deliver(&self, connector: &Arc<dyn Connector>, nth: u32) -> Expected {
+                self.0.deliver(connector, nth).await
             }
             async fn until_sent(&self, n: usize) -> Result<(), String> {
                 self.0.until_sent(n).await
@@ -451,7 +478,7 @@ impl Harness for Discord {
     async fn until_receiving(&self) -> Result<(), String> {
         self.fake.try_wait_for_ready(1, WAIT).await
     }
-    async fn deliver(&self, _connector: &Arc<dyn Connector>) -> Expected {
+    async fn deliver(&self, _connector: &Arc<dyn Connector>, _nth: u32) -> Expected {
         let text = "when is the lamp lit?";
         let id = self.fake.send_message_create(
             NewMessage::guild(DISCORD_CHANNEL, Author::person("alice"), text).mentioning_bot(),
@@ -546,7 +573,7 @@ impl Harness for Farcaster {
             None => self.fake.try_wait_for_polls(1, WAIT).await,
         }
     }
-    async fn deliver(&self, connector: &Arc<dyn Connector>) -> Expected {
+    async fn deliver(&self, connector: &Arc<dyn Connector>, _nth: u32) -> Expected {
         let text = "@fern when does the tide turn?";
         let hash = self.fake.mention(FC_AUTHOR, "alice", text);
         if let Some(secret) = self.webhook {

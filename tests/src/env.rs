@@ -37,3 +37,25 @@ pub fn postgres_url_if_set() -> Option<String> {
         .ok()
         .filter(|url| !url.is_empty())
 }
+
+/// The variable naming the NATS server (with JetStream) the bus and replica tests use.
+pub const NATS_URL_VAR: &str = "TROUPE_TEST_NATS_URL";
+
+/// The NATS server of `TROUPE_TEST_NATS_URL`. Without it, `None` with a note naming `test`
+/// (it is skipped); under `CI=true` its absence fails the test, as for Postgres.
+pub fn nats_url(test: &str) -> Option<String> {
+    if let Some(url) = std::env::var(NATS_URL_VAR)
+        .ok()
+        .filter(|url| !url.is_empty())
+    {
+        return Some(url);
+    }
+    if in_ci() {
+        panic!(
+            "{test}: {NATS_URL_VAR} is not set and CI=true. The NATS tests must run in CI: set \
+             it to a NATS server with JetStream, e.g. nats://127.0.0.1:4222"
+        );
+    }
+    eprintln!("note: {test} skipped: set {NATS_URL_VAR} to run it against NATS");
+    None
+}

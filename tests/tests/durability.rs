@@ -215,20 +215,6 @@ async fn replies_of(app: &TestApp, body: &Value) -> (Vec<String>, bool) {
 
 // ---- #11: the NATS dedupe id is unique per database ----
 
-/// `TROUPE_TEST_NATS_URL`, or `None` with a note (a failure under `CI=true`).
-fn nats_url_or_skip(test: &str) -> Option<String> {
-    if let Ok(url) = std::env::var("TROUPE_TEST_NATS_URL")
-        && !url.is_empty()
-    {
-        return Some(url);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!("{test}: TROUPE_TEST_NATS_URL is not set and CI=true");
-    }
-    eprintln!("note: {test} skipped: set TROUPE_TEST_NATS_URL");
-    None
-}
-
 const PER_RUN: usize = 12;
 
 /// Posts `PER_RUN` messages at once, each to its own room, and returns every answer.
@@ -248,7 +234,8 @@ async fn post_all(app: &TestApp, run: &str) -> Vec<(StatusCode, Value)> {
 
 #[tokio::test]
 async fn two_fresh_databases_in_a_row_on_one_nats_server_answer_every_message() {
-    let Some(nats) = nats_url_or_skip("two_fresh_databases_in_a_row_on_one_nats_server") else {
+    let Some(nats) = troupe_e2e::env::nats_url("two_fresh_databases_in_a_row_on_one_nats_server")
+    else {
         return;
     };
     let model = FakeOpenAi::start().await;

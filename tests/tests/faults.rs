@@ -398,11 +398,27 @@ async fn a_postgres_restart_mid_burst_holds_inbound_and_loses_nothing() {
     .await;
     let during = json!({"roomId": "pg-api", "userId": "u1", "messageId": "pg-api-1",
         "text": "posted while the database is down"});
-    let (status, body) = app.post_message(AGENT, &during).await;
+    let refused = app
+        .client()
+        .post(app.url(&format!("/api/agents/{AGENT}/messages")))
+        .json(&during)
+        .send()
+        .await
+        .expect("the gateway answers while its database is down");
+    let status = refused.status();
+    let retry_after = refused.headers().get("retry-after").cloned();
+    let body: serde_json::Value = refused.json().await.expect("an error body in JSON");
     assert!(
         status.is_server_error() && body["error"].is_string(),
         "a clean refusal, not {status}: {body}"
     );
+    // A 503 tells the client when to try again, by the standard header.
+    if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+        let secs: u64 = retry_after
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or_else(|| panic!("a 503 without retry-after in seconds: {body}"));
+        assert!(secs >= 1, "retry-after {secs}");
+    }
     // Telegram keeps what it could not hand over: these wait, unconfirmed.
     push(PG_PER_CHAT - 1, &mut ids);
     let (status, _) = app.get("/healthz").await;

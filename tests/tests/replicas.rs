@@ -31,23 +31,6 @@ const PER_ROOM: usize = 20;
 /// A hang guard, not a timing assertion.
 const WAIT: Duration = Duration::from_secs(180);
 
-/// `TROUPE_TEST_NATS_URL`, or `None` with a note (a failure under `CI=true`).
-fn nats_url_or_skip(test: &str) -> Option<String> {
-    if let Ok(url) = std::env::var("TROUPE_TEST_NATS_URL")
-        && !url.is_empty()
-    {
-        return Some(url);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!(
-            "{test}: TROUPE_TEST_NATS_URL is not set and CI=true. The replica tests must run in \
-             CI: set it to a NATS server with JetStream, e.g. nats://127.0.0.1:4222"
-        );
-    }
-    eprintln!("note: {test} skipped: set TROUPE_TEST_NATS_URL (and TROUPE_TEST_DATABASE_URL)");
-    None
-}
-
 /// Two replicas on a fresh database and the bus prefix `prefix`.
 async fn two_replicas(nats: &str, prefix: &str, model: &FakeOpenAi) -> (TestApp, TestApp) {
     let options = TestAppOptions::new(Backend::Postgres)
@@ -204,7 +187,7 @@ fn answered_in(logs: &str) -> usize {
 #[tokio::test]
 async fn two_replicas_answer_each_message_once_in_order_even_when_one_is_killed() {
     let test = "two_replicas_answer_each_message_once_in_order_even_when_one_is_killed";
-    let Some(nats) = nats_url_or_skip(test) else {
+    let Some(nats) = troupe_e2e::env::nats_url(test) else {
         return;
     };
     if Backend::Postgres.or_skip(test).is_none() {

@@ -125,7 +125,9 @@ impl Receiver {
         }
     }
 
-    /// Hands one message to the sink. `false` when the sink refused it.
+    /// Hands one message to the sink. `false` when the sink could not take it for now (the
+    /// channel's mark stays, so catch-up fetches it again); a message refused for good counts
+    /// as handled, or it would stop catch-up at the same message on every start.
     async fn deliver(&self, msg: &wire::Message, me: Snowflake, place: Place) -> bool {
         let Some(inbound) = normalize::to_inbound(msg, me, place) else {
             return true;
@@ -137,6 +139,11 @@ impl Receiver {
                 true
             }
             Ok(Accepted::Duplicate) => true,
+            Err(e) if !e.is_retryable() => {
+                tracing::warn!(channel = %room, message = %id, error = %e,
+                    "the gateway refused a Discord message; skipping it");
+                true
+            }
             Err(e) => {
                 tracing::error!(channel = %room, message = %id, error = %e,
                     "could not journal a Discord message; catch-up will fetch it again");

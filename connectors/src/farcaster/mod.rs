@@ -268,6 +268,12 @@ impl Connector for FarcasterConnector {
                     Accepted::Duplicate => "duplicate",
                 }}),
             ),
+            // Neynar would retry a 5xx; this cast will never be taken, so it is answered as
+            // handled, like Telegram's webhook.
+            Err(e) if !e.is_retryable() => {
+                tracing::warn!(error = %e, "the gateway refused a Farcaster webhook cast; skipping it");
+                json_response(200, serde_json::json!({"ok": true, "skipped": true}))
+            }
             Err(e) => {
                 tracing::error!(error = %e, "could not journal a Farcaster webhook cast");
                 json_response(

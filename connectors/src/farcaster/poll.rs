@@ -194,12 +194,20 @@ pub(crate) async fn poll_once(
         authors.remember(&candidate.cast.hash, candidate.cast.author.fid);
         match normalize::to_inbound(&candidate.cast, bot, candidate.hint) {
             Ok(Some(inbound)) => {
-                let accepted = sink.accept(inbound).await.map_err(|e| {
-                    ConnectorError::Transient(format!("the gateway did not take a cast: {e}"))
-                })?;
-                match accepted {
-                    Accepted::New => report.new += 1,
-                    Accepted::Duplicate => report.duplicates += 1,
+                match sink.accept(inbound).await {
+                    Ok(Accepted::New) => report.new += 1,
+                    Ok(Accepted::Duplicate) => report.duplicates += 1,
+                    // Refused for good: the mark moves past it, or every poll would stop here.
+                    Err(e) if !e.is_retryable() => {
+                        tracing::warn!(cast = %candidate.cast.hash, error = %e,
+                            "the gateway refused a cast; skipping it");
+                    }
+                    // For now: the mark stays before it, so the next poll hands it over again.
+                    Err(e) => {
+                        return Err(ConnectorError::Transient(format!(
+                            "the gateway did not take a cast: {e}"
+                        )));
+                    }
                 }
             }
             Ok(None) => {}

@@ -218,7 +218,9 @@ pub async fn post_message(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
             format!("too many messages (per-{scope} limit); wait a minute and try again"),
-        )),
+        )
+        // The limits are per minute, so a minute is an upper bound on the wait.
+        .retry_after(60)),
         Outcome::Failed { error } => Err(handle_error(&error)),
         // Not a model error: the message itself kept stopping the gateway (issue 12, #2).
         Outcome::GaveUp { reason } => Err(ApiError::new(
@@ -229,6 +231,11 @@ pub async fn post_message(
     }
 }
 
+/// `Retry-After` for a 503 whose cause is usually brief (a database or NATS reconnect).
+const RETRY_SOON: u64 = 5;
+/// `Retry-After` while this process drains for a restart: long enough for a new one to start.
+const RETRY_AFTER_RESTART: u64 = 10;
+
 /// A message the journal or the bus did not take, or that got no answer in time. Storage
 /// and the bus being down are 503s (the caller may post again); a message the database
 /// refuses for good is the caller's to change (422).
@@ -238,12 +245,14 @@ fn converse_error(e: ConverseError) -> ApiError {
             StatusCode::SERVICE_UNAVAILABLE,
             "storage_unavailable",
             format!("{e}; post it again in a few seconds"),
-        ),
+        )
+        .retry_after(RETRY_SOON),
         ConverseError::Journal(SinkError::ShuttingDown(_)) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "shutting_down",
             format!("{e}; post it again once the gateway is back"),
-        ),
+        )
+        .retry_after(RETRY_AFTER_RESTART),
         ConverseError::Journal(SinkError::Rejected(_)) => {
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "rejected", e.to_string())
         }
@@ -251,12 +260,14 @@ fn converse_error(e: ConverseError) -> ApiError {
             StatusCode::SERVICE_UNAVAILABLE,
             "shutting_down",
             format!("{e}; it will be answered at the next start, or post it again"),
-        ),
+        )
+        .retry_after(RETRY_AFTER_RESTART),
         ConverseError::Bus(BusError::Backend(_)) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "bus_unavailable",
             format!("{e}; post it again in a few seconds"),
-        ),
+        )
+        .retry_after(RETRY_SOON),
         ConverseError::NoAnswerInTime => {
             ApiError::new(StatusCode::GATEWAY_TIMEOUT, "timeout", e.to_string())
         }
@@ -276,9 +287,12 @@ fn handle_error(error: &HandleError) -> ApiError {
             format!(
                 "{error}; the message is journaled and will be answered when it is posted again or at the next start"
             ),
-        ),
+        )
+        .retry_after(RETRY_SOON),
         HandleError::UnknownAgent(_) => {
-            ApiError::new(StatusCode::NOT_FOUND, "unknown_agent", error.to_string())
+            // The same code as a persona unknown at request time: to a client both mean
+            // "no such persona now".
+            ApiError::not_found(error.to_string())
         }
     }
 }

@@ -15,6 +15,9 @@ pub struct ApiError {
     pub error: &'static str,
     /// What happened and what to do, for a person.
     pub detail: String,
+    /// Seconds after which the same request may succeed, sent as `Retry-After` so clients
+    /// back off by the standard header rather than by parsing `detail`.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -23,7 +26,14 @@ impl ApiError {
             status,
             error,
             detail: detail.into(),
+            retry_after: None,
         }
+    }
+
+    /// Adds `Retry-After: secs` (at least 1: zero would invite a busy loop).
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs.max(1));
+        self
     }
 
     pub fn not_found(detail: impl Into<String>) -> Self {
@@ -57,7 +67,14 @@ impl IntoResponse for ApiError {
             error: self.error,
             detail: self.detail,
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(secs),
+            );
+        }
+        response
     }
 }
 
@@ -159,4 +176,25 @@ pub async fn json_errors(request: Request, next: axum::middleware::Next) -> Resp
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_becomes_the_standard_header_and_is_never_zero() {
+        let response = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "later")
+            .retry_after(0)
+            .into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[axum::http::header::RETRY_AFTER], "1");
+        let plain = ApiError::bad_request("no").into_response();
+        assert!(
+            plain
+                .headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .is_none()
+        );
+    }
 }

@@ -42,7 +42,8 @@ impl From<KnowledgeError> for ApiError {
             }
             KnowledgeError::NotFound(why) => ApiError::not_found(why),
             KnowledgeError::Busy(why) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", why)
+                // A document read takes seconds; after that a worker is likely free.
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", why).retry_after(5)
             }
             KnowledgeError::Embedding(why) => {
                 tracing::warn!(error = %why, "embedding failed while serving a request");

@@ -19,7 +19,7 @@ mod webhooks;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -182,7 +182,7 @@ async fn api_budget(State(state): State<AppState>, request: Request, next: Next)
         Ok(()) => next.run(request).await,
         Err(wait) => {
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-            let mut response = ApiError::new(
+            ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 format!(
@@ -190,11 +190,8 @@ async fn api_budget(State(state): State<AppState>, request: Request, next: Next)
                      try again in {secs} s"
                 ),
             )
-            .into_response();
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-            response
+            .retry_after(secs)
+            .into_response()
         }
     }
 }
