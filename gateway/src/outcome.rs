@@ -34,6 +34,8 @@ pub enum WhyNot {
     DirectMessagesOff,
     #[serde(rename = "not addressed to the persona")]
     NotAddressed,
+    #[serde(rename = "the persona is muted in this room")]
+    Muted,
 }
 
 impl WhyNot {
@@ -43,6 +45,7 @@ impl WhyNot {
             WhyNot::NotAllowedRoom => "room is not in the persona's allowed list",
             WhyNot::DirectMessagesOff => "the persona ignores direct messages",
             WhyNot::NotAddressed => "not addressed to the persona",
+            WhyNot::Muted => "the persona is muted in this room",
         }
     }
 }
