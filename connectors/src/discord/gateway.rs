@@ -66,6 +66,8 @@ pub(crate) struct Receiver {
     pub channels: tokio::sync::Mutex<Option<BTreeMap<u64, Seen>>>,
     /// The state key of the channel memory (see [`channels_key`]).
     pub channels_key: String,
+    /// Slash commands waiting for their answer (see `interactions`).
+    pub interactions: Arc<super::interactions::Interactions>,
 }
 
 impl Receiver {
@@ -232,6 +234,14 @@ impl EventHandler for Handler {
             "connected to the Discord gateway");
         self.0.me.send_replace(Some(me));
         self.0.catch_up(me).await;
+    }
+
+    async fn interaction_create(&self, _ctx: Context, interaction: serenity::all::Interaction) {
+        if let serenity::all::Interaction::Command(command) = interaction {
+            let command = super::interactions::SlashCommand::of(&command);
+            let r = &self.0;
+            super::interactions::receive(&r.rest, &r.interactions, r.sink.as_ref(), command).await;
+        }
     }
 
     async fn resume(&self, _ctx: Context, _: ResumedEvent) {
