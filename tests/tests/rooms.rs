@@ -1,0 +1,418 @@
+//! End-to-end tests of rooms people steer (issue 15, docs/rooms.md): chat commands, mute
+//! and follow, forgetting, and plain-language control, through the real `troupe run`
+//! binary against the fake Telegram Bot API, the HTTP API and the fake model.
+//!
+//! "No reply" is never waited out with a timer: messages of one room are handled in order,
+//! so a later command's answer (`/whoami`) proves that the messages before it were handled,
+//! and then what was sent and how many model calls there were is final. Memory upkeep
+//! (summaries, facts) is off, so every model call counted is a reply.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use troupe_e2e::fake_telegram::{FakeTelegram, SentMessage, tg};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
+
+const AGENT: &str = "Tess";
+const BIO: &str = "Tess keeps the night ferry's logbook and knows every buoy in the strait.";
+/// A hang guard on waiting for the gateway, not a timing assertion.
+const WAIT: Duration = Duration::from_secs(60);
+/// The group the tests talk in, and the two people in it.
+const GROUP: i64 = -100_700;
+const ANN: i64 = 501;
+const BEN: i64 = 502;
+
+fn ann() -> Value {
+    tg::user(ANN, "Ann")
+}
+
+fn ben() -> Value {
+    tg::user(BEN, "Ben")
+}
+
+fn group() -> Value {
+    tg::supergroup(GROUP, "Ferry crew")
+}
+
+fn character(telegram: &FakeTelegram) -> Value {
+    let mut c = persona_json(AGENT, BIO);
+    c["clients"] = json!(["telegram"]);
+    c["settings"]["secrets"] = json!({
+        "TELEGRAM_BOT_TOKEN": telegram.token(),
+        "TELEGRAM_API_ROOT": telegram.api_root(),
+    });
+    c
+}
+
+fn options(model: &FakeOpenAi, character: Value) -> TestAppOptions {
+    TestAppOptions::new(Backend::Sqlite)
+        .persona_file("tess.json", character)
+        .openai(model)
+        .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
+        .env("TROUPE_MEMORY_FACTS_EVERY", "0")
+        .env("TROUPE_RATE_API_PER_MIN", "0")
+}
+
+/// Waits for `n` sent messages in all; on failure, prints the gateway's output too.
+async fn wait_sent(telegram: &FakeTelegram, app: &TestApp, n: usize) -> Vec<SentMessage> {
+    match telegram.try_wait_for_sent(n, WAIT).await {
+        Ok(sent) => sent,
+        Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
+    }
+}
+
+/// Asks `/whoami` in the group and waits for its answer, the `n`th message sent: every
+/// message pushed before it has been handled then.
+async fn barrier(telegram: &FakeTelegram, app: &TestApp, n: usize) -> Vec<SentMessage> {
+    telegram.push_message(tg::command(group(), ann(), "/whoami"));
+    let sent = wait_sent(telegram, app, n).await;
+    assert!(
+        sent[n - 1].text.contains("I'm Tess"),
+        "the barrier's answer: {:#?}",
+        sent[n - 1]
+    );
+    sent
+}
+
+fn mention(from: Value, text: &str) -> Value {
+    tg::mentioning(tg::text(group(), from, text), "tess_bot")
+}
+
+#[tokio::test]
+async fn telegram_registers_the_command_menu_and_answers_a_command_without_the_model() {
+    let telegram = FakeTelegram::start().await;
+    let model = FakeOpenAi::start().await;
+    let app = TestApp::spawn(options(&model, character(&telegram))).await;
+    telegram.wait_for_calls("setMyCommands", 1, WAIT).await;
+    let menu: Vec<String> = telegram.my_commands().into_iter().map(|(c, _)| c).collect();
+    for command in [
+        "help", "mute", "unmute", "follow", "forget", "forgetme", "whoami",
+    ] {
+        assert!(menu.iter().any(|c| c == command), "{command} in {menu:?}");
+    }
+    let asked = telegram.push_message(tg::command(group(), ann(), "/help@tess_bot"));
+    let sent = wait_sent(&telegram, &app, 1).await;
+    assert!(sent[0].text.contains("/mute"), "{}", sent[0].text);
+    assert_eq!(sent[0].reply_to_message_id(), Some(asked));
+    // A command aimed at another bot in the group is not for Tess.
+    telegram.push_message(tg::command(group(), ann(), "/help@other_bot"));
+    let sent = barrier(&telegram, &app, 2).await;
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        model.request_count(),
+        0,
+        "a command never reaches the model"
+    );
+}
+
+#[tokio::test]
+async fn mute_stops_replies_until_unmute_across_a_restart() {
+    let telegram = FakeTelegram::start().await;
+    let model = FakeOpenAi::start().await;
+    model.push_reply("The red buoy is off Gull Point.");
+    telegram.set_member_status(GROUP, ANN, "administrator");
+    let mut app = TestApp::spawn(options(&model, character(&telegram))).await;
+
+    telegram.push_message(tg::command(group(), ann(), "/mute"));
+    let sent = wait_sent(&telegram, &app, 1).await;
+    assert!(sent[0].text.contains("quiet"), "{}", sent[0].text);
+    telegram.push_message(mention(ben(), "@tess_bot where is the red buoy?"));
+    barrier(&telegram, &app, 2).await;
+    assert_eq!(model.request_count(), 0, "a muted room calls no model");
+    let (_, rooms) = app.get("/api/agents/tess/rooms").await;
+    let room = &rooms["rooms"][0];
+    assert!(room["mutedUntilMs"].as_i64().is_some(), "{rooms}");
+
+    app.restart().await;
+    telegram.push_message(mention(ben(), "@tess_bot still there?"));
+    barrier(&telegram, &app, 3).await;
+    assert_eq!(model.request_count(), 0, "the mute survived the restart");
+
+    telegram.push_message(tg::command(group(), ann(), "/unmute"));
+    let sent = wait_sent(&telegram, &app, 4).await;
+    assert!(sent[3].text.contains("back"), "{}", sent[3].text);
+    telegram.push_message(mention(ben(), "@tess_bot where is the red buoy?"));
+    let sent = wait_sent(&telegram, &app, 5).await;
+    assert_eq!(sent[4].text, "The red buoy is off Gull Point.");
+    assert_eq!(model.request_count(), 1);
+}
+
+#[tokio::test]
+async fn a_non_admins_mute_in_a_group_is_refused_politely() {
+    let telegram = FakeTelegram::start().await;
+    let model = FakeOpenAi::start().await;
+    model.push_reply("Still here, Ben.");
+    telegram.set_member_status(GROUP, ANN, "administrator");
+    let app = TestApp::spawn(options(&model, character(&telegram))).await;
+
+    telegram.push_message(tg::command(group(), ben(), "/mute"));
+    let sent = wait_sent(&telegram, &app, 1).await;
+    assert!(
+        sent[0].text.contains("only the room's admins"),
+        "{}",
+        sent[0].text
+    );
+    let checked = telegram.calls_to("getChatMember");
+    assert_eq!(checked.len(), 1, "{checked:#?}");
+    // Not muted: Ben's next question is answered.
+    telegram.push_message(mention(ben(), "@tess_bot are you muted?"));
+    let sent = wait_sent(&telegram, &app, 2).await;
+    assert_eq!(sent[1].text, "Still here, Ben.");
+    // In a private chat, everyone steers their own room: no admin check.
+    telegram.push_message(tg::command(
+        tg::private_chat(BEN, "Ben"),
+        ben(),
+        "/mute 10m",
+    ));
+    let sent = wait_sent(&telegram, &app, 3).await;
+    assert!(sent[2].text.contains("10 minutes"), "{}", sent[2].text);
+    assert_eq!(telegram.calls_to("getChatMember").len(), 1);
+}
+
+#[tokio::test]
+async fn please_stop_talking_here_mutes_with_exactly_one_model_call() {
+    let telegram = FakeTelegram::start().await;
+    let model = FakeOpenAi::start().await;
+    model.push_reply("Of course, I'll keep quiet. [[action: mute]]");
+    telegram.set_member_status(GROUP, ANN, "administrator");
+    let app = TestApp::spawn(options(&model, character(&telegram))).await;
+
+    telegram.push_message(mention(ann(), "@tess_bot please stop talking here"));
+    let sent = wait_sent(&telegram, &app, 1).await;
+    assert_eq!(
+        sent[0].text, "Of course, I'll keep quiet.",
+        "the marker is stripped"
+    );
+    let request = &model.requests()[0];
+    assert!(
+        request
+            .system_prompt()
+            .is_some_and(|s| s.contains("[[action: mute]]")),
+        "the prompt teaches the action"
+    );
+    telegram.push_message(mention(ben(), "@tess_bot and the green buoy?"));
+    barrier(&telegram, &app, 2).await;
+    assert_eq!(model.request_count(), 1, "exactly one model call in total");
+}
+
+#[tokio::test]
+async fn forget_empties_the_rooms_memory_in_the_next_prompt() {
+    let model = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona(AGENT, BIO)
+            .openai(&model)
+            .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
+            .env("TROUPE_MEMORY_FACTS_EVERY", "0")
+            .env("TROUPE_RATE_API_PER_MIN", "0"),
+    )
+    .await;
+    let say =
+        |text: &str| json!({"roomId": "deck", "userId": "ann", "userName": "Ann", "text": text});
+    let (status, _) = app
+        .post_message("tess", &say("My cat is called Marmalade."))
+        .await;
+    assert!(status.is_success());
+    app.post_message("tess", &say("What is my cat called?"))
+        .await;
+    let prompt = model.last_prompt_text();
+    assert!(prompt.contains("Marmalade"), "remembered before: {prompt}");
+
+    let (status, answer) = app.post_message("tess", &say("/forget")).await;
+    assert!(status.is_success(), "{answer}");
+    assert!(
+        answer["replies"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("forgotten")),
+        "{answer}"
+    );
+    assert_eq!(model.request_count(), 2, "/forget reaches no model");
+    app.post_message("tess", &say("Do you know my cat?")).await;
+    let prompt = model.last_prompt_text();
+    assert!(!prompt.contains("Marmalade"), "forgotten: {prompt}");
+    assert!(
+        !prompt.contains("/forget"),
+        "a command is not history: {prompt}"
+    );
+    let (_, rooms) = app.get("/api/agents/tess/rooms").await;
+    assert!(
+        rooms["rooms"][0]["forgottenAtMs"].as_i64().is_some(),
+        "{rooms}"
+    );
+}
+
+#[tokio::test]
+async fn the_commands_endpoint_steers_a_room() {
+    let model = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona(AGENT, BIO)
+            .openai(&model)
+            .env("TROUPE_RATE_API_PER_MIN", "0"),
+    )
+    .await;
+    let say = json!({"roomId": "deck", "userId": "ann", "text": "hello"});
+    app.post_message("tess", &say).await;
+    assert_eq!(model.request_count(), 1);
+    let (status, answer) = app
+        .post_json(
+            "/api/agents/tess/rooms/deck/commands",
+            &json!({"command": "/mute 2h"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["command"], "mute");
+    assert!(
+        answer["reply"].as_str().unwrap().contains("2 hours"),
+        "{answer}"
+    );
+    let (status, answer) = app.post_message("tess", &say).await;
+    assert!(status.is_success(), "{answer}");
+    assert_eq!(
+        answer["ignored"], "the persona is muted in this room",
+        "{answer}"
+    );
+    assert_eq!(model.request_count(), 1);
+    let (status, answer) = app
+        .post_json(
+            "/api/agents/tess/rooms/deck/commands",
+            &json!({"command": "dance"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    app.post_json(
+        "/api/agents/tess/rooms/deck/commands",
+        &json!({"command": "unmute"}),
+        None,
+    )
+    .await;
+    let (_, answer) = app.post_message("tess", &say).await;
+    assert_eq!(
+        answer["replies"].as_array().map(Vec::len),
+        Some(1),
+        "{answer}"
+    );
+}
+
+mod discord {
+    //! Slash commands on the fake Discord: registered at start (bulk overwrite), deferred
+    //! at once, answered by follow-up, with Manage Messages needed to steer.
+
+    use super::*;
+    use troupe_e2e::fake_discord::{
+        APPLICATION_ID, Author, FakeDiscord, FollowUp, NewMessage, Slash, TOKEN,
+    };
+
+    const CHANNEL: &str = "410000000000000001";
+    const MANAGE_MESSAGES: u64 = 1 << 13;
+
+    fn dot(discord: &FakeDiscord) -> Value {
+        let mut c = persona_json(
+            "Dot",
+            "Dot keeps the lighthouse and answers about the coast.",
+        );
+        c["clients"] = json!(["discord"]);
+        c["settings"]["secrets"] = json!({
+            "DISCORD_API_TOKEN": TOKEN,
+            "DISCORD_API_URL": discord.url(),
+            "DISCORD_APPLICATION_ID": APPLICATION_ID,
+        });
+        c
+    }
+
+    fn slash(name: &str, options: &[(&str, &str)], permissions: u64) -> Slash {
+        Slash {
+            channel: CHANNEL.into(),
+            author: Author::person("alice"),
+            name: name.into(),
+            options: options
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            permissions,
+        }
+    }
+
+    async fn follow_ups(discord: &FakeDiscord, app: &TestApp, n: usize) -> Vec<FollowUp> {
+        match discord.try_wait_for_follow_ups(n, WAIT).await {
+            Ok(f) => f,
+            Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slash_command_is_registered_deferred_and_answered_and_mute_needs_manage_messages() {
+        let discord = FakeDiscord::start().await;
+        let model = FakeOpenAi::start().await;
+        model.push_reply("The lamp is lit at dusk.");
+        let mut app = TestApp::spawn(
+            TestAppOptions::new(Backend::Sqlite)
+                .persona_file("dot.json", dot(&discord))
+                .openai(&model)
+                .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
+                .env("TROUPE_MEMORY_FACTS_EVERY", "0"),
+        )
+        .await;
+        let commands = match discord.try_wait_for_commands(WAIT).await {
+            Ok(c) => c,
+            Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
+        };
+        let mute = commands
+            .iter()
+            .find(|c| c["name"] == "mute")
+            .expect("/mute registered");
+        assert_eq!(mute["options"][0]["name"], "duration");
+        discord.try_wait_for_ready(1, WAIT).await.unwrap();
+
+        // Someone without Manage Messages is refused, politely, and nothing changes.
+        let refused = discord.send_slash_command(slash("mute", &[], 0));
+        let answers = follow_ups(&discord, &app, 1).await;
+        assert_eq!(discord.interaction_callback(&refused), Some(5), "deferred");
+        assert!(
+            answers[0].content.contains("only the room's admins"),
+            "{answers:?}"
+        );
+
+        let muted =
+            discord.send_slash_command(slash("mute", &[("duration", "2h")], MANAGE_MESSAGES));
+        let answers = follow_ups(&discord, &app, 2).await;
+        assert_eq!(answers[1].interaction, muted);
+        assert!(answers[1].content.contains("2 hours"), "{answers:?}");
+        discord.send_message_create(
+            NewMessage::guild(CHANNEL, Author::person("bob"), "when is the lamp lit?")
+                .mentioning_bot(),
+        );
+        discord.send_slash_command(slash("whoami", &[], 0));
+        let answers = follow_ups(&discord, &app, 3).await;
+        assert!(answers[2].content.contains("Dot"), "{answers:?}");
+        assert!(
+            discord.sent_messages().is_empty(),
+            "muted: no reply in the channel"
+        );
+        assert_eq!(model.request_count(), 0);
+
+        discord.send_slash_command(slash("unmute", &[], MANAGE_MESSAGES));
+        follow_ups(&discord, &app, 4).await;
+        discord.send_message_create(
+            NewMessage::guild(CHANNEL, Author::person("bob"), "when is the lamp lit?")
+                .mentioning_bot(),
+        );
+        let sent = discord.wait_for_sent(1, WAIT).await;
+        assert_eq!(sent[0].content, "The lamp is lit at dusk.");
+
+        // Registration at the next start is the same overwrite: same commands, same ids.
+        app.restart().await;
+        let before: Vec<Value> = commands.iter().map(|c| c["id"].clone()).collect();
+        discord.try_wait_for_ready(2, WAIT).await.unwrap();
+        let again = discord.registered_commands();
+        assert_eq!(
+            discord.command_overwrites(),
+            2,
+            "registered again at the start"
+        );
+        let after: Vec<Value> = again.iter().map(|c| c["id"].clone()).collect();
+        assert_eq!(before, after);
+    }
+}
