@@ -416,3 +416,63 @@ mod discord {
         assert_eq!(before, after);
     }
 }
+
+mod farcaster {
+    //! Text commands in a cast that mentions the bot, on the fake Neynar.
+
+    use super::*;
+    use troupe_e2e::fake_neynar::{FakeNeynar, NewCast, PublishedCast};
+
+    async fn casts(app: &TestApp, neynar: &FakeNeynar, n: usize) -> Vec<PublishedCast> {
+        match neynar.try_wait_for_casts(n, WAIT).await {
+            Ok(c) => c,
+            Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_mute_in_a_cast_mentioning_the_bot_silences_that_thread_only() {
+        let neynar = FakeNeynar::start().await;
+        let model = FakeOpenAi::start().await;
+        model.push_reply("The tide turns at noon.");
+        let mut c = persona_json("Fern", "Fern is a tide-pool naturalist.");
+        c["clients"] = json!(["farcaster"]);
+        c["settings"]["secrets"] = json!({
+            "FARCASTER_FID": neynar.bot_fid().to_string(),
+            "FARCASTER_NEYNAR_API_KEY": neynar.api_key(),
+            "FARCASTER_NEYNAR_SIGNER_UUID": neynar.signer_uuid(),
+            "NEYNAR_API_URL": neynar.url(),
+            "FARCASTER_POLL_INTERVAL": "1",
+        });
+        let app = TestApp::spawn(
+            TestAppOptions::new(Backend::Sqlite)
+                .persona_file("fern.json", c)
+                .openai(&model)
+                .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
+                .env("TROUPE_MEMORY_FACTS_EVERY", "0"),
+        )
+        .await;
+        let bot = neynar.bot_fid();
+        let root = neynar.mention(7, "alice", "@fern /mute");
+        let sent = casts(&app, &neynar, 1).await;
+        assert!(sent[0].text.contains("quiet"), "{sent:#?}");
+        assert_eq!(sent[0].parent.as_deref(), Some(root.as_str()));
+        neynar.push_cast(
+            NewCast::new(8, "bob", "@fern when does the tide turn?")
+                .mentioning(bot)
+                .replying_to(&root),
+        );
+        neynar.push_cast(
+            NewCast::new(7, "alice", "@fern /whoami")
+                .mentioning(bot)
+                .replying_to(&root),
+        );
+        let sent = casts(&app, &neynar, 2).await;
+        assert!(sent[1].text.contains("Fern"), "{sent:#?}");
+        assert_eq!(model.request_count(), 0, "the muted thread calls no model");
+        // Another thread is another room: not muted.
+        neynar.mention(8, "bob", "@fern when does the tide turn?");
+        let sent = casts(&app, &neynar, 3).await;
+        assert_eq!(sent[2].text, "The tide turns at noon.");
+    }
+}
