@@ -36,6 +36,8 @@ pub enum WhyNot {
     NotAddressed,
     #[serde(rename = "the persona is muted in this room")]
     Muted,
+    #[serde(rename = "too many bot messages in a row in this room")]
+    BotTurns,
 }
 
 impl WhyNot {
@@ -46,6 +48,7 @@ impl WhyNot {
             WhyNot::DirectMessagesOff => "the persona ignores direct messages",
             WhyNot::NotAddressed => "not addressed to the persona",
             WhyNot::Muted => "the persona is muted in this room",
+            WhyNot::BotTurns => "too many bot messages in a row in this room",
         }
     }
 }

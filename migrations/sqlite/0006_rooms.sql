@@ -11,6 +11,10 @@ CREATE TABLE room_state (
     -- time (i64::MAX), so one comparison answers both.
     muted_until_ms    INTEGER,
     following         INTEGER NOT NULL DEFAULT 0,
+    -- Bot messages in a row in the room, without a human, as this persona saw them (its own
+    -- replies included); a human message sets it back to 0. Past TROUPE_BOT_TURNS the
+    -- persona answers no bot.
+    bot_streak        INTEGER NOT NULL DEFAULT 0,
     forgotten_at_ms   INTEGER,
     -- Who last changed the row, as `platform:user`, for operators.
     updated_by        TEXT,

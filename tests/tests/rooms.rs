@@ -74,6 +74,18 @@ async fn barrier(telegram: &FakeTelegram, app: &TestApp, n: usize) -> Vec<SentMe
     sent
 }
 
+/// Waits until `text` is in the room's memory: the message it was in has been decided
+/// (an ignored message is remembered too, in the same step). Discord's events may be
+/// handled in any order, so a later command is no barrier there.
+async fn remembered(app: &TestApp, agent: &str, room: &str, text: &str) {
+    let path = format!("/api/agents/{agent}/rooms/{room}/memories");
+    troupe_e2e::eventually(&format!("`{text}` in {room}'s memory"), WAIT, || async {
+        let (_, body) = app.get(&path).await;
+        troupe_e2e::json_contains_text(&body, text)
+    })
+    .await;
+}
+
 fn mention(from: Value, text: &str) -> Value {
     tg::mentioning(tg::text(group(), from, text), "tess_bot")
 }
@@ -384,6 +396,13 @@ mod discord {
             NewMessage::guild(CHANNEL, Author::person("bob"), "when is the lamp lit?")
                 .mentioning_bot(),
         );
+        remembered(
+            &app,
+            "dot",
+            &format!("discord:{CHANNEL}"),
+            "when is the lamp lit?",
+        )
+        .await;
         discord.send_slash_command(slash("whoami", &[], 0));
         let answers = follow_ups(&discord, &app, 3).await;
         assert!(answers[2].content.contains("Dot"), "{answers:?}");
@@ -414,6 +433,70 @@ mod discord {
         );
         let after: Vec<Value> = again.iter().map(|c| c["id"].clone()).collect();
         assert_eq!(before, after);
+    }
+}
+
+mod bot_turns {
+    //! The cap on bot conversations (`TROUPE_BOT_TURNS`, default 3) on the fake Discord:
+    //! Dot talks with another bot (it does not ignore bots here), and after three bot
+    //! messages in a row it is silent, mentions and reply-pings alike, until a human speaks.
+
+    use super::*;
+    use troupe_e2e::fake_discord::{APPLICATION_ID, Author, FakeDiscord, NewMessage, TOKEN};
+
+    const CHANNEL: &str = "410000000000000002";
+
+    #[tokio::test]
+    async fn a_bot_exchange_stops_after_the_cap_with_no_further_model_calls() {
+        let discord = FakeDiscord::start().await;
+        let model = FakeOpenAi::start().await;
+        let mut c = persona_json("Dot", "Dot keeps the lighthouse.");
+        c["clients"] = json!(["discord"]);
+        c["clientConfig"] = json!({"discord": {"shouldIgnoreBotMessages": false}});
+        c["settings"]["secrets"] = json!({
+            "DISCORD_API_TOKEN": TOKEN,
+            "DISCORD_API_URL": discord.url(),
+            "DISCORD_APPLICATION_ID": APPLICATION_ID,
+        });
+        let app = TestApp::spawn(
+            TestAppOptions::new(Backend::Sqlite)
+                .persona_file("dot.json", c)
+                .openai(&model)
+                .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
+                .env("TROUPE_MEMORY_FACTS_EVERY", "0"),
+        )
+        .await;
+        discord.try_wait_for_ready(1, WAIT).await.unwrap();
+        let say =
+            |author: Author, text: &str| NewMessage::guild(CHANNEL, author, text).mentioning_bot();
+        let wait_sent = |n: usize| {
+            let discord = &discord;
+            let app = &app;
+            async move {
+                match discord.try_wait_for_sent(n, WAIT).await {
+                    Ok(s) => s,
+                    Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
+                }
+            }
+        };
+        discord.send_message_create(say(Author::person("alice"), "hi Dot"));
+        wait_sent(1).await; // Dot: 1 bot message in a row
+        discord.send_message_create(say(Author::bot("gull"), "hello Dot, bot here"));
+        let sent = wait_sent(2).await; // gull, Dot: 3
+        assert_eq!(model.request_count(), 2);
+        discord.send_message_create(say(Author::bot("gull"), "and another thing, Dot"));
+        let ping = NewMessage::guild(CHANNEL, Author::bot("gull"), "a reply-ping")
+            .replying_to(&sent[1].id);
+        discord.send_message_create(ping.mentioning_bot());
+        let room = format!("discord:{CHANNEL}");
+        remembered(&app, "dot", &room, "and another thing").await;
+        remembered(&app, "dot", &room, "a reply-ping").await;
+        assert_eq!(discord.sent_messages().len(), 2, "silent after the cap");
+        assert_eq!(model.request_count(), 2, "0 further model calls");
+        // A human speaks: the streak ends, and Dot answers again.
+        discord.send_message_create(say(Author::person("alice"), "Dot, still there?"));
+        wait_sent(3).await;
+        assert_eq!(model.request_count(), 3);
     }
 }
 

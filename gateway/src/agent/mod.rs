@@ -424,6 +424,7 @@ impl Agent {
             &state,
             crate::clock::now_ms(),
         );
+        let decision = self.bot_turns(decision, inbound).await?;
         match decision {
             Decision::Ignore(why) => {
                 tracing::debug!(reason = why.as_str(), "not answering");
@@ -596,12 +597,42 @@ impl Agent {
     ) -> anyhow::Result<Outcome> {
         let text = self.act(inbound, text).await?;
         self.reply(journal_id, inbound, text.clone()).await?;
+        if inbound.platform() != Platform::Web {
+            // The persona's own reply is a bot message in the room too.
+            self.store
+                .bump_bot_streak(&self.id, &inbound.room.key(), true)
+                .await?;
+        }
         let model = crate::memory::Model {
             provider: mind.provider.clone(),
             agent_name: mind.persona.name.clone(),
         };
         self.memory.after_reply(model, inbound, recalled_messages);
         Ok(Outcome::Replied { texts: vec![text] })
+    }
+
+    /// The cap on bot conversations (`TROUPE_BOT_TURNS`): a bot's message counts one more in
+    /// the room's streak of bot messages, a human's ends it, and past the cap no bot is
+    /// answered, whatever addresses the persona (a reply-ping included), until a human
+    /// speaks. Bots the persona ignores anyway cost nothing; the API has no other bots.
+    async fn bot_turns(&self, decision: Decision, inbound: &Inbound) -> anyhow::Result<Decision> {
+        if inbound.platform() == Platform::Web || decision == Decision::Ignore(decide::WhyNot::Bot)
+        {
+            return Ok(decision);
+        }
+        let room = inbound.room.key();
+        let streak = self
+            .store
+            .bump_bot_streak(&self.id, &room, inbound.author.is_bot)
+            .await?;
+        let over = inbound.author.is_bot && streak > i64::from(self.settings.bot_turns);
+        Ok(match decision {
+            Decision::Respond(_) if over => {
+                tracing::info!(streak, "bot turns used up; silent until a human speaks");
+                Decision::Ignore(decide::WhyNot::BotTurns)
+            }
+            d => d,
+        })
     }
 
     /// Honours the action the reply ends with (`rooms::actions`: "please stop talking

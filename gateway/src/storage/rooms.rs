@@ -115,6 +115,37 @@ impl Store {
         Ok(())
     }
 
+    /// Counts one more message in the room's bot streak (`bot`: a bot's message, or the
+    /// persona's own reply) or ends it (a human's). Returns the streak with it; one
+    /// statement, so replicas counting at once both count.
+    pub async fn bump_bot_streak(
+        &self,
+        agent_id: &AgentId,
+        room: &RoomKey,
+        bot: bool,
+    ) -> Result<i64> {
+        let sql = if bot {
+            "INSERT INTO room_state (agent_id, room, bot_streak, updated_at_ms)
+             VALUES ($1, $2, 1, $3)
+             ON CONFLICT (agent_id, room) DO UPDATE SET bot_streak = room_state.bot_streak + 1
+             RETURNING bot_streak"
+        } else {
+            // A human in a room nobody steered costs no row: only a streak is ended.
+            "UPDATE room_state SET bot_streak = 0
+             WHERE agent_id = $1 AND room = $2 AND bot_streak <> 0 AND $3 >= 0
+             RETURNING bot_streak"
+        };
+        let streak: Option<i64> = with_pool!(self, pool => {
+            sqlx::query_scalar(sql)
+                .bind(agent_id)
+                .bind(room)
+                .bind(now_ms())
+                .fetch_optional(pool)
+                .await
+        })?;
+        Ok(streak.unwrap_or(0))
+    }
+
     /// Forgets the room's memory: its recent messages and its summary, in one transaction,
     /// and notes when. Returns how many messages were forgotten. Documents uploaded for the
     /// room are knowledge, not memory, and stay (they are removed through the API).
