@@ -559,3 +559,35 @@ mod farcaster {
         assert_eq!(sent[2].text, "The tide turns at noon.");
     }
 }
+
+#[tokio::test]
+async fn a_mute_survives_a_hot_reload_of_the_persona() {
+    let model = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona(AGENT, BIO)
+            .openai(&model)
+            .env("TROUPE_RATE_API_PER_MIN", "0"),
+    )
+    .await;
+    let say = json!({"roomId": "deck", "userId": "ann", "text": "/mute"});
+    let (status, answer) = app.post_message("tess", &say).await;
+    assert!(status.is_success(), "{answer}");
+    let revision = |body: &Value| body["revision"].as_str().unwrap_or_default().to_string();
+    let (_, before) = app.get("/api/agents/tess").await;
+    let file = app.data_dir().join("personas").join("tess.json");
+    let edited = persona_json(AGENT, "Tess now keeps the harbour's tide tables.");
+    std::fs::write(&file, edited.to_string()).unwrap();
+    troupe_e2e::eventually("the edited persona to be reloaded", WAIT, || async {
+        let (_, now) = app.get("/api/agents/tess").await;
+        revision(&now) != revision(&before)
+    })
+    .await;
+    let hello = json!({"roomId": "deck", "userId": "ann", "text": "hello"});
+    let (_, answer) = app.post_message("tess", &hello).await;
+    assert_eq!(
+        answer["ignored"], "the persona is muted in this room",
+        "{answer}"
+    );
+    assert_eq!(model.request_count(), 0);
+}
