@@ -178,6 +178,8 @@ pub struct Slash {
     pub options: Vec<(String, String)>,
     /// The member's permissions in the channel (`member.permissions`).
     pub permissions: u64,
+    /// The member's role ids (`member.roles`), from [`FakeDiscord::add_role`].
+    pub roles: Vec<String>,
 }
 
 /// One interaction the fake sent: its token, and the callback type it got.
@@ -188,6 +190,8 @@ struct InteractionRecord {
 
 #[derive(Default)]
 struct Inner {
+    /// The guild's roles: (id, name).
+    roles: Vec<(String, String)>,
     /// The application's global commands, as the last bulk overwrite left them.
     commands: Vec<Value>,
     command_overwrites: usize,
@@ -366,6 +370,7 @@ impl FakeDiscord {
                 post(interaction_callback),
             )
             .route("/api/v10/webhooks/{app}/{token}", post(follow_up))
+            .route("/api/v10/guilds/{guild}/roles", get(guild_roles))
             .route("/gateway-ws", get(gateway_ws))
             .fallback(unmatched)
             .with_state(shared.clone());
@@ -433,7 +438,7 @@ impl FakeDiscord {
             "app_permissions": "2048", "attachment_size_limit": 8_388_608,
             "authorizing_integration_owners": {"0": GUILD_ID}, "context": 0,
             "data": {"id": command_id, "name": slash.name, "type": 1, "options": options},
-            "member": {"user": user, "roles": [], "joined_at": "2026-01-01T00:00:00+00:00",
+            "member": {"user": user, "roles": slash.roles, "joined_at": "2026-01-01T00:00:00+00:00",
                 "deaf": false, "mute": false, "flags": 0, "nick": null,
                 "permissions": slash.permissions.to_string()},
         });
@@ -445,6 +450,14 @@ impl FakeDiscord {
             },
         );
         inner.dispatch("INTERACTION_CREATE", d);
+        id
+    }
+
+    /// Adds a role to the guild; returns its id (for [`Slash::roles`]).
+    pub fn add_role(&self, name: &str) -> String {
+        let mut inner = self.shared.lock();
+        let id = (300_000_000_000_000_000u64 + inner.roles.len() as u64 + 1).to_string();
+        inner.roles.push((id.clone(), name.to_string()));
         id
     }
 
@@ -868,6 +881,35 @@ async fn list_commands(
         return unauthorized();
     }
     with_bucket(StatusCode::OK, Value::Array(shared.lock().commands.clone()))
+}
+
+/// `GET /guilds/{guild}/roles`: the role objects of the guild (the @everyone role, whose
+/// id is the guild's, first).
+async fn guild_roles(
+    State(shared): State<Arc<Shared>>,
+    Path(guild): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let ok = authorized(&headers);
+    let path = format!("/guilds/{guild}/roles");
+    if !ok {
+        record(&shared, "GET", path, 401, false);
+        return unauthorized();
+    }
+    if guild != GUILD_ID {
+        record(&shared, "GET", path, 404, true);
+        return discord_error(StatusCode::NOT_FOUND, 10004, "Unknown Guild");
+    }
+    record(&shared, "GET", path, 200, true);
+    let role = |id: &str, name: &str, position: usize| {
+        json!({"id": id, "name": name, "color": 0, "hoist": false, "position": position,
+            "permissions": "0", "managed": false, "mentionable": false, "flags": 0})
+    };
+    let mut list = vec![role(GUILD_ID, "@everyone", 0)];
+    for (i, (id, name)) in shared.lock().roles.iter().enumerate() {
+        list.push(role(id, name, i + 1));
+    }
+    with_bucket(StatusCode::OK, Value::Array(list))
 }
 
 /// `POST /interactions/{id}/{token}/callback`: the interaction's initial response. No

@@ -330,6 +330,7 @@ mod discord {
             "DISCORD_API_TOKEN": TOKEN,
             "DISCORD_API_URL": discord.url(),
             "DISCORD_APPLICATION_ID": APPLICATION_ID,
+            "DISCORD_STEER_ROLES": "keepers, captains",
         });
         c
     }
@@ -344,6 +345,7 @@ mod discord {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             permissions,
+            roles: vec![],
         }
     }
 
@@ -420,6 +422,14 @@ mod discord {
         );
         let sent = discord.wait_for_sent(1, WAIT).await;
         assert_eq!(sent[0].content, "The lamp is lit at dusk.");
+
+        // A member with a role named in DISCORD_STEER_ROLES may steer without the permission.
+        let keeper = discord.add_role("Keepers");
+        let mut by_role = slash("mute", &[], 0);
+        by_role.roles = vec![keeper];
+        discord.send_slash_command(by_role);
+        let answers = follow_ups(&discord, &app, 5).await;
+        assert!(answers[4].content.contains("quiet"), "{answers:?}");
 
         // Registration at the next start is the same overwrite: same commands, same ids.
         app.restart().await;

@@ -68,6 +68,8 @@ pub(crate) struct Receiver {
     pub channels_key: String,
     /// Slash commands waiting for their answer (see `interactions`).
     pub interactions: Arc<super::interactions::Interactions>,
+    /// `DISCORD_STEER_ROLES`: role names that may steer, besides Manage Messages.
+    pub steer_roles: Vec<String>,
 }
 
 impl Receiver {
@@ -240,7 +242,14 @@ impl EventHandler for Handler {
         if let serenity::all::Interaction::Command(command) = interaction {
             let command = super::interactions::SlashCommand::of(&command);
             let r = &self.0;
-            super::interactions::receive(&r.rest, &r.interactions, r.sink.as_ref(), command).await;
+            super::interactions::receive(
+                &r.rest,
+                &r.interactions,
+                r.sink.as_ref(),
+                &r.steer_roles,
+                command,
+            )
+            .await;
         }
     }
 

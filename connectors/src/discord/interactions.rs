@@ -11,7 +11,9 @@
 //! - The answer follows up through the interaction's webhook
 //!   (`POST /webhooks/{app}/{token}`), which Discord accepts for 15 minutes.
 //! - Steering in a guild (mute, follow, forget) needs Manage Messages (or Administrator),
-//!   read from the permissions Discord computed for the member in the interaction.
+//!   read from the permissions Discord computed for the member in the interaction, or one
+//!   of the roles named in `DISCORD_STEER_ROLES` (the guild's roles are read with
+//!   `GET /guilds/{guild}/roles` only for a member without the permission).
 //!
 //! Interaction tokens are secrets for their 15 minutes: they stay in this module's table and
 //! never reach a log line or an error (paths are shown without them).
@@ -52,6 +54,8 @@ pub(crate) struct SlashCommand {
     pub is_bot: bool,
     /// The member's permissions in the channel, as Discord computed them (guilds only).
     pub permissions: Option<u64>,
+    /// The member's role ids (guilds only).
+    pub roles: Vec<u64>,
     pub name: String,
     /// The options' values, in order (`/mute` has one: the duration).
     pub args: Vec<String>,
@@ -90,6 +94,11 @@ impl SlashCommand {
                 .as_ref()
                 .and_then(|m| m.permissions)
                 .map(|p| p.bits()),
+            roles: i
+                .member
+                .as_ref()
+                .map(|m| m.roles.iter().map(|r| r.get()).collect())
+                .unwrap_or_default(),
             name: i.data.name.clone(),
             args,
         }
@@ -149,7 +158,7 @@ impl Interactions {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn remember(&self, command: &SlashCommand) {
+    pub(crate) fn remember(&self, command: &SlashCommand, may_steer: bool) {
         let mut map = self.lock();
         map.retain(|_, p| p.at.elapsed() < TOKEN_LIFETIME);
         if map.len() >= MAX_PENDING
@@ -162,7 +171,7 @@ impl Interactions {
             Pending {
                 token: command.token.clone(),
                 application: command.application,
-                may_steer: command.may_steer(),
+                may_steer,
                 at: Instant::now(),
                 answered: None,
             },
@@ -249,6 +258,35 @@ impl Rest {
             .map_err(|e| hide(ConnectorError::from(e), &command.token, &shown, &path))
     }
 
+    /// Whether the member of `command` holds one of `roles` (lower-cased names), by the
+    /// guild's roles (`GET /guilds/{guild}/roles`).
+    async fn holds_role(
+        &self,
+        command: &SlashCommand,
+        roles: &[String],
+    ) -> Result<bool, ConnectorError> {
+        let Some(guild) = command.guild else {
+            return Ok(false);
+        };
+        if command.roles.is_empty() || roles.is_empty() {
+            return Ok(false);
+        }
+        let path = format!("/guilds/{guild}/roles");
+        let (resp, _) = self.call(reqwest::Method::GET, &path, None).await?;
+        let list: Vec<Value> = resp.json().await.map_err(|e| {
+            ConnectorError::Transient(format!("{path}: unreadable answer: {}", e.without_url()))
+        })?;
+        Ok(list.iter().any(|role| {
+            let id = role
+                .get("id")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse::<u64>().ok());
+            let name = role.get("name").and_then(Value::as_str).unwrap_or_default();
+            id.is_some_and(|id| command.roles.contains(&id))
+                && roles.iter().any(|r| r.eq_ignore_ascii_case(name.trim()))
+        }))
+    }
+
     /// `POST /webhooks/{app}/{token}`: the follow-up message, the interaction's answer.
     async fn follow_up(
         &self,
@@ -292,13 +330,22 @@ pub(crate) async fn receive(
     rest: &Rest,
     interactions: &Interactions,
     sink: &dyn InboundSink,
+    steer_roles: &[String],
     command: SlashCommand,
 ) {
     if let Err(e) = rest.defer(&command).await {
         tracing::warn!(error = %e, command = %command.name, "could not acknowledge a Discord slash command");
         return;
     }
-    interactions.remember(&command);
+    let may_steer = command.may_steer()
+        || match rest.holds_role(&command, steer_roles).await {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the guild's roles; the member may not steer");
+                false
+            }
+        };
+    interactions.remember(&command, may_steer);
     let inbound = command.to_inbound(now_ms());
     if let Err(e) = sink.accept(inbound).await {
         tracing::error!(error = %e, command = %command.name, "could not journal a Discord slash command");
@@ -345,6 +392,7 @@ mod tests {
             user_name: "Ann".into(),
             is_bot: false,
             permissions,
+            roles: vec![],
             name: "mute".into(),
             args: vec!["10m".into()],
         }

@@ -224,6 +224,7 @@ impl Connector for DiscordConnector {
             channels: tokio::sync::Mutex::new(None::<BTreeMap<u64, gateway::Seen>>),
             channels_key: gateway::channels_key(self.shard),
             interactions: self.interactions.clone(),
+            steer_roles: self.settings.steer_roles.clone(),
         });
         let mut attempt = 0usize;
         loop {
