@@ -224,6 +224,14 @@ pub trait Connector: Send + Sync {
         Vec::new()
     }
 
+    /// Whether `message`'s author may steer its room (mute, follow, forget: see
+    /// `command::Command::steers_room`). In a direct message everyone may; in a group the
+    /// platform says (Telegram: an administrator, by `getChatMember`). The default is yes:
+    /// a platform without roles (Farcaster, the API) leaves it to its own rule.
+    async fn may_steer(&self, _message: &Inbound) -> Result<bool, ConnectorError> {
+        Ok(true)
+    }
+
     /// Whether the platform answers with these credentials.
     async fn healthcheck(&self) -> Result<(), ConnectorError> {
         Ok(())

@@ -3,6 +3,8 @@
 //! Layout:
 //! - [`model`]: `Platform`, the id newtypes, `RoomRef`, `UserRef`, `Inbound`, `Outbound`,
 //!   `Attachment`. Everything a connector emits or accepts, and nothing platform-specific.
+//! - [`command`]: chat commands (`/mute 10m`, `/help@bot`) parsed into one closed `Command`,
+//!   and the list every platform registers.
 //! - [`connector`]: the `Connector` trait (a source and a sink for one platform account) and
 //!   the `InboundSink` it hands messages to, plus the typed `ConnectorError`, and what a
 //!   platform is built from (`ConnectorSettings`, `Lookup`) and answers (`Built`,
@@ -25,6 +27,7 @@
 //! shutdown token, and it never learns who consumes its messages.
 
 // The conformance suite: every connector against its fake platform (tests only).
+pub mod command;
 #[cfg(all(test, feature = "discord", feature = "farcaster", feature = "telegram"))]
 mod conformance;
 pub mod connector;

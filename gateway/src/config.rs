@@ -190,6 +190,9 @@ pub struct AgentSettings {
     /// included. A try is counted before it starts, so one that crashes the process counts;
     /// a message out of tries is given up (see `storage::journal`).
     pub max_attempts: u32,
+    /// `TROUPE_BOT_TURNS`, default 3: bot messages in a row in a room, without a human,
+    /// after which the persona stays silent until a human speaks (docs/rooms.md).
+    pub bot_turns: u32,
     /// Room summaries and user facts (see docs/memory.md).
     pub memory: MemorySettings,
 }
@@ -599,6 +602,7 @@ struct FileConfig {
     model_concurrency: Option<usize>,
     bus_capacity: Option<usize>,
     max_attempts: Option<u32>,
+    bot_turns: Option<u32>,
     memory_summary_every: Option<u32>,
     memory_facts_every: Option<u32>,
     memory_facts_per_user: Option<u32>,
@@ -787,6 +791,7 @@ fn agent_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<Ag
         max_attempts: layered
             .parse("TROUPE_MAX_ATTEMPTS", file.max_attempts, 5)?
             .max(1),
+        bot_turns: layered.parse("TROUPE_BOT_TURNS", file.bot_turns, 3)?,
         memory: memory_settings(layered, file)?,
     })
 }
@@ -1603,6 +1608,7 @@ mod tests {
             }),
             n("TROUPE_BUS_CAPACITY", |c| c.agent.bus_capacity.to_string()),
             n("TROUPE_MAX_ATTEMPTS", |c| c.agent.max_attempts.to_string()),
+            n("TROUPE_BOT_TURNS", |c| c.agent.bot_turns.to_string()),
             n("TROUPE_KNOWLEDGE_MAX_FILE_BYTES", |c| {
                 c.knowledge.max_file_bytes.to_string()
             }),

@@ -12,6 +12,7 @@
 //!   waiting to hear it (`Waiters`); below `ingress`, `bus` and `agent`.
 //! - [`bus`]: delivery of journaled messages to agents, ordered per room.
 //! - [`agent`]: decide, rate-limit, recall, prompt, call the model, record, reply.
+//! - [`rooms`]: chat commands, room controls (mute, follow, forget) and reply actions.
 //! - [`outbox`]: delivery through the connectors, with retries.
 //! - `memory`: room summaries and user facts, kept up in the background.
 //! - [`persona`]: elizaOS character files: loading, checking, prompt composition.
@@ -51,6 +52,7 @@ pub(crate) mod outbox;
 pub(crate) mod outcome;
 pub(crate) mod persona;
 pub(crate) mod provider;
+pub(crate) mod rooms;
 pub mod storage;
 mod telemetry;
 pub(crate) mod web;

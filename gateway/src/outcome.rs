@@ -34,6 +34,10 @@ pub enum WhyNot {
     DirectMessagesOff,
     #[serde(rename = "not addressed to the persona")]
     NotAddressed,
+    #[serde(rename = "the persona is muted in this room")]
+    Muted,
+    #[serde(rename = "too many bot messages in a row in this room")]
+    BotTurns,
 }
 
 impl WhyNot {
@@ -43,6 +47,8 @@ impl WhyNot {
             WhyNot::NotAllowedRoom => "room is not in the persona's allowed list",
             WhyNot::DirectMessagesOff => "the persona ignores direct messages",
             WhyNot::NotAddressed => "not addressed to the persona",
+            WhyNot::Muted => "the persona is muted in this room",
+            WhyNot::BotTurns => "too many bot messages in a row in this room",
         }
     }
 }

@@ -140,6 +140,11 @@ struct Inner {
     scripted_sends: VecDeque<Option<ScriptedSend>>,
     files: HashMap<String, (String, Vec<u8>)>,
     unmatched: Vec<String>,
+    /// The bot's command menu, as the last `setMyCommands` left it: (command, description).
+    my_commands: Vec<(String, String)>,
+    /// Chat members' statuses (`creator`, `administrator`, …), by (chat, user); a user not
+    /// listed is a plain `member`.
+    members: HashMap<(i64, i64), String>,
 }
 
 /// A scripted sendMessage error.
@@ -376,6 +381,19 @@ impl FakeTelegram {
     }
 
     /// Chats the bot left with `leaveChat`, in order.
+    /// The command menu the bot set with `setMyCommands`: (command, description).
+    pub fn my_commands(&self) -> Vec<(String, String)> {
+        self.shared.lock().my_commands.clone()
+    }
+
+    /// Makes `user` a `creator`, `administrator` or `member` of `chat`, for `getChatMember`.
+    pub fn set_member_status(&self, chat: i64, user: i64, status: &str) {
+        self.shared
+            .lock()
+            .members
+            .insert((chat, user), status.to_string());
+    }
+
     pub fn left_chats(&self) -> Vec<i64> {
         self.shared.lock().left.clone()
     }
@@ -857,6 +875,17 @@ async fn method(
             });
             ok(json!(true))
         }
+        "setmycommands" => set_my_commands(&shared, &p),
+        "getmycommands" => {
+            let commands: Vec<Value> = shared
+                .lock()
+                .my_commands
+                .iter()
+                .map(|(c, d)| json!({"command": c, "description": d}))
+                .collect();
+            ok(json!(commands))
+        }
+        "getchatmember" => get_chat_member(&shared, &p),
         "leavechat" => match int(&p, "chat_id") {
             Some(chat_id) => {
                 shared.lock().left.push(chat_id);
@@ -941,6 +970,86 @@ async fn get_updates(shared: &Shared, p: &Value) -> Response {
         .await
         .unwrap_or_default();
     ok(Value::Array(updates))
+}
+
+/// `setMyCommands` as the Bot API documents it: 1 to 100 commands, each a `command` of 1
+/// to 32 lower-case letters, digits and underscores and a `description` of 1 to 256
+/// characters; `scope` and `language_code` are accepted and not modelled (one menu).
+fn set_my_commands(shared: &Shared, p: &Value) -> Response {
+    let Some(Value::Array(list)) = structured(p, "commands") else {
+        return api_error(400, "Bad Request: parameter \"commands\" is required");
+    };
+    if list.len() > 100 {
+        return api_error(400, "Bad Request: too many commands specified");
+    }
+    let mut commands = Vec::new();
+    for item in &list {
+        let command = item.get("command").and_then(Value::as_str).unwrap_or("");
+        let description = item
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let valid = (1..=32).contains(&command.len())
+            && command
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            return api_error(400, "Bad Request: BOT_COMMAND_INVALID");
+        }
+        if !(1..=256).contains(&description.chars().count()) {
+            return api_error(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID");
+        }
+        commands.push((command.to_string(), description.to_string()));
+    }
+    shared.lock().my_commands = commands;
+    ok(json!(true))
+}
+
+/// `getChatMember`: a ChatMember object with the `status` set for the user by
+/// `FakeTelegram::set_member_status` (default `member`), with the fields the Bot API
+/// documents for that status.
+fn get_chat_member(shared: &Shared, p: &Value) -> Response {
+    let (Some(chat), Some(user)) = (int(p, "chat_id"), int(p, "user_id")) else {
+        return api_error(400, "Bad Request: chat_id and user_id are required");
+    };
+    let status = shared
+        .lock()
+        .members
+        .get(&(chat, user))
+        .cloned()
+        .unwrap_or_else(|| "member".into());
+    let mut member = json!({
+        "status": status,
+        "user": {"id": user, "is_bot": false, "first_name": format!("user{user}")},
+    });
+    match status.as_str() {
+        "creator" => member["is_anonymous"] = json!(false),
+        "administrator" => {
+            for key in [
+                "is_anonymous",
+                "can_be_edited",
+                "can_promote_members",
+                "can_post_stories",
+                "can_edit_stories",
+                "can_delete_stories",
+            ] {
+                member[key] = json!(false);
+            }
+            for key in [
+                "can_manage_chat",
+                "can_change_info",
+                "can_delete_messages",
+                "can_manage_video_chats",
+                "can_invite_users",
+                "can_restrict_members",
+                "can_pin_messages",
+            ] {
+                member[key] = json!(true);
+            }
+        }
+        _ => {}
+    }
+    ok(member)
 }
 
 fn set_webhook(shared: &Shared, p: &Value) -> Response {
@@ -1121,6 +1230,16 @@ pub mod tg {
                 None => message["entities"] = json!([entity]),
             }
         }
+        message
+    }
+
+    /// A command message (`/mute 10m`, `/mute@tess_bot`): the text with the
+    /// `bot_command` entity Telegram adds over the `/word` it starts with.
+    pub fn command(chat: Value, from: Value, text: &str) -> Value {
+        let word = text.split_whitespace().next().unwrap_or_default();
+        let mut message = self::text(chat, from, text);
+        message["entities"] =
+            json!([{"type": "bot_command", "offset": 0, "length": word.encode_utf16().count()}]);
         message
     }
 

@@ -14,6 +14,9 @@ use crate::connector::Lookup;
 pub const API_TOKEN: &str = "DISCORD_API_TOKEN";
 pub const APPLICATION_ID: &str = "DISCORD_APPLICATION_ID";
 pub const API_URL: &str = "DISCORD_API_URL";
+/// Roles (by name, comma-separated) whose members may steer a guild channel with the slash
+/// commands, besides those with Manage Messages (docs/rooms.md).
+pub const STEER_ROLES: &str = "DISCORD_STEER_ROLES";
 
 /// Where Discord's REST API lives; `/api/v10` is appended.
 pub(crate) const DEFAULT_API_URL: &str = "https://discord.com";
@@ -83,6 +86,8 @@ pub(crate) struct Settings {
     pub api_url: Url,
     /// `DISCORD_API_URL` was set: serenity goes through it too.
     pub custom_url: bool,
+    /// `DISCORD_STEER_ROLES`: role names (lower-cased) that may steer, at most 20.
+    pub steer_roles: Vec<String>,
 }
 
 impl Settings {
@@ -179,11 +184,21 @@ pub(crate) fn parse(lookup: Lookup<'_>) -> Result<Option<Settings>, ConnectorErr
             break;
         }
     }
+    let steer_roles = get(lookup, STEER_ROLES)
+        .map(|v| {
+            v.split(',')
+                .map(|r| r.trim().to_lowercase())
+                .filter(|r| !r.is_empty() && r.len() <= 100)
+                .take(20)
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Some(Settings {
         token,
         application_id,
         api_url,
         custom_url: custom.is_some(),
+        steer_roles,
     }))
 }
 

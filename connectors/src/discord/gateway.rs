@@ -66,6 +66,10 @@ pub(crate) struct Receiver {
     pub channels: tokio::sync::Mutex<Option<BTreeMap<u64, Seen>>>,
     /// The state key of the channel memory (see [`channels_key`]).
     pub channels_key: String,
+    /// Slash commands waiting for their answer (see `interactions`).
+    pub interactions: Arc<super::interactions::Interactions>,
+    /// `DISCORD_STEER_ROLES`: role names that may steer, besides Manage Messages.
+    pub steer_roles: Vec<String>,
 }
 
 impl Receiver {
@@ -239,6 +243,21 @@ impl EventHandler for Handler {
             "connected to the Discord gateway");
         self.0.me.send_replace(Some(me));
         self.0.catch_up(me).await;
+    }
+
+    async fn interaction_create(&self, _ctx: Context, interaction: serenity::all::Interaction) {
+        if let serenity::all::Interaction::Command(command) = interaction {
+            let command = super::interactions::SlashCommand::of(&command);
+            let r = &self.0;
+            super::interactions::receive(
+                &r.rest,
+                &r.interactions,
+                r.sink.as_ref(),
+                &r.steer_roles,
+                command,
+            )
+            .await;
+        }
     }
 
     async fn resume(&self, _ctx: Context, _: ResumedEvent) {

@@ -5,12 +5,14 @@
 //! `DISCORD_APPLICATION_ID`, `DISCORD_API_URL`) and the invite URL ([`config`]), Discord's
 //! JSON ([`wire`]), turning messages into `Inbound` ([`normalize`]), the gateway session and
 //! catch-up after downtime ([`gateway`]), the REST calls ([`rest`]), splitting replies
-//! around code blocks ([`split`]), per-channel pacing ([`pace`]) and delivery ([`send`]).
+//! around code blocks ([`split`]), per-channel pacing ([`pace`]) and delivery ([`send`]),
+//! and the application (slash) commands ([`interactions`]).
 //! serenity's types stay in here. Each DM, guild channel and thread is its own room, named
 //! by its channel id. The token never reaches a log line or an error.
 
 mod config;
 mod gateway;
+mod interactions;
 mod normalize;
 mod pace;
 mod rest;
@@ -110,6 +112,8 @@ pub struct DiscordConnector {
     progress: Mutex<HashMap<String, Vec<MessageId>>>,
     /// Replies delivered lately, so a second `send` of the same key sends nothing.
     delivered: Mutex<Recent>,
+    /// Slash commands received and not yet answered (their follow-up tokens).
+    interactions: Arc<interactions::Interactions>,
 }
 
 impl DiscordConnector {
@@ -128,6 +132,7 @@ impl DiscordConnector {
             channel_locks: Mutex::new(HashMap::new()),
             progress: Mutex::new(HashMap::new()),
             delivered: Mutex::new(Recent::default()),
+            interactions: Arc::default(),
         })
     }
 
@@ -203,6 +208,13 @@ impl Connector for DiscordConnector {
                 permissions = config::permission_integer(),
                 "invite the Discord bot to a server with this URL"
             );
+            // Best effort: without the slash commands, typed commands still work in DMs.
+            match self.rest.register_commands(app).await {
+                Ok(()) => tracing::info!("registered the Discord application commands"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not register the Discord application commands")
+                }
+            }
         }
         let receiver = Arc::new(Receiver {
             sink,
@@ -211,6 +223,8 @@ impl Connector for DiscordConnector {
             me: self.me.clone(),
             channels: tokio::sync::Mutex::new(None::<BTreeMap<u64, gateway::Seen>>),
             channels_key: gateway::channels_key(self.shard),
+            interactions: self.interactions.clone(),
+            steer_roles: self.settings.steer_roles.clone(),
         });
         let mut attempt = 0usize;
         loop {
@@ -271,7 +285,20 @@ impl Connector for DiscordConnector {
     }
 
     async fn send(&self, reply: &Outbound) -> Result<Delivery, ConnectorError> {
+        if let Some(answered) = interactions::answer(&self.rest, &self.interactions, reply).await {
+            return answered;
+        }
         self.deliver(reply).await
+    }
+
+    /// A slash command carries the member's permissions (see [`interactions`]); in a DM
+    /// everyone may. A typed command in a guild carries none: it is refused, and the slash
+    /// command is the way to steer a guild channel.
+    async fn may_steer(&self, message: &crate::model::Inbound) -> Result<bool, ConnectorError> {
+        if interactions::is_interaction(message) {
+            return Ok(self.interactions.may_steer(message).unwrap_or(false));
+        }
+        Ok(message.is_direct)
     }
 
     async fn typing(&self, room: &RoomRef) -> Result<(), ConnectorError> {

@@ -73,7 +73,7 @@ impl Rest {
         Ok(Self { http, settings })
     }
 
-    async fn call(
+    pub(super) async fn call(
         &self,
         method: Method,
         path: &str,

@@ -9,10 +9,12 @@
 //! answered 200, only after the sink has journaled it. The token never reaches a log line
 //! or an error.
 //!
-//! Layout: [`config`] parses the settings, [`normalize`] maps updates, [`receive`] polls and
+//! Layout: [`config`] parses the settings, [`commands`] registers the command menu and checks
+//! admins, [`normalize`] maps updates, [`receive`] polls and
 //! answers webhooks, [`send`] delivers replies, [`pace`] keeps within the rate limits,
 //! [`errors`] maps teloxide's errors.
 
+mod commands;
 mod config;
 mod errors;
 mod normalize;
@@ -137,6 +139,7 @@ impl Connector for TelegramConnector {
             mode = self.mode_name(),
             "connected to Telegram"
         );
+        self.register_commands().await;
         let result = match &self.config.mode {
             Mode::Polling => self.poll(sink, me, &shutdown).await,
             Mode::Webhook { url, secret } => {
@@ -157,6 +160,10 @@ impl Connector for TelegramConnector {
 
     async fn webhook(&self, request: WebhookRequest) -> WebhookResponse {
         self.receive_webhook(request).await
+    }
+
+    async fn may_steer(&self, message: &crate::model::Inbound) -> Result<bool, ConnectorError> {
+        self.is_admin(message).await
     }
 
     async fn healthcheck(&self) -> Result<(), ConnectorError> {

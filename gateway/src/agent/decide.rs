@@ -9,10 +9,14 @@
 //! 5. An @mention, or a reply to one of the persona's messages, is answered.
 //! 6. The persona's name in the text is answered, unless it answers mentions only.
 //! 7. Anything else in a group is left alone: the persona joins in when addressed.
+//!
+//! Then the room's controls, set by chat commands (`steer`): a muted room is not answered
+//! (commands are, before this), and a followed room is answered when not addressed.
 
 use troupe_connectors::{Inbound, Platform};
 
 use crate::persona::ClientSwitches;
+use crate::storage::RoomState;
 
 // Why not: an outcome's vocabulary, so it lives with `Outcome` (below the agent and the
 // bus); the rules that choose one are here.
@@ -30,6 +34,21 @@ pub enum Why {
     Mention,
     ReplyToSelf,
     Name,
+    /// The room is followed (`/follow`): every message is answered.
+    Following,
+}
+
+/// Applies the room's controls to `decision`: muted (at `now_ms`) silences any answer, and
+/// following answers what was left alone only for not being addressed (a bot, a room not
+/// allowed, DMs off stay ignored).
+pub fn steer(decision: Decision, room: &RoomState, now_ms: i64) -> Decision {
+    match decision {
+        Decision::Respond(_) if room.muted_at(now_ms) => Decision::Ignore(WhyNot::Muted),
+        Decision::Ignore(WhyNot::NotAddressed) if room.following && !room.muted_at(now_ms) => {
+            Decision::Respond(Why::Following)
+        }
+        d => d,
+    }
 }
 
 /// Decides for `message`, given the persona's names and its switches for the platform.
@@ -203,6 +222,31 @@ mod tests {
             decide(&["Eliza"], &defaults(), &msg(Platform::Web, "anything")),
             Decision::Respond(Why::Direct)
         );
+    }
+
+    #[test]
+    fn muted_rooms_are_silent_and_followed_rooms_join_in() {
+        let muted = RoomState {
+            muted_until_ms: Some(100),
+            ..Default::default()
+        };
+        let direct = Decision::Respond(Why::Direct);
+        assert_eq!(steer(direct, &muted, 99), Decision::Ignore(WhyNot::Muted));
+        assert_eq!(steer(direct, &muted, 100), direct);
+        let following = RoomState {
+            following: true,
+            ..Default::default()
+        };
+        let unaddressed = Decision::Ignore(WhyNot::NotAddressed);
+        assert_eq!(
+            steer(unaddressed, &following, 0),
+            Decision::Respond(Why::Following)
+        );
+        assert_eq!(
+            steer(Decision::Ignore(WhyNot::Bot), &following, 0),
+            Decision::Ignore(WhyNot::Bot)
+        );
+        assert_eq!(steer(unaddressed, &RoomState::default(), 0), unaddressed);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! decide whether to answer, apply the rate limits, recall the room, compose the prompt
 //! from the character, call the model, record both messages and the reply in one
 //! transaction, and hand the reply to the outbox. `process` reads as that recipe, one method
-//! per step (`resume`, `decide`, `budget`, `recall`, `compose`, `complete`, `answer`), and
+//! per step (`resume`, `command`, `decide`, `budget`, `recall`, `compose`, `complete`,
+//! `answer`), and
 //! `handle` around it waits out a storage failure. An agent holds only the handles it uses;
 //! its persona and model provider sit behind a lock so that a hot reload swaps them between
 //! two messages without a restart.
@@ -34,6 +35,9 @@ use decide::{Decision, decide};
 /// How long a message whose handling failed on storage waits for the database to come back
 /// before it is left pending for the next start.
 const STORAGE_WAIT: Duration = Duration::from_secs(120);
+
+/// How long a steering command waits for the platform to say whether its sender may.
+const STEER_CHECK_WAIT: Duration = Duration::from_secs(5);
 
 /// How long the prompt waits for the platform's thread context.
 const THREAD_CONTEXT_WAIT: Duration = Duration::from_secs(5);
@@ -241,6 +245,9 @@ impl Agent {
             return Ok(outcome);
         }
         let mind = self.mind();
+        if let Some(outcome) = self.command(&mind, journal_id, inbound).await? {
+            return Ok(outcome);
+        }
         if let Some(outcome) = self.decide(&mind.persona, journal_id, inbound).await? {
             return Ok(outcome);
         }
@@ -298,8 +305,111 @@ impl Agent {
         }
     }
 
-    /// Decide: whether the persona answers at all (`decide::decide`). An ignored message is
-    /// still remembered in its room. `None` when it answers.
+    /// Command: a chat command for this persona (`/mute`, `/forget`: see `rooms`) is
+    /// answered here, before the rate limits and without the model, and neither it nor its
+    /// answer enters the room's memory. `None` when the message is not a command.
+    async fn command(
+        &self,
+        mind: &Mind,
+        journal_id: JournalId,
+        inbound: &Inbound,
+    ) -> anyhow::Result<Option<Outcome>> {
+        let names = [mind.persona.name.as_str()];
+        let Some(command) = crate::rooms::command_for(inbound, &names) else {
+            return Ok(None);
+        };
+        // Where the persona may not talk (a room outside its allowed list, DMs off), it
+        // takes no commands either: `decide` ignores the message as any other.
+        let switches = mind.persona.switches(inbound.platform());
+        if let Decision::Ignore(
+            decide::WhyNot::NotAllowedRoom
+            | decide::WhyNot::DirectMessagesOff
+            | decide::WhyNot::Bot,
+        ) = decide(&names, &switches, inbound)
+        {
+            return Ok(None);
+        }
+        tracing::info!(command = command.name(), "chat command");
+        let may_steer = !command.steers_room() || self.may_steer(inbound).await;
+        let answer = self
+            .run_command(&command, inbound.room.key(), &inbound.author.id, may_steer)
+            .await?;
+        let outbound = Outbound {
+            key: format!("{}:{}", self.id, journal_id.0),
+            room: inbound.room.clone(),
+            text: answer.text.clone(),
+            reply_to: Some(inbound.id.clone()),
+        };
+        if let Some(id) = self
+            .store
+            .record_command(journal_id, &self.id, &outbound)
+            .await?
+        {
+            self.outbox.deliver(id).await?;
+        }
+        Ok(Some(Outcome::Replied {
+            texts: vec![answer.text],
+        }))
+    }
+
+    /// Runs `command` in `room` for `user` (of the room's platform), from the chat or from
+    /// `POST …/rooms/{room}/commands`, and follows up on its effect in this process
+    /// (cached facts dropped after `/forgetme`).
+    pub(crate) async fn run_command(
+        &self,
+        command: &troupe_connectors::command::Command,
+        room: troupe_connectors::RoomKey,
+        user: &troupe_connectors::UserId,
+        may_steer: bool,
+    ) -> anyhow::Result<crate::rooms::Answer> {
+        let mind = self.mind();
+        let platform = room.platform;
+        let ctx = crate::rooms::Ctx {
+            store: &self.store,
+            agent: &self.id,
+            persona_name: &mind.persona.name,
+            model: mind.provider.describe(),
+            by: format!("{platform}:{user}"),
+            room,
+            platform,
+            user,
+            may_steer,
+            now_ms: crate::clock::now_ms(),
+        };
+        let answer = crate::rooms::run(command, &ctx).await?;
+        if answer.effect == crate::rooms::Effect::ForgotFacts {
+            self.memory
+                .forget_cached_facts(crate::storage::FactSubject {
+                    agent_id: &self.id,
+                    platform,
+                    user_id: user,
+                });
+        }
+        Ok(answer)
+    }
+
+    /// Whether the sender may steer the room, as its platform says; a platform that cannot
+    /// tell (an error, too slow) refuses, since a mute or a forget cannot be taken back.
+    async fn may_steer(&self, inbound: &Inbound) -> bool {
+        let Some(connector) = self.outbox.connectors().get(&self.id, inbound.platform()) else {
+            return true;
+        };
+        match tokio::time::timeout(STEER_CHECK_WAIT, connector.may_steer(inbound)).await {
+            Ok(Ok(allowed)) => allowed,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not check the sender's rights; refusing the command");
+                false
+            }
+            Err(_) => {
+                tracing::warn!("checking the sender's rights took too long; refusing the command");
+                false
+            }
+        }
+    }
+
+    /// Decide: whether the persona answers at all (`decide::decide`), then the room's
+    /// controls (`decide::steer`: muted, following). An ignored message is still remembered
+    /// in its room. `None` when it answers.
     async fn decide(
         &self,
         persona: &Persona,
@@ -308,7 +418,14 @@ impl Agent {
     ) -> anyhow::Result<Option<Outcome>> {
         let switches = persona.switches(inbound.platform());
         let names: Vec<&str> = [persona.name.as_str()].into_iter().collect();
-        match decide(&names, &switches, inbound) {
+        let state = self.store.room_state(&self.id, &inbound.room.key()).await?;
+        let decision = decide::steer(
+            decide(&names, &switches, inbound),
+            &state,
+            crate::clock::now_ms(),
+        );
+        let decision = self.bot_turns(decision, inbound).await?;
+        match decision {
             Decision::Ignore(why) => {
                 tracing::debug!(reason = why.as_str(), "not answering");
                 self.record(journal_id, inbound, None).await?;
@@ -410,7 +527,7 @@ impl Agent {
                 text: &h.text,
             })
             .collect();
-        persona::compose(
+        let mut prompt = persona::compose(
             persona,
             &PromptInput {
                 platform: inbound.platform(),
@@ -418,11 +535,17 @@ impl Agent {
                 history: &history,
                 knowledge: &knowledge,
                 seed: seed_for(inbound),
-                budget_chars: self.settings.prompt_budget_chars,
+                budget_chars: self
+                    .settings
+                    .prompt_budget_chars
+                    .saturating_sub(crate::rooms::actions::INSTRUCTION.len()),
                 summary: memory.summary.as_deref(),
                 facts: &facts,
             },
-        )
+        );
+        // The plain-language room controls ride on the reply itself (rooms::actions).
+        prompt.system.push_str(crate::rooms::actions::INSTRUCTION);
+        prompt
     }
 
     /// Complete: the model call, with the typing indicator on and its metrics. A message
@@ -472,13 +595,69 @@ impl Agent {
         text: String,
         recalled_messages: usize,
     ) -> anyhow::Result<Outcome> {
+        let text = self.act(inbound, text).await?;
         self.reply(journal_id, inbound, text.clone()).await?;
+        if inbound.platform() != Platform::Web {
+            // The persona's own reply is a bot message in the room too.
+            self.store
+                .bump_bot_streak(&self.id, &inbound.room.key(), true)
+                .await?;
+        }
         let model = crate::memory::Model {
             provider: mind.provider.clone(),
             agent_name: mind.persona.name.clone(),
         };
         self.memory.after_reply(model, inbound, recalled_messages);
         Ok(Outcome::Replied { texts: vec![text] })
+    }
+
+    /// The cap on bot conversations (`TROUPE_BOT_TURNS`): a bot's message counts one more in
+    /// the room's streak of bot messages, a human's ends it, and past the cap no bot is
+    /// answered, whatever addresses the persona (a reply-ping included), until a human
+    /// speaks. Bots the persona ignores anyway cost nothing; the API has no other bots.
+    async fn bot_turns(&self, decision: Decision, inbound: &Inbound) -> anyhow::Result<Decision> {
+        if inbound.platform() == Platform::Web || decision == Decision::Ignore(decide::WhyNot::Bot)
+        {
+            return Ok(decision);
+        }
+        let room = inbound.room.key();
+        let streak = self
+            .store
+            .bump_bot_streak(&self.id, &room, inbound.author.is_bot)
+            .await?;
+        let over = inbound.author.is_bot && streak > i64::from(self.settings.bot_turns);
+        Ok(match decision {
+            Decision::Respond(_) if over => {
+                tracing::info!(streak, "bot turns used up; silent until a human speaks");
+                Decision::Ignore(decide::WhyNot::BotTurns)
+            }
+            d => d,
+        })
+    }
+
+    /// Honours the action the reply ends with (`rooms::actions`: "please stop talking
+    /// here" mutes the room) and returns the reply without it. Someone who may not steer
+    /// the room gets the polite refusal instead of the persona's acknowledgement.
+    async fn act(&self, inbound: &Inbound, reply: String) -> anyhow::Result<String> {
+        use crate::rooms::actions::{self, Action};
+        use crate::storage::RoomControl;
+        let (text, action) = actions::take(&reply);
+        let Some(action) = action else {
+            return Ok(if text.is_empty() { reply } else { text });
+        };
+        if !self.may_steer(inbound).await {
+            return Ok(crate::rooms::NOT_ALLOWED.to_string());
+        }
+        let control = match action {
+            Action::Mute => RoomControl::Mute(Some(i64::MAX)),
+            Action::Unmute => RoomControl::Mute(None),
+        };
+        tracing::info!(?action, "the reply asked for a room action");
+        let by = format!("{}:{}", inbound.platform(), inbound.author.id);
+        self.store
+            .set_room_control(&self.id, &inbound.room.key(), control, &by)
+            .await?;
+        Ok(text)
     }
 
     /// Gives up a message that had all its attempts: it is never handled again. One that

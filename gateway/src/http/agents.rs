@@ -322,6 +322,11 @@ pub struct RoomView {
     name: Option<String>,
     message_count: i64,
     last_active_ms: i64,
+    /// The room's controls (docs/rooms.md): muted until (ms; absent when not muted,
+    /// 9223372036854775807 for "until /unmute"), following, memory forgotten at (ms).
+    muted_until_ms: Option<i64>,
+    following: bool,
+    forgotten_at_ms: Option<i64>,
     #[serde(flatten)]
     deprecated: LegacyRoom,
 }
@@ -343,13 +348,24 @@ pub async fn rooms(
     State(state): State<AppState>,
     AgentPath(agent): AgentPath,
 ) -> Result<Json<RoomList>, ApiError> {
+    let mut controls: std::collections::HashMap<RoomKey, crate::storage::RoomState> = state
+        .store
+        .room_states(&agent.id)
+        .await?
+        .into_iter()
+        .collect();
+    let now = crate::clock::now_ms();
     let rooms = state
         .store
         .rooms(&agent.id)
         .await?
         .into_iter()
         .map(|r| {
+            let control = controls.remove(&r.room).unwrap_or_default();
             Ok(RoomView {
+                muted_until_ms: control.muted_until_ms.filter(|until| *until > now),
+                following: control.following,
+                forgotten_at_ms: control.forgotten_at_ms,
                 room: r.room.clone(),
                 platform: r.platform.to_string(),
                 name: r.name,

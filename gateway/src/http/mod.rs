@@ -11,6 +11,7 @@
 //! [`serve`] runs the router with a deadline on request headers and a cap on connections.
 
 mod agents;
+mod commands;
 pub mod error;
 mod extract;
 mod health;
@@ -63,6 +64,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/agents/{agent}/rooms/{room}/memories",
             get(agents::memories),
+        )
+        .route(
+            "/agents/{agent}/rooms/{room}/commands",
+            post(commands::post_command),
         )
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .merge(knowledge_routes(&state))

@@ -205,7 +205,7 @@ impl Memory {
     }
 
     /// Drops the cached facts of `who`, after they were written.
-    fn forget_cached_facts(&self, who: FactSubject<'_>) {
+    pub(crate) fn forget_cached_facts(&self, who: FactSubject<'_>) {
         self.facts.invalidate(&facts_cache_key(who));
     }
 

@@ -14,6 +14,7 @@
 //! - outbox: every reply to deliver, with attempts and a claim, so delivery survives a crash;
 //! - knowledge: documents, their chunks, the full-text index and embedding vectors.
 //! - room summaries and user facts: memory beyond the recent window.
+//! - room state: the controls people set from the chat (muted, following, forgotten).
 //!
 //! It does not decide anything: when to retry, what to remember and what to answer belong
 //! to the agent and the delivery worker. Layout:
@@ -23,6 +24,7 @@
 //! - `outbox`: claiming, delivering and retrying replies;
 //! - `knowledge`: documents, chunks, full-text ranking per backend, vectors;
 //! - `summaries`: room summaries and user facts, which only move forward;
+//! - `rooms`: room controls, forgetting, and closing a command's journal entry;
 //! - `writer`: the task that batches `journal_insert` and `record_handled` into shared
 //!   transactions (group commit).
 //!
@@ -36,6 +38,9 @@ mod knowledge;
 mod knowledge_tests;
 mod memory;
 mod outbox;
+mod rooms;
+#[cfg(test)]
+mod rooms_tests;
 mod state;
 mod summaries;
 #[cfg(test)]
@@ -57,6 +62,7 @@ use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
 pub use journal::{dedupe_caller, same_dedupe_key};
 pub use knowledge::{DocumentRow, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk};
+pub use rooms::{RoomControl, RoomState};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
