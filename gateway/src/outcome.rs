@@ -34,6 +34,9 @@ pub enum WhyNot {
     DirectMessagesOff,
     #[serde(rename = "not addressed to the persona")]
     NotAddressed,
+    /// A spend budget is used up (docs/spend.md).
+    #[serde(rename = "the persona's spend budget is used up")]
+    OverBudget,
 }
 
 impl WhyNot {
@@ -43,6 +46,7 @@ impl WhyNot {
             WhyNot::NotAllowedRoom => "room is not in the persona's allowed list",
             WhyNot::DirectMessagesOff => "the persona ignores direct messages",
             WhyNot::NotAddressed => "not addressed to the persona",
+            WhyNot::OverBudget => "the persona's spend budget is used up",
         }
     }
 }

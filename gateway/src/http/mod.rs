@@ -15,6 +15,7 @@ pub mod error;
 mod extract;
 mod health;
 mod knowledge;
+mod usage;
 mod webhooks;
 
 use axum::Router;
@@ -64,6 +65,7 @@ pub fn router(state: AppState) -> Router {
             "/agents/{agent}/rooms/{room}/memories",
             get(agents::memories),
         )
+        .route("/agents/{agent}/usage", get(usage::usage))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .merge(knowledge_routes(&state))
         // The token is checked first: a request without it costs nothing and counts nothing.

@@ -14,6 +14,7 @@
 //! - outbox: every reply to deliver, with attempts and a claim, so delivery survives a crash;
 //! - knowledge: documents, their chunks, the full-text index and embedding vectors.
 //! - room summaries and user facts: memory beyond the recent window.
+//! - usage: one record per model call, daily rollups, budget notices (`usage`).
 //!
 //! It does not decide anything: when to retry, what to remember and what to answer belong
 //! to the agent and the delivery worker. Layout:
@@ -44,6 +45,9 @@ mod summaries_tests;
 mod test_support;
 #[cfg(test)]
 mod tests;
+mod usage;
+#[cfg(test)]
+mod usage_tests;
 mod writer;
 
 use serde::{Deserialize, Serialize};
@@ -58,6 +62,7 @@ use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 pub use journal::{dedupe_caller, same_dedupe_key};
 pub use knowledge::{DocumentRow, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
+pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
