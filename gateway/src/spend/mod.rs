@@ -109,6 +109,8 @@ struct Inner {
     clock: SpendClock,
     /// When raw records were last pruned (ms), so that pruning runs at most hourly.
     pruned_at_ms: AtomicI64,
+    /// Writes the records, in batches.
+    ledger: accounting::Ledger,
 }
 
 impl Spend {
@@ -120,6 +122,7 @@ impl Spend {
     pub fn with_clock(store: Store, settings: SpendSettings, clock: SpendClock) -> Spend {
         Spend {
             inner: Arc::new(Inner {
+                ledger: accounting::Ledger::spawn(store.clone()),
                 store,
                 prices: Arc::new(settings.prices.clone()),
                 settings,

@@ -13,14 +13,14 @@ use super::{Result, Store, with_pool};
 
 /// One model call to record.
 #[derive(Debug, Clone)]
-pub struct NewUsage<'a> {
-    pub agent_id: &'a AgentId,
-    /// `None`: the call belongs to no room (a fact extraction, an embedding).
-    pub room_key: Option<&'a RoomKey>,
+pub struct NewUsage {
+    pub agent_id: AgentId,
+    /// `None`: the call belongs to no room (memory upkeep, an embedding).
+    pub room_key: Option<RoomKey>,
     /// `platform:user`, when the call was made for a user.
-    pub user_key: Option<&'a str>,
-    pub provider: &'a str,
-    pub model: &'a str,
+    pub user_key: Option<String>,
+    pub provider: String,
+    pub model: String,
     /// `reply`, `summary`, `facts` or `embedding`.
     pub purpose: &'static str,
     pub prompt_tokens: i64,
@@ -71,62 +71,116 @@ pub struct UsageRow {
 /// The most groups one rollup query returns.
 pub const USAGE_ROWS_MAX: i64 = 1000;
 
+/// Rows per multi-row statement: 13 parameters each stays far below SQLite's 32766.
+const RECORD_ROWS: usize = 500;
+
+/// One rollup row's key: agent, day, scope, scope key.
+type RollupKey = (AgentId, i64, &'static str, String);
+
+/// The batch's increments per rollup row (calls, prompt, completion, cached, cost), in a
+/// stable order.
+fn rollups(batch: &[NewUsage]) -> Vec<(RollupKey, [i64; 5])> {
+    let mut sums: std::collections::BTreeMap<RollupKey, [i64; 5]> = Default::default();
+    for u in batch {
+        let add = [
+            1,
+            u.prompt_tokens,
+            u.completion_tokens,
+            u.cached_tokens,
+            u.cost_micros,
+        ];
+        let mut keys = vec![(u.agent_id.clone(), u.day, "agent", String::new())];
+        if let Some(room) = &u.room_key {
+            keys.push((u.agent_id.clone(), u.day, "room", room.to_string()));
+        }
+        if let Some(user) = &u.user_key {
+            keys.push((u.agent_id.clone(), u.day, "user", user.clone()));
+        }
+        for key in keys {
+            let row = sums.entry(key).or_default();
+            for (total, n) in row.iter_mut().zip(add) {
+                *total += n;
+            }
+        }
+    }
+    sums.into_iter().collect()
+}
+
+/// `($1, …, $k), ($k+1, …)`: `rows` groups of `columns` placeholders.
+fn placeholders(rows: usize, columns: usize) -> String {
+    (0..rows)
+        .map(|r| {
+            let cells: Vec<String> = (1..=columns)
+                .map(|c| format!("${}", r * columns + c))
+                .collect();
+            format!("({})", cells.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl Store {
     /// Records one call and adds it to today's rollups, in one transaction.
-    pub async fn usage_record(&self, usage: &NewUsage<'_>) -> Result<()> {
-        let room_key = usage.room_key.map(ToString::to_string);
-        let mut scopes: Vec<(&str, &str)> = vec![("agent", "")];
-        if let Some(room) = &room_key {
-            scopes.push(("room", room.as_str()));
+    pub async fn usage_record(&self, usage: &NewUsage) -> Result<()> {
+        self.usage_record_batch(std::slice::from_ref(usage)).await
+    }
+
+    /// Records calls and adds them to the rollups, in one transaction of two multi-row
+    /// statements per `RECORD_ROWS` calls: the increments are summed per rollup row first
+    /// (Postgres refuses to update one row twice in one statement).
+    pub async fn usage_record_batch(&self, batch: &[NewUsage]) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
         }
-        if let Some(user) = usage.user_key {
-            scopes.push(("user", user));
-        }
+        let rollups = rollups(batch);
         with_pool!(self, pool => {
             let mut tx = pool.begin().await?;
-            sqlx::query(
-                "INSERT INTO usage_records (agent_id, room, user_key, provider, model, purpose,
-                    prompt_tokens, completion_tokens, cached_tokens, estimated, cost_micros, day,
-                    created_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-            )
-            .bind(usage.agent_id)
-            .bind(room_key.as_deref().unwrap_or(""))
-            .bind(usage.user_key.unwrap_or(""))
-            .bind(usage.provider)
-            .bind(usage.model)
-            .bind(usage.purpose)
-            .bind(usage.prompt_tokens)
-            .bind(usage.completion_tokens)
-            .bind(usage.cached_tokens)
-            .bind(usage.estimated)
-            .bind(usage.cost_micros)
-            .bind(usage.day)
-            .bind(usage.at_ms)
-            .execute(&mut *tx)
-            .await?;
-            for (scope, key) in &scopes {
-                sqlx::query(
+            for chunk in batch.chunks(RECORD_ROWS) {
+                let sql = format!(
+                    "INSERT INTO usage_records (agent_id, room, user_key, provider, model, purpose,
+                        prompt_tokens, completion_tokens, cached_tokens, estimated, cost_micros, day,
+                        created_at_ms) VALUES {}",
+                    placeholders(chunk.len(), 13)
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for u in chunk {
+                    query = query
+                        .bind(&u.agent_id)
+                        .bind(u.room_key.as_ref().map(ToString::to_string).unwrap_or_default())
+                        .bind(u.user_key.clone().unwrap_or_default())
+                        .bind(&u.provider)
+                        .bind(&u.model)
+                        .bind(u.purpose)
+                        .bind(u.prompt_tokens)
+                        .bind(u.completion_tokens)
+                        .bind(u.cached_tokens)
+                        .bind(u.estimated)
+                        .bind(u.cost_micros)
+                        .bind(u.day)
+                        .bind(u.at_ms);
+                }
+                query.execute(&mut *tx).await?;
+            }
+            for chunk in rollups.chunks(RECORD_ROWS) {
+                let sql = format!(
                     "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
-                        completion_tokens, cached_tokens, cost_micros)
-                     VALUES ($1, $2, $3, $4, 1, $5, $6, $7, $8)
+                        completion_tokens, cached_tokens, cost_micros) VALUES {}
                      ON CONFLICT (agent_id, day, scope, scope_key) DO UPDATE SET
-                        calls = usage_daily.calls + 1,
+                        calls = usage_daily.calls + excluded.calls,
                         prompt_tokens = usage_daily.prompt_tokens + excluded.prompt_tokens,
                         completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens,
                         cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens,
                         cost_micros = usage_daily.cost_micros + excluded.cost_micros",
-                )
-                .bind(usage.agent_id)
-                .bind(usage.day)
-                .bind(*scope)
-                .bind(*key)
-                .bind(usage.prompt_tokens)
-                .bind(usage.completion_tokens)
-                .bind(usage.cached_tokens)
-                .bind(usage.cost_micros)
-                .execute(&mut *tx)
-                .await?;
+                    placeholders(chunk.len(), 9)
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for ((agent_id, day, scope, key), sums) in chunk {
+                    query = query.bind(agent_id).bind(*day).bind(*scope).bind(key);
+                    for n in sums {
+                        query = query.bind(*n);
+                    }
+                }
+                query.execute(&mut *tx).await?;
             }
             tx.commit().await
         })?;

@@ -10,21 +10,16 @@ on_both_backends!(
     records_add_up_in_the_rollups,
     concurrent_records_lose_no_increment,
     a_notice_is_first_once_per_window,
+    a_batch_sums_its_increments_per_rollup_row,
 );
 
-fn usage<'a>(
-    agent: &'a AgentId,
-    room: &'a RoomKey,
-    user: &'a str,
-    day: i64,
-    tokens: i64,
-) -> NewUsage<'a> {
+fn usage(agent: &AgentId, room: &RoomKey, user: &str, day: i64, tokens: i64) -> NewUsage {
     NewUsage {
-        agent_id: agent,
-        room_key: Some(room),
-        user_key: Some(user),
-        provider: "openai",
-        model: "gpt-4o-mini",
+        agent_id: agent.clone(),
+        room_key: Some(room.clone()),
+        user_key: Some(user.to_string()),
+        provider: "openai".into(),
+        model: "gpt-4o-mini".into(),
         purpose: "reply",
         prompt_tokens: tokens,
         completion_tokens: 1,
@@ -148,4 +143,30 @@ async fn a_notice_is_first_once_per_window(store: Store) {
             .await
             .unwrap()
     );
+}
+
+async fn a_batch_sums_its_increments_per_rollup_row(store: Store) {
+    let agent = AgentId::new("ada");
+    let room = RoomKey::new(Platform::Web, RoomId::new("r"));
+    // One batch touching the same rollup rows many times, across the statement's row cap.
+    let batch: Vec<NewUsage> = (0..1200)
+        .map(|i| {
+            usage(
+                &agent,
+                &room,
+                if i % 2 == 0 { "web:a" } else { "web:b" },
+                9,
+                1,
+            )
+        })
+        .collect();
+    store.usage_record_batch(&batch).await.unwrap();
+    store.usage_record_batch(&batch[..10]).await.unwrap();
+    let now = store
+        .usage_now(&agent, 9, 0, Some(&room), Some("web:a"))
+        .await
+        .unwrap();
+    assert_eq!(now.room_day.tokens, 1210 * 2);
+    assert_eq!(now.user_day.tokens, 605 * 2);
+    assert_eq!(store.usage_records_count(&agent).await.unwrap(), 1210);
 }
