@@ -212,6 +212,7 @@ impl App {
         let scheduler = crate::spend::Scheduler::new(config.spend.account);
         let breakers = provider::Breakers::new(config.provider.clone()).with_scheduler(scheduler);
         let spend = crate::spend::Spend::new(store.clone(), config.spend.clone());
+        knowledge.account_with(spend.clone());
         let app = App {
             spend,
             elector,

@@ -22,6 +22,7 @@ troupe_e2e::on_each_backend!(
     budgets_stop_calls_at_the_cap_notice_once_and_reset_the_next_day,
     usage_through_the_api_and_the_cli_adds_up_to_the_fakes_usage,
     two_personas_on_one_key_share_its_requests_per_minute,
+    embedding_calls_are_accounted_for_the_persona,
     after_a_429_no_persona_on_the_key_calls_before_retry_after,
 );
 
@@ -172,8 +173,12 @@ async fn usage_through_the_api_and_the_cli_adds_up_to_the_fakes_usage(backend: B
     let completion: u64 = log.iter().map(|u| u.2).sum();
     assert_eq!(total(&by_day, "promptTokens"), prompt, "{by_day}");
     assert_eq!(total(&by_day, "completionTokens"), completion, "{by_day}");
-    // gpt-4o-mini's default price: $0.15 and $0.60 per million tokens.
-    let cost = (prompt as f64 * 0.15 + completion as f64 * 0.60).round() as u64;
+    // gpt-4o-mini's default price: $0.15 and $0.60 per million tokens, rounded per call to
+    // whole micro-dollars.
+    let cost: u64 = log
+        .iter()
+        .map(|(_, p, c)| (*p as f64 * 0.15 + *c as f64 * 0.60).round() as u64)
+        .sum();
     assert_eq!(total(&by_day, "costMicros"), cost, "{by_day}");
 
     // Per room and per user: replies belong to both; the facts calls to neither.
@@ -333,4 +338,44 @@ async fn after_a_429_no_persona_on_the_key_calls_before_retry_after(backend: Bac
             r.received_at - limited_at
         );
     }
+}
+
+async fn embedding_calls_are_accounted_for_the_persona(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    // With an embedding model, every reply embeds its query for retrieval.
+    let app = TestApp::spawn(
+        options(backend, &fake)
+            .persona("Ada", BIO)
+            .env("TROUPE_EMBEDDING_MODEL", "text-embedding-3-small"),
+    )
+    .await;
+    for text in ["Is the lighthouse open?", "When is the next boat?"] {
+        assert!(say(&app, "Ada", "r1", "sam", text).await.is_some());
+    }
+    let total = |body: &Value, field: &str| body["total"][field].as_u64().unwrap_or(0);
+    eventually("the usage API to account the embeddings", WAIT, || async {
+        let (_, body) = app.get("/api/agents/Ada/usage?by=day").await;
+        total(&body, "calls") == (fake.usage_log().len() + fake.embedding_requests().len()) as u64
+    })
+    .await;
+    let embeddings = fake.embedding_requests();
+    assert!(!embeddings.is_empty());
+    // The fake counts an input's words as its tokens.
+    let embedded: u64 = embeddings
+        .iter()
+        .flat_map(|r| &r.inputs)
+        .map(|t| t.split_whitespace().count() as u64)
+        .sum();
+    let chat: u64 = fake.usage_log().iter().map(|u| u.1).sum();
+    let (_, by_day) = app.get("/api/agents/Ada/usage?by=day").await;
+    assert_eq!(total(&by_day, "promptTokens"), chat + embedded, "{by_day}");
+    let (_, metrics) = app.get("/metrics").await;
+    let text = metrics.as_str().unwrap_or_default();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("troupe_usage_tokens_total")
+                && l.contains("purpose=\"embedding\"")
+                && l.contains("kind=\"prompt\"")),
+        "{text}"
+    );
 }

@@ -41,8 +41,6 @@ pub enum Purpose {
     Reply,
     Summary,
     Facts,
-    /// Reserved: embedding calls do not go through a meter yet (docs/spend.md, "Limits").
-    #[allow(dead_code)]
     Embedding,
 }
 
@@ -141,6 +139,16 @@ impl Spend {
     /// it loads the persona, and its meter then uses the config's defaults.
     pub fn check(&self, persona: &Persona) -> Result<(), String> {
         PersonaSpend::of(persona, &self.inner).map(|_| ())
+    }
+
+    /// A meter for `agent_id` with the config's budgets and prices, for calls made where the
+    /// persona's file is not at hand (embeddings, made by the knowledge store).
+    pub fn meter_for(&self, agent_id: &AgentId) -> Meter {
+        Meter {
+            spend: self.clone(),
+            agent_id: agent_id.clone(),
+            conf: Arc::new(PersonaSpend::defaults(&self.inner)),
+        }
     }
 
     /// The meter of one persona: the config's budgets and prices with its
