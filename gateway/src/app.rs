@@ -89,6 +89,8 @@ pub struct App {
     /// One circuit breaker per provider account; closed at shutdown so no message waits on
     /// a provider that is down while the app drains.
     breakers: provider::Breakers,
+    /// Usage accounting and budgets, shared by every agent (issue 16).
+    spend: crate::spend::Spend,
     /// Stops one agent's platform connectors (on reload or removal).
     running: std::sync::Mutex<HashMap<String, CancellationToken>>,
     /// The parent of every connector's token, cancelled at shutdown.
@@ -206,8 +208,13 @@ impl App {
         let ingress = Ingress::new(store.clone(), bus, waiters.clone());
         let knowledge = Knowledge::from_settings(store.clone(), &config.knowledge);
         let elector = Elector::for_database(&config.database_url, config.replicas.leader_retry)?;
-        let breakers = provider::Breakers::new(config.provider.clone());
+        // One scheduler account per provider key, shared like the breakers (issue 16).
+        let scheduler = crate::spend::Scheduler::new(config.spend.account);
+        let breakers = provider::Breakers::new(config.provider.clone()).with_scheduler(scheduler);
+        let spend = crate::spend::Spend::new(store.clone(), config.spend.clone());
+        knowledge.account_with(spend.clone());
         let app = App {
+            spend,
             elector,
             limiter: RateLimiter::new(&config.limits),
             config,
@@ -273,6 +280,9 @@ impl App {
         self.store.upsert_agent(&persona.id, &persona.name).await?;
         // The character's `knowledge` entries, before the persona answers anything.
         self.knowledge.load_character(&persona).await;
+        if let Err(e) = self.spend.check(&persona) {
+            tracing::warn!(persona = %persona.id, "settings.spend: {e}; using the config's budgets and prices");
+        }
         let provider = (self.providers)(&persona, &self.config, &self.breakers);
         if let Some(reason) = provider.unavailable() {
             tracing::warn!(persona = %persona.id, "{reason}");
@@ -294,7 +304,8 @@ impl App {
                     self.waiters.clone(),
                     self.config.agent.clone(),
                 )
-                .with_knowledge(self.knowledge.clone());
+                .with_knowledge(self.knowledge.clone())
+                .with_spend(self.spend.clone());
                 self.agents.insert(Arc::new(agent));
                 self.outbox.connectors().insert(&id, Arc::new(WebConnector));
             }

@@ -1,4 +1,4 @@
-//! The command line: `troupe run | check | migrate | chat | ingest | bench | extract`.
+//! The command line: `troupe run | check | migrate | chat | ingest | bench | usage | extract`.
 //!
 //! Each subcommand is a small function over the same `Config`; errors go to stderr as one
 //! sentence that says what to do, and the exit code says whether it worked.
@@ -63,6 +63,22 @@ enum Command {
     },
     /// Measure the gateway's own per-message cost with a zero-latency model.
     Bench(crate::bench::BenchArgs),
+    /// Print what a persona's model calls used and cost, per room, user or day
+    /// (docs/spend.md).
+    Usage {
+        /// The persona's id.
+        #[arg(long)]
+        agent: AgentId,
+        /// Group by `room`, `user` or `day`.
+        #[arg(long, default_value = "day")]
+        by: String,
+        /// First day to include (`YYYY-MM-DD`, UTC); default: the last 30 days.
+        #[arg(long)]
+        since: Option<String>,
+        /// Print JSON (the API's shape) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// The sandboxed document worker, started by troupe itself: reads one document on
     /// stdin and writes its chunks on stdout (see docs/knowledge.md).
     Extract,
@@ -115,6 +131,12 @@ pub fn main() -> ExitCode {
                 files,
             } => ingest(config, agent, room, reembed, files).await,
             Command::Bench(args) => crate::bench::run(config, args).await,
+            Command::Usage {
+                agent,
+                by,
+                since,
+                json,
+            } => usage(config, agent, by, since, json).await,
             Command::Extract => Ok(crate::knowledge::worker_main()),
         }
     });
@@ -125,6 +147,35 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `troupe usage`: the persona's usage report from the database, as a table or JSON.
+async fn usage(
+    config: Config,
+    agent: AgentId,
+    by: String,
+    since: Option<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use crate::spend::report;
+    let by = report::parse_by(&by).map_err(anyhow::Error::msg)?;
+    let today = crate::spend::clock::day_of(crate::clock::now_ms());
+    let since = report::parse_since(since.as_deref(), today).map_err(anyhow::Error::msg)?;
+    let store = crate::storage::Store::connect(&config.database_url)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the database {}",
+                crate::config::redact_url(&config.database_url)
+            )
+        })?;
+    let report = report::report(&store, &agent, by, since).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report::table(&report));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn run(config: Config) -> anyhow::Result<ExitCode> {

@@ -57,6 +57,8 @@ pub struct Config {
     pub otel_service_name: String,
     /// How model calls ride out a failing provider (issue 12, faults slice).
     pub provider: ProviderSettings,
+    /// Accounting, budgets and the model scheduler (issue 16, docs/spend.md).
+    pub spend: crate::spend::SpendSettings,
     /// The environment as it was at start, for persona secrets and provider keys.
     pub env: Env,
     // Issue 12, prompt slice: knowledge paths of character files.
@@ -104,6 +106,70 @@ impl Default for ProviderSettings {
             outage_wait: Duration::from_secs(900),
         }
     }
+}
+
+/// `TROUPE_SPEND_*`, `TROUPE_PROVIDER_RPM|TPM|CONCURRENCY` and troupe.toml's `[prices]`
+/// (docs/spend.md). `TROUPE_TEST_CLOCK_OFFSET_SECS` is for tests only: it shifts the clock
+/// that budgets and rollups use, so a test can be "tomorrow" without waiting.
+fn spend_settings(
+    layered: &Layered<'_>,
+    file: &mut FileConfig,
+) -> anyhow::Result<crate::spend::SpendSettings> {
+    use crate::spend::{AccountLimits, Budgets, Limit, SpendSettings};
+    let d = SpendSettings::default();
+    let limit = |var: &str, file: Option<String>| -> anyhow::Result<Limit> {
+        match layered.string(var, file) {
+            None => Ok(Limit::default()),
+            Some(raw) => raw.parse().map_err(|e| anyhow::anyhow!("{var}: {e}")),
+        }
+    };
+    let budgets = Budgets {
+        user_day: limit("TROUPE_SPEND_USER_PER_DAY", file.spend_user_per_day.take())?,
+        room_day: limit("TROUPE_SPEND_ROOM_PER_DAY", file.spend_room_per_day.take())?,
+        persona_day: limit(
+            "TROUPE_SPEND_PERSONA_PER_DAY",
+            file.spend_persona_per_day.take(),
+        )?,
+        persona_month: limit(
+            "TROUPE_SPEND_PERSONA_PER_MONTH",
+            file.spend_persona_per_month.take(),
+        )?,
+    };
+    let background_share = layered.parse(
+        "TROUPE_SPEND_BACKGROUND_SHARE",
+        file.spend_background_share,
+        d.background_share,
+    )?;
+    if !(0.0..=1.0).contains(&background_share) {
+        bail!("TROUPE_SPEND_BACKGROUND_SHARE={background_share} must be between 0 and 1");
+    }
+    let prices = match file.prices.take() {
+        Some(table) => d
+            .prices
+            .with(&table)
+            .map_err(|e| anyhow::anyhow!("[prices] in troupe.toml: {e}"))?,
+        None => d.prices,
+    };
+    Ok(SpendSettings {
+        budgets,
+        background_share,
+        retention_days: layered.parse(
+            "TROUPE_SPEND_RETENTION_DAYS",
+            file.spend_retention_days,
+            d.retention_days,
+        )?,
+        prices,
+        account: AccountLimits {
+            concurrency: layered.parse(
+                "TROUPE_PROVIDER_CONCURRENCY",
+                file.provider_concurrency,
+                0,
+            )?,
+            requests_per_minute: layered.parse("TROUPE_PROVIDER_RPM", file.provider_rpm, 0)?,
+            tokens_per_minute: layered.parse("TROUPE_PROVIDER_TPM", file.provider_tpm, 0)?,
+        },
+        clock_offset_secs: layered.parse("TROUPE_TEST_CLOCK_OFFSET_SECS", None, 0)?,
+    })
 }
 
 fn provider_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<ProviderSettings> {
@@ -647,6 +713,17 @@ struct FileConfig {
     provider_breaker_failures: Option<u32>,
     provider_breaker_cooldown_ms: Option<u64>,
     provider_outage_wait_secs: Option<u64>,
+    // issue 16, spend
+    spend_user_per_day: Option<String>,
+    spend_room_per_day: Option<String>,
+    spend_persona_per_day: Option<String>,
+    spend_persona_per_month: Option<String>,
+    spend_background_share: Option<f64>,
+    spend_retention_days: Option<u32>,
+    provider_rpm: Option<u32>,
+    provider_tpm: Option<u32>,
+    provider_concurrency: Option<usize>,
+    prices: Option<std::collections::BTreeMap<String, crate::spend::Price>>,
 }
 
 impl Config {
@@ -675,6 +752,7 @@ impl Config {
             ..knowledge_settings(&layered, &mut file)?
         };
         let provider = provider_settings(&layered, &file)?;
+        let spend = spend_settings(&layered, &mut file)?;
         let replicas = replica_settings(&layered, &mut file)?;
         let nats = nats_settings(&layered, &mut file)?;
         let logs = log_settings(&layered, &mut file);
@@ -705,6 +783,7 @@ impl Config {
             provider,
             otlp_endpoint,
             otel_service_name,
+            spend,
             env,
             knowledge_allow_paths,
         })
@@ -1730,6 +1809,33 @@ mod tests {
             }),
             n("TROUPE_PROVIDER_OUTAGE_WAIT_SECS", |c| {
                 format!("{:?}", c.provider.outage_wait)
+            }),
+            p("TROUPE_SPEND_USER_PER_DAY", "\"7\"", "9", |c| {
+                c.spend.budgets.user_day.to_string()
+            }),
+            p("TROUPE_SPEND_ROOM_PER_DAY", "\"7\"", "9", |c| {
+                c.spend.budgets.room_day.to_string()
+            }),
+            p("TROUPE_SPEND_PERSONA_PER_DAY", "\"7\"", "9", |c| {
+                c.spend.budgets.persona_day.to_string()
+            }),
+            p("TROUPE_SPEND_PERSONA_PER_MONTH", "\"$7\"", "$9", |c| {
+                c.spend.budgets.persona_month.to_string()
+            }),
+            p("TROUPE_SPEND_BACKGROUND_SHARE", "0.5", "0.25", |c| {
+                c.spend.background_share.to_string()
+            }),
+            n("TROUPE_SPEND_RETENTION_DAYS", |c| {
+                c.spend.retention_days.to_string()
+            }),
+            n("TROUPE_PROVIDER_RPM", |c| {
+                c.spend.account.requests_per_minute.to_string()
+            }),
+            n("TROUPE_PROVIDER_TPM", |c| {
+                c.spend.account.tokens_per_minute.to_string()
+            }),
+            n("TROUPE_PROVIDER_CONCURRENCY", |c| {
+                c.spend.account.concurrency.to_string()
             }),
         ]
     }

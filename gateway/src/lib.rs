@@ -17,6 +17,7 @@
 //! - `memory`: room summaries and user facts, kept up in the background.
 //! - [`persona`]: elizaOS character files: loading, checking, prompt composition.
 //! - [`provider`]: model providers (OpenAI-compatible, Anthropic, Ollama) over genai.
+//! - [`spend`]: token and cost accounting, budgets, and the fair model scheduler.
 //! - [`storage`]: SQLite and Postgres through sqlx: journal, memory, outbox.
 //! - [`knowledge`]: documents per agent or room: extraction, chunking, BM25 and vector
 //!   retrieval for the prompt.
@@ -53,6 +54,7 @@ pub(crate) mod outcome;
 pub(crate) mod persona;
 pub(crate) mod provider;
 pub(crate) mod rooms;
+pub(crate) mod spend;
 pub mod storage;
 mod telemetry;
 pub(crate) mod web;

@@ -84,3 +84,57 @@ pub fn error(kind: &'static str) {
 pub fn bus_depth(depth: usize) {
     metrics::gauge!("troupe_bus_depth").set(depth as f64);
 }
+
+// --- spend (issue 16, docs/spend.md) ----------------------------------------------------------
+
+/// One model call's accounted usage, per persona, provider and purpose (`reply`, `summary`,
+/// `facts`, `embedding`): calls, tokens by kind, and cost in micro-dollars.
+pub fn model_usage(
+    persona: &troupe_connectors::AgentId,
+    provider: &str,
+    purpose: &'static str,
+    prompt: u64,
+    completion: u64,
+    cached: u64,
+    cost_micros: i64,
+) {
+    let (persona, provider) = (persona.to_string(), provider.to_string());
+    metrics::counter!("troupe_usage_calls_total", "persona" => persona.clone(),
+        "provider" => provider.clone(), "purpose" => purpose)
+    .increment(1);
+    for (kind, n) in [
+        ("prompt", prompt),
+        ("completion", completion),
+        ("cached", cached),
+    ] {
+        metrics::counter!("troupe_usage_tokens_total", "persona" => persona.clone(),
+            "provider" => provider.clone(), "purpose" => purpose, "kind" => kind)
+        .increment(n);
+    }
+    metrics::counter!("troupe_usage_cost_micros_total", "persona" => persona,
+        "provider" => provider, "purpose" => purpose)
+    .increment(u64::try_from(cost_micros).unwrap_or(0));
+}
+
+/// A model call refused because a budget is spent (`user_day`, `room_day`, `persona_day`,
+/// `persona_month`).
+pub fn budget_refusal(
+    persona: &troupe_connectors::AgentId,
+    budget: &'static str,
+    purpose: &'static str,
+) {
+    metrics::counter!("troupe_budget_refusals_total", "persona" => persona.to_string(),
+        "budget" => budget, "purpose" => purpose)
+    .increment(1);
+}
+
+/// Calls waiting in the model scheduler, per priority.
+pub fn scheduler_depth(priority: &'static str, depth: usize) {
+    metrics::gauge!("troupe_scheduler_queue_depth", "priority" => priority).set(depth as f64);
+}
+
+/// How long a call waited in the model scheduler for its turn, per priority.
+pub fn scheduler_wait(priority: &'static str, waited: Duration) {
+    metrics::histogram!("troupe_scheduler_wait_seconds", "priority" => priority)
+        .record(waited.as_secs_f64());
+}

@@ -38,6 +38,9 @@ pub enum WhyNot {
     Muted,
     #[serde(rename = "too many bot messages in a row in this room")]
     BotTurns,
+    /// A spend budget is used up (docs/spend.md).
+    #[serde(rename = "the persona's spend budget is used up")]
+    OverBudget,
 }
 
 impl WhyNot {
@@ -49,6 +52,7 @@ impl WhyNot {
             WhyNot::NotAddressed => "not addressed to the persona",
             WhyNot::Muted => "the persona is muted in this room",
             WhyNot::BotTurns => "too many bot messages in a row in this room",
+            WhyNot::OverBudget => "the persona's spend budget is used up",
         }
     }
 }
@@ -436,6 +440,9 @@ mod tests {
             WhyNot::NotAllowedRoom,
             WhyNot::DirectMessagesOff,
             WhyNot::NotAddressed,
+            WhyNot::Muted,
+            WhyNot::BotTurns,
+            WhyNot::OverBudget,
         ] {
             assert_eq!(
                 serde_json::to_string(&why).unwrap(),

@@ -44,6 +44,8 @@ pub struct Completion {
     pub text: String,
     pub prompt_tokens: Option<u32>,
     pub completion_tokens: Option<u32>,
+    /// Prompt tokens the provider served from its cache (included in `prompt_tokens`).
+    pub cached_tokens: Option<u32>,
 }
 
 /// Errors the agent and the HTTP layer branch on.
@@ -128,6 +130,7 @@ impl ModelProvider for Instant {
             text: self.text.clone(),
             prompt_tokens: None,
             completion_tokens: None,
+            cached_tokens: None,
         })
     }
 }
@@ -293,6 +296,9 @@ pub struct GenaiProvider {
     permits: Semaphore,
     /// This account's breaker, and the retry settings.
     breaker: Arc<Breaker>,
+    /// This account's place in the model scheduler (issue 16): its limits, shared by every
+    /// persona on the key, and its queue. `None` outside the app (tests, `troupe chat`…).
+    account: Option<Arc<crate::spend::scheduler::Account>>,
 }
 
 impl GenaiProvider {
@@ -331,17 +337,25 @@ impl GenaiProvider {
             timeout,
             permits: Semaphore::new(concurrency),
             breaker,
+            account: None,
         })
     }
 
     /// Shares the breaker of this provider's account from `breakers` (and its settings).
     pub fn with_breaker(mut self, breakers: &Breakers) -> Self {
         self.breaker = breakers.for_target(&self.target);
+        self.account = breakers.account_for(&self.target);
         self
     }
 
     /// One attempt: a permit, the call, its deadline.
     async fn attempt(&self, prompt: &Prompt) -> Result<Completion, Failure> {
+        // The account's turn first (limits shared across personas, priorities, rooms in
+        // turn), then this persona's own concurrency.
+        let turn = match &self.account {
+            Some(account) => Some(account.acquire().await),
+            None => None,
+        };
         let _permit = self.permits.acquire().await.map_err(|_| Failure {
             error: ProviderError::Upstream("the provider is shutting down".into()),
             transient: false,
@@ -362,9 +376,22 @@ impl GenaiProvider {
                     transient: true,
                 });
             }
-            Ok(Err(e)) => return Err(classify(e, self.timeout)),
+            Ok(Err(e)) => {
+                let failure = classify(e, self.timeout);
+                if let (ProviderError::RateLimited { retry_after }, Some(account)) =
+                    (&failure.error, &self.account)
+                {
+                    account.back_off(*retry_after);
+                }
+                return Err(failure);
+            }
             Ok(Ok(r)) => r,
         };
+        if let Some(turn) = &turn {
+            let used = response.usage.prompt_tokens.unwrap_or(0)
+                + response.usage.completion_tokens.unwrap_or(0);
+            turn.charge(u64::try_from(used).unwrap_or(0));
+        }
         let text = response
             .first_text()
             .map(str::trim)
@@ -383,6 +410,12 @@ impl GenaiProvider {
             completion_tokens: response
                 .usage
                 .completion_tokens
+                .and_then(|t| u32::try_from(t).ok()),
+            cached_tokens: response
+                .usage
+                .prompt_tokens_details
+                .as_ref()
+                .and_then(|d| d.cached_tokens)
                 .and_then(|t| u32::try_from(t).ok()),
         })
     }
@@ -479,6 +512,8 @@ pub struct Breakers {
     settings: ProviderSettings,
     by_account: Arc<Mutex<HashMap<u64, Arc<Breaker>>>>,
     closing: CancellationToken,
+    /// The model scheduler, whose accounts are keyed like the breakers (issue 16).
+    scheduler: Option<crate::spend::Scheduler>,
 }
 
 impl Breakers {
@@ -487,15 +522,35 @@ impl Breakers {
             settings,
             by_account: Default::default(),
             closing: CancellationToken::new(),
+            scheduler: None,
         }
+    }
+
+    /// Puts every provider built with these breakers behind `scheduler`'s accounts.
+    pub fn with_scheduler(mut self, scheduler: crate::spend::Scheduler) -> Self {
+        self.scheduler = Some(scheduler);
+        self
+    }
+
+    /// The hash that names `target`'s account (vendor, base URL, key): the maps hold no key.
+    fn account_key(target: &Target) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (target.vendor.name(), &target.base_url, &target.api_key).hash(&mut h);
+        h.finish()
+    }
+
+    /// The scheduler's account of `target`, when there is a scheduler.
+    fn account_for(&self, target: &Target) -> Option<Arc<crate::spend::scheduler::Account>> {
+        let label = format!("{}:{}", target.vendor.name(), target.base_url);
+        self.scheduler
+            .as_ref()
+            .map(|s| s.account(Self::account_key(target), &label))
     }
 
     /// The breaker of `target`'s account. The key is hashed so the map holds no copy of it.
     fn for_target(&self, target: &Target) -> Arc<Breaker> {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (target.vendor.name(), &target.base_url, &target.api_key).hash(&mut h);
         let mut map = self.by_account.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry(h.finish())
+        map.entry(Self::account_key(target))
             .or_insert_with(|| {
                 Arc::new(Breaker::new(
                     format!("{}:{}", target.vendor.name(), target.base_url),
@@ -1040,6 +1095,7 @@ mod tests {
             text: text.into(),
             prompt_tokens: None,
             completion_tokens: None,
+            cached_tokens: None,
         }
     }
 

@@ -42,6 +42,8 @@ pub enum Script {
     Hang,
     /// Wait, then do the inner script.
     Delay(Duration, Box<Script>),
+    /// 429 with OpenAI's rate limit body and `retry-after: <seconds>` (issue 16).
+    RetryAfter(u64),
 }
 
 impl Script {
@@ -61,13 +63,13 @@ impl Script {
     }
     /// 429 with OpenAI's rate limit body.
     pub fn rate_limited() -> Self {
-        Script::Status(
-            429,
-            openai_error(
-                "Rate limit reached for requests. Please try again in 1s.",
-                "requests",
-                Some("rate_limit_exceeded"),
-            ),
+        Script::Status(429, Script::rate_limited_body())
+    }
+    fn rate_limited_body() -> Value {
+        openai_error(
+            "Rate limit reached for requests. Please try again in 1s.",
+            "requests",
+            Some("rate_limit_exceeded"),
         )
     }
 }
@@ -115,6 +117,8 @@ pub struct ChatRequestRecord {
     pub messages: Vec<ChatMessage>,
     pub stream: bool,
     pub outcome: Outcome,
+    /// When the request arrived (issue 16: rate limits are checked against these).
+    pub received_at: std::time::Instant,
 }
 
 impl ChatRequestRecord {
@@ -241,6 +245,10 @@ struct Inner {
     unmatched: Vec<UnmatchedRequest>,
     /// Scripts for the requests a predicate picks, consulted before the queue.
     rules: Vec<(RequestMatcher, Script)>,
+    /// `(request index, prompt_tokens, completion_tokens)` of every completion answered.
+    usage: Vec<(usize, u64, u64)>,
+    /// When set, every completion reports this usage instead of counting words.
+    fixed_usage: Option<(u64, u64)>,
 }
 
 /// Picks requests for [`FakeOpenAi::script_matching`].
@@ -340,6 +348,15 @@ impl FakeOpenAi {
     }
 
     /// Every chat completion request so far, in arrival order.
+    /// Makes every later completion report `prompt` and `completion` tokens as its usage.
+    pub fn set_usage(&self, prompt: u64, completion: u64) {
+        self.shared.lock().fixed_usage = Some((prompt, completion));
+    }
+    /// `(request index, prompt tokens, completion tokens)` reported with every completion
+    /// answered so far, in the order the answers went out.
+    pub fn usage_log(&self) -> Vec<(usize, u64, u64)> {
+        self.shared.lock().usage.clone()
+    }
     pub fn requests(&self) -> Vec<ChatRequestRecord> {
         self.shared.lock().chats.clone()
     }
@@ -613,6 +630,7 @@ async fn chat_completions(
             messages,
             stream,
             outcome: Outcome::Hang,
+            received_at: std::time::Instant::now(),
         };
         let script = if unauthorized.is_some() {
             record.outcome = Outcome::Unauthorized;
@@ -667,7 +685,24 @@ async fn chat_completions(
                 return shutting_down();
             }
             Script::Status(code, body) => return error_response(code, body),
-            Script::Reply(text) => return completion_response(&record, &text, &json),
+            Script::RetryAfter(secs) => {
+                let mut response = error_response(429, Script::rate_limited_body());
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+                return response;
+            }
+            Script::Reply(text) => {
+                let usage = {
+                    let mut inner = shared.lock();
+                    let usage = inner
+                        .fixed_usage
+                        .unwrap_or_else(|| word_usage(&record, &text));
+                    inner.usage.push((record.index, usage.0, usage.1));
+                    usage
+                };
+                return completion_response(&record, &text, &json, usage);
+            }
         }
     }
 }
@@ -678,6 +713,7 @@ fn outcome_of(script: &Script) -> Outcome {
         Script::Status(c, b) => Outcome::Status(*c, b.clone()),
         Script::Hang => Outcome::Hang,
         Script::Delay(_, inner) => outcome_of(inner),
+        Script::RetryAfter(_) => Outcome::Status(429, Script::rate_limited_body()),
     }
 }
 
@@ -692,13 +728,24 @@ fn shutting_down() -> Response {
     )
 }
 
-fn usage(record: &ChatRequestRecord, text: &str) -> Value {
-    let prompt = words(&record.prompt_text()).max(1);
-    let completion = words(text);
+/// The usage the fake reports by default: words of the prompt and of the reply.
+fn word_usage(record: &ChatRequestRecord, text: &str) -> (u64, u64) {
+    (
+        words(&record.prompt_text()).max(1) as u64,
+        words(text) as u64,
+    )
+}
+
+fn usage_json((prompt, completion): (u64, u64)) -> Value {
     json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
 }
 
-fn completion_response(record: &ChatRequestRecord, text: &str, request: &Value) -> Response {
+fn completion_response(
+    record: &ChatRequestRecord,
+    text: &str,
+    request: &Value,
+    usage: (u64, u64),
+) -> Response {
     let id = format!("chatcmpl-fake{:06}", record.index);
     let created = now_secs();
     if !record.stream {
@@ -714,7 +761,7 @@ fn completion_response(record: &ChatRequestRecord, text: &str, request: &Value) 
                 "logprobs": null,
                 "finish_reason": "stop"
             }],
-            "usage": usage(record, text),
+            "usage": usage_json(usage),
         });
         return (StatusCode::OK, axum::Json(body)).into_response();
     }
@@ -753,7 +800,7 @@ fn completion_response(record: &ChatRequestRecord, text: &str, request: &Value) 
             "model": record.model,
             "system_fingerprint": "fp_fake",
             "choices": [],
-            "usage": usage(record, text),
+            "usage": usage_json(usage),
         }));
     }
     let mut sse: Vec<Result<Event, Infallible>> = events

@@ -308,6 +308,50 @@ async fn the_commands_endpoint_steers_a_room() {
     );
 }
 
+/// `/usage` reads spend accounting: the tokens the fake model reported for this room's
+/// reply, for the room and for its sender, and nothing for another room.
+#[tokio::test]
+async fn usage_reports_the_tokens_spent_in_the_room_and_by_the_sender() {
+    let model = FakeOpenAi::start().await;
+    model.set_usage(80, 20);
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona(AGENT, BIO)
+            .openai(&model)
+            .env("TROUPE_RATE_API_PER_MIN", "0"),
+    )
+    .await;
+    let say = json!({"roomId": "deck", "userId": "ann", "text": "hello"});
+    let (status, answer) = app.post_message("tess", &say).await;
+    assert!(status.is_success(), "{answer}");
+    let usage = |room: &'static str| {
+        let app = &app;
+        async move {
+            let (status, answer) = app
+                .post_json(
+                    &format!("/api/agents/tess/rooms/{room}/commands"),
+                    &json!({"command": "/usage", "userId": "ann"}),
+                    None,
+                )
+                .await;
+            assert_eq!(status, 200, "{answer}");
+            answer["reply"].as_str().unwrap_or_default().to_string()
+        }
+    };
+    // The usage record is written in the background, a moment after the reply.
+    troupe_e2e::eventually("the reply's 100 tokens in /usage", WAIT, || async {
+        usage("deck")
+            .await
+            .starts_with("Today: this room 100 tokens")
+    })
+    .await;
+    let deck = usage("deck").await;
+    assert!(deck.contains("you 100 tokens"), "{deck}");
+    let other = usage("galley").await;
+    assert!(other.starts_with("Today: this room 0 tokens"), "{other}");
+    assert_eq!(model.request_count(), 1, "a command never calls the model");
+}
+
 mod discord {
     //! Slash commands on the fake Discord: registered at start (bulk overwrite), deferred
     //! at once, answered by follow-up, with Manage Messages needed to steer.

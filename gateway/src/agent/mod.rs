@@ -124,6 +124,8 @@ pub struct Agent {
     /// Documents to recall from; `None` answers without knowledge.
     knowledge: Option<crate::knowledge::Knowledge>,
     memory: crate::memory::Memory,
+    /// Accounting and budgets (issue 16); `None` counts and limits nothing.
+    spend: Option<crate::spend::Spend>,
 }
 
 impl Agent {
@@ -147,13 +149,25 @@ impl Agent {
             waiters,
             settings,
             knowledge: None,
+            spend: None,
         }
+    }
+
+    /// Accounts every model call of this agent and applies its budgets (docs/spend.md).
+    pub fn with_spend(mut self, spend: crate::spend::Spend) -> Self {
+        self.spend = Some(spend);
+        self
     }
 
     /// Recalls knowledge from `knowledge` for every reply.
     pub fn with_knowledge(mut self, knowledge: crate::knowledge::Knowledge) -> Self {
         self.knowledge = Some(knowledge);
         self
+    }
+
+    /// The persona's spend meter (budgets, prices), when spend is on.
+    pub fn meter(&self) -> Option<crate::spend::Meter> {
+        self.spend.as_ref().map(|s| s.meter(&self.mind().persona))
     }
 
     pub fn mind(&self) -> Arc<Mind> {
@@ -254,9 +268,13 @@ impl Agent {
         if let Some(outcome) = self.budget(journal_id, inbound).await? {
             return Ok(outcome);
         }
+        let meter = self.spend.as_ref().map(|s| s.meter(&mind.persona));
+        if let Some(outcome) = self.spend_cap(meter.as_ref(), journal_id, inbound).await? {
+            return Ok(outcome);
+        }
         let recall = self.recall(inbound).await?;
         let prompt = self.compose(&mind.persona, inbound, &recall);
-        let text = match self.complete(&mind, inbound, &prompt).await {
+        let text = match self.complete(&mind, meter.as_ref(), inbound, &prompt).await {
             Ok(text) => text,
             Err(error) => {
                 self.store
@@ -267,8 +285,51 @@ impl Agent {
                 });
             }
         };
-        self.answer(&mind, journal_id, inbound, text, recall.recent.len())
+        self.answer(&mind, meter, journal_id, inbound, text, recall.recent.len())
             .await
+    }
+
+    /// Spend: the persona's budgets (docs/spend.md). Past one there is no model call; the
+    /// message is remembered, and the first refused message of the window in its room (or
+    /// from its user, for the user's budget) gets the persona's notice. `None` when within.
+    async fn spend_cap(
+        &self,
+        meter: Option<&crate::spend::Meter>,
+        journal_id: JournalId,
+        inbound: &Inbound,
+    ) -> anyhow::Result<Option<Outcome>> {
+        let Some(meter) = meter else {
+            return Ok(None);
+        };
+        let room = inbound.room.key();
+        let who = crate::spend::Who {
+            room: Some(&room),
+            user: Some((inbound.platform(), &inbound.author.id)),
+        };
+        let crate::spend::Admission::Over { scope, notice } =
+            meter.admit(who, crate::spend::Purpose::Reply).await?
+        else {
+            return Ok(None);
+        };
+        tracing::info!(
+            budget = scope.as_str(),
+            notice = notice.is_some(),
+            "over budget"
+        );
+        match notice {
+            // The notice is the message's reply (on the Web platform too: its caller reads
+            // it), recorded and delivered like any reply.
+            Some(text) => {
+                self.reply(journal_id, inbound, text.clone()).await?;
+                Ok(Some(Outcome::Replied { texts: vec![text] }))
+            }
+            None => {
+                self.record(journal_id, inbound, None).await?;
+                Ok(Some(Outcome::Ignored {
+                    reason: crate::outcome::WhyNot::OverBudget,
+                }))
+            }
+        }
     }
 
     /// Journal: a message published before may have been handled since (by another
@@ -375,6 +436,7 @@ impl Agent {
             user,
             may_steer,
             now_ms: crate::clock::now_ms(),
+            meter: self.meter(),
         };
         let answer = crate::rooms::run(command, &ctx).await?;
         if answer.effect == crate::rooms::Effect::ForgotFacts {
@@ -554,6 +616,7 @@ impl Agent {
     async fn complete(
         &self,
         mind: &Mind,
+        meter: Option<&crate::spend::Meter>,
         inbound: &Inbound,
         prompt: &Prompt,
     ) -> Result<String, ProviderError> {
@@ -564,8 +627,38 @@ impl Agent {
             inbound,
         };
         let notice = (inbound.platform() != Platform::Web).then_some(&notice as &dyn OutageNotice);
-        let result = mind.provider.complete_or_wait(prompt, notice).await;
+        // The scheduler's turn: DMs and mentions first, rooms in turn (spend::scheduler).
+        let priority = if inbound.is_direct || inbound.mentions_self {
+            crate::spend::Priority::Direct
+        } else {
+            crate::spend::Priority::Reply
+        };
+        let room = inbound.room.key();
+        let result = crate::spend::Turn::new(priority, &room)
+            .scope(mind.provider.complete_or_wait(prompt, notice))
+            .await;
         drop(typing);
+        if let (Some(meter), Ok(c)) = (meter, &result) {
+            let who = crate::spend::Who {
+                room: Some(&room),
+                user: Some((inbound.platform(), &inbound.author.id)),
+            };
+            let tokens = crate::spend::Tokens {
+                prompt: c.prompt_tokens,
+                completion: c.completion_tokens,
+                cached: c.cached_tokens,
+                prompt_chars: prompt.system.len() + prompt.user.len(),
+                completion_chars: c.text.len(),
+            };
+            meter
+                .record(
+                    who,
+                    crate::spend::Purpose::Reply,
+                    &mind.provider.describe(),
+                    tokens,
+                )
+                .await;
+        }
         crate::metrics::model_call(
             &mind.provider.describe(),
             started.elapsed(),
@@ -590,6 +683,7 @@ impl Agent {
     async fn answer(
         &self,
         mind: &Mind,
+        meter: Option<crate::spend::Meter>,
         journal_id: JournalId,
         inbound: &Inbound,
         text: String,
@@ -606,6 +700,7 @@ impl Agent {
         let model = crate::memory::Model {
             provider: mind.provider.clone(),
             agent_name: mind.persona.name.clone(),
+            meter,
         };
         self.memory.after_reply(model, inbound, recalled_messages);
         Ok(Outcome::Replied { texts: vec![text] })

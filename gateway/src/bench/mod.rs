@@ -28,6 +28,7 @@ use crate::ingress::Outcome;
 use crate::provider::{self, ModelProvider};
 
 mod knowledge;
+mod scheduler;
 mod stats;
 
 use stats::{pct, rss_kib};
@@ -62,6 +63,10 @@ pub struct BenchArgs {
     /// Searches timed after a `--knowledge-mb` ingest.
     #[arg(long, default_value_t = 2_000)]
     pub knowledge_queries: usize,
+    /// Measure the model scheduler instead: its overhead per call, and a DM's wait behind
+    /// a flood in another room (see `bench/scheduler.rs`).
+    #[arg(long)]
+    pub scheduler: bool,
 }
 
 const PERSONA: &str = r#"{
@@ -77,6 +82,9 @@ const PERSONA: &str = r#"{
 }"#;
 
 pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if args.scheduler {
+        return scheduler::run().await;
+    }
     if let Some(megabytes) = args.knowledge_mb {
         return knowledge::run(knowledge::KnowledgeBench {
             megabytes,

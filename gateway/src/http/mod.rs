@@ -16,6 +16,7 @@ pub mod error;
 mod extract;
 mod health;
 mod knowledge;
+mod usage;
 mod webhooks;
 
 use axum::Router;
@@ -69,6 +70,7 @@ pub fn router(state: AppState) -> Router {
             "/agents/{agent}/rooms/{room}/commands",
             post(commands::post_command),
         )
+        .route("/agents/{agent}/usage", get(usage::usage))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .merge(knowledge_routes(&state))
         // The token is checked first: a request without it costs nothing and counts nothing.

@@ -70,14 +70,34 @@ impl Embedder {
         }
     }
 
+    /// `openai:text-embedding-3-small`: the vendor and model, for usage accounting.
+    pub fn describe(&self) -> String {
+        let api = match self.inner.api {
+            EmbeddingApi::OpenAi => "openai",
+            EmbeddingApi::Ollama => "ollama",
+        };
+        format!("{api}:{}", self.inner.model)
+    }
+
     /// One unit-length vector per text, in order.
     pub async fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        self.embed_counted(texts).await.map(|(vectors, _)| vectors)
+    }
+
+    /// `embed`, with the input tokens the API reported (`None` when any batch's answer had
+    /// no usage): for spend accounting (docs/spend.md).
+    pub async fn embed_counted(
+        &self,
+        texts: &[&str],
+    ) -> Result<(Vec<Vec<f32>>, Option<u64>), String> {
         let mut out = Vec::with_capacity(texts.len());
+        let mut tokens = Some(0u64);
         for batch in texts.chunks(BATCH) {
-            let vectors = match self.inner.api {
+            let (vectors, used) = match self.inner.api {
                 EmbeddingApi::OpenAi => self.openai(batch).await?,
                 EmbeddingApi::Ollama => self.ollama(batch).await?,
             };
+            tokens = tokens.zip(used).map(|(a, b)| a + b);
             if vectors.len() != batch.len() {
                 return Err(format!(
                     "the embedding API returned {} vectors for {} inputs",
@@ -87,10 +107,10 @@ impl Embedder {
             }
             out.extend(vectors.into_iter().map(normalized));
         }
-        Ok(out)
+        Ok((out, tokens))
     }
 
-    async fn openai(&self, batch: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+    async fn openai(&self, batch: &[&str]) -> Result<(Vec<Vec<f32>>, Option<u64>), String> {
         let mut body = json!({ "model": self.inner.model, "input": batch });
         if let Some(d) = self.inner.dimensions {
             body["dimensions"] = json!(d);
@@ -108,19 +128,21 @@ impl Embedder {
             })
             .collect::<Result<_, _>>()?;
         data.sort_by_key(|(i, _)| *i);
-        Ok(data.into_iter().map(|(_, v)| v).collect())
+        let tokens = value["usage"]["prompt_tokens"].as_u64();
+        Ok((data.into_iter().map(|(_, v)| v).collect(), tokens))
     }
 
-    async fn ollama(&self, batch: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+    async fn ollama(&self, batch: &[&str]) -> Result<(Vec<Vec<f32>>, Option<u64>), String> {
         let body = json!({ "model": self.inner.model, "input": batch });
         let url = format!("{}/api/embed", self.inner.url);
         let value = self.post(&url, &body).await?;
-        value["embeddings"]
+        let vectors = value["embeddings"]
             .as_array()
             .ok_or("Ollama's answer has no `embeddings` list")?
             .iter()
             .map(floats)
-            .collect()
+            .collect::<Result<_, _>>()?;
+        Ok((vectors, value["prompt_eval_count"].as_u64()))
     }
 
     async fn post(&self, url: &str, body: &Value) -> Result<Value, String> {

@@ -217,6 +217,8 @@ struct Inner {
     fetcher: crate::fetch::Fetcher,
     /// Who parses documents: the sandboxed worker, or this process in tests.
     reader: Reader,
+    /// Embedding calls are accounted here (issue 16, docs/spend.md); `None` in tests.
+    spend: std::sync::OnceLock<crate::spend::Spend>,
 }
 
 impl Knowledge {
@@ -240,8 +242,47 @@ impl Knowledge {
                 settings,
                 embedder,
                 reader,
+                spend: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Accounts this store's embedding calls, per persona, as purpose `embedding`.
+    pub fn account_with(&self, spend: crate::spend::Spend) {
+        let _ = self.inner.spend.set(spend);
+    }
+
+    /// One embedding call for `agent_id`'s knowledge, accounted when spend is on.
+    async fn embed_for(
+        &self,
+        embedder: &Embedder,
+        agent_id: &AgentId,
+        texts: &[&str],
+    ) -> Result<Vec<Vec<f32>>, String> {
+        let (vectors, tokens) = embedder.embed_counted(texts).await?;
+        if let Some(spend) = self.inner.spend.get() {
+            let tokens = crate::spend::Tokens {
+                prompt: tokens.and_then(|t| u32::try_from(t).ok()),
+                completion: Some(0),
+                cached: None,
+                prompt_chars: texts.iter().map(|t| t.len()).sum(),
+                completion_chars: 0,
+            };
+            let nobody = crate::spend::Who {
+                room: None,
+                user: None,
+            };
+            spend
+                .meter_for(agent_id)
+                .record(
+                    nobody,
+                    crate::spend::Purpose::Embedding,
+                    &embedder.describe(),
+                    tokens,
+                )
+                .await;
+        }
+        Ok(vectors)
     }
 
     /// Built from the gateway's settings: documents are read by sandboxed `troupe extract`
@@ -471,8 +512,8 @@ impl Knowledge {
         let model = embedder.model_key();
         for page in chunks.chunks(EMBED_PAGE) {
             let texts: Vec<&str> = page.iter().map(|(_, t)| t.as_str()).collect();
-            let vectors = embedder
-                .embed(&texts)
+            let vectors = self
+                .embed_for(embedder, agent_id, &texts)
                 .await
                 .map_err(KnowledgeError::Embedding)?;
             let rows: Vec<NewEmbedding> = page
@@ -513,7 +554,7 @@ impl Knowledge {
         let by_text = store
             .search_chunks(agent_id, scope, &terms, candidates)
             .await?;
-        let by_vector = match embedder.embed(&[query]).await {
+        let by_vector = match self.embed_for(embedder, agent_id, &[query]).await {
             Ok(mut v) if !query.trim().is_empty() => {
                 let q = v.pop().unwrap_or_default();
                 let stored = store
@@ -717,8 +758,8 @@ impl Knowledge {
             };
             after = last.seq;
             let texts: Vec<&str> = page.iter().map(|c| c.text.as_str()).collect();
-            let vectors = embedder
-                .embed(&texts)
+            let vectors = self
+                .embed_for(embedder, agent_id, &texts)
                 .await
                 .map_err(KnowledgeError::Embedding)?;
             let rows: Vec<_> = page

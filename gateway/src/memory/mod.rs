@@ -59,6 +59,8 @@ pub(crate) struct Model {
     pub provider: Arc<dyn ModelProvider>,
     /// The persona's name, for the instructions.
     pub agent_name: String,
+    /// The persona's spend meter: background calls stop before its budgets do (issue 16).
+    pub meter: Option<crate::spend::Meter>,
 }
 
 /// One agent's memory upkeep. A cheap-to-clone handle.
@@ -262,8 +264,47 @@ impl Memory {
     /// One background model call, counted in the metrics like a reply's. `None` (logged)
     /// when it failed or answered nothing.
     async fn ask(&self, model: &Model, prompt: &Prompt, task: &'static str) -> Option<String> {
+        let purpose = if task == "summary" {
+            crate::spend::Purpose::Summary
+        } else {
+            crate::spend::Purpose::Facts
+        };
+        let nobody = crate::spend::Who {
+            room: None,
+            user: None,
+        };
+        if let Some(meter) = &model.meter {
+            match meter.admit(nobody, purpose).await {
+                Ok(crate::spend::Admission::Go) => {}
+                Ok(crate::spend::Admission::Over { scope, .. }) => {
+                    tracing::info!(
+                        task,
+                        budget = scope.as_str(),
+                        "memory upkeep paused: the budget is nearly spent"
+                    );
+                    return None;
+                }
+                Err(error) => {
+                    tracing::warn!(task, %error, "could not read the budget; memory upkeep waits");
+                    return None;
+                }
+            }
+        }
         let started = Instant::now();
-        let result = model.provider.complete(prompt).await;
+        let turn = crate::spend::Turn::new(crate::spend::Priority::Background, &self.agent_id);
+        let result = turn.scope(model.provider.complete(prompt)).await;
+        if let (Some(meter), Ok(c)) = (&model.meter, &result) {
+            let tokens = crate::spend::Tokens {
+                prompt: c.prompt_tokens,
+                completion: c.completion_tokens,
+                cached: c.cached_tokens,
+                prompt_chars: prompt.system.len() + prompt.user.len(),
+                completion_chars: c.text.len(),
+            };
+            meter
+                .record(nobody, purpose, &model.provider.describe(), tokens)
+                .await;
+        }
         crate::metrics::model_call(
             &model.provider.describe(),
             started.elapsed(),

@@ -34,6 +34,8 @@ pub(crate) struct Ctx<'a> {
     /// The sender may steer the room (an administrator in a group; anyone in a DM).
     pub may_steer: bool,
     pub now_ms: i64,
+    /// The persona's spend meter (`/usage`), when spend accounting is on.
+    pub meter: Option<crate::spend::Meter>,
 }
 
 /// What a command did besides its answer, for the agent to follow up on.

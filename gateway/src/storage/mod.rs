@@ -15,6 +15,7 @@
 //! - knowledge: documents, their chunks, the full-text index and embedding vectors.
 //! - room summaries and user facts: memory beyond the recent window.
 //! - room state: the controls people set from the chat (muted, following, forgotten).
+//! - usage: one record per model call, daily rollups, budget notices (`usage`).
 //!
 //! It does not decide anything: when to retry, what to remember and what to answer belong
 //! to the agent and the delivery worker. Layout:
@@ -49,6 +50,9 @@ mod summaries_tests;
 mod test_support;
 #[cfg(test)]
 mod tests;
+mod usage;
+#[cfg(test)]
+mod usage_tests;
 mod writer;
 
 use serde::{Deserialize, Serialize};
@@ -64,6 +68,7 @@ pub use journal::{dedupe_caller, same_dedupe_key};
 pub use knowledge::{DocumentRow, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk};
 pub use rooms::{RoomControl, RoomState};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
+pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 

@@ -1,36 +1,66 @@
-//! `/usage`: tokens used today in this room and by the sender. Spend accounting is built
-//! separately (issue 16); until it is wired in, [`usage_today`] answers `None` and the
-//! command says so. Wiring it is this one function: make `usage_today` read the accounting.
-
-use troupe_connectors::{AgentId, RoomKey, UserId};
+//! `/usage`: what this room and the sender used today (UTC), and what is left of their
+//! budgets when the persona has any. The figures are spend accounting's (`spend::Meter`,
+//! docs/spend.md): the same rows `GET …/usage` reads, so every replica answers alike.
 
 use super::{Answer, Ctx};
-use crate::storage::Store;
+use crate::spend::{Standing, Today};
 
-/// Tokens used today (UTC), for the answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct UsageToday {
-    pub room_tokens: u64,
-    pub user_tokens: u64,
+/// What the room and the sender used today; `None` when spend accounting is off.
+async fn usage_today(ctx: &Ctx<'_>) -> anyhow::Result<Option<Today>> {
+    let Some(meter) = &ctx.meter else {
+        return Ok(None);
+    };
+    Ok(Some(meter.today(&ctx.room, ctx.platform, ctx.user).await?))
 }
 
-/// The spend of `room` and of `user` today; `None` in a build without usage accounting.
-pub(crate) async fn usage_today(
-    _store: &Store,
-    _agent: &AgentId,
-    _room: &RoomKey,
-    _user: &UserId,
-) -> anyhow::Result<Option<UsageToday>> {
-    Ok(None)
+/// "1,234 tokens ($0.0012)", plus what is left when there is a budget.
+fn line(standing: &Standing) -> String {
+    let mut text = format!(
+        "{} tokens (${:.4})",
+        standing.used_tokens,
+        standing.used_micros as f64 / 1e6
+    );
+    let mut left = Vec::new();
+    if let Some(tokens) = standing.tokens_left {
+        left.push(format!("{tokens} tokens"));
+    }
+    if let Some(micros) = standing.micros_left {
+        left.push(format!("${:.4}", micros as f64 / 1e6));
+    }
+    if !left.is_empty() {
+        text.push_str(&format!(", {} left", left.join(" and ")));
+    }
+    text
 }
 
 pub(super) async fn run(ctx: &Ctx<'_>) -> anyhow::Result<Answer> {
-    let usage = usage_today(ctx.store, ctx.agent, &ctx.room, ctx.user).await?;
-    Ok(Answer::text(match usage {
-        Some(u) => format!(
-            "Today: {} tokens in this room, {} for you.",
-            u.room_tokens, u.user_tokens
+    Ok(Answer::text(match usage_today(ctx).await? {
+        Some(today) => format!(
+            "Today: this room {}; you {}.",
+            line(&today.room),
+            line(&today.user)
         ),
-        None => "Usage accounting is not available in this build yet.".to_string(),
+        None => "Usage accounting is off in this gateway.".to_string(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_shows_what_is_left_only_under_a_budget() {
+        let free = Standing {
+            used_tokens: 120,
+            used_micros: 1500,
+            tokens_left: None,
+            micros_left: None,
+        };
+        assert_eq!(line(&free), "120 tokens ($0.0015)");
+        let capped = Standing {
+            tokens_left: Some(880),
+            ..free
+        };
+        assert_eq!(line(&capped), "120 tokens ($0.0015), 880 tokens left");
+    }
 }

@@ -1,0 +1,327 @@
+//! Usage: the spend ledger's SQL (tables from `migrations/*/0007_usage.sql`).
+//!
+//! A model call is one raw record plus three rollup increments (persona, room, user), in one
+//! transaction, so the rollups every replica checks budgets against never disagree with the
+//! records. Increments are `ON CONFLICT … DO UPDATE SET x = x + excluded.x`: concurrent
+//! writers add up instead of overwriting each other. What a call may cost and when it is
+//! refused belongs to `crate::spend`.
+
+use serde::Serialize;
+use troupe_connectors::{AgentId, RoomKey};
+
+use super::{Result, Store, with_pool};
+
+/// One model call to record.
+#[derive(Debug, Clone)]
+pub struct NewUsage {
+    pub agent_id: AgentId,
+    /// `None`: the call belongs to no room (memory upkeep, an embedding).
+    pub room_key: Option<RoomKey>,
+    /// `platform:user`, when the call was made for a user.
+    pub user_key: Option<String>,
+    pub provider: String,
+    pub model: String,
+    /// `reply`, `summary`, `facts` or `embedding`.
+    pub purpose: &'static str,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cached_tokens: i64,
+    pub estimated: bool,
+    pub cost_micros: i64,
+    pub day: i64,
+    pub at_ms: i64,
+}
+
+/// Tokens (prompt plus completion) and micro-dollars of one rollup scope.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageTally {
+    pub tokens: i64,
+    pub micros: i64,
+}
+
+/// What a persona, one of its rooms and one user used today, and the persona this month.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageNow {
+    pub persona_day: UsageTally,
+    pub persona_month: UsageTally,
+    pub room_day: UsageTally,
+    pub user_day: UsageTally,
+}
+
+/// How `usage_rollup` groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageBy {
+    Room,
+    User,
+    Day,
+}
+
+/// One group of `usage_rollup`: a room key, a `platform:user`, or a day number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct UsageRow {
+    pub key: String,
+    pub day: i64,
+    pub calls: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cached_tokens: i64,
+    pub cost_micros: i64,
+}
+
+/// The most groups one rollup query returns.
+pub const USAGE_ROWS_MAX: i64 = 1000;
+
+/// Rows per multi-row statement: 13 parameters each stays far below SQLite's 32766.
+const RECORD_ROWS: usize = 500;
+
+/// One rollup row's key: agent, day, scope, scope key.
+type RollupKey = (AgentId, i64, &'static str, String);
+
+/// The batch's increments per rollup row (calls, prompt, completion, cached, cost), in a
+/// stable order.
+fn rollups(batch: &[NewUsage]) -> Vec<(RollupKey, [i64; 5])> {
+    let mut sums: std::collections::BTreeMap<RollupKey, [i64; 5]> = Default::default();
+    for u in batch {
+        let add = [
+            1,
+            u.prompt_tokens,
+            u.completion_tokens,
+            u.cached_tokens,
+            u.cost_micros,
+        ];
+        let mut keys = vec![(u.agent_id.clone(), u.day, "agent", String::new())];
+        if let Some(room) = &u.room_key {
+            keys.push((u.agent_id.clone(), u.day, "room", room.to_string()));
+        }
+        if let Some(user) = &u.user_key {
+            keys.push((u.agent_id.clone(), u.day, "user", user.clone()));
+        }
+        for key in keys {
+            let row = sums.entry(key).or_default();
+            for (total, n) in row.iter_mut().zip(add) {
+                *total += n;
+            }
+        }
+    }
+    sums.into_iter().collect()
+}
+
+/// `($1, …, $k), ($k+1, …)`: `rows` groups of `columns` placeholders.
+fn placeholders(rows: usize, columns: usize) -> String {
+    (0..rows)
+        .map(|r| {
+            let cells: Vec<String> = (1..=columns)
+                .map(|c| format!("${}", r * columns + c))
+                .collect();
+            format!("({})", cells.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Store {
+    /// Records one call and adds it to today's rollups, in one transaction.
+    pub async fn usage_record(&self, usage: &NewUsage) -> Result<()> {
+        self.usage_record_batch(std::slice::from_ref(usage)).await
+    }
+
+    /// Records calls and adds them to the rollups, in one transaction of two multi-row
+    /// statements per `RECORD_ROWS` calls: the increments are summed per rollup row first
+    /// (Postgres refuses to update one row twice in one statement).
+    pub async fn usage_record_batch(&self, batch: &[NewUsage]) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let rollups = rollups(batch);
+        with_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for chunk in batch.chunks(RECORD_ROWS) {
+                let sql = format!(
+                    "INSERT INTO usage_records (agent_id, room, user_key, provider, model, purpose,
+                        prompt_tokens, completion_tokens, cached_tokens, estimated, cost_micros, day,
+                        created_at_ms) VALUES {}",
+                    placeholders(chunk.len(), 13)
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for u in chunk {
+                    query = query
+                        .bind(&u.agent_id)
+                        .bind(u.room_key.as_ref().map(ToString::to_string).unwrap_or_default())
+                        .bind(u.user_key.clone().unwrap_or_default())
+                        .bind(&u.provider)
+                        .bind(&u.model)
+                        .bind(u.purpose)
+                        .bind(u.prompt_tokens)
+                        .bind(u.completion_tokens)
+                        .bind(u.cached_tokens)
+                        .bind(u.estimated)
+                        .bind(u.cost_micros)
+                        .bind(u.day)
+                        .bind(u.at_ms);
+                }
+                query.execute(&mut *tx).await?;
+            }
+            for chunk in rollups.chunks(RECORD_ROWS) {
+                let sql = format!(
+                    "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
+                        completion_tokens, cached_tokens, cost_micros) VALUES {}
+                     ON CONFLICT (agent_id, day, scope, scope_key) DO UPDATE SET
+                        calls = usage_daily.calls + excluded.calls,
+                        prompt_tokens = usage_daily.prompt_tokens + excluded.prompt_tokens,
+                        completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens,
+                        cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens,
+                        cost_micros = usage_daily.cost_micros + excluded.cost_micros",
+                    placeholders(chunk.len(), 9)
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for ((agent_id, day, scope, key), sums) in chunk {
+                    query = query.bind(agent_id).bind(*day).bind(*scope).bind(key);
+                    for n in sums {
+                        query = query.bind(*n);
+                    }
+                }
+                query.execute(&mut *tx).await?;
+            }
+            tx.commit().await
+        })?;
+        Ok(())
+    }
+
+    /// What the persona used today and since `month_start` (a day number), and what `room`
+    /// and `user_key` used today. One query over the rollups.
+    pub async fn usage_now(
+        &self,
+        agent_id: &AgentId,
+        today: i64,
+        month_start: i64,
+        room_key: Option<&RoomKey>,
+        user_key: Option<&str>,
+    ) -> Result<UsageNow> {
+        let room_key = room_key.map(ToString::to_string);
+        let rows: Vec<(String, i64, i64, i64)> = with_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT scope, day, prompt_tokens + completion_tokens, cost_micros FROM usage_daily
+                 WHERE agent_id = $1 AND day >= $2 AND day <= $3 AND (
+                    (scope = 'agent' AND scope_key = '')
+                    OR (scope = 'room' AND scope_key = $4 AND day = $3)
+                    OR (scope = 'user' AND scope_key = $5 AND day = $3))",
+            )
+            .bind(agent_id)
+            .bind(month_start.min(today))
+            .bind(today)
+            // '' is the persona's own key, never a room's or a user's: it matches nothing.
+            .bind(room_key.as_deref().unwrap_or(""))
+            .bind(user_key.unwrap_or(""))
+            .fetch_all(pool)
+            .await
+        })?;
+        let mut now = UsageNow::default();
+        for (scope, day, tokens, micros) in rows {
+            let add = |t: &mut UsageTally| {
+                t.tokens += tokens;
+                t.micros += micros;
+            };
+            match scope.as_str() {
+                "agent" => {
+                    add(&mut now.persona_month);
+                    if day == today {
+                        add(&mut now.persona_day);
+                    }
+                }
+                "room" => add(&mut now.room_day),
+                "user" => add(&mut now.user_day),
+                _ => {}
+            }
+        }
+        Ok(now)
+    }
+
+    /// Marks the notice of budget `budget` for `scope_key` in the window starting on day
+    /// `window_start` as sent. True for the first caller in the window, in any replica.
+    pub async fn usage_notice_first(
+        &self,
+        agent_id: &AgentId,
+        budget: &str,
+        scope_key: &str,
+        window_start: i64,
+        at_ms: i64,
+    ) -> Result<bool> {
+        let inserted = with_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO budget_notices (agent_id, budget, scope_key, window_start, sent_at_ms)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            )
+            .bind(agent_id)
+            .bind(budget)
+            .bind(scope_key)
+            .bind(window_start)
+            .bind(at_ms)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+        })?;
+        Ok(inserted == 1)
+    }
+
+    /// The persona's usage since day `since`, summed per room, per user or per day (largest
+    /// cost first; days newest first), at most `USAGE_ROWS_MAX` groups.
+    pub async fn usage_rollup(
+        &self,
+        agent_id: &AgentId,
+        by: UsageBy,
+        since: i64,
+    ) -> Result<Vec<UsageRow>> {
+        let (scope, key, day, order) = match by {
+            UsageBy::Room => ("room", "scope_key", "MIN(day)", "cost_micros DESC, key"),
+            UsageBy::User => ("user", "scope_key", "MIN(day)", "cost_micros DESC, key"),
+            UsageBy::Day => ("agent", "''", "day", "day DESC"),
+        };
+        let group = if by == UsageBy::Day {
+            "day"
+        } else {
+            "scope_key"
+        };
+        let sql = format!(
+            "SELECT {key} AS key, {day} AS day,
+                CAST(SUM(calls) AS BIGINT) AS calls,
+                CAST(SUM(prompt_tokens) AS BIGINT) AS prompt_tokens,
+                CAST(SUM(completion_tokens) AS BIGINT) AS completion_tokens,
+                CAST(SUM(cached_tokens) AS BIGINT) AS cached_tokens,
+                CAST(SUM(cost_micros) AS BIGINT) AS cost_micros
+             FROM usage_daily WHERE agent_id = $1 AND scope = $2 AND day >= $3
+             GROUP BY {group} ORDER BY {order} LIMIT {USAGE_ROWS_MAX}"
+        );
+        let rows = with_pool!(self, pool => {
+            sqlx::query_as::<_, UsageRow>(sqlx::AssertSqlSafe(sql))
+                .bind(agent_id)
+                .bind(scope)
+                .bind(since)
+                .fetch_all(pool)
+                .await
+        })?;
+        Ok(rows)
+    }
+
+    /// Deletes raw records older than `before_ms` (the rollups stay); how many.
+    pub async fn usage_prune(&self, before_ms: i64) -> Result<u64> {
+        let deleted = with_pool!(self, pool => {
+            sqlx::query("DELETE FROM usage_records WHERE created_at_ms < $1")
+                .bind(before_ms)
+                .execute(pool)
+                .await
+                .map(|done| done.rows_affected())
+        })?;
+        Ok(deleted)
+    }
+
+    /// How many raw records a persona has (tests, retention).
+    pub async fn usage_records_count(&self, agent_id: &AgentId) -> Result<i64> {
+        let n = with_pool!(self, pool => {
+            sqlx::query_scalar("SELECT COUNT(*) FROM usage_records WHERE agent_id = $1")
+                .bind(agent_id)
+                .fetch_one(pool)
+                .await
+        })?;
+        Ok(n)
+    }
+}
