@@ -1,0 +1,64 @@
+// Personas: each persona's model, whether its provider is configured, and each platform's
+// connector: its state from /readyz (ok, standby on another replica, error with the last
+// error), or the variable to set; with the Discord invite, Telegram and Farcaster links.
+// Tokens today belong to spend accounting (issue 16): shown once `/usage` answers.
+
+import { api, agents, enc } from './api.js';
+import { h, errorBox } from './dom.js';
+
+function connectorState(ready, agentId, setup) {
+  const check = ready && ready.connectors ? ready.connectors[`${agentId}/${setup.platform}`] : null;
+  if (!setup.tokenSet) return h('span', { class: 'pill warn' }, `not configured: set ${setup.tokenVar}`);
+  if (!check) return h('span', { class: 'pill warn' }, 'configured, not running');
+  if (check.status === 'ok') return h('span', { class: 'pill ok' }, 'connected');
+  if (check.status === 'standby') return h('span', { class: 'pill' }, 'standby (another replica leads)');
+  return h('span', { class: 'pill error' }, `error: ${check.detail || check.status}`);
+}
+
+function links(setup) {
+  const out = [];
+  if (setup.inviteUrl) out.push(h('a', { href: setup.inviteUrl, target: '_blank', rel: 'noopener' }, 'Add to Discord'));
+  if (setup.profileUrl) out.push(h('a', { href: setup.profileUrl, target: '_blank', rel: 'noopener' }, 'Farcaster account'));
+  if (setup.platform === 'telegram') out.push(h('a', { href: 'https://t.me/BotFather', target: '_blank', rel: 'noopener' }, 'BotFather'));
+  if (setup.hint) out.push(h('div', { class: 'muted' }, setup.hint));
+  return out;
+}
+
+async function usageToday(agent) {
+  // Issue 16's route; absent in builds without it.
+  const since = new Date(); since.setUTCHours(0, 0, 0, 0);
+  try {
+    const u = await api(`/api/agents/${enc(agent.id)}/usage?by=day&since=${since.getTime()}`);
+    return u;
+  } catch { return null; }
+}
+
+export async function render(root) {
+  root.append(h('h1', {}, 'Personas'));
+  const [list, ready] = await Promise.all([
+    agents(true),
+    fetch('/readyz').then((r) => r.json()).catch(() => null),
+  ]);
+  if (!list.length) { root.append(h('p', { class: 'muted' }, 'No persona is loaded: add a character file (see Characters).')); return; }
+  const grid = h('div', { class: 'grid' });
+  root.append(grid);
+  for (const agent of list) {
+    const card = h('section', { class: 'card persona', dataset: { agent: agent.id } },
+      h('h2', {}, agent.name, ' ', h('span', { class: 'muted' }, agent.id)),
+      h('div', { class: 'row' }, 'Model: ', h('code', {}, agent.model), ' ',
+        agent.modelConfigured ? h('span', { class: 'pill ok' }, 'provider configured') : h('span', { class: 'pill error' }, 'provider not configured')),
+      agent.source ? h('div', { class: 'muted' }, 'File: ', agent.source) : null);
+    grid.append(card);
+    const table = h('table', {}, h('tr', {}, h('th', {}, 'Platform'), h('th', {}, 'Connector'), h('th', {}, 'Links')));
+    card.append(table);
+    try {
+      const setup = await api(`/api/agents/${enc(agent.id)}/setup`);
+      for (const p of setup.platforms) {
+        table.append(h('tr', { dataset: { platform: p.platform } }, h('td', {}, p.platform), h('td', {}, connectorState(ready, agent.id, p)), h('td', {}, links(p))));
+      }
+      table.append(h('tr', {}, h('td', {}, 'web'), h('td', {}, h('span', { class: 'pill ok' }, 'HTTP API')), h('td', {}, h('a', { href: `#/chat?agent=${enc(agent.id)}` }, 'Chat'))));
+    } catch (e) { card.append(errorBox(e)); }
+    const usage = await usageToday(agent);
+    if (usage) card.append(h('div', { class: 'muted' }, 'Today: ', JSON.stringify(usage.totals || usage)));
+  }
+}

@@ -1,0 +1,169 @@
+//! The console: the browser page served at `/`, from files embedded in the binary.
+//!
+//! `gateway/console/` holds plain HTML, CSS and JavaScript modules; there is no build step,
+//! no Node and no CDN, so the page works offline and the binary carries it (about 60 KB).
+//! `/` is `index.html`; `/console/{file}` are the other files, by their path under
+//! `gateway/console/`. The page itself holds no data: every call it makes goes to `/api`,
+//! `/readyz` or `/metrics`, which check the API token as for any other caller; the page
+//! asks for the token once and keeps it in the tab's `sessionStorage`.
+//!
+//! Without `TROUPE_API_TOKEN`, troupe binds loopback only (see `config::http_addr`), and
+//! the console also refuses a caller that is not on loopback, in case a proxy in front
+//! forwards from elsewhere to that loopback address with the client's address intact.
+//! The responses carry a strict Content-Security-Policy: scripts, styles and calls from
+//! this origin only.
+
+use axum::Router;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use std::net::SocketAddr;
+
+use super::AppState;
+use super::error::ApiError;
+
+/// One embedded file.
+struct Asset {
+    path: &'static str,
+    body: &'static str,
+    content_type: &'static str,
+}
+
+macro_rules! assets {
+    ($($path:literal => $kind:literal),* $(,)?) => {
+        &[$(Asset {
+            path: $path,
+            body: include_str!(concat!("../../console/", $path)),
+            content_type: $kind,
+        }),*]
+    };
+}
+
+const HTML: &str = "text/html; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+const JSON: &str = "application/json";
+
+/// Every file of the console. A file added to `gateway/console/` is served once listed here.
+static ASSETS: &[Asset] = assets![
+    "index.html" => HTML,
+    "console.css" => CSS,
+    "js/app.js" => JS,
+    "js/api.js" => JS,
+    "js/dom.js" => JS,
+    "js/diff.js" => JS,
+    "js/chart.js" => JS,
+    "js/personas.js" => JS,
+    "js/chat.js" => JS,
+    "js/rooms.js" => JS,
+    "js/knowledge.js" => JS,
+    "js/characters.js" => JS,
+    "js/health.js" => JS,
+    "template.json" => JSON,
+];
+
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// `/` and `/console/{*file}`.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(index))
+        .route("/console/{*file}", get(file))
+}
+
+async fn index(state: State<AppState>, peer: Option<ConnectInfo<SocketAddr>>) -> Response {
+    serve(&state, peer, "index.html")
+}
+
+async fn file(
+    state: State<AppState>,
+    peer: Option<ConnectInfo<SocketAddr>>,
+    Path(file): Path<String>,
+) -> Response {
+    serve(&state, peer, &file)
+}
+
+fn serve(state: &AppState, peer: Option<ConnectInfo<SocketAddr>>, file: &str) -> Response {
+    let open_to_all = state.config.api_token.is_some();
+    let on_loopback = peer.is_some_and(|ConnectInfo(p)| p.ip().is_loopback());
+    if !open_to_all && !on_loopback {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "without TROUPE_API_TOKEN the console is served on loopback only",
+        )
+        .into_response();
+    }
+    let Some(asset) = ASSETS.iter().find(|a| a.path == file) else {
+        return ApiError::not_found("no such console file").into_response();
+    };
+    let mut response = asset.body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(asset.content_type),
+    );
+    // Small files on loopback: revalidating each time costs nothing and an upgrade is seen
+    // at once.
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ASSETS;
+
+    #[test]
+    fn every_module_the_page_imports_is_served() {
+        // A module imported but not listed would 404 in the browser, and the page would
+        // stay blank.
+        for asset in ASSETS {
+            for line in asset.body.lines() {
+                let Some(rest) = line.trim().strip_prefix("import ") else {
+                    continue;
+                };
+                let Some(spec) = rest.split(['"', '\'']).nth(1) else {
+                    continue;
+                };
+                let target = spec.trim_start_matches("./");
+                let dir = asset.path.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+                let full = if dir.is_empty() {
+                    target.to_string()
+                } else {
+                    format!("{dir}/{target}")
+                };
+                assert!(
+                    ASSETS.iter().any(|a| a.path == full),
+                    "{} imports {spec}, which is not served",
+                    asset.path
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_page_loads_its_scripts_from_this_origin_only() {
+        for asset in ASSETS {
+            assert!(
+                !asset.body.contains("https://") || asset.path.ends_with(".js"),
+                "{} links to another origin",
+                asset.path
+            );
+            assert!(!asset.body.contains("<script src=\"http"), "{}", asset.path);
+        }
+    }
+}
