@@ -172,7 +172,10 @@ mod tests {
             system: "# Knowledge\n\\# Ferries\nThe night ferry leaves at 23:40.\n".into(),
             user: "sam: hello\n    second line".into(),
         };
-        assert!(in_prompt(&prompt, "# Ferries\nThe night ferry leaves at 23:40."));
+        assert!(in_prompt(
+            &prompt,
+            "# Ferries\nThe night ferry leaves at 23:40."
+        ));
         assert!(in_prompt(&prompt, "hello\nsecond line"));
         assert!(!in_prompt(&prompt, "The day ferry"));
         assert!(!in_prompt(&prompt, "  \n"));

@@ -25,7 +25,7 @@ use tokio::process::{Child, Command};
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// The W3C key of an element reference.
-const ELEMENT: &str = "element-6066-11e4-a52f-4a8a0c5a6a2f";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 /// How long a wait in the page may take before the test fails (a hang guard).
 pub const WAIT: Duration = Duration::from_secs(30);
 
@@ -124,7 +124,11 @@ impl Browser {
             http,
         };
         browser
-            .command("POST", "timeouts", json!({"script": WAIT.as_millis() as u64 + 5_000}))
+            .command(
+                "POST",
+                "timeouts",
+                json!({"script": WAIT.as_millis() as u64 + 5_000}),
+            )
             .await;
         Some(browser)
     }
@@ -142,7 +146,10 @@ impl Browser {
             .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let status = response.status();
         let answer: Value = response.json().await.unwrap_or(Value::Null);
-        assert!(status.is_success(), "{method} {path} failed ({status}): {answer}");
+        assert!(
+            status.is_success(),
+            "{method} {path} failed ({status}): {answer}"
+        );
         answer["value"].clone()
     }
 
@@ -152,8 +159,12 @@ impl Browser {
 
     /// Runs `body` (a function body; `arguments` holds `args`) in the page; its result.
     pub async fn run(&self, body: &str, args: Value) -> Value {
-        self.command("POST", "execute/sync", json!({"script": body, "args": args}))
-            .await
+        self.command(
+            "POST",
+            "execute/sync",
+            json!({"script": body, "args": args}),
+        )
+        .await
     }
 
     /// Waits until `expression` (JavaScript) is truthy in the page and returns its value.
@@ -183,7 +194,11 @@ impl Browser {
             ms = WAIT.as_millis()
         );
         let answer = self
-            .command("POST", "execute/async", json!({"script": script, "args": []}))
+            .command(
+                "POST",
+                "execute/async",
+                json!({"script": script, "args": []}),
+            )
             .await;
         if answer["ok"].as_bool() != Some(true) {
             panic!(
@@ -217,8 +232,12 @@ impl Browser {
     /// Types `text` into the element, as a user would (key events).
     pub async fn type_into(&self, css: &str, text: &str) {
         let id = self.element(css).await;
-        self.command("POST", &format!("element/{id}/value"), json!({ "text": text }))
-            .await;
+        self.command(
+            "POST",
+            &format!("element/{id}/value"),
+            json!({ "text": text }),
+        )
+        .await;
     }
 
     /// Ends the session (chromium exits) and stops chromedriver.

@@ -138,7 +138,11 @@ async fn a_reply_shows_the_uploaded_passage_in_its_why_panel() {
         .into_iter()
         .rfind(|r| r.is_reply())
         .expect("the model was asked for a reply");
-    assert_eq!(shown.as_str(), reply.reply(), "the page shows the model's reply");
+    assert_eq!(
+        shown.as_str(),
+        reply.reply(),
+        "the page shows the model's reply"
+    );
     assert!(
         passage.as_str().unwrap_or("").contains("23:40"),
         "the panel shows the passage's text: {passage}"
@@ -163,7 +167,11 @@ async fn two_dropped_files_upload_and_are_listed() {
     browser
         .wait_for(
             "both files listed",
-            &format!("{} && {}", document_row("ferries.md"), document_row("lamps.md")),
+            &format!(
+                "{} && {}",
+                document_row("ferries.md"),
+                document_row("lamps.md")
+            ),
         )
         .await;
     // Each file had its own progress bar, and each finished.
@@ -175,7 +183,7 @@ async fn two_dropped_files_upload_and_are_listed() {
         .await;
     assert_eq!(
         bars,
-        json!([["ferries.md", 1.0, "ok"], ["lamps.md", 1.0, "ok"]]),
+        json!([["ferries.md", 1, "ok"], ["lamps.md", 1, "ok"]]),
         "{bars}"
     );
     let (_, docs) = app.get(&format!("/api/agents/{AGENT}/documents")).await;
@@ -253,7 +261,10 @@ async fn a_character_edited_in_the_browser_is_checked_saved_and_reloaded() {
         bio_line + 1
     );
     let saving = browser
-        .run("return document.getElementById('review').disabled;", json!([]))
+        .run(
+            "return document.getElementById('review').disabled;",
+            json!([]),
+        )
         .await;
     assert_eq!(saving, json!(true), "a file with errors cannot be saved");
     shot(&browser, "characters").await;
@@ -344,7 +355,10 @@ async fn a_fact_deleted_in_the_browser_is_gone() {
 
     open(&browser, &app, "rooms", "agent=ada&room=web:console").await;
     browser
-        .wait_for("two facts", "document.querySelectorAll('#facts tr[data-fact]').length === 2")
+        .wait_for(
+            "two facts",
+            "document.querySelectorAll('#facts tr[data-fact]').length === 2",
+        )
         .await;
     shot(&browser, "rooms").await;
     let id = browser
@@ -358,7 +372,10 @@ async fn a_fact_deleted_in_the_browser_is_gone() {
     browser
         .wait_for(
             "the fact's row gone",
-            &format!("!document.querySelector('#facts tr[data-fact=\"{}\"]')", id.as_str().unwrap()),
+            &format!(
+                "!document.querySelector('#facts tr[data-fact=\"{}\"]')",
+                id.as_str().unwrap()
+            ),
         )
         .await;
     let (_, facts) = app
@@ -374,7 +391,10 @@ async fn a_fact_deleted_in_the_browser_is_gone() {
     // Drawn again from the server, the page no longer has it.
     open(&browser, &app, "rooms", "agent=ada&room=web:console").await;
     browser
-        .wait_for("one fact", "document.querySelectorAll('#facts tr[data-fact]').length === 1")
+        .wait_for(
+            "one fact",
+            "document.querySelectorAll('#facts tr[data-fact]').length === 1",
+        )
         .await;
     browser.quit().await;
 }
@@ -388,7 +408,10 @@ async fn with_a_token_the_console_asks_once_and_sends_it() {
     let app = spawn(&fake, Some("s3cret-token")).await;
     browser.goto(&app.url("/")).await;
     browser
-        .wait_for("the token dialog", "document.getElementById('token-dialog').open")
+        .wait_for(
+            "the token dialog",
+            "document.getElementById('token-dialog').open",
+        )
         .await;
     browser.type_into("#token-input", "s3cret-token").await;
     browser.click("#token-form button").await;
@@ -399,13 +422,19 @@ async fn with_a_token_the_console_asks_once_and_sends_it() {
         )
         .await;
     let kept = browser
-        .run("return sessionStorage.getItem('troupe.apiToken');", json!([]))
+        .run(
+            "return sessionStorage.getItem('troupe.apiToken');",
+            json!([]),
+        )
         .await;
     assert_eq!(kept, json!("s3cret-token"));
     // Another page in the same tab does not ask again.
     open(&browser, &app, "health", "").await;
     let asked = browser
-        .run("return document.getElementById('token-dialog').open;", json!([]))
+        .run(
+            "return document.getElementById('token-dialog').open;",
+            json!([]),
+        )
         .await;
     assert_eq!(asked, json!(false));
     browser

@@ -250,7 +250,14 @@ impl Agent {
         let recall = self.recall(inbound).await?;
         let prompt = self.compose(&mind.persona, inbound, &recall);
         // The console's "why" panel (crate::why): what this prompt was made of.
-        crate::why::record(&self.id, inbound, &recall.recent, &recall.memory, &recall.hits, &prompt);
+        crate::why::record(
+            &self.id,
+            inbound,
+            &recall.recent,
+            &recall.memory,
+            &recall.hits,
+            &prompt,
+        );
         let text = match self.complete(&mind, inbound, &prompt).await {
             Ok(text) => text,
             Err(error) => {

@@ -261,11 +261,10 @@ pub async fn check(
     let dir = state.config.personas_dir.clone();
     let env = state.config.env.clone();
     let options = state.config.persona_load_options();
-    let answer = tokio::task::spawn_blocking(move || {
-        check_draft(&dir, &name, &draft.text, &env, &options)
-    })
-    .await
-    .map_err(ApiError::internal)??;
+    let answer =
+        tokio::task::spawn_blocking(move || check_draft(&dir, &name, &draft.text, &env, &options))
+            .await
+            .map_err(ApiError::internal)??;
     Ok(Json(answer))
 }
 

@@ -13,6 +13,7 @@
 //! The responses carry a strict Content-Security-Policy: scripts, styles and calls from
 //! this origin only.
 
+use axum::Extension;
 use axum::Router;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -23,6 +24,9 @@ use std::net::SocketAddr;
 use super::AppState;
 use super::error::ApiError;
 
+/// The caller's address, as `serve` records it on every request.
+type Peer = Extension<ConnectInfo<SocketAddr>>;
+
 /// One embedded file.
 struct Asset {
     path: &'static str,
@@ -31,7 +35,7 @@ struct Asset {
 }
 
 macro_rules! assets {
-    ($($path:literal => $kind:literal),* $(,)?) => {
+    ($($path:literal => $kind:expr),* $(,)?) => {
         &[$(Asset {
             path: $path,
             body: include_str!(concat!("../../console/", $path)),
@@ -73,21 +77,17 @@ pub fn routes() -> Router<AppState> {
         .route("/console/{*file}", get(file))
 }
 
-async fn index(state: State<AppState>, peer: Option<ConnectInfo<SocketAddr>>) -> Response {
+async fn index(state: State<AppState>, peer: Option<Peer>) -> Response {
     serve(&state, peer, "index.html")
 }
 
-async fn file(
-    state: State<AppState>,
-    peer: Option<ConnectInfo<SocketAddr>>,
-    Path(file): Path<String>,
-) -> Response {
+async fn file(state: State<AppState>, peer: Option<Peer>, Path(file): Path<String>) -> Response {
     serve(&state, peer, &file)
 }
 
-fn serve(state: &AppState, peer: Option<ConnectInfo<SocketAddr>>, file: &str) -> Response {
+fn serve(state: &AppState, peer: Option<Peer>, file: &str) -> Response {
     let open_to_all = state.config.api_token.is_some();
-    let on_loopback = peer.is_some_and(|ConnectInfo(p)| p.ip().is_loopback());
+    let on_loopback = peer.is_some_and(|Extension(ConnectInfo(p))| p.ip().is_loopback());
     if !open_to_all && !on_loopback {
         return ApiError::new(
             StatusCode::FORBIDDEN,

@@ -419,9 +419,18 @@ async fn a_fact_is_deleted_by_its_id(store: Store) {
         texts(listed.iter().map(|f| f.fact.as_str()).collect()),
         texts(plain.iter().map(|f| f.fact.as_str()).collect())
     );
-    let bees = listed.iter().find(|f| f.fact == "sam keeps bees").unwrap().id;
+    let bees = listed
+        .iter()
+        .find(|f| f.fact == "sam keeps bees")
+        .unwrap()
+        .id;
     // Another agent cannot delete it.
-    assert!(!store.delete_fact(&AgentId::new("other"), bees).await.unwrap());
+    assert!(
+        !store
+            .delete_fact(&AgentId::new("other"), bees)
+            .await
+            .unwrap()
+    );
     assert!(store.delete_fact(&AGENT, bees).await.unwrap());
     assert!(!store.delete_fact(&AGENT, bees).await.unwrap());
     let left = store.room_facts_with_ids(&AGENT, &R1).await.unwrap();
