@@ -21,9 +21,14 @@ const LAMPS: &str = "# Lamps\n\nThe lighthouse lamp is polished every Sunday wit
                      chamois cloth and vinegar.\n";
 
 async fn spawn(fake: &FakeOpenAi, token: Option<&str>) -> TestApp {
+    // On every platform, none with a token: the Personas page says what to set.
+    let mut ada = persona_json("Ada", BIO);
+    ada["clients"] = json!(["discord", "telegram", "farcaster"]);
     let mut options = TestAppOptions::new(Backend::Sqlite)
-        .persona_file("ada.json", persona_json("Ada", BIO))
+        .persona_file("ada.json", ada)
         .openai(fake)
+        .env("DISCORD_APPLICATION_ID", "123456789012345678")
+        .env("FARCASTER_FID", "4242")
         .env("TROUPE_RATE_API_PER_MIN", "0");
     if let Some(t) = token {
         options = options.api_token(t);
@@ -98,16 +103,37 @@ async fn a_reply_shows_the_uploaded_passage_in_its_why_panel() {
         )
         .await;
     eprintln!("console first load (ms since navigation start): {timing}");
-    let model = browser
+    let card = browser
         .run(
-            "return document.querySelector('.persona[data-agent=\"ada\"]').innerText;",
+            "const card = document.querySelector('.persona[data-agent=\"ada\"]');
+             const row = (p) => card.querySelector(`tr[data-platform=\"${p}\"]`);
+             return {text: card.innerText,
+                     discord: row('discord').innerText,
+                     invite: row('discord').querySelector('a').href,
+                     farcaster: row('farcaster').querySelector('a').href};",
             json!([]),
         )
         .await;
     assert!(
-        model.as_str().unwrap_or("").contains("provider configured"),
-        "{model}"
+        card["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("provider configured"),
+        "{card}"
     );
+    assert!(
+        card["discord"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not configured: set DISCORD_API_TOKEN"),
+        "{card}"
+    );
+    assert_eq!(
+        card["invite"],
+        "https://discord.com/oauth2/authorize?client_id=123456789012345678\
+         &scope=bot%20applications.commands&permissions=274877975552"
+    );
+    assert_eq!(card["farcaster"], "https://farcaster.xyz/~/profiles/4242");
     shot(&browser, "personas").await;
 
     open(&browser, &app, "knowledge", "agent=ada").await;
@@ -443,6 +469,28 @@ async fn with_a_token_the_console_asks_once_and_sends_it() {
             "document.getElementById('metrics-status').textContent.startsWith('Updated')",
         )
         .await;
+    // Messages while the page polls: the "messages in" chart shows their rate.
+    for text in ["one", "two", "three"] {
+        let (status, _) = app
+            .post_message(AGENT, &json!({"roomId": "health", "text": text}))
+            .await;
+        assert!(status.is_success(), "{status}");
+    }
+    browser
+        .wait_for(
+            "a rate of messages in above zero",
+            "parseFloat(document.querySelector('#charts .chart .value').textContent) > 0",
+        )
+        .await;
+    if screenshots_dir().is_some() {
+        // A few more polls, so the charts have a shape in the picture.
+        browser
+            .wait_for(
+                "five polls",
+                "Number(document.querySelector('#charts .chart').dataset.points) >= 5",
+            )
+            .await;
+    }
     shot(&browser, "health").await;
     browser.quit().await;
 }

@@ -40,6 +40,8 @@ export async function render(root, params) {
       const lines = area.value.split('\n').length;
       clear(gutter, Array.from({ length: lines }, (_, i) => [h('span', { class: bad.has(i + 1) ? 'bad' : '' }, String(i + 1)), '\n']));
       area.rows = lines + 1;
+      // Long lines scroll with the editor instead of being cut off.
+      area.cols = Math.max(40, ...area.value.split('\n').map((l) => l.length + 2));
     };
     const check = async () => {
       status.textContent = 'checking…';

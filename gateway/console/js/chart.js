@@ -26,8 +26,11 @@ export class Spark {
     this.points.push(Number.isFinite(v) ? v : 0);
     if (this.points.length > POINTS) this.points.shift();
     const max = Math.max(...this.points, 1e-9);
-    const offset = POINTS - this.points.length;
-    this.line.setAttribute('points', this.points.map((p, i) => `${offset + i},${(40 - (p / max) * 38 - 1).toFixed(2)}`).join(' '));
+    // One point is drawn as a short flat line, so a fresh chart is not blank.
+    const drawn = this.points.length === 1 ? [this.points[0], this.points[0]] : this.points;
+    const offset = POINTS - drawn.length;
+    this.line.setAttribute('points', drawn.map((p, i) => `${offset + i},${(40 - (p / max) * 38 - 1).toFixed(2)}`).join(' '));
+    this.el.dataset.points = String(this.points.length);
     this.value.textContent = `${Number.isFinite(v) ? +v.toFixed(2) : '–'} ${this.unit}`;
   }
 }

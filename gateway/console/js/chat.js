@@ -3,7 +3,7 @@
 // knowledge passages (with sources and scores) its prompt was composed from.
 
 import { api, agents, enc, newId } from './api.js';
-import { h, clear, errorBox, agentPicker } from './dom.js';
+import { h, clear, errorBox, score, agentPicker } from './dom.js';
 import { setParam } from './app.js';
 
 function whyPanel(why) {
@@ -12,7 +12,7 @@ function whyPanel(why) {
     h('h3', {}, 'Knowledge'),
     why.knowledge.length
       ? why.knowledge.map((k) => h('div', { class: k.inPrompt ? 'passage' : 'passage dropped', dataset: { source: k.source } },
-        h('div', {}, h('strong', {}, k.source), ' ', h('span', { class: 'muted' }, `score ${k.score.toFixed(3)}`), k.inPrompt ? '' : h('span', { class: 'muted' }, ' (left out)')),
+        h('div', {}, h('strong', {}, k.source), ' ', h('span', { class: 'muted' }, `score ${score(k.score)}`), k.inPrompt ? '' : h('span', { class: 'muted' }, ' (left out)')),
         h('pre', {}, k.text)))
       : h('p', { class: 'muted' }, 'No passage was recalled.'),
     h('h3', {}, 'Summary'),

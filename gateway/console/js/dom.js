@@ -33,6 +33,11 @@ export function when(ms) {
   return new Date(ms).toLocaleString();
 }
 
+// A retrieval score: BM25 and fused scores differ by orders of magnitude; three figures.
+export function score(value) {
+  return Number.isFinite(value) ? String(Number(value.toPrecision(3))) : '–';
+}
+
 export function errorBox(e) {
   return h('p', { class: 'error', role: 'alert' }, e && e.message ? e.message : String(e));
 }

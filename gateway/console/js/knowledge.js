@@ -2,7 +2,7 @@
 // and delete documents, scope them to a room, and search with scores and sources.
 
 import { api, agents, enc, upload } from './api.js';
-import { h, clear, errorBox, when, agentPicker } from './dom.js';
+import { h, clear, errorBox, score, when, agentPicker } from './dom.js';
 import { setParam } from './app.js';
 
 export async function render(root, params) {
@@ -63,7 +63,7 @@ export async function render(root, params) {
     try {
       const answer = await api(`/api/agents/${enc(agent)}/knowledge/search?q=${enc(query)}${room}`);
       clear(results, answer.results.length ? answer.results.map((r) => h('div', { class: 'passage', dataset: { source: r.source } },
-        h('div', {}, h('strong', {}, r.source), ' ', h('span', { class: 'muted' }, `score ${r.score.toFixed(3)}`)), h('pre', {}, r.text)))
+        h('div', {}, h('strong', {}, r.source), ' ', h('span', { class: 'muted' }, `score ${score(r.score)}`)), h('pre', {}, r.text)))
         : h('p', { class: 'muted' }, 'Nothing matches.'));
     } catch (e) { clear(results, errorBox(e)); }
   };

@@ -410,15 +410,11 @@ async fn a_fact_is_deleted_by_its_id(store: Store) {
     );
     let listed = store.room_facts_with_ids(&AGENT, &R1).await.unwrap();
     let plain = store.room_user_facts(&AGENT, &R1).await.unwrap();
-    let texts = |v: Vec<&str>| {
-        let mut v = v;
-        v.sort();
-        v
-    };
-    assert_eq!(
-        texts(listed.iter().map(|f| f.fact.as_str()).collect()),
-        texts(plain.iter().map(|f| f.fact.as_str()).collect())
-    );
+    let mut with_ids: Vec<&str> = listed.iter().map(|f| f.fact.as_str()).collect();
+    let mut without: Vec<&str> = plain.iter().map(|f| f.fact.as_str()).collect();
+    with_ids.sort();
+    without.sort();
+    assert_eq!(with_ids, without);
     let bees = listed
         .iter()
         .find(|f| f.fact == "sam keeps bees")
