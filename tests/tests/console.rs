@@ -74,6 +74,31 @@ async fn drop_files(browser: &Browser, files: &[(&str, &str)]) {
         .await;
 }
 
+/// The console has drawn its first page.
+const CONSOLE_READY: &str = "document.body && document.body.dataset.ready === 'personas' && performance.getEntriesByName('console-interactive').length > 0";
+
+/// The median over seven loads of `url` of the time from navigation start until `ready`
+/// holds (the `console-interactive` mark for the console, the load event otherwise).
+/// Measured, never asserted: it goes to docs/benchmarks.md.
+async fn median_load(browser: &Browser, url: &str, ready: &str) -> f64 {
+    let mut times = Vec::new();
+    for _ in 0..7 {
+        browser.goto("about:blank").await;
+        browser.goto(url).await;
+        browser.wait_for("the page loaded", ready).await;
+        let ms = browser
+            .run(
+                "const m = performance.getEntriesByName('console-interactive')[0];
+                 return m ? m.startTime : performance.getEntriesByType('navigation')[0].loadEventEnd;",
+                json!([]),
+            )
+            .await;
+        times.push(ms.as_f64().expect("a time"));
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
 fn document_row(source: &str) -> String {
     format!("document.querySelector('#documents tr[data-source=\"{source}\"]')")
 }
@@ -135,6 +160,13 @@ async fn a_reply_shows_the_uploaded_passage_in_its_why_panel() {
     );
     assert_eq!(card["farcaster"], "https://farcaster.xyz/~/profiles/4242");
     shot(&browser, "personas").await;
+    // Warm loads, against a same-run reference: the gateway's smallest page, /healthz.
+    let warm = median_load(&browser, &app.url("/"), CONSOLE_READY).await;
+    let reference = median_load(&browser, &app.url("/healthz"), "document.readyState === 'complete' && performance.getEntriesByType('navigation')[0].loadEventEnd > 0").await;
+    eprintln!(
+        "console warm load to interactive: median {warm:.1} ms; /healthz load: median {reference:.1} ms; ratio {:.1}",
+        warm / reference.max(0.1)
+    );
 
     open(&browser, &app, "knowledge", "agent=ada").await;
     drop_files(&browser, &[("ferries.md", FERRIES)]).await;

@@ -4,7 +4,7 @@
 // Tokens today belong to spend accounting (issue 16): shown once `/usage` answers.
 
 import { api, agents, enc } from './api.js';
-import { h, errorBox } from './dom.js';
+import { h, clear, errorBox } from './dom.js';
 
 function connectorState(ready, agentId, setup) {
   const check = ready && ready.connectors ? ready.connectors[`${agentId}/${setup.platform}`] : null;
@@ -35,30 +35,31 @@ async function usageToday(agent) {
 
 export async function render(root) {
   root.append(h('h1', {}, 'Personas'));
-  const [list, ready] = await Promise.all([
-    agents(true),
-    fetch('/readyz').then((r) => r.json()).catch(() => null),
-  ]);
+  // /readyz checks every connector (up to seconds on a slow platform): the cards draw
+  // without it, and the connector cells fill in when it answers.
+  const ready = fetch('/readyz').then((r) => r.json()).catch(() => null);
+  const list = await agents(true);
   if (!list.length) { root.append(h('p', { class: 'muted' }, 'No persona is loaded: add a character file (see Characters).')); return; }
   const grid = h('div', { class: 'grid' });
   root.append(grid);
-  for (const agent of list) {
+  const setups = await Promise.all(list.map((agent) => api(`/api/agents/${enc(agent.id)}/setup`).catch((e) => e)));
+  list.forEach((agent, i) => {
     const card = h('section', { class: 'card persona', dataset: { agent: agent.id } },
       h('h2', {}, agent.name, ' ', h('span', { class: 'muted' }, agent.id)),
       h('div', { class: 'row' }, 'Model: ', h('code', {}, agent.model), ' ',
         agent.modelConfigured ? h('span', { class: 'pill ok' }, 'provider configured') : h('span', { class: 'pill error' }, 'provider not configured')),
       agent.source ? h('div', { class: 'muted' }, 'File: ', agent.source) : null);
     grid.append(card);
+    const setup = setups[i];
+    if (setup instanceof Error) { card.append(errorBox(setup)); return; }
     const table = h('table', {}, h('tr', {}, h('th', {}, 'Platform'), h('th', {}, 'Connector'), h('th', {}, 'Links')));
     card.append(table);
-    try {
-      const setup = await api(`/api/agents/${enc(agent.id)}/setup`);
-      for (const p of setup.platforms) {
-        table.append(h('tr', { dataset: { platform: p.platform } }, h('td', {}, p.platform), h('td', {}, connectorState(ready, agent.id, p)), h('td', {}, links(p))));
-      }
-      table.append(h('tr', {}, h('td', {}, 'web'), h('td', {}, h('span', { class: 'pill ok' }, 'HTTP API')), h('td', {}, h('a', { href: `#/chat?agent=${enc(agent.id)}` }, 'Chat'))));
-    } catch (e) { card.append(errorBox(e)); }
-    const usage = await usageToday(agent);
-    if (usage) card.append(h('div', { class: 'muted' }, 'Today: ', JSON.stringify(usage.totals || usage)));
-  }
+    for (const p of setup.platforms) {
+      const state = h('td', { class: 'connector' }, p.tokenSet ? h('span', { class: 'pill' }, 'checking…') : connectorState(null, agent.id, p));
+      if (p.tokenSet) ready.then((r) => clear(state, connectorState(r, agent.id, p)));
+      table.append(h('tr', { dataset: { platform: p.platform } }, h('td', {}, p.platform), state, h('td', {}, links(p))));
+    }
+    table.append(h('tr', {}, h('td', {}, 'web'), h('td', {}, h('span', { class: 'pill ok' }, 'HTTP API')), h('td', {}, h('a', { href: `#/chat?agent=${enc(agent.id)}` }, 'Chat'))));
+    usageToday(agent).then((usage) => { if (usage) card.append(h('div', { class: 'muted' }, 'Today: ', JSON.stringify(usage.totals || usage))); });
+  });
 }

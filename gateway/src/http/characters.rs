@@ -17,6 +17,8 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use std::path::{Path as FsPath, PathBuf};
 
+use troupe_connectors::AgentId;
+
 use super::AppState;
 use super::error::{ApiError, ApiJson};
 use crate::persona::{Diagnostic, Severity};
@@ -85,7 +87,7 @@ pub struct CharacterFile {
     file: String,
     /// The persona loaded from it, when one is.
     #[serde(skip_serializing_if = "Option::is_none")]
-    agent_id: Option<String>,
+    agent_id: Option<AgentId>,
 }
 
 #[derive(Debug, Serialize)]
@@ -114,7 +116,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<CharacterList>, 
                         .file_name()
                         .is_some_and(|f| f.to_string_lossy() == file)
                 })
-                .map(|a| a.id.to_string()),
+                .map(|a| a.id.clone()),
             file,
         })
         .collect();
