@@ -526,3 +526,45 @@ async fn with_a_token_the_console_asks_once_and_sends_it() {
     shot(&browser, "health").await;
     browser.quit().await;
 }
+
+#[tokio::test]
+async fn a_connected_telegram_bot_shows_its_state_and_link() {
+    let Some(browser) = Browser::start("console::a_connected_telegram_bot").await else {
+        return;
+    };
+    let fake = FakeOpenAi::start().await;
+    let telegram = troupe_e2e::fake_telegram::FakeTelegram::start().await;
+    let mut tess = persona_json("Tess", BIO);
+    tess["clients"] = json!(["telegram"]);
+    tess["settings"]["secrets"] = json!({
+        "TELEGRAM_BOT_TOKEN": telegram.token(),
+        "TELEGRAM_API_ROOT": telegram.api_root(),
+    });
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("tess.json", tess)
+            .openai(&fake),
+    )
+    .await;
+    open(&browser, &app, "personas", "").await;
+    let row = browser
+        .wait_for(
+            "Tess's Telegram row, connected",
+            "(() => { const r = document.querySelector('.persona[data-agent=\"tess\"] tr[data-platform=\"telegram\"]');
+                      return r && r.querySelector('.connector').innerText.includes('connected') && r.querySelector('a') && {text: r.innerText, link: r.querySelector('a').href}; })()",
+        )
+        .await;
+    assert_eq!(
+        row["link"],
+        format!("https://t.me/{}", telegram.bot_username()),
+        "{row}"
+    );
+    let leaked = browser
+        .run(
+            "return document.documentElement.outerHTML.includes(arguments[0]);",
+            json!([telegram.token()]),
+        )
+        .await;
+    assert_eq!(leaked, json!(false), "the bot token never reaches the page");
+    browser.quit().await;
+}

@@ -19,7 +19,8 @@ function links(setup) {
   const out = [];
   if (setup.inviteUrl) out.push(h('a', { href: setup.inviteUrl, target: '_blank', rel: 'noopener' }, 'Add to Discord'));
   if (setup.profileUrl) out.push(h('a', { href: setup.profileUrl, target: '_blank', rel: 'noopener' }, 'Farcaster account'));
-  if (setup.platform === 'telegram') out.push(h('a', { href: 'https://t.me/BotFather', target: '_blank', rel: 'noopener' }, 'BotFather'));
+  if (setup.botUrl) out.push(h('a', { href: setup.botUrl, target: '_blank', rel: 'noopener' }, setup.botUrl.replace('https://', '')));
+  else if (setup.platform === 'telegram') out.push(h('a', { href: 'https://t.me/BotFather', target: '_blank', rel: 'noopener' }, 'BotFather'));
   if (setup.hint) out.push(h('div', { class: 'muted' }, setup.hint));
   return out;
 }

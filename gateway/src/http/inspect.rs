@@ -91,6 +91,9 @@ pub struct PlatformSetup {
     /// Discord: the invite link, when `DISCORD_APPLICATION_ID` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     invite_url: Option<String>,
+    /// Telegram: `https://t.me/<username>`, when the token is set and `getMe` answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bot_url: Option<String>,
     /// Farcaster: the account's profile, when `FARCASTER_FID` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     profile_url: Option<String>,
@@ -109,52 +112,56 @@ pub async fn setup(State(state): State<AppState>, AgentPath(agent): AgentPath) -
     let mind = agent.mind();
     let persona = &mind.persona;
     let env = &state.config.env;
-    let platforms = persona
-        .platforms()
-        .into_iter()
-        .filter(|p| *p != Platform::Web)
-        .map(|platform| {
-            let token_var = crate::persona::token_key(platform);
-            let token_set = persona.platform_token(platform, env).is_some();
-            let mut setup = PlatformSetup {
-                platform,
-                token_var,
-                token_set,
-                invite_url: None,
-                profile_url: None,
-                hint: None,
-            };
-            match platform {
-                Platform::Discord => match persona.secret("DISCORD_APPLICATION_ID", env) {
-                    Some(app) if app.chars().all(|c| c.is_ascii_digit()) => {
-                        setup.invite_url = Some(discord_invite(&app));
-                    }
-                    _ => {
-                        setup.hint = Some(
-                            "set DISCORD_APPLICATION_ID (the developer portal's Application \
-                             ID) for an invite link"
-                                .into(),
-                        )
-                    }
-                },
-                Platform::Telegram => {
+    let mut platforms = Vec::new();
+    for platform in persona.platforms() {
+        if platform == Platform::Web {
+            continue;
+        }
+        let token_var = crate::persona::token_key(platform);
+        let token_set = persona.platform_token(platform, env).is_some();
+        let mut setup = PlatformSetup {
+            platform,
+            token_var,
+            token_set,
+            invite_url: None,
+            bot_url: None,
+            profile_url: None,
+            hint: None,
+        };
+        match platform {
+            Platform::Discord => match persona.secret("DISCORD_APPLICATION_ID", env) {
+                Some(app) if app.chars().all(|c| c.is_ascii_digit()) => {
+                    setup.invite_url = Some(discord_invite(&app));
+                }
+                _ => {
                     setup.hint = Some(
-                        "the bot's link is https://t.me/<username>, with the username \
-                         BotFather gave it"
+                        "set DISCORD_APPLICATION_ID (the developer portal's Application ID) \
+                         for an invite link"
                             .into(),
                     )
                 }
-                Platform::Farcaster => match persona.secret("FARCASTER_FID", env) {
-                    Some(fid) if fid.chars().all(|c| c.is_ascii_digit()) => {
-                        setup.profile_url = Some(format!("https://farcaster.xyz/~/profiles/{fid}"));
-                    }
-                    _ => setup.hint = Some("set FARCASTER_FID, the bot account's id".into()),
-                },
-                Platform::Web => {}
+            },
+            Platform::Telegram => {
+                setup.bot_url = super::telegram_link::bot_link(persona, env).await;
+                if setup.bot_url.is_none() {
+                    setup.hint = Some(
+                        "the bot's link is https://t.me/<username>, with the username \
+                         BotFather gave it (shown here once the token is set and Telegram \
+                         answers)"
+                            .into(),
+                    );
+                }
             }
-            setup
-        })
-        .collect();
+            Platform::Farcaster => match persona.secret("FARCASTER_FID", env) {
+                Some(fid) if fid.chars().all(|c| c.is_ascii_digit()) => {
+                    setup.profile_url = Some(format!("https://farcaster.xyz/~/profiles/{fid}"));
+                }
+                _ => setup.hint = Some("set FARCASTER_FID, the bot account's id".into()),
+            },
+            Platform::Web => {}
+        }
+        platforms.push(setup);
+    }
     Json(Setup { platforms })
 }
 

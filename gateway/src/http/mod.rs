@@ -18,6 +18,7 @@ mod extract;
 mod health;
 mod inspect;
 mod knowledge;
+mod telegram_link;
 mod webhooks;
 
 use axum::Router;
