@@ -568,3 +568,91 @@ async fn a_connected_telegram_bot_shows_its_state_and_link() {
     assert_eq!(leaked, json!(false), "the bot token never reaches the page");
     browser.quit().await;
 }
+
+/// The character routes read and write only plain files directly in the personas
+/// directory, refuse a draft with errors, and leave no temporary file behind.
+#[tokio::test]
+async fn character_routes_stay_inside_the_personas_directory() {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(&fake, None).await;
+    let personas = app.data_dir().join("personas");
+    let outside = app.data_dir().join("outside.json");
+    std::fs::write(&outside, "{\"name\": \"Outside\"}").unwrap();
+    std::os::unix::fs::symlink(&outside, personas.join("link.json")).unwrap();
+    let client = app.client();
+    let put = |file: &str, body: Value| {
+        client
+            .put(app.url(&format!("/api/characters/{file}")))
+            .json(&body)
+            .send()
+    };
+
+    for bad in [
+        "..%2Foutside.json",
+        ".hidden.json",
+        "a%2Fb.json",
+        "link.json",
+        "x.txt",
+    ] {
+        let (status, body) = app.get(&format!("/api/characters/{bad}")).await;
+        assert!(status == 400 || status == 404, "GET {bad}: {status} {body}");
+        assert!(
+            !body.to_string().contains("Outside"),
+            "GET {bad} read it: {body}"
+        );
+    }
+    let status = put("link.json", json!({"file": "link.json", "text": "{}"}))
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 400, "a symlink is not written through");
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "{\"name\": \"Outside\"}"
+    );
+
+    // A new file with an error is refused, and not created.
+    let response = put(
+        "new.json",
+        json!({"file": "new.json", "text": "{\"name\": }"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 422);
+    assert!(!personas.join("new.json").exists());
+    // An edit from a stale revision is refused.
+    let response = put(
+        "ada.json",
+        json!({"file": "ada.json", "text": serde_json::to_string(&persona_json("Ada", BIO)).unwrap(), "baseRevision": "0000000000000000"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 409);
+    // A new file that checks is created.
+    let text = serde_json::to_string_pretty(&persona_json("Bea", BIO)).unwrap();
+    let response = put("bea.json", json!({"file": "bea.json", "text": text}))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    assert_eq!(
+        std::fs::read_to_string(personas.join("bea.json")).unwrap(),
+        text
+    );
+    // A draft whose id another file has is an error, as `troupe check` says.
+    let (status, answer) = app
+        .post_json(
+            "/api/characters/check",
+            &json!({"file": "copy.json", "text": text}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["ok"], json!(false), "{answer}");
+    let left: Vec<String> = std::fs::read_dir(&personas)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}

@@ -132,13 +132,15 @@ mod tests {
         // A module imported but not listed would 404 in the browser, and the page would
         // stay blank.
         for asset in ASSETS {
-            for line in asset.body.lines() {
-                let Some(rest) = line.trim().strip_prefix("import ") else {
-                    continue;
-                };
-                let Some(spec) = rest.split(['"', '\'']).nth(1) else {
-                    continue;
-                };
+            // Static imports (`import … from './x.js'`) and the router's `import('./x.js')`.
+            let specs = asset.body.lines().filter_map(|line| {
+                let line = line.trim();
+                let rest = line
+                    .strip_prefix("import ")
+                    .or_else(|| line.split_once("import(").map(|(_, r)| r))?;
+                rest.split(['"', '\'']).nth(1)
+            });
+            for spec in specs {
                 let target = spec.trim_start_matches("./");
                 let dir = asset.path.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
                 let full = if dir.is_empty() {
@@ -152,6 +154,23 @@ mod tests {
                     asset.path
                 );
             }
+        }
+    }
+
+    #[test]
+    fn every_file_the_html_links_is_served() {
+        let html = ASSETS.iter().find(|a| a.path == "index.html").unwrap().body;
+        let linked: Vec<&str> = html
+            .split("\"/console/")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        assert!(linked.len() >= 3, "{linked:?}");
+        for file in linked {
+            assert!(
+                ASSETS.iter().any(|a| a.path == file),
+                "{file} is not served"
+            );
         }
     }
 
