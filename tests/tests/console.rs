@@ -381,6 +381,31 @@ async fn a_character_edited_in_the_browser_is_checked_saved_and_reloaded() {
         fake.last_prompt_text().contains(NEW_BIO),
         "the new bio is in the next prompt"
     );
+
+    // A new persona from the template: created on save, loaded by hot reload.
+    browser.type_into("#new-name", "Bea Bright").await;
+    browser.click("#new-persona").await;
+    browser
+        .wait_for(
+            "the template checked",
+            "document.querySelector('#editor-card h2').textContent === 'bea-bright.json' && document.getElementById('check-status').textContent === 'no errors'",
+        )
+        .await;
+    browser.click("#review").await;
+    browser
+        .wait_for("the new file's diff", "document.getElementById('save')")
+        .await;
+    browser.click("#save").await;
+    browser
+        .wait_for(
+            "the new file saved",
+            "document.querySelector('#save-status.ok')",
+        )
+        .await;
+    eventually("Bea loaded", Duration::from_secs(20), || async {
+        app.get("/api/agents/bea-bright").await.0 == 200
+    })
+    .await;
     browser.quit().await;
 }
 

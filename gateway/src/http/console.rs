@@ -86,9 +86,8 @@ async fn file(state: State<AppState>, peer: Option<Peer>, Path(file): Path<Strin
 }
 
 fn serve(state: &AppState, peer: Option<Peer>, file: &str) -> Response {
-    let open_to_all = state.config.api_token.is_some();
-    let on_loopback = peer.is_some_and(|Extension(ConnectInfo(p))| p.ip().is_loopback());
-    if !open_to_all && !on_loopback {
+    let peer = peer.map(|Extension(ConnectInfo(p))| p);
+    if !may_serve(state.config.api_token.is_some(), peer) {
         return ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
@@ -123,9 +122,25 @@ fn serve(state: &AppState, peer: Option<Peer>, file: &str) -> Response {
     response
 }
 
+/// With a token every caller gets the page (its calls are checked); without one, only a
+/// caller on loopback, and never one whose address is unknown.
+fn may_serve(has_token: bool, peer: Option<SocketAddr>) -> bool {
+    has_token || peer.is_some_and(|p| p.ip().is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ASSETS;
+    use super::{ASSETS, may_serve};
+
+    #[test]
+    fn without_a_token_only_loopback_is_served() {
+        let at = |s: &str| Some(s.parse().unwrap());
+        assert!(may_serve(false, at("127.0.0.1:5000")));
+        assert!(may_serve(false, at("[::1]:5000")));
+        assert!(!may_serve(false, at("10.0.0.7:5000")));
+        assert!(!may_serve(false, None));
+        assert!(may_serve(true, at("10.0.0.7:5000")));
+    }
 
     #[test]
     fn every_module_the_page_imports_is_served() {
