@@ -540,11 +540,26 @@ async fn with_a_token_the_console_asks_once_and_sends_it() {
         )
         .await;
     if screenshots_dir().is_some() {
-        // A few more polls, so the charts have a shape in the picture.
+        // A few more polls and messages, so the charts have a shape in the picture.
+        for (round, polls) in [(1, 4), (2, 7)] {
+            browser
+                .wait_for(
+                    "more polls",
+                    &format!(
+                        "Number(document.querySelector('#charts .chart').dataset.points) >= {polls}"
+                    ),
+                )
+                .await;
+            for i in 0..round * 2 {
+                let text = format!("round {round}, message {i}");
+                app.post_message(AGENT, &json!({"roomId": "health", "text": text}))
+                    .await;
+            }
+        }
         browser
             .wait_for(
-                "five polls",
-                "Number(document.querySelector('#charts .chart').dataset.points) >= 5",
+                "the last poll",
+                "Number(document.querySelector('#charts .chart').dataset.points) >= 9",
             )
             .await;
     }

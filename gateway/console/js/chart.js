@@ -28,8 +28,9 @@ export class Spark {
     const max = Math.max(...this.points, 1e-9);
     // One point is drawn as a short flat line, so a fresh chart is not blank.
     const drawn = this.points.length === 1 ? [this.points[0], this.points[0]] : this.points;
-    const offset = POINTS - drawn.length;
-    this.line.setAttribute('points', drawn.map((p, i) => `${offset + i},${(40 - (p / max) * 38 - 1).toFixed(2)}`).join(' '));
+    // The points so far span the whole width; the window slides once it is full.
+    const step = POINTS / (drawn.length - 1);
+    this.line.setAttribute('points', drawn.map((p, i) => `${(i * step).toFixed(2)},${(40 - (p / max) * 38 - 1).toFixed(2)}`).join(' '));
     this.el.dataset.points = String(this.points.length);
     this.value.textContent = `${Number.isFinite(v) ? +v.toFixed(2) : '–'} ${this.unit}`;
   }

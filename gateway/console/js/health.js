@@ -65,7 +65,8 @@ export async function render(root) {
         const secs = Math.max((now.at - last.at) / 1000, 0.001);
         for (const key of ['in', 'out', 'responded', 'ignored']) charts[key].push((series[key] - last.series[key]) / secs);
         const calls = series.latencyCount - last.series.latencyCount;
-        charts.latency.push(calls > 0 ? ((series.latencySum - last.series.latencySum) / calls) * 1000 : 0);
+        // No model call since the last poll: no latency to show (drawn at 0, labelled –).
+        charts.latency.push(calls > 0 ? ((series.latencySum - last.series.latencySum) / calls) * 1000 : NaN);
       }
       charts.depth.push(now.sums.get('troupe_bus_depth') || 0);
       last = { at: now.at, series };

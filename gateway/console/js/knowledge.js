@@ -21,7 +21,9 @@ export async function render(root, params) {
   const refresh = async () => {
     clear(docs, h('tr', {}, h('th', {}, 'Source'), h('th', {}, 'Scope'), h('th', {}, 'Chunks'), h('th', {}, 'Size'), h('th', {}, 'Added'), h('th', {})));
     try {
-      const answer = await api(`/api/agents/${enc(agent)}/documents`);
+      // With a room scope, the room's documents only.
+      const room = scope.value.trim() ? `?roomId=${enc(scope.value.trim())}` : '';
+      const answer = await api(`/api/agents/${enc(agent)}/documents${room}`);
       if (!answer.documents.length) docs.append(h('tr', {}, h('td', { colspan: 6, class: 'muted' }, 'No documents yet.')));
       for (const d of answer.documents) {
         const row = h('tr', { dataset: { document: d.id, source: d.source } },
@@ -51,6 +53,7 @@ export async function render(root, params) {
   })).then(refresh);
 
   picker.addEventListener('change', () => send(picker.files));
+  scope.addEventListener('change', refresh);
   drop.addEventListener('dragover', (e) => { e.preventDefault(); drop.classList.add('over'); });
   drop.addEventListener('dragleave', () => drop.classList.remove('over'));
   drop.addEventListener('drop', (e) => { e.preventDefault(); drop.classList.remove('over'); send(e.dataTransfer.files); });
