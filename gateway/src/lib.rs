@@ -27,6 +27,7 @@
 //! - [`metrics`]: the Prometheus series behind `GET /metrics`.
 //! - [`http`]: the HTTP API.
 //! - [`web`]: the HTTP API seen as a connector.
+//! - `why`: what went into a recent reply's prompt, for the console's "why" panel.
 //! - `fuzzing` (feature `fuzzing`, hidden): byte-level entry points for the fuzz targets in
 //!   `fuzz/`; not an API.
 
@@ -58,3 +59,4 @@ pub(crate) mod spend;
 pub mod storage;
 mod telemetry;
 pub(crate) mod web;
+mod why;

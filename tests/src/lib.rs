@@ -13,6 +13,7 @@
 //!   webhooks, sendMessage, leaveChat, files) with scripted 429s and a record of every call.
 //! - [`app`]: [`TestApp`], the `troupe run` child process on a fresh data dir and a fresh
 //!   SQLite file or Postgres database, with port discovery, restart and log capture.
+//! - [`browser`]: headless Chromium over WebDriver, for the console's browser tests.
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
 //! - [`services`]: private Postgres and NATS servers that a fault test may restart.
 //! - [`env`]: the services tests run against, from the environment (`TROUPE_TEST_*`), and
@@ -21,6 +22,7 @@
 //!   what it reports when a wait times out ([`wait::Diagnose`]).
 
 pub mod app;
+pub mod browser;
 pub mod env;
 pub mod fake_discord;
 pub mod fake_neynar;

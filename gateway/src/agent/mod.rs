@@ -274,6 +274,15 @@ impl Agent {
         }
         let recall = self.recall(inbound).await?;
         let prompt = self.compose(&mind.persona, inbound, &recall);
+        // The console's "why" panel (crate::why): what this prompt was made of.
+        crate::why::record(
+            &self.id,
+            inbound,
+            &recall.recent,
+            &recall.memory,
+            &recall.hits,
+            &prompt,
+        );
         let text = match self.complete(&mind, meter.as_ref(), inbound, &prompt).await {
             Ok(text) => text,
             Err(error) => {

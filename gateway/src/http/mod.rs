@@ -11,11 +11,15 @@
 //! [`serve`] runs the router with a deadline on request headers and a cap on connections.
 
 mod agents;
+mod characters;
 mod commands;
+mod console;
 pub mod error;
 mod extract;
 mod health;
+mod inspect;
 mod knowledge;
+mod telegram_link;
 mod usage;
 mod webhooks;
 
@@ -73,8 +77,12 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{agent}/usage", get(usage::usage))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .merge(knowledge_routes(&state))
+        .merge(console_api_routes())
         // The token is checked first: a request without it costs nothing and counts nothing.
         .route_layer(middleware::from_fn_with_state(state.clone(), api_budget))
+        // The console checks a character draft as the author types: behind the token, not
+        // counted against the caller's budget (it costs no model call).
+        .route("/characters/check", post(characters::check))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
 
     Router::new()
@@ -85,6 +93,7 @@ pub fn router(state: AppState) -> Router {
             get(metrics).route_layer(middleware::from_fn_with_state(state.clone(), require_token)),
         )
         .nest("/api", api)
+        .merge(console::routes())
         .route(
             "/webhooks/{platform}/{agent}",
             post(webhooks::receive)
@@ -124,6 +133,24 @@ fn knowledge_routes(state: &AppState) -> Router<AppState> {
         )
         .route("/agents/{agent}/documents/{id}", delete(knowledge::delete))
         .route("/agents/{agent}/knowledge/search", get(knowledge::search))
+}
+
+/// The routes the console adds (docs/api.md, "Console"): prompt context, facts by id,
+/// platform setup, and the character files.
+fn console_api_routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/agents/{agent}/rooms/{room}/messages/{message}/why",
+            get(inspect::why),
+        )
+        .route("/agents/{agent}/rooms/{room}/facts", get(inspect::facts))
+        .route("/agents/{agent}/facts/{id}", delete(inspect::delete_fact))
+        .route("/agents/{agent}/setup", get(inspect::setup))
+        .route("/characters", get(characters::list))
+        .route(
+            "/characters/{file}",
+            get(characters::read).put(characters::save),
+        )
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

@@ -41,6 +41,8 @@ pub use character::{Character, KnowledgeEntry};
 pub use check::check_files;
 pub use diag::{Diagnostic, Severity};
 pub use load::load_dir;
+// The console lists and checks the personas directory as `troupe check` does.
+pub(crate) use load::persona_files;
 #[cfg(test)]
 pub use load::{load_file, load_file_with};
 pub use paths::LoadOptions;

@@ -24,6 +24,7 @@
 //! - `memory`: `record_handled`, room memory and room listings;
 //! - `outbox`: claiming, delivering and retrying replies;
 //! - `knowledge`: documents, chunks, full-text ranking per backend, vectors;
+//! - `fact_ids`: facts by id, for the console's "delete this fact";
 //! - `summaries`: room summaries and user facts, which only move forward;
 //! - `rooms`: room controls, forgetting, and closing a command's journal entry;
 //! - `writer`: the task that batches `journal_insert` and `record_handled` into shared
@@ -33,6 +34,7 @@
 //! takes `$1` placeholders, and both have `ON CONFLICT` and `RETURNING`); only the outbox
 //! claim differs, because only Postgres has concurrent writers to fence off.
 
+mod fact_ids;
 mod journal;
 mod knowledge;
 #[cfg(test)]
@@ -64,6 +66,7 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
+pub use fact_ids::IdentifiedFact;
 pub use journal::{dedupe_caller, same_dedupe_key};
 pub use knowledge::{DocumentRow, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk};
 pub use rooms::{RoomControl, RoomState};

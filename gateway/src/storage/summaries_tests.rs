@@ -26,6 +26,7 @@ on_both_backends!(
     facts_are_deduplicated_capped_and_move_the_position,
     racing_extractions_store_one,
     a_rooms_facts_are_about_its_users,
+    a_fact_is_deleted_by_its_id,
 );
 
 /// Journals and records one message of `author` in `room` (with a reply from the agent
@@ -391,4 +392,44 @@ async fn a_rooms_facts_are_about_its_users(store: Store) {
             .unwrap()
             .is_empty()
     );
+}
+
+/// The console's facts by id (storage/fact_ids.rs): the same facts as the memories route,
+/// and deleting one removes only it, only for its agent.
+async fn a_fact_is_deleted_by_its_id(store: Store) {
+    say(&store, Platform::Web, "r1", "sam", "hi", true).await;
+    let learned = strings(&["sam keeps bees", "sam flies kites"]);
+    assert!(
+        store
+            .record_user_facts(
+                who(Platform::Web, &UserId::new("sam")),
+                facts(&learned, 1, 50, 100)
+            )
+            .await
+            .unwrap()
+    );
+    let listed = store.room_facts_with_ids(&AGENT, &R1).await.unwrap();
+    let plain = store.room_user_facts(&AGENT, &R1).await.unwrap();
+    let mut with_ids: Vec<&str> = listed.iter().map(|f| f.fact.as_str()).collect();
+    let mut without: Vec<&str> = plain.iter().map(|f| f.fact.as_str()).collect();
+    with_ids.sort();
+    without.sort();
+    assert_eq!(with_ids, without);
+    let bees = listed
+        .iter()
+        .find(|f| f.fact == "sam keeps bees")
+        .unwrap()
+        .id;
+    // Another agent cannot delete it.
+    assert!(
+        !store
+            .delete_fact(&AgentId::new("other"), bees)
+            .await
+            .unwrap()
+    );
+    assert!(store.delete_fact(&AGENT, bees).await.unwrap());
+    assert!(!store.delete_fact(&AGENT, bees).await.unwrap());
+    let left = store.room_facts_with_ids(&AGENT, &R1).await.unwrap();
+    let left: Vec<&str> = left.iter().map(|f| f.fact.as_str()).collect();
+    assert_eq!(left, ["sam flies kites"]);
 }

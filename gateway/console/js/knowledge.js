@@ -1,0 +1,83 @@
+// Knowledge: drop several files (each uploaded on its own, with its progress bar), list
+// and delete documents, scope them to a room, and search with scores and sources.
+
+import { api, agents, enc, upload } from './api.js';
+import { h, clear, errorBox, score, when, agentPicker } from './dom.js';
+import { setParam } from './app.js';
+
+export async function render(root, params) {
+  const list = await agents();
+  root.append(h('h1', {}, 'Knowledge'));
+  if (!list.length) { root.append(h('p', { class: 'muted' }, 'No persona is loaded.')); return; }
+  let agent = list.find((a) => a.id === params.get('agent')) ? params.get('agent') : list[0].id;
+  const scope = h('input', { id: 'scope', placeholder: 'whole persona', size: 18, 'aria-label': 'room scope' });
+  const picker = h('input', { type: 'file', multiple: true, id: 'files', 'aria-label': 'files' });
+  const drop = h('div', { class: 'drop', id: 'drop' }, 'Drop files here (PDF, text, Markdown, HTML…), or ', picker);
+  const uploads = h('div', { id: 'uploads' });
+  const docs = h('table', { id: 'documents' });
+  const q = h('input', { id: 'q', type: 'search', placeholder: 'Search the knowledge…', size: 40 });
+  const results = h('div', { id: 'results' });
+
+  const refresh = async () => {
+    clear(docs, h('tr', {}, h('th', {}, 'Source'), h('th', {}, 'Scope'), h('th', {}, 'Chunks'), h('th', {}, 'Size'), h('th', {}, 'Added'), h('th', {})));
+    try {
+      // With a room scope, the room's documents only.
+      const room = scope.value.trim() ? `?roomId=${enc(scope.value.trim())}` : '';
+      const answer = await api(`/api/agents/${enc(agent)}/documents${room}`);
+      if (!answer.documents.length) docs.append(h('tr', {}, h('td', { colspan: 6, class: 'muted' }, 'No documents yet.')));
+      for (const d of answer.documents) {
+        const row = h('tr', { dataset: { document: d.id, source: d.source } },
+          h('td', {}, d.source), h('td', {}, d.roomId || 'persona'), h('td', {}, d.chunks), h('td', {}, `${Math.ceil(d.bytes / 1024)} KB`), h('td', { class: 'muted' }, when(d.createdAtMs)),
+          h('td', {}, h('button', { class: 'danger', onclick: async () => { try { await api(`/api/agents/${enc(agent)}/documents/${enc(d.id)}`, { method: 'DELETE' }); row.remove(); } catch (e) { row.after(h('tr', {}, h('td', { colspan: 6 }, errorBox(e)))); } } }, 'Delete')));
+        docs.append(row);
+      }
+    } catch (e) { docs.append(h('tr', {}, h('td', {}, errorBox(e)))); }
+  };
+
+  const send = (files) => Promise.all(Array.from(files).map(async (file) => {
+    const bar = h('progress', { max: 1, value: 0 });
+    const status = h('span', { class: 'muted' }, 'uploading');
+    uploads.append(h('div', { class: 'upload', dataset: { file: file.name } }, h('span', {}, file.name), bar, status));
+    const form = new FormData();
+    if (scope.value.trim()) form.append('roomId', scope.value.trim());
+    form.append('file', file, file.name);
+    try {
+      const answer = await upload(`/api/agents/${enc(agent)}/documents`, form, (loaded, total) => { if (total) bar.value = loaded / total; });
+      bar.value = 1;
+      status.className = 'ok';
+      status.textContent = answer.duplicate ? 'already known' : `${answer.chunks} chunks`;
+    } catch (e) {
+      status.className = 'error';
+      status.textContent = e.message;
+    }
+  })).then(refresh);
+
+  picker.addEventListener('change', () => send(picker.files));
+  scope.addEventListener('change', refresh);
+  drop.addEventListener('dragover', (e) => { e.preventDefault(); drop.classList.add('over'); });
+  drop.addEventListener('dragleave', () => drop.classList.remove('over'));
+  drop.addEventListener('drop', (e) => { e.preventDefault(); drop.classList.remove('over'); send(e.dataTransfer.files); });
+
+  let timer = null;
+  const search = async () => {
+    const query = q.value.trim();
+    if (!query) { clear(results); return; }
+    const room = scope.value.trim() ? `&roomId=${enc(scope.value.trim())}` : '';
+    try {
+      const answer = await api(`/api/agents/${enc(agent)}/knowledge/search?q=${enc(query)}${room}`);
+      clear(results, answer.results.length ? answer.results.map((r) => h('div', { class: 'passage', dataset: { source: r.source } },
+        h('div', {}, h('strong', {}, r.source), ' ', h('span', { class: 'muted' }, `score ${score(r.score)}`)), h('pre', {}, r.text)))
+        : h('p', { class: 'muted' }, 'Nothing matches.'));
+    } catch (e) { clear(results, errorBox(e)); }
+  };
+  q.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(search, 250); });
+
+  root.append(
+    h('div', { class: 'row' }, 'Persona ', agentPicker(list, agent, (v) => { agent = v; setParam('agent', v); refresh(); }), ' Room scope ', scope),
+    h('section', { class: 'card' }, drop, uploads),
+    h('div', { class: 'cols' },
+      h('section', { class: 'card' }, h('h2', {}, 'Documents'), docs),
+      h('section', { class: 'card' }, h('h2', {}, 'Search'), q, results)));
+  await refresh();
+  return () => clearTimeout(timer);
+}

@@ -1,0 +1,86 @@
+// Rooms: every room a persona has talked in, on any platform, with its recent messages,
+// its summary and the facts learned about its users. A fact can be deleted here, and the
+// room steered (mute, follow, forget) through the same commands people type in the chat
+// (`POST …/rooms/{room}/commands`, docs/rooms.md).
+
+import { api, agents, enc } from './api.js';
+import { h, clear, errorBox, when, agentPicker } from './dom.js';
+import { setParam } from './app.js';
+
+// The room's controls: each button runs one chat command as the operator, then the room is
+// drawn again so its summary and messages show the effect (a forget empties them).
+function controls(panel, agent, room, base) {
+  const status = h('span', { class: 'muted', id: 'room-command-reply' });
+  const run = (command, confirmText) => async (e) => {
+    if (confirmText && !window.confirm(confirmText)) return;
+    e.target.disabled = true;
+    try {
+      const answer = await api(`${base}/commands`, { method: 'POST', json: { command } });
+      await showRoom(panel, agent, room);
+      const line = document.getElementById('room-command-reply');
+      if (line) line.textContent = answer.reply;
+    } catch (err) { status.replaceChildren(errorBox(err)); e.target.disabled = false; }
+  };
+  const button = (label, command, confirmText) =>
+    h('button', { dataset: { command }, onclick: run(command, confirmText) }, label);
+  return h('section', { class: 'slot', id: 'room-controls' },
+    h('strong', {}, 'Room controls'), ' ',
+    button('Mute 1 h', '/mute 1h'), ' ', button('Unmute', '/unmute'), ' ',
+    button('Follow', '/follow'), ' ', button('Unfollow', '/unfollow'), ' ',
+    button('Forget this room', '/forget', 'Forget this room\'s recent messages and summary?'), ' ',
+    status);
+}
+
+async function showRoom(panel, agent, room) {
+  clear(panel, h('p', { class: 'muted' }, 'Loading…'));
+  const base = `/api/agents/${enc(agent)}/rooms/${enc(room)}`;
+  const [memories, facts] = await Promise.all([api(`${base}/memories?limit=50`), api(`${base}/facts`)]);
+  const factList = h('table', { id: 'facts' }, h('tr', {}, h('th', {}, 'User'), h('th', {}, 'Fact'), h('th', {}, 'Learned'), h('th', {})));
+  for (const f of facts.facts) {
+    const row = h('tr', { dataset: { fact: f.id } },
+      h('td', {}, f.userName), h('td', { class: 'fact-text' }, f.fact), h('td', { class: 'muted' }, when(f.createdAtMs)),
+      h('td', {}, h('button', {
+        class: 'danger', 'aria-label': `delete fact ${f.id}`,
+        onclick: async (e) => {
+          e.target.disabled = true;
+          try { await api(`/api/agents/${enc(agent)}/facts/${f.id}`, { method: 'DELETE' }); row.remove(); } catch (err) { row.after(h('tr', {}, h('td', { colspan: 4 }, errorBox(err)))); }
+        },
+      }, 'Delete')));
+    factList.append(row);
+  }
+  clear(panel,
+    h('h2', {}, room),
+    controls(panel, agent, room, base),
+    h('h3', {}, 'Summary'),
+    memories.summary ? h('p', { id: 'summary' }, memories.summary.text) : h('p', { class: 'muted' }, 'No summary yet (the room has not outgrown its window).'),
+    h('h3', {}, `Facts (${facts.facts.length})`),
+    facts.facts.length ? factList : h('p', { class: 'muted', id: 'no-facts' }, 'No facts about the people here.'),
+    h('h3', {}, 'Recent messages'),
+    h('div', { class: 'log' }, memories.messages.map((m) => h('div', { class: m.fromAgent ? 'msg agent' : 'msg user' },
+      h('div', { class: 'who' }, `${m.authorName} · ${when(m.createdAtMs)}`), m.text))));
+}
+
+export async function render(root, params) {
+  const list = await agents();
+  root.append(h('h1', {}, 'Rooms'));
+  if (!list.length) { root.append(h('p', { class: 'muted' }, 'No persona is loaded.')); return; }
+  let agent = list.find((a) => a.id === params.get('agent')) ? params.get('agent') : list[0].id;
+  const rooms = h('table', { id: 'rooms' });
+  const panel = h('section', { class: 'card', id: 'room' }, h('p', { class: 'muted' }, 'Pick a room.'));
+  const load = async () => {
+    clear(rooms, h('tr', {}, h('th', {}, 'Room'), h('th', {}, 'Platform'), h('th', {}, 'Messages'), h('th', {}, 'Last active')));
+    try {
+      const answer = await api(`/api/agents/${enc(agent)}/rooms`);
+      if (!answer.rooms.length) rooms.append(h('tr', {}, h('td', { colspan: 4, class: 'muted' }, 'No room yet: chat with the persona first.')));
+      for (const r of answer.rooms) {
+        rooms.append(h('tr', { dataset: { room: r.room } },
+          h('td', {}, h('a', { href: '#', onclick: (e) => { e.preventDefault(); setParam('room', r.room); showRoom(panel, agent, r.room).catch((err) => clear(panel, errorBox(err))); } }, r.name || r.room)),
+          h('td', {}, r.platform), h('td', {}, r.messageCount), h('td', { class: 'muted' }, when(r.lastActiveMs))));
+      }
+    } catch (err) { rooms.append(h('tr', {}, h('td', {}, errorBox(err)))); }
+  };
+  root.append(h('div', { class: 'row' }, 'Persona ', agentPicker(list, agent, (v) => { agent = v; setParam('agent', v); setParam('room', ''); load(); })),
+    h('div', { class: 'cols' }, h('section', { class: 'card' }, rooms), panel));
+  await load();
+  if (params.get('room')) await showRoom(panel, agent, params.get('room')).catch((err) => clear(panel, errorBox(err)));
+}
