@@ -166,6 +166,10 @@ where
     match write(reqs).await {
         Ok(results) => results,
         Err(e) if reqs.len() == 1 => vec![Err(e)],
+        // The database is not there: writing each request alone would fail the same way,
+        // one pool timeout after another, and keep every caller queued behind the writer
+        // for that many timeouts (a burst held while Postgres restarts). All fail at once.
+        Err(e) if unreachable(&e) => reqs.iter().map(|_| Err(same_outage(&e))).collect(),
         Err(e) => {
             tracing::debug!(error = %e, size = reqs.len(), "batch failed; writing one by one");
             let mut results = Vec::with_capacity(reqs.len());
@@ -178,6 +182,38 @@ where
             results
         }
     }
+}
+
+/// Whether `e` says the database cannot be reached, rather than that this batch's
+/// statements failed: no connection, a broken one, or a server shutting down.
+fn unreachable(e: &StorageError) -> bool {
+    let StorageError::Database(e) = e else {
+        return false;
+    };
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => true,
+        // SQLSTATE 08: connection exception; 57P01–57P03: the server is shutting down or
+        // cannot accept connections yet.
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        _ => false,
+    }
+}
+
+/// One copy of an outage error per request (`sqlx::Error` is not `Clone`), keeping what
+/// callers tell apart: a closed pool is a shutdown, a timed-out one an outage.
+fn same_outage(e: &StorageError) -> StorageError {
+    StorageError::Database(match e {
+        StorageError::Database(sqlx::Error::PoolClosed) => sqlx::Error::PoolClosed,
+        StorageError::Database(sqlx::Error::PoolTimedOut) => sqlx::Error::PoolTimedOut,
+        other => sqlx::Error::Io(std::io::Error::other(other.to_string())),
+    })
 }
 
 /// A bind argument of a dynamically built statement.
@@ -732,5 +768,53 @@ impl Plan {
                 Ok(first.map(|id| RecordedReply::Queued(OutboxId(id))))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A batch that fails because the database is away is not written again request by
+    /// request (each would wait out its own pool timeout); one that fails for its content is.
+    #[tokio::test]
+    async fn an_outage_fails_the_batch_at_once_and_a_bad_row_is_isolated() {
+        let reqs = [1, 2, 3];
+        let calls = AtomicUsize::new(0);
+        let results: Vec<Result<()>> = isolate(&reqs, |_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(StorageError::Database(sqlx::Error::PoolTimedOut)) }
+        })
+        .await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(results.len(), 3);
+        assert!(
+            results
+                .iter()
+                .all(|r| matches!(r, Err(StorageError::Database(sqlx::Error::PoolTimedOut))))
+        );
+
+        let calls = AtomicUsize::new(0);
+        let results: Vec<Result<i32>> = isolate(&reqs, |batch: &[i32]| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let batch = batch.to_vec();
+            async move {
+                if batch.len() > 1 {
+                    Err(StorageError::Corrupt("row 2".into()))
+                } else if batch[0] == 2 {
+                    Ok(vec![Err(StorageError::Corrupt("row 2".into()))])
+                } else {
+                    Ok(vec![Ok(batch[0])])
+                }
+            }
+        })
+        .await;
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            4,
+            "the batch, then each alone"
+        );
+        assert!(matches!(results[0], Ok(1)) && results[1].is_err() && matches!(results[2], Ok(3)));
     }
 }
