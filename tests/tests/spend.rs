@@ -121,6 +121,12 @@ async fn budgets_stop_calls_at_the_cap_notice_once_and_reset_the_next_day(backen
         Value::Null,
         "{body}"
     );
+    // The persona's own standing (the console's cards): every call of the day, no cap.
+    assert_eq!(
+        body["persona"]["day"]["usedTokens"], body["today"]["personaDay"]["usedTokens"],
+        "{body}"
+    );
+    assert_eq!(body["persona"]["day"]["tokensLeft"], Value::Null, "{body}");
 
     // The next day (UTC): the same database, the clock a day on.
     app.stop().await;

@@ -30,7 +30,7 @@ async function usageToday(agent) {
   const since = new Date().toISOString().slice(0, 10);
   try {
     const u = await api(`/api/agents/${enc(agent.id)}/usage?by=day&since=${since}`);
-    return u && u.total ? u.total : null;
+    return u && u.total ? { total: u.total, persona: u.persona } : null;
   } catch { return null; }
 }
 
@@ -61,8 +61,18 @@ export async function render(root) {
       table.append(h('tr', { dataset: { platform: p.platform } }, h('td', {}, p.platform), state, h('td', {}, links(p))));
     }
     table.append(h('tr', {}, h('td', {}, 'web'), h('td', {}, h('span', { class: 'pill ok' }, 'HTTP API')), h('td', {}, h('a', { href: `#/chat?agent=${enc(agent.id)}` }, 'Chat'))));
-    usageToday(agent).then((total) => {
-      if (total) card.append(h('div', { class: 'muted usage' }, `Today: ${total.calls} model calls, ${total.tokens} tokens, $${Number(total.costUsd || 0).toFixed(4)}`));
+    usageToday(agent).then((usage) => {
+      if (!usage) return;
+      const { total, persona } = usage;
+      let text = `Today: ${total.calls} model calls, ${total.tokens} tokens, $${Number(total.costUsd || 0).toFixed(4)}`;
+      const left = [];
+      for (const [label, s] of [['today', persona && persona.day], ['this month', persona && persona.month]]) {
+        if (!s) continue;
+        if (s.tokensLeft != null) left.push(`${s.tokensLeft} tokens left ${label}`);
+        if (s.microsLeft != null) left.push(`$${(s.microsLeft / 1e6).toFixed(4)} left ${label}`);
+      }
+      if (left.length) text += ` (${left.join(', ')})`;
+      card.append(h('div', { class: 'muted usage' }, text));
     });
   });
 }

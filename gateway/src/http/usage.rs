@@ -11,8 +11,8 @@ use troupe_connectors::UserId;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{AgentPath, room_param};
-use crate::spend::Today;
 use crate::spend::report::{self, Report};
+use crate::spend::{PersonaToday, Today};
 
 /// The query, as text: each field is parsed here so a bad one gets the API's error shape.
 #[derive(Debug, Deserialize)]
@@ -31,6 +31,9 @@ pub struct UsageAnswer {
     /// With `roomId`: today's standing of that room and user.
     #[serde(skip_serializing_if = "Option::is_none")]
     today: Option<Today>,
+    /// The persona's standing today and this month, with what its budgets have left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    persona: Option<PersonaToday>,
 }
 
 /// The longest `userId` accepted (as on the messages route).
@@ -64,5 +67,13 @@ pub async fn usage(
         }
         _ => None,
     };
-    Ok(Json(UsageAnswer { report, today }))
+    let persona = match agent.meter() {
+        Some(meter) => Some(meter.persona_today().await?),
+        None => None,
+    };
+    Ok(Json(UsageAnswer {
+        report,
+        today,
+        persona,
+    }))
 }

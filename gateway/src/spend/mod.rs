@@ -309,6 +309,15 @@ pub struct Today {
     pub persona_month: Standing,
 }
 
+/// What the persona used today and this month and what its budgets have left: the
+/// console's persona cards and `GET …/usage` show this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersonaToday {
+    pub day: Standing,
+    pub month: Standing,
+}
+
 /// One persona's spend: its budgets and prices, and the app's store and clock.
 #[derive(Clone)]
 pub struct Meter {
@@ -319,6 +328,16 @@ pub struct Meter {
 
 fn user_key(platform: Platform, user: &UserId) -> String {
     format!("{platform}:{user}")
+}
+
+/// One scope's use against its limit.
+fn standing(tally: Tally, limit: Limit) -> Standing {
+    Standing {
+        used_tokens: tally.tokens,
+        used_micros: tally.micros,
+        tokens_left: limit.tokens.map(|cap| (cap as i64 - tally.tokens).max(0)),
+        micros_left: limit.micros.map(|cap| (cap as i64 - tally.micros).max(0)),
+    }
 }
 
 impl Meter {
@@ -414,6 +433,20 @@ impl Meter {
         })
     }
 
+    /// The persona's own standing today and this month, without a room or a user.
+    pub async fn persona_today(&self) -> Result<PersonaToday, StorageError> {
+        let who = Who {
+            room: None,
+            user: None,
+        };
+        let used = self.used(who, self.spend.inner.clock.today()).await?;
+        let b = &self.conf.budgets;
+        Ok(PersonaToday {
+            day: standing(used.persona_day, b.persona_day),
+            month: standing(used.persona_month, b.persona_month),
+        })
+    }
+
     /// Tokens and money used today in `room` and by `user`, by the persona today and this
     /// month, and what each budget has left. The function the `/usage` room command calls.
     pub async fn today(
@@ -428,12 +461,6 @@ impl Meter {
         };
         let used = self.used(who, self.spend.inner.clock.today()).await?;
         let b = &self.conf.budgets;
-        let standing = |tally: Tally, limit: Limit| Standing {
-            used_tokens: tally.tokens,
-            used_micros: tally.micros,
-            tokens_left: limit.tokens.map(|cap| (cap as i64 - tally.tokens).max(0)),
-            micros_left: limit.micros.map(|cap| (cap as i64 - tally.micros).max(0)),
-        };
         Ok(Today {
             room: standing(used.room_day, b.room_day),
             user: standing(used.user_day, b.user_day),
