@@ -56,7 +56,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
 pub use journal::{dedupe_caller, same_dedupe_key};
-pub use knowledge::{DocumentRow, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk};
+pub use knowledge::{
+    DocumentRow, IndexChunk, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk,
+};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
