@@ -157,7 +157,7 @@ macro_rules! record_change {
 }
 
 /// The advisory lock key of `knowledge_changes` writers (any fixed number; "knowl" in ASCII).
-const CHANGES_LOCK: i64 = 0x6b6e_6f77_6c;
+const CHANGES_LOCK: i64 = 0x006b_6e6f_776c;
 
 const DOCUMENT_COLUMNS: &str = "id, agent_id, scope, source, content_type, content_hash, origin, \
      bytes, chunk_count, created_at_ms";
