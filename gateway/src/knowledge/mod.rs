@@ -1002,8 +1002,8 @@ fn document_id(agent_id: &AgentId, scope: &Scope, content_hash: &str) -> String 
     hex::encode(&h.finalize()[..12])
 }
 
-/// Words too common to help a keyword search. Postgres drops its own list too; SQLite's
-/// FTS5 has none, and a term matching every chunk only costs time.
+/// Words too common to help a keyword search. The index keeps them (its tokenizer has no
+/// stop list); a query term matching nearly every chunk only costs time.
 const STOP_WORDS: &[&str] = &[
     "a", "about", "an", "and", "are", "as", "at", "be", "but", "by", "can", "could", "did", "do",
     "does", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its",
@@ -1013,7 +1013,6 @@ const STOP_WORDS: &[&str] = &[
 ];
 
 /// The query cut into lower-case words of letters and digits, stop words dropped, each once.
-/// Dropping `or` matters: Postgres' `websearch_to_tsquery` reads it as the operator.
 fn query_terms(query: &str) -> Vec<String> {
     let mut seen = HashSet::new();
     query
