@@ -6,8 +6,9 @@
 //! It follows the database through `knowledge_changes` (one row per stored or deleted
 //! document, written in the same transaction as the chunks): [`KeywordIndex::sync`] replays
 //! the rows after the last one it applied, which the index keeps in its commit payload, so
-//! a restart resumes where it stopped. An index that is missing, unreadable, or ahead of the
-//! database (another database behind the same directory) is rebuilt from `chunks`.
+//! a restart resumes where it stopped. The payload also names the database (its
+//! installation id), so an index that is missing, unreadable, written for another database,
+//! or ahead of the database is rebuilt from `chunks`.
 //!
 //! Replaying is idempotent and needs no operation kind: for each changed document the index
 //! drops what it has and adds the chunks the database has now (none for a deleted one). A
@@ -90,6 +91,11 @@ pub struct KeywordIndex {
     head: AtomicI64,
     rebuilding: AtomicBool,
     rebuilt_chunks: AtomicI64,
+    /// The installation id of the database the index was built from (from the commit
+    /// payload, then the store's once checked), written into every commit.
+    database: Mutex<Option<String>>,
+    /// Whether `database` has been checked against the store this process uses.
+    checked: AtomicBool,
     /// One sync at a time.
     sync: tokio::sync::Mutex<()>,
 }
@@ -127,7 +133,7 @@ impl KeywordIndex {
     /// An index in memory, built from the database at the first sync.
     pub fn in_memory() -> Result<Arc<Self>, IndexError> {
         let (schema, fields) = schema();
-        Self::from_index(Index::create_in_ram(schema), fields, None)
+        Self::from_index(Index::create_in_ram(schema), fields, None, None)
     }
 
     /// The index in `dir`, created when missing. An index this version cannot read (another
@@ -168,15 +174,20 @@ impl KeywordIndex {
         if index.schema() != schema {
             return Err(directory("written with another schema".into()));
         }
-        let payload = index.load_metas()?.payload;
-        let applied = payload.and_then(|p| p.parse::<i64>().ok());
-        Self::from_index(index, fields, applied)
+        // The payload is `seq installation-id`; anything else means: rebuild.
+        let payload = index.load_metas()?.payload.unwrap_or_default();
+        let (applied, database) = match payload.split_once(' ') {
+            Some((seq, db)) => (seq.parse::<i64>().ok(), Some(db.to_string())),
+            None => (None, None),
+        };
+        Self::from_index(index, fields, applied, database)
     }
 
     fn from_index(
         index: Index,
         fields: Fields,
         applied: Option<i64>,
+        database: Option<String>,
     ) -> Result<Arc<Self>, IndexError> {
         let writer = index.writer_with_num_threads(1, WRITER_MEMORY)?;
         let reader = index
@@ -192,6 +203,8 @@ impl KeywordIndex {
             head: AtomicI64::new(0),
             rebuilding: AtomicBool::new(false),
             rebuilt_chunks: AtomicI64::new(0),
+            database: Mutex::new(database),
+            checked: AtomicBool::new(false),
             sync: tokio::sync::Mutex::new(()),
         }))
     }
@@ -208,15 +221,27 @@ impl KeywordIndex {
         }
     }
 
-    /// Whether the index has been built (it may still lag behind).
+    /// Whether the index has been built for this database (it may still lag behind).
     pub fn is_built(&self) -> bool {
-        self.applied.load(Ordering::Relaxed) >= 0
+        self.checked.load(Ordering::Relaxed) && self.applied.load(Ordering::Relaxed) >= 0
     }
 
     /// Brings the index up to the database: rebuilds it when it has to, then replays the
     /// changes after the last applied. Returns the last change applied.
     pub async fn sync(self: &Arc<Self>, store: &Store) -> Result<i64, IndexError> {
         let _one = self.sync.lock().await;
+        if !self.checked.load(Ordering::Relaxed) {
+            let id = store.installation_id().await?;
+            let mut database = self.database.lock().unwrap_or_else(|p| p.into_inner());
+            if database.as_deref() != Some(id.as_str()) {
+                if database.is_some() {
+                    tracing::info!("keyword index was built for another database; rebuilding");
+                }
+                self.applied.store(-1, Ordering::Relaxed);
+                *database = Some(id);
+            }
+            self.checked.store(true, Ordering::Relaxed);
+        }
         let applied = self.applied.load(Ordering::Relaxed);
         let head = store.last_knowledge_change().await?;
         self.head.store(head, Ordering::Relaxed);
@@ -313,8 +338,14 @@ impl KeywordIndex {
     /// Commits with the last applied change as the payload, and makes it searchable.
     fn commit(&self, applied: i64) -> Result<(), IndexError> {
         let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let database = self
+            .database
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default();
         let mut prepared = writer.prepare_commit()?;
-        prepared.set_payload(&applied.to_string());
+        prepared.set_payload(&format!("{applied} {database}"));
         prepared.commit()?;
         drop(writer);
         self.reader.reload()?;

@@ -325,14 +325,23 @@ impl Knowledge {
     pub async fn follow(self, stop: tokio_util::sync::CancellationToken) {
         let mut tick = tokio::time::interval(self.inner.settings.index_poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Logged once when it starts failing and once when it recovers, not at every poll.
+        let mut failing = false;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tick.tick() => {
-                    if let Err(e) = self.sync_index().await {
-                        tracing::warn!(error = %e, "keyword index could not follow the database");
+                _ = tick.tick() => match self.sync_index().await {
+                    Ok(_) if failing => {
+                        failing = false;
+                        tracing::info!("keyword index follows the database again");
                     }
-                }
+                    Ok(_) => {}
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!(error = %e, "keyword index could not follow the database; retrying");
+                    }
+                    Err(e) => tracing::debug!(error = %e, "keyword index still cannot follow the database"),
+                },
             }
         }
     }

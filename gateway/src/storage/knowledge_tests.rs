@@ -747,6 +747,11 @@ async fn a_removed_index_directory_is_rebuilt_with_nothing_lost(store: Store) {
     // Reopened: the commit says how far it had got; no rebuild.
     let k = open();
     assert_eq!(k.index_status().applied, before.applied);
+    let resumed = k.sync_index().await.unwrap();
+    assert_eq!(
+        (resumed.applied, resumed.rebuilt_chunks),
+        (before.applied, 0)
+    );
     drop(k);
 
     std::fs::remove_dir_all(&settings.index_dir).unwrap();
