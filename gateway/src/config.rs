@@ -1634,6 +1634,9 @@ mod tests {
                 c.knowledge.chunk_overlap_tokens.to_string()
             }),
             n("TROUPE_KNOWLEDGE_TOP_K", |c| c.knowledge.top_k.to_string()),
+            p("TROUPE_INDEX_DIR", "\"/i1\"", "/i2", |c| {
+                c.knowledge.index_dir.display().to_string()
+            }),
             n("TROUPE_KNOWLEDGE_BUDGET_CHARS", |c| {
                 c.knowledge.prompt_budget_chars.to_string()
             }),
