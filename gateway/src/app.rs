@@ -548,6 +548,9 @@ impl App {
             tasks.spawn(task);
         }
         tasks.spawn(self.outbox.clone().run(shutdown.child_token()));
+        // The keyword index: built from the database now when missing or behind, then
+        // following it (changes made through other replicas).
+        tasks.spawn(self.knowledge.clone().follow(shutdown.child_token()));
 
         let limiter = self.limiter.clone();
         let budget = crate::limits::ApiBudget::new(self.config.http.api_per_minute);

@@ -307,6 +307,12 @@ pub struct KnowledgeSettings {
     pub fetch: FetchSettings,
     /// The sandboxed document worker's limits (`TROUPE_EXTRACT_*`).
     pub extract: ExtractSettings,
+    /// `TROUPE_INDEX_DIR` (`index_dir` in troupe.toml), default `data/index`: where the
+    /// keyword index lives, a cache rebuilt from the database (knowledge/index.rs).
+    pub index_dir: PathBuf,
+    /// `TROUPE_INDEX_POLL_MS` (`index_poll_ms`), default 500: how often the index looks
+    /// for changes made through other replicas.
+    pub index_poll: Duration,
 }
 
 // ---- issue 12, sandboxed extraction (knowledge/sandbox.rs): the worker's limits ----
@@ -382,6 +388,8 @@ impl Default for KnowledgeSettings {
             embedding: None,
             fetch: FetchSettings::default(),
             extract: ExtractSettings::default(),
+            index_dir: PathBuf::from("data/index"),
+            index_poll: Duration::from_millis(500),
         }
     }
 }
@@ -680,6 +688,8 @@ struct FileConfig {
     knowledge_budget_chars: Option<usize>,
     knowledge_timeout_ms: Option<u64>,
     knowledge_max_attachment_bytes: Option<usize>,
+    index_dir: Option<String>,
+    index_poll_ms: Option<u64>,
     embedding_model: Option<String>,
     embedding_provider: Option<String>,
     embedding_url: Option<String>,
@@ -1041,6 +1051,14 @@ fn knowledge_settings(
             d.max_attachment_bytes,
         )?,
         embedding: embedding_settings(layered, file)?,
+        index_dir: layered
+            .string("TROUPE_INDEX_DIR", file.index_dir.take())
+            .map_or(d.index_dir.clone(), PathBuf::from),
+        index_poll: Duration::from_millis(
+            layered
+                .parse("TROUPE_INDEX_POLL_MS", file.index_poll_ms, 500)?
+                .max(10),
+        ),
         ..d
     })
 }
@@ -1701,6 +1719,9 @@ mod tests {
                 c.knowledge.chunk_overlap_tokens.to_string()
             }),
             n("TROUPE_KNOWLEDGE_TOP_K", |c| c.knowledge.top_k.to_string()),
+            p("TROUPE_INDEX_DIR", "\"/i1\"", "/i2", |c| {
+                c.knowledge.index_dir.display().to_string()
+            }),
             n("TROUPE_KNOWLEDGE_BUDGET_CHARS", |c| {
                 c.knowledge.prompt_budget_chars.to_string()
             }),

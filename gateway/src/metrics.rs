@@ -138,3 +138,10 @@ pub fn scheduler_wait(priority: &'static str, waited: Duration) {
     metrics::histogram!("troupe_scheduler_wait_seconds", "priority" => priority)
         .record(waited.as_secs_f64());
 }
+
+/// The keyword index's catch-up (knowledge/index.rs): changes of the database not yet
+/// applied by this replica, and whether a rebuild is under way.
+pub fn knowledge_index(lag: i64, rebuilding: bool) {
+    metrics::gauge!("troupe_knowledge_index_lag").set(lag as f64);
+    metrics::gauge!("troupe_knowledge_index_rebuilding").set(if rebuilding { 1.0 } else { 0.0 });
+}

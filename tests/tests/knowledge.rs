@@ -196,6 +196,9 @@ async fn an_uploaded_document_reaches_the_prompt_with_its_source(backend: Backen
         first["chunkId"].as_str().unwrap().ends_with(":0"),
         "{found}"
     );
+    // The citation: which document, which chunk of it.
+    assert_eq!(first["chunk"], json!(0), "{found}");
+    assert!(first["documentId"].as_str().is_some(), "{found}");
     let (status, err) = app
         .get(&format!("/api/agents/{AGENT}/knowledge/search"))
         .await;
@@ -682,4 +685,69 @@ async fn troupe_ingest_adds_a_directory_and_reembeds(backend: Backend) {
     assert_ne!(code, 0);
     assert!(stderr.contains("no persona `nobody`"), "{stderr}");
     assert!(!stderr.contains(fake.api_key().unwrap()));
+}
+
+/// The sources `GET /knowledge/search?q=` finds through `app`.
+async fn found_sources(app: &TestApp, q: &str) -> Vec<String> {
+    let (status, found) = app
+        .get(&format!(
+            "/api/agents/{AGENT}/knowledge/search?q={q}&limit=5"
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    found["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|r| r["source"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Two replicas on one Postgres database, each with its own keyword index: a document
+/// uploaded through A is found through B once B's index has followed the change sequence,
+/// and a delete through B leaves A's results; both report a caught-up index in `/readyz`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_follow_each_others_uploads_and_deletes() {
+    if troupe_e2e::env::postgres_url("two_replicas_follow_each_others_uploads_and_deletes")
+        .is_none()
+    {
+        return;
+    }
+    let fake = FakeOpenAi::start().await;
+    let a = spawn(Backend::Postgres, &fake, &[("TROUPE_INDEX_POLL_MS", "100")]).await;
+    let b = TestApp::spawn(a.replica_options()).await;
+    let wait = std::time::Duration::from_secs(30);
+
+    let (status, body) = upload(
+        &a,
+        None,
+        "handbook.md",
+        "text/markdown",
+        HANDBOOK.as_bytes(),
+    )
+    .await;
+    let id = uploaded_id(status, &body);
+    assert_eq!(found_sources(&a, "night%20ferry").await, ["handbook.md"]);
+    troupe_e2e::eventually(
+        "replica B finds the upload made through A",
+        wait,
+        || async { found_sources(&b, "night%20ferry").await == ["handbook.md"] },
+    )
+    .await;
+
+    let (status, body) = delete(&b, &id).await;
+    assert!(status.is_success(), "{status} {body}");
+    assert!(found_sources(&b, "night%20ferry").await.is_empty());
+    troupe_e2e::eventually("replica A no longer finds what B deleted", wait, || async {
+        found_sources(&a, "night%20ferry").await.is_empty()
+    })
+    .await;
+    for app in [&a, &b] {
+        troupe_e2e::eventually("the replica's index has caught up", wait, || async {
+            let (_, ready) = app.get("/readyz").await;
+            let index = &ready["knowledgeIndex"];
+            index["lag"] == json!(0) && index["applied"].as_i64().is_some_and(|n| n >= 2)
+        })
+        .await;
+    }
 }

@@ -31,6 +31,10 @@ pub struct Readiness {
     bus: Check,
     /// By `agent/platform`.
     connectors: BTreeMap<String, Check>,
+    /// How far this replica's keyword index has followed the database (informative: a
+    /// lagging or rebuilding index still answers, so it does not make the replica unready).
+    #[serde(rename = "knowledgeIndex")]
+    knowledge_index: crate::knowledge::IndexStatus,
 }
 
 /// One dependency's check: `ok`, `standby` or `error` with a `detail`, and what it is.
@@ -110,6 +114,7 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         database,
         bus,
         connectors,
+        knowledge_index: state.knowledge.index_status(),
     };
     let code = if ready {
         StatusCode::OK

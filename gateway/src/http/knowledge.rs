@@ -54,6 +54,7 @@ impl From<KnowledgeError> for ApiError {
                 )
             }
             KnowledgeError::Storage(e) => ApiError::internal(e),
+            KnowledgeError::Index(e) => ApiError::internal(e),
         }
     }
 }
@@ -348,8 +349,10 @@ pub struct HitView {
     chunk_id: String,
     document_id: String,
     source: String,
+    /// The chunk's position in its document, from 0.
+    chunk: i64,
     text: String,
-    /// Higher is better: BM25 (Postgres' rank), or the fused score with embeddings.
+    /// Higher is better: BM25, or the fused score with embeddings.
     score: f64,
 }
 
@@ -359,6 +362,7 @@ impl From<Hit> for HitView {
             chunk_id: h.chunk_id.to_string(),
             document_id: h.document_id.to_string(),
             source: h.source,
+            chunk: h.chunk,
             text: h.text,
             score: h.score,
         }

@@ -3,11 +3,13 @@
 //!
 //! A document goes through extraction (`extract`: format detection, one reader per format,
 //! binary refused) and chunking (`chunk`: cl100k tokens with overlap, Markdown-aware), both
-//! in a sandboxed worker process (`sandbox`), then indexing (the `documents`, `chunks` and full-text tables in storage), and, when an
-//! embedding model is configured, embedding (`embed`). A search ranks chunks by BM25
-//! (SQLite FTS5; Postgres full-text search is close but not literally BM25) and, with an
-//! embedding model, by cosine similarity computed here over the stored vectors; the two
-//! rankings are fused by reciprocal rank fusion.
+//! in a sandboxed worker process (`sandbox`), then storing (the `documents` and `chunks`
+//! tables), keyword indexing (`index`: tantivy BM25 on local disk, a cache that follows the
+//! database on every backend and replica), and, when an embedding model is configured,
+//! embedding (`embed`). A search ranks chunks by BM25 and, with an embedding model, by
+//! cosine similarity computed here over the stored vectors; the two rankings are fused by
+//! reciprocal rank fusion. Every hit carries its citation: source, document id, chunk
+//! position and score.
 //!
 //! Scoping is the one rule that must hold everywhere: a search for a room sees that room's
 //! documents and the agent-wide ones, never another room's. Identical content is stored
@@ -26,6 +28,7 @@
 mod chunk;
 mod embed;
 mod extract;
+mod index;
 mod sandbox;
 mod walk;
 
@@ -52,6 +55,8 @@ use crate::storage::{NewDocument, NewEmbedding, Scope, ScoredChunk, StorageError
 pub use crate::config::{EmbeddingApi, EmbeddingSettings, ExtractSettings, KnowledgeSettings};
 pub use embed::Embedder;
 use extract::ExtractError;
+use index::KeywordIndex;
+pub use index::{IndexError, IndexStatus};
 pub use sandbox::Input;
 pub use sandbox::worker_main;
 use sandbox::{Reader, Worker};
@@ -95,6 +100,8 @@ pub enum KnowledgeError {
     Embedding(String),
     #[error(transparent)]
     Storage(#[from] StorageError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
 }
 
 impl From<ExtractError> for KnowledgeError {
@@ -124,6 +131,8 @@ pub struct Hit {
     pub chunk_id: String,
     pub document_id: String,
     pub source: String,
+    /// The chunk's position in its document, from 0 (the citation's "where").
+    pub chunk: i64,
     pub text: String,
     pub score: f64,
 }
@@ -131,6 +140,7 @@ pub struct Hit {
 impl From<ScoredChunk> for Hit {
     fn from(c: ScoredChunk) -> Self {
         Hit {
+            chunk: chunk_position(&c.chunk_id),
             chunk_id: c.chunk_id,
             document_id: c.document_id,
             source: c.source,
@@ -138,6 +148,14 @@ impl From<ScoredChunk> for Hit {
             score: c.score,
         }
     }
+}
+
+/// A chunk id is `document id:index`; the index part, or -1 for an id of another shape.
+fn chunk_position(chunk_id: &str) -> i64 {
+    chunk_id
+        .rsplit_once(':')
+        .and_then(|(_, i)| i.parse().ok())
+        .unwrap_or(-1)
 }
 
 /// A stored document, as listed.
@@ -219,14 +237,34 @@ struct Inner {
     reader: Reader,
     /// Embedding calls are accounted here (issue 16, docs/spend.md); `None` in tests.
     spend: std::sync::OnceLock<crate::spend::Spend>,
+    /// The keyword index, a cache of the database (see `index`).
+    index: Arc<KeywordIndex>,
 }
 
 impl Knowledge {
     /// A knowledge store that reads documents in this process, without the sandbox: for
     /// unit tests and benchmarks, whose executable is not `troupe`. The gateway and the CLI
     /// use [`Knowledge::from_settings`].
+    /// Its keyword index is in memory, built from the database at the first search.
     pub fn new(store: Store, settings: KnowledgeSettings, embedder: Option<Embedder>) -> Self {
-        Self::with_reader(store, settings, embedder, Reader::InProcess)
+        Self::with_reader(store, settings, embedder, Reader::InProcess, memory_index())
+    }
+
+    /// [`Knowledge::new`] with its keyword index in `settings.index_dir`, as the gateway
+    /// keeps it: for tests and benchmarks of the on-disk index.
+    pub fn with_index_dir(
+        store: Store,
+        settings: KnowledgeSettings,
+        embedder: Option<Embedder>,
+    ) -> Result<Self, KnowledgeError> {
+        let index = KeywordIndex::open(&settings.index_dir)?;
+        Ok(Self::with_reader(
+            store,
+            settings,
+            embedder,
+            Reader::InProcess,
+            index,
+        ))
     }
 
     fn with_reader(
@@ -234,6 +272,7 @@ impl Knowledge {
         settings: KnowledgeSettings,
         embedder: Option<Embedder>,
         reader: Reader,
+        index: Arc<KeywordIndex>,
     ) -> Self {
         Knowledge {
             inner: Arc::new(Inner {
@@ -243,6 +282,7 @@ impl Knowledge {
                 embedder,
                 reader,
                 spend: std::sync::OnceLock::new(),
+                index,
             }),
         }
     }
@@ -290,12 +330,71 @@ impl Knowledge {
     pub fn from_settings(store: Store, settings: &KnowledgeSettings) -> Self {
         let embedder = settings.embedding.as_ref().map(Embedder::new);
         let worker = Worker::current_exe(settings.extract.clone());
+        // The index is only a cache: when its directory cannot be had (another process
+        // holds it, e.g. `troupe ingest` beside a running gateway), this process keeps one
+        // in memory, built from the database if it ever searches.
+        let index = KeywordIndex::open(&settings.index_dir).unwrap_or_else(|e| {
+            tracing::info!(error = %e, "using an in-memory keyword index");
+            memory_index()
+        });
         Self::with_reader(
             store,
             settings.clone(),
             embedder,
             Reader::Worker(Arc::new(worker)),
+            index,
         )
+    }
+
+    /// How far the keyword index has followed the database (for `/readyz` and `/metrics`).
+    pub fn index_status(&self) -> IndexStatus {
+        self.inner.index.status()
+    }
+
+    /// Brings the keyword index up to the database now: builds it when missing, then
+    /// replays the changes made since (here or through another replica).
+    pub async fn sync_index(&self) -> Result<IndexStatus, KnowledgeError> {
+        self.inner.index.sync(&self.inner.store).await?;
+        let status = self.inner.index.status();
+        crate::metrics::knowledge_index(status.lag, status.rebuilding);
+        Ok(status)
+    }
+
+    /// Follows the database until `stop`: builds the index at once, then syncs every
+    /// `TROUPE_INDEX_POLL_MS`, so changes made through other replicas reach this one's
+    /// results.
+    pub async fn follow(self, stop: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval(self.inner.settings.index_poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Logged once when it starts failing and once when it recovers, not at every poll.
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => match self.sync_index().await {
+                    Ok(_) if failing => {
+                        failing = false;
+                        tracing::info!("keyword index follows the database again");
+                    }
+                    Ok(_) => {}
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!(error = %e, "keyword index could not follow the database; retrying");
+                    }
+                    Err(e) => tracing::debug!(error = %e, "keyword index still cannot follow the database"),
+                },
+            }
+        }
+    }
+
+    /// After a write of this process: the index follows at once when it is built (so an
+    /// upload is found by the next search); a failure is logged, and the next sync retries.
+    async fn after_write(&self) {
+        if self.inner.index.is_built()
+            && let Err(e) = self.sync_index().await
+        {
+            tracing::warn!(error = %e, "keyword index update failed; it will catch up");
+        }
     }
 
     pub fn settings(&self) -> &KnowledgeSettings {
@@ -429,6 +528,7 @@ impl Knowledge {
                                 "could not remove a document of a failed upload");
                         }
                     }
+                    self.after_write().await;
                     return Err(e);
                 }
             }
@@ -490,6 +590,7 @@ impl Knowledge {
                     "could not embed the document; it is searchable by keywords only until `troupe ingest --reembed`");
             }
         }
+        self.after_write().await;
         let scope = scope
             .room()
             .map_or_else(|| "agent".to_string(), RoomKey::to_string);
@@ -547,12 +648,11 @@ impl Knowledge {
         let terms = query_terms(query);
         let store = &self.inner.store;
         let Some(embedder) = &self.inner.embedder else {
-            let hits = store.search_chunks(agent_id, scope, &terms, limit).await?;
-            return Ok(hits.into_iter().map(Hit::from).collect());
+            return self.keyword_search(agent_id, scope, &terms, limit).await;
         };
         let candidates = (limit * 4).max(FUSION_CANDIDATES);
-        let by_text = store
-            .search_chunks(agent_id, scope, &terms, candidates)
+        let by_text = self
+            .keyword_search(agent_id, scope, &terms, candidates)
             .await?;
         let by_vector = match self.embed_for(embedder, agent_id, &[query]).await {
             Ok(mut v) if !query.trim().is_empty() => {
@@ -579,7 +679,7 @@ impl Knowledge {
                 .collect::<Vec<_>>(),
             limit,
         );
-        let mut rows: HashMap<String, ScoredChunk> = by_text
+        let mut rows: HashMap<String, Hit> = by_text
             .into_iter()
             .map(|c| (c.chunk_id.clone(), c))
             .collect();
@@ -590,10 +690,44 @@ impl Knowledge {
             .collect();
         if !missing.is_empty() {
             for c in store.chunks_by_id(&missing).await? {
-                rows.insert(c.chunk_id.clone(), c);
+                rows.insert(c.chunk_id.clone(), Hit::from(c));
             }
         }
         Ok(fused
+            .into_iter()
+            .filter_map(|(id, score)| rows.remove(&id).map(|c| Hit { score, ..c }))
+            .collect())
+    }
+
+    /// The BM25 ranking from the keyword index (built first when it is not yet), with the
+    /// text and source read from the database. A chunk the index still has but the
+    /// database no longer does (deleted through another replica, not yet synced) is left
+    /// out, so a delete never shows in results.
+    async fn keyword_search(
+        &self,
+        agent_id: &AgentId,
+        scope: &Scope,
+        terms: &[String],
+        limit: usize,
+    ) -> Result<Vec<Hit>, KnowledgeError> {
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let index = &self.inner.index;
+        if !index.is_built() {
+            self.sync_index().await?;
+        }
+        let ranked = index.search(agent_id, scope, terms, limit)?;
+        let ids: Vec<String> = ranked.iter().map(|(id, _)| id.clone()).collect();
+        let mut rows: HashMap<String, ScoredChunk> = self
+            .inner
+            .store
+            .chunks_by_id(&ids)
+            .await?
+            .into_iter()
+            .map(|c| (c.chunk_id.clone(), c))
+            .collect();
+        Ok(ranked
             .into_iter()
             .filter_map(|(id, score)| {
                 rows.remove(&id).map(|c| Hit {
@@ -722,6 +856,7 @@ impl Knowledge {
             .await?
         {
             tracing::info!(agent = %agent_id, document = %document_id, "document deleted");
+            self.after_write().await;
             Ok(())
         } else {
             Err(KnowledgeError::NotFound(format!(
@@ -880,7 +1015,14 @@ impl Knowledge {
                 tracing::error!(persona = %agent, error = %e, "could not list knowledge documents")
             }
         }
+        self.after_write().await;
     }
+}
+
+/// An in-memory keyword index. Creating one allocates a writer of a fixed budget and
+/// touches no input, so a failure here is a broken build, not bad input.
+fn memory_index() -> Arc<KeywordIndex> {
+    KeywordIndex::in_memory().expect("an in-memory keyword index")
 }
 
 /// The SHA-256 of a file, read in pieces.
@@ -910,8 +1052,8 @@ fn document_id(agent_id: &AgentId, scope: &Scope, content_hash: &str) -> String 
     hex::encode(&h.finalize()[..12])
 }
 
-/// Words too common to help a keyword search. Postgres drops its own list too; SQLite's
-/// FTS5 has none, and a term matching every chunk only costs time.
+/// Words too common to help a keyword search. The index keeps them (its tokenizer has no
+/// stop list); a query term matching nearly every chunk only costs time.
 const STOP_WORDS: &[&str] = &[
     "a", "about", "an", "and", "are", "as", "at", "be", "but", "by", "can", "could", "did", "do",
     "does", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its",
@@ -921,7 +1063,6 @@ const STOP_WORDS: &[&str] = &[
 ];
 
 /// The query cut into lower-case words of letters and digits, stop words dropped, each once.
-/// Dropping `or` matters: Postgres' `websearch_to_tsquery` reads it as the operator.
 fn query_terms(query: &str) -> Vec<String> {
     let mut seen = HashSet::new();
     query
@@ -1053,6 +1194,7 @@ mod tests {
             chunk_id: text.into(),
             document_id: "d".into(),
             source: "s".into(),
+            chunk: 0,
             text: text.into(),
             score: 1.0,
         };

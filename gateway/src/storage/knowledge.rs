@@ -1,10 +1,11 @@
-//! Knowledge records: documents, their chunks, the full-text index and embedding vectors.
+//! Knowledge records: documents, their chunks, the change sequence and embedding vectors.
 //!
 //! A document belongs to an agent and a scope: `""` for the whole agent, or a room key
-//! (`platform:room`). Ranking differs per backend and is the only SQL that does: SQLite
-//! ranks with FTS5's `bm25()`, Postgres with `ts_rank_cd` over a stored `tsvector` (not
-//! literally BM25: no inverse document frequency). Vectors are bytes here; similarity is the
-//! caller's business (no pgvector or sqlite-vec is assumed).
+//! (`platform:room`). Keyword ranking is not done here: the keyword index
+//! (`knowledge/index.rs`) is a cache built from these tables, and follows them through
+//! `knowledge_changes`, one row per stored or deleted document, written in the same
+//! transaction. Vectors are bytes here; similarity is the caller's business (no pgvector or
+//! sqlite-vec is assumed).
 
 use std::fmt;
 
@@ -103,6 +104,17 @@ pub struct ScoredChunk {
     pub score: f64,
 }
 
+/// A chunk as the keyword index takes it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct IndexChunk {
+    pub seq: i64,
+    pub id: String,
+    pub document_id: String,
+    pub agent_id: AgentId,
+    pub scope: Scope,
+    pub text: String,
+}
+
 /// A chunk that has no vector for some model yet.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct UnembeddedChunk {
@@ -122,6 +134,30 @@ pub struct NewEmbedding {
     /// Little-endian f32s.
     pub vector: Vec<u8>,
 }
+
+/// Appends a row to `knowledge_changes` inside the transaction `$tx`. On Postgres a
+/// transaction-scoped advisory lock is taken first, so `seq`s become visible in order (a
+/// writer holding a lower `seq` has committed before a higher one is handed out) and an
+/// index that read up to `seq` n never misses a lower one committed late. SQLite writers
+/// are serialized already.
+macro_rules! record_change {
+    ($store:expr, $tx:ident, $document:expr, $op:expr) => {{
+        if $store.backend() == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(CHANGES_LOCK)
+                .execute(&mut *$tx)
+                .await?;
+        }
+        sqlx::query("INSERT INTO knowledge_changes (document_id, op) VALUES ($1, $2)")
+            .bind($document)
+            .bind($op)
+            .execute(&mut *$tx)
+            .await?;
+    }};
+}
+
+/// The advisory lock key of `knowledge_changes` writers (any fixed number; "knowl" in ASCII).
+const CHANGES_LOCK: i64 = 0x006b_6e6f_776c;
 
 const DOCUMENT_COLUMNS: &str = "id, agent_id, scope, source, content_type, content_hash, origin, \
      bytes, chunk_count, created_at_ms";
@@ -169,6 +205,7 @@ impl Store {
                     });
                     q.build().execute(&mut *tx).await?;
                 }
+                record_change!(self, tx, doc.id, "add");
                 tx.commit().await?;
                 true
             }
@@ -250,93 +287,76 @@ impl Store {
                 .bind(agent_id)
                 .execute(&mut *tx)
                 .await?;
+            if done.rows_affected() > 0 {
+                record_change!(self, tx, id, "delete");
+            }
             tx.commit().await?;
             done.rows_affected() > 0
         });
         Ok(deleted)
     }
 
-    /// Full-text search over the chunks of `agent_id` in `scope` and the agent-wide ones,
-    /// best first; the score is higher for better matches. `terms` are plain words (letters
-    /// and digits only: the caller has cut the query), any of which may match.
-    pub async fn search_chunks(
+    /// The latest `knowledge_changes` seq, 0 when there is none.
+    pub async fn last_knowledge_change(&self) -> Result<i64> {
+        let seq = with_pool!(self, pool => {
+            sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(seq) FROM knowledge_changes")
+                .fetch_one(pool)
+                .await
+        })?;
+        Ok(seq.unwrap_or(0))
+    }
+
+    /// Up to `limit` changes after `after`, in order: `(seq, document id)`.
+    pub async fn knowledge_changes_after(
         &self,
-        agent_id: &AgentId,
-        scope: &Scope,
-        terms: &[String],
+        after: i64,
         limit: usize,
-    ) -> Result<Vec<ScoredChunk>> {
-        if terms.is_empty() || limit == 0 {
-            return Ok(Vec::new());
+    ) -> Result<Vec<(i64, String)>> {
+        let rows = with_pool!(self, pool => {
+            sqlx::query_as::<_, (i64, String)>(
+                "SELECT seq, document_id FROM knowledge_changes WHERE seq > $1 ORDER BY seq LIMIT $2",
+            )
+            .bind(after)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(pool)
+            .await
+        })?;
+        Ok(rows)
+    }
+
+    /// The chunks of these documents as they are now (none for a deleted one).
+    pub async fn chunks_of_documents(&self, document_ids: &[String]) -> Result<Vec<IndexChunk>> {
+        let mut out = Vec::new();
+        for batch in document_ids.chunks(INSERT_BATCH) {
+            let rows = with_pool!(self, pool => {
+                let mut q = sqlx::QueryBuilder::new(
+                    "SELECT seq, id, document_id, agent_id, scope, text FROM chunks
+                     WHERE document_id IN (",
+                );
+                let mut list = q.separated(", ");
+                for id in batch {
+                    list.push_bind(id.as_str());
+                }
+                q.push(") ORDER BY seq");
+                q.build_query_as::<IndexChunk>().fetch_all(pool).await
+            })?;
+            out.extend(rows);
         }
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = match self.backend() {
-            Backend::Sqlite => {
-                // Quoted, each term is a literal to FTS5, never an operator. CROSS JOIN fixes
-                // the join order (SQLite's rule for it): the full-text match runs once and
-                // drives the lookups. Left to the planner, SQLite 3.51 scanned the agent's
-                // chunks and ran the match once per chunk: 13 s instead of 50 ms on 13k chunks.
-                let query = terms
-                    .iter()
-                    .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
-                    .collect::<Vec<_>>()
-                    .join(" OR ");
-                // The ranking runs over row ids and scores only; the text and the source
-                // are read for the winners alone, not for every chunk that matched.
-                with_pool!(self, pool => {
-                    sqlx::query_as::<_, ScoredChunk>(
-                        "WITH top AS (
-                             SELECT chunks_fts.rowid AS seq, bm25(chunks_fts) AS rank
-                             FROM chunks_fts
-                             CROSS JOIN chunks c ON c.seq = chunks_fts.rowid
-                             WHERE chunks_fts MATCH $1 AND c.agent_id = $2
-                               AND (c.scope = '' OR c.scope = $3)
-                             ORDER BY rank, chunks_fts.rowid
-                             LIMIT $4)
-                         SELECT c.id AS chunk_id, c.document_id, d.source, c.text,
-                                -top.rank AS score
-                         FROM top
-                         CROSS JOIN chunks c ON c.seq = top.seq
-                         CROSS JOIN documents d ON d.id = c.document_id
-                         ORDER BY top.rank, top.seq",
-                    )
-                    .bind(query)
-                    .bind(agent_id)
-                    .bind(scope)
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await
-                })?
-            }
-            Backend::Postgres => {
-                // `or` between the words: any may match. websearch_to_tsquery never fails on
-                // odd input (to_tsquery would on some Unicode); it stems the words and drops
-                // stop words as to_tsvector did.
-                let query = terms.join(" or ");
-                with_pool!(self, pool => {
-                    sqlx::query_as::<_, ScoredChunk>(
-                        "WITH top AS (
-                             SELECT c.seq, ts_rank_cd(c.tsv, q, 1)::float8 AS score
-                             FROM chunks c, websearch_to_tsquery('english', $1) q
-                             WHERE c.tsv @@ q AND c.agent_id = $2
-                               AND (c.scope = '' OR c.scope = $3)
-                             ORDER BY score DESC, c.seq
-                             LIMIT $4)
-                         SELECT c.id AS chunk_id, c.document_id, d.source, c.text, top.score
-                         FROM top
-                         JOIN chunks c ON c.seq = top.seq
-                         JOIN documents d ON d.id = c.document_id
-                         ORDER BY top.score DESC, top.seq",
-                    )
-                    .bind(query)
-                    .bind(agent_id)
-                    .bind(scope)
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await
-                })?
-            }
-        };
+        Ok(out)
+    }
+
+    /// Every chunk after `after_seq`, `limit` at a time in order: for a rebuild.
+    pub async fn chunks_after(&self, after_seq: i64, limit: usize) -> Result<Vec<IndexChunk>> {
+        let rows = with_pool!(self, pool => {
+            sqlx::query_as::<_, IndexChunk>(
+                "SELECT seq, id, document_id, agent_id, scope, text FROM chunks
+                 WHERE seq > $1 ORDER BY seq LIMIT $2",
+            )
+            .bind(after_seq)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(pool)
+            .await
+        })?;
         Ok(rows)
     }
 

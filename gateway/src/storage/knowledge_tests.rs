@@ -42,6 +42,8 @@ on_both_backends!(
     bad_input_is_refused_before_storage,
     text_attachments_become_the_rooms_knowledge,
     vectors_find_what_keywords_miss_and_reembed_rebuilds_them,
+    replicas_follow_each_other_through_the_change_sequence,
+    a_removed_index_directory_is_rebuilt_with_nothing_lost,
 );
 
 fn knowledge(store: &Store) -> Knowledge {
@@ -646,4 +648,130 @@ async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store)
     let plain = knowledge(&store);
     let err = plain.reembed(&AGENT, |_| {}).await.unwrap_err();
     assert!(err.to_string().contains("TROUPE_EMBEDDING_MODEL"), "{err}");
+}
+
+/// Two replicas on one database, each with its own keyword index: what one stores the
+/// other finds once it has synced, and what one deletes is gone from the other's results at
+/// once (the database is checked) and from its index after the next sync.
+async fn replicas_follow_each_other_through_the_change_sequence(store: Store) {
+    let (a, b) = (knowledge(&store), knowledge(&store));
+    let text = b"The lighthouse keeper rows to the island every Tuesday.";
+    // Both build their index (empty) before anything is stored.
+    assert!(
+        a.search(&AGENT, None, "lighthouse", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        b.search(&AGENT, None, "lighthouse", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let doc = a
+        .ingest(&AGENT, None, "keeper.txt", None, text)
+        .await
+        .unwrap();
+    assert_eq!(
+        sources(&a.search(&AGENT, None, "lighthouses", 5).await.unwrap()),
+        ["keeper.txt"]
+    );
+    // B has not followed yet: its status says how far behind it is.
+    assert!(
+        b.search(&AGENT, None, "lighthouse", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let head = store.last_knowledge_change().await.unwrap();
+    let behind = b.index_status();
+    assert!(behind.applied < head, "{behind:?} vs head {head}");
+    let caught_up = b.sync_index().await.unwrap();
+    assert_eq!((caught_up.applied, caught_up.lag), (head, 0));
+    let found = b.search(&AGENT, None, "keepers island", 5).await.unwrap();
+    assert_eq!(sources(&found), ["keeper.txt"]);
+    assert_eq!(
+        (found[0].document_id.as_str(), found[0].chunk),
+        (doc.document_id.as_str(), 0)
+    );
+
+    b.delete(&AGENT, &doc.document_id).await.unwrap();
+    assert!(
+        b.search(&AGENT, None, "lighthouse", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A's index still holds the chunk, but the database does not: never shown.
+    assert!(
+        a.search(&AGENT, None, "lighthouse", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let after = a.sync_index().await.unwrap();
+    assert_eq!(
+        (after.applied, after.lag),
+        (store.last_knowledge_change().await.unwrap(), 0)
+    );
+    assert!(
+        a.search(&AGENT, None, "lighthouse", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// The index on disk resumes where it stopped, and a removed index directory is rebuilt
+/// from the database with every document found again.
+async fn a_removed_index_directory_is_rebuilt_with_nothing_lost(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = KnowledgeSettings {
+        index_dir: dir.path().join("index"),
+        ..KnowledgeSettings::default()
+    };
+    let open = || Knowledge::with_index_dir(store.clone(), settings.clone(), None).unwrap();
+    let k = open();
+    k.sync_index().await.unwrap();
+    for (name, text) in [
+        ("a.txt", "Otters sleep holding hands."),
+        ("b.txt", "Puffins nest in burrows on the cliffs."),
+    ] {
+        k.ingest(&AGENT, Some(&key_of("web:r1")), name, None, text.as_bytes())
+            .await
+            .unwrap();
+    }
+    let before = k.index_status();
+    drop(k);
+    // Reopened: the commit says how far it had got; no rebuild.
+    let k = open();
+    assert_eq!(k.index_status().applied, before.applied);
+    let resumed = k.sync_index().await.unwrap();
+    assert_eq!(
+        (resumed.applied, resumed.rebuilt_chunks),
+        (before.applied, 0)
+    );
+    drop(k);
+
+    std::fs::remove_dir_all(&settings.index_dir).unwrap();
+    let k = open();
+    assert!(
+        k.index_status().applied < 0,
+        "an empty directory means: rebuild"
+    );
+    let status = k.sync_index().await.unwrap();
+    assert_eq!((status.applied, status.rebuilt_chunks), (before.applied, 2));
+    let room = key_of("web:r1");
+    let hits = k
+        .search(&AGENT, Some(&room), "otter puffin", 5)
+        .await
+        .unwrap();
+    assert_eq!(sources(&hits), ["a.txt", "b.txt"]);
+    assert!(
+        k.search(&AGENT, None, "otter puffin", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -68,7 +68,9 @@ use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
 pub use fact_ids::IdentifiedFact;
 pub use journal::{dedupe_caller, same_dedupe_key};
-pub use knowledge::{DocumentRow, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk};
+pub use knowledge::{
+    DocumentRow, IndexChunk, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk,
+};
 pub use rooms::{RoomControl, RoomState};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};

@@ -1,0 +1,444 @@
+//! The keyword index: BM25 over chunk text with English stemming, on tantivy, the same
+//! engine for SQLite and Postgres.
+//!
+//! The database is the source of truth; this index is a cache of it on local disk
+//! (`TROUPE_INDEX_DIR`, or in memory for tests and benchmarks), and can always be thrown away.
+//! It follows the database through `knowledge_changes` (one row per stored or deleted
+//! document, written in the same transaction as the chunks): [`KeywordIndex::sync`] replays
+//! the rows after the last one it applied, which the index keeps in its commit payload, so
+//! a restart resumes where it stopped. The payload also names the database (its
+//! installation id), so an index that is missing, unreadable, written for another database,
+//! or ahead of the database is rebuilt from `chunks`.
+//!
+//! Replaying is idempotent and needs no operation kind: for each changed document the index
+//! drops what it has and adds the chunks the database has now (none for a deleted one). A
+//! rebuild reads the head of the sequence before it reads the chunks, so a change made
+//! during the rebuild is replayed after it.
+//!
+//! Several replicas each keep their own index and each run [`KeywordIndex::sync`] after
+//! their own writes and on a timer (`TROUPE_INDEX_POLL_MS`); how far behind a replica is
+//! shows in `/readyz` and in the `troupe_knowledge_index_lag` gauge.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
+use tantivy::schema::{
+    Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
+};
+use tantivy::tokenizer::TextAnalyzer;
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+use troupe_connectors::AgentId;
+
+use crate::storage::{IndexChunk, Scope, Store};
+
+/// The tokenizer of chunk text and queries: words, lower-cased, long tokens dropped, Porter
+/// (Snowball English) stemming: "lighthouses" matches "lighthouse".
+const TOKENIZER: &str = "en_stem";
+/// The writer's memory budget. One indexing thread: the machine is small, and one thread's
+/// segments merge into fewer.
+const WRITER_MEMORY: usize = 32 << 20;
+/// Chunks read per page during a rebuild, and changes replayed per commit.
+const PAGE: usize = 2_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("keyword index: {0}")]
+    Tantivy(#[from] tantivy::TantivyError),
+    #[error("keyword index directory {path}: {why}")]
+    Directory { path: String, why: String },
+    #[error(transparent)]
+    Storage(#[from] crate::storage::StorageError),
+    #[error("keyword index task failed: {0}")]
+    Task(String),
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
+    chunk_id: Field,
+    document_id: Field,
+    /// The agent and the scope as one term (`agent\0scope`): a search filters on two terms.
+    place: Field,
+    text: Field,
+}
+
+/// How far the index has followed the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexStatus {
+    /// The last change applied.
+    pub applied: i64,
+    /// The last change seen in the database.
+    pub head: i64,
+    /// `head - applied`: changes this replica has not applied yet.
+    pub lag: i64,
+    /// A rebuild from `chunks` is under way.
+    pub rebuilding: bool,
+    /// Chunks read so far by the rebuild under way (or the last one).
+    pub rebuilt_chunks: i64,
+}
+
+pub struct KeywordIndex {
+    index: Index,
+    reader: IndexReader,
+    writer: Mutex<IndexWriter>,
+    fields: Fields,
+    /// The last change applied; -1: the index must be rebuilt first.
+    applied: AtomicI64,
+    head: AtomicI64,
+    rebuilding: AtomicBool,
+    rebuilt_chunks: AtomicI64,
+    /// The installation id of the database the index was built from (from the commit
+    /// payload, then the store's once checked), written into every commit.
+    database: Mutex<Option<String>>,
+    /// Whether `database` has been checked against the store this process uses.
+    checked: AtomicBool,
+    /// One sync at a time.
+    sync: tokio::sync::Mutex<()>,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let chunk_id = b.add_text_field("chunk_id", STRING | STORED);
+    let document_id = b.add_text_field("document_id", STRING);
+    let place = b.add_text_field("place", STRING);
+    // Frequencies without positions: BM25 needs no more, and there are no phrase queries.
+    let text = b.add_text_field(
+        "text",
+        TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer(TOKENIZER)
+                .set_index_option(IndexRecordOption::WithFreqs),
+        ),
+    );
+    (
+        b.build(),
+        Fields {
+            chunk_id,
+            document_id,
+            place,
+            text,
+        },
+    )
+}
+
+fn place(agent: &AgentId, scope: &Scope) -> String {
+    format!("{agent}\u{0}{scope}")
+}
+
+impl KeywordIndex {
+    /// An index in memory, built from the database at the first sync.
+    pub fn in_memory() -> Result<Arc<Self>, IndexError> {
+        let (schema, fields) = schema();
+        Self::from_index(Index::create_in_ram(schema), fields, None, None)
+    }
+
+    /// The index in `dir`, created when missing. An index this version cannot read (another
+    /// schema, a damaged directory) is removed and rebuilt: it is only a cache.
+    pub fn open(dir: &Path) -> Result<Arc<Self>, IndexError> {
+        match Self::open_dir(dir) {
+            Ok(index) => Ok(index),
+            Err(IndexError::Tantivy(tantivy::TantivyError::LockFailure(_, _))) => {
+                Err(IndexError::Directory {
+                    path: dir.display().to_string(),
+                    why: "in use by another troupe process; give each replica its own \
+                          TROUPE_INDEX_DIR"
+                        .into(),
+                })
+            }
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e,
+                    "keyword index unreadable; removing it to rebuild from the database");
+                std::fs::remove_dir_all(dir).map_err(|e| IndexError::Directory {
+                    path: dir.display().to_string(),
+                    why: e.to_string(),
+                })?;
+                Self::open_dir(dir)
+            }
+        }
+    }
+
+    fn open_dir(dir: &Path) -> Result<Arc<Self>, IndexError> {
+        let directory = |e: String| IndexError::Directory {
+            path: dir.display().to_string(),
+            why: e,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| directory(e.to_string()))?;
+        let mmap =
+            tantivy::directory::MmapDirectory::open(dir).map_err(|e| directory(e.to_string()))?;
+        let (schema, fields) = schema();
+        let index = Index::open_or_create(mmap, schema.clone())?;
+        if index.schema() != schema {
+            return Err(directory("written with another schema".into()));
+        }
+        // The payload is `seq installation-id`; anything else means: rebuild.
+        let payload = index.load_metas()?.payload.unwrap_or_default();
+        let (applied, database) = match payload.split_once(' ') {
+            Some((seq, db)) => (seq.parse::<i64>().ok(), Some(db.to_string())),
+            None => (None, None),
+        };
+        Self::from_index(index, fields, applied, database)
+    }
+
+    fn from_index(
+        index: Index,
+        fields: Fields,
+        applied: Option<i64>,
+        database: Option<String>,
+    ) -> Result<Arc<Self>, IndexError> {
+        let writer = index.writer_with_num_threads(1, WRITER_MEMORY)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(Arc::new(KeywordIndex {
+            index,
+            reader,
+            writer: Mutex::new(writer),
+            fields,
+            applied: AtomicI64::new(applied.unwrap_or(-1)),
+            head: AtomicI64::new(0),
+            rebuilding: AtomicBool::new(false),
+            rebuilt_chunks: AtomicI64::new(0),
+            database: Mutex::new(database),
+            checked: AtomicBool::new(false),
+            sync: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    pub fn status(&self) -> IndexStatus {
+        let applied = self.applied.load(Ordering::Relaxed);
+        let head = self.head.load(Ordering::Relaxed);
+        IndexStatus {
+            applied,
+            head,
+            lag: (head - applied.max(0)).max(0),
+            rebuilding: self.rebuilding.load(Ordering::Relaxed),
+            rebuilt_chunks: self.rebuilt_chunks.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether the index has been built for this database (it may still lag behind).
+    pub fn is_built(&self) -> bool {
+        self.checked.load(Ordering::Relaxed) && self.applied.load(Ordering::Relaxed) >= 0
+    }
+
+    /// Brings the index up to the database: rebuilds it when it has to, then replays the
+    /// changes after the last applied. Returns the last change applied.
+    pub async fn sync(self: &Arc<Self>, store: &Store) -> Result<i64, IndexError> {
+        let _one = self.sync.lock().await;
+        if !self.checked.load(Ordering::Relaxed) {
+            let id = store.installation_id().await?;
+            let mut database = self.database.lock().unwrap_or_else(|p| p.into_inner());
+            if database.as_deref() != Some(id.as_str()) {
+                if database.is_some() {
+                    tracing::info!("keyword index was built for another database; rebuilding");
+                }
+                self.applied.store(-1, Ordering::Relaxed);
+                *database = Some(id);
+            }
+            self.checked.store(true, Ordering::Relaxed);
+        }
+        let applied = self.applied.load(Ordering::Relaxed);
+        let head = store.last_knowledge_change().await?;
+        self.head.store(head, Ordering::Relaxed);
+        let mut applied = applied;
+        if applied < 0 || applied > head {
+            applied = self.rebuild(store, head).await?;
+        }
+        loop {
+            let changes = store.knowledge_changes_after(applied, PAGE).await?;
+            let Some(&(last, _)) = changes.last() else {
+                break;
+            };
+            let mut documents: Vec<String> = changes.into_iter().map(|(_, d)| d).collect();
+            documents.sort();
+            documents.dedup();
+            let chunks = store.chunks_of_documents(&documents).await?;
+            let this = Arc::clone(self);
+            blocking(move || {
+                let writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
+                for d in &documents {
+                    writer.delete_term(Term::from_field_text(this.fields.document_id, d));
+                }
+                this.add(&writer, &chunks)?;
+                drop(writer);
+                this.commit(last)
+            })
+            .await?;
+            applied = last;
+            self.head.fetch_max(last, Ordering::Relaxed);
+        }
+        Ok(applied)
+    }
+
+    /// Drops everything and indexes every chunk of the database, as of change `head`.
+    async fn rebuild(self: &Arc<Self>, store: &Store, head: i64) -> Result<i64, IndexError> {
+        tracing::info!(head, "building the keyword index from the database");
+        self.rebuilding.store(true, Ordering::Relaxed);
+        self.rebuilt_chunks.store(0, Ordering::Relaxed);
+        let result = async {
+            {
+                let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+                writer.delete_all_documents()?;
+            }
+            let mut after = 0;
+            loop {
+                let page = store.chunks_after(after, PAGE).await?;
+                let Some(last) = page.last() else {
+                    break;
+                };
+                after = last.seq;
+                let n = page.len() as i64;
+                let this = Arc::clone(self);
+                blocking(move || {
+                    let writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
+                    this.add(&writer, &page)
+                })
+                .await?;
+                self.rebuilt_chunks.fetch_add(n, Ordering::Relaxed);
+            }
+            let this = Arc::clone(self);
+            blocking(move || this.commit(head)).await?;
+            Ok::<_, IndexError>(head)
+        }
+        .await;
+        self.rebuilding.store(false, Ordering::Relaxed);
+        if result.is_err() {
+            // Nothing half-built is committed: the index stays as it was, to rebuild again.
+            let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = writer.rollback() {
+                tracing::warn!(error = %e, "keyword index: could not roll back a failed rebuild");
+            }
+        } else {
+            tracing::info!(
+                chunks = self.rebuilt_chunks.load(Ordering::Relaxed),
+                "keyword index built"
+            );
+        }
+        result
+    }
+
+    fn add(&self, writer: &IndexWriter, chunks: &[IndexChunk]) -> Result<(), IndexError> {
+        let f = self.fields;
+        for c in chunks {
+            let mut doc = TantivyDocument::default();
+            doc.add_text(f.chunk_id, &c.id);
+            doc.add_text(f.document_id, &c.document_id);
+            doc.add_text(f.place, place(&c.agent_id, &c.scope));
+            doc.add_text(f.text, &c.text);
+            writer.add_document(doc)?;
+        }
+        Ok(())
+    }
+
+    /// Commits with the last applied change as the payload, and makes it searchable.
+    fn commit(&self, applied: i64) -> Result<(), IndexError> {
+        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let database = self
+            .database
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default();
+        let mut prepared = writer.prepare_commit()?;
+        prepared.set_payload(&format!("{applied} {database}"));
+        prepared.commit()?;
+        drop(writer);
+        self.reader.reload()?;
+        self.applied.store(applied, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The best `limit` chunks of `agent` in `scope` and the agent-wide ones for `terms`
+    /// (plain words, any of which may match), by BM25: `(chunk id, score)`, best first.
+    pub fn search(
+        &self,
+        agent: &AgentId,
+        scope: &Scope,
+        terms: &[String],
+        limit: usize,
+    ) -> Result<Vec<(String, f64)>, IndexError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let f = self.fields;
+        let mut analyzer: TextAnalyzer = self
+            .index
+            .tokenizers()
+            .get(TOKENIZER)
+            .ok_or_else(|| IndexError::Task(format!("no `{TOKENIZER}` tokenizer")))?;
+        let mut words: Vec<String> = Vec::new();
+        for term in terms {
+            let mut stream = analyzer.token_stream(term);
+            while let Some(token) = stream.next() {
+                words.push(token.text.clone());
+            }
+        }
+        words.sort();
+        words.dedup();
+        if words.is_empty() {
+            return Ok(Vec::new());
+        }
+        let text: Vec<(Occur, Box<dyn Query>)> = words
+            .iter()
+            .map(|w| {
+                let q: Box<dyn Query> = Box::new(TermQuery::new(
+                    Term::from_field_text(f.text, w),
+                    IndexRecordOption::WithFreqs,
+                ));
+                (Occur::Should, q)
+            })
+            .collect();
+        let mut places = vec![place(agent, &Scope::AGENT)];
+        if scope.room().is_some() {
+            places.push(place(agent, scope));
+        }
+        let places: Vec<(Occur, Box<dyn Query>)> = places
+            .iter()
+            .map(|p| {
+                let q: Box<dyn Query> = Box::new(TermQuery::new(
+                    Term::from_field_text(f.place, p),
+                    IndexRecordOption::Basic,
+                ));
+                (Occur::Should, q)
+            })
+            .collect();
+        // The scope filter scores nothing, so the ranking is BM25 over the text alone.
+        let query = BooleanQuery::new(vec![
+            (
+                Occur::Must,
+                Box::new(BooleanQuery::new(text)) as Box<dyn Query>,
+            ),
+            (
+                Occur::Must,
+                Box::new(ConstScoreQuery::new(
+                    Box::new(BooleanQuery::new(places)),
+                    0.0,
+                )),
+            ),
+        ]);
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&query, &TopDocs::with_limit(limit).order_by_score())?;
+        let mut out = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let doc: TantivyDocument = searcher.doc(address)?;
+            if let Some(id) = doc.get_first(f.chunk_id).and_then(|v| v.as_str()) {
+                out.push((id.to_string(), f64::from(score)));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Runs tantivy's blocking work (writes, commits with their fsyncs) off the async runtime.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, IndexError> + Send + 'static,
+) -> Result<T, IndexError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| IndexError::Task(e.to_string()))?
+}
