@@ -12,7 +12,7 @@
 //! so that a platform imports only this module and `model`, and `registry` imports the
 //! platforms: no module imports one that imports it back.
 
-use crate::model::{AgentId, Inbound, MessageId, Outbound, Platform, RoomRef};
+use crate::model::{AgentId, Inbound, MessageId, Outbound, Platform, RoomRef, UserId};
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -230,6 +230,13 @@ pub trait Connector: Send + Sync {
     /// a platform without roles (Farcaster, the API) leaves it to its own rule.
     async fn may_steer(&self, _message: &Inbound) -> Result<bool, ConnectorError> {
         Ok(true)
+    }
+
+    /// The platform's user id of this account (the bot's own user), once it is known (a
+    /// Discord connector learns it from READY). The gateway tells its own personas' bots
+    /// apart from other people's with it (docs/rooms.md). `None` where it is not known.
+    fn self_id(&self) -> Option<UserId> {
+        None
     }
 
     /// Whether the platform answers with these credentials.

@@ -294,7 +294,8 @@ impl App {
                     self.waiters.clone(),
                     self.config.agent.clone(),
                 )
-                .with_knowledge(self.knowledge.clone());
+                .with_knowledge(self.knowledge.clone())
+                .with_troupe(&self.agents);
                 self.agents.insert(Arc::new(agent));
                 self.outbox.connectors().insert(&id, Arc::new(WebConnector));
             }

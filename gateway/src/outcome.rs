@@ -38,6 +38,9 @@ pub enum WhyNot {
     Muted,
     #[serde(rename = "too many bot messages in a row in this room")]
     BotTurns,
+    /// Another persona of the troupe answers it (the room's arbiter, `rooms::arbiter`).
+    #[serde(rename = "another persona of the troupe answers it")]
+    OtherPersona,
 }
 
 impl WhyNot {
@@ -49,6 +52,7 @@ impl WhyNot {
             WhyNot::NotAddressed => "not addressed to the persona",
             WhyNot::Muted => "the persona is muted in this room",
             WhyNot::BotTurns => "too many bot messages in a row in this room",
+            WhyNot::OtherPersona => "another persona of the troupe answers it",
         }
     }
 }

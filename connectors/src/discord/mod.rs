@@ -40,7 +40,7 @@ use crate::connector::{
     Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, Delivery, InboundSink,
     Lookup, Receiving, Recent, Shard,
 };
-use crate::model::{MessageId, Outbound, Platform, RoomRef};
+use crate::model::{MessageId, Outbound, Platform, RoomRef, UserId};
 use config::Settings;
 use gateway::{Handler, Receiver};
 use rest::Rest;
@@ -191,6 +191,10 @@ impl DiscordConnector {
 impl Connector for DiscordConnector {
     fn platform(&self) -> Platform {
         Platform::Discord
+    }
+
+    fn self_id(&self) -> Option<UserId> {
+        (*self.me.borrow()).map(|me| UserId::new(me.to_string()))
     }
 
     async fn run(

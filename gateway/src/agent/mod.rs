@@ -11,6 +11,7 @@
 //! two messages without a restart.
 
 pub mod decide;
+mod troupe;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -124,6 +125,8 @@ pub struct Agent {
     /// Documents to recall from; `None` answers without knowledge.
     knowledge: Option<crate::knowledge::Knowledge>,
     memory: crate::memory::Memory,
+    /// The personas sharing rooms with this one (`troupe`); `None` answers alone.
+    troupe: Option<troupe::Troupe>,
 }
 
 impl Agent {
@@ -147,6 +150,7 @@ impl Agent {
             waiters,
             settings,
             knowledge: None,
+            troupe: None,
         }
     }
 
@@ -416,7 +420,10 @@ impl Agent {
         journal_id: JournalId,
         inbound: &Inbound,
     ) -> anyhow::Result<Option<Outcome>> {
-        let switches = persona.switches(inbound.platform());
+        let mut switches = persona.switches(inbound.platform());
+        // The troupe's own personas are heard where other people's bots are not.
+        let from_troupe = self.from_troupe(inbound);
+        switches.ignore_bot_messages &= !from_troupe;
         let names: Vec<&str> = [persona.name.as_str()].into_iter().collect();
         let state = self.store.room_state(&self.id, &inbound.room.key()).await?;
         let decision = decide::steer(
@@ -425,6 +432,7 @@ impl Agent {
             crate::clock::now_ms(),
         );
         let decision = self.bot_turns(decision, inbound).await?;
+        let decision = self.arbitrate(decision, inbound, from_troupe).await?;
         match decision {
             Decision::Ignore(why) => {
                 tracing::debug!(reason = why.as_str(), "not answering");

@@ -32,6 +32,7 @@
 //! takes `$1` placeholders, and both have `ON CONFLICT` and `RETURNING`); only the outbox
 //! claim differs, because only Postgres has concurrent writers to fence off.
 
+mod arbiter;
 mod journal;
 mod knowledge;
 #[cfg(test)]
@@ -62,6 +63,7 @@ use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
 pub use journal::{dedupe_caller, same_dedupe_key};
 pub use knowledge::{DocumentRow, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk};
+pub use arbiter::Floor;
 pub use rooms::{RoomControl, RoomState};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 

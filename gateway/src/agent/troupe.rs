@@ -1,0 +1,122 @@
+//! The agent's side of sharing a room with the other personas of the troupe (docs/rooms.md,
+//! "A troupe in one room"): telling the troupe's own bots apart from other people's, and
+//! asking the room's arbiter (`rooms::arbiter`) whether this persona is the one that
+//! answers a message nobody addressed.
+//!
+//! The troupe is every persona this gateway loaded that has a connector on the message's
+//! platform; their bots' user ids come from those connectors (`Connector::self_id`). With
+//! fewer than two such personas nothing here writes a row or changes a decision.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock, Weak};
+use troupe_connectors::{Inbound, Platform};
+
+use super::decide::{Decision, Why, WhyNot};
+use super::{Agent, Agents};
+use crate::rooms::arbiter::{self, Member};
+
+/// The troupe, held weakly: the registry holds the agents, and an agent holding the
+/// registry strongly would keep every agent alive forever.
+pub(super) struct Troupe(Weak<RwLock<HashMap<String, Arc<Agent>>>>);
+
+impl Troupe {
+    fn agents(&self) -> Option<Agents> {
+        self.0.upgrade().map(|inner| Agents { inner })
+    }
+}
+
+impl Agent {
+    /// Lets the persona know the rest of the troupe, for rooms they share.
+    pub fn with_troupe(mut self, troupe: &Agents) -> Self {
+        self.troupe = Some(Troupe(Arc::downgrade(&troupe.inner)));
+        self
+    }
+
+    /// The troupe on `inbound`'s platform, without the room's controls (`following` false):
+    /// enough to recognise its bots. Empty on the API, and without a troupe.
+    fn troupe_on(&self, inbound: &Inbound) -> Vec<Member> {
+        let platform = inbound.platform();
+        let Some(troupe) = self.troupe.as_ref().and_then(Troupe::agents) else {
+            return Vec::new();
+        };
+        if platform == Platform::Web {
+            return Vec::new();
+        }
+        troupe
+            .all()
+            .into_iter()
+            .filter_map(|agent| {
+                let connector = self.outbox.connectors().get(&agent.id, platform)?;
+                let mind = agent.mind();
+                Some(Member {
+                    id: agent.id.clone(),
+                    name: mind.persona.name.clone(),
+                    topics: mind.persona.character.topics.clone(),
+                    bot_user: connector.self_id(),
+                    following: false,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether `inbound` was written by another persona of the troupe (its bot's user id is
+    /// one of the troupe's connectors'): such a bot is heard even where other people's bots
+    /// are ignored, and its messages still count against `TROUPE_BOT_TURNS`.
+    pub(super) fn from_troupe(&self, inbound: &Inbound) -> bool {
+        inbound.author.is_bot
+            && self
+                .troupe_on(inbound)
+                .iter()
+                .any(|m| m.id != self.id && m.bot_user.as_ref() == Some(&inbound.author.id))
+    }
+
+    /// The arbiter's part of the decision, in a room the troupe shares. A person addressing
+    /// this persona makes it the room's last addressed and claims the message for it. A
+    /// message answered only because the room is followed goes to the arbiter's choice, one
+    /// persona for the whole troupe; a troupe persona's own message is answered by another
+    /// only when it addresses it, so that following personas do not chat among themselves.
+    pub(super) async fn arbitrate(
+        &self,
+        decision: Decision,
+        inbound: &Inbound,
+        from_troupe: bool,
+    ) -> anyhow::Result<Decision> {
+        let addressed = matches!(
+            decision,
+            Decision::Respond(Why::Mention | Why::ReplyToSelf | Why::Name)
+        );
+        if !addressed && decision != Decision::Respond(Why::Following) {
+            return Ok(decision);
+        }
+        let mut members = self.troupe_on(inbound);
+        if members.len() < 2 {
+            return Ok(decision);
+        }
+        let room = inbound.room.key();
+        if addressed {
+            if !inbound.author.is_bot {
+                self.store.set_last_addressed(&room, &self.id).await?;
+                self.store
+                    .claim_message(&room, &inbound.id, &self.id)
+                    .await?;
+            }
+            return Ok(decision);
+        }
+        if from_troupe {
+            return Ok(Decision::Ignore(WhyNot::NotAddressed));
+        }
+        let now = crate::clock::now_ms();
+        for m in &mut members {
+            let state = self.store.room_state(&m.id, &room).await?;
+            m.following = state.following && !state.muted_at(now);
+        }
+        Ok(
+            if arbiter::settle(&self.store, &room, inbound, &self.id, &members).await? {
+                decision
+            } else {
+                tracing::info!("another persona of the troupe answers this message");
+                Decision::Ignore(WhyNot::OtherPersona)
+            },
+        )
+    }
+}
