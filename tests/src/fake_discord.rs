@@ -350,7 +350,8 @@ impl Inner {
         self.next_message += 1;
         let n = self.next_message;
         let author = self.user(&new.author);
-        let mut mentioned: Vec<FakeBot> = new.mention_bot.then(FakeBot::primary).into_iter().collect();
+        let mut mentioned: Vec<FakeBot> =
+            new.mention_bot.then(FakeBot::primary).into_iter().collect();
         mentioned.extend(new.mentions.iter().cloned());
         let prefix: String = mentioned.iter().map(|b| format!("<@{}> ", b.id)).collect();
         let content = format!("{prefix}{}", new.content);
@@ -427,7 +428,10 @@ impl Inner {
         }
     }
 
-    fn live_mut(&mut self, which: Which) -> Option<&mut Option<(u64, mpsc::UnboundedSender<Outgoing>)>> {
+    fn live_mut(
+        &mut self,
+        which: Which,
+    ) -> Option<&mut Option<(u64, mpsc::UnboundedSender<Outgoing>)>> {
         match which {
             Which::Primary => Some(&mut self.live),
             Which::Other(i) => self.others.get_mut(i).map(|o| &mut o.live),

@@ -151,7 +151,8 @@ mod tests {
             member("cy", &[], false),
         ];
         let floor = Floor::default();
-        let pick = |m: &Inbound, f: &Floor| choose(&troupe, m, f).map(|(id, g)| (id.to_string(), g));
+        let pick =
+            |m: &Inbound, f: &Floor| choose(&troupe, m, f).map(|(id, g)| (id.to_string(), g));
         // Addressed after all: a name, or a bot mention, even of one not following.
         assert_eq!(
             pick(&msg("u", false, "cy, what now?"), &floor),
@@ -181,8 +182,14 @@ mod tests {
         );
         // Then in turn, among the following only.
         let in_turn = |turn| {
-            pick(&msg("u", false, "what a day"), &Floor { last_addressed: None, turn })
-                .map(|(id, _)| id)
+            pick(
+                &msg("u", false, "what a day"),
+                &Floor {
+                    last_addressed: None,
+                    turn,
+                },
+            )
+            .map(|(id, _)| id)
         };
         assert_eq!(in_turn(0).as_deref(), Some("ada"));
         assert_eq!(in_turn(1).as_deref(), Some("bea"));

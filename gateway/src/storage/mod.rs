@@ -61,9 +61,9 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
+pub use arbiter::Floor;
 pub use journal::{dedupe_caller, same_dedupe_key};
 pub use knowledge::{DocumentRow, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk};
-pub use arbiter::Floor;
 pub use rooms::{RoomControl, RoomState};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 
