@@ -33,6 +33,8 @@
 //! claim differs, because only Postgres has concurrent writers to fence off.
 
 mod arbiter;
+#[cfg(test)]
+mod arbiter_tests;
 mod journal;
 mod knowledge;
 #[cfg(test)]
