@@ -219,7 +219,7 @@ async fn a_persona_to_persona_exchange_stops_after_the_cap() {
     );
     // Ada has decided on Bea's last message: the human's, her two replies, Bea's two.
     troupe_e2e::eventually("Ada decided on Bea's second reply", WAIT, || async {
-        t.memory("ada").await.len() == 5
+        t.memory("ada").await.len() >= 5
     })
     .await;
     assert_eq!(t.model.request_count(), 4, "0 further model calls");

@@ -62,7 +62,7 @@ impl Agent {
     /// Whether `inbound` was written by another persona of the troupe (its bot's user id is
     /// one of the troupe's connectors'): such a bot is heard even where other people's bots
     /// are ignored, and its messages still count against `TROUPE_BOT_TURNS`.
-    pub(super) fn from_troupe(&self, inbound: &Inbound) -> bool {
+    pub(super) fn written_by_troupe(&self, inbound: &Inbound) -> bool {
         inbound.author.is_bot
             && self
                 .troupe_on(inbound)
