@@ -184,6 +184,10 @@ pub struct ContextLine {
     pub from_self: bool,
 }
 
+/// The [`ConnectorState`] key under which a connector keeps its account's own user id
+/// (see [`Connector::self_id`]).
+pub const SELF_ID_KEY: &str = "self_id";
+
 /// One platform account. Implementations live in this crate, one module per platform; the
 /// gateway's `Web` connector lives in the gateway because it answers HTTP callers.
 #[async_trait]
@@ -233,8 +237,10 @@ pub trait Connector: Send + Sync {
     }
 
     /// The platform's user id of this account (the bot's own user), once it is known (a
-    /// Discord connector learns it from READY). The gateway tells its own personas' bots
-    /// apart from other people's with it (docs/rooms.md). `None` where it is not known.
+    /// Discord connector learns it from `users/@me` and READY, and also keeps it in its
+    /// state under [`SELF_ID_KEY`] for replicas that do not run it). The gateway tells its
+    /// own personas' bots apart from other people's with it (docs/rooms.md). `None` where
+    /// it is not known.
     fn self_id(&self) -> Option<UserId> {
         None
     }

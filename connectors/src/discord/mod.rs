@@ -206,6 +206,14 @@ impl Connector for DiscordConnector {
             return Ok(());
         };
         self.me.send_replace(Some(me));
+        // For the replicas that do not run this account's gateway (docs/rooms.md).
+        if let Err(e) = self
+            .state
+            .put(crate::connector::SELF_ID_KEY, &me.to_string())
+            .await
+        {
+            tracing::warn!(error = %e, "could not keep the bot's user id");
+        }
         if let Some(app) = self.settings.application_id {
             tracing::info!(
                 invite = %config::invite_url(app),

@@ -422,7 +422,7 @@ impl Agent {
     ) -> anyhow::Result<Option<Outcome>> {
         let mut switches = persona.switches(inbound.platform());
         // The troupe's own personas are heard where other people's bots are not.
-        let from_troupe = self.written_by_troupe(inbound);
+        let from_troupe = self.written_by_troupe(inbound).await?;
         switches.ignore_bot_messages &= !from_troupe;
         let names: Vec<&str> = [persona.name.as_str()].into_iter().collect();
         let state = self.store.room_state(&self.id, &inbound.room.key()).await?;

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, Weak};
-use troupe_connectors::{Inbound, Platform};
+use troupe_connectors::{Inbound, Platform, SELF_ID_KEY, UserId};
 
 use super::decide::{Decision, Why, WhyNot};
 use super::{Agent, Agents};
@@ -33,41 +33,54 @@ impl Agent {
     }
 
     /// The troupe on `inbound`'s platform, without the room's controls (`following` false):
-    /// enough to recognise its bots. Empty on the API, and without a troupe.
-    fn troupe_on(&self, inbound: &Inbound) -> Vec<Member> {
+    /// enough to recognise its bots. A bot's user id comes from its connector, or, on a
+    /// replica that does not run that connector, from what the connector kept in the
+    /// database when it started. Empty on the API, and without a troupe.
+    async fn troupe_on(&self, inbound: &Inbound) -> anyhow::Result<Vec<Member>> {
         let platform = inbound.platform();
         let Some(troupe) = self.troupe.as_ref().and_then(Troupe::agents) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         if platform == Platform::Web {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        troupe
-            .all()
-            .into_iter()
-            .filter_map(|agent| {
-                let connector = self.outbox.connectors().get(&agent.id, platform)?;
-                let mind = agent.mind();
-                Some(Member {
-                    id: agent.id.clone(),
-                    name: mind.persona.name.clone(),
-                    topics: mind.persona.character.topics.clone(),
-                    bot_user: connector.self_id(),
-                    following: false,
-                })
-            })
-            .collect()
+        let mut members = Vec::new();
+        for agent in troupe.all() {
+            let Some(connector) = self.outbox.connectors().get(&agent.id, platform) else {
+                continue;
+            };
+            let bot_user = match connector.self_id() {
+                Some(id) => Some(id),
+                None => self
+                    .store
+                    .connector_state_get(&agent.id, platform, SELF_ID_KEY)
+                    .await?
+                    .map(UserId::new),
+            };
+            let mind = agent.mind();
+            members.push(Member {
+                id: agent.id.clone(),
+                name: mind.persona.name.clone(),
+                topics: mind.persona.character.topics.clone(),
+                bot_user,
+                following: false,
+            });
+        }
+        Ok(members)
     }
 
     /// Whether `inbound` was written by another persona of the troupe (its bot's user id is
     /// one of the troupe's connectors'): such a bot is heard even where other people's bots
     /// are ignored, and its messages still count against `TROUPE_BOT_TURNS`.
-    pub(super) fn written_by_troupe(&self, inbound: &Inbound) -> bool {
-        inbound.author.is_bot
-            && self
-                .troupe_on(inbound)
-                .iter()
-                .any(|m| m.id != self.id && m.bot_user.as_ref() == Some(&inbound.author.id))
+    pub(super) async fn written_by_troupe(&self, inbound: &Inbound) -> anyhow::Result<bool> {
+        if !inbound.author.is_bot {
+            return Ok(false);
+        }
+        Ok(self
+            .troupe_on(inbound)
+            .await?
+            .iter()
+            .any(|m| m.id != self.id && m.bot_user.as_ref() == Some(&inbound.author.id)))
     }
 
     /// The arbiter's part of the decision, in a room the troupe shares. A person addressing
@@ -88,7 +101,7 @@ impl Agent {
         if !addressed && decision != Decision::Respond(Why::Following) {
             return Ok(decision);
         }
-        let mut members = self.troupe_on(inbound);
+        let mut members = self.troupe_on(inbound).await?;
         if members.len() < 2 {
             return Ok(decision);
         }
