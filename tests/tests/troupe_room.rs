@@ -225,3 +225,56 @@ async fn a_persona_to_persona_exchange_stops_after_the_cap() {
     assert_eq!(t.model.request_count(), 4, "0 further model calls");
     assert_eq!(t.discord.sent_messages().len(), 4, "silent after the cap");
 }
+
+/// Two personas in one room of the API: each message is posted to one of them, and the
+/// other, present in the room, hears the exchange as room history with the names.
+#[tokio::test]
+async fn personas_in_one_web_room_hear_each_other_with_names() {
+    let model = FakeOpenAi::start().await;
+    model.push_reply("Morning, Sam.");
+    model.push_reply("The tide turns at noon.");
+    model.push_reply("Ada said noon.");
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("ada.json", persona_json("Ada", ADA_BIO))
+            .persona_file("bea.json", persona_json("Bea", BEA_BIO))
+            .openai(&model)
+            .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
+            .env("TROUPE_MEMORY_FACTS_EVERY", "0")
+            .env("TROUPE_RATE_API_PER_MIN", "0"),
+    )
+    .await;
+    let say =
+        |text: &str| json!({"roomId": "deck", "userId": "sam", "userName": "Sam", "text": text});
+    let (status, body) = app.post_message("bea", &say("morning, Bea")).await;
+    assert!(status.is_success(), "{body}");
+    let (status, body) = app
+        .post_message("ada", &say("Ada, when is the tide?"))
+        .await;
+    assert!(status.is_success(), "{body}");
+    let (_, heard) = app.get("/api/agents/bea/rooms/deck/memories").await;
+    let lines = heard["messages"].as_array().cloned().unwrap_or_default();
+    assert!(
+        lines
+            .iter()
+            .any(|m| m["text"] == "The tide turns at noon." && m["authorName"] == "Ada"),
+        "{heard:#}"
+    );
+    assert!(
+        lines.iter().any(|m| m["text"] == "Ada, when is the tide?"),
+        "{heard:#}"
+    );
+    // And it is in Bea's next prompt.
+    app.post_message("bea", &say("what did Ada say?")).await;
+    let prompt = model.last_prompt_text();
+    assert!(prompt.contains("The tide turns at noon."), "{prompt}");
+    // A persona that never talked in the room hears nothing of it: Ada was not in "hold".
+    let hold = |text: &str| json!({"roomId": "hold", "userId": "sam", "text": text});
+    model.push_reply("Nets are dry.");
+    app.post_message("bea", &hold("are the nets dry?")).await;
+    let (_, ada_hold) = app.get("/api/agents/ada/rooms/hold/memories").await;
+    assert!(
+        !troupe_e2e::json_contains_text(&ada_hold, "Nets are dry."),
+        "{ada_hold:#}"
+    );
+}

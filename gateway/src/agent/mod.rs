@@ -605,6 +605,7 @@ impl Agent {
     ) -> anyhow::Result<Outcome> {
         let text = self.act(inbound, text).await?;
         self.reply(journal_id, inbound, text.clone()).await?;
+        self.share_in_web_room(journal_id, inbound, &text).await?;
         if inbound.platform() != Platform::Web {
             // The persona's own reply is a bot message in the room too.
             self.store

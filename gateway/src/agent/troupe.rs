@@ -49,8 +49,12 @@ impl Agent {
             let Some(connector) = self.outbox.connectors().get(&agent.id, platform) else {
                 continue;
             };
+            // The stored id is read only where an id can matter: a bot wrote the message,
+            // or it mentions someone (`<@id>`); a person's plain message costs no read.
+            let ids_matter = inbound.author.is_bot || inbound.text.contains("<@");
             let bot_user = match connector.self_id() {
                 Some(id) => Some(id),
+                None if !ids_matter => None,
                 None => self
                     .store
                     .connector_state_get(&agent.id, platform, SELF_ID_KEY)
@@ -131,5 +135,47 @@ impl Agent {
                 Decision::Ignore(WhyNot::OtherPersona)
             },
         )
+    }
+
+    /// On the Web platform, where no connector carries one persona's reply to the others,
+    /// the other personas present in the room (they have talked there) hear the exchange:
+    /// the person's message and this persona's reply join their memory of the room, with
+    /// the names, as the troupe's messages do on Discord.
+    pub(super) async fn share_in_web_room(
+        &self,
+        journal_id: crate::storage::JournalId,
+        inbound: &Inbound,
+        reply: &str,
+    ) -> anyhow::Result<()> {
+        let Some(troupe) = self.troupe.as_ref().and_then(Troupe::agents) else {
+            return Ok(());
+        };
+        if inbound.platform() != Platform::Web {
+            return Ok(());
+        }
+        let name = self.mind().persona.name.clone();
+        let room = inbound.room.key();
+        let lines = [
+            crate::storage::NewMemory {
+                author_id: inbound.author.id.as_str(),
+                author_name: &inbound.author.name,
+                text: &inbound.text,
+                from_agent: false,
+                created_at_ms: inbound.sent_at_ms,
+            },
+            crate::storage::NewMemory {
+                author_id: self.id.as_str(),
+                author_name: &name,
+                text: reply,
+                from_agent: false,
+                created_at_ms: crate::clock::now_ms(),
+            },
+        ];
+        for other in troupe.all().into_iter().filter(|a| a.id != self.id) {
+            self.store
+                .overhear(&other.id, &room, journal_id, &lines)
+                .await?;
+        }
+        Ok(())
     }
 }

@@ -118,3 +118,58 @@ impl Store {
         Ok((winner, inserted))
     }
 }
+
+impl Store {
+    /// Lets `listener` hear an exchange of another persona in a room it is present in (it
+    /// has messages there): `lines` join its memory of the room, tied to the exchange's
+    /// journal entry so that a second call for the same entry adds nothing. The Web
+    /// platform's shared rooms use it, where no connector carries one persona's reply to
+    /// the others. Returns whether the listener heard it.
+    pub async fn overhear(
+        &self,
+        listener: &AgentId,
+        room: &RoomKey,
+        journal_id: super::JournalId,
+        lines: &[super::NewMemory<'_>],
+    ) -> Result<bool> {
+        let heard = with_pool!(self, pool => async {
+            let mut tx = pool.begin().await?;
+            let (present, heard_before): (bool, bool) = sqlx::query_as(
+                "SELECT
+                     EXISTS (SELECT 1 FROM messages WHERE agent_id = $1 AND room = $2),
+                     EXISTS (SELECT 1 FROM messages
+                             WHERE agent_id = $1 AND room = $2 AND journal_id = $3)",
+            )
+            .bind(listener)
+            .bind(room)
+            .bind(journal_id.0)
+            .fetch_one(&mut *tx)
+            .await?;
+            if !present || heard_before {
+                tx.commit().await?;
+                return Ok::<_, sqlx::Error>(false);
+            }
+            for line in lines {
+                sqlx::query(
+                    "INSERT INTO messages (agent_id, room, journal_id, author_id, author_name,
+                         text, from_agent, created_at_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(listener)
+                .bind(room)
+                .bind(journal_id.0)
+                .bind(line.author_id)
+                .bind(line.author_name)
+                .bind(line.text)
+                .bind(line.from_agent)
+                .bind(line.created_at_ms)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(true)
+        }
+        .await)?;
+        Ok(heard)
+    }
+}
