@@ -3,7 +3,9 @@
 -- there, and the turn for answering in turn. `room_claims` holds, per message, the one
 -- persona that answers it when nobody addressed it (follow mode): the first persona to
 -- handle the message writes the arbiter's choice with INSERT .. ON CONFLICT DO NOTHING and
--- every persona, on every replica, reads the same row back. Keep in step with
+-- every persona, on every replica, reads the same row back. `room_senders` records which
+-- persona of the troupe wrote a message in the room, as the others heard it, so that a
+-- reply to it is known as addressed to that persona. Keep in step with
 -- migrations/postgres/0009_room_floor.sql.
 CREATE TABLE room_floor (
     room            TEXT    NOT NULL PRIMARY KEY,
@@ -17,5 +19,13 @@ CREATE TABLE room_claims (
     message_id      TEXT    NOT NULL,
     agent_id        TEXT    NOT NULL,
     claimed_at_ms   INTEGER NOT NULL,
+    PRIMARY KEY (room, message_id)
+);
+
+CREATE TABLE room_senders (
+    room            TEXT    NOT NULL,
+    message_id      TEXT    NOT NULL,
+    agent_id        TEXT    NOT NULL,
+    heard_at_ms     INTEGER NOT NULL,
     PRIMARY KEY (room, message_id)
 );

@@ -28,6 +28,8 @@
 //! (`users/@me`, the author of a created message); a guild message, a person's or a bot's,
 //! is dispatched as MESSAGE_CREATE to every bot's session (they all see every channel of the
 //! fake guild), with `author.bot` true for a bot's; a DM goes to the first bot only.
+//! A test can hold one bot's dispatches ([`FakeDiscord::hold_bot`]) to fix which bot hears
+//! a message first.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -270,6 +272,10 @@ struct Inner {
     live: Option<(u64, mpsc::UnboundedSender<Outgoing>)>,
     /// Bots besides the first, each with its own session.
     others: Vec<OtherBot>,
+    /// Bots whose dispatches wait (in their session, in order) until released: a slow
+    /// network to one bot, so a test can fix which bot hears a message first.
+    held_bots: Vec<Which>,
+    parked: Vec<(Which, String)>,
     connections: u64,
     identifies: usize,
     resumes: usize,
@@ -403,11 +409,20 @@ impl Inner {
         session.seq += 1;
         let frame = json!({"op": 0, "s": session.seq, "t": t, "d": d}).to_string();
         session.log.push((session.seq, frame.clone()));
+        if self.held_bots.contains(&which) {
+            self.parked.push((which, frame));
+            return;
+        }
         if let Some((_, tx)) = live.as_ref()
             && tx.send(Outgoing::Frame(frame)).is_err()
         {
             *live = None;
         }
+    }
+
+    fn which(&self, bot: &FakeBot) -> Which {
+        self.bot_by_token(&bot.token)
+            .map_or(Which::Primary, |(w, _)| w)
     }
 
     /// The bot whose token this is.
@@ -519,6 +534,30 @@ impl FakeDiscord {
             inner.dispatch("MESSAGE_CREATE", m);
         }
         id
+    }
+
+    /// Holds `bot`'s dispatches from now on: they wait, in order, until
+    /// [`Self::release_bot`], as over a slow link to that bot only.
+    pub fn hold_bot(&self, bot: &FakeBot) {
+        let mut inner = self.shared.lock();
+        let which = inner.which(bot);
+        inner.held_bots.push(which);
+    }
+
+    /// Sends `bot` the dispatches held for it, in order, and stops holding them.
+    pub fn release_bot(&self, bot: &FakeBot) {
+        let mut inner = self.shared.lock();
+        let which = inner.which(bot);
+        inner.held_bots.retain(|w| *w != which);
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.parked)
+            .into_iter()
+            .partition(|(w, _)| *w == which);
+        inner.parked = rest;
+        if let Some(Some((_, tx))) = inner.live_mut(which) {
+            for (_, frame) in mine {
+                let _ = tx.send(Outgoing::Frame(frame));
+            }
+        }
     }
 
     /// Adds a bot with its own token, user id and name: another persona's account in the

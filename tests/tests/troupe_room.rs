@@ -152,6 +152,34 @@ async fn an_addressed_message_is_answered_by_the_addressee_only() {
     );
     assert_eq!(t.discord.sent_messages().len(), 1, "one reply");
     assert_eq!(t.model.request_count(), 1, "one model call");
+
+    // Sam turns to Ada, who becomes the room's last addressed...
+    t.model.push_reply("The tide is kind to moorings today.");
+    t.discord.send_message_create(
+        NewMessage::guild(CHANNEL, Author::person("sam"), "and the tide?").mentioning(&t.ada),
+    );
+    let sent = t.sent(2).await;
+    assert_eq!(sent[1].author_id, t.ada.id, "Ada answers: {sent:#?}");
+    t.remembered("bea", "The tide is kind to moorings today.")
+        .await;
+    // ...then replies to Bea's message, without her name or a mention: it is addressed to
+    // Bea (the last addressed would be Ada), and only Bea answers. Ada hears it first (Bea's
+    // link is held), so it is Ada's arbiter that must know the reply is to Bea.
+    t.model.push_reply("A cleat hitch, then.");
+    t.discord.hold_bot(&t.bea);
+    t.discord.send_message_create(
+        NewMessage::guild(CHANNEL, Author::person("sam"), "and on a cleat?")
+            .replying_to(&sent[0].id),
+    );
+    t.remembered("ada", "and on a cleat?").await;
+    assert_eq!(t.model.request_count(), 2, "Ada left it to Bea");
+    t.discord.release_bot(&t.bea);
+    let sent = t.sent(3).await;
+    assert_eq!(sent[2].author_id, t.bea.id, "Bea answers: {sent:#?}");
+    t.both_remember("and on a cleat?").await;
+    t.remembered("ada", "A cleat hitch, then.").await;
+    assert_eq!(t.discord.sent_messages().len(), 3, "one reply each");
+    assert_eq!(t.model.request_count(), 3);
 }
 
 #[tokio::test]

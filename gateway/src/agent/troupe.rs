@@ -73,18 +73,26 @@ impl Agent {
         Ok(members)
     }
 
-    /// Whether `inbound` was written by another persona of the troupe (its bot's user id is
-    /// one of the troupe's connectors'): such a bot is heard even where other people's bots
-    /// are ignored, and its messages still count against `TROUPE_BOT_TURNS`.
+    /// The other persona of the troupe that wrote `inbound`, if one did (its bot's user id
+    /// is one of the troupe's connectors'): such a bot is heard even where other people's
+    /// bots are ignored, and its messages still count against `TROUPE_BOT_TURNS`. It is
+    /// noted as the message's sender, so that a person's reply to it is known as addressed
+    /// to it (`rooms::arbiter::addressee`).
     pub(super) async fn written_by_troupe(&self, inbound: &Inbound) -> anyhow::Result<bool> {
         if !inbound.author.is_bot {
             return Ok(false);
         }
-        Ok(self
-            .troupe_on(inbound)
-            .await?
+        let members = self.troupe_on(inbound).await?;
+        let Some(sender) = members
             .iter()
-            .any(|m| m.id != self.id && m.bot_user.as_ref() == Some(&inbound.author.id)))
+            .find(|m| m.id != self.id && m.bot_user.as_ref() == Some(&inbound.author.id))
+        else {
+            return Ok(false);
+        };
+        self.store
+            .note_sender(&inbound.room.key(), &inbound.id, &sender.id)
+            .await?;
+        Ok(true)
     }
 
     /// The arbiter's part of the decision, in a room the troupe shares. A person addressing

@@ -35,10 +35,21 @@ pub(crate) enum Ground {
     InTurn,
 }
 
-/// The persona of `members` the message addresses (its bot mentioned as `<@id>`, or its
-/// name as a word), other than its author.
-pub(crate) fn addressee<'a>(members: &'a [Member], message: &Inbound) -> Option<&'a Member> {
-    members.iter().filter(|m| !is_author(m, message)).find(|m| {
+/// The persona of `members` the message addresses (a reply to its message, its bot
+/// mentioned as `<@id>`, or its name as a word), other than its author. `replied_to` is the
+/// persona whose message this one replies to, when the troupe knows it.
+pub(crate) fn addressee<'a>(
+    members: &'a [Member],
+    message: &Inbound,
+    replied_to: Option<&AgentId>,
+) -> Option<&'a Member> {
+    let others = || members.iter().filter(|m| !is_author(m, message));
+    if let Some(to) = replied_to
+        && let Some(m) = others().find(|m| &m.id == to)
+    {
+        return Some(m);
+    }
+    others().find(|m| {
         m.bot_user
             .as_ref()
             .is_some_and(|id| message.text.contains(&format!("<@{id}>")))
@@ -51,13 +62,15 @@ fn is_author(member: &Member, message: &Inbound) -> bool {
 }
 
 /// The arbiter's choice for `message` among `members` (sorted by id), given the room's
-/// floor; `None` when no member follows the room.
+/// floor and the persona it replies to (see `addressee`); `None` when no member follows the
+/// room.
 pub(crate) fn choose<'a>(
     members: &'a [Member],
     message: &Inbound,
     floor: &Floor,
+    replied_to: Option<&AgentId>,
 ) -> Option<(&'a AgentId, Ground)> {
-    if let Some(m) = addressee(members, message) {
+    if let Some(m) = addressee(members, message, replied_to) {
         return Some((&m.id, Ground::Addressed));
     }
     let following: Vec<&Member> = members
@@ -99,7 +112,11 @@ pub(crate) async fn settle(
     members: &[Member],
 ) -> crate::storage::Result<bool> {
     let floor = store.room_floor(room).await?;
-    let Some((choice, ground)) = choose(members, message, &floor) else {
+    let replied_to = match &message.reply_to {
+        Some(r) if !r.to_self => store.sender_of(room, &r.message).await?,
+        _ => None,
+    };
+    let Some((choice, ground)) = choose(members, message, &floor, replied_to.as_ref()) else {
         return Ok(false);
     };
     let (winner, stored) = store.claim_message(room, &message.id, choice).await?;
@@ -152,7 +169,7 @@ mod tests {
         ];
         let floor = Floor::default();
         let pick =
-            |m: &Inbound, f: &Floor| choose(&troupe, m, f).map(|(id, g)| (id.to_string(), g));
+            |m: &Inbound, f: &Floor| choose(&troupe, m, f, None).map(|(id, g)| (id.to_string(), g));
         // Addressed after all: a name, or a bot mention, even of one not following.
         assert_eq!(
             pick(&msg("u", false, "cy, what now?"), &floor),
@@ -194,6 +211,13 @@ mod tests {
         assert_eq!(in_turn(0).as_deref(), Some("ada"));
         assert_eq!(in_turn(1).as_deref(), Some("bea"));
         assert_eq!(in_turn(2).as_deref(), Some("ada"));
+        // A reply to a persona's message is addressed to it, even one not following.
+        let cy = AgentId::new("cy");
+        assert_eq!(
+            choose(&troupe, &msg("u", false, "what a day"), &floor, Some(&cy))
+                .map(|(id, g)| (id.to_string(), g)),
+            Some(("cy".into(), Ground::Addressed))
+        );
     }
 
     #[test]
@@ -205,10 +229,10 @@ mod tests {
         };
         let from_ada = msg("ada-bot", true, "ada here, what a day");
         assert_eq!(
-            choose(&troupe, &from_ada, &floor).map(|(id, _)| id.to_string()),
+            choose(&troupe, &from_ada, &floor, None).map(|(id, _)| id.to_string()),
             Some("bea".into())
         );
         let alone = [member("ada", &[], true)];
-        assert_eq!(choose(&alone, &from_ada, &floor), None);
+        assert_eq!(choose(&alone, &from_ada, &floor, None), None);
     }
 }

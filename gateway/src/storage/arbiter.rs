@@ -120,6 +120,52 @@ impl Store {
 }
 
 impl Store {
+    /// Notes that `sender`, a persona of the troupe, wrote `message` in the room (as another
+    /// persona heard it). The room's week-old notes go.
+    pub async fn note_sender(
+        &self,
+        room: &RoomKey,
+        message: &MessageId,
+        sender: &AgentId,
+    ) -> Result<()> {
+        let now = now_ms();
+        with_pool!(self, pool => async {
+            sqlx::query("DELETE FROM room_senders WHERE room = $1 AND heard_at_ms < $2")
+                .bind(room)
+                .bind(now - CLAIM_KEEP_MS)
+                .execute(pool)
+                .await?;
+            sqlx::query(
+                "INSERT INTO room_senders (room, message_id, agent_id, heard_at_ms)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (room, message_id) DO NOTHING",
+            )
+            .bind(room)
+            .bind(message)
+            .bind(sender)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|_| ())
+        }
+        .await)?;
+        Ok(())
+    }
+
+    /// The persona of the troupe that wrote `message` in the room, if one did.
+    pub async fn sender_of(&self, room: &RoomKey, message: &MessageId) -> Result<Option<AgentId>> {
+        let sender = with_pool!(self, pool => {
+            sqlx::query_scalar(
+                "SELECT agent_id FROM room_senders WHERE room = $1 AND message_id = $2",
+            )
+            .bind(room)
+            .bind(message)
+            .fetch_optional(pool)
+            .await
+        })?;
+        Ok(sender)
+    }
+
     /// Lets `listener` hear an exchange of another persona in a room it is present in (it
     /// has messages there): `lines` join its memory of the room, tied to the exchange's
     /// journal entry so that a second call for the same entry adds nothing. The Web
