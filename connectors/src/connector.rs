@@ -12,7 +12,7 @@
 //! so that a platform imports only this module and `model`, and `registry` imports the
 //! platforms: no module imports one that imports it back.
 
-use crate::model::{AgentId, Inbound, MessageId, Outbound, Platform, RoomRef};
+use crate::model::{AgentId, Inbound, MessageId, Outbound, Platform, RoomRef, UserId};
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -184,6 +184,10 @@ pub struct ContextLine {
     pub from_self: bool,
 }
 
+/// The [`ConnectorState`] key under which a connector keeps its account's own user id
+/// (see [`Connector::self_id`]).
+pub const SELF_ID_KEY: &str = "self_id";
+
 /// One platform account. Implementations live in this crate, one module per platform; the
 /// gateway's `Web` connector lives in the gateway because it answers HTTP callers.
 #[async_trait]
@@ -230,6 +234,15 @@ pub trait Connector: Send + Sync {
     /// a platform without roles (Farcaster, the API) leaves it to its own rule.
     async fn may_steer(&self, _message: &Inbound) -> Result<bool, ConnectorError> {
         Ok(true)
+    }
+
+    /// The platform's user id of this account (the bot's own user), once it is known (a
+    /// Discord connector learns it from `users/@me` and READY, and also keeps it in its
+    /// state under [`SELF_ID_KEY`] for replicas that do not run it). The gateway tells its
+    /// own personas' bots apart from other people's with it (docs/rooms.md). `None` where
+    /// it is not known.
+    fn self_id(&self) -> Option<UserId> {
+        None
     }
 
     /// Whether the platform answers with these credentials.

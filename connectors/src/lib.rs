@@ -47,8 +47,8 @@ pub mod telegram;
 
 pub use connector::{
     Accepted, Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, ContextLine,
-    Delivery, InboundSink, Lookup, MemoryState, Receiving, Shard, SinkError, WebhookRequest,
-    WebhookResponse,
+    Delivery, InboundSink, Lookup, MemoryState, Receiving, SELF_ID_KEY, Shard, SinkError,
+    WebhookRequest, WebhookResponse,
 };
 pub use model::{
     AgentId, Attachment, BadRoomKey, Inbound, MessageId, Outbound, Platform, ReplyTo, RoomId,

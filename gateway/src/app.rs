@@ -305,7 +305,8 @@ impl App {
                     self.config.agent.clone(),
                 )
                 .with_knowledge(self.knowledge.clone())
-                .with_spend(self.spend.clone());
+                .with_spend(self.spend.clone())
+                .with_troupe(&self.agents);
                 self.agents.insert(Arc::new(agent));
                 self.outbox.connectors().insert(&id, Arc::new(WebConnector));
             }

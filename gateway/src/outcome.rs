@@ -41,6 +41,9 @@ pub enum WhyNot {
     /// A spend budget is used up (docs/spend.md).
     #[serde(rename = "the persona's spend budget is used up")]
     OverBudget,
+    /// Another persona of the troupe answers it (the room's arbiter, `rooms::arbiter`).
+    #[serde(rename = "another persona of the troupe answers it")]
+    OtherPersona,
 }
 
 impl WhyNot {
@@ -53,6 +56,7 @@ impl WhyNot {
             WhyNot::Muted => "the persona is muted in this room",
             WhyNot::BotTurns => "too many bot messages in a row in this room",
             WhyNot::OverBudget => "the persona's spend budget is used up",
+            WhyNot::OtherPersona => "another persona of the troupe answers it",
         }
     }
 }
@@ -443,6 +447,7 @@ mod tests {
             WhyNot::Muted,
             WhyNot::BotTurns,
             WhyNot::OverBudget,
+            WhyNot::OtherPersona,
         ] {
             assert_eq!(
                 serde_json::to_string(&why).unwrap(),

@@ -22,6 +22,14 @@
 //! unknown session. Dispatches carry an incrementing `s`. A test can drop the connection
 //! (the TCP connection just ends, and new connections wait until it allows them), ask for a
 //! RECONNECT (op 7), or invalidate the session.
+//!
+//! Several bots ([`FakeDiscord::add_bot`]): each has its own token, user and gateway session,
+//! as several applications in one guild do. REST calls act as the bot whose token they carry
+//! (`users/@me`, the author of a created message); a guild message, a person's or a bot's,
+//! is dispatched as MESSAGE_CREATE to every bot's session (they all see every channel of the
+//! fake guild), with `author.bot` true for a bot's; a DM goes to the first bot only.
+//! A test can hold one bot's dispatches ([`FakeDiscord::hold_bot`]) to fix which bot hears
+//! a message first.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -52,6 +60,44 @@ pub const MAX_CONTENT: usize = 2000;
 /// Unix milliseconds of the first message; message `n` is stamped `n` seconds later.
 const BASE_UNIX_MS: u64 = 1_793_577_600_000;
 const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+
+/// A bot account of the fake: its token, user id and username.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeBot {
+    pub token: String,
+    pub id: String,
+    pub name: String,
+}
+
+impl FakeBot {
+    /// The first bot: [`TOKEN`], [`BOT_ID`], [`BOT_NAME`].
+    pub fn primary() -> Self {
+        Self {
+            token: TOKEN.into(),
+            id: BOT_ID.into(),
+            name: BOT_NAME.into(),
+        }
+    }
+
+    fn user(&self) -> Value {
+        json!({"id": self.id, "username": self.name, "discriminator": "0",
+            "global_name": self.name, "avatar": null, "bot": true})
+    }
+}
+
+/// Which bot a gateway connection or a REST call is: the first, or an added one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Which {
+    Primary,
+    Other(usize),
+}
+
+/// An added bot and its gateway session.
+struct OtherBot {
+    bot: FakeBot,
+    session: Option<Session>,
+    live: Option<(u64, mpsc::UnboundedSender<Outgoing>)>,
+}
 
 /// Who writes a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +130,8 @@ pub struct NewMessage {
     pub content: String,
     /// Mention the bot (`<@id>` in the text and the bot in `mentions`).
     pub mention_bot: bool,
+    /// Further bots mentioned (`<@id>` in the text and the bot in `mentions`).
+    pub mentions: Vec<FakeBot>,
     pub dm: bool,
     pub reply_to: Option<String>,
     pub attachments: Vec<Value>,
@@ -97,6 +145,7 @@ impl NewMessage {
             author,
             content: content.into(),
             mention_bot: false,
+            mentions: Vec::new(),
             dm: false,
             reply_to: None,
             attachments: Vec::new(),
@@ -111,6 +160,11 @@ impl NewMessage {
     }
     pub fn mentioning_bot(mut self) -> Self {
         self.mention_bot = true;
+        self
+    }
+    /// Mentions `bot` (one added with [`FakeDiscord::add_bot`], or the first).
+    pub fn mentioning(mut self, bot: &FakeBot) -> Self {
+        self.mentions.push(bot.clone());
         self
     }
     pub fn replying_to(mut self, message_id: &str) -> Self {
@@ -131,6 +185,8 @@ impl NewMessage {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentMessage {
     pub id: String,
+    /// The user id of the bot that sent it (the token's bot).
+    pub author_id: String,
     pub channel: String,
     pub content: String,
     /// `message_reference.message_id`, when the message was a reply.
@@ -214,6 +270,12 @@ struct Inner {
     rate_limited: usize,
     session: Option<Session>,
     live: Option<(u64, mpsc::UnboundedSender<Outgoing>)>,
+    /// Bots besides the first, each with its own session.
+    others: Vec<OtherBot>,
+    /// Bots whose dispatches wait (in their session, in order) until released: a slow
+    /// network to one bot, so a test can fix which bot hears a message first.
+    held_bots: Vec<Which>,
+    parked: Vec<(Which, String)>,
     connections: u64,
     identifies: usize,
     resumes: usize,
@@ -294,16 +356,12 @@ impl Inner {
         self.next_message += 1;
         let n = self.next_message;
         let author = self.user(&new.author);
-        let content = if new.mention_bot {
-            format!("<@{BOT_ID}> {}", new.content)
-        } else {
-            new.content.clone()
-        };
-        let mentions = if new.mention_bot {
-            vec![Self::bot_user()]
-        } else {
-            Vec::new()
-        };
+        let mut mentioned: Vec<FakeBot> =
+            new.mention_bot.then(FakeBot::primary).into_iter().collect();
+        mentioned.extend(new.mentions.iter().cloned());
+        let prefix: String = mentioned.iter().map(|b| format!("<@{}> ", b.id)).collect();
+        let content = format!("{prefix}{}", new.content);
+        let mentions: Vec<Value> = mentioned.iter().map(FakeBot::user).collect();
         let referenced = new.reply_to.as_deref().and_then(|id| self.find(id));
         let mut m = json!({
             "id": snowflake(n), "channel_id": new.channel, "author": author,
@@ -327,19 +385,83 @@ impl Inner {
         m
     }
 
-    /// Sends a dispatch on the session (and the live connection, if any).
+    /// Sends a dispatch on every bot's session (and its live connection, if any): every bot
+    /// sees every channel of the fake guild.
     fn dispatch(&mut self, t: &str, d: Value) {
-        let Some(session) = self.session.as_mut() else {
+        self.dispatch_to(Which::Primary, t, d.clone());
+        for i in 0..self.others.len() {
+            self.dispatch_to(Which::Other(i), t, d.clone());
+        }
+    }
+
+    /// Sends a dispatch on one bot's session (and its live connection, if any).
+    fn dispatch_to(&mut self, which: Which, t: &str, d: Value) {
+        let (session, live) = match which {
+            Which::Primary => (&mut self.session, &mut self.live),
+            Which::Other(i) => match self.others.get_mut(i) {
+                Some(o) => (&mut o.session, &mut o.live),
+                None => return,
+            },
+        };
+        let Some(session) = session.as_mut() else {
             return;
         };
         session.seq += 1;
         let frame = json!({"op": 0, "s": session.seq, "t": t, "d": d}).to_string();
         session.log.push((session.seq, frame.clone()));
-        if let Some((_, tx)) = &self.live
+        if self.held_bots.contains(&which) {
+            self.parked.push((which, frame));
+            return;
+        }
+        if let Some((_, tx)) = live.as_ref()
             && tx.send(Outgoing::Frame(frame)).is_err()
         {
-            self.live = None;
+            *live = None;
         }
+    }
+
+    fn which(&self, bot: &FakeBot) -> Which {
+        self.bot_by_token(&bot.token)
+            .map_or(Which::Primary, |(w, _)| w)
+    }
+
+    /// The bot whose token this is.
+    fn bot_by_token(&self, token: &str) -> Option<(Which, FakeBot)> {
+        if token == TOKEN {
+            return Some((Which::Primary, FakeBot::primary()));
+        }
+        self.others
+            .iter()
+            .position(|o| o.bot.token == token)
+            .map(|i| (Which::Other(i), self.others[i].bot.clone()))
+    }
+
+    fn session_mut(&mut self, which: Which) -> Option<&mut Option<Session>> {
+        match which {
+            Which::Primary => Some(&mut self.session),
+            Which::Other(i) => self.others.get_mut(i).map(|o| &mut o.session),
+        }
+    }
+
+    fn live_mut(
+        &mut self,
+        which: Which,
+    ) -> Option<&mut Option<(u64, mpsc::UnboundedSender<Outgoing>)>> {
+        match which {
+            Which::Primary => Some(&mut self.live),
+            Which::Other(i) => self.others.get_mut(i).map(|o| &mut o.live),
+        }
+    }
+
+    /// The bot whose session has this id.
+    fn bot_by_session(&self, session_id: &str) -> Option<Which> {
+        if self.session.as_ref().is_some_and(|s| s.id == session_id) {
+            return Some(Which::Primary);
+        }
+        self.others
+            .iter()
+            .position(|o| o.session.as_ref().is_some_and(|s| s.id == session_id))
+            .map(Which::Other)
     }
 }
 
@@ -406,8 +528,52 @@ impl FakeDiscord {
             m["member"] = json!({"roles": [], "joined_at": "2026-01-01T00:00:00+00:00",
                 "deaf": false, "mute": false, "nick": null});
         }
-        inner.dispatch("MESSAGE_CREATE", m);
+        if new.dm {
+            inner.dispatch_to(Which::Primary, "MESSAGE_CREATE", m);
+        } else {
+            inner.dispatch("MESSAGE_CREATE", m);
+        }
         id
+    }
+
+    /// Holds `bot`'s dispatches from now on: they wait, in order, until
+    /// [`Self::release_bot`], as over a slow link to that bot only.
+    pub fn hold_bot(&self, bot: &FakeBot) {
+        let mut inner = self.shared.lock();
+        let which = inner.which(bot);
+        inner.held_bots.push(which);
+    }
+
+    /// Sends `bot` the dispatches held for it, in order, and stops holding them.
+    pub fn release_bot(&self, bot: &FakeBot) {
+        let mut inner = self.shared.lock();
+        let which = inner.which(bot);
+        inner.held_bots.retain(|w| *w != which);
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.parked)
+            .into_iter()
+            .partition(|(w, _)| *w == which);
+        inner.parked = rest;
+        if let Some(Some((_, tx))) = inner.live_mut(which) {
+            for (_, frame) in mine {
+                let _ = tx.send(Outgoing::Frame(frame));
+            }
+        }
+    }
+
+    /// Adds a bot with its own token, user id and name: another persona's account in the
+    /// same guild. It sees every guild channel, as the first bot does.
+    pub fn add_bot(&self, token: &str, id: &str, name: &str) -> FakeBot {
+        let bot = FakeBot {
+            token: token.into(),
+            id: id.into(),
+            name: name.into(),
+        };
+        self.shared.lock().others.push(OtherBot {
+            bot: bot.clone(),
+            session: None,
+            live: None,
+        });
+        bot
     }
 
     /// A slash command, dispatched as INTERACTION_CREATE (type 2, APPLICATION_COMMAND) in
@@ -693,11 +859,17 @@ impl Diagnose for FakeDiscord {
     }
 }
 
-fn authorized(headers: &HeaderMap) -> bool {
-    headers
+/// The bot whose `Bot TOKEN` the request carries, if it is one of the fake's.
+fn caller(shared: &Shared, headers: &HeaderMap) -> Option<FakeBot> {
+    let token = headers
         .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v == format!("Bot {TOKEN}"))
+        .and_then(|v| v.to_str().ok())?
+        .strip_prefix("Bot ")?;
+    shared.lock().bot_by_token(token).map(|(_, bot)| bot)
+}
+
+fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
+    caller(shared, headers).is_some()
 }
 
 fn record(shared: &Shared, method: &'static str, path: String, status: u16, authorized: bool) {
@@ -742,7 +914,7 @@ async fn gateway_url(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 async fn gateway_bot(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    let ok = authorized(&headers);
+    let ok = authorized(&shared, &headers);
     record(
         &shared,
         "GET",
@@ -764,7 +936,7 @@ async fn gateway_bot(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> R
 }
 
 async fn users_me(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    let ok = authorized(&headers);
+    let ok = authorized(&shared, &headers);
     record(
         &shared,
         "GET",
@@ -772,10 +944,10 @@ async fn users_me(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Resp
         if ok { 200 } else { 401 },
         ok,
     );
-    if !ok {
-        return unauthorized();
+    match caller(&shared, &headers) {
+        Some(bot) => with_bucket(StatusCode::OK, bot.user()),
+        None => unauthorized(),
     }
-    with_bucket(StatusCode::OK, Inner::bot_user())
 }
 
 async fn typing(
@@ -783,7 +955,7 @@ async fn typing(
     Path(channel): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let ok = authorized(&headers);
+    let ok = authorized(&shared, &headers);
     let path = format!("/channels/{channel}/typing");
     record(&shared, "POST", path, if ok { 204 } else { 401 }, ok);
     if !ok {
@@ -811,7 +983,7 @@ async fn overwrite_commands(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let ok = authorized(&headers);
+    let ok = authorized(&shared, &headers);
     let path = format!("/applications/{app}/commands");
     if !ok {
         record(&shared, "PUT", path, 401, false);
@@ -869,7 +1041,7 @@ async fn list_commands(
     Path(app): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let ok = authorized(&headers);
+    let ok = authorized(&shared, &headers);
     record(
         &shared,
         "GET",
@@ -890,7 +1062,7 @@ async fn guild_roles(
     Path(guild): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let ok = authorized(&headers);
+    let ok = authorized(&shared, &headers);
     let path = format!("/guilds/{guild}/roles");
     if !ok {
         record(&shared, "GET", path, 401, false);
@@ -1012,10 +1184,10 @@ async fn create_message(
     body: axum::body::Bytes,
 ) -> Response {
     let path = format!("/channels/{channel}/messages");
-    if !authorized(&headers) {
+    let Some(sender) = caller(&shared, &headers) else {
         record(&shared, "POST", path, 401, false);
         return unauthorized();
-    }
+    };
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(_) => {
@@ -1107,7 +1279,7 @@ async fn create_message(
     let n = inner.next_message;
     let referenced = reply_to.as_deref().and_then(|id| inner.find(id));
     let mut message = json!({
-        "id": snowflake(n), "channel_id": channel, "author": Inner::bot_user(),
+        "id": snowflake(n), "channel_id": channel, "author": sender.user(),
         "content": content, "timestamp": timestamp(n), "edited_timestamp": null, "tts": false,
         "mention_everyone": false, "mentions": [], "mention_roles": [], "attachments": [],
         "embeds": [], "pinned": false, "type": if reply_to.is_some() { 19 } else { 0 }, "flags": 0,
@@ -1130,6 +1302,7 @@ async fn create_message(
     let id = message["id"].as_str().unwrap_or_default().to_string();
     inner.sent.push(SentMessage {
         id,
+        author_id: sender.id.clone(),
         channel: channel.clone(),
         content,
         reply_to,
@@ -1143,12 +1316,21 @@ async fn create_message(
         authorized: true,
     });
     let count = inner.sent.len();
-    // The bot's own message is dispatched to it too, as Discord does.
+    // The bot's own message is dispatched to it too, as Discord does; in a guild channel,
+    // to every other bot as well (a DM is the sender's only).
     let mut echo = message.clone();
-    if !inner.dm_channels.contains(&channel) {
+    let dm = inner.dm_channels.contains(&channel);
+    if !dm {
         echo["guild_id"] = json!(GUILD_ID);
     }
-    inner.dispatch("MESSAGE_CREATE", echo);
+    if dm {
+        let which = inner
+            .bot_by_token(&sender.token)
+            .map_or(Which::Primary, |(w, _)| w);
+        inner.dispatch_to(which, "MESSAGE_CREATE", echo);
+    } else {
+        inner.dispatch("MESSAGE_CREATE", echo);
+    }
     drop(inner);
     shared.sent.send_replace(count);
     with_bucket(StatusCode::OK, message)
@@ -1164,7 +1346,7 @@ async fn list_messages(
         "/channels/{channel}/messages?after={}",
         query.get("after").map(String::as_str).unwrap_or("")
     );
-    if !authorized(&headers) {
+    if !authorized(&shared, &headers) {
         record(&shared, "GET", path, 401, false);
         return unauthorized();
     }
@@ -1236,6 +1418,8 @@ async fn serve_gateway(shared: Arc<Shared>, mut socket: WebSocket) {
     if !send_text(&mut socket, hello).await {
         return;
     }
+    // The bot this connection identified or resumed as.
+    let mut which = Which::Primary;
     loop {
         tokio::select! {
             out = rx.recv() => match out {
@@ -1251,8 +1435,10 @@ async fn serve_gateway(shared: Arc<Shared>, mut socket: WebSocket) {
                     Some(Ok(WsMessage::Text(t))) => t.to_string(),
                     Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => {
                         let mut inner = shared.lock();
-                        if inner.live.as_ref().is_some_and(|(c, _)| *c == conn) {
-                            inner.live = None;
+                        if let Some(live) = inner.live_mut(which)
+                            && live.as_ref().is_some_and(|(c, _)| *c == conn)
+                        {
+                            *live = None;
                         }
                         return;
                     }
@@ -1271,26 +1457,32 @@ async fn serve_gateway(shared: Arc<Shared>, mut socket: WebSocket) {
                     Some(1) => {}
                     Some(2) => {
                         let token = payload["d"]["token"].as_str().unwrap_or_default();
-                        if token.strip_prefix("Bot ").unwrap_or(token) != TOKEN {
+                        let token = token.strip_prefix("Bot ").unwrap_or(token);
+                        let Some((bot, user)) = shared.lock().bot_by_token(token) else {
                             let _ = socket.send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
                                 code: 4004, reason: "Authentication failed.".into(),
                             }))).await;
                             return;
-                        }
+                        };
+                        which = bot;
                         let url = shared.ws_url.lock().unwrap_or_else(|e| e.into_inner()).clone();
                         let mut inner = shared.lock();
                         inner.identifies += 1;
                         let session_id = format!("fake-session-{}", inner.identifies);
-                        inner.session = Some(Session { id: session_id.clone(), seq: 0, log: Vec::new() });
-                        inner.live = Some((conn, tx.clone()));
+                        if let Some(session) = inner.session_mut(which) {
+                            *session = Some(Session { id: session_id.clone(), seq: 0, log: Vec::new() });
+                        }
+                        if let Some(live) = inner.live_mut(which) {
+                            *live = Some((conn, tx.clone()));
+                        }
                         let ready = json!({
-                            "v": 10, "user": Inner::bot_user(),
+                            "v": 10, "user": user.user(),
                             "guilds": [{"id": GUILD_ID, "unavailable": true}],
                             "session_id": session_id, "resume_gateway_url": url,
                             "shard": [0, 1],
                             "application": {"id": APPLICATION_ID, "flags": 0},
                         });
-                        inner.dispatch("READY", ready);
+                        inner.dispatch_to(which, "READY", ready);
                         let n = inner.identifies;
                         drop(inner);
                         shared.sessions.send_modify(|s| s.0 = n);
@@ -1298,30 +1490,29 @@ async fn serve_gateway(shared: Arc<Shared>, mut socket: WebSocket) {
                     Some(6) => {
                         let session_id = payload["d"]["session_id"].as_str().unwrap_or_default();
                         let seq = payload["d"]["seq"].as_u64().unwrap_or(0);
-                        let known = shared
-                            .lock()
-                            .session
-                            .as_ref()
-                            .is_some_and(|s| s.id == session_id);
-                        if !known {
+                        let known = shared.lock().bot_by_session(session_id);
+                        let Some(bot) = known else {
                             if !send_text(&mut socket, json!({"op": 9, "d": false}).to_string()).await {
                                 return;
                             }
                             continue;
-                        }
+                        };
+                        which = bot;
                         let mut inner = shared.lock();
                         inner.resumes += 1;
-                        inner.live = Some((conn, tx.clone()));
+                        if let Some(live) = inner.live_mut(which) {
+                            *live = Some((conn, tx.clone()));
+                        }
                         let missed: Vec<String> = inner
-                            .session
-                            .as_ref()
+                            .session_mut(which)
+                            .and_then(|s| s.as_ref())
                             .map(|s| s.log.iter().filter(|(n, _)| *n > seq).map(|(_, f)| f.clone()).collect())
                             .unwrap_or_default();
                         inner.replayed += missed.len();
                         for frame in missed {
                             let _ = tx.send(Outgoing::Frame(frame));
                         }
-                        inner.dispatch("RESUMED", json!({}));
+                        inner.dispatch_to(which, "RESUMED", json!({}));
                         let n = inner.resumes;
                         drop(inner);
                         shared.sessions.send_modify(|s| s.1 = n);

@@ -40,7 +40,7 @@ use crate::connector::{
     Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, Delivery, InboundSink,
     Lookup, Receiving, Recent, Shard,
 };
-use crate::model::{MessageId, Outbound, Platform, RoomRef};
+use crate::model::{MessageId, Outbound, Platform, RoomRef, UserId};
 use config::Settings;
 use gateway::{Handler, Receiver};
 use rest::Rest;
@@ -193,6 +193,10 @@ impl Connector for DiscordConnector {
         Platform::Discord
     }
 
+    fn self_id(&self) -> Option<UserId> {
+        (*self.me.borrow()).map(|me| UserId::new(me.to_string()))
+    }
+
     async fn run(
         &self,
         sink: Arc<dyn InboundSink>,
@@ -202,6 +206,14 @@ impl Connector for DiscordConnector {
             return Ok(());
         };
         self.me.send_replace(Some(me));
+        // For the replicas that do not run this account's gateway (docs/rooms.md).
+        if let Err(e) = self
+            .state
+            .put(crate::connector::SELF_ID_KEY, &me.to_string())
+            .await
+        {
+            tracing::warn!(error = %e, "could not keep the bot's user id");
+        }
         if let Some(app) = self.settings.application_id {
             tracing::info!(
                 invite = %config::invite_url(app),

@@ -16,6 +16,7 @@
 use troupe_connectors::{Inbound, Platform};
 
 use crate::persona::ClientSwitches;
+use crate::rooms::names_in;
 use crate::storage::RoomState;
 
 // Why not: an outcome's vocabulary, so it lives with `Outcome` (below the agent and the
@@ -84,30 +85,6 @@ pub fn decide(names: &[&str], switches: &ClientSwitches, message: &Inbound) -> D
         return Decision::Respond(Why::Name);
     }
     Decision::Ignore(WhyNot::NotAddressed)
-}
-
-/// `name` appears in `text` as a whole word, ignoring case: "hey Eliza!" names Eliza,
-/// "elizabeth" does not.
-fn names_in(text: &str, name: &str) -> bool {
-    let name = name.trim();
-    if name.is_empty() {
-        return false;
-    }
-    let text = text.to_lowercase();
-    let name = name.to_lowercase();
-    let mut from = 0;
-    while let Some(pos) = text[from..].find(&name) {
-        let start = from + pos;
-        let end = start + name.len();
-        let before = text[..start].chars().next_back();
-        let after = text[end..].chars().next();
-        let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric() && c != '_');
-        if boundary(before) && boundary(after) {
-            return true;
-        }
-        from = start + name.chars().next().map_or(1, char::len_utf8);
-    }
-    false
 }
 
 #[cfg(test)]

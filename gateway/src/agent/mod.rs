@@ -11,6 +11,7 @@
 //! two messages without a restart.
 
 pub mod decide;
+mod troupe;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -126,6 +127,8 @@ pub struct Agent {
     memory: crate::memory::Memory,
     /// Accounting and budgets (issue 16); `None` counts and limits nothing.
     spend: Option<crate::spend::Spend>,
+    /// The personas sharing rooms with this one (`troupe`); `None` answers alone.
+    troupe: Option<troupe::Troupe>,
 }
 
 impl Agent {
@@ -150,6 +153,7 @@ impl Agent {
             settings,
             knowledge: None,
             spend: None,
+            troupe: None,
         }
     }
 
@@ -487,7 +491,10 @@ impl Agent {
         journal_id: JournalId,
         inbound: &Inbound,
     ) -> anyhow::Result<Option<Outcome>> {
-        let switches = persona.switches(inbound.platform());
+        let mut switches = persona.switches(inbound.platform());
+        // The troupe's own personas are heard where other people's bots are not.
+        let from_troupe = self.written_by_troupe(inbound).await?;
+        switches.ignore_bot_messages &= !from_troupe;
         let names: Vec<&str> = [persona.name.as_str()].into_iter().collect();
         let state = self.store.room_state(&self.id, &inbound.room.key()).await?;
         let decision = decide::steer(
@@ -496,6 +503,7 @@ impl Agent {
             crate::clock::now_ms(),
         );
         let decision = self.bot_turns(decision, inbound).await?;
+        let decision = self.arbitrate(decision, inbound, from_troupe).await?;
         match decision {
             Decision::Ignore(why) => {
                 tracing::debug!(reason = why.as_str(), "not answering");
@@ -700,6 +708,7 @@ impl Agent {
     ) -> anyhow::Result<Outcome> {
         let text = self.act(inbound, text).await?;
         self.reply(journal_id, inbound, text.clone()).await?;
+        self.share_in_web_room(journal_id, inbound, &text).await?;
         if inbound.platform() != Platform::Web {
             // The persona's own reply is a bot message in the room too.
             self.store

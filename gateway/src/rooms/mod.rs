@@ -12,6 +12,7 @@
 //!   line that teaches it.
 
 pub(crate) mod actions;
+pub(crate) mod arbiter;
 mod commands;
 
 use troupe_connectors::command::{self, Command};
@@ -99,6 +100,30 @@ fn skip_mentions(text: &str) -> &str {
         }
         rest = rest[token_end..].trim_start();
     }
+}
+
+/// `name` appears in `text` as a whole word, ignoring case: "hey Eliza!" names Eliza,
+/// "elizabeth" does not.
+pub(crate) fn names_in(text: &str, name: &str) -> bool {
+    let name = name.trim();
+    if name.is_empty() {
+        return false;
+    }
+    let text = text.to_lowercase();
+    let name = name.to_lowercase();
+    let mut from = 0;
+    while let Some(pos) = text[from..].find(&name) {
+        let start = from + pos;
+        let end = start + name.len();
+        let before = text[..start].chars().next_back();
+        let after = text[end..].chars().next();
+        let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric() && c != '_');
+        if boundary(before) && boundary(after) {
+            return true;
+        }
+        from = start + name.chars().next().map_or(1, char::len_utf8);
+    }
+    false
 }
 
 /// Runs `command` in `ctx`'s room. A steering command from someone who may not steer the

@@ -34,6 +34,9 @@
 //! takes `$1` placeholders, and both have `ON CONFLICT` and `RETURNING`); only the outbox
 //! claim differs, because only Postgres has concurrent writers to fence off.
 
+mod arbiter;
+#[cfg(test)]
+mod arbiter_tests;
 mod fact_ids;
 mod journal;
 mod knowledge;
@@ -66,6 +69,7 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
+pub use arbiter::Floor;
 pub use fact_ids::IdentifiedFact;
 pub use journal::{dedupe_caller, same_dedupe_key};
 pub use knowledge::{

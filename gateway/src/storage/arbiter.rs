@@ -1,0 +1,221 @@
+//! The floor of a room several personas share (tables `room_floor` and `room_claims`,
+//! migration 0009): who was last addressed there, the turn for answering in turn, and the
+//! one persona that answers each unaddressed message in follow mode.
+//!
+//! The choice itself is `rooms::arbiter`'s; this file makes it stick: `claim` writes the
+//! first choice made for a message and returns whatever choice is stored, so every persona
+//! on every replica reads one winner, on SQLite and Postgres alike.
+
+use troupe_connectors::{AgentId, MessageId, RoomKey};
+
+use super::{Result, Store, now_ms, with_pool};
+
+/// How long a message's claim is kept.
+const CLAIM_KEEP_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// What the room remembers about who speaks there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Floor {
+    /// The persona a person last addressed in the room.
+    pub last_addressed: Option<AgentId>,
+    /// Advances each time a message is given in turn.
+    pub turn: i64,
+}
+
+impl Store {
+    /// The room's floor; the defaults when no persona was addressed or chosen there yet.
+    pub async fn room_floor(&self, room: &RoomKey) -> Result<Floor> {
+        let row: Option<(Option<AgentId>, i64)> = with_pool!(self, pool => {
+            sqlx::query_as("SELECT last_addressed, turn FROM room_floor WHERE room = $1")
+                .bind(room)
+                .fetch_optional(pool)
+                .await
+        })?;
+        Ok(row
+            .map(|(last_addressed, turn)| Floor {
+                last_addressed,
+                turn,
+            })
+            .unwrap_or_default())
+    }
+
+    /// Notes that a person addressed `agent_id` in the room.
+    pub async fn set_last_addressed(&self, room: &RoomKey, agent_id: &AgentId) -> Result<()> {
+        with_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO room_floor (room, last_addressed, updated_at_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT (room) DO UPDATE SET
+                     last_addressed = excluded.last_addressed,
+                     updated_at_ms = excluded.updated_at_ms",
+            )
+            .bind(room)
+            .bind(agent_id)
+            .bind(now_ms())
+            .execute(pool)
+            .await
+            .map(|_| ())
+        })?;
+        Ok(())
+    }
+
+    /// Moves the room's turn on by one (after a message was given in turn).
+    pub async fn advance_turn(&self, room: &RoomKey) -> Result<()> {
+        with_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO room_floor (room, turn, updated_at_ms) VALUES ($1, 1, $2)
+                 ON CONFLICT (room) DO UPDATE SET
+                     turn = room_floor.turn + 1, updated_at_ms = excluded.updated_at_ms",
+            )
+            .bind(room)
+            .bind(now_ms())
+            .execute(pool)
+            .await
+            .map(|_| ())
+        })?;
+        Ok(())
+    }
+
+    /// Records `choice` as the persona that answers `message` in the room, unless a choice
+    /// is recorded already, and returns the recorded one with whether it is this call's.
+    pub async fn claim_message(
+        &self,
+        room: &RoomKey,
+        message: &MessageId,
+        choice: &AgentId,
+    ) -> Result<(AgentId, bool)> {
+        let now = now_ms();
+        let (winner, inserted) = with_pool!(self, pool => async {
+            // A claim only matters while its message may still be handled (a redelivery):
+            // the room's week-old ones go, so the table stays the size of recent traffic.
+            sqlx::query("DELETE FROM room_claims WHERE room = $1 AND claimed_at_ms < $2")
+                .bind(room)
+                .bind(now - CLAIM_KEEP_MS)
+                .execute(pool)
+                .await?;
+            let inserted = sqlx::query(
+                "INSERT INTO room_claims (room, message_id, agent_id, claimed_at_ms)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (room, message_id) DO NOTHING",
+            )
+            .bind(room)
+            .bind(message)
+            .bind(choice)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+                == 1;
+            let winner: AgentId = sqlx::query_scalar(
+                "SELECT agent_id FROM room_claims WHERE room = $1 AND message_id = $2",
+            )
+            .bind(room)
+            .bind(message)
+            .fetch_one(pool)
+            .await?;
+            Ok::<_, sqlx::Error>((winner, inserted))
+        }
+        .await)?;
+        Ok((winner, inserted))
+    }
+}
+
+impl Store {
+    /// Notes that `sender`, a persona of the troupe, wrote `message` in the room (as another
+    /// persona heard it). The room's week-old notes go.
+    pub async fn note_sender(
+        &self,
+        room: &RoomKey,
+        message: &MessageId,
+        sender: &AgentId,
+    ) -> Result<()> {
+        let now = now_ms();
+        with_pool!(self, pool => async {
+            sqlx::query("DELETE FROM room_senders WHERE room = $1 AND heard_at_ms < $2")
+                .bind(room)
+                .bind(now - CLAIM_KEEP_MS)
+                .execute(pool)
+                .await?;
+            sqlx::query(
+                "INSERT INTO room_senders (room, message_id, agent_id, heard_at_ms)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (room, message_id) DO NOTHING",
+            )
+            .bind(room)
+            .bind(message)
+            .bind(sender)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|_| ())
+        }
+        .await)?;
+        Ok(())
+    }
+
+    /// The persona of the troupe that wrote `message` in the room, if one did.
+    pub async fn sender_of(&self, room: &RoomKey, message: &MessageId) -> Result<Option<AgentId>> {
+        let sender = with_pool!(self, pool => {
+            sqlx::query_scalar(
+                "SELECT agent_id FROM room_senders WHERE room = $1 AND message_id = $2",
+            )
+            .bind(room)
+            .bind(message)
+            .fetch_optional(pool)
+            .await
+        })?;
+        Ok(sender)
+    }
+
+    /// Lets `listener` hear an exchange of another persona in a room it is present in (it
+    /// has messages there): `lines` join its memory of the room, tied to the exchange's
+    /// journal entry so that a second call for the same entry adds nothing. The Web
+    /// platform's shared rooms use it, where no connector carries one persona's reply to
+    /// the others. Returns whether the listener heard it.
+    pub async fn overhear(
+        &self,
+        listener: &AgentId,
+        room: &RoomKey,
+        journal_id: super::JournalId,
+        lines: &[super::NewMemory<'_>],
+    ) -> Result<bool> {
+        let heard = with_pool!(self, pool => async {
+            let mut tx = pool.begin().await?;
+            let (present, heard_before): (bool, bool) = sqlx::query_as(
+                "SELECT
+                     EXISTS (SELECT 1 FROM messages WHERE agent_id = $1 AND room = $2),
+                     EXISTS (SELECT 1 FROM messages
+                             WHERE agent_id = $1 AND room = $2 AND journal_id = $3)",
+            )
+            .bind(listener)
+            .bind(room)
+            .bind(journal_id.0)
+            .fetch_one(&mut *tx)
+            .await?;
+            if !present || heard_before {
+                tx.commit().await?;
+                return Ok::<_, sqlx::Error>(false);
+            }
+            for line in lines {
+                sqlx::query(
+                    "INSERT INTO messages (agent_id, room, journal_id, author_id, author_name,
+                         text, from_agent, created_at_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(listener)
+                .bind(room)
+                .bind(journal_id.0)
+                .bind(line.author_id)
+                .bind(line.author_name)
+                .bind(line.text)
+                .bind(line.from_agent)
+                .bind(line.created_at_ms)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(true)
+        }
+        .await)?;
+        Ok(heard)
+    }
+}
