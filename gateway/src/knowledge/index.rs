@@ -39,8 +39,11 @@ use crate::storage::{IndexChunk, Scope, Store};
 /// (Snowball English) stemming: "lighthouses" matches "lighthouse".
 const TOKENIZER: &str = "en_stem";
 /// The writer's memory budget. One indexing thread: the machine is small, and one thread's
-/// segments merge into fewer.
-const WRITER_MEMORY: usize = 32 << 20;
+/// segments merge into fewer. 16 MiB, just over tantivy's floor (15 MB): the arena is held
+/// for the process's life, and the gateway's peak memory under hostile uploads has a bound
+/// (tests/tests/hostile.rs: 32 MiB put it over). A smaller arena flushes smaller segments
+/// more often, which the merge policy folds together.
+const WRITER_MEMORY: usize = 16 << 20;
 /// Chunks read per page during a rebuild, and changes replayed per commit.
 const PAGE: usize = 2_000;
 
