@@ -205,6 +205,24 @@ async fn please_stop_talking_here_mutes_with_exactly_one_model_call() {
     telegram.push_message(mention(ben(), "@tess_bot and the green buoy?"));
     barrier(&telegram, &app, 2).await;
     assert_eq!(model.request_count(), 1, "exactly one model call in total");
+
+    // Asked to talk again, the muted persona reads that one message (one call). A reply
+    // that does not unmute is not sent: the room stays quiet.
+    model.push_reply("Hmm, are you sure?");
+    telegram.push_message(mention(ann(), "@tess_bot come back later maybe"));
+    // The barrier's answer is the third message sent: the reply was not.
+    barrier(&telegram, &app, 3).await;
+    assert_eq!(model.request_count(), 2);
+    // "You can talk again" with the reply's unmute: one call, one acknowledgement, and the
+    // persona answers the room again.
+    model.push_reply("Happy to be back! [[action: unmute]]");
+    telegram.push_message(mention(ann(), "@tess_bot you can talk again"));
+    let sent = wait_sent(&telegram, &app, 4).await;
+    assert_eq!(sent[3].text, "Happy to be back!", "the marker is stripped");
+    assert_eq!(model.request_count(), 3);
+    telegram.push_message(mention(ben(), "@tess_bot and the green buoy?"));
+    wait_sent(&telegram, &app, 5).await;
+    assert_eq!(model.request_count(), 4, "unmuted: answered again");
 }
 
 #[tokio::test]

@@ -42,9 +42,16 @@ pub enum Why {
 /// Applies the room's controls to `decision`: muted (at `now_ms`) silences any answer, and
 /// following answers what was left alone only for not being addressed (a bot, a room not
 /// allowed, DMs off stay ignored).
-pub fn steer(decision: Decision, room: &RoomState, now_ms: i64) -> Decision {
+///
+/// One message still reaches a muted persona: one addressed to it that asks it to talk
+/// again (`asks_to_talk`, see `rooms::actions::asks_to_talk_again`), so that "you can talk
+/// again" works like `/unmute` with the one model call that answers it. Its reply is sent
+/// only if it unmutes the room (`Agent::act`).
+pub fn steer(decision: Decision, room: &RoomState, now_ms: i64, asks_to_talk: bool) -> Decision {
     match decision {
-        Decision::Respond(_) if room.muted_at(now_ms) => Decision::Ignore(WhyNot::Muted),
+        Decision::Respond(_) if room.muted_at(now_ms) && !asks_to_talk => {
+            Decision::Ignore(WhyNot::Muted)
+        }
         Decision::Ignore(WhyNot::NotAddressed) if room.following && !room.muted_at(now_ms) => {
             Decision::Respond(Why::Following)
         }
@@ -208,22 +215,44 @@ mod tests {
             ..Default::default()
         };
         let direct = Decision::Respond(Why::Direct);
-        assert_eq!(steer(direct, &muted, 99), Decision::Ignore(WhyNot::Muted));
-        assert_eq!(steer(direct, &muted, 100), direct);
+        assert_eq!(
+            steer(direct, &muted, 99, false),
+            Decision::Ignore(WhyNot::Muted)
+        );
+        assert_eq!(steer(direct, &muted, 100, false), direct);
+        // Asked to talk again, an addressed message gets through to be answered (and to
+        // unmute); an unaddressed one does not, even in a followed room.
+        assert_eq!(steer(direct, &muted, 99, true), direct);
+        let muted_following = RoomState {
+            following: true,
+            ..muted.clone()
+        };
+        assert_eq!(
+            steer(
+                Decision::Ignore(WhyNot::NotAddressed),
+                &muted_following,
+                99,
+                true
+            ),
+            Decision::Ignore(WhyNot::NotAddressed)
+        );
         let following = RoomState {
             following: true,
             ..Default::default()
         };
         let unaddressed = Decision::Ignore(WhyNot::NotAddressed);
         assert_eq!(
-            steer(unaddressed, &following, 0),
+            steer(unaddressed, &following, 0, false),
             Decision::Respond(Why::Following)
         );
         assert_eq!(
-            steer(Decision::Ignore(WhyNot::Bot), &following, 0),
+            steer(Decision::Ignore(WhyNot::Bot), &following, 0, false),
             Decision::Ignore(WhyNot::Bot)
         );
-        assert_eq!(steer(unaddressed, &RoomState::default(), 0), unaddressed);
+        assert_eq!(
+            steer(unaddressed, &RoomState::default(), 0, false),
+            unaddressed
+        );
     }
 
     #[test]

@@ -501,6 +501,7 @@ impl Agent {
             decide(&names, &switches, inbound),
             &state,
             crate::clock::now_ms(),
+            crate::rooms::actions::asks_to_talk_again(&inbound.text),
         );
         let decision = self.bot_turns(decision, inbound).await?;
         let decision = self.arbitrate(decision, inbound, from_troupe).await?;
@@ -706,7 +707,13 @@ impl Agent {
         text: String,
         recalled_messages: usize,
     ) -> anyhow::Result<Outcome> {
-        let text = self.act(inbound, text).await?;
+        let Some(text) = self.act(inbound, text).await? else {
+            // A muted room stays quiet unless the reply unmutes it.
+            self.record(journal_id, inbound, None).await?;
+            return Ok(Outcome::Ignored {
+                reason: crate::outcome::WhyNot::Muted,
+            });
+        };
         self.reply(journal_id, inbound, text.clone()).await?;
         self.share_in_web_room(journal_id, inbound, &text).await?;
         if inbound.platform() != Platform::Web {
@@ -750,16 +757,26 @@ impl Agent {
 
     /// Honours the action the reply ends with (`rooms::actions`: "please stop talking
     /// here" mutes the room) and returns the reply without it. Someone who may not steer
-    /// the room gets the polite refusal instead of the persona's acknowledgement.
-    async fn act(&self, inbound: &Inbound, reply: String) -> anyhow::Result<String> {
+    /// the room gets the polite refusal instead of the persona's acknowledgement. `None`:
+    /// the room is muted (a message asking to talk again got through) and the reply does
+    /// not unmute it, so nothing is sent.
+    async fn act(&self, inbound: &Inbound, reply: String) -> anyhow::Result<Option<String>> {
         use crate::rooms::actions::{self, Action};
         use crate::storage::RoomControl;
         let (text, action) = actions::take(&reply);
+        // Only a message asking to talk again can reach here in a muted room (`steer`):
+        // other replies pay no extra read.
+        if action != Some(Action::Unmute) && actions::asks_to_talk_again(&inbound.text) {
+            let state = self.store.room_state(&self.id, &inbound.room.key()).await?;
+            if state.muted_at(crate::clock::now_ms()) {
+                return Ok(None);
+            }
+        }
         let Some(action) = action else {
-            return Ok(if text.is_empty() { reply } else { text });
+            return Ok(Some(if text.is_empty() { reply } else { text }));
         };
         if !self.may_steer(inbound).await {
-            return Ok(crate::rooms::NOT_ALLOWED.to_string());
+            return Ok(Some(crate::rooms::NOT_ALLOWED.to_string()));
         }
         let control = match action {
             Action::Mute => RoomControl::Mute(Some(i64::MAX)),
@@ -770,7 +787,7 @@ impl Agent {
         self.store
             .set_room_control(&self.id, &inbound.room.key(), control, &by)
             .await?;
-        Ok(text)
+        Ok(Some(text))
     }
 
     /// Gives up a message that had all its attempts: it is never handled again. One that

@@ -14,6 +14,31 @@ here, to be quiet or to go away, answer with one short acknowledgement and end y
 with [[action: mute]]. If someone asks you to talk here again, end your reply with \
 [[action: unmute]]. Never write these markers otherwise.";
 
+/// What a message asking a muted persona to talk again says. A muted persona calls no
+/// model, so it cannot read the request the way it reads "stop talking"; a message
+/// addressed to it that says one of these is let through to the model (one call), whose
+/// reply unmutes with `[[action: unmute]]` or is not sent. A phrase list is crude, but it
+/// only decides which messages the model sees, never an action.
+const TALK_AGAIN: &[&str] = &[
+    "talk again",
+    "speak again",
+    "talk here again",
+    "you can talk",
+    "you may talk",
+    "you can speak",
+    "you may speak",
+    "unmute",
+    "come back",
+    "you're back",
+    "start talking",
+];
+
+/// Whether `text` asks the persona to talk again (see [`TALK_AGAIN`]).
+pub(crate) fn asks_to_talk_again(text: &str) -> bool {
+    let text = text.to_lowercase();
+    TALK_AGAIN.iter().any(|phrase| text.contains(phrase))
+}
+
 /// An action a reply asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
