@@ -97,25 +97,8 @@ pub fn decide(names: &[&str], switches: &ClientSwitches, message: &Inbound) -> D
 #[cfg(test)]
 mod tests {
     use super::*;
-    use troupe_connectors::{MessageId, ReplyTo, RoomId, RoomRef, UserId, UserRef};
-
-    fn msg(platform: Platform, text: &str) -> Inbound {
-        Inbound {
-            id: MessageId::new("1"),
-            room: RoomRef::new(platform, RoomId::new("room")),
-            author: UserRef {
-                id: UserId::new("u"),
-                name: "Sam".into(),
-                is_bot: false,
-            },
-            text: text.into(),
-            attachments: vec![],
-            reply_to: None,
-            is_direct: false,
-            mentions_self: false,
-            sent_at_ms: 0,
-        }
-    }
+    use crate::rooms::tests::msg;
+    use troupe_connectors::{MessageId, ReplyTo};
 
     fn defaults() -> ClientSwitches {
         ClientSwitches {

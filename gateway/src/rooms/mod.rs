@@ -136,11 +136,13 @@ pub(crate) async fn run(command: &Command, ctx: &Ctx<'_>) -> anyhow::Result<Answ
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use troupe_connectors::{MessageId, ReplyTo, RoomId, RoomRef, UserRef};
 
-    fn msg(platform: Platform, text: &str) -> Inbound {
+    /// A person's message in a group room of `platform`, addressed to nobody: what the
+    /// decision tests start from (`agent::decide` uses it too).
+    pub(crate) fn msg(platform: Platform, text: &str) -> Inbound {
         Inbound {
             id: MessageId::new("1"),
             room: RoomRef::new(platform, RoomId::new("room")),

@@ -21,8 +21,9 @@ pub struct IdentifiedFact {
 }
 
 impl Store {
-    /// The facts about the people who wrote in `room`, as `room_user_facts` lists them,
-    /// with their ids.
+    /// The facts about the people who wrote in `room` (any room of the agent on its
+    /// platform taught them), grouped by user, newest first within a user, with their ids.
+    /// `room_user_facts` is this without the ids.
     pub async fn room_facts_with_ids(
         &self,
         agent_id: &AgentId,

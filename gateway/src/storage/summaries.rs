@@ -325,24 +325,17 @@ impl Store {
         agent_id: &AgentId,
         room: &RoomKey,
     ) -> Result<Vec<RoomUserFact>> {
-        let rows = with_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT f.user_id, COALESCE(u.name, f.user_id) AS user_name, f.fact, f.room,
-                        f.created_at_ms
-                 FROM user_facts f
-                 LEFT JOIN users u ON u.platform = f.platform AND u.user_id = f.user_id
-                 WHERE f.agent_id = $1 AND f.platform = $2
-                   AND f.user_id IN (SELECT m.author_id FROM messages m
-                                     WHERE m.agent_id = $1 AND m.room = $3 AND m.from_agent = $4)
-                 ORDER BY f.user_id, f.created_at_ms DESC, f.id DESC",
-            )
-            .bind(agent_id)
-            .bind(room.platform)
-            .bind(room)
-            .bind(false)
-            .fetch_all(pool)
-            .await
-        })?;
-        Ok(rows)
+        // One query for both answers: the console's (with ids) and this one.
+        let facts = self.room_facts_with_ids(agent_id, room).await?;
+        Ok(facts
+            .into_iter()
+            .map(|f| RoomUserFact {
+                user_id: f.user_id,
+                user_name: f.user_name,
+                fact: f.fact,
+                room: f.room,
+                created_at_ms: f.created_at_ms,
+            })
+            .collect())
     }
 }
