@@ -15,7 +15,8 @@
 //!   journal entry the first writes and the other gets its outbox id, as if run one after
 //!   the other; an unknown journal id fails only its own request;
 //! - isolation: if a batch fails, its requests are written again one by one, so one bad
-//!   request cannot fail the others.
+//!   request cannot fail the others; unless the database cannot be reached at all, when
+//!   they all fail at once (one by one, each would wait out its own pool timeout).
 //!
 //! On SQLite, statements that must run together are sent as one multi-statement script
 //! (sqlx binds positional `?` parameters in order across the statements of one query), so `record_handled` costs two
