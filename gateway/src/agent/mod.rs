@@ -127,6 +127,9 @@ pub struct Agent {
     memory: crate::memory::Memory,
     /// Accounting and budgets (issue 16); `None` counts and limits nothing.
     spend: Option<crate::spend::Spend>,
+    /// The persona's meter (its budgets and prices, parsed from its settings): made when
+    /// spend is attached and at each reload, not per message.
+    meter: RwLock<Option<crate::spend::Meter>>,
     /// The personas sharing rooms with this one (`troupe`); `None` answers alone.
     troupe: Option<troupe::Troupe>,
 }
@@ -153,12 +156,15 @@ impl Agent {
             settings,
             knowledge: None,
             spend: None,
+            meter: RwLock::new(None),
             troupe: None,
         }
     }
 
     /// Accounts every model call of this agent and applies its budgets (docs/spend.md).
     pub fn with_spend(mut self, spend: crate::spend::Spend) -> Self {
+        *self.meter.get_mut().unwrap_or_else(|e| e.into_inner()) =
+            Some(spend.meter(&self.mind().persona));
         self.spend = Some(spend);
         self
     }
@@ -171,7 +177,7 @@ impl Agent {
 
     /// The persona's spend meter (budgets, prices), when spend is on.
     pub fn meter(&self) -> Option<crate::spend::Meter> {
-        self.spend.as_ref().map(|s| s.meter(&self.mind().persona))
+        self.meter.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn mind(&self) -> Arc<Mind> {
@@ -180,7 +186,9 @@ impl Agent {
 
     /// Replaces the persona and provider; the next message uses them.
     pub fn reload(&self, mind: Mind) {
+        let meter = self.spend.as_ref().map(|s| s.meter(&mind.persona));
         *self.mind.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(mind);
+        *self.meter.write().unwrap_or_else(|e| e.into_inner()) = meter;
     }
 
     /// Handles one message and tells whoever waits on it how it went.
@@ -272,7 +280,7 @@ impl Agent {
         if let Some(outcome) = self.budget(journal_id, inbound).await? {
             return Ok(outcome);
         }
-        let meter = self.spend.as_ref().map(|s| s.meter(&mind.persona));
+        let meter = self.meter();
         if let Some(outcome) = self.spend_cap(meter.as_ref(), journal_id, inbound).await? {
             return Ok(outcome);
         }
