@@ -537,6 +537,12 @@ impl TestApp {
         self.logs.text()
     }
 
+    /// The value of a fake's bounded wait, or a panic with the wait's diagnostic and
+    /// everything the binary printed: what a failing end-to-end test needs to be read.
+    pub fn expect<T>(&self, waited: Result<T, String>) -> T {
+        waited.unwrap_or_else(|e| panic!("{e}\n----- troupe output -----\n{}", self.logs()))
+    }
+
     /// Sends SIGTERM and waits for the child to exit; panics if it does not within the
     /// deadline (after killing it).
     pub async fn stop(&mut self) -> ExitStatus {

@@ -55,10 +55,7 @@ fn options(model: &FakeOpenAi, character: Value) -> TestAppOptions {
 
 /// Waits for `n` sent messages in all; on failure, prints the gateway's output too.
 async fn wait_sent(telegram: &FakeTelegram, app: &TestApp, n: usize) -> Vec<SentMessage> {
-    match telegram.try_wait_for_sent(n, WAIT).await {
-        Ok(sent) => sent,
-        Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
-    }
+    app.expect(telegram.try_wait_for_sent(n, WAIT).await)
 }
 
 /// Asks `/whoami` in the group and waits for its answer, the `n`th message sent: every
@@ -412,10 +409,7 @@ mod discord {
     }
 
     async fn follow_ups(discord: &FakeDiscord, app: &TestApp, n: usize) -> Vec<FollowUp> {
-        match discord.try_wait_for_follow_ups(n, WAIT).await {
-            Ok(f) => f,
-            Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
-        }
+        app.expect(discord.try_wait_for_follow_ups(n, WAIT).await)
     }
 
     #[tokio::test]
@@ -431,10 +425,7 @@ mod discord {
                 .env("TROUPE_MEMORY_FACTS_EVERY", "0"),
         )
         .await;
-        let commands = match discord.try_wait_for_commands(WAIT).await {
-            Ok(c) => c,
-            Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
-        };
+        let commands = app.expect(discord.try_wait_for_commands(WAIT).await);
         let mute = commands
             .iter()
             .find(|c| c["name"] == "mute")
@@ -544,12 +535,7 @@ mod bot_turns {
         let wait_sent = |n: usize| {
             let discord = &discord;
             let app = &app;
-            async move {
-                match discord.try_wait_for_sent(n, WAIT).await {
-                    Ok(s) => s,
-                    Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
-                }
-            }
+            async move { app.expect(discord.try_wait_for_sent(n, WAIT).await) }
         };
         discord.send_message_create(say(Author::person("alice"), "hi Dot"));
         wait_sent(1).await; // Dot: 1 bot message in a row
@@ -579,10 +565,7 @@ mod farcaster {
     use troupe_e2e::fake_neynar::{FakeNeynar, NewCast, PublishedCast};
 
     async fn casts(app: &TestApp, neynar: &FakeNeynar, n: usize) -> Vec<PublishedCast> {
-        match neynar.try_wait_for_casts(n, WAIT).await {
-            Ok(c) => c,
-            Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
-        }
+        app.expect(neynar.try_wait_for_casts(n, WAIT).await)
     }
 
     #[tokio::test]

@@ -67,9 +67,7 @@ impl Troupe {
         )
         .await;
         // Both bots identified: each has its own session.
-        if let Err(e) = discord.try_wait_for_ready(2, WAIT).await {
-            panic!("{e}\n----- troupe output -----\n{}", app.logs());
-        }
+        app.expect(discord.try_wait_for_ready(2, WAIT).await);
         Troupe {
             discord,
             model,
@@ -97,10 +95,8 @@ impl Troupe {
     }
 
     async fn sent(&self, n: usize) -> Vec<SentMessage> {
-        match self.discord.try_wait_for_sent(n, WAIT).await {
-            Ok(s) => s,
-            Err(e) => panic!("{e}\n----- troupe output -----\n{}", self.app.logs()),
-        }
+        self.app
+            .expect(self.discord.try_wait_for_sent(n, WAIT).await)
     }
 
     /// The messages `agent` remembers of the room.
