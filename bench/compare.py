@@ -236,9 +236,11 @@ def main():
     med = {name: {k: statistics.median(f[k] for f in figs) for k in figs[0]} for name, figs in rounds.items()}
     names = [n for n, _ in systems]
     print()
-    print(f"Side by side, {args.rounds} rounds alternated, medians; "
-          f"{args.latency_messages} sequential messages in one room, "
-          f"{args.messages} over {args.rooms} rooms at once, zero-latency model.")
+    counts = f"{args.latency_messages} sequential messages in one room, {args.messages} over {args.rooms} rooms at once"
+    if args.eliza_latency_messages or args.eliza_messages:
+        counts += (f" (elizaOS: {args.eliza_latency_messages or args.latency_messages} and "
+                   f"{args.eliza_messages or args.messages})")
+    print(f"Side by side, {args.rounds} rounds alternated, medians; {counts}; zero-latency model.")
     print(f"troupe: {args.troupe_bin} (bench: fresh SQLite file on disk); "
           f"elizaOS 1.7.2 under bun {bun_version()} (PGlite in memory).")
     print("ratio: how many times troupe is better (elizaOS / troupe; for throughput troupe / elizaOS).")
