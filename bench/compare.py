@@ -240,7 +240,7 @@ def main():
     if args.eliza_latency_messages or args.eliza_messages:
         counts += (f" (elizaOS: {args.eliza_latency_messages or args.latency_messages} and "
                    f"{args.eliza_messages or args.messages})")
-    print(f"Side by side, {args.rounds} rounds alternated, medians; {counts}; zero-latency model.")
+    print(f"Side by side, {args.rounds} round(s) alternated, medians; {counts}; zero-latency model.")
     print(f"troupe: {args.troupe_bin} (bench: fresh SQLite file on disk); "
           f"elizaOS 1.7.2 under bun {bun_version()} (PGlite in memory).")
     print("ratio: how many times troupe is better (elizaOS / troupe; for throughput troupe / elizaOS).")
