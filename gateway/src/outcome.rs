@@ -293,6 +293,11 @@ impl Waiters {
         }
     }
 
+    /// Whether a caller waits on `id` here (a shared bus then asks for its outcome back).
+    pub(crate) fn is_waited(&self, id: JournalId) -> bool {
+        self.lock().contains_key(&id)
+    }
+
     /// Forgets a waiter whose caller went away.
     pub fn forget(&self, id: JournalId) {
         self.lock().remove(&id);

@@ -30,16 +30,39 @@
 //! a journaled message unanswered, so it is published again under an id of its own (logged):
 //! the journal, not the dedupe window, is what keeps it from being answered twice.
 //!
-//! Outcomes cross replicas on core NATS: the replica that handled a message publishes its
-//! outcome on `p.outcome.<journal id>`, and every replica listens on `p.outcome.*` for the
-//! callers it has waiting (the HTTP API posts to one replica, another may answer).
+//! Outcomes cross replicas on core NATS, and only where someone waits for them (the HTTP API
+//! posts to one replica, another may answer). Each bus has a replica id of its own; a
+//! publication says in `answer_to` whether a caller waits on its journal id, and on which
+//! replica. The replica that handles it publishes the outcome on
+//! `p.outcome.<replica>.<journal id>`, which only that replica listens to, and publishes
+//! nothing when nobody waits or the caller waits on the handling replica itself (its
+//! waiter is completed in memory). Before this, every outcome went to every replica, each
+//! of which parsed it and mostly found nobody waiting for it.
+//!
+//! A caller that starts waiting on a message already published (a client posting a
+//! message again to another replica while the first is still on it) publishes it again,
+//! as before; a copy that JetStream drops as a duplicate is then published under an id of
+//! its own, so that a copy naming this caller's replica is handled (after the first, in the
+//! room's lane, and answered from the journal) and its outcome comes back here.
+//!
+//! A publication without `answer_to` comes from an older release: its outcome goes to
+//! `p.outcome.<journal id>`, where older replicas listen, and every replica listens there
+//! too for the outcomes older replicas send (a rolling upgrade mixes both).
+//!
+//! Acknowledgements are not awaited on the server: an ack is queued on the client's one
+//! connection, whose writer sends whatever is queued in one write, so the acks of many
+//! partitions go out together. The lanes stay one message deep (`max_ack_pending = 1`):
+//! that is the room order, and a batch of a lane could only be pulled by giving it up
+//! (another replica could take a later message of a room while the batch still holds an
+//! earlier one).
 
 use async_nats::jetstream::{self, AckKind, consumer::pull, stream};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -66,6 +89,29 @@ struct Wire {
     inbound: Inbound,
     redelivery: bool,
     attempt: u32,
+    /// Who waits for the outcome; absent from older releases (see the module comment).
+    /// Older replicas ignore the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    answer_to: Option<AnswerTo>,
+}
+
+/// Where the outcome of a publication is wanted.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum AnswerTo {
+    /// Nobody waited when it was published (a connector's message, a replay at start).
+    Nobody,
+    /// A caller waits on the replica with this id.
+    Replica(String),
+}
+
+/// Outcomes to relay, by journal id, to the subject of the replica that waits for them:
+/// filled by `handle_one` for the message it hands to the agent, emptied by the relay
+/// when the agent completes it (or by `handle_one` when it did not).
+type RelayTargets = Arc<Mutex<HashMap<JournalId, String>>>;
+
+fn lock(targets: &RelayTargets) -> std::sync::MutexGuard<'_, HashMap<JournalId, String>> {
+    targets.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A bus whose queue lives in NATS JetStream. A cheap handle on shared state.
@@ -80,6 +126,9 @@ struct Shared {
     prefix: String,
     /// The database's installation id, the first part of every `Nats-Msg-Id`.
     installation: String,
+    /// This bus's own id among the replicas, where outcomes for its callers are sent.
+    replica: String,
+    relay_targets: RelayTargets,
     partitions: u32,
     ack_wait: Duration,
     handler: Arc<dyn Handler>,
@@ -144,12 +193,15 @@ impl NatsBus {
                     )
                 })?;
         }
+        let relay_targets = RelayTargets::default();
         let shared = Arc::new(Shared {
             client,
             js,
             stream,
             prefix,
             installation,
+            replica: uuid::Uuid::new_v4().simple().to_string(),
+            relay_targets: relay_targets.clone(),
             partitions: settings.partitions,
             ack_wait: settings.ack_wait,
             handler,
@@ -165,7 +217,10 @@ impl NatsBus {
         shared.refresh_depth().await;
         // Outcomes go out from here from now on, and come in once `start` listens.
         let (tx, rx) = mpsc::unbounded_channel();
-        waiters.relay_to(Arc::new(Relay { tx }));
+        waiters.relay_to(Arc::new(Relay {
+            tx,
+            targets: relay_targets,
+        }));
         shared.relay_tracker.spawn(shared.clone().announce(rx));
         tracing::info!(
             url = %shown,
@@ -220,15 +275,48 @@ fn message_id(installation: &str, journal_id: JournalId, attempt: u32) -> String
     format!("{installation}.{}.{attempt}", journal_id.0)
 }
 
-/// Hands outcomes to the publishing task; `announce` is called from synchronous code.
+/// Hands outcomes someone waits for to the publishing task; `announce` is called from
+/// synchronous code.
 struct Relay {
-    tx: mpsc::UnboundedSender<(JournalId, Vec<u8>)>,
+    tx: mpsc::UnboundedSender<(JournalId, String, Vec<u8>)>,
+    targets: RelayTargets,
 }
 
 impl OutcomeRelay for Relay {
     fn announce(&self, id: JournalId, outcome: &Outcome) {
-        let _ = self.tx.send((id, outcome.to_wire()));
+        // Nobody elsewhere waits for it: no bytes made, nothing sent.
+        let Some(subject) = lock(&self.targets).remove(&id) else {
+            return;
+        };
+        let _ = self.tx.send((id, subject, outcome.to_wire()));
     }
+}
+
+/// Where the outcome of a message goes, seen from replica `me`: `None` when nobody waits
+/// for it elsewhere.
+fn relay_subject(
+    prefix: &str,
+    me: &str,
+    id: JournalId,
+    answer_to: Option<&AnswerTo>,
+) -> Option<String> {
+    match answer_to {
+        // An older release's publication: its replicas listen on the old subject.
+        None => Some(format!("{prefix}.outcome.{}", id.0)),
+        Some(AnswerTo::Nobody) => None,
+        // The caller waits here: `Waiters::complete` hands it the outcome in memory.
+        Some(AnswerTo::Replica(r)) if r.as_str() == me => None,
+        Some(AnswerTo::Replica(r)) if is_token(r) => Some(format!("{prefix}.outcome.{r}.{}", id.0)),
+        Some(AnswerTo::Replica(r)) => {
+            tracing::warn!(journal_id = id.0, replica = %r, "ignoring a malformed replica id");
+            None
+        }
+    }
+}
+
+/// Whether a replica id can be a subject token (ours are hex; a message could say anything).
+fn is_token(replica: &str) -> bool {
+    !replica.is_empty() && replica.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 impl Shared {
@@ -270,7 +358,10 @@ impl Shared {
     }
 
     /// Publishes outcomes for callers waiting on other replicas.
-    async fn announce(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<(JournalId, Vec<u8>)>) {
+    async fn announce(
+        self: Arc<Self>,
+        mut rx: mpsc::UnboundedReceiver<(JournalId, String, Vec<u8>)>,
+    ) {
         loop {
             let next = tokio::select! {
                 biased;
@@ -278,10 +369,9 @@ impl Shared {
                 // Every handler has finished: publish what is queued, then stop.
                 _ = self.relay_stop.cancelled() => rx.try_recv().ok(),
             };
-            let Some((id, bytes)) = next else {
+            let Some((id, subject, bytes)) = next else {
                 return;
             };
-            let subject = format!("{}.outcome.{}", self.prefix, id.0);
             if let Err(e) = self.client.publish(subject, Bytes::from(bytes)).await {
                 crate::metrics::error("bus");
                 tracing::warn!(error = %e, journal_id = id.0, "cannot relay an outcome");
@@ -290,7 +380,10 @@ impl Shared {
     }
 
     /// Completes local waiters with outcomes other replicas relay.
-    async fn listen(self: Arc<Self>, mut outcomes: async_nats::Subscriber) {
+    async fn listen(
+        self: Arc<Self>,
+        mut outcomes: impl futures::Stream<Item = async_nats::Message> + Unpin,
+    ) {
         loop {
             let message = tokio::select! {
                 _ = self.stop.cancelled() => return,
@@ -374,8 +467,19 @@ impl Shared {
                 return;
             }
         };
+        let journal_id = JournalId(wire.journal_id);
+        let relay = relay_subject(
+            &self.prefix,
+            &self.replica,
+            journal_id,
+            wire.answer_to.as_ref(),
+        );
+        let relayed = relay.is_some();
+        if let Some(subject) = relay {
+            lock(&self.relay_targets).insert(journal_id, subject);
+        }
         let envelope = Envelope {
-            journal_id: JournalId(wire.journal_id),
+            journal_id,
             agent: wire.agent_id,
             inbound: wire.inbound,
             redelivery: wire.redelivery || delivered > 1,
@@ -398,6 +502,10 @@ impl Shared {
                     }
                 }
             }
+        }
+        if relayed {
+            // Handled without an outcome (the agent always gives one; this is a guard).
+            lock(&self.relay_targets).remove(&journal_id);
         }
         // The reply is in the outbox (or the failure in the journal): the message is done.
         if let Err(e) = message.ack().await {
@@ -423,12 +531,19 @@ impl Bus for NatsBus {
         );
         let journal_id = envelope.journal_id;
         let redelivery = envelope.redelivery;
+        // Ingress registers a caller's waiter before it publishes.
+        let waited = self.shared.waiters.is_waited(journal_id);
         let wire = Wire {
             journal_id: envelope.journal_id.0,
             agent_id: envelope.agent,
             inbound: envelope.inbound,
             redelivery: envelope.redelivery,
             attempt: envelope.attempt,
+            answer_to: Some(if waited {
+                AnswerTo::Replica(self.shared.replica.clone())
+            } else {
+                AnswerTo::Nobody
+            }),
         };
         let payload =
             Bytes::from(serde_json::to_vec(&wire).map_err(|e| BusError::Backend(e.to_string()))?);
@@ -436,18 +551,27 @@ impl Bus for NatsBus {
             .shared
             .send(subject.clone(), payload.clone(), &id)
             .await?;
-        if ack.duplicate && !redelivery {
+        if ack.duplicate && (!redelivery || waited) {
             // This process journaled it just now and expects it handled: a duplicate here is
             // an id that collides with another publication (not a replay), and dropping it
-            // would leave the message unanswered. An id of its own gets it through; the
-            // journal still keeps it from being answered twice.
+            // would leave the message unanswered. Or a caller here waits on a message that
+            // is already on the bus, whose publication may not name this replica: the
+            // outcome would not come back. An id of its own gets it through; the journal
+            // still keeps it from being answered twice.
             let fresh = format!("{id}.{}", uuid::Uuid::new_v4().simple());
-            crate::metrics::error("bus_duplicate");
-            tracing::warn!(
-                journal_id = journal_id.0,
-                nats_msg_id = %id,
-                "JetStream took a new message for a duplicate; publishing it again as {fresh}"
-            );
+            if redelivery {
+                tracing::debug!(
+                    journal_id = journal_id.0,
+                    "a caller waits on a message already on the bus; publishing a copy that answers it as {fresh}"
+                );
+            } else {
+                crate::metrics::error("bus_duplicate");
+                tracing::warn!(
+                    journal_id = journal_id.0,
+                    nats_msg_id = %id,
+                    "JetStream took a new message for a duplicate; publishing it again as {fresh}"
+                );
+            }
             ack = self.shared.send(subject, payload, &fresh).await?;
             if ack.duplicate {
                 crate::metrics::error("bus");
@@ -484,14 +608,20 @@ impl Bus for NatsBus {
         if self.shared.started.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let outcomes = self
-            .shared
-            .client
-            .subscribe(format!("{}.outcome.*", self.shared.prefix))
-            .await
-            .map_err(|e| BusError::Backend(format!("NATS subscribe: {e}")))?;
         let shared = &self.shared;
-        shared.tracker.spawn(shared.clone().listen(outcomes));
+        let subscribe = |subject: String| async move {
+            shared
+                .client
+                .subscribe(subject)
+                .await
+                .map_err(|e| BusError::Backend(format!("NATS subscribe: {e}")))
+        };
+        let mine = subscribe(format!("{}.outcome.{}.*", shared.prefix, shared.replica)).await?;
+        // Outcomes from replicas of older releases (see the module comment).
+        let legacy = subscribe(format!("{}.outcome.*", shared.prefix)).await?;
+        shared
+            .tracker
+            .spawn(shared.clone().listen(futures::stream::select(mine, legacy)));
         shared.tracker.spawn(shared.clone().depth_loop());
         for partition in 0..shared.partitions {
             shared.tracker.spawn(shared.clone().pull(partition));
@@ -534,6 +664,32 @@ mod tests {
         assert_eq!(partition_of("anything", 1), 0);
     }
 
+    fn wire(answer_to: Option<AnswerTo>) -> Wire {
+        use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+        Wire {
+            journal_id: 7,
+            agent_id: AgentId::new("ada"),
+            inbound: Inbound {
+                id: MessageId::new("m1"),
+                room: RoomRef::new(Platform::Web, RoomId::new("r1")),
+                author: UserRef {
+                    id: UserId::new("u"),
+                    name: "U".into(),
+                    is_bot: false,
+                },
+                text: "hi".into(),
+                attachments: vec![],
+                reply_to: None,
+                is_direct: true,
+                mentions_self: false,
+                sent_at_ms: 0,
+            },
+            redelivery: false,
+            attempt: 1,
+            answer_to,
+        }
+    }
+
     #[test]
     fn the_envelope_on_the_wire_keeps_its_form() {
         use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
@@ -559,6 +715,7 @@ mod tests {
             inbound,
             redelivery: false,
             attempt: 1,
+            answer_to: None,
         };
         // What replicas of earlier releases, whose agent id was a `String`, send and read.
         assert_eq!(
@@ -567,6 +724,45 @@ mod tests {
                 r#"{{"journal_id":7,"agent_id":"ada","inbound":{inbound_json},"redelivery":false,"attempt":1}}"#
             )
         );
+    }
+
+    #[test]
+    fn who_waits_travels_with_the_envelope_and_older_envelopes_still_read() {
+        let read = |json: &str| serde_json::from_str::<Wire>(json).map(|w| w.answer_to);
+        let older = serde_json::to_string(&wire(None)).unwrap();
+        let base = older.strip_suffix('}').unwrap();
+        // From a release before `answer_to`.
+        assert_eq!(read(&older).unwrap(), None);
+        assert_eq!(
+            serde_json::to_string(&wire(Some(AnswerTo::Nobody))).unwrap(),
+            format!(r#"{base},"answer_to":"nobody"}}"#)
+        );
+        assert_eq!(
+            read(&format!(r#"{base},"answer_to":"nobody"}}"#)).unwrap(),
+            Some(AnswerTo::Nobody)
+        );
+        assert_eq!(
+            read(&format!(r#"{base},"answer_to":{{"replica":"ab12"}}}}"#)).unwrap(),
+            Some(AnswerTo::Replica("ab12".into()))
+        );
+    }
+
+    #[test]
+    fn an_outcome_goes_only_where_a_caller_waits() {
+        let id = JournalId(9);
+        let at = |to: Option<AnswerTo>| relay_subject("p", "me", id, to.as_ref());
+        assert_eq!(at(Some(AnswerTo::Nobody)), None);
+        // Waited on the handling replica: completed in memory, nothing on the wire.
+        assert_eq!(at(Some(AnswerTo::Replica("me".into()))), None);
+        assert_eq!(
+            at(Some(AnswerTo::Replica("other1".into()))).as_deref(),
+            Some("p.outcome.other1.9")
+        );
+        // An older replica's message: its callers listen on the old subject.
+        assert_eq!(at(None).as_deref(), Some("p.outcome.9"));
+        // A replica id that is not one subject token is not published to.
+        assert_eq!(at(Some(AnswerTo::Replica("a.*".into()))), None);
+        assert_eq!(at(Some(AnswerTo::Replica(String::new()))), None);
     }
 
     #[test]

@@ -18,6 +18,9 @@
 //!   request cannot fail the others; unless the database cannot be reached at all, when
 //!   they all fail at once (one by one, each would wait out its own pool timeout).
 //!
+//! On Postgres, up to `PG_BATCHES_IN_FLIGHT` batches are written at once, so that they
+//! share the wait for the WAL flush; on SQLite one after the other.
+//!
 //! On SQLite, statements that must run together are sent as one multi-statement script
 //! (sqlx binds positional `?` parameters in order across the statements of one query), so `record_handled` costs two
 //! round trips whatever the batch size: `BEGIN IMMEDIATE; UPDATE journal … RETURNING`, then
@@ -31,7 +34,8 @@ use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use std::collections::{HashMap, HashSet};
-use tokio::sync::{mpsc, oneshot};
+use std::sync::Arc;
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use troupe_connectors::{AgentId, Outbound, Platform, RoomKey};
 
 /// Later sightings win; a re-driven old message must not roll a name or a time back.
@@ -49,6 +53,17 @@ const UPSERT_ROOM_CONFLICT: &str = " ON CONFLICT (agent_id, room) DO UPDATE SET
 
 /// Requests per batch.
 const MAX_BATCH: usize = 256;
+/// Postgres batches written at once. A commit waits for its WAL flush (10–20 ms on a
+/// loaded disk), and one writer waiting for each flush in turn capped a Postgres store at
+/// `MAX_BATCH` requests per two flushes; overlapping batches share the flushes (Postgres
+/// writes the WAL of every transaction committing at that moment at once). It is safe
+/// because Postgres orders what SQLite needed a single writer for: a journal insert
+/// that conflicts waits for the other inserter's commit, and the `UPDATE journal … WHERE
+/// state <> 'done'` that opens a `record_handled` batch waits for another one holding the
+/// row, then sees it done. Two batches can deadlock only on rows both write (a user in
+/// rooms of both, in other orders); Postgres then fails one of them, whose requests are
+/// written again one by one like any failed batch.
+const PG_BATCHES_IN_FLIGHT: usize = 4;
 /// Longer SQL (a batch of more than a few requests) is prepared for one use, not cached.
 const MAX_CACHED_SQL: usize = 2048;
 /// Requests waiting for the writer before callers wait to queue (backpressure).
@@ -131,29 +146,61 @@ fn gone() -> StorageError {
 }
 
 async fn run(pool: Pool, mut requests: mpsc::Receiver<Request>) {
+    // Postgres: batches overlap (see `PG_BATCHES_IN_FLIGHT`); SQLite: one after the other.
+    let in_flight = match &pool {
+        Pool::Postgres(_) => Some(Arc::new(Semaphore::new(PG_BATCHES_IN_FLIGHT))),
+        Pool::Sqlite(_) => None,
+    };
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while requests.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let mut journal = Vec::new();
-        let mut handled = Vec::new();
-        for request in batch.drain(..) {
-            match request {
-                Request::Journal(req, tx) => journal.push((req, tx)),
-                Request::Handled(req, tx) => handled.push((*req, tx)),
+    loop {
+        // The slot is taken before the batch: while every slot is busy, requests gather
+        // in the queue and the next batch takes them all.
+        let slot = match &in_flight {
+            Some(slots) => match slots.clone().acquire_owned().await {
+                Ok(slot) => Some(slot),
+                Err(_) => return,
+            },
+            None => None,
+        };
+        if requests.recv_many(&mut batch, MAX_BATCH).await == 0 {
+            return;
+        }
+        match slot {
+            None => write(&pool, batch.drain(..)).await,
+            Some(slot) => {
+                let pool = pool.clone();
+                let taken: Vec<Request> = batch.drain(..).collect();
+                tokio::spawn(async move {
+                    write(&pool, taken.into_iter()).await;
+                    drop(slot);
+                });
             }
         }
-        if !journal.is_empty() {
-            let (reqs, txs): (Vec<_>, Vec<_>) = journal.into_iter().unzip();
-            let results = isolate(&reqs, |reqs| journal_batch(&pool, reqs)).await;
-            for (tx, result) in txs.into_iter().zip(results) {
-                let _ = tx.send(result);
-            }
+    }
+}
+
+/// Writes one batch and answers its callers.
+async fn write(pool: &Pool, batch: impl Iterator<Item = Request>) {
+    let mut journal = Vec::new();
+    let mut handled = Vec::new();
+    for request in batch {
+        match request {
+            Request::Journal(req, tx) => journal.push((req, tx)),
+            Request::Handled(req, tx) => handled.push((*req, tx)),
         }
-        if !handled.is_empty() {
-            let (reqs, txs): (Vec<_>, Vec<_>) = handled.into_iter().unzip();
-            let results = isolate(&reqs, |reqs| handled_batch(&pool, reqs)).await;
-            for (tx, result) in txs.into_iter().zip(results) {
-                let _ = tx.send(result);
-            }
+    }
+    if !journal.is_empty() {
+        let (reqs, txs): (Vec<_>, Vec<_>) = journal.into_iter().unzip();
+        let results = isolate(&reqs, |reqs| journal_batch(pool, reqs)).await;
+        for (tx, result) in txs.into_iter().zip(results) {
+            let _ = tx.send(result);
+        }
+    }
+    if !handled.is_empty() {
+        let (reqs, txs): (Vec<_>, Vec<_>) = handled.into_iter().unzip();
+        let results = isolate(&reqs, |reqs| handled_batch(pool, reqs)).await;
+        for (tx, result) in txs.into_iter().zip(results) {
+            let _ = tx.send(result);
         }
     }
 }
@@ -641,6 +688,9 @@ impl Plan {
                 }
             }
         }
+        // In key order: overlapping Postgres batches then lock shared rows in one order.
+        rooms.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        users.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         if !rooms.is_empty() {
             s.push("INSERT INTO rooms (agent_id, room, platform, name, last_active_ms) VALUES ");
             for (i, (agent, room, name, active)) in rooms.into_iter().enumerate() {
