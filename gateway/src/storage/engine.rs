@@ -451,14 +451,18 @@ pub(super) fn outbox_delivered(
     Ok(())
 }
 
+/// One rollup row's key (agent, day, scope, scope key) and its increments (calls, prompt,
+/// completion, cached, cost).
+type Rollup = (
+    (troupe_connectors::AgentId, i64, &'static str, String),
+    [i64; 5],
+);
+
 /// `usage_record_batch`: the raw records and the rollup increments (summed per row already).
 pub(super) fn usage_record_batch(
     conn: &Connection,
     batch: &[super::NewUsage],
-    rollups: &[(
-        (troupe_connectors::AgentId, i64, &'static str, String),
-        [i64; 5],
-    )],
+    rollups: &[Rollup],
 ) -> Result<()> {
     let mut record = conn.prepare_cached(
         "INSERT INTO usage_records (agent_id, room, user_key, provider, model, purpose,
