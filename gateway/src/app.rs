@@ -159,17 +159,21 @@ impl App {
     pub async fn build(config: Config) -> anyhow::Result<App> {
         crate::metrics::install();
         let mut app = Self::build_headless(config, default_provider_factory()).await?;
-        let listener = TcpListener::bind(app.config.http_addr)
+        let addr = app.config.http_addr;
+        app.listen(addr)
             .await
-            .with_context(|| {
-                format!(
-                    "cannot listen on {} (TROUPE_HTTP_ADDR)",
-                    app.config.http_addr
-                )
-            })?;
-        app.addr = Some(listener.local_addr()?);
-        app.listener = Some(listener);
+            .with_context(|| format!("cannot listen on {addr} (TROUPE_HTTP_ADDR)"))?;
         Ok(app)
+    }
+
+    /// Binds the HTTP listener of a headless app on `addr` (`troupe bench --http` serves
+    /// its own model this way); returns the address, with the real port when 0 was asked for.
+    pub async fn listen(&mut self, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+        let listener = TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        self.addr = Some(bound);
+        self.listener = Some(listener);
+        Ok(bound)
     }
 
     /// Builds everything but the HTTP listener (for `troupe chat` and `troupe bench`).

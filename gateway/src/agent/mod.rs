@@ -29,7 +29,7 @@ use crate::persona::{self, HistoryLine, Persona, Prompt, PromptInput};
 use crate::provider::{ModelProvider, OutageNotice, ProviderError};
 use crate::storage::{
     Attempt, HandledMessage, JournalId, JournalState, MemoryMessage, NewMemory, RecordedReply,
-    Store,
+    RoomContext, Store,
 };
 use decide::{Decision, decide};
 
@@ -274,9 +274,10 @@ impl Agent {
         if let Some(outcome) = self.command(&mind, journal_id, inbound).await? {
             return Ok(outcome);
         }
-        if let Some(outcome) = self.decide(&mind.persona, journal_id, inbound).await? {
-            return Ok(outcome);
-        }
+        let room = match self.decide(&mind.persona, journal_id, inbound).await? {
+            Ok(room) => room,
+            Err(outcome) => return Ok(outcome),
+        };
         if let Some(outcome) = self.budget(journal_id, inbound).await? {
             return Ok(outcome);
         }
@@ -284,7 +285,7 @@ impl Agent {
         if let Some(outcome) = self.spend_cap(meter.as_ref(), journal_id, inbound).await? {
             return Ok(outcome);
         }
-        let recall = self.recall(inbound).await?;
+        let recall = self.recall(inbound, room).await?;
         let prompt = self.compose(&mind.persona, inbound, &recall);
         // The console's "why" panel (crate::why): what this prompt was made of.
         crate::why::record(
@@ -492,22 +493,36 @@ impl Agent {
 
     /// Decide: whether the persona answers at all (`decide::decide`), then the room's
     /// controls (`decide::steer`: muted, following). An ignored message is still remembered
-    /// in its room. `None` when it answers.
+    /// in its room. `Err` with the outcome when it does not answer; when it does, what was
+    /// read of the room. A message the rules answer has its room's messages (and summary)
+    /// read with the controls, in one round trip; one they ignore reads the controls alone.
     async fn decide(
         &self,
         persona: &Persona,
         journal_id: JournalId,
         inbound: &Inbound,
-    ) -> anyhow::Result<Option<Outcome>> {
+    ) -> anyhow::Result<Result<RoomContext, Outcome>> {
         let mut switches = persona.switches(inbound.platform());
         // The troupe's own personas are heard where other people's bots are not.
         let from_troupe = self.written_by_troupe(inbound).await?;
         switches.ignore_bot_messages &= !from_troupe;
         let names: Vec<&str> = [persona.name.as_str()].into_iter().collect();
-        let state = self.store.room_state(&self.id, &inbound.room.key()).await?;
+        let first = decide(&names, &switches, inbound);
+        let room_key = inbound.room.key();
+        let answers = matches!(first, Decision::Respond(_));
+        let room = self
+            .store
+            .room_context(
+                &self.id,
+                &room_key,
+                answers.then_some(i64::from(self.settings.history_limit)),
+                answers && self.memory.wants_summary(&room_key),
+            )
+            .await?;
+        let state = &room.state;
         let decision = decide::steer(
-            decide(&names, &switches, inbound),
-            &state,
+            first,
+            state,
             crate::clock::now_ms(),
             crate::rooms::actions::asks_to_talk_again(&inbound.text),
         );
@@ -517,11 +532,11 @@ impl Agent {
             Decision::Ignore(why) => {
                 tracing::debug!(reason = why.as_str(), "not answering");
                 self.record(journal_id, inbound, None).await?;
-                Ok(Some(Outcome::Ignored { reason: why }))
+                Ok(Err(Outcome::Ignored { reason: why }))
             }
             Decision::Respond(why) => {
                 tracing::debug!(?why, "answering");
-                Ok(None)
+                Ok(Ok(room))
             }
         }
     }
@@ -556,13 +571,22 @@ impl Agent {
     /// knows it, and knowledge for this room and the whole agent (documents attached to the
     /// message become the room's knowledge first; a failed or slow search answers without
     /// it, see Knowledge::for_prompt).
-    async fn recall(&self, inbound: &Inbound) -> anyhow::Result<Recall> {
+    async fn recall(&self, inbound: &Inbound, room: RoomContext) -> anyhow::Result<Recall> {
         let room_key = inbound.room.key();
-        let recent = self
-            .store
-            .recent_messages(&self.id, &room_key, i64::from(self.settings.history_limit))
+        // Read with the room's controls, unless only the room's controls made it answer
+        // (a followed room).
+        let recent = match room.recent {
+            Some(recent) => recent,
+            None => {
+                self.store
+                    .recent_messages(&self.id, &room_key, i64::from(self.settings.history_limit))
+                    .await?
+            }
+        };
+        let memory = self
+            .memory
+            .recall(&room_key, recent.len(), inbound, room.summary)
             .await?;
-        let memory = self.memory.recall(&room_key, recent.len(), inbound).await?;
         let thread = self.thread_context(inbound).await;
         let hits = match &self.knowledge {
             Some(k) => {
@@ -929,6 +953,10 @@ impl Agent {
     /// Keeps the platform's typing indicator on until the returned guard is cancelled.
     fn keep_typing(&self, inbound: &Inbound) -> tokio_util::sync::DropGuard {
         let token = tokio_util::sync::CancellationToken::new();
+        // The Web platform shows no typing: no task and no timer per message.
+        if inbound.platform() == Platform::Web {
+            return token.drop_guard();
+        }
         if let Some(connector) = self.outbox.connectors().get(&self.id, inbound.platform()) {
             let room = inbound.room.clone();
             let stop = token.clone();

@@ -13,8 +13,12 @@
 //! fresh prefix per run, deleted at the end), as N replicas would be: conversations post
 //! to the replicas in turn, and whichever replica pulls a message handles it.
 //!
-//! Layout: this file runs the message benchmark; `knowledge` is `--knowledge-mb`, what
-//! knowledge costs; `stats` holds what both report (percentiles, resident memory).
+//! With `--http` the same app also serves the HTTP API on loopback, and the messages come
+//! from clients in this process posting to `POST /api/agents/bench/messages` (`http`).
+//!
+//! Layout: this file runs the message benchmark; `http` is `--http`; `knowledge` is
+//! `--knowledge-mb`, what knowledge costs; `stats` holds what both report (percentiles,
+//! resident memory).
 
 use clap::Args;
 use std::process::ExitCode;
@@ -27,6 +31,7 @@ use crate::config::Config;
 use crate::ingress::Outcome;
 use crate::provider::{self, ModelProvider};
 
+mod http;
 mod knowledge;
 mod scheduler;
 mod stats;
@@ -67,6 +72,12 @@ pub struct BenchArgs {
     /// a flood in another room (see `bench/scheduler.rs`).
     #[arg(long)]
     pub scheduler: bool,
+    /// Post the messages over the HTTP API (loopback) instead of straight to the ingress.
+    #[arg(long)]
+    pub http: bool,
+    /// Clients posting at once in the `--http` throughput phase.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
 }
 
 const PERSONA: &str = r#"{
@@ -106,6 +117,7 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
     config.limits.user_per_minute = 0;
     config.limits.room_per_minute = 0;
     config.limits.agent_per_minute = 0;
+    config.http.api_per_minute = 0;
     let rooms = args.rooms.max(1);
     let per_room = args.messages.div_ceil(rooms);
 
@@ -115,6 +127,9 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
         }) as Arc<dyn ModelProvider>
     });
     let replicas = args.replicas.max(1);
+    if args.http && replicas > 1 {
+        anyhow::bail!("--http runs one replica");
+    }
     if replicas > 1 && args.bus.is_none() {
         anyhow::bail!("--replicas needs --bus nats://…: in-process buses are not shared");
     }
@@ -137,6 +152,12 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
     let backend = apps[0].store.backend();
     let bus_kind = ingress.bus().describe();
     let shutdown = tokio_util::sync::CancellationToken::new();
+    let mut http_addr = None;
+    if args.http {
+        // As `troupe run` has it: the routes count into /metrics.
+        crate::metrics::install();
+        http_addr = Some(apps[0].listen("127.0.0.1:0".parse()?).await?);
+    }
     let mut running = Vec::with_capacity(replicas);
     for app in apps {
         running.push(tokio::spawn(app.run_until_stopped(shutdown.clone())));
@@ -144,6 +165,9 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
     // Message ids unique to this run: a reused database would answer old ids from the journal.
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let idle_rss = rss_kib("VmRSS");
+    if let Some(addr) = http_addr {
+        return over_http(addr, &args, &run_id, idle_rss, shutdown, running).await;
+    }
 
     // Phase 1, latency: one conversation, one message at a time, so each figure is the
     // gateway's own cost for one message with nothing queued ahead of it.
@@ -215,6 +239,52 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
         ms(pct(&loaded, 0.50)),
         ms(pct(&loaded, 0.99)),
         loaded.len()
+    );
+    println!(
+        "RSS idle / peak         {:.1} MiB / {:.1} MiB",
+        idle_rss as f64 / 1024.0,
+        peak_rss as f64 / 1024.0
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--http`: one client for latency, then `--clients` at once for throughput.
+async fn over_http(
+    addr: std::net::SocketAddr,
+    args: &BenchArgs,
+    run_id: &str,
+    idle_rss: u64,
+    shutdown: tokio_util::sync::CancellationToken,
+    running: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+) -> anyhow::Result<ExitCode> {
+    let clients = args.clients.max(1);
+    let rooms = args.rooms.max(clients);
+    eprintln!(
+        "troupe bench (http {addr}): latency over {} sequential posts, then {} posts from {clients} clients over {rooms} rooms",
+        args.latency_messages, args.messages
+    );
+    let single = http::load(
+        addr,
+        &format!("{run_id}-solo"),
+        1,
+        args.latency_messages,
+        args.warmup,
+        1,
+    )
+    .await?;
+    let per_client = args.messages.div_ceil(clients);
+    let many = http::load(addr, run_id, clients, per_client, args.warmup, rooms).await?;
+    let peak_rss = rss_kib("VmHWM");
+    shutdown.cancel();
+    for r in running {
+        r.await??;
+    }
+    println!("bus                     in-process, over HTTP");
+    http::report("one client", &single, single.latencies.len());
+    http::report(
+        &format!("{clients} clients"),
+        &many,
+        clients * (per_client + args.warmup),
     );
     println!(
         "RSS idle / peak         {:.1} MiB / {:.1} MiB",

@@ -746,6 +746,12 @@ impl Knowledge {
         if settings.top_k == 0 || settings.prompt_budget_chars == 0 {
             return Vec::new();
         }
+        // Nothing was ever uploaded (the index is synced and no change was ever made): no
+        // search, and no query embedding (issue 18: no cost for a feature with nothing to do).
+        let index = self.inner.index.status();
+        if self.inner.index.is_built() && index.applied <= 0 && index.head <= 0 {
+            return Vec::new();
+        }
         let search = self.search(agent_id, Some(room), text, settings.top_k);
         match tokio::time::timeout(settings.search_timeout, search).await {
             Ok(Ok(hits)) => within_budget(hits, settings.prompt_budget_chars),

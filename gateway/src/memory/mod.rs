@@ -81,6 +81,11 @@ pub(crate) struct Memory {
     /// change at most once per `facts_every` messages. A write here drops the entry; one
     /// by another replica is seen within `FACTS_CACHE_TTL`.
     facts: moka::sync::Cache<(Platform, UserId), Arc<Vec<String>>>,
+    /// Rooms found to have no summary, so that a prompt costs no read until one has one:
+    /// a write here drops the entry, and one by another replica is seen within
+    /// `FACTS_CACHE_TTL`, as facts are. A room that has a summary is read each time (a
+    /// `/forget` may delete it at any moment).
+    no_summary: moka::sync::Cache<RoomKey, ()>,
 }
 
 /// What a background run keeps up: a room's summary, or a user's facts (user ids are only
@@ -120,25 +125,38 @@ impl Memory {
                 .max_capacity(10_000)
                 .time_to_live(FACTS_CACHE_TTL)
                 .build(),
+            no_summary: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(FACTS_CACHE_TTL)
+                .build(),
         }
     }
 
     /// Reads the summary and the sender's facts for a prompt. `recalled_messages` is how
     /// many recent messages the prompt holds: a room that has not filled its window has
     /// nothing outside it to summarise, and its summary is not read.
+    /// `summary` is the summary read already with the room's messages, when it was
+    /// (`Store::room_context`, asked for when `wants_summary`).
     pub(crate) async fn recall(
         &self,
         room: &RoomKey,
         recalled_messages: usize,
         inbound: &Inbound,
+        summary: Option<Option<String>>,
     ) -> crate::storage::Result<Recalled> {
         let mut recalled = Recalled::default();
-        if self.settings.summary_every > 0 && recalled_messages >= self.history_limit as usize {
-            recalled.summary = self
-                .store
-                .room_summary(&self.agent_id, room)
-                .await?
-                .map(|s| s.summary);
+        if self.wants_summary(room) && recalled_messages >= self.history_limit as usize {
+            recalled.summary = match summary {
+                Some(read) => read,
+                None => self
+                    .store
+                    .room_summary(&self.agent_id, room)
+                    .await?
+                    .map(|s| s.summary),
+            };
+            if recalled.summary.is_none() {
+                self.no_summary.insert(room.clone(), ());
+            }
         }
         if self.settings.facts_every > 0 {
             let who = self.subject(inbound);
@@ -156,6 +174,12 @@ impl Memory {
             };
         }
         Ok(recalled)
+    }
+
+    /// Whether a prompt in `room` reads its summary (once its window is full): summaries
+    /// are on, and the room is not known to have none.
+    pub(crate) fn wants_summary(&self, room: &RoomKey) -> bool {
+        self.settings.summary_every > 0 && !self.no_summary.contains_key(room)
     }
 
     /// Starts the upkeep due after a reply in the background: the room's summary, then the

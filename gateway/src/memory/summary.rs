@@ -75,6 +75,7 @@ async fn fold(memory: &Memory, model: &Model, room: &RoomKey) -> crate::storage:
         .store
         .put_room_summary(agent, room, &text, through, crate::storage::now_ms())
         .await?;
+    memory.no_summary.invalidate(room);
     tracing::info!(
         %room,
         through_message_id = through,

@@ -98,16 +98,22 @@ impl Store {
     ) -> Result<JournalInsert> {
         let inbound_json = serde_json::to_string(inbound)
             .map_err(|e| StorageError::Corrupt(format!("cannot encode an inbound message: {e}")))?;
-        self.writer
-            .journal_insert(JournalReq {
-                agent_id: agent_id.clone(),
-                message_id: inbound.id.as_str().to_string(),
-                room: inbound.room.key(),
-                caller: dedupe_caller(inbound).to_string(),
-                inbound_json,
-                now: now_ms(),
-            })
-            .await
+        let req = JournalReq {
+            agent_id: agent_id.clone(),
+            message_id: inbound.id.as_str().to_string(),
+            room: inbound.room.key(),
+            caller: dedupe_caller(inbound).to_string(),
+            inbound_json,
+            now: now_ms(),
+        };
+        match &self.engine {
+            Some(engine) => {
+                engine
+                    .call(move |conn| super::engine::journal_insert(conn, &req))
+                    .await
+            }
+            None => self.writer.journal_insert(req).await,
+        }
     }
 
     pub async fn journal_get(&self, id: JournalId) -> Result<Option<JournalEntry>> {

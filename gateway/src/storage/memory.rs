@@ -18,8 +18,7 @@ impl Store {
     /// outbox id is returned. An unknown journal id is `sqlx::Error::RowNotFound`.
     pub async fn record_handled(&self, handled: HandledMessage<'_>) -> Result<Option<OutboxId>> {
         Ok(self
-            .writer
-            .record_handled(owned(handled, None)?)
+            .handled(owned(handled, None)?)
             .await?
             .map(|reply| reply.id()))
     }
@@ -33,9 +32,19 @@ impl Store {
         handled: HandledMessage<'_>,
         lease_ms: i64,
     ) -> Result<Option<RecordedReply>> {
-        self.writer
-            .record_handled(owned(handled, Some(lease_ms))?)
-            .await
+        self.handled(owned(handled, Some(lease_ms))?).await
+    }
+
+    /// On the SQLite engine's thread when there is one, else batched by the writer task.
+    async fn handled(&self, req: HandledReq) -> Result<Option<RecordedReply>> {
+        match &self.engine {
+            Some(engine) => {
+                engine
+                    .call(move |conn| super::engine::record_handled(conn, &req))
+                    .await
+            }
+            None => self.writer.record_handled(req).await,
+        }
     }
 
     /// The last `limit` messages of the room, oldest first.
@@ -48,6 +57,12 @@ impl Store {
         // Ids follow commit order within a room (one transaction writes the inbound, then
         // the reply), which is the order the conversation happened in; platform timestamps
         // may disagree by a few milliseconds.
+        if let Some(engine) = &self.engine {
+            let (agent, room) = (agent_id.to_string(), room.to_string());
+            return engine
+                .call(move |conn| super::engine::recent_messages(conn, &agent, &room, limit))
+                .await;
+        }
         let rows = with_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
@@ -65,6 +80,62 @@ impl Store {
             .await
         })?;
         Ok(rows)
+    }
+
+    /// What a reply reads of its room before the model, in one call: the room's controls,
+    /// then (`recent`: up to that many) its last messages, oldest first, and (`summary`)
+    /// its summary's text once those fill the window. On the SQLite engine that is one
+    /// round trip instead of three (issue 18); elsewhere the same reads one after another.
+    pub async fn room_context(
+        &self,
+        agent_id: &AgentId,
+        room: &RoomKey,
+        recent: Option<i64>,
+        summary: bool,
+    ) -> Result<RoomContext> {
+        if let Some(engine) = &self.engine {
+            let (agent, room) = (agent_id.to_string(), room.to_string());
+            return engine
+                .call(move |conn| {
+                    let state = super::engine::room_state(conn, &agent, &room)?;
+                    let Some(limit) = recent else {
+                        return Ok(RoomContext {
+                            state,
+                            recent: None,
+                            summary: None,
+                        });
+                    };
+                    let messages = super::engine::recent_messages(conn, &agent, &room, limit)?;
+                    let summary = (summary && messages.len() as i64 >= limit)
+                        .then(|| super::engine::room_summary_text(conn, &agent, &room))
+                        .transpose()?;
+                    Ok(RoomContext {
+                        state,
+                        recent: Some(messages),
+                        summary,
+                    })
+                })
+                .await;
+        }
+        let state = self.room_state(agent_id, room).await?;
+        let Some(limit) = recent else {
+            return Ok(RoomContext {
+                state,
+                recent: None,
+                summary: None,
+            });
+        };
+        let messages = self.recent_messages(agent_id, room, limit).await?;
+        let summary = if summary && messages.len() as i64 >= limit {
+            Some(self.room_summary(agent_id, room).await?.map(|s| s.summary))
+        } else {
+            None
+        };
+        Ok(RoomContext {
+            state,
+            recent: Some(messages),
+            summary,
+        })
     }
 
     /// The agent's rooms with their message counts, most recently active first.
@@ -99,6 +170,16 @@ impl Store {
             .map(|(id, json)| parse_json("outbox", *id, "outbound", json))
             .collect()
     }
+}
+
+/// What `Store::room_context` read.
+#[derive(Debug, Clone, Default)]
+pub struct RoomContext {
+    pub state: super::RoomState,
+    /// The room's last messages, oldest first, when asked for.
+    pub recent: Option<Vec<MemoryMessage>>,
+    /// When asked for and the window is full: the summary's text, if the room has one.
+    pub summary: Option<Option<String>>,
 }
 
 /// A copy of `handled` for the writer task.

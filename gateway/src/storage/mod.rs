@@ -37,6 +37,7 @@
 mod arbiter;
 #[cfg(test)]
 mod arbiter_tests;
+mod engine;
 mod fact_ids;
 mod journal;
 mod knowledge;
@@ -75,6 +76,7 @@ pub use journal::{dedupe_caller, same_dedupe_key};
 pub use knowledge::{
     DocumentRow, IndexChunk, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk,
 };
+pub use memory::RoomContext;
 pub use rooms::{RoomControl, RoomState};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};
@@ -93,6 +95,15 @@ pub enum StorageError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// An error of the SQLite engine's connection (`engine`), as its text.
+    #[error("database error: {0}")]
+    Sqlite(String),
+}
+
+impl From<rusqlite::Error> for StorageError {
+    fn from(e: rusqlite::Error) -> Self {
+        StorageError::Sqlite(e.to_string())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -259,6 +270,8 @@ pub struct Store {
     pool: Pool,
     /// Where `journal_insert` and `record_handled` are batched (see `writer`).
     writer: writer::Writer,
+    /// On a SQLite file: the thread that runs the message path's statements (see `engine`).
+    engine: Option<engine::Engine>,
 }
 
 #[derive(Clone)]
@@ -288,15 +301,24 @@ impl Store {
     /// Connects, creating the SQLite file and its directory when missing (WAL mode), and
     /// applies the migrations.
     pub async fn connect(url: &str) -> Result<Store> {
-        let pool = if url.starts_with("sqlite:") {
-            Pool::Sqlite(connect_sqlite(url).await?)
+        let (pool, engine) = if url.starts_with("sqlite:") {
+            let (pool, file) = connect_sqlite(url).await?;
+            let engine = file.map(|f| engine::Engine::open(&f)).transpose()?;
+            if engine.is_some() {
+                tokio::spawn(engine::checkpoints(pool.clone()));
+            }
+            (Pool::Sqlite(pool), engine)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Pool::Postgres(connect_postgres(url).await?)
+            (Pool::Postgres(connect_postgres(url).await?), None)
         } else {
             return Err(StorageError::UnsupportedUrl(url.to_string()));
         };
         let writer = writer::Writer::spawn(pool.clone());
-        Ok(Store { pool, writer })
+        Ok(Store {
+            pool,
+            writer,
+            engine,
+        })
     }
 
     pub fn backend(&self) -> Backend {
@@ -314,6 +336,9 @@ impl Store {
     /// Closes every connection, waiting for those in use to be returned. Other clones of
     /// this handle fail from then on.
     pub async fn close(&self) {
+        if let Some(engine) = &self.engine {
+            engine.close();
+        }
         with_pool!(self, pool => pool.close().await)
     }
 
@@ -335,14 +360,18 @@ impl Store {
     }
 }
 
-async fn connect_sqlite(url: &str) -> Result<SqlitePool> {
+/// The pool, and the database file when it is one (not in memory).
+async fn connect_sqlite(url: &str) -> Result<(SqlitePool, Option<std::path::PathBuf>)> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .foreign_keys(true)
         .busy_timeout(SQLITE_BUSY_TIMEOUT);
-    let in_memory = options.get_filename().as_os_str() == ":memory:" || url.contains("mode=memory");
+    // `sqlite::memory:` names a shared-cache file (`file:sqlx-in-memory-N`).
+    let in_memory = options.get_filename().as_os_str() == ":memory:"
+        || url.contains("mode=memory")
+        || url.contains(":memory:");
     let dir = options
         .get_filename()
         .parent()
@@ -377,9 +406,10 @@ async fn connect_sqlite(url: &str) -> Result<SqlitePool> {
             .idle_timeout(None)
             .max_lifetime(None)
     };
+    let file = (!in_memory).then(|| options.get_filename().to_path_buf());
     let pool = pool_options.connect_with(options).await?;
     sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
-    Ok(pool)
+    Ok((pool, file))
 }
 
 /// Postgres connections per process. Every statement outside a transaction is its own

@@ -121,6 +121,13 @@ impl Store {
     /// Records a delivery, with the ids the platform gave the sent message(s).
     pub async fn outbox_delivered(&self, id: OutboxId, platform_ids: &[String]) -> Result<()> {
         let now = now_ms();
+        if let Some(engine) = &self.engine {
+            let json = serde_json::to_string(platform_ids)
+                .map_err(|e| StorageError::Corrupt(format!("cannot encode platform ids: {e}")))?;
+            return engine
+                .call(move |conn| super::engine::outbox_delivered(conn, id.0, &json, now))
+                .await;
+        }
         with_pool!(self, pool => {
             sqlx::query(
                 "UPDATE outbox

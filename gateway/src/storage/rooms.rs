@@ -38,6 +38,12 @@ pub enum RoomControl {
 impl Store {
     /// The room's controls; the defaults when nobody steered it.
     pub async fn room_state(&self, agent_id: &AgentId, room: &RoomKey) -> Result<RoomState> {
+        if let Some(engine) = &self.engine {
+            let (agent, room) = (agent_id.to_string(), room.to_string());
+            return engine
+                .call(move |conn| super::engine::room_state(conn, &agent, &room))
+                .await;
+        }
         let row: Option<RoomState> = with_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT muted_until_ms, following, forgotten_at_ms FROM room_state

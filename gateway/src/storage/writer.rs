@@ -39,14 +39,14 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use troupe_connectors::{AgentId, Outbound, Platform, RoomKey};
 
 /// Later sightings win; a re-driven old message must not roll a name or a time back.
-const UPSERT_USER_CONFLICT: &str = " ON CONFLICT (platform, user_id) DO UPDATE SET
+pub(super) const UPSERT_USER_CONFLICT: &str = " ON CONFLICT (platform, user_id) DO UPDATE SET
          name = CASE WHEN excluded.last_seen_ms >= users.last_seen_ms
                      THEN excluded.name ELSE users.name END,
          last_seen_ms = CASE WHEN excluded.last_seen_ms > users.last_seen_ms
                              THEN excluded.last_seen_ms ELSE users.last_seen_ms END";
 
 /// `CASE` rather than `max()`/`GREATEST()`, which is where the two dialects part.
-const UPSERT_ROOM_CONFLICT: &str = " ON CONFLICT (agent_id, room) DO UPDATE SET
+pub(super) const UPSERT_ROOM_CONFLICT: &str = " ON CONFLICT (agent_id, room) DO UPDATE SET
          name = COALESCE(excluded.name, rooms.name),
          last_active_ms = CASE WHEN excluded.last_active_ms > rooms.last_active_ms
                                THEN excluded.last_active_ms ELSE rooms.last_active_ms END";

@@ -1,0 +1,644 @@
+//! The SQLite engine: one thread with a connection of its own to the database file, which
+//! runs the statements of the message path (the journal insert, the room reads a reply
+//! needs, `record_handled`, the delivered mark) as prepared statements, in batches.
+//!
+//! Why (issue 18): sqlx's SQLite driver also runs a connection on a thread of its own, but
+//! every statement is a round trip to it (a pool acquire, a command over a channel, each
+//! row back over another, a wake-up at each end), and the message path made five or more.
+//! Here one call is one closure sent to the thread, whatever it runs. The thread takes
+//! everything queued when it wakes (never waiting for more: a lone call is a batch of one),
+//! runs it in one transaction with a savepoint per call (a failing call rolls back alone),
+//! commits, and only then answers each caller: nobody hears of a write that could still be
+//! rolled back, and the commit's cost (its WAL write; with `synchronous = NORMAL` the fsync
+//! comes at checkpoints, as on the sqlx connection) is paid once per batch.
+//!
+//! Only file databases have one: an in-memory database exists for one connection only, so
+//! there everything stays on sqlx. The sqlx pool keeps the schema (migrations) and the cold
+//! paths. Both connections write the same WAL file, so a write here may wait for one there
+//! (the spend ledger, a summary): SQLite's own busy handler sleeps 1 ms and more between
+//! tries, which would show in every such reply, so this connection's handler retries after
+//! a few microseconds, for up to `SQLITE_BUSY_TIMEOUT` in all.
+//!
+//! rusqlite (0.39, the release built on the same libsqlite3-sys as sqlx 0.9, so one SQLite
+//! library serves both) is the binding: the prepared-statement cache and typed rows without
+//! unsafe code of ours.
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+use super::rooms::RoomState;
+use super::writer::{HandledReq, JournalReq};
+use super::{
+    JournalId, JournalInsert, JournalState, MemoryMessage, OutboxEntry, OutboxId, RecordedReply,
+    Result, SQLITE_BUSY_TIMEOUT, StorageError,
+};
+
+/// Calls taken into one transaction, at most.
+const MAX_BATCH: usize = 512;
+/// Calls waiting for the thread before callers wait to queue (backpressure).
+const QUEUE: usize = 4096;
+/// Prepared statements kept: the message path uses about fifteen.
+const STATEMENTS: usize = 64;
+
+/// What the thread runs: a call's work, given the connection inside the batch's
+/// transaction (or why there is none), which returns whether it succeeded (its savepoint is
+/// kept or rolled back) and how to answer its caller once the batch is committed (with the
+/// commit's error, if it failed).
+type Job = Box<dyn FnOnce(std::result::Result<&Connection, &str>) -> (bool, Answer) + Send>;
+type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
+
+/// The queue to the engine's thread; the thread ends when the last clone is dropped.
+#[derive(Clone)]
+pub(super) struct Engine {
+    queue: mpsc::Sender<Job>,
+    closed: Arc<AtomicBool>,
+}
+
+/// The thread is gone, or the store was closed: as good as a closed pool.
+fn gone() -> StorageError {
+    StorageError::Database(sqlx::Error::PoolClosed)
+}
+
+impl Engine {
+    /// Opens the database at `path` (migrated already, by the sqlx pool) and starts the thread.
+    pub fn open(path: &Path) -> Result<Engine> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        // The same settings as the sqlx connection (storage::connect_sqlite).
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_handler(Some(busy))?;
+        // Checkpoints (copying the WAL into the database file, and its fsync) are not this
+        // thread's to run: they would stall every batch behind them. `checkpoints` runs them
+        // on the sqlx connection instead.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENTS);
+        let (queue, jobs) = mpsc::channel(QUEUE);
+        std::thread::Builder::new()
+            .name("troupe-sqlite".into())
+            .spawn(move || run(conn, jobs))
+            .map_err(|e| StorageError::Sqlite(format!("cannot start the SQLite thread: {e}")))?;
+        Ok(Engine {
+            queue,
+            closed: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Refuses every later call (`Store::close`).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+    }
+
+    /// Runs `work` on the engine's thread, in the transaction of its batch; its result comes
+    /// back once that transaction is committed (or rolled back, then as an error).
+    pub async fn call<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(gone());
+        }
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let result = match conn {
+                Ok(conn) => work(conn),
+                Err(why) => Err(StorageError::Sqlite(format!(
+                    "cannot begin a transaction: {why}"
+                ))),
+            };
+            let ok = result.is_ok();
+            let answer: Answer = Box::new(move |commit_error| {
+                let result = match (commit_error, result) {
+                    (Some(e), Ok(_)) => Err(StorageError::Sqlite(format!("commit failed: {e}"))),
+                    (_, result) => result,
+                };
+                let _ = tx.send(result);
+            });
+            (ok, answer)
+        });
+        self.queue.send(job).await.map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+}
+
+/// The busy handler: wait a little and try again, for up to `SQLITE_BUSY_TIMEOUT`. The
+/// first tries come after microseconds (the other connection's transactions are short).
+fn busy(count: i32) -> bool {
+    const QUICK: i32 = 50;
+    let spent = if count < QUICK {
+        Duration::from_micros(20) * count as u32
+    } else {
+        Duration::from_millis(1) + Duration::from_micros(500) * (count - QUICK) as u32
+    };
+    if spent >= SQLITE_BUSY_TIMEOUT {
+        return false;
+    }
+    std::thread::sleep(if count < QUICK {
+        Duration::from_micros(20)
+    } else {
+        Duration::from_micros(500)
+    });
+    true
+}
+
+fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>) {
+    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = jobs.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        run_batch(&conn, &mut batch);
+    }
+}
+
+/// Runs the jobs in one transaction and answers them after it.
+fn run_batch(conn: &Connection, batch: &mut Vec<Job>) {
+    let started = Instant::now();
+    let size = batch.len();
+    let mut answers: Vec<Answer> = Vec::with_capacity(size);
+    let began = exec(conn, "BEGIN IMMEDIATE").map_err(|e| e.to_string());
+    for job in batch.drain(..) {
+        let Err(why) = &began else {
+            answers.extend(run_job(conn, job));
+            continue;
+        };
+        // No transaction (the database stayed locked, say): every call fails with why.
+        answers.push(job(Err(why)).1);
+    }
+    let error = match began {
+        Ok(()) => exec(conn, "COMMIT")
+            .map_err(|e| {
+                let _ = exec(conn, "ROLLBACK");
+                e.to_string()
+            })
+            .err(),
+        Err(why) => Some(why),
+    };
+    for answer in answers {
+        answer(error.as_deref());
+    }
+    tracing::trace!(
+        size,
+        micros = started.elapsed().as_micros() as u64,
+        "sqlite batch"
+    );
+}
+
+/// Runs one job under a savepoint, rolled back when it fails. A job that panics is rolled
+/// back too, and its caller hears `gone` (its answer is dropped); the batch goes on.
+fn run_job(conn: &Connection, job: Job) -> Option<Answer> {
+    if let Err(e) = exec(conn, "SAVEPOINT call") {
+        return Some(job(Err(&e.to_string())).1);
+    }
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Ok(conn))));
+    let (ok, answer) = match ran {
+        Ok((ok, answer)) => (ok, Some(answer)),
+        Err(_) => {
+            tracing::error!("a storage call panicked; it is rolled back");
+            (false, None)
+        }
+    };
+    if !ok {
+        let _ = exec(conn, "ROLLBACK TO call");
+    }
+    let _ = exec(conn, "RELEASE call");
+    answer
+}
+
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
+// The message path's statements. Each is a function of the connection, so that a batch
+// runs them in its transaction; the SQL is the sqlx path's (storage::writer, memory, rooms,
+// outbox), row by row: within one transaction a prepared single-row statement costs about
+// what a row of a multi-row one does.
+
+/// `journal_insert`: the entry, or the one already there under its key.
+pub(super) fn journal_insert(conn: &Connection, r: &JournalReq) -> Result<JournalInsert> {
+    let inserted: Option<i64> = conn
+        .prepare_cached(
+            "INSERT INTO journal
+                 (agent_id, platform, platform_message_id, room, caller, inbound, state,
+                  attempts, created_at_ms, updated_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 1, ?7, ?7)
+             ON CONFLICT (agent_id, platform, room, caller, platform_message_id) DO NOTHING
+             RETURNING id",
+        )?
+        .query_row(
+            params![
+                r.agent_id.as_str(),
+                r.room.platform.as_str(),
+                r.message_id,
+                r.room.to_string(),
+                r.caller,
+                r.inbound_json,
+                r.now
+            ],
+            |row| row.get(0),
+        )
+        .optional()?;
+    if let Some(id) = inserted {
+        return Ok(JournalInsert::Inserted(JournalId(id)));
+    }
+    let (id, state): (i64, String) = conn
+        .prepare_cached(
+            "SELECT id, state FROM journal
+             WHERE agent_id = ?1 AND platform = ?2 AND room = ?3 AND caller = ?4
+               AND platform_message_id = ?5",
+        )?
+        .query_row(
+            params![
+                r.agent_id.as_str(),
+                r.room.platform.as_str(),
+                r.room.to_string(),
+                r.caller,
+                r.message_id
+            ],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?
+        .ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
+    Ok(JournalInsert::Duplicate(
+        JournalId(id),
+        JournalState::parse(id, &state)?,
+    ))
+}
+
+/// `record_handled`: marks the entry done and writes the room, the user, both messages and
+/// the outbox row; or, when the entry was done already, returns its first reply unclaimed.
+pub(super) fn record_handled(conn: &Connection, r: &HandledReq) -> Result<Option<RecordedReply>> {
+    let marked = conn
+        .prepare_cached(
+            "UPDATE journal SET state = 'done', last_error = NULL, updated_at_ms = ?2
+             WHERE id = ?1 AND state <> 'done'",
+        )?
+        .execute(params![r.journal_id, r.now])?;
+    if marked == 0 {
+        let first: Option<Option<i64>> = conn
+            .prepare_cached(
+                "SELECT (SELECT MIN(o.id) FROM outbox o WHERE o.journal_id = j.id)
+                 FROM journal j WHERE j.id = ?1",
+            )?
+            .query_row(params![r.journal_id], |row| row.get(0))
+            .optional()?;
+        let first = first.ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
+        return Ok(first.map(|id| RecordedReply::Queued(OutboxId(id))));
+    }
+    let room = r.room_key.to_string();
+    let platform = r.room_key.platform.as_str();
+    conn.prepare_cached(&format!(
+        "INSERT INTO rooms (agent_id, room, platform, name, last_active_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5){}",
+        super::writer::UPSERT_ROOM_CONFLICT
+    ))?
+    .execute(params![
+        r.agent_id.as_str(),
+        room,
+        platform,
+        r.room_name,
+        r.last_active
+    ])?;
+    for m in r.memories.iter().filter(|m| !m.from_agent) {
+        conn.prepare_cached(&format!(
+            "INSERT INTO users (platform, user_id, name, last_seen_ms) VALUES (?1, ?2, ?3, ?4){}",
+            super::writer::UPSERT_USER_CONFLICT
+        ))?
+        .execute(params![
+            platform,
+            m.author_id,
+            m.author_name,
+            m.created_at_ms
+        ])?;
+    }
+    for m in &r.memories {
+        conn.prepare_cached(
+            "INSERT INTO messages (agent_id, room, journal_id, author_id, author_name, text,
+                 from_agent, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?
+        .execute(params![
+            r.agent_id.as_str(),
+            room,
+            r.journal_id,
+            m.author_id,
+            m.author_name,
+            m.text,
+            m.from_agent,
+            m.created_at_ms
+        ])?;
+    }
+    let Some((outbound, json)) = &r.reply else {
+        return Ok(None);
+    };
+    let claimed_until = r.lease_ms.map(|lease| r.now + lease);
+    let id: i64 = conn
+        .prepare_cached(
+            "INSERT INTO outbox (agent_id, journal_id, outbound, state, attempts, not_before_ms,
+                 claimed_until_ms, created_at_ms, updated_at_ms)
+             VALUES (?1, ?2, ?3, 'pending', ?4, 0, ?5, ?6, ?6) RETURNING id",
+        )?
+        .query_row(
+            params![
+                r.agent_id.as_str(),
+                r.journal_id,
+                json,
+                i64::from(r.lease_ms.is_some()),
+                claimed_until,
+                r.now
+            ],
+            |row| row.get(0),
+        )?;
+    Ok(Some(match r.lease_ms {
+        Some(_) => RecordedReply::Claimed(OutboxEntry {
+            id: OutboxId(id),
+            agent_id: r.agent_id.clone(),
+            journal_id: Some(JournalId(r.journal_id)),
+            outbound: outbound.clone(),
+            attempts: 1,
+        }),
+        None => RecordedReply::Queued(OutboxId(id)),
+    }))
+}
+
+/// `recent_messages`: the last `limit` messages of the room, oldest first.
+pub(super) fn recent_messages(
+    conn: &Connection,
+    agent_id: &str,
+    room: &str,
+    limit: i64,
+) -> Result<Vec<MemoryMessage>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
+         FROM (SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
+               FROM messages WHERE agent_id = ?1 AND room = ?2
+               ORDER BY id DESC LIMIT ?3) AS recent
+         ORDER BY id",
+    )?;
+    let rows = stmt.query_map(params![agent_id, room, limit.max(0)], |row| {
+        Ok((
+            row.get::<_, i64>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, String>(2)?,
+            row.get::<_, String>(3)?,
+            row.get::<_, String>(4)?,
+            row.get::<_, bool>(5)?,
+            row.get::<_, i64>(6)?,
+        ))
+    })?;
+    let mut out = Vec::with_capacity(limit.max(0) as usize);
+    for row in rows {
+        let (id, room, author_id, author_name, text, from_agent, created_at_ms) = row?;
+        out.push(MemoryMessage {
+            id,
+            room: room
+                .parse()
+                .map_err(|e| StorageError::Corrupt(format!("messages row {id}: room: {e}")))?,
+            author_id,
+            author_name,
+            text,
+            from_agent,
+            created_at_ms,
+        });
+    }
+    Ok(out)
+}
+
+/// `room_state`: the room's controls; the defaults when nobody steered it.
+pub(super) fn room_state(conn: &Connection, agent_id: &str, room: &str) -> Result<RoomState> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT muted_until_ms, following, forgotten_at_ms FROM room_state
+             WHERE agent_id = ?1 AND room = ?2",
+        )?
+        .query_row(params![agent_id, room], |row| {
+            Ok(RoomState {
+                muted_until_ms: row.get(0)?,
+                following: row.get(1)?,
+                forgotten_at_ms: row.get(2)?,
+            })
+        })
+        .optional()?
+        .unwrap_or_default())
+}
+
+/// `outbox_delivered`.
+pub(super) fn outbox_delivered(
+    conn: &Connection,
+    id: i64,
+    platform_ids_json: &str,
+    now: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE outbox
+         SET state = 'delivered', platform_ids = ?2, claimed_until_ms = NULL,
+             last_error = NULL, delivered_at_ms = ?3, updated_at_ms = ?3
+         WHERE id = ?1",
+    )?
+    .execute(params![id, platform_ids_json, now])?;
+    Ok(())
+}
+
+/// One rollup row's key (agent, day, scope, scope key) and its increments (calls, prompt,
+/// completion, cached, cost).
+type Rollup = (
+    (troupe_connectors::AgentId, i64, &'static str, String),
+    [i64; 5],
+);
+
+/// `usage_record_batch`: the raw records and the rollup increments (summed per row already).
+pub(super) fn usage_record_batch(
+    conn: &Connection,
+    batch: &[super::NewUsage],
+    rollups: &[Rollup],
+) -> Result<()> {
+    let mut record = conn.prepare_cached(
+        "INSERT INTO usage_records (agent_id, room, user_key, provider, model, purpose,
+            prompt_tokens, completion_tokens, cached_tokens, estimated, cost_micros, day,
+            created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?;
+    for u in batch {
+        record.execute(params![
+            u.agent_id.as_str(),
+            u.room_key
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+            u.user_key.as_deref().unwrap_or_default(),
+            u.provider,
+            u.model,
+            u.purpose,
+            u.prompt_tokens,
+            u.completion_tokens,
+            u.cached_tokens,
+            u.estimated,
+            u.cost_micros,
+            u.day,
+            u.at_ms
+        ])?;
+    }
+    let mut rollup = conn.prepare_cached(
+        "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
+            completion_tokens, cached_tokens, cost_micros) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+         ON CONFLICT (agent_id, day, scope, scope_key) DO UPDATE SET
+            calls = usage_daily.calls + excluded.calls,
+            prompt_tokens = usage_daily.prompt_tokens + excluded.prompt_tokens,
+            completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens,
+            cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens,
+            cost_micros = usage_daily.cost_micros + excluded.cost_micros",
+    )?;
+    for ((agent, day, scope, key), [calls, prompt, completion, cached, cost]) in rollups {
+        rollup.execute(params![
+            agent.as_str(),
+            day,
+            scope,
+            key,
+            calls,
+            prompt,
+            completion,
+            cached,
+            cost
+        ])?;
+    }
+    Ok(())
+}
+
+/// `room_summary`'s text alone (the prompt's part of it).
+pub(super) fn room_summary_text(
+    conn: &Connection,
+    agent_id: &str,
+    room: &str,
+) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT summary FROM room_summaries WHERE agent_id = ?1 AND room = ?2")?
+        .query_row(params![agent_id, room], |row| row.get(0))
+        .optional()?)
+}
+
+/// How often the WAL is checkpointed (`checkpoints`).
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
+
+/// Checkpoints the WAL from the sqlx pool's connection every `CHECKPOINT_EVERY`, passively
+/// (never waiting for the engine's writes), until the pool is closed. The engine's own
+/// connection does not checkpoint (`wal_autocheckpoint = 0`), so the fsync of a checkpoint
+/// never sits in a reply's path.
+pub(super) async fn checkpoints(pool: sqlx::SqlitePool) {
+    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if pool.is_closed() {
+            return;
+        }
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&pool)
+            .await
+        {
+            if pool.is_closed() {
+                return;
+            }
+            tracing::warn!(error = %e, "could not checkpoint the SQLite WAL");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store on a fresh file, and its engine.
+    async fn engine() -> (tempfile::TempDir, super::super::Store, Engine) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let store = super::super::Store::connect(&url).await.unwrap();
+        let engine = store.engine.clone().expect("a file database has an engine");
+        (dir, store, engine)
+    }
+
+    fn insert(conn: &Connection, value: &str) -> Result<()> {
+        conn.execute(
+            "INSERT INTO agents (id, name, created_at_ms, updated_at_ms) VALUES (?1, ?1, 0, 0)",
+            [value],
+        )?;
+        Ok(())
+    }
+
+    fn count(conn: &Connection, value: &str) -> Result<i64> {
+        Ok(
+            conn.query_row("SELECT COUNT(*) FROM agents WHERE id = ?1", [value], |r| {
+                r.get(0)
+            })?,
+        )
+    }
+
+    /// Calls queued together share one transaction, and one that fails rolls back alone:
+    /// the others' writes are committed, its own are not.
+    #[tokio::test]
+    async fn a_failing_call_in_a_batch_rolls_back_alone() {
+        let (_dir, _store, engine) = engine().await;
+        // The first call holds the thread until the next two are queued behind it.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let first = tokio::spawn({
+            let engine = engine.clone();
+            async move {
+                engine
+                    .call(move |_| {
+                        let _ = held.recv();
+                        Ok(())
+                    })
+                    .await
+            }
+        });
+        let good = tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.call(|conn| insert(conn, "kept")).await }
+        });
+        let bad = tokio::spawn({
+            let engine = engine.clone();
+            async move {
+                engine
+                    .call(|conn| {
+                        insert(conn, "rolled back")?;
+                        Err::<(), _>(StorageError::Corrupt("this call fails".into()))
+                    })
+                    .await
+            }
+        });
+        while engine.queue.capacity() > QUEUE - 2 {
+            tokio::task::yield_now().await;
+        }
+        release.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        good.await.unwrap().unwrap();
+        assert!(matches!(bad.await.unwrap(), Err(StorageError::Corrupt(_))));
+        let (kept, gone) = engine
+            .call(|conn| Ok((count(conn, "kept")?, count(conn, "rolled back")?)))
+            .await
+            .unwrap();
+        assert_eq!((kept, gone), (1, 0));
+    }
+
+    /// A closed store's engine refuses calls as a closed pool (a shutdown, for callers).
+    #[tokio::test]
+    async fn a_closed_store_refuses_calls() {
+        let (_dir, store, engine) = engine().await;
+        store.close().await;
+        let refused = engine.call(|_| Ok(())).await;
+        assert!(matches!(
+            refused,
+            Err(StorageError::Database(sqlx::Error::PoolClosed))
+        ));
+    }
+}
