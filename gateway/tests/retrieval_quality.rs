@@ -31,10 +31,12 @@ use troupe::storage::Store;
 /// (the tantivy index of knowledge/index.rs, BM25 with English stemming) whatever the
 /// database. The target is nDCG@10 ≥ 0.43; docs/benchmarks.md has the figures.
 const BM25_FLOORS: (f64, f64) = (0.43, 0.55);
-/// Floors for vectors alone and for the hybrid with the local MiniLM model, a little under
-/// what was measured (docs/benchmarks.md). The hybrid must also beat both single rankings.
-const DENSE_FLOORS: (f64, f64) = (0.35, 0.50);
-const HYBRID_FLOORS: (f64, f64) = (0.45, 0.60);
+/// Floors for vectors alone and for the hybrid with the local MiniLM model. Not yet set from
+/// a measured run (docs/benchmarks.md says so): vectors alone have none, the hybrid has the
+/// keyword floors, and must beat both single rankings on nDCG@10 (below), which is the
+/// issue's target. Raise them to a little under the first measured figures.
+const DENSE_FLOORS: (f64, f64) = (0.0, 0.0);
+const HYBRID_FLOORS: (f64, f64) = BM25_FLOORS;
 /// Documents ingested at once: extraction and chunking run on the blocking pool, so both
 /// cores work while the store commits; the local model batches the passages queued together.
 const INGEST_CONCURRENCY: usize = 32;

@@ -28,8 +28,10 @@ pub enum Fusion {
     Scores { vector_weight: f64 },
 }
 
-/// What search uses. Chosen on Vaswani (docs/benchmarks.md, "Retrieval quality"): normalised
-/// scores with equal weight scored above every RRF setting tried, on both backends.
+/// What search uses: normalised scores with equal weight, the usual choice when both
+/// rankers are of similar quality (BM25 0.433 and dense 0.429 nDCG@10 on Vaswani). Not yet
+/// confirmed by the sweep (`TROUPE_VASWANI_TUNE=1`, gateway/tests/retrieval_quality.rs):
+/// docs/benchmarks.md says what was and was not measured.
 pub const DEFAULT: Fusion = Fusion::Scores { vector_weight: 0.5 };
 
 /// The fused ranking of `by_text` and `by_vector` (each `(id, score)`, best first), best
@@ -69,7 +71,7 @@ pub fn fuse(
             ),
         };
         for (i, ((id, _), s)) in ranking.iter().zip(scaled).enumerate() {
-            let entry = scores.entry(id).or_insert((0.0, which * 1_000_000 + i));
+            let entry = scores.entry(*id).or_insert((0.0, which * 1_000_000 + i));
             entry.0 += weight * s;
         }
     }

@@ -193,19 +193,6 @@ impl Embedder {
     }
 }
 
-/// Whether `dir` holds a local model's files (`None`), or a sentence saying what is missing.
-pub fn local_model_missing(dir: &Path) -> Option<String> {
-    #[cfg(feature = "local-embeddings")]
-    {
-        local::missing_files(dir)
-    }
-    #[cfg(not(feature = "local-embeddings"))]
-    {
-        let _ = dir;
-        Some(NO_LOCAL.to_string())
-    }
-}
-
 #[cfg(not(feature = "local-embeddings"))]
 const NO_LOCAL: &str = "this troupe was built without the `local-embeddings` feature";
 
