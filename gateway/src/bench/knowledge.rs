@@ -3,15 +3,27 @@
 //! that terms have realistic document frequencies), ingests it through the same
 //! `Knowledge::ingest` that uploads and `troupe ingest` use, and reports
 //!
-//! - ingestion speed in MB/s (extraction, chunking, hashing, indexing, commit);
+//! - ingestion speed in MB/s (extraction, chunking, hashing, indexing, commit), with
+//!   `--knowledge-parallel` documents in flight at once (default 1);
 //! - the process's peak resident memory while ingesting (Linux: the high-water mark is reset
 //!   just before, through `/proc/self/clear_refs`);
 //! - search latency, p50 and p99, over the resulting chunks (BM25 only, unless an
 //!   embedding model is configured).
 //!
+//! With `--knowledge-sandbox`, documents are read by `troupe extract` workers (this
+//! executable) as the gateway reads them, and the keyword index is on disk, in the
+//! temporary directory, as the gateway keeps it; without it, in this process and in memory.
+//!
+//! `troupe bench --knowledge-chunks N` measures search at a size no ingest in a benchmark
+//! can reach quickly: it writes N generated chunks (60 to 140 words each, the same skewed
+//! vocabulary) straight into the database, 1,000 per document, builds the on-disk keyword
+//! index from them as a new replica would, and times the same searches through the same
+//! `Knowledge::search`, reporting the resident memory while searching.
+//!
 //! The corpus is generated rather than shipped: 100 MB of fixtures would not belong in the
 //! repository, and a fixed seed makes every run see the same text.
 
+use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::io::Write;
@@ -21,19 +33,32 @@ use std::time::{Duration, Instant};
 
 use super::stats::{pct, rss_kib};
 use crate::knowledge::{Knowledge, KnowledgeSettings};
-use crate::storage::Store;
+use crate::storage::{NewDocument, Scope, Store};
 use troupe_connectors::AgentId;
 
 const FILE_BYTES: usize = 512 * 1024;
 const VOCABULARY: usize = 30_000;
 
+/// Chunks per generated document (`--knowledge-chunks`).
+const GENERATED_PER_DOCUMENT: usize = 1_000;
+
 pub struct KnowledgeBench {
+    /// `--knowledge-mb`: ingest this many megabytes.
     pub megabytes: usize,
+    /// `--knowledge-chunks`: instead, store this many generated chunks.
+    pub chunks: Option<usize>,
     pub queries: usize,
     pub database_url: Option<String>,
+    /// `--knowledge-sandbox`: read documents in workers, index on disk (the gateway's way).
+    pub sandbox: bool,
+    /// `--knowledge-parallel`: documents ingested at once.
+    pub parallel: usize,
 }
 
 pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
+    if let Some(chunks) = args.chunks {
+        return run_generated(args, chunks).await;
+    }
     let dir = tempfile::tempdir()?;
     let corpus = dir.path().join("corpus");
     std::fs::create_dir_all(&corpus)?;
@@ -51,7 +76,15 @@ pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
     let store = Store::connect(&url).await?;
-    let knowledge = Knowledge::new(store, KnowledgeSettings::default(), None);
+    let knowledge = if args.sandbox {
+        let settings = KnowledgeSettings {
+            index_dir: dir.path().join("index"),
+            ..KnowledgeSettings::default()
+        };
+        Knowledge::from_settings(store, &settings)
+    } else {
+        Knowledge::new(store, KnowledgeSettings::default(), None)
+    };
     // Built (empty) first, as the gateway does at start: each ingest then updates the
     // keyword index too, and is timed with it.
     knowledge.sync_index().await?;
@@ -66,38 +99,43 @@ pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
         .map(|e| e.path())
         .collect();
     files.sort();
-    for path in &files {
-        let bytes = std::fs::read(path)?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let ingested = knowledge
-            .ingest(&agent, None, &name, Some("text/markdown"), &bytes)
-            .await?;
-        chunks += ingested.chunks;
+    // `parallel` documents in flight at once, as that many uploads would be.
+    let mut ingests = futures::stream::iter(files.iter().map(|path| {
+        let (knowledge, agent) = (&knowledge, &agent);
+        async move {
+            let bytes = tokio::fs::read(path).await?;
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let ingested = knowledge
+                .ingest(agent, None, &name, Some("text/markdown"), &bytes)
+                .await?;
+            anyhow::Ok(ingested.chunks)
+        }
+    }))
+    .buffer_unordered(args.parallel.max(1));
+    while let Some(n) = ingests.next().await {
+        chunks += n?;
     }
+    drop(ingests);
     let ingest_time = started.elapsed();
     let peak = rss_kib("VmHWM");
 
-    let mut latencies = Vec::with_capacity(args.queries);
-    let mut hits = 0usize;
-    for _ in 0..args.queries {
-        let query = (0..3)
-            .map(|_| words[pick(&mut rng)].as_str())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let started = Instant::now();
-        hits += knowledge.search(&agent, None, &query, 8).await?.len();
-        latencies.push(started.elapsed());
-    }
-    latencies.sort();
-
     let mb = total as f64 / 1e6;
-    println!("knowledge benchmark ({})", store_kind(&url));
     println!(
-        "  ingest:  {mb:.1} MB, {} files, {chunks} chunks in {:.1} s = {:.1} MB/s",
+        "knowledge benchmark ({}{})",
+        store_kind(&url),
+        if args.sandbox {
+            ", documents read by troupe extract workers, index on disk"
+        } else {
+            ", documents read in process, index in memory"
+        }
+    );
+    println!(
+        "  ingest:  {mb:.1} MB, {} files ({} at a time), {chunks} chunks in {:.1} s = {:.1} MB/s",
         files.len(),
+        args.parallel.max(1),
         ingest_time.as_secs_f64(),
         mb / ingest_time.as_secs_f64()
     );
@@ -106,6 +144,31 @@ pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
         rss_before as f64 / 1024.0,
         peak as f64 / 1024.0
     );
+    search(&knowledge, &agent, &words, &mut rng, args.queries, chunks).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Times `queries` searches of three words drawn from the vocabulary, and prints them.
+async fn search(
+    knowledge: &Knowledge,
+    agent: &AgentId,
+    words: &[String],
+    rng: &mut StdRng,
+    queries: usize,
+    chunks: usize,
+) -> anyhow::Result<()> {
+    let mut latencies = Vec::with_capacity(queries);
+    let mut hits = 0usize;
+    for _ in 0..queries {
+        let query = (0..3)
+            .map(|_| words[pick(rng)].as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let started = Instant::now();
+        hits += knowledge.search(agent, None, &query, 8).await?.len();
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
     println!(
         "  search:  {} queries over {chunks} chunks (top 8, {:.1} hits on average): p50 {}, p99 {}, max {}",
         latencies.len(),
@@ -114,7 +177,106 @@ pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
         ms(pct(&latencies, 0.99)),
         ms(latencies.last().copied().unwrap_or_default()),
     );
+    Ok(())
+}
+
+/// `--knowledge-chunks`: generated chunks stored directly, the index built from them, then
+/// the same searches.
+async fn run_generated(args: KnowledgeBench, total: usize) -> anyhow::Result<ExitCode> {
+    let dir = tempfile::tempdir()?;
+    let url = args
+        .database_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
+    let store = Store::connect(&url).await?;
+    let words = vocabulary();
+    let mut rng = StdRng::seed_from_u64(7);
+    let agent = AgentId::new("bench");
+    let scope = Scope::AGENT;
+
+    let started = Instant::now();
+    let mut bytes = 0usize;
+    let mut stored = 0usize;
+    let mut document = 0usize;
+    while stored < total {
+        let id = format!("generated{document:06}");
+        let chunks: Vec<(String, String)> = (0..GENERATED_PER_DOCUMENT.min(total - stored))
+            .map(|i| (format!("{id}:{i}"), passage(&words, &mut rng)))
+            .collect();
+        bytes += chunks.iter().map(|(_, t)| t.len()).sum::<usize>();
+        store
+            .insert_document(&NewDocument {
+                id: &id,
+                agent_id: &agent,
+                scope: &scope,
+                source: &format!("{id}.md"),
+                content_type: "text/markdown",
+                content_hash: &id,
+                origin: "cli",
+                bytes: 0,
+                chunks: &chunks,
+            })
+            .await?;
+        stored += chunks.len();
+        document += 1;
+    }
+    let store_time = started.elapsed();
+
+    // A new replica: an empty index directory, built from the database at the first sync.
+    let settings = KnowledgeSettings {
+        index_dir: dir.path().join("index"),
+        ..KnowledgeSettings::default()
+    };
+    let knowledge = Knowledge::with_index_dir(store, settings, None)?;
+    reset_peak_rss();
+    let started = Instant::now();
+    knowledge.sync_index().await?;
+    let index_time = started.elapsed();
+    let index_peak = rss_kib("VmHWM");
+
+    println!(
+        "knowledge benchmark ({}, generated chunks, index on disk)",
+        store_kind(&url)
+    );
+    println!(
+        "  stored:  {stored} chunks ({:.1} MB of text) in {document} documents in {:.1} s",
+        bytes as f64 / 1e6,
+        store_time.as_secs_f64()
+    );
+    println!(
+        "  index:   built from the database in {:.1} s, peak resident {:.1} MiB meanwhile",
+        index_time.as_secs_f64(),
+        index_peak as f64 / 1024.0
+    );
+    reset_peak_rss();
+    search(&knowledge, &agent, &words, &mut rng, args.queries, stored).await?;
+    println!(
+        "  memory:  resident {:.1} MiB after searching, peak {:.1} MiB while searching",
+        rss_kib("VmRSS") as f64 / 1024.0,
+        rss_kib("VmHWM") as f64 / 1024.0
+    );
     Ok(ExitCode::SUCCESS)
+}
+
+/// One generated chunk: sentences of 6 to 20 words, 60 to 140 words in all.
+fn passage(words: &[String], rng: &mut StdRng) -> String {
+    let target = rng.random_range(60..140);
+    let mut out = String::new();
+    let mut n = 0;
+    while n < target {
+        let len = rng.random_range(6..20).min(target - n).max(1);
+        for i in 0..len {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(&words[pick(rng)]);
+            if i + 1 == len {
+                out.push('.');
+            }
+        }
+        n += len;
+    }
+    out
 }
 
 fn store_kind(url: &str) -> &'static str {

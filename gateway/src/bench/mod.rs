@@ -68,6 +68,17 @@ pub struct BenchArgs {
     /// Searches timed after a `--knowledge-mb` ingest.
     #[arg(long, default_value_t = 2_000)]
     pub knowledge_queries: usize,
+    /// Measure search at scale instead: store this many generated chunks directly, build
+    /// the on-disk index from them, then time searches (see `bench/knowledge.rs`).
+    #[arg(long)]
+    pub knowledge_chunks: Option<usize>,
+    /// With `--knowledge-mb`: read documents in `troupe extract` workers and keep the
+    /// index on disk, as the gateway does.
+    #[arg(long)]
+    pub knowledge_sandbox: bool,
+    /// With `--knowledge-mb`: documents ingested at once, as that many uploads would be.
+    #[arg(long, default_value_t = 1)]
+    pub knowledge_parallel: usize,
     /// Measure the model scheduler instead: its overhead per call, and a DM's wait behind
     /// a flood in another room (see `bench/scheduler.rs`).
     #[arg(long)]
@@ -96,11 +107,14 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
     if args.scheduler {
         return scheduler::run().await;
     }
-    if let Some(megabytes) = args.knowledge_mb {
+    if args.knowledge_mb.is_some() || args.knowledge_chunks.is_some() {
         return knowledge::run(knowledge::KnowledgeBench {
-            megabytes,
+            megabytes: args.knowledge_mb.unwrap_or(0),
+            chunks: args.knowledge_chunks,
             queries: args.knowledge_queries,
             database_url: args.database_url,
+            sandbox: args.knowledge_sandbox,
+            parallel: args.knowledge_parallel,
         })
         .await;
     }

@@ -2,251 +2,420 @@
 //!
 //! Sizes are counted in OpenAI's cl100k_base tokens (tiktoken-rs ships the vocabulary in
 //! the crate, so nothing is downloaded), because both the prompt budget and the embedding
-//! models' input limits are in tokens. Markdown is cut at its own structure (headings,
-//! paragraphs, list items) before sentences; everything else at blank lines, lines,
-//! sentences, then words, by `text-splitter`.
+//! models' input limits are in tokens. A chunk ends at the strongest boundary within its
+//! size: a Markdown heading (higher levels first), then a blank line, a list item, a line
+//! end, a sentence end, a word; the next chunk starts on a word boundary so that it shares
+//! at most the overlap with the one before.
 //!
-//! Cost must stay linear in the input, whatever its shape. The splitter rescans what
-//! remains of its input for every chunk it cuts (the first sentence or word of the rest, at
-//! each level), so a 20 MB single line cost 20 MB of scanning per chunk, and BPE is
-//! quadratic in a run without whitespace (one megabyte of `aaaa…` took minutes). So:
-//! - the text goes to the splitter in windows of at most [`WINDOW_BYTES`], cut at a blank
-//!   line, else a line end, near the end of each;
-//! - a line longer than [`LONG_LINE_BYTES`] (a CSV row a million columns wide, minified
-//!   JSON, base64) does not go to the splitter: it is cut into pieces before whitespace and
-//!   the pieces are packed greedily into chunks, with the same token size and overlap;
-//! - tokens are counted in pieces of at most [`PIECE_BYTES`], cut before whitespace where
-//!   there is any (tiktoken's own pieces begin at whitespace, so ordinary text counts the
-//!   same), and counting stops once a candidate is over the chunk size.
-//!
-//! A window's end is a chunk's end, without overlap across it; windows are cut at blank
-//! lines first and are hundreds of kilobytes long, so that is rare and at a paragraph.
+//! Cost is linear in the input, whatever its shape, and tokenizing does not dominate it:
+//! - the text is read once, as a stream of *pieces*: a run of whitespace and the run of
+//!   non-whitespace after it (" lighthouse", "\n\n##"). A run longer than [`MAX_PIECE`]
+//!   bytes (a megabyte of `aaaa…`, base64, minified JSON) is cut into pieces of that size;
+//! - a piece's token count is cl100k's count of that piece alone, remembered per distinct
+//!   piece ([`Counts`]): text repeats its words, so BPE (whose regex pre-split is slow,
+//!   about 2–7 MB/s here) runs once per word, not once per occurrence;
+//! - a chunk's size is the sum of its pieces' counts. tiktoken's own pre-split pieces start
+//!   at whitespace too, so the sum is its count of the chunk, except where a punctuation
+//!   run is followed by a line break (counted as two tokens instead of one: an over-count)
+//!   and where a long run was cut (either way). Only chunks holding such a cut are counted
+//!   again exactly, and shortened if they are over;
+//! - only the pieces of the chunk being cut are kept (a queue), so memory is bounded by
+//!   the chunk size, not the document.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::LazyLock;
 
-use text_splitter::{ChunkConfig, ChunkSizer, MarkdownSplitter, TextSplitter};
-use tiktoken_rs::CoreBPE;
+use rustc_hash::FxHashMap;
+use tiktoken_rs::{CoreBPE, Rank, byte_pair_split};
 
 use super::extract::Format;
 
 /// The tokenizer, built once: building it parses a 100k-entry vocabulary.
 static CL100K: LazyLock<Option<CoreBPE>> = LazyLock::new(|| tiktoken_rs::cl100k_base().ok());
 
-/// The most text the splitter sees at once.
-const WINDOW_BYTES: usize = 256 * 1024;
-/// Lines longer than this are chunked by [`pack`], not by the splitter.
-const LONG_LINE_BYTES: usize = 8 * 1024;
-/// The longest piece of text tokenized at once.
-const PIECE_BYTES: usize = 256;
+/// cl100k's vocabulary as a map from bytes to rank, for BPE of a piece that tiktoken's
+/// pre-split leaves whole (a word with its leading space), without its regex.
+static RANKS: LazyLock<Option<FxHashMap<Vec<u8>, Rank>>> = LazyLock::new(|| {
+    let bpe = CL100K.as_ref()?;
+    let mut ranks = FxHashMap::default();
+    // cl100k's ordinary tokens are ranks 0..100256; a gap is skipped.
+    for rank in 0..100_256 {
+        if let Ok(bytes) = bpe.decode_bytes(&[rank]) {
+            ranks.insert(bytes, rank);
+        }
+    }
+    Some(ranks)
+});
+
+/// The longest piece, in bytes (a piece is longer only when one character is). Small
+/// enough that a piece never holds more tokens than a chunk may (bytes bound tokens), and
+/// that BPE of a piece is cheap.
+const MAX_PIECE: usize = 64;
+/// Distinct pieces whose counts one thread remembers; past it the memory is dropped and
+/// starts again (a few MB at most: pieces are at most [`MAX_PIECE`] bytes).
+const MAX_REMEMBERED: usize = 200_000;
+/// How many times a chunk over its size after an exact count is shortened by a piece before
+/// it is cut at the size by the estimate alone (never reached in practice: an estimate is
+/// off by a token or two).
+const MAX_SHORTENINGS: usize = 16;
 
 /// Cuts `text` into chunks of at most `tokens` tokens sharing `overlap` tokens with their
 /// neighbours. Empty and whitespace-only pieces are dropped.
 pub(crate) fn chunk(format: Format, text: &str, tokens: usize, overlap: usize) -> Vec<String> {
     let tokens = tokens.max(1);
     let overlap = overlap.min(tokens - 1);
-    let bpe = CL100K.as_ref();
-    let count = |piece: &str| match bpe {
-        Some(bpe) => bpe.encode_ordinary(piece).len(),
-        // Only if the bundled vocabulary failed to load: about four characters per token.
-        None => piece.chars().count().div_ceil(4),
+    let markdown = matches!(format, Format::Markdown | Format::Html);
+    COUNTS.with(|counts| {
+        let mut counts = counts.borrow_mut();
+        let count = |piece: &str| counts.count(piece);
+        let mut out = Vec::new();
+        cut(text, markdown, tokens, overlap, count, |c| {
+            out.push(c.to_string())
+        });
+        out
+    })
+}
+
+thread_local! {
+    static COUNTS: RefCell<Counts> = RefCell::new(Counts::default());
+}
+
+/// Token counts of pieces, remembered per distinct piece. A piece of at most 15 bytes
+/// (most words) is its own key, packed in a `u128` with its length: no pointer to follow.
+#[derive(Default)]
+struct Counts {
+    short: FxHashMap<u128, u32>,
+    long: FxHashMap<Box<str>, u32>,
+}
+
+impl Counts {
+    fn count(&mut self, piece: &str) -> usize {
+        let bytes = piece.as_bytes();
+        if bytes.len() < 16 {
+            let mut key = [0u8; 16];
+            key[..bytes.len()].copy_from_slice(bytes);
+            key[15] = bytes.len() as u8;
+            let key = u128::from_le_bytes(key);
+            if let Some(&n) = self.short.get(&key) {
+                return n as usize;
+            }
+            let n = piece_tokens(piece);
+            if self.short.len() >= MAX_REMEMBERED {
+                self.short.clear();
+            }
+            self.short.insert(key, saturate(n));
+            return n;
+        }
+        if let Some(&n) = self.long.get(piece) {
+            return n as usize;
+        }
+        let n = piece_tokens(piece);
+        if self.long.len() >= MAX_REMEMBERED {
+            self.long.clear();
+        }
+        self.long.insert(piece.into(), saturate(n));
+        n
+    }
+}
+
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// cl100k's count of one piece. A word with at most one leading space or punctuation
+/// character is one match of tiktoken's pre-split regex, so it goes to BPE directly;
+/// anything else through the full encoder.
+fn piece_tokens(piece: &str) -> usize {
+    let bytes = piece.as_bytes();
+    let letters = match bytes.first() {
+        Some(&b) if b.is_ascii_alphabetic() => bytes,
+        Some(&b) if b != b'\'' && b != b'\r' && b != b'\n' && !b.is_ascii_alphanumeric() => {
+            &bytes[1..]
+        }
+        _ => &[][..],
     };
-    let mut out = Vec::new();
-    for segment in windows(text, WINDOW_BYTES).flat_map(|w| segments(w, LONG_LINE_BYTES)) {
-        let pieces: Vec<&str> = match segment {
-            Segment::LongLine(line) => pack(line, tokens, overlap, count),
-            Segment::Lines(lines) => match bpe {
-                Some(bpe) => split(
-                    format,
-                    lines,
-                    config(tokens, overlap).with_sizer(Cl100k::new(bpe, tokens)),
-                ),
-                None => split(format, lines, config(tokens * 4, overlap * 4)),
-            },
+    if !letters.is_empty()
+        && letters.iter().all(u8::is_ascii_alphabetic)
+        && let Some(ranks) = RANKS.as_ref()
+    {
+        return if ranks.contains_key(bytes) {
+            1
+        } else {
+            byte_pair_split(bytes, ranks).len()
         };
-        out.extend(
-            pieces
-                .into_iter()
-                .filter(|p| !p.trim().is_empty())
-                .map(str::to_string),
-        );
     }
-    out
+    exact(piece)
 }
 
-/// A window's parts: runs of ordinary lines for the splitter, and single long lines.
-#[derive(Debug, PartialEq, Eq)]
-enum Segment<'a> {
-    Lines(&'a str),
-    LongLine(&'a str),
-}
-
-/// `window` cut into runs of lines of at most `long` bytes and, apart, each longer line.
-fn segments(window: &str, long: usize) -> Vec<Segment<'_>> {
-    let mut out = Vec::new();
-    let (mut start, mut at) = (0, 0);
-    for line in window.split_inclusive('\n') {
-        if line.len() > long {
-            if at > start {
-                out.push(Segment::Lines(&window[start..at]));
-            }
-            out.push(Segment::LongLine(line));
-            start = at + line.len();
-        }
-        at += line.len();
-    }
-    if at > start {
-        out.push(Segment::Lines(&window[start..at]));
-    }
-    out
-}
-
-/// One long line as chunks: cut into pieces before whitespace (each at most `tokens`
-/// bytes, so at most `tokens` tokens), packed greedily up to `tokens` tokens, the next
-/// chunk starting with the pieces of the last `overlap` tokens. Linear: each piece is
-/// counted once.
-fn pack(line: &str, tokens: usize, overlap: usize, count: impl Fn(&str) -> usize) -> Vec<&str> {
-    let base = line.as_ptr() as usize;
-    let sized: Vec<(usize, usize, usize)> = pieces(line, tokens.clamp(4, PIECE_BYTES))
-        .map(|p| {
-            let start = p.as_ptr() as usize - base;
-            (start, start + p.len(), count(p))
-        })
-        .collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < sized.len() {
-        let (mut j, mut used) = (i, 0);
-        while j < sized.len() && (j == i || used + sized[j].2 <= tokens) {
-            used += sized[j].2;
-            j += 1;
-        }
-        out.push(line[sized[i].0..sized[j - 1].1].trim());
-        if j == sized.len() {
-            break;
-        }
-        // Back from the end while the overlap allows, always moving forward.
-        let (mut k, mut shared) = (j, 0);
-        while k > i + 1 && shared + sized[k - 1].2 <= overlap {
-            shared += sized[k - 1].2;
-            k -= 1;
-        }
-        i = k;
-    }
-    out
-}
-
-/// cl100k token counts, in pieces of at most [`PIECE_BYTES`], and only up to just past
-/// `stop_after`: the splitter needs the exact size of what fits and only "too big" for
-/// the rest.
-///
-/// The splitter sizes many candidates that start at the same place (a binary search over
-/// where the chunk ends), and those are cut into the same pieces, so each piece's count is
-/// kept, by its place in the window: the window is counted about once.
-struct Cl100k<'a> {
-    bpe: &'a CoreBPE,
-    stop_after: usize,
-    /// Token counts by (address, length) of a piece of this window's text.
-    counted: RefCell<HashMap<(usize, usize), usize>>,
-}
-
-impl<'a> Cl100k<'a> {
-    fn new(bpe: &'a CoreBPE, stop_after: usize) -> Self {
-        Cl100k {
-            bpe,
-            stop_after,
-            counted: RefCell::new(HashMap::new()),
-        }
-    }
-}
-
-impl ChunkSizer for Cl100k<'_> {
-    fn size(&self, chunk: &str) -> usize {
-        let mut counted = self.counted.borrow_mut();
-        let mut count = 0;
-        for piece in pieces(chunk, PIECE_BYTES) {
-            count += *counted
-                .entry((piece.as_ptr() as usize, piece.len()))
-                .or_insert_with(|| self.bpe.encode_ordinary(piece).len());
-            if count > self.stop_after {
-                break;
-            }
-        }
-        count
-    }
-}
-
-/// `text` cut into consecutive pieces of at most `max` bytes (a piece is longer only when
-/// one character is), each cut before the last whitespace in reach, or at a character
-/// boundary when there is none.
-fn pieces(text: &str, max: usize) -> impl Iterator<Item = &str> {
-    cut(text, max, |head| {
-        head.char_indices()
-            .rev()
-            .find(|&(i, c)| i > 0 && c.is_whitespace())
-            .map(|(i, _)| i)
-    })
-}
-
-/// `text` cut into windows of at most `max` bytes, each cut after the last blank line, else
-/// line end, in its second half; else before the last whitespace (inside a long line,
-/// which [`pack`] cuts there anyway), else at a character boundary.
-fn windows(text: &str, max: usize) -> impl Iterator<Item = &str> {
-    cut(text, max, |head| {
-        let half = head.len() / 2;
-        let after = |i: Option<usize>, len: usize| i.map(|i| i + len).filter(|&i| i > half);
-        after(head.rfind("\n\n"), 2)
-            .or_else(|| after(head.rfind('\n'), 1))
-            .or_else(|| head.rfind(char::is_whitespace))
-    })
-}
-
-/// Consecutive pieces of `text` of at most `max` bytes; `at` picks the cut within the
-/// first `max` bytes (by byte offset, on a character boundary, not 0), else the cut is the
-/// last character boundary in reach.
-fn cut(text: &str, max: usize, at: impl Fn(&str) -> Option<usize>) -> impl Iterator<Item = &str> {
-    let max = max.max(4);
-    let mut rest = text;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        if rest.len() <= max {
-            return Some(std::mem::take(&mut rest));
-        }
-        let mut reach = max;
-        while !rest.is_char_boundary(reach) {
-            reach -= 1;
-        }
-        let end = at(&rest[..reach]).filter(|&i| i > 0).unwrap_or(reach);
-        let (head, tail) = rest.split_at(end);
-        rest = tail;
-        Some(head)
-    })
-}
-
-fn config(size: usize, overlap: usize) -> ChunkConfig<text_splitter::Characters> {
-    ChunkConfig::new(size)
-        .with_overlap(overlap)
-        .unwrap_or_else(|_| ChunkConfig::new(size))
-}
-
-fn split<S: ChunkSizer>(format: Format, text: &str, config: ChunkConfig<S>) -> Vec<&str> {
-    match format {
-        // HTML is extracted as light Markdown (see extract::html).
-        Format::Markdown | Format::Html => MarkdownSplitter::new(config).chunks(text).collect(),
-        _ => TextSplitter::new(config).chunks(text).collect(),
-    }
-}
-
-/// Tokens in `text`, as the chunker counts them.
-#[cfg(test)]
-pub(crate) fn count_tokens(text: &str) -> usize {
+/// cl100k's count of `text`.
+fn exact(text: &str) -> usize {
     match CL100K.as_ref() {
         Some(bpe) => bpe.encode_ordinary(text).len(),
+        // Only if the bundled vocabulary failed to load: about four characters per token.
         None => text.chars().count().div_ceil(4),
     }
+}
+
+/// A piece of the text: `start..end`, its tokens, and the strength of the boundary before
+/// it.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    start: usize,
+    end: usize,
+    tokens: usize,
+    level: Level,
+}
+
+/// The boundary before a piece, weakest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    /// Inside a run longer than [`MAX_PIECE`]: not a boundary of the text at all.
+    Forced,
+    Word,
+    Sentence,
+    Line,
+    /// A line starting a Markdown list item.
+    Item,
+    /// One or more blank lines.
+    Blank,
+    /// A Markdown heading; 1 is `#`, 6 is `######`.
+    Heading(std::cmp::Reverse<u8>),
+}
+
+/// Chunks `text` into `emit`: the loop described in the module comment.
+fn cut<'t>(
+    text: &'t str,
+    markdown: bool,
+    size: usize,
+    overlap: usize,
+    mut count: impl FnMut(&str) -> usize,
+    mut emit: impl FnMut(&'t str),
+) {
+    let mut pieces = Pieces::new(text, markdown, size.clamp(4, MAX_PIECE));
+    let mut queue: VecDeque<Piece> = VecDeque::new();
+    let mut queued = 0usize;
+    let mut done = false;
+    // Pieces at the queue's front that the last chunk ended with (the overlap): the next
+    // chunk's end is chosen past them, as if it started where the last one ended.
+    let mut covered = 0usize;
+    loop {
+        while queued <= size && !done {
+            match pieces.next() {
+                Some((start, end, level)) => {
+                    let tokens = count(&text[start..end]);
+                    queued += tokens;
+                    queue.push_back(Piece {
+                        start,
+                        end,
+                        tokens,
+                        level,
+                    });
+                }
+                None => done = true,
+            }
+        }
+        if queue.is_empty() {
+            return;
+        }
+        // How many pieces fit (at least one: a piece is never over the size).
+        let (mut reach, mut used) = (0, 0);
+        while reach < queue.len() && (reach == 0 || used + queue[reach].tokens <= size) {
+            used += queue[reach].tokens;
+            reach += 1;
+        }
+        if reach <= covered {
+            // The overlap leaves no room for anything new: this chunk goes without it.
+            for p in queue.drain(..covered) {
+                queued -= p.tokens;
+            }
+            covered = 0;
+            continue;
+        }
+        let mut end = if done && reach == queue.len() {
+            reach
+        } else {
+            // The strongest boundary past the overlap and in reach, the farthest of those.
+            let mut best = reach;
+            for b in (covered + 1..reach).rev() {
+                if queue[b].level > queue[best].level {
+                    best = b;
+                }
+            }
+            best
+        };
+        // A chunk holding a cut inside a run is counted exactly, and shortened if over.
+        if queue
+            .range(1..=end.min(queue.len() - 1))
+            .any(|p| p.level == Level::Forced)
+        {
+            let mut shortened = 0;
+            while end > covered + 1
+                && shortened < MAX_SHORTENINGS
+                && exact(text[queue[0].start..queue[end - 1].end].trim()) > size
+            {
+                end -= 1;
+                shortened += 1;
+            }
+        }
+        let chunk = text[queue[0].start..queue[end - 1].end].trim();
+        if !chunk.is_empty() {
+            emit(chunk);
+        }
+        if done && end == queue.len() {
+            return;
+        }
+        // The next chunk starts within the last `overlap` tokens of this one (and past its
+        // start), at the strongest boundary there, the earliest of those: a sentence's
+        // start rather than a word's when a sentence fits.
+        let (mut earliest, mut shared) = (end, 0);
+        while earliest > 1 && shared + queue[earliest - 1].tokens <= overlap {
+            shared += queue[earliest - 1].tokens;
+            earliest -= 1;
+        }
+        let mut next = end;
+        for b in (earliest..end).rev() {
+            if next == end || queue[b].level >= queue[next].level {
+                next = b;
+            }
+        }
+        covered = end - next;
+        for p in queue.drain(..next) {
+            queued -= p.tokens;
+        }
+    }
+}
+
+/// The text as `(start, end, level)` pieces, in order, covering it.
+struct Pieces<'t> {
+    text: &'t str,
+    bytes: &'t [u8],
+    at: usize,
+    markdown: bool,
+    max: usize,
+    /// The last piece was cut inside a run.
+    forced: bool,
+}
+
+impl<'t> Pieces<'t> {
+    fn new(text: &'t str, markdown: bool, max: usize) -> Self {
+        Pieces {
+            text,
+            bytes: text.as_bytes(),
+            at: 0,
+            markdown,
+            max: max.max(4),
+            forced: false,
+        }
+    }
+
+    /// The boundary before a piece starting at `start` with whitespace up to `word`.
+    fn level(&self, start: usize, word: usize) -> Level {
+        let space = &self.bytes[start..word];
+        let newlines = space.iter().filter(|&&b| b == b'\n').count();
+        if newlines == 0 {
+            return if self.after_sentence(start) {
+                Level::Sentence
+            } else {
+                Level::Word
+            };
+        }
+        if self.markdown {
+            // The line the whitespace leads to, from its last line break.
+            let line_start = start + space.iter().rposition(|&b| b == b'\n').unwrap_or(0) + 1;
+            let line = &self.bytes[line_start..self.bytes.len().min(line_start + 8)];
+            let hashes = line.iter().take_while(|&&b| b == b'#').count();
+            if (1..=6).contains(&hashes) && line.get(hashes).is_none_or(|&b| b == b' ') {
+                return Level::Heading(std::cmp::Reverse(hashes as u8));
+            }
+            if newlines == 1 && is_item(line) {
+                return Level::Item;
+            }
+        }
+        if newlines >= 2 {
+            Level::Blank
+        } else {
+            Level::Line
+        }
+    }
+
+    /// Whether the text before `at` ends a sentence: `.`, `!` or `?`, then perhaps closing
+    /// quotes or brackets.
+    fn after_sentence(&self, at: usize) -> bool {
+        let before = &self.bytes[..at];
+        let closing = before
+            .iter()
+            .rev()
+            .take(8)
+            .take_while(|b| matches!(b, b'"' | b'\'' | b')' | b']'))
+            .count();
+        matches!(
+            before[..before.len() - closing].last(),
+            Some(b'.' | b'!' | b'?')
+        )
+    }
+}
+
+impl Iterator for Pieces<'_> {
+    type Item = (usize, usize, Level);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (start, len) = (self.at, self.bytes.len());
+        if start >= len {
+            return None;
+        }
+        let limit = start.saturating_add(self.max).min(len);
+        let mut word = start;
+        while word < limit && is_space(self.bytes[word]) {
+            word += 1;
+        }
+        let mut end = word;
+        while end < limit && !is_space(self.bytes[end]) {
+            end += 1;
+        }
+        let level = if start == 0 {
+            Level::Word
+        } else if self.forced {
+            Level::Forced
+        } else {
+            self.level(start, word)
+        };
+        // Cut at the limit: a boundary only when a word ends there and whitespace follows.
+        self.forced = end == limit
+            && limit < len
+            && !(is_space(self.bytes[limit]) && !is_space(self.bytes[limit - 1]));
+        if self.forced {
+            // Back to a character boundary; one is within 4 bytes, and `max` is at least 4.
+            while end > start + 1 && !self.text.is_char_boundary(end) {
+                end -= 1;
+            }
+        }
+        self.at = end;
+        Some((start, end, level))
+    }
+}
+
+fn is_space(b: u8) -> bool {
+    b.is_ascii_whitespace()
+}
+
+/// Whether a line starts a Markdown list item: `-`, `*` or `+` and a space, or digits, `.`
+/// or `)` and a space (after any indentation).
+fn is_item(line: &[u8]) -> bool {
+    let line = &line[line.iter().take_while(|&&b| b == b' ').count()..];
+    match line {
+        [b'-' | b'*' | b'+', b' ', ..] => true,
+        _ => {
+            let digits = line.iter().take_while(|b| b.is_ascii_digit()).count();
+            digits > 0 && matches!(line.get(digits..digits + 2), Some([b'.' | b')', b' ']))
+        }
+    }
+}
+
+/// Tokens in `text`, as cl100k counts them.
+#[cfg(test)]
+pub(crate) fn count_tokens(text: &str) -> usize {
+    exact(text)
 }
 
 #[cfg(test)]
@@ -270,6 +439,18 @@ mod tests {
             chunks[0],
             chunks[1]
         );
+        // Cut at sentence ends when a sentence fits, and full: the overlap is not where the
+        // next chunk ends.
+        assert!(chunks[0].ends_with("book."), "{:?}", chunks[0]);
+        for c in &chunks[..chunks.len() - 1] {
+            assert!(count_tokens(c) >= 35, "{} tokens: {c}", count_tokens(c));
+        }
+        // Paragraphs longer than the overlap, with it.
+        let para = format!("{}\n\n", sentence.repeat(5));
+        let chunks = chunk(Format::Markdown, &para.repeat(40), 400, 50);
+        for c in &chunks[..chunks.len() - 1] {
+            assert!(count_tokens(c) >= 200, "{} tokens: {c}", count_tokens(c));
+        }
     }
 
     #[test]
@@ -277,6 +458,7 @@ mod tests {
         let chunks = chunk(Format::Text, "  The office opens at nine.  ", 400, 50);
         assert_eq!(chunks, vec!["The office opens at nine."]);
         assert!(chunk(Format::Text, " \n ", 400, 50).is_empty());
+        assert!(chunk(Format::Text, "", 400, 50).is_empty());
     }
 
     #[test]
@@ -292,6 +474,26 @@ mod tests {
         assert_eq!(chunks.len(), 2, "{chunks:#?}");
         assert!(chunks[0].starts_with("# Tides") && !chunks[0].contains("lamp"));
         assert!(chunks[1].starts_with("# Lamps"));
+        // In plain text, `#` is no heading: the cut is at the strongest boundary in reach.
+        let plain = chunk(Format::Text, &text, 250, 0);
+        assert!(plain.iter().all(|c| count_tokens(c) <= 250));
+    }
+
+    #[test]
+    fn paragraphs_are_kept_whole_when_they_fit() {
+        let para = |w: &str| format!("{}\n\n", format!("The {w} runs. ").repeat(12));
+        let text: String = ["fox", "hen", "owl", "elk", "yak", "cat"]
+            .iter()
+            .map(|w| para(w))
+            .collect();
+        let chunks = chunk(Format::Text, &text, 100, 0);
+        for c in &chunks {
+            // A chunk never ends inside a paragraph: each paragraph is about 50 tokens.
+            assert!(c.ends_with("runs."), "{c:?}");
+            let animals = ["fox", "hen", "owl", "elk", "yak", "cat"];
+            let n = animals.iter().filter(|a| c.contains(*a)).count();
+            assert!((1..=2).contains(&n), "{c:?}");
+        }
     }
 
     #[test]
@@ -308,6 +510,22 @@ mod tests {
     }
 
     #[test]
+    fn runs_of_whitespace_and_multibyte_text_are_cut_safely() {
+        let text = format!(
+            "{}é{}ü{}",
+            " ".repeat(5000),
+            "é".repeat(3000),
+            "\n".repeat(700)
+        );
+        let chunks = chunk(Format::Text, &text, 30, 5);
+        assert!(!chunks.is_empty());
+        for c in &chunks {
+            assert!(count_tokens(c) <= 30, "{} tokens", count_tokens(c));
+        }
+        assert!(chunks.concat().contains('ü'));
+    }
+
+    #[test]
     fn a_long_single_line_is_chunked_like_any_text() {
         // A wide CSV row as the extractor writes it: one line, 200k `column: value` pairs.
         let line: String = (0..200_000).map(|i| format!("c{i}: v{i}; ")).collect();
@@ -320,46 +538,84 @@ mod tests {
     }
 
     #[test]
-    fn pieces_and_windows_cover_the_text_on_good_cuts() {
-        let text = "one two three\n\nfour five six\nseven é";
-        for max in [4, 5, 7, 10, 64] {
-            assert_eq!(pieces(text, max).collect::<String>(), text);
-            assert_eq!(windows(text, max).collect::<String>(), text);
-            assert!(windows(text, max).all(|w| w.len() <= max.max(4)));
-        }
-        let w: Vec<&str> = windows(text, 20).collect();
-        assert_eq!(w[0], "one two three\n\n");
-        let p: Vec<&str> = pieces("alpha beta gamma", 12).collect();
-        assert_eq!(p, vec!["alpha beta", " gamma"]);
+    fn pieces_cover_the_text_with_their_boundaries() {
+        let text = "One two.  Three\n- item\n\n## Head\nfour\u{e9}";
+        let pieces: Vec<(usize, usize, Level)> = Pieces::new(text, true, 64).collect();
+        let words: Vec<&str> = pieces.iter().map(|&(s, e, _)| &text[s..e]).collect();
+        assert_eq!(words.concat(), text);
         assert_eq!(
-            segments("a\nbb\nlong line here\nc\n", 8),
+            words,
             vec![
-                Segment::Lines("a\nbb\n"),
-                Segment::LongLine("long line here\n"),
-                Segment::Lines("c\n"),
+                "One",
+                " two.",
+                "  Three",
+                "\n-",
+                " item",
+                "\n\n##",
+                " Head",
+                "\nfour\u{e9}"
             ]
         );
+        let levels: Vec<Level> = pieces.iter().map(|p| p.2).collect();
+        use std::cmp::Reverse;
+        assert_eq!(
+            levels,
+            vec![
+                Level::Word,
+                Level::Word,
+                Level::Sentence,
+                Level::Item,
+                Level::Word,
+                Level::Heading(Reverse(2)),
+                Level::Word,
+                Level::Line,
+            ]
+        );
+        // A run longer than a piece is cut on character boundaries, as forced cuts.
+        let run = "é".repeat(40);
+        let pieces: Vec<(usize, usize, Level)> = Pieces::new(&run, false, 7).collect();
+        assert_eq!(
+            pieces
+                .iter()
+                .map(|&(s, e, _)| &run[s..e])
+                .collect::<String>(),
+            run
+        );
+        assert!(pieces.iter().all(|&(s, e, _)| e - s <= 7));
+        assert!(pieces[1..].iter().all(|p| p.2 == Level::Forced));
     }
 
     #[test]
-    fn a_long_line_is_packed_with_overlap() {
+    fn the_overlap_is_taken_in_whole_words() {
         let line = "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9";
-        // One token per word with this count; pieces of at most 4 bytes are the words.
+        // One token per word with this count.
         let words = |p: &str| p.split_whitespace().count();
-        let chunks = pack(line, 4, 1, words);
-        assert_eq!(chunks, vec!["w0 w1 w2 w3", "w3 w4 w5 w6", "w6 w7 w8 w9"]);
-        assert_eq!(
-            pack(line, 4, 0, words),
-            vec!["w0 w1 w2 w3", "w4 w5 w6 w7", "w8 w9"]
-        );
+        let run = |overlap| {
+            let mut out = Vec::new();
+            cut(line, false, 4, overlap, words, |c| out.push(c));
+            out
+        };
+        assert_eq!(run(1), vec!["w0 w1 w2 w3", "w3 w4 w5 w6", "w6 w7 w8 w9"]);
+        assert_eq!(run(0), vec!["w0 w1 w2 w3", "w4 w5 w6 w7", "w8 w9"]);
     }
 
     #[test]
-    fn chunking_is_deterministic() {
+    fn chunking_is_deterministic_and_the_estimate_matches_cl100k() {
         let text = "alpha beta gamma delta. ".repeat(500);
-        assert_eq!(
-            chunk(Format::Text, &text, 64, 8),
-            chunk(Format::Text, &text, 64, 8)
-        );
+        let a = chunk(Format::Text, &text, 64, 8);
+        assert_eq!(a, chunk(Format::Text, &text, 64, 8));
+        // Ordinary prose: the sum of the pieces' counts is cl100k's count of the whole, but
+        // for punctuation before a line break ("list:\n"), which it counts as two tokens.
+        let estimate = |text: &str| {
+            let mut counts = Counts::default();
+            Pieces::new(text, false, MAX_PIECE)
+                .map(|(s, e, _)| counts.count(&text[s..e]))
+                .sum::<usize>()
+        };
+        let prose = "The keeper, who was 72, wrote: \"Ships pass at 9:30!\" It's (mostly) true\n\
+                     Next line; and a list\n- one\n- two\n\nThe end.";
+        assert_eq!(estimate(prose), count_tokens(prose));
+        let breaks = "A list:\n- one.\n- two\n";
+        assert_eq!(estimate(breaks), count_tokens(breaks) + 2);
     }
 }

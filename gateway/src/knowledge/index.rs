@@ -46,6 +46,13 @@ const TOKENIZER: &str = "en_stem";
 const WRITER_MEMORY: usize = 16 << 20;
 /// Chunks read per page during a rebuild, and changes replayed per commit.
 const PAGE: usize = 2_000;
+/// Documents whose chunks are read at once while replaying changes: bounds the memory of a
+/// replay after a bulk load (2,000 changed documents of 1,000 chunks each would be 2M).
+const REPLAY_DOCUMENTS: usize = 32;
+/// A search first takes this many times the hits asked for (at least [`MIN_CANDIDATES`])
+/// from the whole index, before it checks their place.
+const CANDIDATES_FACTOR: usize = 4;
+const MIN_CANDIDATES: usize = 32;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -107,7 +114,9 @@ fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
     let chunk_id = b.add_text_field("chunk_id", STRING | STORED);
     let document_id = b.add_text_field("document_id", STRING);
-    let place = b.add_text_field("place", STRING);
+    // Stored too: a search ranks the whole index first and checks the place of its best
+    // hits (see `search`).
+    let place = b.add_text_field("place", STRING | STORED);
     // Frequencies without positions: BM25 needs no more, and there are no phrase queries.
     let text = b.add_text_field(
         "text",
@@ -260,18 +269,27 @@ impl KeywordIndex {
             let mut documents: Vec<String> = changes.into_iter().map(|(_, d)| d).collect();
             documents.sort();
             documents.dedup();
-            let chunks = store.chunks_of_documents(&documents).await?;
-            let this = Arc::clone(self);
-            blocking(move || {
-                let writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
-                for d in &documents {
-                    writer.delete_term(Term::from_field_text(this.fields.document_id, d));
-                }
-                this.add(&writer, &chunks)?;
-                drop(writer);
-                this.commit(last)
-            })
-            .await?;
+            for (i, group) in documents.chunks(REPLAY_DOCUMENTS).enumerate() {
+                let chunks = store.chunks_of_documents(group).await?;
+                let group = group.to_vec();
+                let this = Arc::clone(self);
+                // Committed once, after the last group: a crash before it replays them all.
+                let last_group = (i + 1) * REPLAY_DOCUMENTS >= documents.len();
+                blocking(move || {
+                    let writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
+                    for d in &group {
+                        writer.delete_term(Term::from_field_text(this.fields.document_id, d));
+                    }
+                    this.add(&writer, &chunks)?;
+                    drop(writer);
+                    if last_group {
+                        this.commit(last)
+                    } else {
+                        Ok(())
+                    }
+                })
+                .await?;
+            }
             applied = last;
             self.head.fetch_max(last, Ordering::Relaxed);
         }
@@ -400,6 +418,36 @@ impl KeywordIndex {
         if scope.room().is_some() {
             places.push(place(agent, scope));
         }
+        let searcher = self.reader.searcher();
+        let text = BooleanQuery::new(text);
+
+        // First the words alone: a union of terms is what block-max WAND prunes, so this
+        // reads a small part of long posting lists. When enough of its best hits are in
+        // the place searched, they are its best hits too (any other hit in the place
+        // scores below all of them).
+        let wanted = limit.saturating_mul(CANDIDATES_FACTOR).max(MIN_CANDIDATES);
+        let top = searcher.search(&text, &TopDocs::with_limit(wanted).order_by_score())?;
+        let mut out = Vec::with_capacity(limit);
+        for &(score, address) in &top {
+            let doc: TantivyDocument = searcher.doc(address)?;
+            let here = doc
+                .get_first(f.place)
+                .and_then(|v| v.as_str())
+                .is_some_and(|p| places.iter().any(|w| w == p));
+            if let (true, Some(id)) = (here, doc.get_first(f.chunk_id).and_then(|v| v.as_str())) {
+                out.push((id.to_string(), f64::from(score)));
+                if out.len() == limit {
+                    return Ok(out);
+                }
+            }
+        }
+        if top.len() < wanted {
+            // The words matched nothing more: every hit in the place was seen.
+            return Ok(out);
+        }
+
+        // The place holds few of the best hits (an agent among many): the words within it,
+        // every match scored.
         let places: Vec<(Occur, Box<dyn Query>)> = places
             .iter()
             .map(|p| {
@@ -412,10 +460,7 @@ impl KeywordIndex {
             .collect();
         // The scope filter scores nothing, so the ranking is BM25 over the text alone.
         let query = BooleanQuery::new(vec![
-            (
-                Occur::Must,
-                Box::new(BooleanQuery::new(text)) as Box<dyn Query>,
-            ),
+            (Occur::Must, Box::new(text) as Box<dyn Query>),
             (
                 Occur::Must,
                 Box::new(ConstScoreQuery::new(
@@ -424,7 +469,6 @@ impl KeywordIndex {
                 )),
             ),
         ]);
-        let searcher = self.reader.searcher();
         let top = searcher.search(&query, &TopDocs::with_limit(limit).order_by_score())?;
         let mut out = Vec::with_capacity(top.len());
         for (score, address) in top {
@@ -444,4 +488,62 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| IndexError::Task(e.to_string()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(seq: i64, agent: &str, text: &str) -> IndexChunk {
+        IndexChunk {
+            seq,
+            id: format!("{agent}-doc:{seq}"),
+            document_id: format!("{agent}-doc"),
+            agent_id: AgentId::new(agent),
+            scope: Scope::AGENT,
+            text: text.to_string(),
+        }
+    }
+
+    /// When most of the best matches belong to another agent, the search still finds the
+    /// agent's own, in BM25 order, and nothing of the other's.
+    #[test]
+    fn a_search_finds_its_own_place_under_many_better_matches_elsewhere() {
+        let index = KeywordIndex::in_memory().unwrap();
+        let mut chunks: Vec<IndexChunk> = (0..200)
+            .map(|i| chunk(i, "crowd", "lighthouse lighthouse lighthouse keeper"))
+            .collect();
+        chunks.push(chunk(
+            1000,
+            "ada",
+            "a lighthouse on the rocks, far out at sea",
+        ));
+        chunks.push(chunk(1001, "ada", "the lighthouse lighthouse of the bay"));
+        chunks.push(chunk(1002, "ada", "otters sleep holding hands"));
+        {
+            let writer = index.writer.lock().unwrap();
+            index.add(&writer, &chunks).unwrap();
+        }
+        index.commit(1).unwrap();
+
+        let terms = vec!["lighthouse".to_string()];
+        let ada = AgentId::new("ada");
+        let hits = index.search(&ada, &Scope::AGENT, &terms, 5).unwrap();
+        let ids: Vec<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["ada-doc:1001", "ada-doc:1000"]);
+        assert!(hits[0].1 > hits[1].1);
+
+        // The crowd's own search is answered from the first, pruned pass.
+        let crowd = index
+            .search(&AgentId::new("crowd"), &Scope::AGENT, &terms, 5)
+            .unwrap();
+        assert_eq!(crowd.len(), 5);
+        assert!(crowd.iter().all(|(id, _)| id.starts_with("crowd-")));
+        assert!(
+            index
+                .search(&AgentId::new("nobody"), &Scope::AGENT, &terms, 5)
+                .unwrap()
+                .is_empty()
+        );
+    }
 }

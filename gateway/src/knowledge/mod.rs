@@ -625,15 +625,19 @@ impl Knowledge {
                     "could not embed the document; it is searchable by keywords only until `troupe ingest --reembed`");
             }
         }
+        // The index reads the chunks back from the database: this copy goes first, so a
+        // large document is not held twice (the gateway's peak memory, tests/hostile.rs).
+        let count = chunks.len();
+        drop(chunks);
         self.after_write().await;
         let scope = scope
             .room()
             .map_or_else(|| "agent".to_string(), RoomKey::to_string);
-        tracing::info!(agent = %agent_id, document = %id, %source, chunks = chunks.len(),
+        tracing::info!(agent = %agent_id, document = %id, %source, chunks = count,
             %scope, "document ingested");
         Ok(Ingested {
             document_id: id,
-            chunks: chunks.len(),
+            chunks: count,
             duplicate: false,
         })
     }

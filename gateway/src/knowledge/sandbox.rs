@@ -4,16 +4,25 @@
 //! Parsers of PDF, HTML and CSV are not written for hostile input: a page whose `/Parent`
 //! points at itself overflows the stack (which `catch_unwind` cannot catch), a few KB of
 //! nested FlateDecode streams inflate to gigabytes, and text-shaped inputs can be
-//! quadratic. So the gateway never parses a document itself. For each document it starts
-//! its own executable as `troupe extract` with resource limits set between `fork` and
-//! `exec` (address space, CPU seconds, no file writes, no core dump, few descriptors),
-//! feeds it the document on stdin and reads the chunks from stdout, within a wall-clock
-//! deadline and an output cap. A worker that dies, is killed or overruns becomes
+//! quadratic. So the gateway never parses a document itself. It starts its own executable
+//! as `troupe extract` with resource limits set between `fork` and `exec` (address space,
+//! CPU seconds, no file writes, no core dump, few descriptors), feeds it a document on
+//! stdin and reads the chunks from stdout, within a wall-clock deadline per document and
+//! an output cap. A worker that dies, is killed or overruns becomes
 //! [`KnowledgeError::Unreadable`] (422) with a sentence saying so; the gateway goes on.
 //! Dropping the future (a client that disconnects, a shutdown) kills the worker.
 //!
-//! The protocol, both ways over pipes:
-//! - request: one JSON line ([`Request`]), then the document's bytes to end of input;
+//! A worker is kept for the next document (at most [`MAX_DOCUMENTS`], and only after
+//! inputs of at most [`REUSE_MAX_INPUT`] bytes), because starting one costs more than
+//! reading most documents: it builds the cl100k tokenizer, 0.1–0.2 s of CPU. Each document
+//! still has its own deadline; a worker that failed is never reused, and a document that a
+//! reused worker failed on is tried once more in a new one, so that what an earlier
+//! document left behind (memory, CPU seconds spent) cannot refuse it. A worker is ended
+//! after [`IDLE_FOR`] without work.
+//!
+//! The protocol, both ways over pipes, repeated for each document:
+//! - request: one JSON line ([`Request`], which gives the document's length), then the
+//!   document's bytes; the worker exits when its input ends instead of a request;
 //! - reply: one JSON line ([`Reply`]); when it is `ok`, that many frames follow, each a
 //!   little-endian `u32` length and that many bytes of UTF-8: the chunks, in order.
 //!
@@ -24,9 +33,10 @@ use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::Semaphore;
 
 use super::KnowledgeError;
@@ -40,6 +50,17 @@ const MAX_LINE: u64 = 64 * 1024;
 const MAX_STDERR: u64 = 4 * 1024;
 /// Descriptors the worker may hold: stdio, and what the loader opens while starting.
 const WORKER_FILES: u64 = 32;
+/// Documents one worker reads before it is ended. A worker is kept between documents
+/// because starting one costs more than reading a typical document: building the cl100k
+/// tokenizer from its bundled vocabulary takes 0.1–0.2 s of CPU.
+const MAX_DOCUMENTS: usize = 64;
+/// A worker that read a larger input than this is ended rather than kept, so that what it
+/// allocated goes back to the system.
+const REUSE_MAX_INPUT: usize = 4 << 20;
+/// How long a worker waits for another document before it is ended.
+const IDLE_FOR: Duration = Duration::from_secs(30);
+/// How long a worker that broke off its reply gets to exit by itself.
+const EXIT_WAIT: Duration = Duration::from_secs(1);
 
 /// The extracted text may be this many times the input, plus [`TEXT_SLACK`], before the
 /// worker refuses the document: JSON's `path: value` lines and CSV's `column: value` pairs
@@ -81,6 +102,8 @@ struct Request {
     content_type: Option<String>,
     chunk_tokens: usize,
     chunk_overlap: usize,
+    /// The document's length: that many bytes follow the line.
+    bytes: u64,
 }
 
 /// The reply line.
@@ -133,6 +156,23 @@ pub(crate) struct Worker {
     args: Vec<String>,
     settings: ExtractSettings,
     permits: Semaphore,
+    /// Workers waiting for their next document.
+    idle: std::sync::Mutex<Vec<Running>>,
+}
+
+/// A started worker, between documents or reading one.
+struct Running {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: BufReader<tokio::process::ChildStdout>,
+    /// The end of what it wrote on stderr (at most [`MAX_STDERR`] bytes), for the log.
+    stderr: Arc<std::sync::Mutex<Vec<u8>>>,
+    /// Documents it has answered.
+    documents: usize,
+    /// Wall-clock time spent on them: an upper bound of its CPU time, since it has one
+    /// thread.
+    busy: Duration,
+    idle_since: Instant,
 }
 
 impl Worker {
@@ -149,6 +189,7 @@ impl Worker {
             program,
             args,
             settings,
+            idle: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -167,6 +208,7 @@ impl Reader {
             content_type: content_type.map(str::to_string),
             chunk_tokens,
             chunk_overlap,
+            bytes: 0,
         };
         match self {
             Reader::InProcess => {
@@ -188,8 +230,20 @@ impl Reader {
     }
 }
 
+/// What one document in one worker came to.
+enum Attempt {
+    /// The worker answered (with chunks, or with "this document is unreadable").
+    Answered(Result<Chunked, KnowledgeError>),
+    /// The worker failed on it: it crashed, was stopped at a limit, or broke the protocol.
+    Failed(KnowledgeError),
+}
+
 impl Worker {
-    async fn read(&self, request: Request, input: Input<'_>) -> Result<Chunked, KnowledgeError> {
+    async fn read(
+        self: &Arc<Self>,
+        mut request: Request,
+        input: Input<'_>,
+    ) -> Result<Chunked, KnowledgeError> {
         let name = request.name.clone();
         let timeout = self.settings.timeout;
         let _permit = match tokio::time::timeout(timeout, self.permits.acquire()).await {
@@ -204,12 +258,88 @@ impl Worker {
             }
         };
         let size = match input {
-            Input::Bytes(b) => b.len(),
+            Input::Bytes(b) => b.len() as u64,
             Input::File(path) => tokio::fs::metadata(path)
                 .await
-                .map(|m| usize::try_from(m.len()).unwrap_or(usize::MAX))
+                .map(|m| m.len())
                 .map_err(|e| KnowledgeError::Unreadable(format!("cannot read `{name}`: {e}")))?,
         };
+        request.bytes = size;
+        let mut line = serde_json::to_vec(&request)
+            .map_err(|e| KnowledgeError::Unreadable(format!("`{name}` could not be read: {e}")))?;
+        line.push(b'\n');
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+
+        // A worker kept from an earlier document first; if it fails on this one, the
+        // document gets one more try in a new worker, so that nothing a reused worker
+        // carries (its memory, its CPU seconds) can refuse a document a new one would read.
+        let mut reused = self.take_idle();
+        loop {
+            let was_reused = reused.is_some();
+            let mut running = match reused.take() {
+                Some(r) => r,
+                None => self.start(&name)?,
+            };
+            let started = Instant::now();
+            match self.attempt(&mut running, &line, input, size, &name).await {
+                Attempt::Answered(result) => {
+                    running.documents += 1;
+                    running.busy += started.elapsed();
+                    tracing::debug!(document = %name, elapsed_ms = started.elapsed().as_millis() as u64,
+                        documents = running.documents, "document worker done");
+                    if size <= REUSE_MAX_INPUT {
+                        self.put_idle(running);
+                    }
+                    return result;
+                }
+                Attempt::Failed(_) if was_reused => {
+                    tracing::debug!(document = %name, "a reused document worker failed; trying a new one");
+                }
+                Attempt::Failed(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A worker from the pool: alive, not too old, not idle too long.
+    fn take_idle(&self) -> Option<Running> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(mut r) = idle.pop() {
+            if r.idle_since.elapsed() < IDLE_FOR && matches!(r.child.try_wait(), Ok(None)) {
+                return Some(r);
+            }
+        }
+        None
+    }
+
+    /// Keeps a worker for the next document, unless it has read its share: at most
+    /// [`MAX_DOCUMENTS`] documents and half its CPU limit, so a document never meets a
+    /// worker with less than half of a new one's CPU seconds.
+    fn put_idle(self: &Arc<Self>, mut running: Running) {
+        if running.documents >= MAX_DOCUMENTS || running.busy >= self.settings.timeout / 2 {
+            return;
+        }
+        running.idle_since = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() >= self.settings.workers.max(1) {
+            return;
+        }
+        idle.push(running);
+        drop(idle);
+        // An idle worker holds its tokenizer (tens of MB): it is ended after IDLE_FOR.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let worker = Arc::downgrade(self);
+            rt.spawn(async move {
+                tokio::time::sleep(IDLE_FOR).await;
+                if let Some(worker) = worker.upgrade() {
+                    let mut idle = worker.idle.lock().unwrap_or_else(|p| p.into_inner());
+                    idle.retain(|r| r.idle_since.elapsed() < IDLE_FOR);
+                }
+            });
+        }
+    }
+
+    /// A new worker, with its pipes; its stderr is kept (the end of it) by a task.
+    fn start(&self, name: &str) -> Result<Running, KnowledgeError> {
         let mut child = self.spawn().map_err(|e| {
             tracing::error!(program = %self.program.display(), error = %e,
                 "cannot start the document worker");
@@ -217,21 +347,58 @@ impl Worker {
                 "`{name}` could not be read: the document reader did not start"
             ))
         })?;
-        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        let (Some(stdin), Some(stdout), Some(mut err)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err(KnowledgeError::Unreadable(format!(
                 "`{name}` could not be read: the document reader has no pipes"
             )));
         };
-        let mut line = serde_json::to_vec(&request)
-            .map_err(|e| KnowledgeError::Unreadable(format!("`{name}` could not be read: {e}")))?;
-        line.push(b'\n');
+        let stderr = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = Arc::clone(&stderr);
+        tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = err.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+                kept.extend_from_slice(&buf[..n]);
+                let over = kept.len().saturating_sub(MAX_STDERR as usize);
+                kept.drain(..over);
+            }
+        });
+        Ok(Running {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            stderr,
+            documents: 0,
+            busy: Duration::ZERO,
+            idle_since: Instant::now(),
+        })
+    }
 
+    /// One document through one worker, within the deadline.
+    async fn attempt(
+        &self,
+        running: &mut Running,
+        line: &[u8],
+        input: Input<'_>,
+        size: usize,
+        name: &str,
+    ) -> Attempt {
+        let timeout = self.settings.timeout;
+        let Running {
+            stdin,
+            stdout,
+            child,
+            ..
+        } = running;
         let feed = async move {
             // A worker that dies early closes its stdin: the write fails, and its exit
             // status says why. So write errors are not errors here.
-            if stdin.write_all(&line).await.is_err() {
+            if stdin.write_all(line).await.is_err() {
                 return;
             }
             match input {
@@ -239,64 +406,66 @@ impl Worker {
                     let _ = stdin.write_all(b).await;
                 }
                 Input::File(path) => {
-                    if let Ok(mut file) = tokio::fs::File::open(path).await {
-                        let _ = tokio::io::copy(&mut file, &mut stdin).await;
+                    // Exactly the announced length, even if the file grew meanwhile; one
+                    // that shrank leaves the worker waiting, until the deadline.
+                    if let Ok(file) = tokio::fs::File::open(path).await {
+                        let _ = tokio::io::copy(&mut file.take(size as u64), stdin).await;
                     }
                 }
             }
-            let _ = stdin.shutdown().await;
+            let _ = stdin.flush().await;
         };
         let work = async {
-            let (_, reply, log) = tokio::join!(
-                feed,
-                read_reply(BufReader::new(stdout), max_reply(size)),
-                read_capped(stderr, MAX_STDERR)
-            );
-            let status = child.wait().await;
-            (reply, log, status)
+            let (_, reply) = tokio::join!(feed, read_reply(&mut *stdout, max_reply(size)));
+            reply
         };
-        let started = std::time::Instant::now();
-        let outcome = tokio::time::timeout(timeout, work).await;
-        let Ok((reply, log, status)) = outcome else {
-            // `child` is dropped here with kill_on_drop; kill now so it is gone before the
-            // permit is given back, not when the runtime gets to it.
-            let _ = child.start_kill();
-            let _ = child.wait().await;
-            tracing::warn!(document = %name, timeout_s = timeout.as_secs(),
-                "document worker killed at its deadline");
-            return Err(KnowledgeError::Unreadable(format!(
-                "`{name}` could not be read in time: reading it took more than {}s \
-                 (TROUPE_EXTRACT_TIMEOUT_SECS); export it as plain text or split it",
-                timeout.as_secs()
-            )));
-        };
-        tracing::debug!(document = %name, elapsed_ms = started.elapsed().as_millis() as u64,
-            "document worker done");
-        let status = status.ok();
-        let (too_long, broken) = match &reply {
-            Err(ReplyError::TooLong(limit)) => (Some(*limit), None),
-            Err(ReplyError::Broken(why)) => (None, Some(why.clone())),
-            Ok(_) => (None, None),
-        };
-        match reply {
-            Ok(result) if status.is_some_and(|s| s.success()) => result,
-            // An answer about the document itself ("not UTF-8"), whatever the exit.
-            Ok(Err(e)) => Err(e),
-            Ok(Ok(_)) | Err(_) => {
-                let why = describe_exit(status, &self.settings);
-                tracing::warn!(document = %name, %why, reply = broken.as_deref().unwrap_or(""),
-                    stderr = %String::from_utf8_lossy(&log), "document worker failed");
-                Err(KnowledgeError::Unreadable(match too_long {
-                    Some(limit) => format!(
-                        "`{name}` could not be read: it gave more than {limit} bytes of chunks"
-                    ),
-                    None => format!(
-                        "`{name}` could not be read in time: the reader {why}; export it as \
-                         plain text or split it"
-                    ),
-                }))
+        let reply = match tokio::time::timeout(timeout, work).await {
+            Ok(reply) => reply,
+            Err(_) => {
+                // Killed now so it is gone before the permit is given back, not when the
+                // runtime gets to it.
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                tracing::warn!(document = %name, timeout_s = timeout.as_secs(),
+                    "document worker killed at its deadline");
+                return Attempt::Failed(KnowledgeError::Unreadable(format!(
+                    "`{name}` could not be read in time: reading it took more than {}s \
+                     (TROUPE_EXTRACT_TIMEOUT_SECS); export it as plain text or split it",
+                    timeout.as_secs()
+                )));
             }
-        }
+        };
+        let (too_long, broken) = match reply {
+            Ok(answer) => return Attempt::Answered(answer),
+            Err(ReplyError::TooLong(limit)) => (Some(limit), None),
+            Err(ReplyError::Broken(why)) => (None, Some(why)),
+        };
+        // It broke off: most often it died (a crash, a limit), and its status says how; a
+        // worker still running after a broken reply is ended.
+        let status = match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
+            Ok(status) => status.ok(),
+            Err(_) => {
+                let _ = child.start_kill();
+                child.wait().await.ok()
+            }
+        };
+        let why = describe_exit(status, &self.settings);
+        let log = running
+            .stderr
+            .lock()
+            .map(|l| String::from_utf8_lossy(&l).into_owned())
+            .unwrap_or_default();
+        tracing::warn!(document = %name, %why, reply = broken.as_deref().unwrap_or(""),
+            stderr = %log, "document worker failed");
+        Attempt::Failed(KnowledgeError::Unreadable(match too_long {
+            Some(limit) => {
+                format!("`{name}` could not be read: it gave more than {limit} bytes of chunks")
+            }
+            None => format!(
+                "`{name}` could not be read in time: the reader {why}; export it as plain \
+                 text or split it"
+            ),
+        }))
     }
 
     fn spawn(&self) -> std::io::Result<tokio::process::Child> {
@@ -402,12 +571,12 @@ enum ReplyError {
 }
 
 /// The worker's reply: the answer line, then the chunks, within `budget` bytes.
-async fn read_reply<R: AsyncRead + Unpin>(
-    mut out: BufReader<R>,
+async fn read_reply<R: AsyncBufRead + Unpin>(
+    out: &mut R,
     budget: usize,
 ) -> Result<Result<Chunked, KnowledgeError>, ReplyError> {
     let mut line = Vec::new();
-    (&mut out)
+    (&mut *out)
         .take(MAX_LINE)
         .read_until(b'\n', &mut line)
         .await
@@ -445,48 +614,54 @@ async fn read_reply<R: AsyncRead + Unpin>(
     Ok(Ok(Chunked { format, chunks }))
 }
 
-/// Up to `cap` bytes of `r`, then the rest is read and dropped, so the writer never blocks.
-async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: u64) -> Vec<u8> {
-    let mut kept = Vec::new();
-    let _ = (&mut r).take(cap).read_to_end(&mut kept).await;
-    let _ = tokio::io::copy(&mut r, &mut tokio::io::sink()).await;
-    kept
-}
-
-/// `troupe extract`: the worker. Reads one request from stdin, answers on stdout, and
-/// exits 0 whenever it could answer, including "this file is unreadable". It reads no
-/// configuration and writes no log: everything it knows comes in the request.
+/// `troupe extract`: the worker. Reads requests from stdin, each a line and the document's
+/// bytes, and answers each on stdout, until its input ends; exits 0 whenever it could
+/// answer, including "this file is unreadable". It reads no configuration and writes no
+/// log: everything it knows comes in the requests.
 pub fn worker_main() -> ExitCode {
     let mut input = std::io::BufReader::new(std::io::stdin().lock());
-    let mut line = Vec::new();
-    if let Err(e) = (&mut input).take(MAX_LINE).read_until(b'\n', &mut line) {
-        eprintln!("troupe extract: cannot read the request: {e}");
-        return ExitCode::from(2);
-    }
-    let request: Request = match serde_json::from_slice(&line) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!(
-                "troupe extract: the request line is not valid ({e}); this command is started \
-                 by troupe itself, with a document on stdin"
-            );
-            return ExitCode::from(2);
-        }
-    };
-    let mut bytes = Vec::new();
-    if let Err(e) = input.read_to_end(&mut bytes) {
-        eprintln!("troupe extract: cannot read the document: {e}");
-        return ExitCode::from(2);
-    }
-    drop(input);
-    let result = read_document(&request, &bytes);
-    drop(bytes);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    match write_reply(&mut out, result).and_then(|()| out.flush()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut input).take(MAX_LINE).read_until(b'\n', &mut line) {
+            Ok(0) => return ExitCode::SUCCESS,
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("troupe extract: cannot read the request: {e}");
+                return ExitCode::from(2);
+            }
+        }
+        let request: Request = match serde_json::from_slice(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!(
+                    "troupe extract: the request line is not valid ({e}); this command is \
+                     started by troupe itself, with documents on stdin"
+                );
+                return ExitCode::from(2);
+            }
+        };
+        let mut bytes = Vec::new();
+        match (&mut input).take(request.bytes).read_to_end(&mut bytes) {
+            Ok(n) if n as u64 == request.bytes => {}
+            Ok(n) => {
+                eprintln!(
+                    "troupe extract: the document ended after {n} of {} bytes",
+                    request.bytes
+                );
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!("troupe extract: cannot read the document: {e}");
+                return ExitCode::from(2);
+            }
+        }
+        let result = read_document(&request, &bytes);
+        drop(bytes);
+        if let Err(e) = write_reply(&mut out, result).and_then(|()| out.flush()) {
             eprintln!("troupe extract: cannot write the answer: {e}");
-            ExitCode::from(2)
+            return ExitCode::from(2);
         }
     }
 }
@@ -525,6 +700,7 @@ mod tests {
             content_type: None,
             chunk_tokens: 400,
             chunk_overlap: 50,
+            bytes: 0,
         }
     }
 
@@ -532,7 +708,7 @@ mod tests {
         bytes: Vec<u8>,
         budget: usize,
     ) -> Result<Result<Chunked, KnowledgeError>, ReplyError> {
-        read_reply(BufReader::new(&bytes[..]), budget).await
+        read_reply(&mut BufReader::new(&bytes[..]), budget).await
     }
 
     #[tokio::test]
@@ -623,7 +799,7 @@ mod tests {
         // hold, and otherwise exits 1 (which the reader reports as a failure).
         let script = "[ \"$(ulimit -f)\" = 0 ] && [ \"$(ulimit -n)\" -le 32 ] \
                       && [ \"$(ulimit -v)\" -le 65536 ] && [ -z \"$HOME\" ] \
-                      && cat >/dev/null \
+                      && head -n 1 >/dev/null \
                       && printf '{\"status\":\"ok\",\"contentType\":\"text/plain\",\"chunks\":0}\\n'";
         let settings = ExtractSettings {
             memory_bytes: 64 << 20,
@@ -632,6 +808,23 @@ mod tests {
         let done = read_with(&sh(script, settings)).await.unwrap();
         assert_eq!(done.format, Format::Text);
         assert!(done.chunks.is_empty());
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_worker_is_kept_for_the_next_document() {
+        // A stand-in worker that answers every request with one chunk: its process id.
+        let script = r#"while IFS= read -r line; do
+              n=$(printf '%s' "$line" | sed 's/.*"bytes":\([0-9]*\).*/\1/')
+              head -c "$n" >/dev/null
+              printf '{"status":"ok","contentType":"text/plain","chunks":1}\n'
+              printf '\010\000\000\000%08d' $$
+            done"#;
+        let reader = sh(script, ExtractSettings::default());
+        let first = read_with(&reader).await.unwrap();
+        let second = read_with(&reader).await.unwrap();
+        assert_eq!(first.chunks.len(), 1);
+        assert_eq!(first, second, "the second document went to the same worker");
     }
 
     #[tokio::test]
