@@ -14,7 +14,8 @@
 //! to the replicas in turn, and whichever replica pulls a message handles it.
 //!
 //! Layout: this file runs the message benchmark; `knowledge` is `--knowledge-mb`, what
-//! knowledge costs; `stats` holds what both report (percentiles, resident memory).
+//! knowledge costs; `vectors` is `--vectors`, the vector index against the exact scan;
+//! `stats` holds what they report (percentiles, resident memory).
 
 use clap::Args;
 use std::process::ExitCode;
@@ -30,6 +31,7 @@ use crate::provider::{self, ModelProvider};
 mod knowledge;
 mod scheduler;
 mod stats;
+mod vectors;
 
 use stats::{pct, rss_kib};
 
@@ -67,6 +69,19 @@ pub struct BenchArgs {
     /// a flood in another room (see `bench/scheduler.rs`).
     #[arg(long)]
     pub scheduler: bool,
+    /// Measure the vector index instead: store this many generated vectors, then time
+    /// dense queries through the index and by the exact scan (see `bench/vectors.rs`).
+    #[arg(long)]
+    pub vectors: Option<usize>,
+    /// The size of each `--vectors` vector.
+    #[arg(long, default_value_t = 384)]
+    pub vector_dims: usize,
+    /// Queries timed by `--vectors` (each both ways).
+    #[arg(long, default_value_t = 200)]
+    pub vector_queries: usize,
+    /// With `--vectors` on Postgres: false keeps the index in process even where pgvector is.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub pgvector: bool,
 }
 
 const PERSONA: &str = r#"{
@@ -84,6 +99,16 @@ const PERSONA: &str = r#"{
 pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.scheduler {
         return scheduler::run().await;
+    }
+    if let Some(n) = args.vectors {
+        return vectors::run(vectors::VectorBench {
+            vectors: n,
+            dims: args.vector_dims,
+            queries: args.vector_queries,
+            database_url: args.database_url,
+            pgvector: args.pgvector,
+        })
+        .await;
     }
     if let Some(megabytes) = args.knowledge_mb {
         return knowledge::run(knowledge::KnowledgeBench {

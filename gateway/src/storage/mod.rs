@@ -40,8 +40,11 @@ mod arbiter_tests;
 mod fact_ids;
 mod journal;
 mod knowledge;
+mod pgvector;
 #[cfg(test)]
 mod knowledge_tests;
+#[cfg(test)]
+mod vector_tests;
 mod memory;
 mod outbox;
 mod rooms;
@@ -73,8 +76,10 @@ pub use arbiter::Floor;
 pub use fact_ids::IdentifiedFact;
 pub use journal::{dedupe_caller, same_dedupe_key};
 pub use knowledge::{
-    DocumentRow, IndexChunk, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk,
+    DocumentRow, EmbeddingChange, IndexChunk, NewDocument, NewEmbedding, Scope, ScoredChunk,
+    StoredVector, UnembeddedChunk,
 };
+pub use pgvector::{HNSW_MAX_DIMENSIONS, PgVector};
 pub use rooms::{RoomControl, RoomState};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};
