@@ -108,7 +108,11 @@ pub(super) async fn run(bench: VectorBench) -> anyhow::Result<ExitCode> {
                 chunk_id: chunk.clone(),
                 agent_id: agent.clone(),
                 scope: Scope::AGENT,
-                vector: corpus.sample().iter().flat_map(|x| x.to_le_bytes()).collect(),
+                vector: corpus
+                    .sample()
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .collect(),
             })
             .collect();
         store.put_embeddings(MODEL, &rows).await?;
@@ -137,7 +141,9 @@ pub(super) async fn run(bench: VectorBench) -> anyhow::Result<ExitCode> {
     let (mut found, mut wanted) = (0usize, 0usize);
     // Warm both paths once.
     let _ = store.embeddings(&agent, &Scope::AGENT, MODEL).await?;
-    let _ = index.nearest(&store, &agent, &Scope::AGENT, &queries[0], 10).await?;
+    let _ = index
+        .nearest(&store, &agent, &Scope::AGENT, &queries[0], 10)
+        .await?;
     // Alternating, so drift on a shared machine hits both alike.
     for q in &queries {
         let t = Instant::now();
@@ -175,7 +181,9 @@ pub(super) async fn run(bench: VectorBench) -> anyhow::Result<ExitCode> {
     println!("peak RSS {} MiB", rss_kib("VmHWM:") / 1024);
     if bench.database_url.is_some() {
         for d in 0..doc {
-            store.delete_document(&agent, &format!("{agent}-{d}")).await?;
+            store
+                .delete_document(&agent, &format!("{agent}-{d}"))
+                .await?;
         }
     }
     Ok(ExitCode::SUCCESS)

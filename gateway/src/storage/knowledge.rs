@@ -558,7 +558,10 @@ impl Store {
             .fetch_all(pool)
             .await
         })?;
-        Ok(dims.into_iter().filter_map(|d| usize::try_from(d).ok()).collect())
+        Ok(dims
+            .into_iter()
+            .filter_map(|d| usize::try_from(d).ok())
+            .collect())
     }
 
     /// Up to `limit` changes of `model`'s vectors after `after`, in order.
@@ -636,7 +639,9 @@ impl Store {
         after_key: i64,
         limit: usize,
     ) -> Result<Vec<StoredVector>> {
-        let sql = format!("{STORED_VECTOR_SELECT} WHERE e.model = $1 AND c.seq > $2 ORDER BY c.seq LIMIT $3");
+        let sql = format!(
+            "{STORED_VECTOR_SELECT} WHERE e.model = $1 AND c.seq > $2 ORDER BY c.seq LIMIT $3"
+        );
         let rows = with_pool!(self, pool => {
             sqlx::query_as::<_, StoredVector>(sqlx::AssertSqlSafe(sql))
                 .bind(model)
@@ -648,4 +653,3 @@ impl Store {
         Ok(rows)
     }
 }
-

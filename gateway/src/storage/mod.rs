@@ -40,13 +40,11 @@ mod arbiter_tests;
 mod fact_ids;
 mod journal;
 mod knowledge;
-mod pgvector;
 #[cfg(test)]
 mod knowledge_tests;
-#[cfg(test)]
-mod vector_tests;
 mod memory;
 mod outbox;
+mod pgvector;
 mod rooms;
 #[cfg(test)]
 mod rooms_tests;
@@ -61,6 +59,8 @@ mod tests;
 mod usage;
 #[cfg(test)]
 mod usage_tests;
+#[cfg(test)]
+mod vector_tests;
 mod writer;
 
 use serde::{Deserialize, Serialize};

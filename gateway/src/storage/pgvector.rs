@@ -260,7 +260,10 @@ impl Store {
         );
         let mut tx = pool.begin().await?;
         // Tiny test tables: without these the planner rightly prefers a scan and a sort.
-        for setting in ["SET LOCAL enable_seqscan = off", "SET LOCAL enable_sort = off"] {
+        for setting in [
+            "SET LOCAL enable_seqscan = off",
+            "SET LOCAL enable_sort = off",
+        ] {
             sqlx::query(setting).execute(&mut *tx).await?;
         }
         let lines: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
