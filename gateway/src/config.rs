@@ -313,6 +313,10 @@ pub struct KnowledgeSettings {
     /// `TROUPE_INDEX_POLL_MS` (`index_poll_ms`), default 500: how often the index looks
     /// for changes made through other replicas.
     pub index_poll: Duration,
+    /// `TROUPE_PGVECTOR` (`pgvector`), default true: on Postgres, search vectors through
+    /// pgvector's HNSW when the extension is available; false keeps the in-process index
+    /// (knowledge/vectors.rs).
+    pub pgvector: bool,
 }
 
 // ---- issue 12, sandboxed extraction (knowledge/sandbox.rs): the worker's limits ----
@@ -390,6 +394,7 @@ impl Default for KnowledgeSettings {
             extract: ExtractSettings::default(),
             index_dir: PathBuf::from("data/index"),
             index_poll: Duration::from_millis(500),
+            pgvector: true,
         }
     }
 }
@@ -716,6 +721,7 @@ struct FileConfig {
     knowledge_max_attachment_bytes: Option<usize>,
     index_dir: Option<String>,
     index_poll_ms: Option<u64>,
+    pgvector: Option<bool>,
     embedding_model: Option<String>,
     embedding_provider: Option<String>,
     embedding_url: Option<String>,
@@ -1089,6 +1095,7 @@ fn knowledge_settings(
                 .parse("TROUPE_INDEX_POLL_MS", file.index_poll_ms, 500)?
                 .max(10),
         ),
+        pgvector: layered.parse("TROUPE_PGVECTOR", file.pgvector, d.pgvector)?,
         ..d
     })
 }

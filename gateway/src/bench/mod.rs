@@ -17,8 +17,8 @@
 //! from clients in this process posting to `POST /api/agents/bench/messages` (`http`).
 //!
 //! Layout: this file runs the message benchmark; `http` is `--http`; `knowledge` is
-//! `--knowledge-mb`, what knowledge costs; `stats` holds what both report (percentiles,
-//! resident memory).
+//! `--knowledge-mb`, what knowledge costs; `vectors` is `--vectors`, the vector index
+//! against the exact scan; `stats` holds what they report (percentiles, resident memory).
 
 use clap::Args;
 use std::process::ExitCode;
@@ -35,6 +35,7 @@ mod http;
 mod knowledge;
 mod scheduler;
 mod stats;
+mod vectors;
 
 use stats::{pct, rss_kib};
 
@@ -89,6 +90,19 @@ pub struct BenchArgs {
     /// Clients posting at once in the `--http` throughput phase.
     #[arg(long, default_value_t = 16)]
     pub clients: usize,
+    /// Measure the vector index instead: store this many generated vectors, then time
+    /// dense queries through the index and by the exact scan (see `bench/vectors.rs`).
+    #[arg(long)]
+    pub vectors: Option<usize>,
+    /// The size of each `--vectors` vector.
+    #[arg(long, default_value_t = 384)]
+    pub vector_dims: usize,
+    /// Queries timed by `--vectors` (each both ways).
+    #[arg(long, default_value_t = 200)]
+    pub vector_queries: usize,
+    /// With `--vectors` on Postgres: false keeps the index in process even where pgvector is.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub pgvector: bool,
 }
 
 const PERSONA: &str = r#"{
@@ -106,6 +120,16 @@ const PERSONA: &str = r#"{
 pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.scheduler {
         return scheduler::run().await;
+    }
+    if let Some(n) = args.vectors {
+        return vectors::run(vectors::VectorBench {
+            vectors: n,
+            dims: args.vector_dims,
+            queries: args.vector_queries,
+            database_url: args.database_url,
+            pgvector: args.pgvector,
+        })
+        .await;
     }
     if args.knowledge_mb.is_some() || args.knowledge_chunks.is_some() {
         return knowledge::run(knowledge::KnowledgeBench {

@@ -35,6 +35,10 @@ pub struct Readiness {
     /// lagging or rebuilding index still answers, so it does not make the replica unready).
     #[serde(rename = "knowledgeIndex")]
     knowledge_index: crate::knowledge::IndexStatus,
+    /// The vector index's path (`pgvector` or `in-process`) and catch-up; absent without an
+    /// embedding model.
+    #[serde(rename = "vectorIndex", skip_serializing_if = "Option::is_none")]
+    vector_index: Option<crate::knowledge::VectorStatus>,
 }
 
 /// One dependency's check: `ok`, `standby` or `error` with a `detail`, and what it is.
@@ -115,6 +119,7 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         bus,
         connectors,
         knowledge_index: state.knowledge.index_status(),
+        vector_index: state.knowledge.vector_status(),
     };
     let code = if ready {
         StatusCode::OK

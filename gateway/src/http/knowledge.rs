@@ -55,6 +55,7 @@ impl From<KnowledgeError> for ApiError {
             }
             KnowledgeError::Storage(e) => ApiError::internal(e),
             KnowledgeError::Index(e) => ApiError::internal(e),
+            KnowledgeError::Vectors(e) => ApiError::internal(e),
         }
     }
 }

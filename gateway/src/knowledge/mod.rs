@@ -7,8 +7,9 @@
 //! tables), keyword indexing (`index`: tantivy BM25 on local disk, a cache that follows the
 //! database on every backend and replica), and, when an embedding model is configured,
 //! embedding (`embed`). A search ranks chunks by BM25 and, with an embedding model, by
-//! cosine similarity computed here over the stored vectors; the two rankings are fused
-//! (`fusion`). Every hit carries its citation: source, document id, chunk
+//! cosine similarity through the vector index (`vectors`: pgvector's HNSW on Postgres when
+//! the extension is there, else an approximate index in this process); the two rankings are
+//! fused (`fusion`). Every hit carries its citation: source, document id, chunk
 //! position and score.
 //!
 //! Scoping is the one rule that must hold everywhere: a search for a room sees that room's
@@ -31,6 +32,7 @@ mod extract;
 pub mod fusion;
 mod index;
 mod sandbox;
+mod vectors;
 mod walk;
 
 /// Extraction and chunking, for `crate::fuzzing` (the fuzz targets and their corpus replay)
@@ -61,6 +63,7 @@ pub use index::{IndexError, IndexStatus};
 pub use sandbox::Input;
 pub use sandbox::worker_main;
 use sandbox::{Reader, Worker};
+pub use vectors::{VectorError, VectorIndex, VectorMode, VectorStatus, exact_nearest};
 pub use walk::files_under;
 
 /// Candidates taken from each ranking before fusion, at least.
@@ -100,6 +103,8 @@ pub enum KnowledgeError {
     Storage(#[from] StorageError),
     #[error(transparent)]
     Index(#[from] IndexError),
+    #[error(transparent)]
+    Vectors(#[from] VectorError),
 }
 
 impl From<ExtractError> for KnowledgeError {
@@ -273,6 +278,8 @@ struct Inner {
     spend: std::sync::OnceLock<crate::spend::Spend>,
     /// The keyword index, a cache of the database (see `index`).
     index: Arc<KeywordIndex>,
+    /// The vector index of the embedder's model (see `vectors`); `None` without one.
+    vectors: Option<Arc<VectorIndex>>,
 }
 
 impl Knowledge {
@@ -308,8 +315,12 @@ impl Knowledge {
         reader: Reader,
         index: Arc<KeywordIndex>,
     ) -> Self {
+        let vectors = embedder
+            .as_ref()
+            .map(|e| VectorIndex::new(e.model_key(), settings.pgvector));
         Knowledge {
             inner: Arc::new(Inner {
+                vectors,
                 fetcher: crate::fetch::Fetcher::new(&settings.fetch),
                 store,
                 settings,
@@ -392,7 +403,16 @@ impl Knowledge {
         self.inner.index.sync(&self.inner.store).await?;
         let status = self.inner.index.status();
         crate::metrics::knowledge_index(status.lag, status.rebuilding);
+        if let Some(vectors) = &self.inner.vectors {
+            vectors.sync(&self.inner.store).await?;
+        }
         Ok(status)
+    }
+
+    /// How far the vector index has followed the database, and which path it takes
+    /// (pgvector or in-process); `None` without an embedding model.
+    pub fn vector_status(&self) -> Option<VectorStatus> {
+        self.inner.vectors.as_ref().map(|v| v.status())
     }
 
     /// Follows the database until `stop`: builds the index at once, then syncs every
@@ -727,10 +747,7 @@ impl Knowledge {
         {
             Ok(mut v) if !query.trim().is_empty() => {
                 let q = v.pop().unwrap_or_default();
-                let stored = store
-                    .embeddings(agent_id, scope, &embedder.model_key())
-                    .await?;
-                nearest(&q, &stored, candidates)
+                self.dense_candidates(agent_id, scope, &q, candidates).await
             }
             Ok(_) => Vec::new(),
             Err(e) => {
@@ -774,6 +791,35 @@ impl Knowledge {
             .into_iter()
             .filter_map(|(id, score)| rows.remove(&id).map(|c| Hit { score, ..c }))
             .collect())
+    }
+
+    /// The `k` chunks nearest to the query vector `q` through the vector index (built first
+    /// when it is not yet): `(chunk id, cosine)`, best first. A failure is logged and gives
+    /// none: the keyword ranking still answers.
+    async fn dense_candidates(
+        &self,
+        agent_id: &AgentId,
+        scope: &Scope,
+        q: &[f32],
+        k: usize,
+    ) -> Vec<(String, f32)> {
+        let Some(vectors) = &self.inner.vectors else {
+            return Vec::new();
+        };
+        let store = &self.inner.store;
+        let found = async {
+            if !vectors.is_built() {
+                vectors.sync(store).await?;
+            }
+            vectors.nearest(store, agent_id, scope, q, k).await
+        };
+        match found.await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "vector search failed; ranking by keywords only");
+                Vec::new()
+            }
+        }
     }
 
     /// The BM25 ranking from the keyword index (built first when it is not yet), with the
@@ -972,6 +1018,8 @@ impl Knowledge {
                 .chunks_without_embedding(Some(agent_id), &model, after, EMBED_PAGE)
                 .await?;
             let Some(last) = page.last() else {
+                // The vector index drops the old vectors and takes the new ones now.
+                self.after_write().await;
                 return Ok(done);
             };
             after = last.seq;
@@ -1158,30 +1206,6 @@ fn query_terms(query: &str) -> Vec<String> {
         .collect()
 }
 
-/// The `k` stored vectors most similar to `query` (all are unit length, so the dot product
-/// is the cosine), best first. Vectors of another size are skipped.
-fn nearest(query: &[f32], stored: &[(String, Vec<u8>)], k: usize) -> Vec<(String, f32)> {
-    let mut scored: Vec<(f32, &str)> = stored
-        .iter()
-        .filter(|(_, bytes)| bytes.len() == query.len() * 4)
-        .map(|(id, bytes)| {
-            let score: f32 = bytes
-                .chunks_exact(4)
-                .zip(query)
-                .map(|(b, q)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * q)
-                .sum();
-            (score, id.as_str())
-        })
-        .collect();
-    let by_score = |a: &(f32, &str), b: &(f32, &str)| b.0.total_cmp(&a.0).then(a.1.cmp(b.1));
-    if scored.len() > k && k > 0 {
-        scored.select_nth_unstable_by(k - 1, by_score);
-        scored.truncate(k);
-    }
-    scored.sort_by(by_score);
-    scored
-        .into_iter()
-        .map(|(s, id)| (id.to_string(), s))
         .collect()
 }
 
@@ -1228,17 +1252,6 @@ mod tests {
     }
 
     #[test]
-    fn nearest_ranks_by_cosine() {
-        let v = |x: &[f32]| embed::to_bytes(&embed::normalized(x.to_vec()));
-        let stored = vec![
-            ("far".to_string(), v(&[0.0, 1.0])),
-            ("near".to_string(), v(&[1.0, 0.1])),
-            ("mid".to_string(), v(&[1.0, 1.0])),
-            ("wrong-size".to_string(), v(&[1.0, 0.0, 0.0])),
-        ];
-        let got = nearest(&[1.0, 0.0], &stored, 2);
-        let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
-        assert_eq!(ids, vec!["near", "mid"]);
     }
 
     #[test]

@@ -135,6 +135,57 @@ pub struct NewEmbedding {
     pub vector: Vec<u8>,
 }
 
+/// A row of `embedding_changes`: `op` is `put` (vectors stored, carrying this seq) or `drop`
+/// (the agent's vectors of the model removed).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct EmbeddingChange {
+    pub seq: i64,
+    pub agent_id: AgentId,
+    pub op: String,
+}
+
+/// A stored vector as a vector index takes it: `key` is its chunk's seq (a unique integer,
+/// which approximate indexes want as a key).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredVector {
+    pub key: i64,
+    pub chunk_id: String,
+    pub document_id: String,
+    pub agent_id: AgentId,
+    pub scope: Scope,
+    pub change_seq: i64,
+    /// Little-endian f32s.
+    pub vector: Vec<u8>,
+}
+
+const STORED_VECTOR_SELECT: &str = "SELECT c.seq AS key, e.chunk_id, c.document_id, e.agent_id, \
+     e.scope, e.change_seq, e.vector FROM chunk_embeddings e JOIN chunks c ON c.id = e.chunk_id";
+
+/// Appends a row to `embedding_changes` inside the transaction `$tx` and gives its seq. On
+/// Postgres the same kind of transaction-scoped advisory lock as `record_change!` (its own
+/// key) makes seqs visible in order, so a follower never skips one that commits late.
+macro_rules! record_embedding_change {
+    ($store:expr, $tx:ident, $model:expr, $agent:expr, $op:expr) => {{
+        if $store.backend() == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(EMBEDDING_CHANGES_LOCK)
+                .execute(&mut *$tx)
+                .await?;
+        }
+        sqlx::query_scalar::<_, i64>(
+            "INSERT INTO embedding_changes (model, agent_id, op) VALUES ($1, $2, $3) RETURNING seq",
+        )
+        .bind($model)
+        .bind($agent)
+        .bind($op)
+        .fetch_one(&mut *$tx)
+        .await?
+    }};
+}
+
+/// The advisory lock key of `embedding_changes` writers ("vecs" in ASCII).
+const EMBEDDING_CHANGES_LOCK: i64 = 0x7665_6373;
+
 /// Appends a row to `knowledge_changes` inside the transaction `$tx`. On Postgres a
 /// transaction-scoped advisory lock is taken first, so `seq`s become visible in order (a
 /// writer holding a lower `seq` has committed before a higher one is handed out) and an
@@ -410,12 +461,19 @@ impl Store {
     }
 
     /// Stores vectors for `model`. A vector already stored for a chunk and model is
-    /// replaced.
+    /// replaced. Each batch is one transaction with its `embedding_changes` row, whose seq
+    /// the vectors carry (`change_seq`), so vector indexes (knowledge/vectors.rs) follow.
     pub async fn put_embeddings(&self, model: &str, rows: &[NewEmbedding]) -> Result<()> {
         for batch in rows.chunks(INSERT_BATCH) {
+            let Some(first) = batch.first() else {
+                continue;
+            };
             with_pool!(self, pool => {
+                let mut tx = pool.begin().await?;
+                let seq = record_embedding_change!(self, tx, model, &first.agent_id, "put");
                 let mut q = sqlx::QueryBuilder::new(
-                    "INSERT INTO chunk_embeddings (chunk_id, model, agent_id, scope, dim, vector) ",
+                    "INSERT INTO chunk_embeddings \
+                     (chunk_id, model, agent_id, scope, dim, vector, change_seq) ",
                 );
                 q.push_values(batch, |mut row, e| {
                     row.push_bind(e.chunk_id.as_str())
@@ -423,13 +481,15 @@ impl Store {
                         .push_bind(&e.agent_id)
                         .push_bind(&e.scope)
                         .push_bind((e.vector.len() / 4) as i64)
-                        .push_bind(e.vector.as_slice());
+                        .push_bind(e.vector.as_slice())
+                        .push_bind(seq);
                 });
                 q.push(
                     " ON CONFLICT (chunk_id, model) DO UPDATE SET dim = excluded.dim, \
-                     vector = excluded.vector",
+                     vector = excluded.vector, change_seq = excluded.change_seq",
                 );
-                q.build().execute(pool).await.map(|_| ())
+                q.build().execute(&mut *tx).await?;
+                tx.commit().await.map(|_| ())
             })?;
         }
         Ok(())
@@ -457,16 +517,139 @@ impl Store {
         Ok(rows)
     }
 
-    /// Removes an agent's vectors for `model` (before re-embedding them all).
+    /// Removes an agent's vectors for `model` (before re-embedding them all), with a
+    /// `drop` row in `embedding_changes` so that vector indexes drop them too.
     pub async fn delete_embeddings(&self, agent_id: &AgentId, model: &str) -> Result<u64> {
         let n = with_pool!(self, pool => {
-            sqlx::query("DELETE FROM chunk_embeddings WHERE agent_id = $1 AND model = $2")
+            let mut tx = pool.begin().await?;
+            record_embedding_change!(self, tx, model, agent_id, "drop");
+            let n = sqlx::query("DELETE FROM chunk_embeddings WHERE agent_id = $1 AND model = $2")
                 .bind(agent_id)
                 .bind(model)
-                .execute(pool)
-                .await
-                .map(|d| d.rows_affected())
-        })?;
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+            n
+        });
         Ok(n)
+    }
+
+    /// The latest `embedding_changes` seq of `model`, 0 when there is none.
+    pub async fn last_embedding_change(&self, model: &str) -> Result<i64> {
+        let seq = with_pool!(self, pool => {
+            sqlx::query_scalar::<_, Option<i64>>(
+                "SELECT MAX(seq) FROM embedding_changes WHERE model = $1",
+            )
+            .bind(model)
+            .fetch_one(pool)
+            .await
+        })?;
+        Ok(seq.unwrap_or(0))
+    }
+
+    /// The vector sizes stored for `model`.
+    pub async fn embedding_dims(&self, model: &str) -> Result<Vec<usize>> {
+        let dims = with_pool!(self, pool => {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT DISTINCT dim FROM chunk_embeddings WHERE model = $1 ORDER BY dim",
+            )
+            .bind(model)
+            .fetch_all(pool)
+            .await
+        })?;
+        Ok(dims
+            .into_iter()
+            .filter_map(|d| usize::try_from(d).ok())
+            .collect())
+    }
+
+    /// Up to `limit` changes of `model`'s vectors after `after`, in order.
+    pub async fn embedding_changes_after(
+        &self,
+        model: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<EmbeddingChange>> {
+        let rows = with_pool!(self, pool => {
+            sqlx::query_as::<_, EmbeddingChange>(
+                "SELECT seq, agent_id, op FROM embedding_changes
+                 WHERE seq > $1 AND model = $2 ORDER BY seq LIMIT $3",
+            )
+            .bind(after)
+            .bind(model)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(pool)
+            .await
+        })?;
+        Ok(rows)
+    }
+
+    /// `model`'s vectors stored by these changes and not replaced since.
+    pub async fn vectors_of_changes(
+        &self,
+        model: &str,
+        changes: &[i64],
+    ) -> Result<Vec<StoredVector>> {
+        let mut out = Vec::new();
+        for batch in changes.chunks(INSERT_BATCH) {
+            let rows = with_pool!(self, pool => {
+                let mut q = sqlx::QueryBuilder::new(STORED_VECTOR_SELECT);
+                q.push(" WHERE e.model = ").push_bind(model).push(" AND e.change_seq IN (");
+                let mut list = q.separated(", ");
+                for seq in batch {
+                    list.push_bind(*seq);
+                }
+                q.push(")");
+                q.build_query_as::<StoredVector>().fetch_all(pool).await
+            })?;
+            out.extend(rows);
+        }
+        Ok(out)
+    }
+
+    /// `model`'s vectors of these documents as they are now (none for a deleted one).
+    pub async fn vectors_of_documents(
+        &self,
+        model: &str,
+        document_ids: &[String],
+    ) -> Result<Vec<StoredVector>> {
+        let mut out = Vec::new();
+        for batch in document_ids.chunks(INSERT_BATCH) {
+            let rows = with_pool!(self, pool => {
+                let mut q = sqlx::QueryBuilder::new(STORED_VECTOR_SELECT);
+                q.push(" WHERE e.model = ").push_bind(model).push(" AND c.document_id IN (");
+                let mut list = q.separated(", ");
+                for id in batch {
+                    list.push_bind(id.as_str());
+                }
+                q.push(")");
+                q.build_query_as::<StoredVector>().fetch_all(pool).await
+            })?;
+            out.extend(rows);
+        }
+        Ok(out)
+    }
+
+    /// Every vector of `model` whose chunk's seq is after `after_key`, `limit` at a time in
+    /// that order: for a rebuild.
+    pub async fn vectors_after(
+        &self,
+        model: &str,
+        after_key: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredVector>> {
+        let sql = format!(
+            "{STORED_VECTOR_SELECT} WHERE e.model = $1 AND c.seq > $2 ORDER BY c.seq LIMIT $3"
+        );
+        let rows = with_pool!(self, pool => {
+            sqlx::query_as::<_, StoredVector>(sqlx::AssertSqlSafe(sql))
+                .bind(model)
+                .bind(after_key)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(pool)
+                .await
+        })?;
+        Ok(rows)
     }
 }

@@ -45,6 +45,7 @@ mod knowledge;
 mod knowledge_tests;
 mod memory;
 mod outbox;
+mod pgvector;
 mod rooms;
 #[cfg(test)]
 mod rooms_tests;
@@ -59,6 +60,8 @@ mod tests;
 mod usage;
 #[cfg(test)]
 mod usage_tests;
+#[cfg(test)]
+mod vector_tests;
 mod writer;
 
 use serde::{Deserialize, Serialize};
@@ -74,9 +77,11 @@ pub use arbiter::Floor;
 pub use fact_ids::IdentifiedFact;
 pub use journal::{dedupe_caller, same_dedupe_key};
 pub use knowledge::{
-    DocumentRow, IndexChunk, NewDocument, NewEmbedding, Scope, ScoredChunk, UnembeddedChunk,
+    DocumentRow, EmbeddingChange, IndexChunk, NewDocument, NewEmbedding, Scope, ScoredChunk,
+    StoredVector, UnembeddedChunk,
 };
 pub use memory::RoomContext;
+pub use pgvector::{HNSW_MAX_DIMENSIONS, PgVector};
 pub use rooms::{RoomControl, RoomState};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};
