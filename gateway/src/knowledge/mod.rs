@@ -1206,9 +1206,6 @@ fn query_terms(query: &str) -> Vec<String> {
         .collect()
 }
 
-        .collect()
-}
-
 /// The hits, best first, whose text fits in `budget` characters together. A hit that does
 /// not fit is skipped, so a shorter one after it may still go in.
 fn within_budget(hits: Vec<Hit>, budget: usize) -> Vec<Hit> {
@@ -1249,9 +1246,6 @@ mod tests {
         assert_ne!(a, document_id(&bob, &Scope::AGENT, "h1"));
         assert_ne!(a, document_id(&ada, &Scope::AGENT, "h2"));
         assert_eq!(a.len(), 24);
-    }
-
-    #[test]
     }
 
     #[test]
