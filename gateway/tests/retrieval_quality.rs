@@ -390,9 +390,6 @@ async fn sweep(knowledge: &Knowledge, c: &Collection, label: &str) {
                         .collect()
                 };
                 let (t, v) = (list(by_text), list(by_vector));
-                let as_refs = |l: &[(String, f64)]| -> Vec<(&str, f64)> {
-                    l.iter().map(|(id, s)| (id.as_str(), *s)).collect()
-                };
                 let ranked: Vec<String> = fuse(&as_refs(&t), &as_refs(&v), *fusion, 100)
                     .into_iter()
                     .map(|(id, _)| source[id.as_str()].to_string())
@@ -467,4 +464,9 @@ async fn fresh_postgres_database(base: &str) -> String {
         Some(i) => format!("{}/{name}", &base[..i]),
         None => panic!("TROUPE_TEST_DATABASE_URL has no database path"),
     }
+}
+
+/// Borrowed ids for `fuse`.
+fn as_refs(l: &[(String, f64)]) -> Vec<(&str, f64)> {
+    l.iter().map(|(id, s)| (id.as_str(), *s)).collect()
 }

@@ -383,7 +383,7 @@ impl Iterator for Pieces<'_> {
         // Cut at the limit: a boundary only when a word ends there and whitespace follows.
         self.forced = end == limit
             && limit < len
-            && !(is_space(self.bytes[limit]) && !is_space(self.bytes[limit - 1]));
+            && (!is_space(self.bytes[limit]) || is_space(self.bytes[limit - 1]));
         if self.forced {
             // Back to a character boundary; one is within 4 bytes, and `max` is at least 4.
             while end > start + 1 && !self.text.is_char_boundary(end) {

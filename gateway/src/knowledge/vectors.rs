@@ -766,7 +766,7 @@ mod tests {
         let stored = vec![
             ("far".to_string(), v(&[0.0, 1.0])),
             ("near".to_string(), v(&[0.995, 0.0995])),
-            ("mid".to_string(), v(&[0.7071, 0.7071])),
+            ("mid".to_string(), v(&[std::f32::consts::FRAC_1_SQRT_2; 2])),
             ("wrong-size".to_string(), v(&[1.0, 0.0, 0.0])),
         ];
         let got = exact_nearest(&[1.0, 0.0], &stored, 2);

@@ -169,7 +169,7 @@ async fn run(pool: Pool, mut requests: mpsc::Receiver<Request>) {
             None => write(&pool, batch.drain(..)).await,
             Some(slot) => {
                 let pool = pool.clone();
-                let taken: Vec<Request> = batch.drain(..).collect();
+                let taken: Vec<Request> = std::mem::take(&mut batch);
                 tokio::spawn(async move {
                     write(&pool, taken.into_iter()).await;
                     drop(slot);

@@ -35,8 +35,11 @@ struct Inner {
     model: String,
     profile: Profile,
     /// Vectors by the exact text embedded (prefix included), when memoised.
-    memo: Option<Arc<Mutex<HashMap<String, Vec<f32>>>>>,
+    memo: Option<Arc<Memo>>,
 }
+
+/// Vectors by the exact text embedded.
+type Memo = Mutex<HashMap<String, Vec<f32>>>;
 
 #[derive(Debug, Clone)]
 enum Backend {
