@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
+use troupe_connectors::{AgentId, RoomKey};
 
-use super::rooms::RoomState;
 use super::writer::{HandledReq, JournalReq};
 use super::{
     JournalId, JournalInsert, JournalState, MemoryMessage, OutboxEntry, OutboxId, RecordedReply,
@@ -376,8 +376,8 @@ pub(super) fn record_handled(conn: &Connection, r: &HandledReq) -> Result<Option
 /// `recent_messages`: the last `limit` messages of the room, oldest first.
 pub(super) fn recent_messages(
     conn: &Connection,
-    agent_id: &str,
-    room: &str,
+    agent_id: &AgentId,
+    room: &RoomKey,
     limit: i64,
 ) -> Result<Vec<MemoryMessage>> {
     let mut stmt = conn.prepare_cached(
@@ -387,17 +387,20 @@ pub(super) fn recent_messages(
                ORDER BY id DESC LIMIT ?3) AS recent
          ORDER BY id",
     )?;
-    let rows = stmt.query_map(params![agent_id, room, limit.max(0)], |row| {
-        Ok((
-            row.get::<_, i64>(0)?,
-            row.get::<_, String>(1)?,
-            row.get::<_, String>(2)?,
-            row.get::<_, String>(3)?,
-            row.get::<_, String>(4)?,
-            row.get::<_, bool>(5)?,
-            row.get::<_, i64>(6)?,
-        ))
-    })?;
+    let rows = stmt.query_map(
+        params![agent_id.as_str(), room.to_string(), limit.max(0)],
+        |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, String>(4)?,
+                row.get::<_, bool>(5)?,
+                row.get::<_, i64>(6)?,
+            ))
+        },
+    )?;
     let mut out = Vec::with_capacity(limit.max(0) as usize);
     for row in rows {
         let (id, room, author_id, author_name, text, from_agent, created_at_ms) = row?;
@@ -414,24 +417,6 @@ pub(super) fn recent_messages(
         });
     }
     Ok(out)
-}
-
-/// `room_state`: the room's controls; the defaults when nobody steered it.
-pub(super) fn room_state(conn: &Connection, agent_id: &str, room: &str) -> Result<RoomState> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT muted_until_ms, following, forgotten_at_ms FROM room_state
-             WHERE agent_id = ?1 AND room = ?2",
-        )?
-        .query_row(params![agent_id, room], |row| {
-            Ok(RoomState {
-                muted_until_ms: row.get(0)?,
-                following: row.get(1)?,
-                forgotten_at_ms: row.get(2)?,
-            })
-        })
-        .optional()?
-        .unwrap_or_default())
 }
 
 /// `outbox_delivered`.
@@ -518,12 +503,14 @@ pub(super) fn usage_record_batch(
 /// `room_summary`'s text alone (the prompt's part of it).
 pub(super) fn room_summary_text(
     conn: &Connection,
-    agent_id: &str,
-    room: &str,
+    agent_id: &AgentId,
+    room: &RoomKey,
 ) -> Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT summary FROM room_summaries WHERE agent_id = ?1 AND room = ?2")?
-        .query_row(params![agent_id, room], |row| row.get(0))
+        .query_row(params![agent_id.as_str(), room.to_string()], |row| {
+            row.get(0)
+        })
         .optional()?)
 }
 

@@ -58,7 +58,7 @@ impl Store {
         // the reply), which is the order the conversation happened in; platform timestamps
         // may disagree by a few milliseconds.
         if let Some(engine) = &self.engine {
-            let (agent, room) = (agent_id.to_string(), room.to_string());
+            let (agent, room) = (agent_id.clone(), room.clone());
             return engine
                 .call(move |conn| super::engine::recent_messages(conn, &agent, &room, limit))
                 .await;
@@ -94,10 +94,10 @@ impl Store {
         summary: bool,
     ) -> Result<RoomContext> {
         if let Some(engine) = &self.engine {
-            let (agent, room) = (agent_id.to_string(), room.to_string());
+            let (agent, room) = (agent_id.clone(), room.clone());
             return engine
                 .call(move |conn| {
-                    let state = super::engine::room_state(conn, &agent, &room)?;
+                    let state = super::rooms::room_state_on(conn, &agent, &room)?;
                     let Some(limit) = recent else {
                         return Ok(RoomContext {
                             state,

@@ -39,9 +39,9 @@ impl Store {
     /// The room's controls; the defaults when nobody steered it.
     pub async fn room_state(&self, agent_id: &AgentId, room: &RoomKey) -> Result<RoomState> {
         if let Some(engine) = &self.engine {
-            let (agent, room) = (agent_id.to_string(), room.to_string());
+            let (agent, room) = (agent_id.clone(), room.clone());
             return engine
-                .call(move |conn| super::engine::room_state(conn, &agent, &room))
+                .call(move |conn| room_state_on(conn, &agent, &room))
                 .await;
         }
         let row: Option<RoomState> = with_pool!(self, pool => {
@@ -250,4 +250,30 @@ impl Store {
         .await)?;
         Ok(queued)
     }
+}
+
+/// `Store::room_state` on the SQLite engine's connection (`engine`), inside its batch.
+pub(super) fn room_state_on(
+    conn: &rusqlite::Connection,
+    agent_id: &AgentId,
+    room: &RoomKey,
+) -> Result<RoomState> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .prepare_cached(
+            "SELECT muted_until_ms, following, forgotten_at_ms FROM room_state
+             WHERE agent_id = ?1 AND room = ?2",
+        )?
+        .query_row(
+            rusqlite::params![agent_id.as_str(), room.to_string()],
+            |row| {
+                Ok(RoomState {
+                    muted_until_ms: row.get(0)?,
+                    following: row.get(1)?,
+                    forgotten_at_ms: row.get(2)?,
+                })
+            },
+        )
+        .optional()?
+        .unwrap_or_default())
 }
