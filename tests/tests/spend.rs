@@ -348,12 +348,20 @@ async fn after_a_429_no_persona_on_the_key_calls_before_retry_after(backend: Bac
 
 async fn embedding_calls_are_accounted_for_the_persona(backend: Backend) {
     let fake = FakeOpenAi::start().await;
-    // With an embedding model, every reply embeds its query for retrieval.
+    // With an embedding model, the character's knowledge is embedded at start, and each reply
+    // embeds its query once there is knowledge to search (a persona with none embeds nothing).
+    let mut character = persona_json("Ada", BIO);
+    character["knowledge"] = json!(["The lighthouse opens to visitors on Saturdays at noon."]);
     let app = TestApp::spawn(
         options(backend, &fake)
-            .persona("Ada", BIO)
+            .persona_file("ada.json", character)
             .env("TROUPE_EMBEDDING_MODEL", "text-embedding-3-small"),
     )
+    .await;
+    eventually("the character's knowledge to be stored", WAIT, || async {
+        let (_, docs) = app.get("/api/agents/Ada/documents").await;
+        docs["documents"].as_array().is_some_and(|d| !d.is_empty())
+    })
     .await;
     for text in ["Is the lighthouse open?", "When is the next boat?"] {
         assert!(say(&app, "Ada", "r1", "sam", text).await.is_some());

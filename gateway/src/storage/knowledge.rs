@@ -158,6 +158,13 @@ pub struct StoredVector {
     pub vector: Vec<u8>,
 }
 
+/// The keys [`Store::vectors_in`] selects by.
+#[derive(Clone, Copy)]
+enum VectorsIn<'a> {
+    Changes(&'a [i64]),
+    Documents(&'a [String]),
+}
+
 const STORED_VECTOR_SELECT: &str = "SELECT c.seq AS key, e.chunk_id, c.document_id, e.agent_id, \
      e.scope, e.change_seq, e.vector FROM chunk_embeddings e JOIN chunks c ON c.id = e.chunk_id";
 
@@ -591,21 +598,7 @@ impl Store {
         model: &str,
         changes: &[i64],
     ) -> Result<Vec<StoredVector>> {
-        let mut out = Vec::new();
-        for batch in changes.chunks(INSERT_BATCH) {
-            let rows = with_pool!(self, pool => {
-                let mut q = sqlx::QueryBuilder::new(STORED_VECTOR_SELECT);
-                q.push(" WHERE e.model = ").push_bind(model).push(" AND e.change_seq IN (");
-                let mut list = q.separated(", ");
-                for seq in batch {
-                    list.push_bind(*seq);
-                }
-                q.push(")");
-                q.build_query_as::<StoredVector>().fetch_all(pool).await
-            })?;
-            out.extend(rows);
-        }
-        Ok(out)
+        self.vectors_in(model, VectorsIn::Changes(changes)).await
     }
 
     /// `model`'s vectors of these documents as they are now (none for a deleted one).
@@ -614,14 +607,39 @@ impl Store {
         model: &str,
         document_ids: &[String],
     ) -> Result<Vec<StoredVector>> {
+        self.vectors_in(model, VectorsIn::Documents(document_ids))
+            .await
+    }
+
+    /// `model`'s vectors whose change or document is in the list, `INSERT_BATCH` keys per
+    /// query so that no statement passes a backend's bind limit.
+    async fn vectors_in(&self, model: &str, keys: VectorsIn<'_>) -> Result<Vec<StoredVector>> {
+        let (column, len) = match keys {
+            VectorsIn::Changes(seqs) => ("e.change_seq", seqs.len()),
+            VectorsIn::Documents(ids) => ("c.document_id", ids.len()),
+        };
         let mut out = Vec::new();
-        for batch in document_ids.chunks(INSERT_BATCH) {
+        for start in (0..len).step_by(INSERT_BATCH) {
+            let batch = start..(start + INSERT_BATCH).min(len);
             let rows = with_pool!(self, pool => {
                 let mut q = sqlx::QueryBuilder::new(STORED_VECTOR_SELECT);
-                q.push(" WHERE e.model = ").push_bind(model).push(" AND c.document_id IN (");
+                q.push(" WHERE e.model = ")
+                    .push_bind(model)
+                    .push(" AND ")
+                    .push(column)
+                    .push(" IN (");
                 let mut list = q.separated(", ");
-                for id in batch {
-                    list.push_bind(id.as_str());
+                match keys {
+                    VectorsIn::Changes(seqs) => {
+                        for seq in &seqs[batch.clone()] {
+                            list.push_bind(*seq);
+                        }
+                    }
+                    VectorsIn::Documents(ids) => {
+                        for id in &ids[batch.clone()] {
+                            list.push_bind(id.as_str());
+                        }
+                    }
                 }
                 q.push(")");
                 q.build_query_as::<StoredVector>().fetch_all(pool).await
