@@ -147,6 +147,9 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
     std::fs::create_dir_all(&personas)?;
     std::fs::write(personas.join("bench.json"), PERSONA)?;
     config.personas_dir = personas;
+    // Its own keyword index beside its database: never the operator's `data/index`, which
+    // a run in a checkout would otherwise rebuild (or, on another schema, remove).
+    config.knowledge.index_dir = dir.path().join("index");
     config.database_url = args
         .database_url
         .clone()

@@ -28,10 +28,12 @@ pub enum Fusion {
     Scores { vector_weight: f64 },
 }
 
-/// What search uses: normalised scores with equal weight, the usual choice when both
-/// rankers are of similar quality (BM25 0.433 and dense 0.429 nDCG@10 on Vaswani). Not yet
-/// confirmed by the sweep (`TROUPE_VASWANI_TUNE=1`, gateway/tests/retrieval_quality.rs):
-/// docs/benchmarks.md says what was and was not measured.
+/// What search uses: normalised scores with equal weight. The sweep on Vaswani with the
+/// local MiniLM model (`TROUPE_VASWANI_TUNE=1`, gateway/tests/retrieval_quality.rs,
+/// 2026-12-01) put it first of the 14 settings tried on both backends, at a test's
+/// candidate depth (nDCG@10 0.502 SQLite, 0.504 Postgres; 0.4 ties within 0.001) and at a
+/// prompt's (0.495, 0.493); the best RRF reached 0.486 and 0.491. docs/benchmarks.md has the
+/// table.
 pub const DEFAULT: Fusion = Fusion::Scores { vector_weight: 0.5 };
 
 /// The fused ranking of `by_text` and `by_vector` (each `(id, score)`, best first), best
