@@ -327,6 +327,10 @@ async fn ingest(
         bar.inc(1);
     }
     bar.finish_and_clear();
+    // The keyword index commits what it staged (it would replay it at the next start).
+    if let Err(e) = knowledge.sync_index().await {
+        eprintln!("troupe: the keyword index will catch up at the next start: {e}");
+    }
     if !paths.is_empty() {
         println!(
             "troupe: {added} document(s) added ({chunks} chunks), {duplicates} already known, \

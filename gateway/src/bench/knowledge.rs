@@ -119,6 +119,8 @@ pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
         chunks += n?;
     }
     drop(ingests);
+    // Searchable, not only stored: the index's last commit is part of the ingest.
+    knowledge.sync_index().await?;
     let ingest_time = started.elapsed();
     let peak = rss_kib("VmHWM");
 

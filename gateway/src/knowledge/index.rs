@@ -18,17 +18,37 @@
 //! Several replicas each keep their own index and each run [`KeywordIndex::sync`] after
 //! their own writes and on a timer (`TROUPE_INDEX_POLL_MS`); how far behind a replica is
 //! shows in `/readyz` and in the `troupe_knowledge_index_lag` gauge.
+//!
+//! Ingest speed (issue 14) decides two things here:
+//! - a document this process stored is *staged* from the chunks in hand
+//!   ([`KeywordIndex::stage_own`]) when its change is the next one the index expects,
+//!   instead of being read back from the database; otherwise the changes are replayed;
+//! - staged chunks are committed lazily: by the next search (so an upload is found by the
+//!   first search after it), by the next [`KeywordIndex::sync`] (the follow timer's), or
+//!   once [`COMMIT_EVERY`] chunks are pending. A commit per document made one small
+//!   segment per document, and merging those back together cost as much as indexing. A
+//!   crash before the commit loses nothing: the payload's seq has not moved, so the changes
+//!   are replayed.
+//!
+//! Stemming is remembered per distinct word ([`CachedStemmer`]): Snowball took about a
+//! seventh of ingest time, and text repeats its words.
 
+use std::cell::RefCell;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap;
 
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
 };
-use tantivy::tokenizer::TextAnalyzer;
+use tantivy::tokenizer::{
+    LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token, TokenFilter, TokenStream,
+    Tokenizer,
+};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use troupe_connectors::AgentId;
@@ -46,6 +66,13 @@ const TOKENIZER: &str = "en_stem";
 const WRITER_MEMORY: usize = 16 << 20;
 /// Chunks read per page during a rebuild, and changes replayed per commit.
 const PAGE: usize = 2_000;
+/// Staged chunks that make a commit without waiting for a search or a sync: bounds what a
+/// crash makes the next start replay, and the writer's memory between commits (a few MB of
+/// postings; the gateway's peak memory has a bound, tests/hostile.rs).
+const COMMIT_EVERY: usize = 5_000;
+/// Distinct words whose stems one thread remembers; past it the memory starts again (words
+/// are at most 40 bytes: a few MB).
+const MAX_STEMS: usize = 100_000;
 /// Documents whose chunks are read at once while replaying changes: bounds the memory of a
 /// replay after a bulk load (2,000 changed documents of 1,000 chunks each would be 2M).
 const REPLAY_DOCUMENTS: usize = 32;
@@ -96,8 +123,13 @@ pub struct KeywordIndex {
     reader: IndexReader,
     writer: Mutex<IndexWriter>,
     fields: Fields,
-    /// The last change applied; -1: the index must be rebuilt first.
+    /// The last change applied and committed (searchable); -1: the index must be rebuilt
+    /// first.
     applied: AtomicI64,
+    /// The last change the writer holds, committed or not (`>= applied`).
+    staged: AtomicI64,
+    /// Chunks added since the last commit; a search commits first when there are any.
+    pending: AtomicUsize,
     head: AtomicI64,
     rebuilding: AtomicBool,
     rebuilt_chunks: AtomicI64,
@@ -201,6 +233,16 @@ impl KeywordIndex {
         applied: Option<i64>,
         database: Option<String>,
     ) -> Result<Arc<Self>, IndexError> {
+        // The same tokens as tantivy's own `en_stem`, with stems remembered (see
+        // `CachedStemmer`); registered before the writer, which takes it per segment.
+        index.tokenizers().register(
+            TOKENIZER,
+            TextAnalyzer::builder(SimpleTokenizer::default())
+                .filter(RemoveLongFilter::limit(40))
+                .filter(LowerCaser)
+                .filter(CachedStemmer)
+                .build(),
+        );
         let writer = index.writer_with_num_threads(1, WRITER_MEMORY)?;
         let reader = index
             .reader_builder()
@@ -212,6 +254,8 @@ impl KeywordIndex {
             writer: Mutex::new(writer),
             fields,
             applied: AtomicI64::new(applied.unwrap_or(-1)),
+            staged: AtomicI64::new(applied.unwrap_or(-1)),
+            pending: AtomicUsize::new(0),
             head: AtomicI64::new(0),
             rebuilding: AtomicBool::new(false),
             rebuilt_chunks: AtomicI64::new(0),
@@ -238,10 +282,101 @@ impl KeywordIndex {
         self.checked.load(Ordering::Relaxed) && self.applied.load(Ordering::Relaxed) >= 0
     }
 
-    /// Brings the index up to the database: rebuilds it when it has to, then replays the
-    /// changes after the last applied. Returns the last change applied.
+    /// Whether chunks were added that a search cannot see yet.
+    pub fn has_pending(&self) -> bool {
+        self.pending.load(Ordering::Relaxed) > 0
+    }
+
+    /// Brings the index up to the database and commits: rebuilds it when it has to, then
+    /// replays the changes after the last staged. Returns the last change applied.
     pub async fn sync(self: &Arc<Self>, store: &Store) -> Result<i64, IndexError> {
         let _one = self.sync.lock().await;
+        let applied = self.replay(store).await?;
+        self.commit_staged().await?;
+        Ok(applied)
+    }
+
+    /// Commits what is staged, if anything: for a search, which must see every upload that
+    /// returned before it.
+    pub async fn commit_pending(self: &Arc<Self>) -> Result<(), IndexError> {
+        if !self.has_pending() {
+            return Ok(());
+        }
+        let _one = self.sync.lock().await;
+        self.commit_staged().await
+    }
+
+    /// A document this process just stored: change `seq`, whose chunks are in hand. When
+    /// it is the change after the last staged one, its chunks go to the writer as they are;
+    /// otherwise (another writer's change came between, or the index is not built) the
+    /// changes are replayed from the database, this one with them. Committed lazily (see
+    /// the module comment).
+    pub async fn stage_own(
+        self: &Arc<Self>,
+        store: &Store,
+        seq: i64,
+        document_id: String,
+        place_of: (&AgentId, &Scope),
+        chunks: Vec<(String, String)>,
+    ) -> Result<(), IndexError> {
+        let _one = self.sync.lock().await;
+        let staged = self.staged.load(Ordering::Relaxed);
+        if !self.is_built() || seq != staged + 1 {
+            if seq > staged {
+                self.replay(store).await?;
+            }
+        } else {
+            let place = place(place_of.0, place_of.1);
+            let n = chunks.len();
+            let this = Arc::clone(self);
+            blocking(move || {
+                let writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
+                let f = this.fields;
+                // Nothing of it should be there; if a failed commit left some, it goes.
+                writer.delete_term(Term::from_field_text(f.document_id, &document_id));
+                // Each chunk's text is let go once copied into its tantivy document, so a
+                // large upload is not held twice (the gateway's peak memory, tests/hostile.rs).
+                for (id, text) in chunks {
+                    let mut doc = TantivyDocument::default();
+                    doc.add_text(f.chunk_id, &id);
+                    doc.add_text(f.document_id, &document_id);
+                    doc.add_text(f.place, &place);
+                    doc.add_text(f.text, &text);
+                    writer.add_document(doc)?;
+                }
+                Ok(())
+            })
+            .await?;
+            self.staged.store(seq, Ordering::Relaxed);
+            self.head.fetch_max(seq, Ordering::Relaxed);
+            self.pending.fetch_add(n, Ordering::Relaxed);
+        }
+        if self.pending.load(Ordering::Relaxed) >= COMMIT_EVERY {
+            self.commit_staged().await?;
+        }
+        Ok(())
+    }
+
+    /// Commits the staged changes when there are any; the caller holds `sync`.
+    async fn commit_staged(self: &Arc<Self>) -> Result<(), IndexError> {
+        let staged = self.staged.load(Ordering::Relaxed);
+        if staged == self.applied.load(Ordering::Relaxed) && !self.has_pending() {
+            return Ok(());
+        }
+        let this = Arc::clone(self);
+        let result = blocking(move || this.commit(staged)).await;
+        if result.is_err() {
+            // The writer dropped what it held: replay it from the database next time.
+            self.staged
+                .store(self.applied.load(Ordering::Relaxed), Ordering::Relaxed);
+            self.pending.store(0, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Rebuilds the index when it has to, then stages the changes after the last staged,
+    /// without committing; the caller holds `sync`. Returns the last change staged.
+    async fn replay(self: &Arc<Self>, store: &Store) -> Result<i64, IndexError> {
         if !self.checked.load(Ordering::Relaxed) {
             let id = store.installation_id().await?;
             let mut database = self.database.lock().unwrap_or_else(|p| p.into_inner());
@@ -254,10 +389,9 @@ impl KeywordIndex {
             }
             self.checked.store(true, Ordering::Relaxed);
         }
-        let applied = self.applied.load(Ordering::Relaxed);
+        let mut applied = self.staged.load(Ordering::Relaxed);
         let head = store.last_knowledge_change().await?;
         self.head.store(head, Ordering::Relaxed);
-        let mut applied = applied;
         if applied < 0 || applied > head {
             applied = self.rebuild(store, head).await?;
         }
@@ -269,28 +403,24 @@ impl KeywordIndex {
             let mut documents: Vec<String> = changes.into_iter().map(|(_, d)| d).collect();
             documents.sort();
             documents.dedup();
-            for (i, group) in documents.chunks(REPLAY_DOCUMENTS).enumerate() {
+            for group in documents.chunks(REPLAY_DOCUMENTS) {
                 let chunks = store.chunks_of_documents(group).await?;
                 let group = group.to_vec();
                 let this = Arc::clone(self);
-                // Committed once, after the last group: a crash before it replays them all.
-                let last_group = (i + 1) * REPLAY_DOCUMENTS >= documents.len();
+                let n = chunks.len();
                 blocking(move || {
                     let writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
                     for d in &group {
                         writer.delete_term(Term::from_field_text(this.fields.document_id, d));
                     }
-                    this.add(&writer, &chunks)?;
-                    drop(writer);
-                    if last_group {
-                        this.commit(last)
-                    } else {
-                        Ok(())
-                    }
+                    this.add(&writer, &chunks)
                 })
                 .await?;
+                // A delete is pending too: it must reach the next search.
+                self.pending.fetch_add(n.max(1), Ordering::Relaxed);
             }
             applied = last;
+            self.staged.store(last, Ordering::Relaxed);
             self.head.fetch_max(last, Ordering::Relaxed);
         }
         Ok(applied)
@@ -334,6 +464,9 @@ impl KeywordIndex {
             if let Err(e) = writer.rollback() {
                 tracing::warn!(error = %e, "keyword index: could not roll back a failed rebuild");
             }
+            self.staged
+                .store(self.applied.load(Ordering::Relaxed), Ordering::Relaxed);
+            self.pending.store(0, Ordering::Relaxed);
         } else {
             tracing::info!(
                 chunks = self.rebuilt_chunks.load(Ordering::Relaxed),
@@ -371,6 +504,8 @@ impl KeywordIndex {
         drop(writer);
         self.reader.reload()?;
         self.applied.store(applied, Ordering::Relaxed);
+        self.staged.store(applied, Ordering::Relaxed);
+        self.pending.store(0, Ordering::Relaxed);
         Ok(())
     }
 
@@ -481,6 +616,140 @@ impl KeywordIndex {
     }
 }
 
+/// English (Porter 2) stemming with the stems remembered per thread and distinct word:
+/// the tokens of tantivy's own `Stemmer::new(Language::English)`, from the same Snowball
+/// implementation, without running it again for every occurrence of a word.
+#[derive(Clone, Copy)]
+struct CachedStemmer;
+
+thread_local! {
+    static STEMS: RefCell<Stems> = RefCell::new(Stems::default());
+}
+
+/// Stems remembered per word. A word of at most 15 bytes (nearly all) and its stem are
+/// packed in `u128`s with their lengths, so a lookup touches one table entry and follows no
+/// pointer; longer words are kept as strings.
+#[derive(Default)]
+struct Stems {
+    short: FxHashMap<u128, u128>,
+    long: FxHashMap<Box<str>, Box<str>>,
+}
+
+/// `bytes` (at most 15) and their length in one `u128`.
+fn pack(bytes: &[u8]) -> Option<u128> {
+    if bytes.len() > 15 {
+        return None;
+    }
+    let mut key = [0u8; 16];
+    key[..bytes.len()].copy_from_slice(bytes);
+    key[15] = bytes.len() as u8;
+    Some(u128::from_le_bytes(key))
+}
+
+impl Stems {
+    /// Replaces `word` (lower-cased) by its stem.
+    fn stem(&mut self, word: &mut String) {
+        if let Some(key) = pack(word.as_bytes()) {
+            let packed = match self.short.get(&key) {
+                Some(&stem) => stem,
+                None => {
+                    let stem = snowball(word);
+                    // Snowball English never lengthens a word; should it, the long map
+                    // holds it.
+                    let Some(packed) = pack(stem.as_bytes()) else {
+                        return self.remember_long(word, stem);
+                    };
+                    if self.short.len() >= MAX_STEMS {
+                        self.short.clear();
+                    }
+                    self.short.insert(key, packed);
+                    packed
+                }
+            };
+            if packed != key {
+                let bytes = packed.to_le_bytes();
+                let len = usize::from(bytes[15]);
+                // Packed from a `str`: whole characters, valid UTF-8.
+                if let Ok(stem) = std::str::from_utf8(&bytes[..len]) {
+                    word.clear();
+                    word.push_str(stem);
+                }
+            }
+            return;
+        }
+        if let Some(stem) = self.long.get(word.as_str()) {
+            if **stem != **word {
+                word.clear();
+                word.push_str(stem);
+            }
+            return;
+        }
+        let stem = snowball(word);
+        self.remember_long(word, stem);
+    }
+
+    fn remember_long(&mut self, word: &mut String, stem: String) {
+        if self.long.len() >= MAX_STEMS {
+            self.long.clear();
+        }
+        self.long.insert(word.as_str().into(), stem.as_str().into());
+        *word = stem;
+    }
+}
+
+/// Snowball's English stem of a lower-cased word.
+fn snowball(word: &str) -> String {
+    frostem::Stemmer::new(frostem::Algorithm::English)
+        .stem(word)
+        .into_owned()
+}
+
+impl TokenFilter for CachedStemmer {
+    type Tokenizer<T: Tokenizer> = CachedStemmerFilter<T>;
+
+    fn transform<T: Tokenizer>(self, inner: T) -> CachedStemmerFilter<T> {
+        CachedStemmerFilter { inner }
+    }
+}
+
+#[derive(Clone)]
+struct CachedStemmerFilter<T> {
+    inner: T,
+}
+
+impl<T: Tokenizer> Tokenizer for CachedStemmerFilter<T> {
+    type TokenStream<'a> = CachedStemmerStream<T::TokenStream<'a>>;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> Self::TokenStream<'a> {
+        CachedStemmerStream {
+            tail: self.inner.token_stream(text),
+        }
+    }
+}
+
+struct CachedStemmerStream<T> {
+    tail: T,
+}
+
+impl<T: TokenStream> TokenStream for CachedStemmerStream<T> {
+    fn advance(&mut self) -> bool {
+        if !self.tail.advance() {
+            return false;
+        }
+        let token = self.tail.token_mut();
+        STEMS.with(|stems| stems.borrow_mut().stem(&mut token.text));
+        true
+    }
+
+    fn token(&self) -> &Token {
+        self.tail.token()
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        self.tail.token_mut()
+    }
+}
+
 /// Runs tantivy's blocking work (writes, commits with their fsyncs) off the async runtime.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, IndexError> + Send + 'static,
@@ -503,6 +772,34 @@ mod tests {
             scope: Scope::AGENT,
             text: text.to_string(),
         }
+    }
+
+    /// The remembered stems are tantivy's own: the same tokens as its stock `en_stem`, for
+    /// words seen the first time and again.
+    #[test]
+    fn cached_stemming_gives_the_stock_tokens() {
+        let index = KeywordIndex::in_memory().unwrap();
+        let mut ours = index.index.tokenizers().get(TOKENIZER).unwrap();
+        let mut stock = tantivy::tokenizer::TokenizerManager::default()
+            .get(TOKENIZER)
+            .unwrap();
+        let text = "The Lighthouses' keepers were keeping LOGS of passing ships, generously \
+                    and happily; running runners ran. Lighthouses again: keepers, keeping, \
+                    ships. Ünïcödé wörds, internationalization's institutionalizations, \
+                    and pneumonoultramicroscopicsilicovolcanoconiosisandthensome";
+        let tokens = |a: &mut TextAnalyzer| {
+            let mut out = Vec::new();
+            let mut stream = a.token_stream(text);
+            while let Some(t) = stream.next() {
+                out.push((t.text.clone(), t.position, t.offset_from, t.offset_to));
+            }
+            out
+        };
+        let expected = tokens(&mut stock);
+        assert!(expected.iter().any(|(t, ..)| t == "lighthous"));
+        assert_eq!(tokens(&mut ours), expected);
+        // Second time round, every stem comes from memory.
+        assert_eq!(tokens(&mut ours), expected);
     }
 
     /// When most of the best matches belong to another agent, the search still finds the

@@ -425,7 +425,14 @@ impl Knowledge {
         let mut failing = false;
         loop {
             tokio::select! {
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => {
+                    // What is staged is committed, so the next start has nothing to replay
+                    // (no sync: a rebuild must not start at shutdown).
+                    if let Err(e) = self.inner.index.commit_pending().await {
+                        tracing::debug!(error = %e, "keyword index not committed at shutdown; the next start replays it");
+                    }
+                    return;
+                }
                 _ = tick.tick() => match self.sync_index().await {
                     Ok(_) if failing => {
                         failing = false;
@@ -449,6 +456,37 @@ impl Knowledge {
             && let Err(e) = self.sync_index().await
         {
             tracing::warn!(error = %e, "keyword index update failed; it will catch up");
+        }
+    }
+
+    /// After this process stored document `document_id` as change `seq`: the index stages
+    /// its chunks (committed by the next search or sync, `index`), and the vector index
+    /// follows. Only once the index is built: a build reads everything anyway.
+    async fn after_add(
+        &self,
+        seq: i64,
+        agent_id: &AgentId,
+        document_id: String,
+        scope: &Scope,
+        chunks: Vec<(String, String)>,
+    ) {
+        let index = &self.inner.index;
+        if !index.is_built() {
+            return;
+        }
+        let store = &self.inner.store;
+        if let Err(e) = index
+            .stage_own(store, seq, document_id, (agent_id, scope), chunks)
+            .await
+        {
+            tracing::warn!(error = %e, "keyword index update failed; it will catch up");
+        }
+        let status = index.status();
+        crate::metrics::knowledge_index(status.lag, status.rebuilding);
+        if let Some(vectors) = &self.inner.vectors
+            && let Err(e) = vectors.sync(store).await
+        {
+            tracing::warn!(error = %e, "vector index update failed; it will catch up");
         }
     }
 
@@ -629,14 +667,14 @@ impl Knowledge {
                 chunks: &chunks,
             })
             .await?;
-        if !inserted {
+        let Some(seq) = inserted else {
             // Stored by a concurrent upload of the same content in the meantime.
             return Ok(Ingested {
                 document_id: id,
                 chunks: chunks.len(),
                 duplicate: true,
             });
-        }
+        };
         if let Some(embedder) = &self.inner.embedder {
             // The document is searchable by BM25 already; without vectors it is only
             // missing from the vector ranking until `troupe ingest --reembed`.
@@ -645,11 +683,11 @@ impl Knowledge {
                     "could not embed the document; it is searchable by keywords only until `troupe ingest --reembed`");
             }
         }
-        // The index reads the chunks back from the database: this copy goes first, so a
-        // large document is not held twice (the gateway's peak memory, tests/hostile.rs).
+        // The index takes the chunks in hand (they are not read back from the database),
+        // and lets them go as it indexes them.
         let count = chunks.len();
-        drop(chunks);
-        self.after_write().await;
+        self.after_add(seq, agent_id, id.clone(), &scope, chunks)
+            .await;
         let scope = scope
             .room()
             .map_or_else(|| "agent".to_string(), RoomKey::to_string);
@@ -839,6 +877,9 @@ impl Knowledge {
         let index = &self.inner.index;
         if !index.is_built() {
             self.sync_index().await?;
+        } else if index.has_pending() {
+            // Uploads that returned before this search are in it.
+            index.commit_pending().await?;
         }
         let ranked = index.search(agent_id, scope, terms, limit)?;
         let ids: Vec<String> = ranked.iter().map(|(id, _)| id.clone()).collect();

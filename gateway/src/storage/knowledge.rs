@@ -193,7 +193,7 @@ macro_rules! record_embedding_change {
 /// The advisory lock key of `embedding_changes` writers ("vecs" in ASCII).
 const EMBEDDING_CHANGES_LOCK: i64 = 0x7665_6373;
 
-/// Appends a row to `knowledge_changes` inside the transaction `$tx`. On Postgres a
+/// Appends a row to `knowledge_changes` inside the transaction `$tx`, and gives its `seq`. On Postgres a
 /// transaction-scoped advisory lock is taken first, so `seq`s become visible in order (a
 /// writer holding a lower `seq` has committed before a higher one is handed out) and an
 /// index that read up to `seq` n never misses a lower one committed late. SQLite writers
@@ -206,11 +206,13 @@ macro_rules! record_change {
                 .execute(&mut *$tx)
                 .await?;
         }
-        sqlx::query("INSERT INTO knowledge_changes (document_id, op) VALUES ($1, $2)")
-            .bind($document)
-            .bind($op)
-            .execute(&mut *$tx)
-            .await?;
+        sqlx::query_scalar::<_, i64>(
+            "INSERT INTO knowledge_changes (document_id, op) VALUES ($1, $2) RETURNING seq",
+        )
+        .bind($document)
+        .bind($op)
+        .fetch_one(&mut *$tx)
+        .await?
     }};
 }
 
@@ -221,9 +223,11 @@ const DOCUMENT_COLUMNS: &str = "id, agent_id, scope, source, content_type, conte
      bytes, chunk_count, created_at_ms";
 
 impl Store {
-    /// Stores a document and its chunks. Returns false, changing nothing, when a document
-    /// with this id exists already (a concurrent upload of the same content).
-    pub async fn insert_document(&self, doc: &NewDocument<'_>) -> Result<bool> {
+    /// Stores a document and its chunks, and gives the `knowledge_changes` seq of the
+    /// addition (the keyword index applies the chunks in hand when it is the next change:
+    /// `knowledge::index`). Returns `None`, changing nothing, when a document with this id
+    /// exists already (a concurrent upload of the same content).
+    pub async fn insert_document(&self, doc: &NewDocument<'_>) -> Result<Option<i64>> {
         let now = now_ms();
         let inserted = with_pool!(self, pool => {
             let mut tx = pool.begin().await?;
@@ -247,7 +251,7 @@ impl Store {
             .await?;
             if done.rows_affected() == 0 {
                 tx.rollback().await?;
-                false
+                None
             } else {
                 for (batch_no, batch) in doc.chunks.chunks(INSERT_BATCH).enumerate() {
                     let mut q = sqlx::QueryBuilder::new(
@@ -263,9 +267,9 @@ impl Store {
                     });
                     q.build().execute(&mut *tx).await?;
                 }
-                record_change!(self, tx, doc.id, "add");
+                let seq = record_change!(self, tx, doc.id, "add");
                 tx.commit().await?;
-                true
+                Some(seq)
             }
         });
         Ok(inserted)

@@ -115,6 +115,7 @@ async fn store_document(
             })
             .await
             .expect("insert a document")
+            .is_some()
     );
     let rows: Vec<NewEmbedding> = chunks
         .iter()
