@@ -91,12 +91,7 @@ struct Counts {
 
 impl Counts {
     fn count(&mut self, piece: &str) -> usize {
-        let bytes = piece.as_bytes();
-        if bytes.len() < 16 {
-            let mut key = [0u8; 16];
-            key[..bytes.len()].copy_from_slice(bytes);
-            key[15] = bytes.len() as u8;
-            let key = u128::from_le_bytes(key);
+        if let Some(key) = super::packed(piece.as_bytes()) {
             if let Some(&n) = self.short.get(&key) {
                 return n as usize;
             }

@@ -53,6 +53,7 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 
 use troupe_connectors::AgentId;
 
+use super::packed;
 use crate::storage::{IndexChunk, Scope, Store};
 
 /// The tokenizer of chunk text and queries: words, lower-cased, long tokens dropped, Porter
@@ -70,9 +71,12 @@ const PAGE: usize = 2_000;
 /// crash makes the next start replay, and the writer's memory between commits (a few MB of
 /// postings; the gateway's peak memory has a bound, tests/hostile.rs).
 const COMMIT_EVERY: usize = 5_000;
-/// Distinct words whose stems one thread remembers; past it the memory starts again (words
-/// are at most 40 bytes: a few MB).
+/// Distinct words of at most 15 bytes whose stems one thread remembers; past it the memory
+/// starts again (32 bytes each: about 3 MB).
 const MAX_STEMS: usize = 100_000;
+/// The same for longer words (up to 40 bytes, kept as strings): rare in text, and what a
+/// hostile upload of made-up words would fill, so fewer (about 1 MB).
+const MAX_LONG_STEMS: usize = 10_000;
 /// Documents whose chunks are read at once while replaying changes: bounds the memory of a
 /// replay after a bulk load (2,000 changed documents of 1,000 chunks each would be 2M).
 const REPLAY_DOCUMENTS: usize = 32;
@@ -331,18 +335,12 @@ impl KeywordIndex {
             let this = Arc::clone(self);
             blocking(move || {
                 let writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
-                let f = this.fields;
                 // Nothing of it should be there; if a failed commit left some, it goes.
-                writer.delete_term(Term::from_field_text(f.document_id, &document_id));
+                writer.delete_term(Term::from_field_text(this.fields.document_id, &document_id));
                 // Each chunk's text is let go once copied into its tantivy document, so a
                 // large upload is not held twice (the gateway's peak memory, tests/hostile.rs).
                 for (id, text) in chunks {
-                    let mut doc = TantivyDocument::default();
-                    doc.add_text(f.chunk_id, &id);
-                    doc.add_text(f.document_id, &document_id);
-                    doc.add_text(f.place, &place);
-                    doc.add_text(f.text, &text);
-                    writer.add_document(doc)?;
+                    writer.add_document(this.document(&id, &document_id, &place, &text))?;
                 }
                 Ok(())
             })
@@ -359,10 +357,10 @@ impl KeywordIndex {
 
     /// Commits the staged changes when there are any; the caller holds `sync`.
     async fn commit_staged(self: &Arc<Self>) -> Result<(), IndexError> {
-        let staged = self.staged.load(Ordering::Relaxed);
-        if staged == self.applied.load(Ordering::Relaxed) && !self.has_pending() {
+        if !self.has_pending() {
             return Ok(());
         }
+        let staged = self.staged.load(Ordering::Relaxed);
         let this = Arc::clone(self);
         let result = blocking(move || this.commit(staged)).await;
         if result.is_err() {
@@ -477,16 +475,28 @@ impl KeywordIndex {
     }
 
     fn add(&self, writer: &IndexWriter, chunks: &[IndexChunk]) -> Result<(), IndexError> {
-        let f = self.fields;
         for c in chunks {
-            let mut doc = TantivyDocument::default();
-            doc.add_text(f.chunk_id, &c.id);
-            doc.add_text(f.document_id, &c.document_id);
-            doc.add_text(f.place, place(&c.agent_id, &c.scope));
-            doc.add_text(f.text, &c.text);
-            writer.add_document(doc)?;
+            let place = place(&c.agent_id, &c.scope);
+            writer.add_document(self.document(&c.id, &c.document_id, &place, &c.text))?;
         }
         Ok(())
+    }
+
+    /// One chunk as the index holds it.
+    fn document(
+        &self,
+        chunk_id: &str,
+        document_id: &str,
+        place: &str,
+        text: &str,
+    ) -> TantivyDocument {
+        let f = self.fields;
+        let mut doc = TantivyDocument::default();
+        doc.add_text(f.chunk_id, chunk_id);
+        doc.add_text(f.document_id, document_id);
+        doc.add_text(f.place, place);
+        doc.add_text(f.text, text);
+        doc
     }
 
     /// Commits with the last applied change as the payload, and makes it searchable.
@@ -635,29 +645,19 @@ struct Stems {
     long: FxHashMap<Box<str>, Box<str>>,
 }
 
-/// `bytes` (at most 15) and their length in one `u128`.
-fn pack(bytes: &[u8]) -> Option<u128> {
-    if bytes.len() > 15 {
-        return None;
-    }
-    let mut key = [0u8; 16];
-    key[..bytes.len()].copy_from_slice(bytes);
-    key[15] = bytes.len() as u8;
-    Some(u128::from_le_bytes(key))
-}
-
 impl Stems {
     /// Replaces `word` (lower-cased) by its stem.
     fn stem(&mut self, word: &mut String) {
-        if let Some(key) = pack(word.as_bytes()) {
+        if let Some(key) = packed(word.as_bytes()) {
             let packed = match self.short.get(&key) {
                 Some(&stem) => stem,
                 None => {
                     let stem = snowball(word);
-                    // Snowball English never lengthens a word; should it, the long map
-                    // holds it.
-                    let Some(packed) = pack(stem.as_bytes()) else {
-                        return self.remember_long(word, stem);
+                    // Snowball English never lengthens a word; should it, that stem is
+                    // not remembered.
+                    let Some(packed) = packed(stem.as_bytes()) else {
+                        *word = stem;
+                        return;
                     };
                     if self.short.len() >= MAX_STEMS {
                         self.short.clear();
@@ -685,11 +685,7 @@ impl Stems {
             return;
         }
         let stem = snowball(word);
-        self.remember_long(word, stem);
-    }
-
-    fn remember_long(&mut self, word: &mut String, stem: String) {
-        if self.long.len() >= MAX_STEMS {
+        if self.long.len() >= MAX_LONG_STEMS {
             self.long.clear();
         }
         self.long.insert(word.as_str().into(), stem.as_str().into());
@@ -800,6 +796,26 @@ mod tests {
         assert_eq!(tokens(&mut ours), expected);
         // Second time round, every stem comes from memory.
         assert_eq!(tokens(&mut ours), expected);
+    }
+
+    /// A stream of made-up words (a hostile upload) cannot grow the stem memory past its
+    /// bounds, and stems stay right across a reset.
+    #[test]
+    fn the_stem_memory_is_bounded() {
+        let mut stems = Stems::default();
+        for i in 0..MAX_LONG_STEMS + 10 {
+            let mut word = format!("madeupwordnumber{i:08}s");
+            stems.stem(&mut word);
+            assert!(!word.ends_with('s'), "{word}");
+        }
+        assert!(stems.long.len() <= MAX_LONG_STEMS);
+        for i in 0..MAX_STEMS + 10 {
+            stems.stem(&mut format!("w{i}"));
+        }
+        assert!(stems.short.len() <= MAX_STEMS);
+        let mut word = "lighthouses".to_string();
+        stems.stem(&mut word);
+        assert_eq!(word, "lighthous");
     }
 
     /// When most of the best matches belong to another agent, the search still finds the

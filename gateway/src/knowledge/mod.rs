@@ -401,6 +401,11 @@ impl Knowledge {
     /// replays the changes made since (here or through another replica).
     pub async fn sync_index(&self) -> Result<IndexStatus, KnowledgeError> {
         self.inner.index.sync(&self.inner.store).await?;
+        self.index_moved().await
+    }
+
+    /// After the keyword index moved: its gauge, then the vector index follows.
+    async fn index_moved(&self) -> Result<IndexStatus, KnowledgeError> {
         let status = self.inner.index.status();
         crate::metrics::knowledge_index(status.lag, status.rebuilding);
         if let Some(vectors) = &self.inner.vectors {
@@ -474,19 +479,18 @@ impl Knowledge {
         if !index.is_built() {
             return;
         }
-        let store = &self.inner.store;
-        if let Err(e) = index
-            .stage_own(store, seq, document_id, (agent_id, scope), chunks)
+        let staged = index
+            .stage_own(
+                &self.inner.store,
+                seq,
+                document_id,
+                (agent_id, scope),
+                chunks,
+            )
             .await
-        {
+            .map_err(KnowledgeError::from);
+        if let Err(e) = staged.and(self.index_moved().await) {
             tracing::warn!(error = %e, "keyword index update failed; it will catch up");
-        }
-        let status = index.status();
-        crate::metrics::knowledge_index(status.lag, status.rebuilding);
-        if let Some(vectors) = &self.inner.vectors
-            && let Err(e) = vectors.sync(store).await
-        {
-            tracing::warn!(error = %e, "vector index update failed; it will catch up");
         }
     }
 
@@ -1189,6 +1193,19 @@ impl Knowledge {
         }
         self.after_write().await;
     }
+}
+
+/// `bytes` with their length in one `u128`, when they are at most 15: a key of the
+/// per-word memories (the chunker's token counts, the index's stems) that is hashed and
+/// compared without following a pointer.
+fn packed(bytes: &[u8]) -> Option<u128> {
+    if bytes.len() > 15 {
+        return None;
+    }
+    let mut key = [0u8; 16];
+    key[..bytes.len()].copy_from_slice(bytes);
+    key[15] = bytes.len() as u8;
+    Some(u128::from_le_bytes(key))
 }
 
 /// An in-memory keyword index. Creating one allocates a writer of a fixed budget and

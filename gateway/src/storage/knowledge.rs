@@ -193,11 +193,11 @@ macro_rules! record_embedding_change {
 /// The advisory lock key of `embedding_changes` writers ("vecs" in ASCII).
 const EMBEDDING_CHANGES_LOCK: i64 = 0x7665_6373;
 
-/// Appends a row to `knowledge_changes` inside the transaction `$tx`, and gives its `seq`. On Postgres a
-/// transaction-scoped advisory lock is taken first, so `seq`s become visible in order (a
-/// writer holding a lower `seq` has committed before a higher one is handed out) and an
-/// index that read up to `seq` n never misses a lower one committed late. SQLite writers
-/// are serialized already.
+/// Appends a row to `knowledge_changes` inside the transaction `$tx`, and gives its `seq`.
+/// On Postgres a transaction-scoped advisory lock is taken first, so `seq`s become visible
+/// in order (a writer holding a lower `seq` has committed before a higher one is handed
+/// out) and an index that read up to `seq` n never misses a lower one committed late.
+/// SQLite writers are serialized already.
 macro_rules! record_change {
     ($store:expr, $tx:ident, $document:expr, $op:expr) => {{
         if $store.backend() == Backend::Postgres {
