@@ -22,14 +22,14 @@
 //! - only the pieces of the chunk being cut are kept (a queue), so memory is bounded by
 //!   the chunk size, not the document.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex, TryLockError};
 
 use rustc_hash::FxHashMap;
 use tiktoken_rs::{CoreBPE, Rank, byte_pair_split};
 
 use super::extract::Format;
+use super::memo::{Hot, packed};
 
 /// The tokenizer, built once: building it parses a 100k-entry vocabulary.
 static CL100K: LazyLock<Option<CoreBPE>> = LazyLock::new(|| tiktoken_rs::cl100k_base().ok());
@@ -66,41 +66,62 @@ pub(crate) fn chunk(format: Format, text: &str, tokens: usize, overlap: usize) -
     let tokens = tokens.max(1);
     let overlap = overlap.min(tokens - 1);
     let markdown = matches!(format, Format::Markdown | Format::Html);
-    COUNTS.with(|counts| {
-        let mut counts = counts.borrow_mut();
-        let count = |piece: &str| counts.count(piece);
-        let mut out = Vec::new();
-        cut(text, markdown, tokens, overlap, count, |c| {
-            out.push(c.to_string())
-        });
-        out
-    })
+    let mut own = None;
+    let mut shared = match COUNTS.try_lock() {
+        Ok(counts) => Some(counts),
+        // Counting leaves the memory whole at every step.
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    };
+    let counts = match shared.as_deref_mut() {
+        Some(counts) => counts,
+        None => own.insert(Counts::default()),
+    };
+    let mut out = Vec::new();
+    cut(
+        text,
+        markdown,
+        tokens,
+        overlap,
+        |p| counts.count(p),
+        |c| out.push(c.to_string()),
+    );
+    out
 }
 
-thread_local! {
-    static COUNTS: RefCell<Counts> = RefCell::new(Counts::default());
-}
+/// The process's count memory: one, not one per thread, so that a document read on
+/// another of the runtime's blocking threads does not start cold. Held for one document at
+/// a time; a document that finds it held counts with a memory of its own.
+static COUNTS: LazyLock<Mutex<Counts>> = LazyLock::new(|| Mutex::new(Counts::default()));
 
-/// Token counts of pieces, remembered per distinct piece. A piece of at most 15 bytes
-/// (most words) is its own key, packed in a `u128` with its length: no pointer to follow.
+/// Token counts of pieces, remembered per distinct piece (`memo`): a piece of at most 15
+/// bytes (most words) is its own key, with a [`Hot`] table in front.
 #[derive(Default)]
 struct Counts {
+    hot: Hot<u32>,
     short: FxHashMap<u128, u32>,
     long: FxHashMap<Box<str>, u32>,
 }
 
 impl Counts {
     fn count(&mut self, piece: &str) -> usize {
-        if let Some(key) = super::packed(piece.as_bytes()) {
-            if let Some(&n) = self.short.get(&key) {
+        if let Some(key) = packed(piece.as_bytes()) {
+            if let Some(n) = self.hot.get(key) {
                 return n as usize;
             }
-            let n = piece_tokens(piece);
-            if self.short.len() >= MAX_REMEMBERED {
-                self.short.clear();
-            }
-            self.short.insert(key, saturate(n));
-            return n;
+            let n = match self.short.get(&key) {
+                Some(&n) => n,
+                None => {
+                    let n = saturate(piece_tokens(piece));
+                    if self.short.len() >= MAX_REMEMBERED {
+                        self.short.clear();
+                    }
+                    self.short.insert(key, n);
+                    n
+                }
+            };
+            self.hot.put(key, n);
+            return n as usize;
         }
         if let Some(&n) = self.long.get(piece) {
             return n as usize;

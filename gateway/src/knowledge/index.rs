@@ -30,34 +30,28 @@
 //!   crash before the commit loses nothing: the payload's seq has not moved, so the changes
 //!   are replayed.
 //!
-//! Stemming is remembered per distinct word ([`CachedStemmer`]): Snowball took about a
-//! seventh of ingest time, and text repeats its words.
+//! Terms come from [`EnStem`] (tantivy's `en_stem` tokens in one pass, stems remembered
+//! per distinct word): tokenizing on tantivy's one indexing thread bound ingest speed.
 
-use std::cell::RefCell;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-
-use rustc_hash::FxHashMap;
 
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
 };
-use tantivy::tokenizer::{
-    LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token, TokenFilter, TokenStream,
-    Tokenizer,
-};
+use tantivy::tokenizer::{TextAnalyzer, TokenStream};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use troupe_connectors::AgentId;
 
-use super::packed;
+use super::analyzer::EnStem;
 use crate::storage::{IndexChunk, Scope, Store};
 
-/// The tokenizer of chunk text and queries: words, lower-cased, long tokens dropped, Porter
-/// (Snowball English) stemming: "lighthouses" matches "lighthouse".
+/// The tokenizer of chunk text and queries, under tantivy's own name for the same tokens
+/// (so an index written before `analyzer` existed needs no rebuild for it).
 const TOKENIZER: &str = "en_stem";
 /// The writer's memory budget. One indexing thread: the machine is small, and one thread's
 /// segments merge into fewer. 16 MiB, just over tantivy's floor (15 MB): the arena is held
@@ -71,12 +65,6 @@ const PAGE: usize = 2_000;
 /// crash makes the next start replay, and the writer's memory between commits (a few MB of
 /// postings; the gateway's peak memory has a bound, tests/hostile.rs).
 const COMMIT_EVERY: usize = 5_000;
-/// Distinct words of at most 15 bytes whose stems one thread remembers; past it the memory
-/// starts again (32 bytes each: about 3 MB).
-const MAX_STEMS: usize = 100_000;
-/// The same for longer words (up to 40 bytes, kept as strings): rare in text, and what a
-/// hostile upload of made-up words would fill, so fewer (about 1 MB).
-const MAX_LONG_STEMS: usize = 10_000;
 /// Documents whose chunks are read at once while replaying changes: bounds the memory of a
 /// replay after a bulk load (2,000 changed documents of 1,000 chunks each would be 2M).
 const REPLAY_DOCUMENTS: usize = 32;
@@ -148,7 +136,9 @@ pub struct KeywordIndex {
 
 fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
-    let chunk_id = b.add_text_field("chunk_id", STRING | STORED);
+    // Stored, not indexed: a hit is mapped to its chunk, never looked up by it. Indexed, it
+    // was a unique term per chunk, which the term dictionary and every merge carried.
+    let chunk_id = b.add_text_field("chunk_id", STORED);
     let document_id = b.add_text_field("document_id", STRING);
     // Stored too: a search ranks the whole index first and checks the place of its best
     // hits (see `search`).
@@ -237,16 +227,11 @@ impl KeywordIndex {
         applied: Option<i64>,
         database: Option<String>,
     ) -> Result<Arc<Self>, IndexError> {
-        // The same tokens as tantivy's own `en_stem`, with stems remembered (see
-        // `CachedStemmer`); registered before the writer, which takes it per segment.
-        index.tokenizers().register(
-            TOKENIZER,
-            TextAnalyzer::builder(SimpleTokenizer::default())
-                .filter(RemoveLongFilter::limit(40))
-                .filter(LowerCaser)
-                .filter(CachedStemmer)
-                .build(),
-        );
+        // The same tokens as tantivy's own `en_stem` (see `analyzer`); registered before
+        // the writer, which takes it per segment.
+        index
+            .tokenizers()
+            .register(TOKENIZER, TextAnalyzer::from(EnStem::default()));
         let writer = index.writer_with_num_threads(1, WRITER_MEMORY)?;
         let reader = index
             .reader_builder()
@@ -335,8 +320,10 @@ impl KeywordIndex {
             let this = Arc::clone(self);
             blocking(move || {
                 let writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
-                // Nothing of it should be there; if a failed commit left some, it goes.
-                writer.delete_term(Term::from_field_text(this.fields.document_id, &document_id));
+                // No delete of the document first: its row is new (the insert would have
+                // found it otherwise), and a delete of an earlier copy was replayed before
+                // this change, since this one is the next. A delete per document cost the
+                // indexing thread a term query per segment flush.
                 // Each chunk's text is let go once copied into its tantivy document, so a
                 // large upload is not held twice (the gateway's peak memory, tests/hostile.rs).
                 for (id, text) in chunks {
@@ -626,126 +613,6 @@ impl KeywordIndex {
     }
 }
 
-/// English (Porter 2) stemming with the stems remembered per thread and distinct word:
-/// the tokens of tantivy's own `Stemmer::new(Language::English)`, from the same Snowball
-/// implementation, without running it again for every occurrence of a word.
-#[derive(Clone, Copy)]
-struct CachedStemmer;
-
-thread_local! {
-    static STEMS: RefCell<Stems> = RefCell::new(Stems::default());
-}
-
-/// Stems remembered per word. A word of at most 15 bytes (nearly all) and its stem are
-/// packed in `u128`s with their lengths, so a lookup touches one table entry and follows no
-/// pointer; longer words are kept as strings.
-#[derive(Default)]
-struct Stems {
-    short: FxHashMap<u128, u128>,
-    long: FxHashMap<Box<str>, Box<str>>,
-}
-
-impl Stems {
-    /// Replaces `word` (lower-cased) by its stem.
-    fn stem(&mut self, word: &mut String) {
-        if let Some(key) = packed(word.as_bytes()) {
-            let packed = match self.short.get(&key) {
-                Some(&stem) => stem,
-                None => {
-                    let stem = snowball(word);
-                    // Snowball English never lengthens a word; should it, that stem is
-                    // not remembered.
-                    let Some(packed) = packed(stem.as_bytes()) else {
-                        *word = stem;
-                        return;
-                    };
-                    if self.short.len() >= MAX_STEMS {
-                        self.short.clear();
-                    }
-                    self.short.insert(key, packed);
-                    packed
-                }
-            };
-            if packed != key {
-                let bytes = packed.to_le_bytes();
-                let len = usize::from(bytes[15]);
-                // Packed from a `str`: whole characters, valid UTF-8.
-                if let Ok(stem) = std::str::from_utf8(&bytes[..len]) {
-                    word.clear();
-                    word.push_str(stem);
-                }
-            }
-            return;
-        }
-        if let Some(stem) = self.long.get(word.as_str()) {
-            if **stem != **word {
-                word.clear();
-                word.push_str(stem);
-            }
-            return;
-        }
-        let stem = snowball(word);
-        if self.long.len() >= MAX_LONG_STEMS {
-            self.long.clear();
-        }
-        self.long.insert(word.as_str().into(), stem.as_str().into());
-        *word = stem;
-    }
-}
-
-/// Snowball's English stem of a lower-cased word.
-fn snowball(word: &str) -> String {
-    frostem::Stemmer::new(frostem::Algorithm::English)
-        .stem(word)
-        .into_owned()
-}
-
-impl TokenFilter for CachedStemmer {
-    type Tokenizer<T: Tokenizer> = CachedStemmerFilter<T>;
-
-    fn transform<T: Tokenizer>(self, inner: T) -> CachedStemmerFilter<T> {
-        CachedStemmerFilter { inner }
-    }
-}
-
-#[derive(Clone)]
-struct CachedStemmerFilter<T> {
-    inner: T,
-}
-
-impl<T: Tokenizer> Tokenizer for CachedStemmerFilter<T> {
-    type TokenStream<'a> = CachedStemmerStream<T::TokenStream<'a>>;
-
-    fn token_stream<'a>(&'a mut self, text: &'a str) -> Self::TokenStream<'a> {
-        CachedStemmerStream {
-            tail: self.inner.token_stream(text),
-        }
-    }
-}
-
-struct CachedStemmerStream<T> {
-    tail: T,
-}
-
-impl<T: TokenStream> TokenStream for CachedStemmerStream<T> {
-    fn advance(&mut self) -> bool {
-        if !self.tail.advance() {
-            return false;
-        }
-        let token = self.tail.token_mut();
-        STEMS.with(|stems| stems.borrow_mut().stem(&mut token.text));
-        true
-    }
-
-    fn token(&self) -> &Token {
-        self.tail.token()
-    }
-
-    fn token_mut(&mut self) -> &mut Token {
-        self.tail.token_mut()
-    }
-}
-
 /// Runs tantivy's blocking work (writes, commits with their fsyncs) off the async runtime.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, IndexError> + Send + 'static,
@@ -770,52 +637,18 @@ mod tests {
         }
     }
 
-    /// The remembered stems are tantivy's own: the same tokens as its stock `en_stem`, for
-    /// words seen the first time and again.
+    /// Chunks and queries go through the one-pass `analyzer`, under tantivy's name for the
+    /// same tokens (its equality with the stock chain is tested in `analyzer`).
     #[test]
-    fn cached_stemming_gives_the_stock_tokens() {
+    fn chunks_and_queries_are_analyzed_into_stems() {
         let index = KeywordIndex::in_memory().unwrap();
-        let mut ours = index.index.tokenizers().get(TOKENIZER).unwrap();
-        let mut stock = tantivy::tokenizer::TokenizerManager::default()
-            .get(TOKENIZER)
-            .unwrap();
-        let text = "The Lighthouses' keepers were keeping LOGS of passing ships, generously \
-                    and happily; running runners ran. Lighthouses again: keepers, keeping, \
-                    ships. Ünïcödé wörds, internationalization's institutionalizations, \
-                    and pneumonoultramicroscopicsilicovolcanoconiosisandthensome";
-        let tokens = |a: &mut TextAnalyzer| {
-            let mut out = Vec::new();
-            let mut stream = a.token_stream(text);
-            while let Some(t) = stream.next() {
-                out.push((t.text.clone(), t.position, t.offset_from, t.offset_to));
-            }
-            out
-        };
-        let expected = tokens(&mut stock);
-        assert!(expected.iter().any(|(t, ..)| t == "lighthous"));
-        assert_eq!(tokens(&mut ours), expected);
-        // Second time round, every stem comes from memory.
-        assert_eq!(tokens(&mut ours), expected);
-    }
-
-    /// A stream of made-up words (a hostile upload) cannot grow the stem memory past its
-    /// bounds, and stems stay right across a reset.
-    #[test]
-    fn the_stem_memory_is_bounded() {
-        let mut stems = Stems::default();
-        for i in 0..MAX_LONG_STEMS + 10 {
-            let mut word = format!("madeupwordnumber{i:08}s");
-            stems.stem(&mut word);
-            assert!(!word.ends_with('s'), "{word}");
+        let mut analyzer = index.index.tokenizers().get(TOKENIZER).unwrap();
+        let mut stream = analyzer.token_stream("Lighthouses' KEEPERS, running!");
+        let mut words = Vec::new();
+        while let Some(t) = stream.next() {
+            words.push(t.text.clone());
         }
-        assert!(stems.long.len() <= MAX_LONG_STEMS);
-        for i in 0..MAX_STEMS + 10 {
-            stems.stem(&mut format!("w{i}"));
-        }
-        assert!(stems.short.len() <= MAX_STEMS);
-        let mut word = "lighthouses".to_string();
-        stems.stem(&mut word);
-        assert_eq!(word, "lighthous");
+        assert_eq!(words, ["lighthous", "keeper", "run"]);
     }
 
     /// When most of the best matches belong to another agent, the search still finds the

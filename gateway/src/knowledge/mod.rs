@@ -26,11 +26,13 @@
 //! It owns no HTTP or CLI: `http::knowledge` and `cli` call it, the agent calls
 //! [`Knowledge::for_prompt`], and the app ingests each character's `knowledge` entries.
 
+mod analyzer;
 mod chunk;
 mod embed;
 mod extract;
 pub mod fusion;
 mod index;
+mod memo;
 mod sandbox;
 mod vectors;
 mod walk;
@@ -1193,19 +1195,6 @@ impl Knowledge {
         }
         self.after_write().await;
     }
-}
-
-/// `bytes` with their length in one `u128`, when they are at most 15: a key of the
-/// per-word memories (the chunker's token counts, the index's stems) that is hashed and
-/// compared without following a pointer.
-fn packed(bytes: &[u8]) -> Option<u128> {
-    if bytes.len() > 15 {
-        return None;
-    }
-    let mut key = [0u8; 16];
-    key[..bytes.len()].copy_from_slice(bytes);
-    key[15] = bytes.len() as u8;
-    Some(u128::from_le_bytes(key))
 }
 
 /// An in-memory keyword index. Creating one allocates a writer of a fixed budget and
