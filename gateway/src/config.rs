@@ -252,6 +252,9 @@ pub struct AgentSettings {
     /// `TROUPE_BUS_CAPACITY`, default 10000: messages queued in the in-process bus before
     /// connectors are slowed down.
     pub bus_capacity: usize,
+    /// `TROUPE_TURNS_IN_FLIGHT`, default 256: messages of one persona handled at once; the
+    /// others wait in their room's queue (see `agent::turns` for the choice).
+    pub turns_in_flight: usize,
     /// `TROUPE_MAX_ATTEMPTS`, default 5: how often a message is tried, its first try
     /// included. A try is counted before it starts, so one that crashes the process counts;
     /// a message out of tries is given up (see `storage::journal`).
@@ -706,6 +709,7 @@ struct FileConfig {
     model_timeout_secs: Option<u64>,
     model_concurrency: Option<usize>,
     bus_capacity: Option<usize>,
+    turns_in_flight: Option<usize>,
     max_attempts: Option<u32>,
     bot_turns: Option<u32>,
     memory_summary_every: Option<u32>,
@@ -912,6 +916,13 @@ fn agent_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<Ag
             .max(1),
         bus_capacity: layered
             .parse("TROUPE_BUS_CAPACITY", file.bus_capacity, 10_000)?
+            .max(1),
+        turns_in_flight: layered
+            .parse(
+                "TROUPE_TURNS_IN_FLIGHT",
+                file.turns_in_flight,
+                crate::agent::DEFAULT_TURNS_IN_FLIGHT,
+            )?
             .max(1),
         max_attempts: layered
             .parse("TROUPE_MAX_ATTEMPTS", file.max_attempts, 5)?
@@ -1828,6 +1839,9 @@ mod tests {
                 c.limits.max_message_chars.to_string()
             }),
             n("TROUPE_BUS_CAPACITY", |c| c.agent.bus_capacity.to_string()),
+            n("TROUPE_TURNS_IN_FLIGHT", |c| {
+                c.agent.turns_in_flight.to_string()
+            }),
             n("TROUPE_MAX_ATTEMPTS", |c| c.agent.max_attempts.to_string()),
             n("TROUPE_BOT_TURNS", |c| c.agent.bot_turns.to_string()),
             n("TROUPE_KNOWLEDGE_MAX_FILE_BYTES", |c| {

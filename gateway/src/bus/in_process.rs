@@ -69,7 +69,7 @@ impl Inner {
 impl InProcessBus {
     /// Waits until every published message has been handled (the tests' synchronization).
     #[cfg(test)]
-    async fn drain(&self) {
+    pub(crate) async fn drain(&self) {
         let all = u32::try_from(self.inner.capacity).unwrap_or(u32::MAX);
         if let Ok(permits) = self.inner.slots.acquire_many(all).await {
             drop(permits);
