@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::agent::{Agent, Agents, Dispatcher, Mind, Turns};
+use crate::agent::{Agent, Agents, Dispatcher, Mind};
 use crate::bus::{Bus, InProcessBus};
 use crate::config::Config;
 use crate::http::{self, AppState};
@@ -196,11 +196,12 @@ impl App {
             store: store.clone(),
             waiters: waiters.clone(),
         });
-        // At most `TROUPE_TURNS_IN_FLIGHT` messages of a persona are handled at once; the
-        // others wait in their room's queue as envelopes, not as live turns (issue 18).
-        let dispatcher = Arc::new(Turns::new(dispatcher, config.agent.turns_in_flight));
         let bus: Arc<dyn Bus> = match &config.bus_url {
-            None => Arc::new(InProcessBus::new(config.agent.bus_capacity, dispatcher)),
+            None => Arc::new(InProcessBus::new(
+                config.agent.bus_capacity,
+                config.agent.turns_in_flight,
+                dispatcher,
+            )),
             Some(url) => Arc::new(
                 crate::bus::nats::NatsBus::connect(
                     url,

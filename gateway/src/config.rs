@@ -252,8 +252,8 @@ pub struct AgentSettings {
     /// `TROUPE_BUS_CAPACITY`, default 10000: messages queued in the in-process bus before
     /// connectors are slowed down.
     pub bus_capacity: usize,
-    /// `TROUPE_TURNS_IN_FLIGHT`, default 256: messages of one persona handled at once; the
-    /// others wait in their room's queue (see `agent::turns` for the choice).
+    /// `TROUPE_TURNS_IN_FLIGHT`, default 256: messages of one persona the in-process bus
+    /// hands over at once; the others wait in their room's queue (see `bus::in_process`).
     pub turns_in_flight: usize,
     /// `TROUPE_MAX_ATTEMPTS`, default 5: how often a message is tried, its first try
     /// included. A try is counted before it starts, so one that crashes the process counts;
@@ -921,7 +921,7 @@ fn agent_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<Ag
             .parse(
                 "TROUPE_TURNS_IN_FLIGHT",
                 file.turns_in_flight,
-                crate::agent::DEFAULT_TURNS_IN_FLIGHT,
+                crate::bus::DEFAULT_TURNS_IN_FLIGHT,
             )?
             .max(1),
         max_attempts: layered

@@ -189,11 +189,7 @@ impl Ingress {
 
     /// `converse`'s first half: journals the message and publishes it (or finds it
     /// answered, or under way), and says what to wait on.
-    async fn submit(
-        &self,
-        agent: &AgentId,
-        inbound: Inbound,
-    ) -> Result<Submitted, ConverseError> {
+    async fn submit(&self, agent: &AgentId, inbound: Inbound) -> Result<Submitted, ConverseError> {
         let journaled = self.journal(agent, &inbound).await?;
         crate::metrics::message_in(
             inbound.platform(),

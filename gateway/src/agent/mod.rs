@@ -12,7 +12,6 @@
 
 pub mod decide;
 mod troupe;
-mod turns;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -33,7 +32,6 @@ use crate::storage::{
     RoomContext, Store,
 };
 use decide::{Decision, decide};
-pub use turns::{DEFAULT_TURNS_IN_FLIGHT, Turns};
 
 /// How long a message whose handling failed on storage waits for the database to come back
 /// before it is left pending for the next start.
