@@ -238,6 +238,19 @@ pub struct Limits {
     pub max_message_chars: usize,
 }
 
+/// `TROUPE_TURNS_IN_FLIGHT`'s default: turns of one persona the in-process bus runs at once
+/// (`bus::in_process`). Here, with the other settings, so that the bus imports no config.
+///
+/// Why 256: enough that the cap never is the bottleneck, small enough that the memory is.
+/// A turn spends its time waiting on the database or the model, and both are capped below
+/// this already: SQLite has one writer (the engine batches whatever is queued when it
+/// wakes, and 256 callers fill a batch), Postgres has 32 connections per process, and a
+/// persona makes `TROUPE_MODEL_CONCURRENCY` (16) model calls at once; 256 leaves a deep
+/// queue in front of each. At the other end, 256 turns of the largest prompt
+/// (`TROUPE_PROMPT_BUDGET_CHARS`, 24,000 characters, held by the prompt and the why panel)
+/// stay around 25 MiB, however many rooms wait. Measured in docs/benchmarks.md.
+pub const DEFAULT_TURNS_IN_FLIGHT: usize = 256;
+
 /// How agents work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentSettings {
@@ -921,7 +934,7 @@ fn agent_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<Ag
             .parse(
                 "TROUPE_TURNS_IN_FLIGHT",
                 file.turns_in_flight,
-                crate::bus::DEFAULT_TURNS_IN_FLIGHT,
+                DEFAULT_TURNS_IN_FLIGHT,
             )?
             .max(1),
         max_attempts: layered

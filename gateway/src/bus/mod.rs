@@ -12,7 +12,7 @@
 mod in_process;
 pub(crate) mod nats;
 
-pub use in_process::{DEFAULT_TURNS_IN_FLIGHT, InProcessBus};
+pub use in_process::InProcessBus;
 
 use async_trait::async_trait;
 use troupe_connectors::{AgentId, Inbound};
