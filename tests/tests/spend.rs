@@ -317,21 +317,18 @@ async fn after_a_429_no_persona_on_the_key_calls_before_retry_after(backend: Bac
     .await;
     // Ada's caller waits on the line, so Ada's message fails with the 429 (the HTTP API does
     // not wait out a provider: docs/api.md); it stays journaled.
-    let first = async {
-        app.post_message(
+    let (status, body) = app
+        .post_message(
             "Ada",
             &json!({"roomId": "r1", "userId": "sam", "text": "hello"}),
         )
-        .await
-    };
-    let second = async {
-        // Bo's message comes once Ada's call has met the 429.
-        fake.wait_for_requests(1, WAIT).await;
-        say(&app, "Bo", "r2", "kim", "hello").await
-    };
-    let ((status, body), bo) = tokio::join!(first, second);
+        .await;
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
     assert_eq!(body["error"], "model_rate_limited", "{body}");
+    // Bo's message comes once Ada's answer says the 429 was met, so the key's back-off is
+    // in force (sent when the fake had only *received* Ada's call, Bo's could reach the
+    // scheduler before Ada's side had read the 429, and on a loaded machine it did).
+    let bo = say(&app, "Bo", "r2", "kim", "hello").await;
     assert!(bo.is_some(), "Bo is answered once the key may call again");
     let requests = fake.requests();
     assert_eq!(requests.len(), 2, "the 429, then Bo's call");
