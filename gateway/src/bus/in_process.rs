@@ -177,11 +177,15 @@ mod tests {
     use troupe_connectors::{Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
     fn envelope(n: i64, room: &str) -> Envelope {
+        envelope_of("a", n, room)
+    }
+
+    fn envelope_of(agent: &str, n: i64, room: &str) -> Envelope {
         Envelope {
             journal_id: JournalId(n),
             redelivery: false,
-            attempt: 0,
-            agent: "a".into(),
+            attempt: 1,
+            agent: agent.into(),
             inbound: Inbound {
                 id: MessageId::new(n.to_string()),
                 room: RoomRef::new(Platform::Web, RoomId::new(room)),
@@ -285,30 +289,6 @@ mod tests {
         assert_eq!(rec.seen.lock().unwrap().len(), 3);
     }
 
-    fn envelope_of(agent: &str, n: i64, room: usize) -> Envelope {
-        Envelope {
-            journal_id: JournalId(n),
-            redelivery: false,
-            attempt: 1,
-            agent: agent.into(),
-            inbound: Inbound {
-                id: MessageId::new(n.to_string()),
-                room: RoomRef::new(Platform::Web, RoomId::new(format!("room-{room}"))),
-                author: UserRef {
-                    id: UserId::new("u"),
-                    name: "U".into(),
-                    is_bot: false,
-                },
-                text: String::new(),
-                attachments: vec![],
-                reply_to: None,
-                is_direct: true,
-                mentions_self: false,
-                sent_at_ms: 0,
-            },
-        }
-    }
-
     /// Counts the turns of agent "held" running at once; each waits for a permit of
     /// `release`, so the test decides when they end. Other agents' turns end at once.
     struct Gate {
@@ -364,7 +344,9 @@ mod tests {
         for _ in 0..PER_ROOM {
             for room in 0..ROOMS {
                 n += 1;
-                bus.publish(envelope_of("held", n, room)).await.unwrap();
+                bus.publish(envelope_of("held", n, &format!("room-{room}")))
+                    .await
+                    .unwrap();
             }
         }
         // Every room has work, but only CAP turns start; the rest wait for a permit.
@@ -372,7 +354,9 @@ mod tests {
         // Another persona is not held up by the first one's full cap.
         for room in 0..ROOMS {
             n += 1;
-            bus.publish(envelope_of("free", n, room)).await.unwrap();
+            bus.publish(envelope_of("free", n, &format!("room-{room}")))
+                .await
+                .unwrap();
         }
         until("the other persona's messages are handled", || {
             gate.seen.lock().unwrap().len() == ROOMS

@@ -11,9 +11,9 @@
 //!   of the full one. Text follows Zipf's law, so most occurrences are of a few thousand
 //!   words, and those stay in the core's own cache.
 
-/// `bytes` with their length in one `u128`, when they are at most 15. Never 0: the length
-/// byte of a non-empty word is not zero, and the empty word packs to 0, which [`Hot`] uses
-/// as "no entry".
+/// `bytes` with their length in one `u128`, when they are at most 15. A non-empty word
+/// never packs to 0 (its length byte is not zero); the empty word does, and [`Hot`] reads
+/// 0 as "no entry".
 pub(super) fn packed(bytes: &[u8]) -> Option<u128> {
     if bytes.len() > 15 {
         return None;
