@@ -147,6 +147,81 @@ impl TokenStream for EnStemStream<'_> {
     }
 }
 
+/// `text`'s terms (the tokens of [`EnStem`]), each followed by one space, appended to
+/// `out`: the form in which chunk text reaches the index (see [`Terms`]). Stems hold no
+/// space (they are runs of alphanumeric characters), so the form splits back exactly.
+pub(super) fn terms_into(text: &str, out: &mut String) {
+    let mut analyzer = EnStem::default();
+    let mut stream = analyzer.token_stream(text);
+    while stream.advance() {
+        out.push_str(&stream.token().text);
+        out.push(' ');
+    }
+}
+
+/// The index-time tokenizer of chunk text: the text arrives as its terms, already
+/// analyzed off tantivy's indexing thread ([`terms_into`]), and is only split at spaces.
+/// Analyzing on the indexing thread made that one thread the bound of ingest speed
+/// (issue 14); the writer's callers run on other cores.
+#[derive(Clone, Default)]
+pub(super) struct Terms {
+    token: Token,
+}
+
+impl Tokenizer for Terms {
+    type TokenStream<'a> = TermsStream<'a>;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> TermsStream<'a> {
+        self.token.reset();
+        TermsStream {
+            rest: text,
+            at: 0,
+            token: &mut self.token,
+        }
+    }
+}
+
+pub(super) struct TermsStream<'a> {
+    rest: &'a str,
+    /// The offset of `rest` in the text.
+    at: usize,
+    token: &'a mut Token,
+}
+
+impl TokenStream for TermsStream<'_> {
+    fn advance(&mut self) -> bool {
+        loop {
+            if self.rest.is_empty() {
+                return false;
+            }
+            let (term, rest, skip) = match memchr::memchr(b' ', self.rest.as_bytes()) {
+                Some(i) => (&self.rest[..i], &self.rest[i + 1..], i + 1),
+                None => (self.rest, "", self.rest.len()),
+            };
+            let start = self.at;
+            self.rest = rest;
+            self.at += skip;
+            if term.is_empty() {
+                continue;
+            }
+            self.token.position = self.token.position.wrapping_add(1);
+            self.token.offset_from = start;
+            self.token.offset_to = start + term.len();
+            self.token.text.clear();
+            self.token.text.push_str(term);
+            return true;
+        }
+    }
+
+    fn token(&self) -> &Token {
+        self.token
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        self.token
+    }
+}
+
 /// Stems remembered per word: a [`Hot`] table in front of the full memory. A word of at
 /// most 15 bytes (nearly all) and its stem are packed in `u128`s; longer words are kept as
 /// strings.
@@ -268,6 +343,23 @@ mod tests {
                 tokens(&mut stock(), text),
                 "{text:?}"
             );
+        }
+    }
+
+    /// Chunk text reaches the index as its terms; split back, they are the analyzer's
+    /// tokens, in order, so the index counts the same terms (and the same length, for BM25).
+    #[test]
+    fn terms_split_back_into_the_analyzer_tokens() {
+        for text in [TEXT, "", "  ", "a b", "!!", "x\u{10FFFF}y"] {
+            let mut form = String::new();
+            terms_into(text, &mut form);
+            let mut split = TextAnalyzer::from(Terms::default());
+            let got: Vec<String> = tokens(&mut split, &form).into_iter().map(|t| t.0).collect();
+            let want: Vec<String> = tokens(&mut stock(), text)
+                .into_iter()
+                .map(|t| t.0)
+                .collect();
+            assert_eq!(got, want, "{text:?}");
         }
     }
 

@@ -20,7 +20,14 @@
 //!   and where a long run was cut (either way). Only chunks holding such a cut are counted
 //!   again exactly, and shortened if they are over;
 //! - only the pieces of the chunk being cut are kept (a queue), so memory is bounded by
-//!   the chunk size, not the document.
+//!   the chunk size, not the document;
+//! - the same memory holds each piece's *terms* for the keyword index (the analyzer's
+//!   stems, [`terms_into`]), so [`chunk_with_terms`] gives each chunk's terms from the
+//!   lookup that counted it. A second lookup per word, by the analyzer, cost as much as the
+//!   first (both wait on memory), and it ran on tantivy's one indexing thread. A piece's
+//!   terms are the chunk's terms over that piece, since pieces meet at whitespace, where no
+//!   word continues; a chunk holding a cut inside a run (where a word may continue) is
+//!   analyzed whole instead.
 
 use std::collections::VecDeque;
 use std::sync::{LazyLock, Mutex, TryLockError};
@@ -28,6 +35,7 @@ use std::sync::{LazyLock, Mutex, TryLockError};
 use rustc_hash::FxHashMap;
 use tiktoken_rs::{CoreBPE, Rank, byte_pair_split};
 
+use super::analyzer::terms_into;
 use super::extract::Format;
 use super::memo::{Hot, packed};
 
@@ -63,9 +71,42 @@ const MAX_SHORTENINGS: usize = 16;
 /// Cuts `text` into chunks of at most `tokens` tokens sharing `overlap` tokens with their
 /// neighbours. Empty and whitespace-only pieces are dropped.
 pub(crate) fn chunk(format: Format, text: &str, tokens: usize, overlap: usize) -> Vec<String> {
-    let tokens = tokens.max(1);
-    let overlap = overlap.min(tokens - 1);
-    let markdown = matches!(format, Format::Markdown | Format::Html);
+    let mut out = Vec::new();
+    with_counts(|counts| {
+        cut(
+            text,
+            matches!(format, Format::Markdown | Format::Html),
+            (tokens, overlap),
+            |p| counts.count(p),
+            |c, _| out.push(c.to_string()),
+        );
+    });
+    out
+}
+
+/// [`chunk`], each chunk with its terms for the keyword index (see the module comment).
+pub(crate) fn chunk_with_terms(
+    format: Format,
+    text: &str,
+    tokens: usize,
+    overlap: usize,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    with_counts(|counts| {
+        cut(
+            text,
+            matches!(format, Format::Markdown | Format::Html),
+            (tokens, overlap),
+            |p| counts.count(p),
+            |c, pieces| out.push((c.to_string(), terms_of(text, c, pieces))),
+        );
+    });
+    out
+}
+
+/// Runs `f` with the process's count memory, or with a memory of its own when another
+/// document holds it.
+fn with_counts(f: impl FnOnce(&mut Counts)) {
     let mut own = None;
     let mut shared = match COUNTS.try_lock() {
         Ok(counts) => Some(counts),
@@ -77,61 +118,120 @@ pub(crate) fn chunk(format: Format, text: &str, tokens: usize, overlap: usize) -
         Some(counts) => counts,
         None => own.insert(Counts::default()),
     };
-    let mut out = Vec::new();
-    cut(
-        text,
-        markdown,
-        tokens,
-        overlap,
-        |p| counts.count(p),
-        |c| out.push(c.to_string()),
-    );
-    out
+    f(counts);
 }
+
+/// The terms of `chunk` (a trimmed slice of `text` over `pieces`): the pieces' terms
+/// from memory, one after the other, or the chunk analyzed whole when a piece after its
+/// first starts inside a run.
+fn terms_of<'p>(text: &str, chunk: &str, mut pieces: impl Iterator<Item = &'p Piece>) -> String {
+    let whole = || {
+        let mut out = String::with_capacity(chunk.len());
+        terms_into(chunk, &mut out);
+        out
+    };
+    // Bytes first, checked as UTF-8 once per chunk rather than once per piece.
+    let mut out: Vec<u8> = Vec::with_capacity(chunk.len());
+    let mut scratch = String::new();
+    let mut first = true;
+    for p in pieces.by_ref() {
+        if p.level == Level::Forced && !first {
+            return whole();
+        }
+        first = false;
+        let seen = p.seen.to_le_bytes();
+        let len = seen[15] & 0x0F;
+        if len == NO_TERMS {
+            scratch.clear();
+            terms_into(&text[p.start..p.end], &mut scratch);
+            out.extend_from_slice(scratch.as_bytes());
+        } else {
+            out.extend_from_slice(&seen[..usize::from(len)]);
+        }
+    }
+    // Whole characters were packed; should that ever fail, the chunk is analyzed whole.
+    String::from_utf8(out).unwrap_or_else(|_| whole())
+}
+
+/// What is remembered of a piece of at most 15 bytes, in one `u128`: its terms (each
+/// followed by a space) in the low bytes, and in the top byte their length (low nibble;
+/// [`NO_TERMS`]: they did not fit) and the piece's token count (high nibble: at most 15,
+/// since a token is at least a byte). Longer pieces remember only their count.
+const NO_TERMS: u8 = 15;
+
+fn remember(tokens: usize, terms: Option<&str>) -> u128 {
+    let mut bytes = [0u8; 16];
+    let len = match terms {
+        Some(t) if t.len() < usize::from(NO_TERMS) => {
+            bytes[..t.len()].copy_from_slice(t.as_bytes());
+            t.len() as u8
+        }
+        _ => NO_TERMS,
+    };
+    bytes[15] = len | (tokens.min(15) as u8) << 4;
+    u128::from_le_bytes(bytes)
+}
+
+fn remembered_tokens(seen: u128) -> usize {
+    usize::from(seen.to_le_bytes()[15] >> 4)
+}
+
+/// Slots of the count memory's [`Hot`] table: 65,536 (2 MiB). The pieces of a text are
+/// its words with their spacing and punctuation (" keeper", " keeper.", "\nKeeper"), several
+/// per word, and a table that misses sends the lookup to the full memory, which waits on
+/// memory twice (measured in docs/benchmarks.md).
+const COUNTS_HOT: usize = 65_536;
 
 /// The process's count memory: one, not one per thread, so that a document read on
 /// another of the runtime's blocking threads does not start cold. Held for one document at
 /// a time; a document that finds it held counts with a memory of its own.
 static COUNTS: LazyLock<Mutex<Counts>> = LazyLock::new(|| Mutex::new(Counts::default()));
 
-/// Token counts of pieces, remembered per distinct piece (`memo`): a piece of at most 15
-/// bytes (most words) is its own key, with a [`Hot`] table in front.
+/// What pieces hold, remembered per distinct piece (`memo`): a piece of at most 15 bytes
+/// (most words) is its own key, with a [`Hot`] table in front, and its token count and
+/// terms are one value ([`remember`]); a longer piece keeps its count.
 #[derive(Default)]
 struct Counts {
-    hot: Hot<u32>,
-    short: FxHashMap<u128, u32>,
+    hot: Hot<u128, COUNTS_HOT>,
+    short: FxHashMap<u128, u128>,
     long: FxHashMap<Box<str>, u32>,
 }
 
 impl Counts {
-    fn count(&mut self, piece: &str) -> usize {
+    /// The piece's token count, and what is remembered of it (see [`remember`]).
+    fn count(&mut self, piece: &str) -> (usize, u128) {
         if let Some(key) = packed(piece.as_bytes()) {
-            if let Some(n) = self.hot.get(key) {
-                return n as usize;
+            if let Some(seen) = self.hot.get(key) {
+                return (remembered_tokens(seen), seen);
             }
-            let n = match self.short.get(&key) {
-                Some(&n) => n,
+            let seen = match self.short.get(&key) {
+                Some(&seen) => seen,
                 None => {
-                    let n = saturate(piece_tokens(piece));
+                    let mut terms = String::new();
+                    terms_into(piece, &mut terms);
+                    let seen = remember(piece_tokens(piece), Some(&terms));
                     if self.short.len() >= MAX_REMEMBERED {
                         self.short.clear();
                     }
-                    self.short.insert(key, n);
-                    n
+                    self.short.insert(key, seen);
+                    seen
                 }
             };
-            self.hot.put(key, n);
-            return n as usize;
+            self.hot.put(key, seen);
+            return (remembered_tokens(seen), seen);
         }
-        if let Some(&n) = self.long.get(piece) {
-            return n as usize;
-        }
-        let n = piece_tokens(piece);
-        if self.long.len() >= MAX_REMEMBERED {
-            self.long.clear();
-        }
-        self.long.insert(piece.into(), saturate(n));
-        n
+        let n = match self.long.get(piece) {
+            Some(&n) => n as usize,
+            None => {
+                let n = piece_tokens(piece);
+                if self.long.len() >= MAX_REMEMBERED {
+                    self.long.clear();
+                }
+                self.long.insert(piece.into(), saturate(n));
+                n
+            }
+        };
+        (n, remember(0, None))
     }
 }
 
@@ -181,6 +281,8 @@ struct Piece {
     end: usize,
     tokens: usize,
     level: Level,
+    /// What memory holds of it (its terms, when short: [`remember`]).
+    seen: u128,
 }
 
 /// The boundary before a piece, weakest first.
@@ -203,11 +305,12 @@ enum Level {
 fn cut<'t>(
     text: &'t str,
     markdown: bool,
-    size: usize,
-    overlap: usize,
-    mut count: impl FnMut(&str) -> usize,
-    mut emit: impl FnMut(&'t str),
+    (size, overlap): (usize, usize),
+    mut count: impl FnMut(&str) -> (usize, u128),
+    mut emit: impl FnMut(&'t str, std::collections::vec_deque::Iter<'_, Piece>),
 ) {
+    let size = size.max(1);
+    let overlap = overlap.min(size - 1);
     let mut pieces = Pieces::new(text, markdown, size.clamp(4, MAX_PIECE));
     let mut queue: VecDeque<Piece> = VecDeque::new();
     let mut queued = 0usize;
@@ -219,13 +322,14 @@ fn cut<'t>(
         while queued <= size && !done {
             match pieces.next() {
                 Some((start, end, level)) => {
-                    let tokens = count(&text[start..end]);
+                    let (tokens, seen) = count(&text[start..end]);
                     queued += tokens;
                     queue.push_back(Piece {
                         start,
                         end,
                         tokens,
                         level,
+                        seen,
                     });
                 }
                 None => done = true,
@@ -276,7 +380,7 @@ fn cut<'t>(
         }
         let chunk = text[queue[0].start..queue[end - 1].end].trim();
         if !chunk.is_empty() {
-            emit(chunk);
+            emit(chunk, queue.range(..end));
         }
         if done && end == queue.len() {
             return;
@@ -605,10 +709,10 @@ mod tests {
     fn the_overlap_is_taken_in_whole_words() {
         let line = "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9";
         // One token per word with this count.
-        let words = |p: &str| p.split_whitespace().count();
+        let words = |p: &str| (p.split_whitespace().count(), remember(0, None));
         let run = |overlap| {
             let mut out = Vec::new();
-            cut(line, false, 4, overlap, words, |c| out.push(c));
+            cut(line, false, (4, overlap), words, |c, _| out.push(c));
             out
         };
         assert_eq!(run(1), vec!["w0 w1 w2 w3", "w3 w4 w5 w6", "w6 w7 w8 w9"]);
@@ -625,7 +729,7 @@ mod tests {
         let estimate = |text: &str| {
             let mut counts = Counts::default();
             Pieces::new(text, false, MAX_PIECE)
-                .map(|(s, e, _)| counts.count(&text[s..e]))
+                .map(|(s, e, _)| counts.count(&text[s..e]).0)
                 .sum::<usize>()
         };
         let prose = "The keeper, who was 72, wrote: \"Ships pass at 9:30!\" It's (mostly) true\n\
@@ -633,5 +737,42 @@ mod tests {
         assert_eq!(estimate(prose), count_tokens(prose));
         let breaks = "A list:\n- one.\n- two\n";
         assert_eq!(estimate(breaks), count_tokens(breaks) + 2);
+    }
+
+    /// Each chunk's terms, built from the pieces' remembered terms, are the analyzer's
+    /// terms of the chunk's text: for prose, Markdown, Unicode, long words, runs cut
+    /// inside (where a word continues across pieces), and from memory the second time.
+    #[test]
+    fn a_chunks_terms_are_the_analyzers_terms_of_its_text() {
+        let texts = [
+            "The Lighthouses' keepers were keeping LOGS of passing ships, generously and \
+             happily; running runners ran. "
+                .repeat(40),
+            "# Tides\n\nÜnïcödé wörds, ΣΊΣΥΦΟΣ ΟΔΟΣ, İstanbul, straße, 12abc 3.14 x86_64 \
+             e-mail a.b.c.d.e.f.g.h.i \u{00A0}nbsp\u{3000}ideographic 日本語のテキスト\n\n- item\n"
+                .repeat(30),
+            format!(
+                "intro {} middle {} end",
+                "pneumonoultramicroscopicsilicovolcanoconiosis".repeat(5),
+                "ab-".repeat(400)
+            ),
+            "x".repeat(3000),
+            "word ".repeat(10) + &"é".repeat(100),
+        ];
+        for text in &texts {
+            for round in 0..2 {
+                for (tokens, overlap) in [(400, 50), (30, 5), (7, 2)] {
+                    let chunks = chunk_with_terms(Format::Markdown, text, tokens, overlap);
+                    assert!(!chunks.is_empty());
+                    for (c, terms) in &chunks {
+                        let mut want = String::new();
+                        terms_into(c, &mut want);
+                        assert_eq!(terms, &want, "round {round}, chunk {c:?}");
+                    }
+                    let texts: Vec<String> = chunks.into_iter().map(|(c, _)| c).collect();
+                    assert_eq!(texts, chunk(Format::Markdown, text, tokens, overlap));
+                }
+            }
+        }
     }
 }

@@ -31,7 +31,9 @@
 //!   are replayed.
 //!
 //! Terms come from [`EnStem`] (tantivy's `en_stem` tokens in one pass, stems remembered
-//! per distinct word): tokenizing on tantivy's one indexing thread bound ingest speed.
+//! per distinct word). Chunk text is analyzed by the writer's caller, off tantivy's one
+//! indexing thread, and reaches the index as its terms ([`terms_into`]), which the field's
+//! tokenizer ([`Terms`]) only splits: analyzing on that thread bound ingest speed.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
@@ -47,12 +49,13 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 
 use troupe_connectors::AgentId;
 
-use super::analyzer::EnStem;
+use super::analyzer::{EnStem, Terms, terms_into};
 use crate::storage::{IndexChunk, Scope, Store};
 
-/// The tokenizer of chunk text and queries, under tantivy's own name for the same tokens
-/// (so an index written before `analyzer` existed needs no rebuild for it).
-const TOKENIZER: &str = "en_stem";
+/// The index-time tokenizer of chunk text, which arrives analyzed (see the module
+/// comment). A new name: an index written before, whose field took raw text under
+/// `en_stem`, has another schema and is rebuilt.
+const TOKENIZER: &str = "troupe_terms";
 /// The writer's memory budget. One indexing thread: the machine is small, and one thread's
 /// segments merge into fewer. 16 MiB, just over tantivy's floor (15 MB): the arena is held
 /// for the process's life, and the gateway's peak memory under hostile uploads has a bound
@@ -62,9 +65,12 @@ const WRITER_MEMORY: usize = 16 << 20;
 /// Chunks read per page during a rebuild, and changes replayed per commit.
 const PAGE: usize = 2_000;
 /// Staged chunks that make a commit without waiting for a search or a sync: bounds what a
-/// crash makes the next start replay, and the writer's memory between commits (a few MB of
-/// postings; the gateway's peak memory has a bound, tests/hostile.rs).
-const COMMIT_EVERY: usize = 5_000;
+/// crash makes the next start replay (50,000 chunks, about 35 MB of text, a few seconds).
+/// Not smaller: a commit drains tantivy's indexing thread and starts a new one, and
+/// ingest stalled meanwhile; at 5,000 those stalls cost a fifth of ingest speed
+/// (docs/benchmarks.md). The writer's memory does not grow between commits: its arena
+/// ([`WRITER_MEMORY`]) is flushed into a segment whenever it is full.
+const COMMIT_EVERY: usize = 50_000;
 /// Documents whose chunks are read at once while replaying changes: bounds the memory of a
 /// replay after a bulk load (2,000 changed documents of 1,000 chunks each would be 2M).
 const REPLAY_DOCUMENTS: usize = 32;
@@ -111,7 +117,6 @@ pub struct IndexStatus {
 }
 
 pub struct KeywordIndex {
-    index: Index,
     reader: IndexReader,
     writer: Mutex<IndexWriter>,
     fields: Fields,
@@ -130,8 +135,8 @@ pub struct KeywordIndex {
     database: Mutex<Option<String>>,
     /// Whether `database` has been checked against the store this process uses.
     checked: AtomicBool,
-    /// One sync at a time.
-    sync: tokio::sync::Mutex<()>,
+    /// One sync at a time (shared with a commit started in the background).
+    sync: Arc<tokio::sync::Mutex<()>>,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -227,18 +232,16 @@ impl KeywordIndex {
         applied: Option<i64>,
         database: Option<String>,
     ) -> Result<Arc<Self>, IndexError> {
-        // The same tokens as tantivy's own `en_stem` (see `analyzer`); registered before
-        // the writer, which takes it per segment.
+        // Registered before the writer, which takes it per segment.
         index
             .tokenizers()
-            .register(TOKENIZER, TextAnalyzer::from(EnStem::default()));
+            .register(TOKENIZER, TextAnalyzer::from(Terms::default()));
         let writer = index.writer_with_num_threads(1, WRITER_MEMORY)?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
         Ok(Arc::new(KeywordIndex {
-            index,
             reader,
             writer: Mutex::new(writer),
             fields,
@@ -250,7 +253,7 @@ impl KeywordIndex {
             rebuilt_chunks: AtomicI64::new(0),
             database: Mutex::new(database),
             checked: AtomicBool::new(false),
-            sync: tokio::sync::Mutex::new(()),
+            sync: Arc::new(tokio::sync::Mutex::new(())),
         }))
     }
 
@@ -306,39 +309,70 @@ impl KeywordIndex {
         seq: i64,
         document_id: String,
         place_of: (&AgentId, &Scope),
-        chunks: Vec<(String, String)>,
+        (chunks, terms): (Vec<(String, String)>, Vec<String>),
     ) -> Result<(), IndexError> {
-        let _one = self.sync.lock().await;
+        let one = Arc::clone(&self.sync).lock_owned().await;
         let staged = self.staged.load(Ordering::Relaxed);
         if !self.is_built() || seq != staged + 1 {
             if seq > staged {
                 self.replay(store).await?;
             }
-        } else {
-            let place = place(place_of.0, place_of.1);
-            let n = chunks.len();
-            let this = Arc::clone(self);
-            blocking(move || {
-                let writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
+            if self.pending.load(Ordering::Relaxed) >= COMMIT_EVERY {
+                self.commit_staged().await?;
+            }
+            return Ok(());
+        }
+        // The chunks go to the writer in the background, still holding `sync`, and the
+        // caller goes on to read and store its next document meanwhile: one document is
+        // read while the one before is analyzed and the one before that indexed, on as
+        // many cores. Only the next staging waits for this one. Counted as pending first,
+        // so that a search (which waits for `sync`) commits it: an upload is found by the
+        // first search after it returns.
+        self.staged.store(seq, Ordering::Relaxed);
+        self.head.fetch_max(seq, Ordering::Relaxed);
+        self.pending.fetch_add(chunks.len(), Ordering::Relaxed);
+        let place = place(place_of.0, place_of.1);
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let _one = one;
+            let index = Arc::clone(&this);
+            let added = blocking(move || {
+                let writer = index.writer.lock().unwrap_or_else(|p| p.into_inner());
                 // No delete of the document first: its row is new (the insert would have
                 // found it otherwise), and a delete of an earlier copy was replayed before
                 // this change, since this one is the next. A delete per document cost the
                 // indexing thread a term query per segment flush.
-                // Each chunk's text is let go once copied into its tantivy document, so a
+                // Each chunk's text is let go once analyzed into its tantivy document, so a
                 // large upload is not held twice (the gateway's peak memory, tests/hostile.rs).
+                // Terms the reader gave are used as they are; without them (a worker's
+                // chunks) each chunk is analyzed here.
+                let mut terms = terms.into_iter();
                 for (id, text) in chunks {
-                    writer.add_document(this.document(&id, &document_id, &place, &text))?;
+                    let terms = match terms.next() {
+                        Some(t) => t,
+                        None => analyzed(&text),
+                    };
+                    writer.add_document(index.document(&id, &document_id, &place, terms))?;
                 }
                 Ok(())
             })
-            .await?;
-            self.staged.store(seq, Ordering::Relaxed);
-            self.head.fetch_max(seq, Ordering::Relaxed);
-            self.pending.fetch_add(n, Ordering::Relaxed);
-        }
-        if self.pending.load(Ordering::Relaxed) >= COMMIT_EVERY {
-            self.commit_staged().await?;
-        }
+            .await;
+            let result = match added {
+                // The next sync replays this change (and drops whatever part was added).
+                Err(e) => {
+                    this.staged.store(staged, Ordering::Relaxed);
+                    Err(e)
+                }
+                Ok(()) if this.pending.load(Ordering::Relaxed) >= COMMIT_EVERY => {
+                    this.commit_staged().await
+                }
+                Ok(()) => Ok(()),
+            };
+            // The caller has moved on: a failure is logged, and the changes are replayed.
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "keyword index update failed; it will catch up");
+            }
+        });
         Ok(())
     }
 
@@ -464,25 +498,26 @@ impl KeywordIndex {
     fn add(&self, writer: &IndexWriter, chunks: &[IndexChunk]) -> Result<(), IndexError> {
         for c in chunks {
             let place = place(&c.agent_id, &c.scope);
-            writer.add_document(self.document(&c.id, &c.document_id, &place, &c.text))?;
+            let terms = analyzed(&c.text);
+            writer.add_document(self.document(&c.id, &c.document_id, &place, terms))?;
         }
         Ok(())
     }
 
-    /// One chunk as the index holds it.
+    /// One chunk as the index holds it: its text field holds its terms.
     fn document(
         &self,
         chunk_id: &str,
         document_id: &str,
         place: &str,
-        text: &str,
+        terms: String,
     ) -> TantivyDocument {
         let f = self.fields;
         let mut doc = TantivyDocument::default();
         doc.add_text(f.chunk_id, chunk_id);
         doc.add_text(f.document_id, document_id);
         doc.add_text(f.place, place);
-        doc.add_text(f.text, text);
+        doc.add_text(f.text, terms);
         doc
     }
 
@@ -519,11 +554,7 @@ impl KeywordIndex {
             return Ok(Vec::new());
         }
         let f = self.fields;
-        let mut analyzer: TextAnalyzer = self
-            .index
-            .tokenizers()
-            .get(TOKENIZER)
-            .ok_or_else(|| IndexError::Task(format!("no `{TOKENIZER}` tokenizer")))?;
+        let mut analyzer = TextAnalyzer::from(EnStem::default());
         let mut words: Vec<String> = Vec::new();
         for term in terms {
             let mut stream = analyzer.token_stream(term);
@@ -613,6 +644,13 @@ impl KeywordIndex {
     }
 }
 
+/// A chunk's terms, analyzed from its text (see the module comment).
+fn analyzed(text: &str) -> String {
+    let mut terms = String::with_capacity(text.len());
+    terms_into(text, &mut terms);
+    terms
+}
+
 /// Runs tantivy's blocking work (writes, commits with their fsyncs) off the async runtime.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, IndexError> + Send + 'static,
@@ -637,18 +675,42 @@ mod tests {
         }
     }
 
-    /// Chunks and queries go through the one-pass `analyzer`, under tantivy's name for the
-    /// same tokens (its equality with the stock chain is tested in `analyzer`).
+    /// Chunks and queries are analyzed into the same stems (the analyzer's equality with
+    /// the stock chain is tested in `analyzer`): a query's inflection finds a chunk's other
+    /// one, and BM25 prefers the chunk where the stem is denser.
     #[test]
     fn chunks_and_queries_are_analyzed_into_stems() {
         let index = KeywordIndex::in_memory().unwrap();
-        let mut analyzer = index.index.tokenizers().get(TOKENIZER).unwrap();
-        let mut stream = analyzer.token_stream("Lighthouses' KEEPERS, running!");
-        let mut words = Vec::new();
-        while let Some(t) = stream.next() {
-            words.push(t.text.clone());
+        let chunks = vec![
+            chunk(1, "ada", "Lighthouses' KEEPERS, running!"),
+            chunk(
+                2,
+                "ada",
+                "The keeper of a lighthouse and a long, long road home.",
+            ),
+            chunk(3, "ada", "otters sleep holding hands"),
+        ];
+        {
+            let writer = index.writer.lock().unwrap();
+            index.add(&writer, &chunks).unwrap();
         }
-        assert_eq!(words, ["lighthous", "keeper", "run"]);
+        index.commit(1).unwrap();
+        let ada = AgentId::new("ada");
+        let hits = index
+            .search(
+                &ada,
+                &Scope::AGENT,
+                &["keepers".into(), "lighthouse".into()],
+                5,
+            )
+            .unwrap();
+        let ids: Vec<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["ada-doc:1", "ada-doc:2"]);
+        assert!(hits[0].1 > hits[1].1);
+        let none = index
+            .search(&ada, &Scope::AGENT, &["keepsake".into()], 5)
+            .unwrap();
+        assert!(none.is_empty());
     }
 
     /// When most of the best matches belong to another agent, the search still finds the

@@ -24,30 +24,32 @@ pub(super) fn packed(bytes: &[u8]) -> Option<u128> {
     Some(u128::from_le_bytes(key))
 }
 
-/// Slots of a [`Hot`] table, a power of two.
-const HOT_SLOTS: usize = 16_384;
+/// Slots of a [`Hot`] table by default, a power of two.
+pub(super) const HOT_SLOTS: usize = 16_384;
 
 /// A direct-mapped memory of packed keys: each key has one slot, and a new key takes it
 /// over. Lookups are one multiply and one compare; there is nothing to bound, since it
 /// never grows.
-pub(super) struct Hot<V: Copy> {
+/// `SLOTS` (a power of two) sets its size.
+pub(super) struct Hot<V: Copy, const SLOTS: usize = HOT_SLOTS> {
     slots: Box<[(u128, V)]>,
 }
 
-impl<V: Copy + Default> Default for Hot<V> {
+impl<V: Copy + Default, const SLOTS: usize> Default for Hot<V, SLOTS> {
     fn default() -> Self {
+        const { assert!(SLOTS.is_power_of_two()) };
         Hot {
-            slots: vec![(0, V::default()); HOT_SLOTS].into_boxed_slice(),
+            slots: vec![(0, V::default()); SLOTS].into_boxed_slice(),
         }
     }
 }
 
-impl<V: Copy> Hot<V> {
+impl<V: Copy, const SLOTS: usize> Hot<V, SLOTS> {
     #[inline]
     fn slot(key: u128) -> usize {
         // Fibonacci hashing of both halves: the top bits of the product spread every byte.
         let folded = (key as u64) ^ ((key >> 64) as u64).rotate_left(29);
-        (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HOT_SLOTS.trailing_zeros())) as usize
+        (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as usize
     }
 
     /// The value remembered for `key` (a non-zero packed word), if its slot holds it.

@@ -248,6 +248,8 @@ pub struct Prepared {
     bytes: u64,
     /// `(chunk id, text)`; empty when `existing` is set.
     chunks: Vec<(String, String)>,
+    /// Each chunk's terms for the keyword index, when the reader gave them (else empty).
+    terms: Vec<String>,
     /// The same content is stored already, with this many chunks: nothing to do.
     existing: Option<usize>,
 }
@@ -475,7 +477,7 @@ impl Knowledge {
         agent_id: &AgentId,
         document_id: String,
         scope: &Scope,
-        chunks: Vec<(String, String)>,
+        chunks: (Vec<(String, String)>, Vec<String>),
     ) {
         let index = &self.inner.index;
         if !index.is_built() {
@@ -571,6 +573,7 @@ impl Knowledge {
             hash,
             bytes: size,
             chunks: Vec::new(),
+            terms: Vec::new(),
             existing: None,
         };
         if let Some(existing) = self.inner.store.document(agent_id, &prepared.id).await? {
@@ -593,6 +596,7 @@ impl Knowledge {
             )));
         }
         prepared.content_type = chunked.format.content_type();
+        prepared.terms = chunked.terms;
         prepared.chunks = chunked
             .chunks
             .into_iter()
@@ -650,6 +654,7 @@ impl Knowledge {
             hash,
             bytes,
             chunks,
+            terms,
             existing,
         } = prepared;
         if let Some(chunks) = existing {
@@ -692,7 +697,7 @@ impl Knowledge {
         // The index takes the chunks in hand (they are not read back from the database),
         // and lets them go as it indexes them.
         let count = chunks.len();
-        self.after_add(seq, agent_id, id.clone(), &scope, chunks)
+        self.after_add(seq, agent_id, id.clone(), &scope, (chunks, terms))
             .await;
         let scope = scope
             .room()

@@ -92,6 +92,9 @@ pub enum Input<'a> {
 pub(crate) struct Chunked {
     pub format: Format,
     pub chunks: Vec<String>,
+    /// Each chunk's terms for the keyword index, when read in this process (`chunk`);
+    /// empty from a worker, whose chunks the index analyzes as it takes them.
+    pub terms: Vec<String>,
 }
 
 /// The request line.
@@ -124,8 +127,12 @@ enum Reply {
 }
 
 /// Extraction and chunking of one document, as both the worker and the in-process reader
-/// do it.
-fn read_document(request: &Request, bytes: &[u8]) -> Result<Chunked, ExtractError> {
+/// do it; with each chunk's terms when asked.
+fn read_document(
+    request: &Request,
+    bytes: &[u8],
+    with_terms: bool,
+) -> Result<Chunked, ExtractError> {
     let name = request.name.as_str();
     let format = extract::detect(name, request.content_type.as_deref(), bytes)?;
     let text = extract::extract(format, name, bytes)?;
@@ -137,8 +144,23 @@ fn read_document(request: &Request, bytes: &[u8]) -> Result<Chunked, ExtractErro
             bytes.len()
         )));
     }
-    let chunks = chunk::chunk(format, &text, request.chunk_tokens, request.chunk_overlap);
-    Ok(Chunked { format, chunks })
+    let (tokens, overlap) = (request.chunk_tokens, request.chunk_overlap);
+    if !with_terms {
+        let chunks = chunk::chunk(format, &text, tokens, overlap);
+        return Ok(Chunked {
+            format,
+            chunks,
+            terms: Vec::new(),
+        });
+    }
+    let (chunks, terms) = chunk::chunk_with_terms(format, &text, tokens, overlap)
+        .into_iter()
+        .unzip();
+    Ok(Chunked {
+        format,
+        chunks,
+        terms,
+    })
 }
 
 /// Who reads documents: a sandboxed worker per document (the gateway, the CLI), or this
@@ -218,7 +240,7 @@ impl Reader {
                         KnowledgeError::Unreadable(format!("cannot read `{name}`: {e}"))
                     })?,
                 };
-                tokio::task::spawn_blocking(move || read_document(&request, &bytes))
+                tokio::task::spawn_blocking(move || read_document(&request, &bytes, true))
                     .await
                     .map_err(|e| {
                         KnowledgeError::Unreadable(format!("`{name}` could not be read: {e}"))
@@ -611,7 +633,11 @@ async fn read_reply<R: AsyncBufRead + Unpin>(
             .map_err(|e| ReplyError::Broken(e.to_string()))?;
         chunks.push(String::from_utf8(text).map_err(|e| ReplyError::Broken(e.to_string()))?);
     }
-    Ok(Ok(Chunked { format, chunks }))
+    Ok(Ok(Chunked {
+        format,
+        chunks,
+        terms: Vec::new(),
+    }))
 }
 
 /// `troupe extract`: the worker. Reads requests from stdin, each a line and the document's
@@ -657,7 +683,9 @@ pub fn worker_main() -> ExitCode {
                 return ExitCode::from(2);
             }
         }
-        let result = read_document(&request, &bytes);
+        // Chunks only: the gateway's index analyzes them as it takes them, and the
+        // reply's bound stays what it was.
+        let result = read_document(&request, &bytes, false);
         drop(bytes);
         if let Err(e) = write_reply(&mut out, result).and_then(|()| out.flush()) {
             eprintln!("troupe extract: cannot write the answer: {e}");
@@ -668,7 +696,7 @@ pub fn worker_main() -> ExitCode {
 
 fn write_reply(out: &mut impl Write, result: Result<Chunked, ExtractError>) -> std::io::Result<()> {
     let (reply, chunks) = match result {
-        Ok(Chunked { format, chunks }) => (
+        Ok(Chunked { format, chunks, .. }) => (
             Reply::Ok {
                 content_type: format.content_type().to_string(),
                 chunks: chunks.len(),
@@ -714,7 +742,7 @@ mod tests {
     #[tokio::test]
     async fn the_reply_round_trips() {
         let mut out = Vec::new();
-        let done = read_document(&request(), b"The ferry leaves at noon.").unwrap();
+        let done = read_document(&request(), b"The ferry leaves at noon.", false).unwrap();
         write_reply(&mut out, Ok(done.clone())).unwrap();
         assert_eq!(decode(out.clone(), 1 << 20).await.unwrap().unwrap(), done);
         assert!(matches!(
@@ -742,7 +770,7 @@ mod tests {
     fn text_that_grows_past_its_bound_is_refused() {
         // 8 bytes of JSON whose flattened text would be small: accepted; the bound is
         // relative to the input plus a megabyte of slack.
-        assert!(read_document(&request(), b"{\"a\": 1}").is_ok());
+        assert!(read_document(&request(), b"{\"a\": 1}", false).is_ok());
         assert!(max_text(10) > 10 * TEXT_FACTOR);
         assert!(max_reply(10) > max_text(10));
     }
