@@ -72,14 +72,8 @@ const MAX_SHORTENINGS: usize = 16;
 /// neighbours. Empty and whitespace-only pieces are dropped.
 pub(crate) fn chunk(format: Format, text: &str, tokens: usize, overlap: usize) -> Vec<String> {
     let mut out = Vec::new();
-    with_counts(|counts| {
-        cut(
-            text,
-            matches!(format, Format::Markdown | Format::Html),
-            (tokens, overlap),
-            |p| counts.count(p),
-            |c, _| out.push(c.to_string()),
-        );
+    each_chunk(format, text, (tokens, overlap), |c, _| {
+        out.push(c.to_string())
     });
     out
 }
@@ -92,16 +86,22 @@ pub(crate) fn chunk_with_terms(
     overlap: usize,
 ) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    with_counts(|counts| {
-        cut(
-            text,
-            matches!(format, Format::Markdown | Format::Html),
-            (tokens, overlap),
-            |p| counts.count(p),
-            |c, pieces| out.push((c.to_string(), terms_of(text, c, pieces))),
-        );
+    each_chunk(format, text, (tokens, overlap), |c, pieces| {
+        out.push((c.to_string(), terms_of(text, c, pieces)));
     });
     out
+}
+
+/// The chunks of `text` into `emit`, each with its pieces, counted with the process's
+/// memory.
+fn each_chunk<'t>(
+    format: Format,
+    text: &'t str,
+    size: (usize, usize),
+    emit: impl FnMut(&'t str, std::collections::vec_deque::Iter<'_, Piece>),
+) {
+    let markdown = matches!(format, Format::Markdown | Format::Html);
+    with_counts(|counts| cut(text, markdown, size, |p| counts.count(p), emit));
 }
 
 /// Runs `f` with the process's count memory, or with a memory of its own when another

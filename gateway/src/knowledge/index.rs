@@ -127,6 +127,10 @@ pub struct KeywordIndex {
     staged: AtomicI64,
     /// Chunks added since the last commit; a search commits first when there are any.
     pending: AtomicUsize,
+    /// Documents staged by this process so far, and as seen by the last [`Self::follow`]:
+    /// the follow timer commits this process's own staging only once it has paused.
+    stagings: AtomicUsize,
+    stagings_seen: AtomicUsize,
     head: AtomicI64,
     rebuilding: AtomicBool,
     rebuilt_chunks: AtomicI64,
@@ -248,6 +252,8 @@ impl KeywordIndex {
             applied: AtomicI64::new(applied.unwrap_or(-1)),
             staged: AtomicI64::new(applied.unwrap_or(-1)),
             pending: AtomicUsize::new(0),
+            stagings: AtomicUsize::new(0),
+            stagings_seen: AtomicUsize::new(0),
             head: AtomicI64::new(0),
             rebuilding: AtomicBool::new(false),
             rebuilt_chunks: AtomicI64::new(0),
@@ -285,6 +291,23 @@ impl KeywordIndex {
         let _one = self.sync.lock().await;
         let applied = self.replay(store).await?;
         self.commit_staged().await?;
+        Ok(applied)
+    }
+
+    /// The follow timer's step: replays other writers' changes and commits them, so they
+    /// reach this replica's results. This process's own staging is committed only once it
+    /// has paused for a whole step (or by [`COMMIT_EVERY`], or by the next search, which
+    /// commits what is pending): a commit per step during a long upload stalled it every
+    /// time (see `stage_own`).
+    pub async fn follow(self: &Arc<Self>, store: &Store) -> Result<i64, IndexError> {
+        let _one = self.sync.lock().await;
+        let before = self.staged.load(Ordering::Relaxed);
+        let applied = self.replay(store).await?;
+        let stagings = self.stagings.load(Ordering::Relaxed);
+        let paused = self.stagings_seen.swap(stagings, Ordering::Relaxed) == stagings;
+        if applied != before || paused || self.pending.load(Ordering::Relaxed) >= COMMIT_EVERY {
+            self.commit_staged().await?;
+        }
         Ok(applied)
     }
 
@@ -331,6 +354,7 @@ impl KeywordIndex {
         self.staged.store(seq, Ordering::Relaxed);
         self.head.fetch_max(seq, Ordering::Relaxed);
         self.pending.fetch_add(chunks.len(), Ordering::Relaxed);
+        self.stagings.fetch_add(1, Ordering::Relaxed);
         let place = place(place_of.0, place_of.1);
         let this = Arc::clone(self);
         tokio::spawn(async move {

@@ -408,6 +408,13 @@ impl Knowledge {
         self.index_moved().await
     }
 
+    /// One step of [`Knowledge::follow`]: [`Knowledge::sync_index`], except that this
+    /// process's own uploads are committed once they pause (`KeywordIndex::follow`).
+    async fn follow_step(&self) -> Result<IndexStatus, KnowledgeError> {
+        self.inner.index.follow(&self.inner.store).await?;
+        self.index_moved().await
+    }
+
     /// After the keyword index moved: its gauge, then the vector index follows.
     async fn index_moved(&self) -> Result<IndexStatus, KnowledgeError> {
         let status = self.inner.index.status();
@@ -442,7 +449,7 @@ impl Knowledge {
                     }
                     return;
                 }
-                _ = tick.tick() => match self.sync_index().await {
+                _ = tick.tick() => match self.follow_step().await {
                     Ok(_) if failing => {
                         failing = false;
                         tracing::info!("keyword index follows the database again");

@@ -575,19 +575,24 @@ mod tests {
     #[tokio::test]
     async fn a_failing_call_in_a_batch_rolls_back_alone() {
         let (_dir, _store, engine) = engine().await;
-        // The first call holds the thread until the next two are queued behind it.
+        // The first call holds the thread until the next two are queued behind it. It is
+        // running before they are sent: sent earlier, they could join its batch (the thread
+        // takes whatever is queued when it wakes), and the queue would never hold them.
         let (release, held) = std::sync::mpsc::channel::<()>();
+        let (started, running) = tokio::sync::oneshot::channel::<()>();
         let first = tokio::spawn({
             let engine = engine.clone();
             async move {
                 engine
                     .call(move |_| {
+                        let _ = started.send(());
                         let _ = held.recv();
                         Ok(())
                     })
                     .await
             }
         });
+        running.await.unwrap();
         let good = tokio::spawn({
             let engine = engine.clone();
             async move { engine.call(|conn| insert(conn, "kept")).await }
