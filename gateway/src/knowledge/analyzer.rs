@@ -162,6 +162,13 @@ pub(super) fn terms_into(text: &str, out: &mut String) {
     }
 }
 
+/// [`terms_into`] a new string.
+pub(super) fn terms(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    terms_into(text, &mut out);
+    out
+}
+
 /// The index-time tokenizer of chunk text: the text arrives as its terms, already
 /// analyzed off tantivy's indexing thread ([`terms_into`]), and is only split at spaces.
 /// Analyzing on the indexing thread made that one thread the bound of ingest speed

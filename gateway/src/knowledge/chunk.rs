@@ -35,7 +35,7 @@ use std::sync::{LazyLock, Mutex, TryLockError};
 use rustc_hash::FxHashMap;
 use tiktoken_rs::{CoreBPE, Rank, byte_pair_split};
 
-use super::analyzer::terms_into;
+use super::analyzer::{terms, terms_into};
 use super::extract::Format;
 use super::memo::{Hot, packed};
 
@@ -60,8 +60,9 @@ static RANKS: LazyLock<Option<FxHashMap<Vec<u8>, Rank>>> = LazyLock::new(|| {
 /// enough that a piece never holds more tokens than a chunk may (bytes bound tokens), and
 /// that BPE of a piece is cheap.
 const MAX_PIECE: usize = 64;
-/// Distinct pieces whose counts one thread remembers; past it the memory is dropped and
-/// starts again (a few MB at most: pieces are at most [`MAX_PIECE`] bytes).
+/// Distinct pieces whose counts (and, for short ones, terms) the memory keeps; past it the
+/// memory is dropped and starts again (a few MB at most: a short piece's entry is 32 bytes,
+/// and pieces are at most [`MAX_PIECE`] bytes).
 const MAX_REMEMBERED: usize = 200_000;
 /// How many times a chunk over its size after an exact count is shortened by a piece before
 /// it is cut at the size by the estimate alone (never reached in practice: an estimate is
@@ -124,19 +125,14 @@ fn with_counts(f: impl FnOnce(&mut Counts)) {
 /// The terms of `chunk` (a trimmed slice of `text` over `pieces`): the pieces' terms
 /// from memory, one after the other, or the chunk analyzed whole when a piece after its
 /// first starts inside a run.
-fn terms_of<'p>(text: &str, chunk: &str, mut pieces: impl Iterator<Item = &'p Piece>) -> String {
-    let whole = || {
-        let mut out = String::with_capacity(chunk.len());
-        terms_into(chunk, &mut out);
-        out
-    };
+fn terms_of<'p>(text: &str, chunk: &str, pieces: impl Iterator<Item = &'p Piece>) -> String {
     // Bytes first, checked as UTF-8 once per chunk rather than once per piece.
     let mut out: Vec<u8> = Vec::with_capacity(chunk.len());
     let mut scratch = String::new();
     let mut first = true;
-    for p in pieces.by_ref() {
+    for p in pieces {
         if p.level == Level::Forced && !first {
-            return whole();
+            return terms(chunk);
         }
         first = false;
         let seen = p.seen.to_le_bytes();
@@ -150,7 +146,7 @@ fn terms_of<'p>(text: &str, chunk: &str, mut pieces: impl Iterator<Item = &'p Pi
         }
     }
     // Whole characters were packed; should that ever fail, the chunk is analyzed whole.
-    String::from_utf8(out).unwrap_or_else(|_| whole())
+    String::from_utf8(out).unwrap_or_else(|_| terms(chunk))
 }
 
 /// What is remembered of a piece of at most 15 bytes, in one `u128`: its terms (each
@@ -207,9 +203,7 @@ impl Counts {
             let seen = match self.short.get(&key) {
                 Some(&seen) => seen,
                 None => {
-                    let mut terms = String::new();
-                    terms_into(piece, &mut terms);
-                    let seen = remember(piece_tokens(piece), Some(&terms));
+                    let seen = remember(piece_tokens(piece), Some(&terms(piece)));
                     if self.short.len() >= MAX_REMEMBERED {
                         self.short.clear();
                     }

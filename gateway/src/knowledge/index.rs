@@ -32,7 +32,7 @@
 //!
 //! Terms come from [`EnStem`] (tantivy's `en_stem` tokens in one pass, stems remembered
 //! per distinct word). Chunk text is analyzed by the writer's caller, off tantivy's one
-//! indexing thread, and reaches the index as its terms ([`terms_into`]), which the field's
+//! indexing thread, and reaches the index as its terms ([`terms`]), which the field's
 //! tokenizer ([`Terms`]) only splits: analyzing on that thread bound ingest speed.
 
 use std::path::Path;
@@ -49,7 +49,7 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 
 use troupe_connectors::AgentId;
 
-use super::analyzer::{EnStem, Terms, terms_into};
+use super::analyzer::{EnStem, Terms, terms};
 use crate::storage::{IndexChunk, Scope, Store};
 
 /// The index-time tokenizer of chunk text, which arrives analyzed (see the module
@@ -127,10 +127,9 @@ pub struct KeywordIndex {
     staged: AtomicI64,
     /// Chunks added since the last commit; a search commits first when there are any.
     pending: AtomicUsize,
-    /// Documents staged by this process so far, and as seen by the last [`Self::follow`]:
-    /// the follow timer commits this process's own staging only once it has paused.
-    stagings: AtomicUsize,
-    stagings_seen: AtomicUsize,
+    /// The last change staged when the last [`Self::follow`] step ended: when a step starts
+    /// from it, this process staged nothing in between (its uploads have paused).
+    followed: AtomicI64,
     head: AtomicI64,
     rebuilding: AtomicBool,
     rebuilt_chunks: AtomicI64,
@@ -252,8 +251,7 @@ impl KeywordIndex {
             applied: AtomicI64::new(applied.unwrap_or(-1)),
             staged: AtomicI64::new(applied.unwrap_or(-1)),
             pending: AtomicUsize::new(0),
-            stagings: AtomicUsize::new(0),
-            stagings_seen: AtomicUsize::new(0),
+            followed: AtomicI64::new(-1),
             head: AtomicI64::new(0),
             rebuilding: AtomicBool::new(false),
             rebuilt_chunks: AtomicI64::new(0),
@@ -303,8 +301,7 @@ impl KeywordIndex {
         let _one = self.sync.lock().await;
         let before = self.staged.load(Ordering::Relaxed);
         let applied = self.replay(store).await?;
-        let stagings = self.stagings.load(Ordering::Relaxed);
-        let paused = self.stagings_seen.swap(stagings, Ordering::Relaxed) == stagings;
+        let paused = self.followed.swap(applied, Ordering::Relaxed) == before;
         if applied != before || paused || self.pending.load(Ordering::Relaxed) >= COMMIT_EVERY {
             self.commit_staged().await?;
         }
@@ -332,7 +329,7 @@ impl KeywordIndex {
         seq: i64,
         document_id: String,
         place_of: (&AgentId, &Scope),
-        (chunks, terms): (Vec<(String, String)>, Vec<String>),
+        (chunks, given): (Vec<(String, String)>, Vec<String>),
     ) -> Result<(), IndexError> {
         let one = Arc::clone(&self.sync).lock_owned().await;
         let staged = self.staged.load(Ordering::Relaxed);
@@ -354,7 +351,6 @@ impl KeywordIndex {
         self.staged.store(seq, Ordering::Relaxed);
         self.head.fetch_max(seq, Ordering::Relaxed);
         self.pending.fetch_add(chunks.len(), Ordering::Relaxed);
-        self.stagings.fetch_add(1, Ordering::Relaxed);
         let place = place(place_of.0, place_of.1);
         let this = Arc::clone(self);
         tokio::spawn(async move {
@@ -370,12 +366,9 @@ impl KeywordIndex {
                 // large upload is not held twice (the gateway's peak memory, tests/hostile.rs).
                 // Terms the reader gave are used as they are; without them (a worker's
                 // chunks) each chunk is analyzed here.
-                let mut terms = terms.into_iter();
+                let mut given = given.into_iter();
                 for (id, text) in chunks {
-                    let terms = match terms.next() {
-                        Some(t) => t,
-                        None => analyzed(&text),
-                    };
+                    let terms = given.next().unwrap_or_else(|| terms(&text));
                     writer.add_document(index.document(&id, &document_id, &place, terms))?;
                 }
                 Ok(())
@@ -522,8 +515,7 @@ impl KeywordIndex {
     fn add(&self, writer: &IndexWriter, chunks: &[IndexChunk]) -> Result<(), IndexError> {
         for c in chunks {
             let place = place(&c.agent_id, &c.scope);
-            let terms = analyzed(&c.text);
-            writer.add_document(self.document(&c.id, &c.document_id, &place, terms))?;
+            writer.add_document(self.document(&c.id, &c.document_id, &place, terms(&c.text)))?;
         }
         Ok(())
     }
@@ -666,13 +658,6 @@ impl KeywordIndex {
         }
         Ok(out)
     }
-}
-
-/// A chunk's terms, analyzed from its text (see the module comment).
-fn analyzed(text: &str) -> String {
-    let mut terms = String::with_capacity(text.len());
-    terms_into(text, &mut terms);
-    terms
 }
 
 /// Runs tantivy's blocking work (writes, commits with their fsyncs) off the async runtime.
