@@ -278,6 +278,14 @@ impl KeywordIndex {
         self.checked.load(Ordering::Relaxed) && self.applied.load(Ordering::Relaxed) >= 0
     }
 
+    /// Waits for the staging running in the background (it holds `sync`), without
+    /// committing it: a test that drops the index as a crash would must first let go of
+    /// the writer, or reopening the directory finds it locked.
+    #[cfg(test)]
+    pub async fn staging_done(&self) {
+        drop(self.sync.lock().await);
+    }
+
     /// Whether chunks were added that a search cannot see yet.
     pub fn has_pending(&self) -> bool {
         self.pending.load(Ordering::Relaxed) > 0

@@ -396,6 +396,12 @@ impl Knowledge {
         )
     }
 
+    /// See `KeywordIndex::staging_done`.
+    #[cfg(test)]
+    pub(crate) async fn index_staging_done(&self) {
+        self.inner.index.staging_done().await
+    }
+
     /// How far the keyword index has followed the database (for `/readyz` and `/metrics`).
     pub fn index_status(&self) -> IndexStatus {
         self.inner.index.status()

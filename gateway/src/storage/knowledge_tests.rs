@@ -746,6 +746,9 @@ async fn a_removed_index_directory_is_rebuilt_with_nothing_lost(store: Store) {
     }
     let head = store.last_knowledge_change().await.unwrap();
     // Dropped with the two uploads staged but not committed (commits are lazy): as a crash.
+    // The second upload is still being staged in the background, holding the index's
+    // writer (and its directory lock) until it is done; a crash would let go of both.
+    k.index_staging_done().await;
     drop(k);
     // Reopened: the commit says how far it had got; the rest is replayed, nothing rebuilt.
     let k = open();
