@@ -751,3 +751,74 @@ async fn two_replicas_follow_each_others_uploads_and_deletes() {
         .await;
     }
 }
+
+/// A document just under the size limit is read by `troupe ingest` through the extract
+/// workers with their default address-space limit (`TROUPE_EXTRACT_MEMORY_MB`, 512). The
+/// workers are this executable, on its allocator: jemalloc's default of keeping freed
+/// address space mapped (`retain`) crashed the worker on a 52 MB document that glibc's
+/// malloc read in the same limit, so the worker runs with its own allocator options.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_at_the_size_limit_is_read_within_the_workers_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let personas = dir.path().join("personas");
+    std::fs::create_dir_all(&personas).unwrap();
+    std::fs::write(
+        personas.join("ada.json"),
+        serde_json::to_vec(&persona_json(AGENT, BIO)).unwrap(),
+    )
+    .unwrap();
+    // Prose-like Markdown from a fixed generator: words of a 5,000-word vocabulary in
+    // sentences and paragraphs under headings, 1 KiB under the default limit of 50 MiB.
+    let target = (50 << 20) - 1024;
+    let mut text = String::with_capacity(target);
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut section = 0;
+    while text.len() < target - 200 {
+        if next() % 40 == 0 {
+            section += 1;
+            text.push_str(&format!("\n## Section {section}\n\n"));
+        }
+        for i in 0..(6 + next() % 14) {
+            if i > 0 {
+                text.push(' ');
+            }
+            text.push_str(&format!("w{}", next() % 5_000));
+        }
+        text.push_str(if next() % 6 == 0 { ".\n\n" } else { ". " });
+    }
+    let file = dir.path().join("big.md");
+    std::fs::write(&file, &text).unwrap();
+    drop(text);
+
+    let out = tokio::process::Command::new(troupe_bin())
+        .args(["ingest", "--agent", AGENT])
+        .arg(&file)
+        .current_dir(dir.path())
+        .env(
+            "TROUPE_DATABASE_URL",
+            format!("sqlite://{}", dir.path().join("troupe.db").display()),
+        )
+        .env("TROUPE_PERSONAS", &personas)
+        .env("TROUPE_INDEX_DIR", dir.path().join("index"))
+        .env_remove("TROUPE_CONFIG")
+        .env_remove("TROUPE_EXTRACT_MEMORY_MB")
+        .env_remove("TROUPE_EXTRACT_TIMEOUT_SECS")
+        .output()
+        .await
+        .expect("run troupe ingest");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("1 document(s) added"),
+        "status {:?}\nstdout: {stdout}\nstderr: {stderr}",
+        out.status
+    );
+}

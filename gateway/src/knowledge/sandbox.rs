@@ -163,6 +163,13 @@ fn read_document(
     })
 }
 
+/// The worker's jemalloc options (the executable's allocator, `main.rs`). jemalloc keeps
+/// the address space it frees mapped (`retain`), and under the worker's `RLIMIT_AS` that
+/// space ran out: a 52 MB Markdown file, which glibc's malloc read within 512 MB, crashed
+/// the worker (tests/knowledge.rs). Unmapped when freed, it reads again. No effect on a
+/// build with another allocator.
+const WORKER_MALLOC_CONF: &str = "retain:false";
+
 /// Who reads documents: a sandboxed worker per document (the gateway, the CLI), or this
 /// process (unit tests and benchmarks, whose executable is not `troupe`).
 #[derive(Clone)]
@@ -495,6 +502,7 @@ impl Worker {
         cmd.args(&self.args)
             // Nothing of the gateway's environment (tokens, keys) reaches the parser.
             .env_clear()
+            .env("_RJEM_MALLOC_CONF", WORKER_MALLOC_CONF)
             .current_dir("/")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
