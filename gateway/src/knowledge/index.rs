@@ -362,7 +362,6 @@ impl KeywordIndex {
         let place = place(place_of.0, place_of.1);
         let this = Arc::clone(self);
         tokio::spawn(async move {
-            let _one = one;
             let index = Arc::clone(&this);
             let added = blocking(move || {
                 let writer = index.writer.lock().unwrap_or_else(|p| p.into_inner());
@@ -397,6 +396,11 @@ impl KeywordIndex {
             if let Err(e) = result {
                 tracing::warn!(error = %e, "keyword index update failed; it will catch up");
             }
+            // This task's hold on the index goes before `sync` is let go: whoever waited
+            // for `sync` (`staging_done`, then a drop as a crash would) must find the
+            // writer, and the directory lock with it, released once it drops its own.
+            drop(this);
+            drop(one);
         });
         Ok(())
     }
