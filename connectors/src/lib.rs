@@ -18,6 +18,8 @@
 //! - `farcaster` (feature `farcaster`, on by default): Farcaster over Neynar's v2 API,
 //!   polling notifications or taking signed webhooks, posting replies as chained casts.
 //! - [`telegram`] (feature `telegram`, on by default): the Telegram Bot API connector.
+//! - [`tls`]: the one TLS crypto provider (ring), and the builder every HTTP client comes
+//!   from.
 //! - `conformance` (tests only): one test body that every connector runs against its fake
 //!   platform: messages come out normalized, shutdown is respected, send errors surface.
 //! - `fuzzing` (feature `fuzzing`, hidden): byte-level entry points for the fuzz targets in
@@ -44,6 +46,7 @@ pub mod registry;
 pub mod split;
 #[cfg(feature = "telegram")]
 pub mod telegram;
+pub mod tls;
 
 pub use connector::{
     Accepted, Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, ContextLine,

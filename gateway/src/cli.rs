@@ -82,6 +82,9 @@ enum Command {
     /// The sandboxed document worker, started by troupe itself: reads one document on
     /// stdin and writes its chunks on stdout (see docs/knowledge.md).
     Extract,
+    /// Exit 0 if the gateway on TROUPE_HTTP_ADDR answers `GET /healthz`, 1 if not: the
+    /// container image's health check (it has no shell, curl or wget).
+    Healthcheck,
 }
 
 pub fn main() -> ExitCode {
@@ -91,9 +94,8 @@ pub fn main() -> ExitCode {
     if let Command::Extract = cli.command {
         return crate::knowledge::worker_main();
     }
-    // The process-wide TLS crypto provider: with both ring and aws-lc-rs in the dependency
-    // tree, rustls cannot pick one by itself and panics on the first TLS connection.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // The process-wide TLS crypto provider (ring): reqwest is built without one of its own.
+    troupe_connectors::tls::install_crypto_provider();
     let config = match Config::load() {
         Ok(c) => c,
         Err(e) => {
@@ -101,6 +103,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // No runtime and no logging: a health check runs every few seconds and says one line.
+    if let Command::Healthcheck = cli.command {
+        return healthcheck(config.http_addr);
+    }
     // A benchmark measures the path, not the per-message log lines: quiet unless asked.
     let filter = match &cli.command {
         Command::Bench(_) if !config.log_filter_set => "warn",
@@ -138,6 +144,7 @@ pub fn main() -> ExitCode {
                 json,
             } => usage(config, agent, by, since, json).await,
             Command::Extract => Ok(crate::knowledge::worker_main()),
+            Command::Healthcheck => Ok(healthcheck(config.http_addr)),
         }
     });
     match result {
@@ -146,6 +153,59 @@ pub fn main() -> ExitCode {
             eprintln!("troupe: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `troupe healthcheck`: asks the gateway's own `/healthz` on loopback (a wildcard listen
+/// address is reached there) and exits 0 on a 200. It says why when it fails.
+fn healthcheck(listen: std::net::SocketAddr) -> ExitCode {
+    match probe_healthz(listen, std::time::Duration::from_secs(3)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("troupe healthcheck: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One `GET /healthz` over a plain TCP connection, every step bounded by `timeout`. Only the
+/// status line is read (at most 256 bytes): the body does not matter, and a peer that
+/// talks forever cannot hold the check.
+fn probe_healthz(listen: std::net::SocketAddr, timeout: std::time::Duration) -> Result<(), String> {
+    use std::io::Read;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+    let ip = match listen.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    let addr = SocketAddr::new(ip, listen.port());
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("cannot send to {addr}: {e}"))?;
+    let mut head = Vec::with_capacity(256);
+    let mut limited = stream.take(256);
+    let mut buf = [0u8; 256];
+    while !head.contains(&b'\n') {
+        match limited.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(format!("no answer from {addr}/healthz: {e}")),
+        }
+    }
+    let line = String::from_utf8_lossy(&head);
+    let line = line.lines().next().unwrap_or("").trim();
+    match line.split(' ').nth(1) {
+        Some("200") => Ok(()),
+        _ if line.is_empty() => Err(format!("{addr}/healthz closed without answering")),
+        _ => Err(format!("{addr}/healthz answered {line:?}")),
     }
 }
 
@@ -356,4 +416,71 @@ async fn ingest(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe_healthz;
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpListener};
+    use std::time::Duration;
+
+    /// A one-connection server on a wildcard address, answering `reply` after reading the
+    /// request; returns the address it listens on and what it was asked.
+    fn serve_once(reply: &'static [u8]) -> (SocketAddr, std::thread::JoinHandle<String>) {
+        let listener = TcpListener::bind("0.0.0.0:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handle = std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 512];
+            while !request.ends_with(b"\r\n\r\n") {
+                let n = socket.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+            }
+            let _ = socket.write_all(reply);
+            String::from_utf8_lossy(&request).into_owned()
+        });
+        (addr, handle)
+    }
+
+    #[test]
+    fn a_200_is_healthy_and_the_wildcard_address_is_reached_on_loopback() {
+        let (addr, server) = serve_once(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+        probe_healthz(addr, Duration::from_secs(5)).expect("healthy");
+        let request = server.join().unwrap();
+        assert!(
+            request.starts_with("GET /healthz HTTP/1.1\r\n"),
+            "{request}"
+        );
+    }
+
+    #[test]
+    fn another_status_or_no_server_is_unhealthy_with_the_reason() {
+        let (addr, server) = serve_once(b"HTTP/1.1 503 Service Unavailable\r\n\r\n");
+        let err = probe_healthz(addr, Duration::from_secs(5)).unwrap_err();
+        assert!(err.contains("503 Service Unavailable"), "{err}");
+        server.join().unwrap();
+
+        // A port nothing listens on: bind, learn the port, close.
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let err = probe_healthz(closed, Duration::from_secs(5)).unwrap_err();
+        assert!(err.contains("cannot connect"), "{err}");
+    }
+
+    /// A peer that accepts and never answers holds the check only for the timeout.
+    #[test]
+    fn a_silent_peer_fails_the_check_at_the_timeout() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let err = probe_healthz(addr, Duration::from_millis(200)).unwrap_err();
+        assert!(err.contains("no answer"), "{err}");
+        drop(listener);
+    }
 }

@@ -323,7 +323,7 @@ impl Fetcher {
         let mut redirects = 0;
         loop {
             let (host, pinned) = self.check(&url).await?;
-            let mut client = reqwest::Client::builder()
+            let mut client = troupe_connectors::tls::http_client()
                 .redirect(reqwest::redirect::Policy::none())
                 .no_proxy()
                 .user_agent(concat!("troupe/", env!("CARGO_PKG_VERSION")));

@@ -321,6 +321,8 @@ impl GenaiProvider {
                 })
             },
         );
+        // genai builds a reqwest client, which needs the process's TLS provider.
+        troupe_connectors::tls::install_crypto_provider();
         let client = genai::Client::builder()
             .with_service_target_resolver(resolver)
             .with_web_config(

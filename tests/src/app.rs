@@ -358,7 +358,7 @@ impl TestApp {
             Some(url) => Database { url: url.clone() },
             None => Database::create(options.backend, dir.path()).await,
         };
-        let client = reqwest::Client::builder()
+        let client = crate::http_client()
             .no_proxy()
             .timeout(REQUEST_DEADLINE)
             .build()

@@ -72,7 +72,7 @@ impl Browser {
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", driver.display()));
-        let http = reqwest::Client::builder()
+        let http = crate::http_client()
             .no_proxy()
             .timeout(Duration::from_secs(60))
             .build()

@@ -457,7 +457,7 @@ pub fn sign_webhook(secret: &str, body: &[u8]) -> String {
 }
 
 async fn post_webhook(url: &str, body: Vec<u8>, signature: Option<String>) -> (StatusCode, Value) {
-    let client = reqwest::Client::builder()
+    let client = crate::http_client()
         .no_proxy()
         .timeout(Duration::from_secs(60))
         .build()

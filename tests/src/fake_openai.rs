@@ -1058,7 +1058,7 @@ mod tests {
     }
 
     fn client() -> reqwest::Client {
-        reqwest::Client::builder().no_proxy().build().unwrap()
+        crate::http_client().no_proxy().build().unwrap()
     }
 
     fn chat_body(user: &str) -> Value {
@@ -1368,7 +1368,7 @@ mod tests {
     async fn a_client_timeout_fires_on_hang() {
         let fake = FakeOpenAi::start().await;
         fake.set_fallback(Some(Script::Hang));
-        let err = reqwest::Client::builder()
+        let err = crate::http_client()
             .no_proxy()
             .timeout(Duration::from_millis(200))
             .build()

@@ -500,7 +500,7 @@ impl Drop for FakeTelegram {
 /// POSTs `update` to a webhook `url` as Telegram does, with the secret header when given.
 /// Returns the status and body.
 pub async fn deliver_webhook(url: &str, secret: Option<&str>, update: &Value) -> (u16, String) {
-    let client = reqwest::Client::builder()
+    let client = crate::http_client()
         .no_proxy()
         .timeout(Duration::from_secs(60))
         .build()
@@ -1271,7 +1271,7 @@ mod tests {
     use super::*;
 
     fn client() -> reqwest::Client {
-        reqwest::Client::builder().no_proxy().build().unwrap()
+        crate::http_client().no_proxy().build().unwrap()
     }
 
     async fn call(fake: &FakeTelegram, method: &str, body: Value) -> (u16, Value) {

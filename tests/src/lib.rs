@@ -40,6 +40,23 @@ pub use fake_openai::{
 pub use services::{PrivateNats, PrivatePostgres};
 pub use wait::Diagnose;
 
+/// An HTTP client builder for tests and fakes. reqwest is built without a TLS provider of
+/// its own (troupe installs ring for the whole process, `troupe_connectors::tls`), so the
+/// test process installs ring too before its first client.
+pub fn http_client() -> reqwest::ClientBuilder {
+    install_crypto_provider();
+    reqwest::Client::builder()
+}
+
+/// Installs ring as the test process's rustls provider, once (genai builds reqwest clients
+/// of its own).
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// The elizaOS character fixtures: `TROUPE_FIXTURES_DIR`, or `shared/fixtures/characters`
 /// beside the repository. `None` (with a note) outside CI when they are absent; in CI their
 /// absence fails the test.

@@ -22,6 +22,7 @@ fn client_for(base_url: String, key: String) -> Client {
             })
         },
     );
+    troupe_e2e::install_crypto_provider();
     Client::builder()
         .with_service_target_resolver(resolver)
         .build()

@@ -675,3 +675,38 @@ async fn the_api_token_guards_every_route_but_the_probes(backend: Backend) {
         app.logs()
     );
 }
+
+/// `troupe healthcheck` (the image's health check) reports the gateway it is pointed at:
+/// 0 while it runs, 1 with the reason once it has stopped. The listen address is the
+/// gateway's own, as the image passes it.
+#[tokio::test]
+async fn troupe_healthcheck_reports_the_running_gateway() {
+    async fn healthcheck(
+        dir: &std::path::Path,
+        addr: std::net::SocketAddr,
+    ) -> std::process::Output {
+        tokio::process::Command::new(troupe_e2e::troupe_bin())
+            .arg("healthcheck")
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("TROUPE_HTTP_ADDR", addr.to_string())
+            .output()
+            .await
+            .expect("troupe healthcheck runs")
+    }
+    let fake = FakeOpenAi::start().await;
+    let mut app = spawn_with(Backend::Sqlite, &fake).await;
+    let (dir, addr) = (app.data_dir().to_path_buf(), app.addr());
+    let up = healthcheck(&dir, addr).await;
+    assert!(
+        up.status.success(),
+        "healthy gateway: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    app.stop().await;
+    let down = healthcheck(&dir, addr).await;
+    assert_eq!(down.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&down.stderr);
+    assert!(stderr.contains("cannot connect"), "{stderr}");
+}

@@ -250,7 +250,7 @@ async fn hostile_documents_get_an_answer_and_the_gateway_stays_up() {
         eprintln!("hostile corpus: {name}: {} bytes", bytes.len());
     }
 
-    let client = reqwest::Client::builder()
+    let client = troupe_e2e::http_client()
         .no_proxy()
         .timeout(ANSWER_DEADLINE)
         .build()

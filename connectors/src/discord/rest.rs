@@ -61,7 +61,7 @@ fn header<'a>(resp: &'a Response, name: &str) -> Option<&'a str> {
 
 impl Rest {
     pub(crate) fn new(settings: Settings) -> Result<Self, ConnectorError> {
-        let http = reqwest::Client::builder()
+        let http = crate::tls::http_client()
             .timeout(TIMEOUT)
             .user_agent(concat!(
                 "DiscordBot (https://github.com/troupe, ",

@@ -86,7 +86,7 @@ pub(crate) struct Neynar {
 
 impl Neynar {
     pub(crate) fn new(settings: &Settings) -> Result<Self, ConnectorError> {
-        let http = reqwest::Client::builder()
+        let http = crate::tls::http_client()
             .timeout(REQUEST_TIMEOUT)
             .user_agent(concat!("troupe/", env!("CARGO_PKG_VERSION")))
             .build()

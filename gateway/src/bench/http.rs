@@ -32,7 +32,7 @@ pub(super) async fn load(
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..clients {
         // One client (and so one connection) per task, as separate callers would be.
-        let client = reqwest::Client::builder()
+        let client = troupe_connectors::tls::http_client()
             .pool_max_idle_per_host(1)
             .build()?;
         let url = url.clone();

@@ -17,7 +17,7 @@ use crate::persona::{Env, Persona};
 const DEFAULT_API_ROOT: &str = "https://api.telegram.org";
 
 static CLIENT: LazyLock<Option<reqwest::Client>> = LazyLock::new(|| {
-    reqwest::Client::builder()
+    troupe_connectors::tls::http_client()
         .timeout(Duration::from_secs(5))
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -39,7 +39,7 @@ impl std::fmt::Debug for Api {
 
 impl Api {
     pub(super) fn new(settings: &EmbeddingSettings) -> Api {
-        let client = reqwest::Client::builder()
+        let client = troupe_connectors::tls::http_client()
             .timeout(REQUEST_TIMEOUT)
             .build()
             .unwrap_or_default();
