@@ -9,7 +9,6 @@ use super::{
     Backend, JournalId, OutboxEntry, OutboxId, Result, StorageError, Store, now_ms, parse_json,
     with_pool,
 };
-use sqlx::types::Json;
 use troupe_connectors::AgentId;
 
 /// Claims due entries. SQLite has a single writer, so one `UPDATE … RETURNING` is atomic.
@@ -118,31 +117,24 @@ impl Store {
         row.map(OutboxEntry::try_from).transpose()
     }
 
-    /// Records a delivery, with the ids the platform gave the sent message(s).
+    /// Records a delivery, with the ids the platform gave the sent message(s). On Postgres
+    /// the mark joins the writer's batch, and so its commit (see `writer`).
     pub async fn outbox_delivered(&self, id: OutboxId, platform_ids: &[String]) -> Result<()> {
         let now = now_ms();
+        let json = serde_json::to_string(platform_ids)
+            .map_err(|e| StorageError::Corrupt(format!("cannot encode platform ids: {e}")))?;
         if let Some(engine) = &self.engine {
-            let json = serde_json::to_string(platform_ids)
-                .map_err(|e| StorageError::Corrupt(format!("cannot encode platform ids: {e}")))?;
             return engine
                 .call(move |conn| super::engine::outbox_delivered(conn, id.0, &json, now))
                 .await;
         }
-        with_pool!(self, pool => {
-            sqlx::query(
-                "UPDATE outbox
-                 SET state = 'delivered', platform_ids = $2, claimed_until_ms = NULL,
-                     last_error = NULL, delivered_at_ms = $3, updated_at_ms = $3
-                 WHERE id = $1",
-            )
-            .bind(id.0)
-            .bind(Json(platform_ids))
-            .bind(now)
-            .execute(pool)
+        self.writer
+            .outbox_delivered(super::writer::DeliveredReq {
+                outbox_id: id.0,
+                platform_ids_json: json,
+                now,
+            })
             .await
-            .map(|done| done.rows_affected())
-        })?;
-        Ok(())
     }
 
     /// Releases the claim and schedules another attempt. Only a pending entry is touched:

@@ -36,6 +36,7 @@ on_both_backends!(
     concurrent_journal_inserts_with_duplicates,
     batch_of_record_handled_for_one_entry,
     batch_with_a_bad_request,
+    batch_of_every_kind,
     connector_state_is_scoped_and_overwritten,
     dedupe_is_per_room_and_web_caller,
     batch_dedupe_is_per_room,
@@ -1106,6 +1107,126 @@ async fn batch_with_a_bad_request(ctx: Ctx) {
         .await
         .unwrap();
     assert_eq!(texts(&memory), ["fine", "ok"]);
+    if store.backend() == Backend::Postgres {
+        let entry = store.journal_get(bad_id).await.unwrap().unwrap();
+        assert_eq!(entry.state, JournalState::Pending, "rolled back");
+    }
+}
+
+/// A writer batch holding every kind (a journal insert, a handled message, a delivered
+/// mark): on Postgres one transaction. When one request fails it, each kind is written
+/// apart and only that request fails.
+async fn batch_of_every_kind(ctx: Ctx) {
+    let store = &ctx.store;
+    let delivered = |outbox: OutboxId, ids: &[&str]| writer::DeliveredReq {
+        outbox_id: outbox.0,
+        platform_ids_json: serde_json::to_string(ids).unwrap(),
+        now: 9_000,
+    };
+    let platform_ids = |outbox: OutboxId| async move {
+        let (state, ids): (String, String) = with_pool!(store, pool => {
+            sqlx::query_as("SELECT state, CAST(platform_ids AS TEXT) FROM outbox WHERE id = $1")
+                .bind(outbox.0)
+                .fetch_one(pool)
+                .await
+                .unwrap()
+        });
+        (state, serde_json::from_str::<Vec<String>>(&ids).unwrap())
+    };
+    // Handled earlier, its reply now delivered; journaled earlier, now handled; new.
+    let sent = inbound(Platform::Discord, "c1", "sent", "ann", "ping", 1_000);
+    let (_, sent_reply) = exchange(store, &AGENT, &sent, Some("pong")).await;
+    let sent_reply = sent_reply.unwrap();
+    let asked = inbound(Platform::Discord, "c1", "asked", "bob", "how?", 2_000);
+    let JournalInsert::Inserted(asked_id) = store.journal_insert(&AGENT, &asked).await.unwrap()
+    else {
+        panic!("insert")
+    };
+    let fresh = inbound(Platform::Discord, "c2", "fresh", "cy", "hello", 3_000);
+    let key = asked.room.key();
+    let answer = outbound_for(&asked, "like this");
+    let (j, h, d) = writer::write_kinds(
+        &store.pool,
+        vec![journal_req(&fresh)],
+        vec![
+            memory::owned(
+                handled(asked_id, &AGENT, &key, &asked, Some(("like this", &answer))),
+                None,
+            )
+            .unwrap(),
+        ],
+        // Two marks for one entry (a lease ran out mid-send): the later one's ids stay.
+        vec![
+            delivered(sent_reply, &["7"]),
+            delivered(sent_reply, &["8", "9"]),
+        ],
+    )
+    .await;
+    let [Ok(JournalInsert::Inserted(fresh_id))] = j[..] else {
+        panic!("{j:?}")
+    };
+    let [Ok(Some(RecordedReply::Queued(answer_id)))] = h[..] else {
+        panic!("{h:?}")
+    };
+    assert!(matches!(d[..], [Ok(()), Ok(())]), "{d:?}");
+    assert_eq!(
+        platform_ids(sent_reply).await,
+        (
+            "delivered".to_string(),
+            vec!["8".to_string(), "9".to_string()]
+        )
+    );
+    assert_eq!(
+        store.journal_get(asked_id).await.unwrap().unwrap().state,
+        JournalState::Done
+    );
+    assert_eq!(
+        store.journal_get(fresh_id).await.unwrap().unwrap().state,
+        JournalState::Pending
+    );
+    let memory = store.recent_messages(&AGENT, &key, 10).await.unwrap();
+    assert_eq!(texts(&memory), ["ping", "pong", "how?", "like this"]);
+
+    // A batch with a bad handled message: Postgres refuses a NUL in text, which fails the
+    // whole transaction; SQLite stores it, so there the bad request names a journal entry
+    // that does not exist. The other kinds are written all the same.
+    let mut bad = inbound(Platform::Discord, "c2", "bad", "dee", "fine in JSON", 4_000);
+    let bad_id = match store.backend() {
+        Backend::Postgres => {
+            let JournalInsert::Inserted(id) = store.journal_insert(&AGENT, &bad).await.unwrap()
+            else {
+                panic!("insert")
+            };
+            id
+        }
+        Backend::Sqlite => JournalId(999_999),
+    };
+    bad.text = "nul \0 here".into();
+    let bad_key = bad.room.key();
+    let later = inbound(Platform::Discord, "c3", "later", "eve", "hey", 5_000);
+    let (j, h, d) = writer::write_kinds(
+        &store.pool,
+        vec![journal_req(&later), journal_req(&fresh)],
+        vec![memory::owned(handled(bad_id, &AGENT, &bad_key, &bad, None), None).unwrap()],
+        vec![delivered(answer_id, &["10"])],
+    )
+    .await;
+    assert!(
+        matches!(
+            j[..],
+            [
+                Ok(JournalInsert::Inserted(_)),
+                Ok(JournalInsert::Duplicate(id, JournalState::Pending))
+            ] if id == fresh_id
+        ),
+        "{j:?}"
+    );
+    assert!(matches!(h[..], [Err(_)]), "{h:?}");
+    assert!(matches!(d[..], [Ok(())]), "{d:?}");
+    assert_eq!(
+        platform_ids(answer_id).await,
+        ("delivered".to_string(), vec!["10".to_string()])
+    );
     if store.backend() == Backend::Postgres {
         let entry = store.journal_get(bad_id).await.unwrap().unwrap();
         assert_eq!(entry.state, JournalState::Pending, "rolled back");

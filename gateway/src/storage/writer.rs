@@ -1,5 +1,6 @@
-//! The writer: one task per `Store` that owns the hot writes, `journal_insert` and
-//! `record_handled`, and commits whatever callers have queued as one batch.
+//! The writer: one task per `Store` that owns the hot writes, `journal_insert`,
+//! `record_handled` and `outbox_delivered`, and commits whatever callers have queued as
+//! one batch.
 //!
 //! Why: a statement costs little SQL work but a round trip (to sqlx-sqlite's worker thread,
 //! or over the network to Postgres). Many agents writing at once each paid a transaction of
@@ -19,7 +20,11 @@
 //!   they all fail at once (one by one, each would wait out its own pool timeout).
 //!
 //! On Postgres, up to `PG_BATCHES_IN_FLIGHT` batches are written at once, so that they
-//! share the wait for the WAL flush; on SQLite one after the other.
+//! share the wait for the WAL flush; on SQLite one after the other. A Postgres batch
+//! writes its kinds in one transaction, so a message's three writes (its journal entry,
+//! its record, its reply's delivered mark) ride on three batches' commits shared with
+//! every other message in them, not on commits of their own; if that transaction fails,
+//! each kind is written apart, isolated as above.
 //!
 //! On SQLite, statements that must run together are sent as one multi-statement script
 //! (sqlx binds positional `?` parameters in order across the statements of one query), so `record_handled` costs two
@@ -105,9 +110,18 @@ pub(super) struct HandledReq {
 
 type HandledResult = Result<Option<RecordedReply>>;
 
+/// A reply marked delivered (`outbox_delivered`), owned.
+pub(super) struct DeliveredReq {
+    pub outbox_id: i64,
+    /// The platform's message ids, as a JSON array.
+    pub platform_ids_json: String,
+    pub now: i64,
+}
+
 enum Request {
     Journal(JournalReq, oneshot::Sender<Result<JournalInsert>>),
     Handled(Box<HandledReq>, oneshot::Sender<HandledResult>),
+    Delivered(DeliveredReq, oneshot::Sender<Result<()>>),
 }
 
 /// The queue to the writer task; the task ends when the last `Store` clone is dropped.
@@ -132,6 +146,12 @@ impl Writer {
     pub async fn record_handled(&self, req: HandledReq) -> HandledResult {
         let (tx, rx) = oneshot::channel();
         self.send(Request::Handled(Box::new(req), tx)).await?;
+        rx.await.map_err(|_| gone())?
+    }
+
+    pub async fn outbox_delivered(&self, req: DeliveredReq) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::Delivered(req, tx)).await?;
         rx.await.map_err(|_| gone())?
     }
 
@@ -181,28 +201,160 @@ async fn run(pool: Pool, mut requests: mpsc::Receiver<Request>) {
 
 /// Writes one batch and answers its callers.
 async fn write(pool: &Pool, batch: impl Iterator<Item = Request>) {
-    let mut journal = Vec::new();
-    let mut handled = Vec::new();
+    let (mut journal, mut journal_tx) = (Vec::new(), Vec::new());
+    let (mut handled, mut handled_tx) = (Vec::new(), Vec::new());
+    let (mut delivered, mut delivered_tx) = (Vec::new(), Vec::new());
     for request in batch {
         match request {
-            Request::Journal(req, tx) => journal.push((req, tx)),
-            Request::Handled(req, tx) => handled.push((*req, tx)),
+            Request::Journal(req, tx) => {
+                journal.push(req);
+                journal_tx.push(tx);
+            }
+            Request::Handled(req, tx) => {
+                handled.push(*req);
+                handled_tx.push(tx);
+            }
+            Request::Delivered(req, tx) => {
+                delivered.push(req);
+                delivered_tx.push(tx);
+            }
+        }
+    }
+    // On Postgres the kinds share one transaction: one commit, so one WAL flush to wait
+    // for, where each kind apart cost one. On SQLite a commit is cheap and the writer only
+    // serves in-memory databases.
+    let kinds = [journal.len(), handled.len(), delivered.len()];
+    if let Pool::Postgres(pg) = pool
+        && kinds.iter().filter(|n| **n > 0).count() > 1
+    {
+        match together(pg, &journal, &handled, &delivered).await {
+            Ok((j, h, d)) => {
+                answer(journal_tx, j);
+                answer(handled_tx, h);
+                answer(delivered_tx, d);
+                return;
+            }
+            Err(e) if unreachable(&e) => {
+                answer(
+                    journal_tx,
+                    journal.iter().map(|_| Err(same_outage(&e))).collect(),
+                );
+                answer(
+                    handled_tx,
+                    handled.iter().map(|_| Err(same_outage(&e))).collect(),
+                );
+                answer(
+                    delivered_tx,
+                    delivered.iter().map(|_| Err(same_outage(&e))).collect(),
+                );
+                return;
+            }
+            // A deadlock with an overlapping batch, or one bad request: each kind is
+            // written on its own, and a failing one request by request (`isolate`).
+            Err(e) => tracing::debug!(error = %e, "batch failed; writing each kind apart"),
         }
     }
     if !journal.is_empty() {
-        let (reqs, txs): (Vec<_>, Vec<_>) = journal.into_iter().unzip();
-        let results = isolate(&reqs, |reqs| journal_batch(pool, reqs)).await;
-        for (tx, result) in txs.into_iter().zip(results) {
-            let _ = tx.send(result);
-        }
+        answer(
+            journal_tx,
+            isolate(&journal, |reqs| journal_batch(pool, reqs)).await,
+        );
     }
     if !handled.is_empty() {
-        let (reqs, txs): (Vec<_>, Vec<_>) = handled.into_iter().unzip();
-        let results = isolate(&reqs, |reqs| handled_batch(pool, reqs)).await;
-        for (tx, result) in txs.into_iter().zip(results) {
-            let _ = tx.send(result);
-        }
+        answer(
+            handled_tx,
+            isolate(&handled, |reqs| handled_batch(pool, reqs)).await,
+        );
     }
+    if !delivered.is_empty() {
+        answer(
+            delivered_tx,
+            isolate(&delivered, |reqs| delivered_batch(pool, reqs)).await,
+        );
+    }
+}
+
+/// Writes one batch made of these requests, as the writer task would, and returns what
+/// each caller would hear.
+#[cfg(test)]
+pub(super) async fn write_kinds(
+    pool: &Pool,
+    journal: Vec<JournalReq>,
+    handled: Vec<HandledReq>,
+    delivered: Vec<DeliveredReq>,
+) -> Together {
+    let mut batch = Vec::new();
+    let mut heard = (Vec::new(), Vec::new(), Vec::new());
+    for req in journal {
+        let (tx, rx) = oneshot::channel();
+        batch.push(Request::Journal(req, tx));
+        heard.0.push(rx);
+    }
+    for req in handled {
+        let (tx, rx) = oneshot::channel();
+        batch.push(Request::Handled(Box::new(req), tx));
+        heard.1.push(rx);
+    }
+    for req in delivered {
+        let (tx, rx) = oneshot::channel();
+        batch.push(Request::Delivered(req, tx));
+        heard.2.push(rx);
+    }
+    write(pool, batch.into_iter()).await;
+    let j = futures::future::join_all(heard.0).await;
+    let h = futures::future::join_all(heard.1).await;
+    let d = futures::future::join_all(heard.2).await;
+    fn unanswered<T>(
+        heard: std::result::Result<Result<T>, oneshot::error::RecvError>,
+    ) -> Result<T> {
+        heard.unwrap_or_else(|_| Err(gone()))
+    }
+    (
+        j.into_iter().map(unanswered).collect(),
+        h.into_iter().map(unanswered).collect(),
+        d.into_iter().map(unanswered).collect(),
+    )
+}
+
+/// Answers each caller with its own result.
+fn answer<T>(callers: Vec<oneshot::Sender<Result<T>>>, results: Vec<Result<T>>) {
+    for (tx, result) in callers.into_iter().zip(results) {
+        let _ = tx.send(result);
+    }
+}
+
+/// Results of a batch, by kind.
+pub(super) type Together = (
+    Vec<Result<JournalInsert>>,
+    Vec<HandledResult>,
+    Vec<Result<()>>,
+);
+
+/// Every kind of a Postgres batch in one transaction. The journal inserts come first,
+/// then the handled messages, then the delivered marks, in every batch: overlapping
+/// batches then take their locks in one order.
+async fn together(
+    pool: &sqlx::PgPool,
+    journal: &[JournalReq],
+    handled: &[HandledReq],
+    delivered: &[DeliveredReq],
+) -> Result<Together> {
+    let mut tx = pool.begin().await?;
+    let mut conn = Conn::Postgres(&mut tx);
+    let j = match journal {
+        [] => Vec::new(),
+        reqs => journal_on(&mut conn, reqs).await?,
+    };
+    let h = match handled {
+        [] => Vec::new(),
+        reqs => handled_on(&mut conn, reqs).await?,
+    };
+    let d = match delivered {
+        [] => Vec::new(),
+        reqs => delivered_on(&mut conn, reqs).await?,
+    };
+    tx.commit().await?;
+    Ok((j, h, d))
 }
 
 /// Writes the batch; if that fails as a whole, writes each request alone.
@@ -367,14 +519,6 @@ macro_rules! run_script {
     }};
 }
 
-/// The backend of a pool.
-fn backend(pool: &Pool) -> Backend {
-    match pool {
-        Pool::Sqlite(_) => Backend::Sqlite,
-        Pool::Postgres(_) => Backend::Postgres,
-    }
-}
-
 /// The journal's unique key: agent, room (its platform is the key's `platform` column),
 /// caller, platform message id.
 type JournalKey<'a> = (&'a AgentId, &'a RoomKey, &'a str, &'a str);
@@ -388,11 +532,26 @@ impl JournalReq {
 /// A row of `RETURNING id` and the unique key.
 type JournalKeyRow = (i64, AgentId, Platform, RoomKey, String, String);
 
+/// Inserts a batch of journal entries, each statement its own commit.
 pub(super) async fn journal_batch(
     pool: &Pool,
     reqs: &[JournalReq],
 ) -> Result<Vec<Result<JournalInsert>>> {
-    let backend = backend(pool);
+    match pool {
+        Pool::Sqlite(pool) => {
+            journal_on(&mut Conn::Sqlite(&mut *pool.acquire().await?), reqs).await
+        }
+        Pool::Postgres(pool) => {
+            journal_on(&mut Conn::Postgres(&mut *pool.acquire().await?), reqs).await
+        }
+    }
+}
+
+async fn journal_on(
+    conn: &mut Conn<'_>,
+    reqs: &[JournalReq],
+) -> Result<Vec<Result<JournalInsert>>> {
+    let backend = conn.backend();
     let mut insert = Script::new(backend);
     insert.push(
         "INSERT INTO journal
@@ -417,7 +576,7 @@ pub(super) async fn journal_batch(
         " ON CONFLICT (agent_id, platform, room, caller, platform_message_id) DO NOTHING
          RETURNING id, agent_id, platform, room, caller, platform_message_id",
     );
-    let inserted: Vec<JournalKeyRow> = with_rows(pool, insert.finish()).await?;
+    let inserted: Vec<JournalKeyRow> = conn.rows(insert.finish()).await?;
     // The platform column is the room key's own platform, so the key leaves it out.
     let mut fresh: HashMap<JournalKey<'_>, i64> = inserted
         .iter()
@@ -461,7 +620,7 @@ pub(super) async fn journal_batch(
         select.push(")");
     }
     let existing: Vec<(i64, AgentId, Platform, RoomKey, String, String, String)> =
-        with_rows(pool, select.finish()).await?;
+        conn.rows(select.finish()).await?;
     let existing: HashMap<JournalKey<'_>, (i64, &str)> = existing
         .iter()
         .map(|(id, a, _, r, c, m, s)| ((a, r, c.as_str(), m.as_str()), (*id, s.as_str())))
@@ -493,34 +652,60 @@ impl<T> FromAnyRow for T where
 {
 }
 
-/// Runs statements outside a transaction and decodes their rows.
-async fn with_rows<T: FromAnyRow>(
-    pool: &Pool,
-    stmts: Vec<(String, Vec<Arg<'_>>)>,
-) -> Result<Vec<T>> {
-    let out = match pool {
-        Pool::Sqlite(pool) => {
-            let mut conn = pool.acquire().await?;
-            let rows = run_script!(conn, stmts);
-            rows.iter()
-                .map(T::from_row)
-                .collect::<Result<Vec<T>, _>>()?
+/// A connection of either backend, in a transaction or not, to run a batch on.
+enum Conn<'c> {
+    Sqlite(&'c mut sqlx::SqliteConnection),
+    Postgres(&'c mut sqlx::PgConnection),
+}
+
+impl Conn<'_> {
+    fn backend(&self) -> Backend {
+        match self {
+            Conn::Sqlite(_) => Backend::Sqlite,
+            Conn::Postgres(_) => Backend::Postgres,
         }
-        Pool::Postgres(pool) => {
-            let mut conn = pool.acquire().await?;
-            let rows = run_script!(conn, stmts);
-            rows.iter()
-                .map(T::from_row)
-                .collect::<Result<Vec<T>, _>>()?
+    }
+
+    /// Runs the statements in order and decodes every row they return.
+    async fn rows<T: FromAnyRow>(&mut self, stmts: Vec<(String, Vec<Arg<'_>>)>) -> Result<Vec<T>> {
+        match self {
+            Conn::Sqlite(conn) => decode(run_script!(*conn, stmts)),
+            Conn::Postgres(conn) => decode(run_script!(*conn, stmts)),
         }
-    };
-    Ok(out)
+    }
 }
 
 /// Records a batch of handled messages in one transaction: on SQLite the scripts open and
 /// commit it themselves (two round trips), on Postgres sqlx's transaction does.
 pub(super) async fn handled_batch(pool: &Pool, reqs: &[HandledReq]) -> Result<Vec<HandledResult>> {
-    let backend = backend(pool);
+    match pool {
+        Pool::Sqlite(pool) => {
+            let mut conn = pool.acquire().await?;
+            let result = handled_on(&mut Conn::Sqlite(&mut conn), reqs).await;
+            if result.is_err() {
+                // The script may have failed after its BEGIN. A failed ROLLBACK other than
+                // "no transaction is active" could leave one open: drop the connection then.
+                if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await
+                    && !e.to_string().contains("no transaction is active")
+                {
+                    conn.close_on_drop();
+                }
+            }
+            result
+        }
+        Pool::Postgres(pool) => {
+            let mut tx = pool.begin().await?;
+            let results = handled_on(&mut Conn::Postgres(&mut tx), reqs).await?;
+            tx.commit().await?;
+            Ok(results)
+        }
+    }
+}
+
+/// The statements of `handled_batch`; on SQLite they open and commit the transaction, on
+/// Postgres the caller's transaction holds them.
+async fn handled_on(conn: &mut Conn<'_>, reqs: &[HandledReq]) -> Result<Vec<HandledResult>> {
+    let backend = conn.backend();
     let now = reqs.iter().map(|r| r.now).max().unwrap_or(0);
     let mut ids: Vec<i64> = reqs.iter().map(|r| r.journal_id).collect();
     ids.sort_unstable();
@@ -543,44 +728,61 @@ pub(super) async fn handled_batch(pool: &Pool, reqs: &[HandledReq]) -> Result<Ve
         mark.arg(Arg::Int(*id));
     }
     mark.push(") RETURNING id");
+    let marked: Vec<(i64,)> = conn.rows(mark.finish()).await?;
+    let plan = Plan::new(reqs, marked.into_iter().map(|(id,)| id).collect());
+    let existing: Vec<(i64, Option<i64>)> = if plan.lookup.is_empty() {
+        Vec::new()
+    } else {
+        conn.rows(plan.lookup_script(backend)).await?
+    };
+    let outboxed: Vec<(i64, i64)> = conn.rows(plan.write_script(backend, reqs)).await?;
+    Ok(plan.results(reqs, &existing, &outboxed))
+}
 
-    macro_rules! in_transaction {
-        ($conn:expr) => {{
-            let marked: Vec<(i64,)> = decode(run_script!($conn, mark.finish()))?;
-            let plan = Plan::new(reqs, marked.into_iter().map(|(id,)| id).collect());
-            let existing: Vec<(i64, Option<i64>)> = if plan.lookup.is_empty() {
-                Vec::new()
-            } else {
-                decode(run_script!($conn, plan.lookup_script(backend)))?
-            };
-            let outboxed: Vec<(i64, i64)> =
-                decode(run_script!($conn, plan.write_script(backend, reqs)))?;
-            Ok::<_, StorageError>(plan.results(reqs, &existing, &outboxed))
-        }};
-    }
-
+/// Marks a batch of replies delivered: one statement, its own commit.
+pub(super) async fn delivered_batch(pool: &Pool, reqs: &[DeliveredReq]) -> Result<Vec<Result<()>>> {
     match pool {
         Pool::Sqlite(pool) => {
-            let mut conn = pool.acquire().await?;
-            let result = async { in_transaction!(conn) }.await;
-            if result.is_err() {
-                // The script may have failed after its BEGIN. A failed ROLLBACK other than
-                // "no transaction is active" could leave one open: drop the connection then.
-                if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await
-                    && !e.to_string().contains("no transaction is active")
-                {
-                    conn.close_on_drop();
-                }
-            }
-            result
+            delivered_on(&mut Conn::Sqlite(&mut *pool.acquire().await?), reqs).await
         }
         Pool::Postgres(pool) => {
-            let mut tx = pool.begin().await?;
-            let results = in_transaction!(tx)?;
-            tx.commit().await?;
-            Ok(results)
+            delivered_on(&mut Conn::Postgres(&mut *pool.acquire().await?), reqs).await
         }
     }
+}
+
+/// One `UPDATE` for the batch, whatever its size. Of two marks for one entry (a worker
+/// whose lease ran out, and the one that took over) the later one's ids stay, as if the
+/// two had run in order. An unknown id is no error, as for a single `UPDATE`.
+async fn delivered_on(conn: &mut Conn<'_>, reqs: &[DeliveredReq]) -> Result<Vec<Result<()>>> {
+    let now = reqs.iter().map(|r| r.now).max().unwrap_or(0);
+    let mut last: HashMap<i64, &DeliveredReq> = HashMap::with_capacity(reqs.len());
+    for r in reqs {
+        last.insert(r.outbox_id, r);
+    }
+    // In id order, so overlapping batches lock rows in one order.
+    let mut rows: Vec<&DeliveredReq> = last.into_values().collect();
+    rows.sort_by_key(|r| r.outbox_id);
+    let mut s = Script::new(conn.backend());
+    s.push("UPDATE outbox SET state = 'delivered', platform_ids = CASE id");
+    for r in &rows {
+        s.push(" WHEN ").arg(Arg::Int(r.outbox_id)).push(" THEN ");
+        s.json(&r.platform_ids_json);
+    }
+    s.push(" END, claimed_until_ms = NULL, last_error = NULL, delivered_at_ms = ")
+        .arg(Arg::Int(now))
+        .push(", updated_at_ms = ")
+        .arg(Arg::Int(now))
+        .push(" WHERE id IN (");
+    for (i, r) in rows.iter().enumerate() {
+        if i > 0 {
+            s.push(", ");
+        }
+        s.arg(Arg::Int(r.outbox_id));
+    }
+    s.push(") RETURNING id");
+    let _: Vec<(i64,)> = conn.rows(s.finish()).await?;
+    Ok(reqs.iter().map(|_| Ok(())).collect())
 }
 
 fn decode<R: sqlx::Row, T>(rows: Vec<R>) -> Result<Vec<T>>
