@@ -235,18 +235,9 @@ async fn write(pool: &Pool, batch: impl Iterator<Item = Request>) {
                 return;
             }
             Err(e) if unreachable(&e) => {
-                answer(
-                    journal_tx,
-                    journal.iter().map(|_| Err(same_outage(&e))).collect(),
-                );
-                answer(
-                    handled_tx,
-                    handled.iter().map(|_| Err(same_outage(&e))).collect(),
-                );
-                answer(
-                    delivered_tx,
-                    delivered.iter().map(|_| Err(same_outage(&e))).collect(),
-                );
+                fail_all(journal_tx, &e);
+                fail_all(handled_tx, &e);
+                fail_all(delivered_tx, &e);
                 return;
             }
             // A deadlock with an overlapping batch, or one bad request: each kind is
@@ -320,6 +311,13 @@ pub(super) async fn write_kinds(
 fn answer<T>(callers: Vec<oneshot::Sender<Result<T>>>, results: Vec<Result<T>>) {
     for (tx, result) in callers.into_iter().zip(results) {
         let _ = tx.send(result);
+    }
+}
+
+/// Tells every caller of the outage `e`.
+fn fail_all<T>(callers: Vec<oneshot::Sender<Result<T>>>, e: &StorageError) {
+    for tx in callers {
+        let _ = tx.send(Err(same_outage(e)));
     }
 }
 
