@@ -205,6 +205,15 @@ pub trait Connector: Send + Sync {
     /// Delivers one reply whole: split to the platform's limit, threaded, paced.
     async fn send(&self, reply: &Outbound) -> Result<Delivery, ConnectorError>;
 
+    /// The delivery of `reply` when it leaves with the caller's own answer rather than
+    /// through the platform (the HTTP API: the reply is the response to the request that
+    /// asked). The gateway then records the reply delivered in the transaction that records
+    /// it, instead of a pending entry that `send` would only acknowledge. `None`, the
+    /// default, for every platform where `send` has work to do.
+    fn delivered_in_band(&self, _reply: &Outbound) -> Option<Delivery> {
+        None
+    }
+
     /// Shows that the persona is composing a reply. Best effort.
     async fn typing(&self, _room: &RoomRef) -> Result<(), ConnectorError> {
         Ok(())

@@ -1,21 +1,22 @@
 //! The outbox: where a reply leaves.
 //!
 //! The agent records each reply in the outbox in the same transaction that marks its
-//! message handled, then asks the outbox to deliver it at once. Delivery claims the entry
-//! with a lease, hands it to the connector of that agent and platform, and marks it
-//! delivered. A failure that may pass (a 429, a network error, a connector that is not up
-//! yet) schedules a retry with backoff; the background loop also picks up whatever a crashed
-//! process left claimed or pending. A reply is delivered whole by its connector or not at
-//! all, so a retry never sends half of one twice.
+//! message handled, then asks the outbox to deliver it at once; a reply that leaves with
+//! the caller's own answer (the HTTP API) is recorded delivered in that transaction.
+//! Delivery claims the entry with a lease, hands it to the connector of that agent and
+//! platform, and marks it delivered. A failure that may pass (a 429, a network error, a
+//! connector that is not up yet) schedules a retry with backoff; the background loop also
+//! picks up whatever a crashed process left claimed or pending. A reply is delivered whole
+//! by its connector or not at all, so a retry never sends half of one twice.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use troupe_connectors::{AgentId, Connector, ConnectorError, Platform};
+use troupe_connectors::{AgentId, Connector, ConnectorError, Outbound, Platform};
 
-use crate::storage::{OutboxEntry, OutboxId, Store};
+use crate::storage::{OutboxEntry, OutboxId, ReplyStart, Store};
 
 /// How long a claim lasts before another deliverer may take the entry.
 pub const LEASE_MS: i64 = 60_000;
@@ -100,6 +101,32 @@ impl Outbox {
         &self.connectors
     }
 
+    /// How a reply to be recorded now starts in the outbox: delivered already when its
+    /// connector answers in band (the HTTP API, whose caller gets the reply in its
+    /// response), else claimed by the recorder, who delivers it at once.
+    pub fn start(&self, agent_id: &AgentId, reply: &Outbound) -> ReplyStart {
+        let in_band = self
+            .connectors
+            .get(agent_id, reply.room.platform)
+            .and_then(|c| c.delivered_in_band(reply));
+        match in_band {
+            Some(delivery) => ReplyStart::Delivered {
+                platform_ids: delivery
+                    .message_ids
+                    .into_iter()
+                    .map(|m| m.into_string())
+                    .collect(),
+            },
+            None => ReplyStart::Claimed { lease_ms: LEASE_MS },
+        }
+    }
+
+    /// Counts a reply recorded delivered (`ReplyStart::Delivered`) as one that left.
+    pub fn delivered_in_band(&self, platform: Platform, id: OutboxId) {
+        crate::metrics::message_out(platform);
+        tracing::debug!(outbox_id = id.0, "reply delivered in band");
+    }
+
     /// Delivers one entry now (the agent calls this right after recording a reply).
     pub async fn deliver(&self, id: OutboxId) -> anyhow::Result<Delivered> {
         match self.store.outbox_claim_one(id, now_ms(), LEASE_MS).await? {
@@ -109,7 +136,7 @@ impl Outbox {
     }
 
     /// Delivers an entry the caller already holds the claim of (recorded with
-    /// `Store::record_handled_claimed`).
+    /// `Store::record_handled_as` and `ReplyStart::Claimed`).
     pub async fn deliver_claimed(&self, entry: OutboxEntry) -> anyhow::Result<Delivered> {
         self.attempt(entry).await
     }

@@ -1,8 +1,9 @@
 //! The Web connector: the HTTP API and `troupe chat` seen as one more platform.
 //!
 //! Its receiving side is `POST /api/agents/{agent}/messages`, which waits for the agent's
-//! outcome directly, so delivering through the outbox has nothing left to do: `send`
-//! acknowledges, and the reply stays readable in the room's memory.
+//! outcome directly, so delivering through the outbox has nothing left to do: the reply is
+//! recorded delivered in the transaction that records it (`delivered_in_band`), `send`
+//! acknowledges a retried entry, and the reply stays readable in the room's memory.
 
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -33,8 +34,17 @@ impl Connector for WebConnector {
     }
 
     async fn send(&self, reply: &Outbound) -> Result<Delivery, ConnectorError> {
-        Ok(Delivery {
-            message_ids: vec![MessageId::new(reply.key.clone())],
-        })
+        Ok(in_band(reply))
+    }
+
+    fn delivered_in_band(&self, reply: &Outbound) -> Option<Delivery> {
+        Some(in_band(reply))
+    }
+}
+
+/// A Web reply's one message id is its outbox key.
+fn in_band(reply: &Outbound) -> Delivery {
+    Delivery {
+        message_ids: vec![MessageId::new(reply.key.clone())],
     }
 }

@@ -29,7 +29,7 @@ use crate::persona::{self, HistoryLine, Persona, Prompt, PromptInput};
 use crate::provider::{ModelProvider, OutageNotice, ProviderError};
 use crate::storage::{
     Attempt, HandledMessage, JournalId, JournalState, MemoryMessage, NewMemory, RecordedReply,
-    RoomContext, Store,
+    ReplyStart, RoomContext, Store,
 };
 use decide::{Decision, decide};
 
@@ -897,6 +897,10 @@ impl Agent {
     ) -> anyhow::Result<()> {
         match self.record(journal_id, inbound, Some(text)).await? {
             Some(RecordedReply::Claimed(entry)) => self.outbox.deliver_claimed(entry).await?,
+            Some(RecordedReply::Delivered(outbox_id)) => {
+                self.outbox.delivered_in_band(inbound.platform(), outbox_id);
+                return Ok(());
+            }
             Some(RecordedReply::Queued(outbox_id)) => self.outbox.deliver(outbox_id).await?,
             None => return Ok(()),
         };
@@ -944,10 +948,10 @@ impl Agent {
                 )
             }),
         };
-        Ok(self
-            .store
-            .record_handled_claimed(handled, crate::outbox::LEASE_MS)
-            .await?)
+        let start = outbound
+            .as_ref()
+            .map_or(ReplyStart::Pending, |o| self.outbox.start(&self.id, o));
+        Ok(self.store.record_handled_as(handled, &start).await?)
     }
 
     /// Keeps the platform's typing indicator on until the returned guard is cancelled.

@@ -33,8 +33,8 @@ use troupe_connectors::{AgentId, RoomKey};
 
 use super::writer::{HandledReq, JournalReq};
 use super::{
-    JournalId, JournalInsert, JournalState, MemoryMessage, OutboxEntry, OutboxId, RecordedReply,
-    Result, SQLITE_BUSY_TIMEOUT, StorageError,
+    JournalId, JournalInsert, JournalState, MemoryMessage, OutboxId, RecordedReply, Result,
+    SQLITE_BUSY_TIMEOUT, StorageError,
 };
 
 /// Calls taken into one transaction, at most.
@@ -343,34 +343,28 @@ pub(super) fn record_handled(conn: &Connection, r: &HandledReq) -> Result<Option
     let Some((outbound, json)) = &r.reply else {
         return Ok(None);
     };
-    let claimed_until = r.lease_ms.map(|lease| r.now + lease);
+    let delivered = r.delivered();
     let id: i64 = conn
         .prepare_cached(
             "INSERT INTO outbox (agent_id, journal_id, outbound, state, attempts, not_before_ms,
-                 claimed_until_ms, created_at_ms, updated_at_ms)
-             VALUES (?1, ?2, ?3, 'pending', ?4, 0, ?5, ?6, ?6) RETURNING id",
+                 claimed_until_ms, platform_ids, delivered_at_ms, created_at_ms, updated_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8, ?9, ?9) RETURNING id",
         )?
         .query_row(
             params![
                 r.agent_id.as_str(),
                 r.journal_id,
                 json,
-                i64::from(r.lease_ms.is_some()),
-                claimed_until,
+                r.outbox_state(),
+                r.outbox_attempts(),
+                r.claimed_until(),
+                delivered.map(|(ids, _)| ids),
+                delivered.map(|(_, at)| at),
                 r.now
             ],
             |row| row.get(0),
         )?;
-    Ok(Some(match r.lease_ms {
-        Some(_) => RecordedReply::Claimed(OutboxEntry {
-            id: OutboxId(id),
-            agent_id: r.agent_id.clone(),
-            journal_id: Some(JournalId(r.journal_id)),
-            outbound: outbound.clone(),
-            attempts: 1,
-        }),
-        None => RecordedReply::Queued(OutboxId(id)),
-    }))
+    Ok(Some(r.recorded(id, outbound)))
 }
 
 /// `recent_messages`: the last `limit` messages of the room, oldest first.

@@ -3,10 +3,10 @@
 //!
 //! What to remember and how to summarise it is the memory module's business, not this one's.
 
-use super::writer::{HandledReq, MemoryReq};
+use super::writer::{HandledReq, MemoryReq, StartReq};
 use super::{
-    HandledMessage, JournalId, MemoryMessage, NewMemory, OutboxId, RecordedReply, Result,
-    RoomSummary, StorageError, Store, parse_json, with_pool,
+    HandledMessage, JournalId, MemoryMessage, NewMemory, OutboxId, RecordedReply, ReplyStart,
+    Result, RoomState, RoomSummary, StorageError, Store, parse_json, with_pool,
 };
 use troupe_connectors::{AgentId, Outbound, RoomKey};
 
@@ -18,21 +18,22 @@ impl Store {
     /// outbox id is returned. An unknown journal id is `sqlx::Error::RowNotFound`.
     pub async fn record_handled(&self, handled: HandledMessage<'_>) -> Result<Option<OutboxId>> {
         Ok(self
-            .handled(owned(handled, None)?)
+            .handled(owned(handled, &ReplyStart::Pending)?)
             .await?
             .map(|reply| reply.id()))
     }
 
-    /// `record_handled`, with the reply's outbox entry inserted already claimed by the
-    /// caller for `lease_ms` (one attempt counted), so that it can deliver it at once
-    /// without `outbox_claim_one`: that is `RecordedReply::Claimed`. When the entry was
-    /// already done, its existing reply comes back unclaimed, as `RecordedReply::Queued`.
-    pub async fn record_handled_claimed(
+    /// `record_handled`, with the reply's outbox entry inserted as `start` says: claimed
+    /// by the caller for a lease (one attempt counted), so that it can deliver it at once
+    /// without `outbox_claim_one` (`RecordedReply::Claimed`); or delivered already
+    /// (`RecordedReply::Delivered`). When the entry was already done, its existing reply
+    /// comes back unclaimed, as `RecordedReply::Queued`, whatever `start` said.
+    pub async fn record_handled_as(
         &self,
         handled: HandledMessage<'_>,
-        lease_ms: i64,
+        start: &ReplyStart,
     ) -> Result<Option<RecordedReply>> {
-        self.handled(owned(handled, Some(lease_ms))?).await
+        self.handled(owned(handled, start)?).await
     }
 
     /// On the SQLite engine's thread when there is one, else batched by the writer task.
@@ -117,20 +118,48 @@ impl Store {
                 })
                 .await;
         }
-        let state = self.room_state(agent_id, room).await?;
         let Some(limit) = recent else {
             return Ok(RoomContext {
-                state,
+                state: self.room_state(agent_id, room).await?,
                 recent: None,
                 summary: None,
             });
         };
-        let messages = self.recent_messages(agent_id, room, limit).await?;
-        let summary = if summary && messages.len() as i64 >= limit {
-            Some(self.room_summary(agent_id, room).await?.map(|s| s.summary))
-        } else {
-            None
-        };
+        // One statement, so that Postgres answers in one round trip rather than three: the
+        // room's controls (none: the defaults), its last `limit` messages (none: one row of
+        // NULLs), and its summary, which is read with them and kept only once the window is
+        // full. The summary costs one index probe in the same statement; a round trip of its
+        // own cost more than that.
+        let rows: Vec<ContextRow> = with_pool!(self, pool => {
+            sqlx::query_as(if summary { CONTEXT_WITH_SUMMARY } else { CONTEXT })
+                .bind(agent_id)
+                .bind(room)
+                .bind(limit.max(0))
+                .fetch_all(pool)
+                .await
+        })?;
+        let state = rows.first().map_or_else(RoomState::default, |r| RoomState {
+            muted_until_ms: r.0,
+            following: r.1.unwrap_or_default(),
+            forgotten_at_ms: r.2,
+        });
+        let stored_summary = rows.first().and_then(|r| r.3.clone());
+        let mut messages = Vec::with_capacity(rows.len());
+        for (_, _, _, _, id, room, author_id, author_name, text, from_agent, created_at_ms) in rows
+        {
+            let Some(id) = id else { continue };
+            let missing = || StorageError::Corrupt(format!("messages row {id}: a NULL column"));
+            messages.push(MemoryMessage {
+                id,
+                room: room.ok_or_else(missing)?,
+                author_id: author_id.ok_or_else(missing)?,
+                author_name: author_name.ok_or_else(missing)?,
+                text: text.ok_or_else(missing)?,
+                from_agent: from_agent.ok_or_else(missing)?,
+                created_at_ms: created_at_ms.ok_or_else(missing)?,
+            });
+        }
+        let summary = (summary && messages.len() as i64 >= limit).then_some(stored_summary);
         Ok(RoomContext {
             state,
             recent: Some(messages),
@@ -172,6 +201,42 @@ impl Store {
     }
 }
 
+/// `room_context`'s statement on the pool, with the room's summary or a NULL in its place.
+macro_rules! context_sql {
+    ($summary:literal) => {
+        concat!(
+            "SELECT s.muted_until_ms, s.following, s.forgotten_at_ms, ",
+            $summary,
+            ", m.id, m.room, m.author_id, m.author_name, m.text, m.from_agent, m.created_at_ms
+             FROM (SELECT 1 AS here) AS here
+             LEFT JOIN room_state s ON s.agent_id = $1 AND s.room = $2
+             LEFT JOIN (SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
+                        FROM messages WHERE agent_id = $1 AND room = $2
+                        ORDER BY id DESC LIMIT $3) AS m ON 1 = 1
+             ORDER BY m.id"
+        )
+    };
+}
+const CONTEXT: &str = context_sql!("CAST(NULL AS TEXT)");
+const CONTEXT_WITH_SUMMARY: &str =
+    context_sql!("(SELECT summary FROM room_summaries WHERE agent_id = $1 AND room = $2)");
+
+/// One row of `room_context`'s statement: the room's controls and summary (the same on
+/// every row), then one message or, for a room without any, NULLs.
+type ContextRow = (
+    Option<i64>,
+    Option<bool>,
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
+    Option<RoomKey>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<bool>,
+    Option<i64>,
+);
+
 /// What `Store::room_context` read.
 #[derive(Debug, Clone, Default)]
 pub struct RoomContext {
@@ -183,7 +248,7 @@ pub struct RoomContext {
 }
 
 /// A copy of `handled` for the writer task.
-pub(super) fn owned(handled: HandledMessage<'_>, lease_ms: Option<i64>) -> Result<HandledReq> {
+pub(super) fn owned(handled: HandledMessage<'_>, start: &ReplyStart) -> Result<HandledReq> {
     let HandledMessage {
         journal_id,
         agent_id,
@@ -218,7 +283,15 @@ pub(super) fn owned(handled: HandledMessage<'_>, lease_ms: Option<i64>) -> Resul
                 Ok::<_, StorageError>((outbound, json))
             })
             .transpose()?,
-        lease_ms,
+        start: match start {
+            ReplyStart::Pending => StartReq::Pending,
+            ReplyStart::Claimed { lease_ms } => StartReq::Claimed(*lease_ms),
+            ReplyStart::Delivered { platform_ids } => {
+                StartReq::Delivered(serde_json::to_string(platform_ids).map_err(|e| {
+                    StorageError::Corrupt(format!("cannot encode a reply's platform ids: {e}"))
+                })?)
+            }
+        },
         now: super::now_ms(),
     })
 }

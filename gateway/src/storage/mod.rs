@@ -250,12 +250,28 @@ pub struct HandledMessage<'a> {
     pub reply: Option<(NewMemory<'a>, Outbound)>,
 }
 
-/// The reply that `Store::record_handled_claimed` recorded.
+/// How a reply's outbox entry starts (`Store::record_handled_as`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyStart {
+    /// Due at once, for the delivery worker to claim.
+    Pending,
+    /// Claimed by the caller for this many milliseconds (one attempt counted), so that it
+    /// can deliver the reply at once without claiming it.
+    Claimed { lease_ms: i64 },
+    /// Delivered already, with these platform message ids: the reply left with the
+    /// caller's own answer (the HTTP API), so nothing is left to send. One commit fewer
+    /// on every such message than a claimed entry marked delivered after.
+    Delivered { platform_ids: Vec<String> },
+}
+
+/// The reply that `Store::record_handled_as` recorded.
 #[derive(Debug, Clone)]
 pub enum RecordedReply {
     /// Inserted by this call, claimed for the caller's lease (attempts = 1): deliver it
     /// without claiming it again.
     Claimed(OutboxEntry),
+    /// Inserted by this call already delivered (`ReplyStart::Delivered`).
+    Delivered(OutboxId),
     /// Recorded earlier (the entry was already done): claim it before delivering.
     Queued(OutboxId),
 }
@@ -264,7 +280,7 @@ impl RecordedReply {
     pub fn id(&self) -> OutboxId {
         match self {
             RecordedReply::Claimed(entry) => entry.id,
-            RecordedReply::Queued(id) => *id,
+            RecordedReply::Delivered(id) | RecordedReply::Queued(id) => *id,
         }
     }
 }

@@ -37,6 +37,8 @@ on_both_backends!(
     batch_of_record_handled_for_one_entry,
     batch_with_a_bad_request,
     batch_of_every_kind,
+    a_reply_recorded_delivered,
+    room_context_reads,
     connector_state_is_scoped_and_overwritten,
     dedupe_is_per_room_and_web_caller,
     batch_dedupe_is_per_room,
@@ -1008,16 +1010,24 @@ async fn batch_of_record_handled_for_one_entry(ctx: Ctx) {
     let reqs = vec![
         memory::owned(
             handled(jids[0], &AGENT, &key, &m1, Some(("first", &o1))),
-            Some(60_000),
+            &ReplyStart::Claimed { lease_ms: 60_000 },
         )
         .unwrap(),
         memory::owned(
             handled(jids[0], &AGENT, &key, &m1, Some(("second", &o1b))),
-            Some(60_000),
+            &ReplyStart::Claimed { lease_ms: 60_000 },
         )
         .unwrap(),
-        memory::owned(handled(jids[1], &AGENT, &key, &m2, None), None).unwrap(),
-        memory::owned(handled(jids[1], &AGENT, &key, &m2, None), None).unwrap(),
+        memory::owned(
+            handled(jids[1], &AGENT, &key, &m2, None),
+            &ReplyStart::Pending,
+        )
+        .unwrap(),
+        memory::owned(
+            handled(jids[1], &AGENT, &key, &m2, None),
+            &ReplyStart::Pending,
+        )
+        .unwrap(),
     ];
     let results: Vec<Option<RecordedReply>> = writer::handled_batch(&store.pool, &reqs)
         .await
@@ -1091,10 +1101,14 @@ async fn batch_with_a_bad_request(ctx: Ctx) {
     let reqs = vec![
         memory::owned(
             handled(good_id, &AGENT, &key, &good, Some(("ok", &out))),
-            None,
+            &ReplyStart::Pending,
         )
         .unwrap(),
-        memory::owned(handled(bad_id, &AGENT, &key, &bad, None), None).unwrap(),
+        memory::owned(
+            handled(bad_id, &AGENT, &key, &bad, None),
+            &ReplyStart::Pending,
+        )
+        .unwrap(),
     ];
     let results = writer::isolate(&reqs, |r| writer::handled_batch(&store.pool, r)).await;
     assert!(
@@ -1116,6 +1130,211 @@ async fn batch_with_a_bad_request(ctx: Ctx) {
 /// A writer batch holding every kind (a journal insert, a handled message, a delivered
 /// mark): on Postgres one transaction. When one request fails it, each kind is written
 /// apart and only that request fails.
+/// A reply that left in band (the HTTP API) is written delivered by the transaction that
+/// records it: nothing for the delivery worker, and a re-drive finds it delivered. Through
+/// the store (the engine on SQLite, the writer on Postgres) and through the writer on both.
+async fn a_reply_recorded_delivered(ctx: Ctx) {
+    let store = &ctx.store;
+    let row = |outbox: OutboxId| async move {
+        let row: (String, i64, Option<i64>, String, Option<i64>) = with_pool!(store, pool => {
+            sqlx::query_as(
+                "SELECT state, CAST(attempts AS BIGINT), claimed_until_ms,
+                        CAST(platform_ids AS TEXT), delivered_at_ms
+                 FROM outbox WHERE id = $1",
+            )
+            .bind(outbox.0)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+        });
+        row
+    };
+    let in_band = |ids: &[&str]| ReplyStart::Delivered {
+        platform_ids: ids.iter().map(|s| s.to_string()).collect(),
+    };
+    let (m1, m2) = (
+        inbound(Platform::Web, "r1", "m1", "ann", "hi", 1_000),
+        inbound(Platform::Web, "r2", "m2", "bob", "yo", 2_000),
+    );
+    let mut jids = Vec::new();
+    for m in [&m1, &m2] {
+        let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, m).await.unwrap() else {
+            panic!("insert")
+        };
+        jids.push(jid);
+    }
+    let (k1, k2) = (m1.room.key(), m2.room.key());
+    let (o1, o2) = (outbound_for(&m1, "hello"), outbound_for(&m2, "hey"));
+
+    let recorded = store
+        .record_handled_as(
+            handled(jids[0], &AGENT, &k1, &m1, Some(("hello", &o1))),
+            &in_band(&["reply:m1"]),
+        )
+        .await
+        .unwrap();
+    let Some(RecordedReply::Delivered(id1)) = recorded else {
+        panic!("recorded delivered, got {recorded:?}")
+    };
+    let (state, attempts, claimed, ids, at) = row(id1).await;
+    assert_eq!((state.as_str(), attempts, claimed), ("delivered", 1, None));
+    assert_eq!(
+        serde_json::from_str::<Vec<String>>(&ids).unwrap(),
+        ["reply:m1"]
+    );
+    assert!(at.is_some(), "a delivery time");
+    assert_eq!(
+        texts(&store.recent_messages(&AGENT, &k1, 10).await.unwrap()),
+        ["hi", "hello"]
+    );
+    assert_eq!(
+        store.journal_get(jids[0]).await.unwrap().unwrap().state,
+        JournalState::Done
+    );
+
+    // A re-drive of the same entry writes nothing and finds the reply, already delivered.
+    let again = store
+        .record_handled_as(
+            handled(jids[0], &AGENT, &k1, &m1, Some(("hello", &o1))),
+            &in_band(&["other"]),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, Some(RecordedReply::Queued(id)) if id == id1),
+        "{again:?}"
+    );
+    assert!(
+        store
+            .outbox_claim_one(id1, i64::MAX / 2, 60_000)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Through the writer's batch, as Postgres and in-memory SQLite write it.
+    let reqs = vec![
+        memory::owned(
+            handled(jids[1], &AGENT, &k2, &m2, Some(("hey", &o2))),
+            &in_band(&["reply:m2", "2"]),
+        )
+        .unwrap(),
+    ];
+    let results = writer::handled_batch(&store.pool, &reqs).await.unwrap();
+    let [Ok(Some(RecordedReply::Delivered(id2)))] = results[..] else {
+        panic!("recorded delivered by the writer, got {results:?}")
+    };
+    let (state, attempts, claimed, ids, at) = row(id2).await;
+    assert_eq!((state.as_str(), attempts, claimed), ("delivered", 1, None));
+    assert_eq!(
+        serde_json::from_str::<Vec<String>>(&ids).unwrap(),
+        ["reply:m2", "2"]
+    );
+    assert!(at.is_some(), "a delivery time");
+    // Neither is left for the delivery worker.
+    assert!(
+        store
+            .outbox_claim(10, i64::MAX / 2, 60_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// What a reply reads of its room before the model, in one call: on the SQLite engine (a
+/// file), on the pool (Postgres, and SQLite in memory, checked here on both runs), alike.
+async fn room_context_reads(ctx: Ctx) {
+    let in_memory = Store::connect("sqlite::memory:").await.unwrap();
+    for store in [&ctx.store, &in_memory] {
+        let quiet = inbound(Platform::Discord, "quiet", "q0", "ann", "-", 0)
+            .room
+            .key();
+        let at = |ctx: RoomContext| (ctx.state, ctx.recent.map(|m| m.len()), ctx.summary);
+        // A room nobody spoke in: the defaults, no messages, no summary read.
+        let read = store
+            .room_context(&AGENT, &quiet, Some(3), true)
+            .await
+            .unwrap();
+        assert_eq!(at(read), (RoomState::default(), Some(0), None));
+        let read = store
+            .room_context(&AGENT, &quiet, None, true)
+            .await
+            .unwrap();
+        assert_eq!(at(read), (RoomState::default(), None, None));
+
+        let msgs: Vec<Inbound> = (0..4)
+            .map(|i| {
+                inbound(
+                    Platform::Discord,
+                    "c1",
+                    &format!("m{i}"),
+                    "ann",
+                    &format!("t{i}"),
+                    i,
+                )
+            })
+            .collect();
+        let key = msgs[0].room.key();
+        exchange(store, &AGENT, &msgs[0], Some("r0")).await;
+        store
+            .set_room_control(&AGENT, &key, RoomControl::Mute(Some(i64::MAX)), "ann")
+            .await
+            .unwrap();
+        store
+            .set_room_control(&AGENT, &key, RoomControl::Follow(true), "ann")
+            .await
+            .unwrap();
+        store
+            .put_room_summary(&AGENT, &key, "they said hi", 1, 5)
+            .await
+            .unwrap();
+        let steered = RoomState {
+            muted_until_ms: Some(i64::MAX),
+            following: true,
+            forgotten_at_ms: None,
+        };
+        // Two messages in a window of three: not full, so no summary, even when asked.
+        let read = store
+            .room_context(&AGENT, &key, Some(3), true)
+            .await
+            .unwrap();
+        assert_eq!(texts(read.recent.as_deref().unwrap()), ["t0", "r0"]);
+        assert_eq!(at(read), (steered.clone(), Some(2), None));
+        for m in &msgs[1..] {
+            exchange(store, &AGENT, m, None).await;
+        }
+        // Full: the last three, oldest first, with the summary when asked for.
+        let read = store
+            .room_context(&AGENT, &key, Some(3), true)
+            .await
+            .unwrap();
+        assert_eq!(texts(read.recent.as_deref().unwrap()), ["t1", "t2", "t3"]);
+        assert!(
+            read.recent
+                .as_ref()
+                .unwrap()
+                .iter()
+                .all(|m| m.room == key && !m.from_agent)
+        );
+        assert_eq!(
+            at(read),
+            (steered.clone(), Some(3), Some(Some("they said hi".into())))
+        );
+        let read = store
+            .room_context(&AGENT, &key, Some(3), false)
+            .await
+            .unwrap();
+        assert_eq!(at(read), (steered.clone(), Some(3), None));
+        // Full, asked for, and the room has none.
+        let other = RoomKey::new(Platform::Discord, RoomId::new("c2"));
+        let read = store
+            .room_context(&AGENT, &other, Some(0), true)
+            .await
+            .unwrap();
+        assert_eq!(at(read), (RoomState::default(), Some(0), Some(None)));
+    }
+}
+
 async fn batch_of_every_kind(ctx: Ctx) {
     let store = &ctx.store;
     let delivered = |outbox: OutboxId, ids: &[&str]| writer::DeliveredReq {
@@ -1151,7 +1370,7 @@ async fn batch_of_every_kind(ctx: Ctx) {
         vec![
             memory::owned(
                 handled(asked_id, &AGENT, &key, &asked, Some(("like this", &answer))),
-                None,
+                &ReplyStart::Pending,
             )
             .unwrap(),
         ],
@@ -1207,7 +1426,13 @@ async fn batch_of_every_kind(ctx: Ctx) {
     let (j, h, d) = writer::write_kinds(
         &store.pool,
         vec![journal_req(&later), journal_req(&fresh)],
-        vec![memory::owned(handled(bad_id, &AGENT, &bad_key, &bad, None), None).unwrap()],
+        vec![
+            memory::owned(
+                handled(bad_id, &AGENT, &bad_key, &bad, None),
+                &ReplyStart::Pending,
+            )
+            .unwrap(),
+        ],
         vec![delivered(answer_id, &["10"])],
     )
     .await;

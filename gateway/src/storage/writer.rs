@@ -103,9 +103,64 @@ pub(super) struct HandledReq {
     pub memories: Vec<MemoryReq>,
     /// The reply, and its JSON for the outbox.
     pub reply: Option<(Outbound, String)>,
-    /// Insert the outbox row claimed for this long (attempts = 1).
-    pub lease_ms: Option<i64>,
+    /// How the reply's outbox row starts.
+    pub start: StartReq,
     pub now: i64,
+}
+
+/// `ReplyStart`, owned.
+pub(super) enum StartReq {
+    Pending,
+    /// Claimed by the caller for this many milliseconds (attempts = 1).
+    Claimed(i64),
+    /// Delivered already, with these platform ids (a JSON array; attempts = 1).
+    Delivered(String),
+}
+
+impl HandledReq {
+    /// The outbox row's `state`.
+    pub(super) fn outbox_state(&self) -> &'static str {
+        match self.start {
+            StartReq::Delivered(_) => "delivered",
+            StartReq::Pending | StartReq::Claimed(_) => "pending",
+        }
+    }
+
+    /// The outbox row's `attempts`: one for a reply claimed to be sent now, or sent.
+    pub(super) fn outbox_attempts(&self) -> i64 {
+        i64::from(!matches!(self.start, StartReq::Pending))
+    }
+
+    /// The outbox row's `claimed_until_ms`.
+    pub(super) fn claimed_until(&self) -> Option<i64> {
+        match self.start {
+            StartReq::Claimed(lease) => Some(self.now + lease),
+            StartReq::Pending | StartReq::Delivered(_) => None,
+        }
+    }
+
+    /// The outbox row's `platform_ids` (JSON) and `delivered_at_ms`.
+    pub(super) fn delivered(&self) -> Option<(&str, i64)> {
+        match &self.start {
+            StartReq::Delivered(ids) => Some((ids, self.now)),
+            StartReq::Pending | StartReq::Claimed(_) => None,
+        }
+    }
+
+    /// What the caller hears of the reply this request inserted as outbox row `id`.
+    pub(super) fn recorded(&self, id: i64, outbound: &Outbound) -> RecordedReply {
+        match self.start {
+            StartReq::Claimed(_) => RecordedReply::Claimed(OutboxEntry {
+                id: OutboxId(id),
+                agent_id: self.agent_id.clone(),
+                journal_id: Some(JournalId(self.journal_id)),
+                outbound: outbound.clone(),
+                attempts: 1,
+            }),
+            StartReq::Delivered(_) => RecordedReply::Delivered(OutboxId(id)),
+            StartReq::Pending => RecordedReply::Queued(OutboxId(id)),
+        }
+    }
 }
 
 type HandledResult = Result<Option<RecordedReply>>;
@@ -943,14 +998,16 @@ impl Plan {
             s.next();
         }
         // Due at once (not_before 0). Claimed by the caller when it asked for a lease,
-        // which then delivers it without claiming; the delivery worker takes it otherwise.
+        // which then delivers it without claiming; delivered already when the reply left
+        // with the caller's answer; the delivery worker takes it otherwise.
         let mut first = true;
         for r in self.writers(reqs) {
             let Some((_, json)) = &r.reply else { continue };
             if first {
                 s.push(
                     "INSERT INTO outbox (agent_id, journal_id, outbound, state, attempts,
-                         not_before_ms, claimed_until_ms, created_at_ms, updated_at_ms) VALUES (",
+                         not_before_ms, claimed_until_ms, platform_ids, delivered_at_ms,
+                         created_at_ms, updated_at_ms) VALUES (",
                 );
                 first = false;
             } else {
@@ -958,12 +1015,16 @@ impl Plan {
             }
             s.arg(Arg::Agent(&r.agent_id)).push(", ");
             s.arg(Arg::Int(r.journal_id)).push(", ");
-            s.json(json).push(", 'pending', ");
-            s.arg(Arg::Int(i64::from(r.lease_ms.is_some())))
-                .push(", 0, ");
-            match r.lease_ms {
-                Some(lease) => s.arg(Arg::Int(r.now + lease)),
+            s.json(json).push(", '").push(r.outbox_state()).push("', ");
+            s.arg(Arg::Int(r.outbox_attempts())).push(", 0, ");
+            match r.claimed_until() {
+                Some(until) => s.arg(Arg::Int(until)),
                 None => s.push("NULL"),
+            };
+            s.push(", ");
+            match r.delivered() {
+                Some((ids, at)) => s.json(ids).push(", ").arg(Arg::Int(at)),
+                None => s.push("NULL, NULL"),
             };
             s.push(", ");
             s.arg(Arg::Int(r.now)).push(", ");
@@ -997,16 +1058,7 @@ impl Plan {
                     let id = *outbox_of
                         .get(&r.journal_id)
                         .ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
-                    return Ok(Some(match r.lease_ms {
-                        Some(_) => RecordedReply::Claimed(OutboxEntry {
-                            id: OutboxId(id),
-                            agent_id: r.agent_id.clone(),
-                            journal_id: Some(JournalId(r.journal_id)),
-                            outbound: outbound.clone(),
-                            attempts: 1,
-                        }),
-                        None => RecordedReply::Queued(OutboxId(id)),
-                    }));
+                    return Ok(Some(r.recorded(id, outbound)));
                 }
                 // Done before this request: by this batch, or earlier.
                 let first = if self.lookup.contains(&r.journal_id) {
