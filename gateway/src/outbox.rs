@@ -111,11 +111,7 @@ impl Outbox {
             .and_then(|c| c.delivered_in_band(reply));
         match in_band {
             Some(delivery) => ReplyStart::Delivered {
-                platform_ids: delivery
-                    .message_ids
-                    .into_iter()
-                    .map(|m| m.into_string())
-                    .collect(),
+                platform_ids: platform_ids(delivery),
             },
             None => ReplyStart::Claimed { lease_ms: LEASE_MS },
         }
@@ -156,11 +152,7 @@ impl Outbox {
         };
         match connector.send(&entry.outbound).await {
             Ok(delivery) => {
-                let ids: Vec<String> = delivery
-                    .message_ids
-                    .into_iter()
-                    .map(|m| m.into_string())
-                    .collect();
+                let ids = platform_ids(delivery);
                 self.store.outbox_delivered(entry.id, &ids).await?;
                 crate::metrics::message_out(platform);
                 tracing::debug!(outbox_id = entry.id.0, parts = ids.len(), "reply delivered");
@@ -217,6 +209,15 @@ impl Outbox {
             }
         }
     }
+}
+
+/// The platform's message ids of a delivery, as the outbox keeps them.
+fn platform_ids(delivery: troupe_connectors::Delivery) -> Vec<String> {
+    delivery
+        .message_ids
+        .into_iter()
+        .map(|m| m.into_string())
+        .collect()
 }
 
 /// 1 s, 2 s, 4 s … capped at 5 minutes.

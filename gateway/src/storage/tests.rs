@@ -1127,9 +1127,6 @@ async fn batch_with_a_bad_request(ctx: Ctx) {
     }
 }
 
-/// A writer batch holding every kind (a journal insert, a handled message, a delivered
-/// mark): on Postgres one transaction. When one request fails it, each kind is written
-/// apart and only that request fails.
 /// A reply that left in band (the HTTP API) is written delivered by the transaction that
 /// records it: nothing for the delivery worker, and a re-drive finds it delivered. Through
 /// the store (the engine on SQLite, the writer on Postgres) and through the writer on both.
@@ -1335,6 +1332,9 @@ async fn room_context_reads(ctx: Ctx) {
     }
 }
 
+/// A writer batch holding every kind (a journal insert, a handled message, a delivered
+/// mark): on Postgres one transaction. When one request fails it, each kind is written
+/// apart and only that request fails.
 async fn batch_of_every_kind(ctx: Ctx) {
     let store = &ctx.store;
     let delivered = |outbox: OutboxId, ids: &[&str]| writer::DeliveredReq {

@@ -1015,7 +1015,8 @@ impl Plan {
             }
             s.arg(Arg::Agent(&r.agent_id)).push(", ");
             s.arg(Arg::Int(r.journal_id)).push(", ");
-            s.json(json).push(", '").push(r.outbox_state()).push("', ");
+            s.json(json).push(", ");
+            s.arg(Arg::Text(r.outbox_state())).push(", ");
             s.arg(Arg::Int(r.outbox_attempts())).push(", 0, ");
             match r.claimed_until() {
                 Some(until) => s.arg(Arg::Int(until)),
