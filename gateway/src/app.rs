@@ -596,6 +596,7 @@ impl App {
 
         let ingress = self.ingress.clone();
         let breakers = self.breakers.clone();
+        let spend = self.spend.clone();
         let mut events = self
             .persona_events
             .take()
@@ -625,6 +626,9 @@ impl App {
         ingress.bus().close().await;
         tasks.close();
         tasks.wait().await;
+        // The agents are done: no model call is left to record, so the usage ledger
+        // writes what it still holds before the process exits (issue 30, finding 9).
+        spend.close().await;
         if let Some(task) = http_task {
             task.await??;
         }

@@ -205,10 +205,11 @@ pub fn parse_allow(raw: &str) -> Result<Vec<AllowRule>, String> {
         .collect()
 }
 
-/// An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) is the IPv4 address it maps.
+/// An IPv4-mapped (`::ffff:a.b.c.d`) or IPv4-translated (`::ffff:0:a.b.c.d`) IPv6 address
+/// is the IPv4 address it carries.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+        IpAddr::V6(v6) => match carried_v4(v6) {
             Some(v4) => IpAddr::V4(v4),
             None => IpAddr::V6(v6),
         },
@@ -216,11 +217,28 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The IPv4 address an IPv6 address stands for on the host's own stack or a stateless
+/// translator in front of it: IPv4-mapped `::ffff:0:0/96` (RFC 4291), and IPv4-translated
+/// `::ffff:0:0:0/96` (SIIT, RFC 2765, finding 12 of issue 30), which a translator on the
+/// path delivers to that IPv4 address as surely as a mapped one.
+fn carried_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    match ip.segments() {
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => {
+            Some(Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)))
+        }
+        _ => ip.to_ipv4_mapped(),
+    }
+}
+
 /// Why an address is not fetched from without an allow entry, or `None` for a public one.
 /// Loopback, private (RFC 1918, unique local), shared (CGNAT), link-local (where the cloud
 /// metadata services live: 169.254.169.254, fd00:ec2::254), multicast, unspecified,
 /// broadcast, reserved, documentation and benchmarking ranges; IPv6 forms that carry an
-/// IPv4 address (mapped, compatible, NAT64, 6to4) are judged by that address.
+/// IPv4 address (mapped, translated, compatible, well-known NAT64, 6to4) are judged by that
+/// address. The local-use NAT64 prefix `64:ff9b:1::/48` (RFC 8215) is refused whole: its
+/// translator is the operator's own, and where the IPv4 address sits in it depends on a
+/// prefix length only that network knows (RFC 6052), so what it reaches cannot be read
+/// from the address; an operator who uses one allows it with `TROUPE_FETCH_ALLOW`.
 pub fn blocked(ip: IpAddr) -> Option<&'static str> {
     match ip {
         IpAddr::V4(v4) => blocked_v4(v4),
@@ -248,7 +266,7 @@ fn blocked_v4(ip: Ipv4Addr) -> Option<&'static str> {
 }
 
 fn blocked_v6(ip: Ipv6Addr) -> Option<&'static str> {
-    if let Some(v4) = ip.to_ipv4_mapped() {
+    if let Some(v4) = carried_v4(ip) {
         return blocked_v4(v4);
     }
     let seg = ip.segments();
@@ -258,6 +276,7 @@ fn blocked_v6(ip: Ipv6Addr) -> Option<&'static str> {
         _ if ip.is_loopback() => "loopback",
         [0, 0, 0, 0, 0, 0, hi, lo] => return blocked_v4(embedded_v4(hi, lo)).or(Some("reserved")),
         [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => return blocked_v4(embedded_v4(hi, lo)),
+        [0x64, 0xff9b, 1, ..] => "local-use NAT64 (RFC 8215)",
         [0x2002, hi, lo, ..] => return blocked_v4(embedded_v4(hi, lo)),
         [s, ..] if s & 0xfe00 == 0xfc00 => "unique local (private)",
         [s, ..] if s & 0xffc0 == 0xfe80 => "link-local",
@@ -489,6 +508,37 @@ mod tests {
         ] {
             assert_eq!(blocked(ip(addr)), Some(kind), "{addr}");
         }
+    }
+
+    /// Issue 30, finding 12: the IPv4-translated form (SIIT, RFC 2765) is judged by the
+    /// IPv4 address it carries, like the mapped form; the local-use NAT64 prefix (RFC 8215)
+    /// is refused whole, whatever it embeds.
+    #[test]
+    fn translated_and_local_nat64_addresses_are_blocked() {
+        for (addr, kind) in [
+            ("::ffff:0:127.0.0.1", "loopback"),
+            ("::ffff:0:7f00:1", "loopback"),
+            ("::ffff:0:169.254.169.254", "link-local (cloud metadata)"),
+            ("::ffff:0:10.0.0.1", "private"),
+            ("::ffff:0:0.0.0.0", "unspecified"),
+            ("64:ff9b:1::7f00:1", "local-use NAT64 (RFC 8215)"),
+            ("64:ff9b:1::808:808", "local-use NAT64 (RFC 8215)"),
+            ("64:ff9b:1:a9fe:a9:fe00::", "local-use NAT64 (RFC 8215)"),
+            (
+                "64:ff9b:1:ffff:ffff:ffff:ffff:ffff",
+                "local-use NAT64 (RFC 8215)",
+            ),
+        ] {
+            assert_eq!(blocked(ip(addr)), Some(kind), "{addr}");
+        }
+        // A public IPv4 address behind the translated form is as public as itself; the
+        // well-known NAT64 prefix next to the local one is still judged by what it embeds.
+        assert_eq!(blocked(ip("::ffff:0:8.8.8.8")), None);
+        assert_eq!(blocked(ip("64:ff9b::808:808")), None);
+        assert_eq!(blocked(ip("64:ff9b:2::808:808")), None);
+        // An allow entry for the IPv4 address covers its translated form, as it covers the
+        // mapped one.
+        assert_eq!(canonical(ip("::ffff:0:10.0.0.1")), ip("10.0.0.1"));
     }
 
     #[test]

@@ -25,10 +25,15 @@ use troupe_connectors::{Accepted, AgentId, Inbound, InboundSink, SinkError};
 
 use crate::bus::{Bus, BusError, Envelope};
 use crate::storage::{
-    JournalId, JournalInsert, JournalState, StorageError, Store, same_dedupe_key,
+    JournalId, JournalInsert, JournalState, StorageError, Store, UnfinishedPage, same_dedupe_key,
 };
 
 pub use crate::outcome::{HandleError, Outcome, Waiters};
+
+/// Journal entries the restart drive reads at a time (`Ingress::replay`): enough that a
+/// page costs little next to publishing it, few enough that a page of large messages is a
+/// few megabytes.
+const REPLAY_PAGE: i64 = 500;
 
 /// The attempt a first publication carries: the one its journal insert counted (see
 /// `storage::journal`), so that a replay of the same attempt has the same NATS id.
@@ -329,20 +334,40 @@ impl Ingress {
     /// that attempt, so JetStream drops it within the dedupe window; after the window, the
     /// copy is flagged a redelivery and the agent finds the entry done in the journal before
     /// calling a model.
+    ///
+    /// The journal is read a page of [`REPLAY_PAGE`] entries at a time, each page published
+    /// before the next is read, so memory stays bounded however much is unfinished; the
+    /// database skips the entries given up already (failed with every attempt used), which
+    /// are kept for the record and would otherwise fill the pages (issue 30, finding 10:
+    /// one read of 100,000 entries, filtered here, never reached a pending entry behind
+    /// 100,000 given-up ones). The drive stops at the newest entry there was when it began:
+    /// what replicas journal meanwhile, they publish themselves.
     pub async fn replay(&self, max_attempts: u32) -> anyhow::Result<usize> {
         let mut published = 0;
-        let unfinished = self.store.journal_unfinished(100_000).await?;
-        for entry in unfinished {
-            if entry.state == JournalState::Failed && entry.attempts >= max_attempts as i32 {
-                continue;
+        let Some(through) = self.store.journal_newest().await? else {
+            return Ok(0);
+        };
+        let mut page = UnfinishedPage {
+            after: None,
+            through,
+            max_attempts,
+            limit: REPLAY_PAGE,
+        };
+        loop {
+            let entries = self.store.journal_unfinished(&page).await?;
+            let full = entries.len() as i64 >= page.limit;
+            page.after = entries.last().map(|e| e.id).or(page.after);
+            for entry in entries {
+                let attempt = entry.attempts.max(0) as u32;
+                let agent = entry.agent_id;
+                self.publish(entry.id, &agent, entry.inbound, true, attempt)
+                    .await?;
+                published += 1;
             }
-            let attempt = entry.attempts.max(0) as u32;
-            let agent = entry.agent_id;
-            self.publish(entry.id, &agent, entry.inbound, true, attempt)
-                .await?;
-            published += 1;
+            if !full {
+                return Ok(published);
+            }
         }
-        Ok(published)
     }
 
     /// The sink a connector of `agent` hands its messages to.
@@ -397,6 +422,86 @@ impl InboundSink for AgentSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::test_support::{
+        Kind, journal_copies, on_both_backends, run_with_store as run,
+    };
+    use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+
+    /// A bus that only records what was published to it.
+    #[derive(Default)]
+    struct Recorded(std::sync::Mutex<Vec<JournalId>>);
+
+    #[async_trait]
+    impl Bus for Recorded {
+        async fn publish(&self, envelope: Envelope) -> Result<(), BusError> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(envelope.journal_id);
+            Ok(())
+        }
+        fn depth(&self) -> usize {
+            0
+        }
+        async fn close(&self) {}
+        fn describe(&self) -> &'static str {
+            "recorded"
+        }
+    }
+
+    fn message(id: &str) -> Inbound {
+        Inbound {
+            id: MessageId::new(id),
+            room: RoomRef::new(Platform::Discord, RoomId::new("c1")),
+            author: UserRef {
+                id: UserId::new("ann"),
+                name: "Ann".into(),
+                is_bot: false,
+            },
+            text: "Is the harbour open?".into(),
+            attachments: Vec::new(),
+            reply_to: None,
+            is_direct: false,
+            mentions_self: true,
+            sent_at_ms: 1,
+        }
+    }
+
+    on_both_backends!(replay_reaches_a_pending_entry_behind_given_up_ones);
+
+    /// Issue 30, finding 10: given-up entries are never removed, and the replay used to
+    /// read 100,000 unfinished entries and filter them here, so behind more given-up ones
+    /// than that a pending entry was never driven again. Now the database skips them and
+    /// the replay pages: more given-up entries than the old read and than a page, then a
+    /// pending one, which is published, alone.
+    async fn replay_reaches_a_pending_entry_behind_given_up_ones(store: Store) {
+        let agent = AgentId::new("ada");
+        let max_attempts = 1;
+        let JournalInsert::Inserted(first) =
+            store.journal_insert(&agent, &message("m0")).await.unwrap()
+        else {
+            panic!("a new entry");
+        };
+        // Given up: failed, with its one attempt used.
+        let gave_up = store
+            .journal_give_up(first, "it crashed the process", None, 0)
+            .await
+            .unwrap();
+        assert!(gave_up.first);
+        journal_copies(&store, first, 100_000).await;
+        let JournalInsert::Inserted(pending) =
+            store.journal_insert(&agent, &message("m1")).await.unwrap()
+        else {
+            panic!("a new entry");
+        };
+        assert!(pending.0 > 100_001, "{pending:?}");
+
+        let bus = Arc::new(Recorded::default());
+        let ingress = Ingress::new(store.clone(), bus.clone(), Waiters::default());
+        let published = ingress.replay(max_attempts).await.unwrap();
+        assert_eq!(published, 1);
+        assert_eq!(*bus.0.lock().unwrap(), [pending]);
+    }
 
     #[test]
     fn a_refusal_says_whether_to_retry() {

@@ -145,3 +145,9 @@ pub fn knowledge_index(lag: i64, rebuilding: bool) {
     metrics::gauge!("troupe_knowledge_index_lag").set(lag as f64);
     metrics::gauge!("troupe_knowledge_index_rebuilding").set(if rebuilding { 1.0 } else { 0.0 });
 }
+
+/// A document worker (`troupe extract`) was started: once per worker, not per document,
+/// since a worker is kept for the next one (knowledge/sandbox.rs).
+pub fn extract_worker_started() {
+    metrics::counter!("troupe_extract_workers_started_total").increment(1);
+}

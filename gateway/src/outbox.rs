@@ -220,10 +220,23 @@ fn platform_ids(delivery: troupe_connectors::Delivery) -> Vec<String> {
         .collect()
 }
 
-/// 1 s, 2 s, 4 s … capped at 5 minutes.
+/// The longest wait between two delivery attempts.
+///
+/// Five minutes, as documented (docs/architecture.md), not the 256 s the doubling used to
+/// stop at (issue 30, finding 13): the exponent was clamped at 8 before the cap was applied,
+/// so the cap never bound. Five minutes is the one that fits what a retry waits out: a
+/// platform outage or a connector that is restarting lasts minutes, and with
+/// [`MAX_ATTEMPTS`] attempts the waits add up to about 19 minutes (1 s doubling to 256 s,
+/// then 300 s, 300 s) before a reply is given up, against 17 with 256 s; a longer cap
+/// would deliver a reply that much later after the platform is back. A 429's own
+/// `retry-after` is honoured instead of this schedule.
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// 1 s, 2 s, 4 s … doubling up to [`BACKOFF_MAX`].
 fn backoff(attempts: i32) -> Duration {
-    let exp = attempts.clamp(1, 9) as u32 - 1;
-    Duration::from_secs((1u64 << exp).min(300))
+    // Clamped only so that the shift cannot overflow; the cap is BACKOFF_MAX.
+    let exp = attempts.clamp(1, 32) as u32 - 1;
+    Duration::from_secs(1u64 << exp).min(BACKOFF_MAX)
 }
 
 #[cfg(test)]
@@ -232,8 +245,17 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_is_capped() {
+        assert_eq!(backoff(0), Duration::from_secs(1));
         assert_eq!(backoff(1), Duration::from_secs(1));
         assert_eq!(backoff(3), Duration::from_secs(4));
-        assert_eq!(backoff(50), Duration::from_secs(256));
+        assert_eq!(backoff(9), Duration::from_secs(256));
+        // Issue 30, finding 13: the cap is the documented five minutes, and it binds.
+        assert_eq!(backoff(10), BACKOFF_MAX);
+        assert_eq!(backoff(MAX_ATTEMPTS), Duration::from_secs(300));
+        assert_eq!(backoff(50), Duration::from_secs(300));
+        assert_eq!(backoff(i32::MAX), Duration::from_secs(300));
+        // What a reply waits in all before it is given up: about 19 minutes.
+        let total: Duration = (1..MAX_ATTEMPTS).map(backoff).sum();
+        assert_eq!(total, Duration::from_secs(255 + 256 + 2 * 300));
     }
 }

@@ -24,6 +24,7 @@ troupe_e2e::on_each_backend!(
     two_personas_on_one_key_share_its_requests_per_minute,
     embedding_calls_are_accounted_for_the_persona,
     after_a_429_no_persona_on_the_key_calls_before_retry_after,
+    a_graceful_stop_writes_every_usage_record,
 );
 
 /// Limits that would get in the way of counting calls are lifted, and memory upkeep is off
@@ -55,6 +56,26 @@ async fn say(app: &TestApp, agent: &str, room: &str, user: &str, text: &str) -> 
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body["replies"][0]["text"].as_str().map(str::to_string)
+}
+
+/// What `troupe usage --agent ada ARGS` prints, run on the app's database (the gateway may
+/// be stopped); panics with its stderr when it fails.
+async fn troupe_usage(app: &TestApp, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(troupe_e2e::troupe_bin())
+        .args(["usage", "--agent", "ada"])
+        .args(args)
+        .env("TROUPE_DATABASE_URL", app.database_url())
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .await
+        .expect("run troupe usage");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
 }
 
 const USER_NOTICE: &str = "You have talked with me enough for today.";
@@ -241,19 +262,7 @@ async fn usage_through_the_api_and_the_cli_adds_up_to_the_fakes_usage(backend: B
     );
 
     // `troupe usage` reads the same rollups.
-    let out = tokio::process::Command::new(troupe_e2e::troupe_bin())
-        .args(["usage", "--agent", "ada", "--by", "room"])
-        .env("TROUPE_DATABASE_URL", app.database_url())
-        .env("TROUPE_LOG", "warn")
-        .output()
-        .await
-        .expect("run troupe usage");
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{table}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let table = troupe_usage(&app, &["--by", "room"]).await;
     let total_line = table
         .lines()
         .find(|l| l.starts_with("total"))
@@ -265,6 +274,47 @@ async fn usage_through_the_api_and_the_cli_adds_up_to_the_fakes_usage(backend: B
         "{table}"
     );
     assert!(table.contains("web:r1"), "{table}");
+}
+
+/// Issue 30, finding 9: usage records wait in the ledger's queue (without a budget nobody
+/// waits for them to be written), and a SIGTERM, what every deploy sends, used to end the
+/// process with them still queued. Three replies, a graceful stop at once, then the
+/// database read by `troupe usage --json` with the gateway gone: all three are there.
+async fn a_graceful_stop_writes_every_usage_record(backend: Backend) {
+    let fake = FakeOpenAi::start().await;
+    let mut app = TestApp::spawn(options(backend, &fake).persona("Ada", BIO)).await;
+    for text in [
+        "Is the lighthouse open today?",
+        "What time does the boat leave?",
+        "Thanks, see you tomorrow",
+    ] {
+        assert!(say(&app, "Ada", "r1", "sam", text).await.is_some());
+    }
+    let status = app.stop().await;
+    assert!(status.success(), "troupe exited with {status} on SIGTERM");
+
+    let text = troupe_usage(&app, &["--by", "day", "--json"]).await;
+    let report: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("`troupe usage --json` printed no JSON ({e}): {text}"));
+    let log = fake.usage_log();
+    assert_eq!(log.len(), 3, "the fake answered three calls");
+    let total = |field: &str| report["total"][field].as_u64().unwrap_or(0);
+    assert_eq!(
+        total("calls"),
+        3,
+        "records lost at the stop: {report}\n----- troupe output -----\n{}",
+        app.logs()
+    );
+    assert_eq!(
+        total("promptTokens"),
+        log.iter().map(|u| u.1).sum::<u64>(),
+        "{report}"
+    );
+    assert_eq!(
+        total("completionTokens"),
+        log.iter().map(|u| u.2).sum::<u64>(),
+        "{report}"
+    );
 }
 
 async fn two_personas_on_one_key_share_its_requests_per_minute(backend: Backend) {

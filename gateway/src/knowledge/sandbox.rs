@@ -17,8 +17,11 @@
 //! reading most documents: it builds the cl100k tokenizer, 0.1–0.2 s of CPU. Each document
 //! still has its own deadline; a worker that failed is never reused, and a document that a
 //! reused worker failed on is tried once more in a new one, so that what an earlier
-//! document left behind (memory, CPU seconds spent) cannot refuse it. A worker is ended
-//! after [`IDLE_FOR`] without work.
+//! document left behind (memory, CPU seconds spent) cannot refuse it. A document that
+//! reached its deadline is not tried again: the deadline is wall-clock time of its own,
+//! which nothing an earlier document did can shorten, so a second try would only hold a
+//! worker slot for a second deadline (issue 30, finding 6). A worker is ended after
+//! [`IDLE_FOR`] without work.
 //!
 //! The protocol, both ways over pipes, repeated for each document:
 //! - request: one JSON line ([`Request`], which gives the document's length), then the
@@ -187,6 +190,9 @@ pub(crate) struct Worker {
     permits: Semaphore,
     /// Workers waiting for their next document.
     idle: std::sync::Mutex<Vec<Running>>,
+    /// Workers started so far (also `troupe_extract_workers_started_total`), so that a
+    /// test can tell a retry from a single try without timing it.
+    started: std::sync::atomic::AtomicU64,
 }
 
 /// A started worker, between documents or reading one.
@@ -219,6 +225,7 @@ impl Worker {
             args,
             settings,
             idle: std::sync::Mutex::new(Vec::new()),
+            started: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -264,7 +271,11 @@ enum Attempt {
     /// The worker answered (with chunks, or with "this document is unreadable").
     Answered(Result<Chunked, KnowledgeError>),
     /// The worker failed on it: it crashed, was stopped at a limit, or broke the protocol.
+    /// Worth a new worker when the failed one was reused.
     Failed(KnowledgeError),
+    /// The document's wall-clock deadline passed and the worker was killed. Never tried
+    /// again: a new worker gets the same deadline for the same document.
+    TimedOut(KnowledgeError),
 }
 
 impl Worker {
@@ -324,7 +335,7 @@ impl Worker {
                 Attempt::Failed(_) if was_reused => {
                     tracing::debug!(document = %name, "a reused document worker failed; trying a new one");
                 }
-                Attempt::Failed(e) => return Err(e),
+                Attempt::Failed(e) | Attempt::TimedOut(e) => return Err(e),
             }
         }
     }
@@ -376,6 +387,12 @@ impl Worker {
                 "`{name}` could not be read: the document reader did not start"
             ))
         })?;
+        let started = self
+            .started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        crate::metrics::extract_worker_started();
+        tracing::debug!(document = %name, workers_started = started, "document worker started");
         let (Some(stdin), Some(stdout), Some(mut err)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -457,7 +474,7 @@ impl Worker {
                 let _ = child.wait().await;
                 tracing::warn!(document = %name, timeout_s = timeout.as_secs(),
                     "document worker killed at its deadline");
-                return Attempt::Failed(KnowledgeError::Unreadable(format!(
+                return Attempt::TimedOut(KnowledgeError::Unreadable(format!(
                     "`{name}` could not be read in time: reading it took more than {}s \
                      (TROUPE_EXTRACT_TIMEOUT_SECS); export it as plain text or split it",
                     timeout.as_secs()
@@ -861,6 +878,72 @@ mod tests {
         let second = read_with(&reader).await.unwrap();
         assert_eq!(first.chunks.len(), 1);
         assert_eq!(first, second, "the second document went to the same worker");
+    }
+
+    /// Issue 30, finding 6: a document that reaches its deadline in a reused worker is
+    /// not tried again in a new one (which doubled the time it held a worker slot), while
+    /// a reused worker that crashes still gets its document a new worker.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_deadline_is_not_retried_in_a_new_worker() {
+        // A stand-in worker that answers every request with one empty chunk, except a
+        // document named `hang.txt`, on which it hangs, and `crash.txt`, on which it dies.
+        let script = r#"while IFS= read -r line; do
+              n=$(printf '%s' "$line" | sed 's/.*"bytes":\([0-9]*\).*/\1/')
+              head -c "$n" >/dev/null
+              case "$line" in
+                *'"name":"hang.txt"'*) exec sleep 30 ;;
+                *'"name":"crash.txt"'*) kill -SEGV $$ ;;
+              esac
+              printf '{"status":"ok","contentType":"text/plain","chunks":0}\n'
+            done"#;
+        let settings = ExtractSettings {
+            // Long enough that the first document leaves its worker to be reused (a
+            // worker busy for half the deadline is not kept), short for the test.
+            timeout: Duration::from_secs(2),
+            workers: 1,
+            ..ExtractSettings::default()
+        };
+        let worker = Arc::new(Worker::new(
+            "/bin/sh".into(),
+            vec!["-c".into(), script.into()],
+            settings,
+        ));
+        let reader = Reader::Worker(worker.clone());
+        let started = || worker.started.load(std::sync::atomic::Ordering::Relaxed);
+        let read = |name: &'static str| {
+            let reader = reader.clone();
+            async move {
+                reader
+                    .read(name, None, Input::Bytes(b"some words"), (400, 50))
+                    .await
+            }
+        };
+
+        read("first.txt").await.unwrap();
+        assert_eq!(started(), 1);
+        // The hanging document meets the kept worker, which is killed at the deadline; no
+        // second worker is started for it.
+        let err = read("hang.txt").await.unwrap_err();
+        assert!(
+            matches!(&err, KnowledgeError::Unreadable(why) if why.contains("could not be read in time")),
+            "{err:?}"
+        );
+        assert_eq!(
+            started(),
+            1,
+            "the document that hit its deadline was tried again"
+        );
+
+        // A crash in a reused worker is still worth one new worker.
+        read("second.txt").await.unwrap();
+        assert_eq!(started(), 2);
+        let err = read("crash.txt").await.unwrap_err();
+        assert!(
+            matches!(&err, KnowledgeError::Unreadable(why) if why.contains("crashed")),
+            "{err:?}"
+        );
+        assert_eq!(started(), 3, "the crash in a reused worker was not retried");
     }
 
     #[tokio::test]

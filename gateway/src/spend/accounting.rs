@@ -6,7 +6,11 @@
 //! the record is flagged `estimated`). The cost comes from the persona's price table. The
 //! records are written in batches by the [`Ledger`] task, each batch with its rollup
 //! increments in one transaction (`Store::usage_record_batch`), and the `/metrics`
-//! counters are raised per persona, provider and purpose.
+//! counters are raised per persona, provider and purpose. At a graceful stop the ledger
+//! writes everything queued before the process exits ([`Ledger::close`]).
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{Meter, Purpose, Who, user_key};
 use crate::storage::{NewUsage, Store};
@@ -91,45 +95,44 @@ const LEDGER_BATCH: usize = 512;
 /// How long records nobody waits for gather before they are written.
 const LEDGER_GATHER: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// A queued record, and who waits for it to be written (when a budget needs it).
+type Entry = (NewUsage, Option<tokio::sync::oneshot::Sender<()>>);
+
 /// The writer of usage records: a task that writes whatever has queued up since its last
 /// write in one transaction (`Store::usage_record_batch`), so accounting costs a reply no
-/// write of its own. A record still queued when the process dies is lost (at most one
-/// batch); a failed write is logged and counted, and its calls are missing from the
-/// budgets (docs/spend.md).
+/// write of its own. A graceful stop loses nothing: [`Ledger::close`] (the app calls it
+/// once its agents have finished) writes every queued record, without waiting for more to
+/// gather, and returns when they are in (issue 30, finding 9: three replies and a SIGTERM
+/// lost all three). Only a crash or a kill loses what is queued (at most one batch); a
+/// failed write is logged and counted, and its calls are missing from the budgets
+/// (docs/spend.md).
 pub(super) struct Ledger {
-    queue: tokio::sync::mpsc::Sender<(NewUsage, Option<tokio::sync::oneshot::Sender<()>>)>,
+    queue: tokio::sync::mpsc::Sender<Entry>,
+    /// Cancelled by `close`: the task stops taking records, writes the queued ones and ends.
+    closing: CancellationToken,
+    /// The task, for `close` to wait on.
+    task: TaskTracker,
 }
 
 impl Ledger {
     pub(super) fn spawn(store: Store) -> Ledger {
-        let (queue, mut rx) = tokio::sync::mpsc::channel(LEDGER_CAPACITY);
-        tokio::spawn(async move {
-            let mut batch: Vec<(NewUsage, Option<tokio::sync::oneshot::Sender<()>>)> =
-                Vec::with_capacity(LEDGER_BATCH);
-            while rx.recv_many(&mut batch, LEDGER_BATCH).await > 0 {
-                // Nobody waits for these: let more gather, so that a busy gateway writes a
-                // few large batches rather than one per reply (the SQLite connection is
-                // shared with the message path).
-                if batch.iter().all(|(_, waiter)| waiter.is_none()) && batch.len() < LEDGER_BATCH {
-                    tokio::time::sleep(LEDGER_GATHER).await;
-                    while batch.len() < LEDGER_BATCH {
-                        match rx.try_recv() {
-                            Ok(entry) => batch.push(entry),
-                            Err(_) => break,
-                        }
-                    }
-                }
-                let (records, waiters): (Vec<NewUsage>, Vec<_>) = batch.drain(..).unzip();
-                if let Err(error) = store.usage_record_batch(&records).await {
-                    crate::metrics::error("storage");
-                    tracing::warn!(%error, records = records.len(), "could not record model calls' usage");
-                }
-                for waiter in waiters.into_iter().flatten() {
-                    let _ = waiter.send(());
-                }
-            }
-        });
-        Ledger { queue }
+        let (queue, rx) = tokio::sync::mpsc::channel(LEDGER_CAPACITY);
+        let closing = CancellationToken::new();
+        let task = TaskTracker::new();
+        task.spawn(run_ledger(store, rx, closing.clone()));
+        task.close();
+        Ledger {
+            queue,
+            closing,
+            task,
+        }
+    }
+
+    /// Writes every record queued so far and stops taking new ones (a later `record` is
+    /// logged as not recorded); returns once they are written or their write failed.
+    pub(super) async fn close(&self) {
+        self.closing.cancel();
+        self.task.wait().await;
     }
 
     /// Queues `usage`; with `wait`, returns once it is written (or failed).
@@ -147,6 +150,67 @@ impl Ledger {
         if let Some(written) = written {
             let _ = written.await;
         }
+    }
+}
+
+/// The ledger's task: batches until `closing`, then the rest of the queue.
+async fn run_ledger(
+    store: Store,
+    mut rx: tokio::sync::mpsc::Receiver<Entry>,
+    closing: CancellationToken,
+) {
+    let mut batch: Vec<Entry> = Vec::with_capacity(LEDGER_BATCH);
+    loop {
+        tokio::select! {
+            // Records first: a stop that comes with records queued still writes them here
+            // or below. `recv_many` is cancel-safe: losing the race takes nothing.
+            biased;
+            taken = rx.recv_many(&mut batch, LEDGER_BATCH) => {
+                if taken == 0 {
+                    return;
+                }
+            }
+            () = closing.cancelled() => break,
+        }
+        // Nobody waits for these: let more gather, so that a busy gateway writes a few
+        // large batches rather than one per reply (the SQLite connection is shared with the
+        // message path). A stop cuts the gathering short.
+        if batch.iter().all(|(_, waiter)| waiter.is_none()) && batch.len() < LEDGER_BATCH {
+            tokio::select! {
+                () = tokio::time::sleep(LEDGER_GATHER) => {}
+                () = closing.cancelled() => {}
+            }
+            while batch.len() < LEDGER_BATCH {
+                match rx.try_recv() {
+                    Ok(entry) => batch.push(entry),
+                    Err(_) => break,
+                }
+            }
+        }
+        write_batch(&store, &mut batch).await;
+    }
+    // Closing: no record is taken from now on, and every one queued before is written.
+    rx.close();
+    let mut written = 0;
+    while rx.recv_many(&mut batch, LEDGER_BATCH).await > 0 {
+        written += batch.len();
+        write_batch(&store, &mut batch).await;
+    }
+    tracing::debug!(
+        records = written,
+        "the usage ledger wrote its queue and stopped"
+    );
+}
+
+/// Writes `batch` (and empties it) in one transaction, then wakes whoever waits for it.
+async fn write_batch(store: &Store, batch: &mut Vec<Entry>) {
+    let (records, waiters): (Vec<NewUsage>, Vec<_>) = batch.drain(..).unzip();
+    if let Err(error) = store.usage_record_batch(&records).await {
+        crate::metrics::error("storage");
+        tracing::warn!(%error, records = records.len(), "could not record model calls' usage");
+    }
+    for waiter in waiters.into_iter().flatten() {
+        let _ = waiter.send(());
     }
 }
 

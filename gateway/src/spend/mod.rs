@@ -130,6 +130,13 @@ impl Spend {
         }
     }
 
+    /// Writes every usage record still queued and stops taking new ones: the app calls it
+    /// at a graceful stop, once its agents have finished, so that a stop loses no record
+    /// (issue 30, finding 9).
+    pub async fn close(&self) {
+        self.inner.ledger.close().await
+    }
+
     #[cfg(test)]
     pub fn clock(&self) -> &SpendClock {
         &self.inner.clock

@@ -243,3 +243,32 @@ async fn a_malformed_spend_setting_is_an_error_that_names_it() {
             .is_ok()
     );
 }
+
+/// Issue 30, finding 9, in process: without a budget nobody waits for a record, so records
+/// sit in the ledger's queue; `close` writes every one of them before it returns, and a
+/// record after it is refused (logged), not left queued.
+#[tokio::test]
+async fn closing_writes_every_queued_record() {
+    let spend = spend(SpendSettings::default()).await;
+    let meter = spend.meter(&persona(serde_json::json!({})));
+    let room = RoomKey::new(Platform::Discord, RoomId::new("r1"));
+    let user = UserId::new("u1");
+    let who = Who {
+        room: Some(&room),
+        user: Some((Platform::Discord, &user)),
+    };
+    for _ in 0..3 {
+        meter
+            .record(who, Purpose::Reply, "openai:gpt-4o-mini", tokens(80, 20))
+            .await;
+    }
+    spend.close().await;
+    let today = meter.persona_today().await.unwrap();
+    assert_eq!(today.day.used_tokens, 300);
+    // Closed: this one is not taken, and `close` again returns at once.
+    meter
+        .record(who, Purpose::Reply, "openai:gpt-4o-mini", tokens(80, 20))
+        .await;
+    spend.close().await;
+    assert_eq!(meter.persona_today().await.unwrap().day.used_tokens, 300);
+}

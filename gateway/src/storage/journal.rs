@@ -66,6 +66,19 @@ impl TryFrom<JournalRow> for JournalEntry {
     }
 }
 
+/// Which entries one read of [`Store::journal_unfinished`] covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnfinishedPage {
+    /// After this entry (the last one of the previous page); `None` from the start.
+    pub after: Option<JournalId>,
+    /// Up to and including this entry ([`Store::journal_newest`] when the drive began).
+    pub through: JournalId,
+    /// `TROUPE_MAX_ATTEMPTS`: a failed entry with this many attempts has been given up.
+    pub max_attempts: u32,
+    /// Entries in the page, at most.
+    pub limit: i64,
+}
+
 /// The `caller` part of a message's dedupe key: the author on the Web platform, where the
 /// HTTP caller picks the room and the message id; nothing on a platform, which assigns the
 /// id itself. A `userId` is a claim, not an identity (any caller may send any): it keeps
@@ -123,15 +136,38 @@ impl Store {
         row.map(JournalEntry::try_from).transpose()
     }
 
-    /// Pending and failed entries, oldest first, for the restart drive.
-    pub async fn journal_unfinished(&self, limit: i64) -> Result<Vec<JournalEntry>> {
+    /// One page of what the restart drive publishes again, oldest first: the entries of
+    /// `page.range` that are pending, or failed with fewer than `page.max_attempts`
+    /// attempts; at most `page.limit` of them. Given-up entries (failed with every attempt
+    /// used) are skipped here, in SQL, so however many of them the journal keeps they fill
+    /// no page (issue 30, finding 10). The predicate `state IN ('pending', 'failed')` is
+    /// the partial index `journal_unfinished`'s, repeated so that both planners use it
+    /// (migrations/*/0011_journal_unfinished.sql).
+    pub async fn journal_unfinished(&self, page: &UnfinishedPage) -> Result<Vec<JournalEntry>> {
         let rows: Vec<JournalRow> = with_pool!(self, pool => {
             sqlx::query_as(select_journal!(
-                "WHERE state IN ('pending', 'failed') ORDER BY id LIMIT $1"
+                "WHERE state IN ('pending', 'failed') AND id > $1 AND id <= $2
+                   AND (state = 'pending' OR attempts < $3)
+                 ORDER BY id LIMIT $4"
             ))
-            .bind(limit.max(0)).fetch_all(pool).await
+            .bind(page.after.map_or(0, |id| id.0))
+            .bind(page.through.0)
+            .bind(i64::from(page.max_attempts))
+            .bind(page.limit.max(0))
+            .fetch_all(pool)
+            .await
         })?;
         rows.into_iter().map(JournalEntry::try_from).collect()
+    }
+
+    /// The newest journal id, `None` when the journal is empty: where a restart drive
+    /// stops, so that it reads what was there when it started and not what replicas
+    /// journal meanwhile (they publish that themselves).
+    pub async fn journal_newest(&self) -> Result<Option<JournalId>> {
+        let (newest,): (Option<i64>,) = with_pool!(self, pool => {
+            sqlx::query_as("SELECT MAX(id) FROM journal").fetch_one(pool).await
+        })?;
+        Ok(newest.map(JournalId))
     }
 
     /// Marks an entry failed with its error. The attempt was counted when it started (see

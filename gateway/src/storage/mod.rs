@@ -31,8 +31,24 @@
 //!   transactions (group commit).
 //!
 //! Both backends run the same SQL text wherever the dialects agree (sqlx's SQLite driver
-//! takes `$1` placeholders, and both have `ON CONFLICT` and `RETURNING`); only the outbox
-//! claim differs, because only Postgres has concurrent writers to fence off.
+//! takes `$1` placeholders, and both have `ON CONFLICT` and `RETURNING`). Where they
+//! differ, and why (issue 30, finding 13: this paragraph used to say only the outbox claim
+//! did):
+//! - the outbox claim (`outbox`): `FOR UPDATE SKIP LOCKED` on Postgres, whose replicas
+//!   claim concurrently; one `UPDATE … IN (SELECT …)` on SQLite, which has one writer;
+//! - the message path (the journal insert, the room reads a reply needs, `record_handled`,
+//!   the delivered mark, the spend ledger's batches, a room's controls): on a SQLite file
+//!   it runs on `engine`'s own connection (rusqlite, its own SQL text), to save the sqlx
+//!   round trips; on Postgres and on an in-memory SQLite it runs on sqlx, its three hot
+//!   writes (journal insert, `record_handled`, delivered mark) batched by `writer`, whose
+//!   statements are built per backend (`?` or `$n` placeholders, a `JSONB` cast, a
+//!   multi-statement script on SQLite against statements in a transaction on Postgres, and
+//!   several batches in flight on Postgres only);
+//! - change sequences (`knowledge`): on Postgres an advisory lock orders the writers of
+//!   `knowledge_changes` and `embedding_changes`, so a follower never skips a `seq` that
+//!   commits late; SQLite writers are serialized already;
+//! - vectors (`pgvector`): the HNSW index exists on Postgres with the extension only;
+//! - the schema: one migration directory per backend, kept in step.
 
 mod arbiter;
 #[cfg(test)]
@@ -54,7 +70,7 @@ mod summaries;
 #[cfg(test)]
 mod summaries_tests;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
 mod usage;
@@ -75,7 +91,7 @@ use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
 pub use arbiter::Floor;
 pub use fact_ids::IdentifiedFact;
-pub use journal::{dedupe_caller, same_dedupe_key};
+pub use journal::{UnfinishedPage, dedupe_caller, same_dedupe_key};
 pub use knowledge::{
     DocumentRow, EmbeddingChange, IndexChunk, NewDocument, NewEmbedding, Scope, ScoredChunk,
     StoredVector, UnembeddedChunk,

@@ -1,5 +1,7 @@
 //! What the storage tests share: a fresh database per test body on either backend, and
 //! [`on_both_backends!`], which turns each body into a SQLite test and a Postgres test.
+//! Tests elsewhere in the crate that need a real store on both backends (the restart drive
+//! in `ingress`) use them too, with [`journal_copies`] to fill a journal fast.
 //!
 //! The Postgres server is `TROUPE_TEST_DATABASE_URL` (through `troupe_e2e::env`, the same
 //! rule as the end-to-end tests): without it the Postgres variants are skipped with a note,
@@ -10,23 +12,23 @@ use sqlx::Connection;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
-use super::Store;
+use super::{JournalId, Store, with_pool};
 
 /// What a test body gets: a migrated store, and the URL it came from (to open another).
-pub(super) struct Ctx {
-    pub(super) store: Store,
-    pub(super) url: String,
+pub(crate) struct Ctx {
+    pub(crate) store: Store,
+    pub(crate) url: String,
 }
 
 #[derive(Clone, Copy)]
-pub(super) enum Kind {
+pub(crate) enum Kind {
     Sqlite,
     Postgres,
 }
 
 /// Runs `body` against a fresh database of `kind`, and removes the database afterwards,
 /// whether the body passed or panicked.
-pub(super) async fn run<F, Fut>(kind: Kind, body: F)
+pub(crate) async fn run<F, Fut>(kind: Kind, body: F)
 where
     F: FnOnce(Ctx) -> Fut,
     Fut: Future<Output = ()>,
@@ -77,7 +79,7 @@ where
 }
 
 /// [`run`] for a body that needs only the store.
-pub(super) async fn run_with_store<F, Fut>(kind: Kind, body: F)
+pub(crate) async fn run_with_store<F, Fut>(kind: Kind, body: F)
 where
     F: FnOnce(Store) -> Fut,
     Fut: Future<Output = ()>,
@@ -119,4 +121,26 @@ macro_rules! on_both_backends {
         )*
     };
 }
-pub(super) use on_both_backends;
+pub(crate) use on_both_backends;
+
+/// Adds `copies` journal entries that are copies of entry `of` (its state, attempts and
+/// message, under new message ids), in one statement: a journal of a hundred thousand
+/// entries in a second, on either backend.
+pub(crate) async fn journal_copies(store: &Store, of: JournalId, copies: i64) {
+    with_pool!(store, pool => {
+        sqlx::query(
+            "WITH RECURSIVE n(i) AS (
+                 SELECT CAST(1 AS BIGINT) UNION ALL SELECT i + 1 FROM n WHERE i < $2)
+             INSERT INTO journal (agent_id, platform, room, caller, platform_message_id, inbound,
+                 state, attempts, last_error, created_at_ms, updated_at_ms)
+             SELECT agent_id, platform, room, caller, platform_message_id || '-' || i, inbound,
+                 state, attempts, last_error, created_at_ms, updated_at_ms
+             FROM journal, n WHERE journal.id = $1",
+        )
+        .bind(of.0)
+        .bind(copies)
+        .execute(pool)
+        .await
+        .expect("copy journal entries");
+    });
+}

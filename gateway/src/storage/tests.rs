@@ -533,6 +533,7 @@ async fn rooms_are_isolated(ctx: Ctx) {
 
 async fn journal_unfinished_and_fail(ctx: Ctx) {
     let store = ctx.store;
+    assert_eq!(store.journal_newest().await.unwrap(), None);
     let msgs: Vec<Inbound> = (0..4)
         .map(|i| {
             inbound(
@@ -569,7 +570,13 @@ async fn journal_unfinished_and_fail(ctx: Ctx) {
     // Done is final: failing it afterwards changes nothing.
     store.journal_fail(ids[1], "late failure").await.unwrap();
 
-    let unfinished = store.journal_unfinished(10).await.unwrap();
+    let page = |after: Option<JournalId>, limit: i64| UnfinishedPage {
+        after,
+        through: ids[3],
+        max_attempts: 5,
+        limit,
+    };
+    let unfinished = store.journal_unfinished(&page(None, 10)).await.unwrap();
     let summary: Vec<(JournalId, JournalState, i32, Option<&str>)> = unfinished
         .iter()
         .map(|e| (e.id, e.state, e.attempts, e.last_error.as_deref()))
@@ -588,11 +595,29 @@ async fn journal_unfinished_and_fail(ctx: Ctx) {
         ]
     );
     assert_eq!(unfinished[1].inbound, msgs[2]);
-    let limited = store.journal_unfinished(2).await.unwrap();
-    assert_eq!(
-        limited.iter().map(|e| e.id).collect::<Vec<_>>(),
-        [ids[0], ids[2]]
-    );
+    let ids_in = |page: UnfinishedPage| {
+        let store = store.clone();
+        async move {
+            let entries = store.journal_unfinished(&page).await.unwrap();
+            entries.iter().map(|e| e.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ids_in(page(None, 2)).await, [ids[0], ids[2]]);
+    // The next page starts after the last entry of this one.
+    assert_eq!(ids_in(page(Some(ids[2]), 2)).await, [ids[3]]);
+    // Nothing past `through`.
+    let upto = UnfinishedPage {
+        through: ids[2],
+        ..page(None, 10)
+    };
+    assert_eq!(ids_in(upto).await, [ids[0], ids[2]]);
+    // With two attempts allowed, the failed entry that had two is given up: skipped.
+    let given_up = UnfinishedPage {
+        max_attempts: 2,
+        ..page(None, 10)
+    };
+    assert_eq!(ids_in(given_up).await, [ids[0], ids[3]]);
+    assert_eq!(store.journal_newest().await.unwrap(), Some(ids[3]));
     let done = store.journal_get(ids[1]).await.unwrap().unwrap();
     assert_eq!(
         (done.state, done.attempts, done.last_error),
@@ -605,7 +630,7 @@ async fn journal_unfinished_and_fail(ctx: Ctx) {
         .record_handled(handled(ids[2], &AGENT, &key, &msgs[2], None))
         .await
         .unwrap();
-    let after = store.journal_unfinished(10).await.unwrap();
+    let after = store.journal_unfinished(&page(None, 10)).await.unwrap();
     assert_eq!(
         after.iter().map(|e| e.id).collect::<Vec<_>>(),
         [ids[0], ids[3]]
@@ -1883,8 +1908,10 @@ async fn sqlite_migration_0005_keeps_existing_rows_and_references() {
         sqlx::query_as("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'journal' ORDER BY name")
             .fetch_all(pool).await.unwrap()
     });
+    // `journal_unfinished` replaced `journal_by_state` (0011).
     assert!(
-        indexes.iter().any(|(n,)| n == "journal_by_state"),
+        indexes.iter().any(|(n,)| n == "journal_unfinished")
+            && !indexes.iter().any(|(n,)| n == "journal_by_state"),
         "{indexes:?}"
     );
     assert_eq!(store.installation_id().await.unwrap().len(), 32);
