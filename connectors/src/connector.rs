@@ -239,8 +239,9 @@ pub trait Connector: Send + Sync {
 
     /// Whether `message`'s author may steer its room (mute, follow, forget: see
     /// `command::Command::steers_room`). In a direct message everyone may; in a group the
-    /// platform says (Telegram: an administrator, by `getChatMember`). The default is yes:
-    /// a platform without roles (Farcaster, the API) leaves it to its own rule.
+    /// platform says (Telegram: an administrator, by `getChatMember`). The default is yes,
+    /// for a platform without roles (the API); Farcaster has its own rule (the thread's root
+    /// author steers it).
     async fn may_steer(&self, _message: &Inbound) -> Result<bool, ConnectorError> {
         Ok(true)
     }

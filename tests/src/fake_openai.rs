@@ -227,6 +227,44 @@ pub fn default_reply_text(record: &ChatRequestRecord) -> String {
     format!("Reply #{} to: {}", record.index, last)
 }
 
+/// A model that repeats every room-control marker (`[[action: …]]`) it reads in the
+/// conversation (the last user message: history, thread, documents, names), as a careless
+/// model does with text it quotes; never those of the system prompt, which teaches them
+/// (issue 30, finding 5). Answers `Reply #N.` followed by the markers. Use it as
+/// [`FakeOpenAiConfig::default_reply`].
+pub fn echoing_markers() -> DefaultReply {
+    Arc::new(|record: &ChatRequestRecord| {
+        let seen = markers_in(record.last_user_message().unwrap_or(""));
+        let mut reply = format!("Reply #{}.", record.index);
+        for marker in seen {
+            reply.push(' ');
+            reply.push_str(&marker);
+        }
+        reply
+    })
+}
+
+/// Every `[[action: …]]` marker in `text`, as written, in order.
+pub fn markers_in(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("[[") {
+        let Some(len) = rest[start..].find("]]") else {
+            break;
+        };
+        let marker = &rest[start..start + len + 2];
+        if marker[2..]
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("action")
+        {
+            found.push(marker.to_string());
+        }
+        rest = &rest[start + 2..];
+    }
+    found
+}
+
 struct Shared {
     config: FakeOpenAiConfig,
     inner: Mutex<Inner>,

@@ -56,6 +56,11 @@ async fn the_thread_above_a_mention_reaches_the_model() {
     thread_context_reaches_the_model(Backend::Sqlite).await;
 }
 
+#[tokio::test]
+async fn only_the_thread_s_author_steers_it_and_others_keep_their_personal_commands() {
+    only_the_root_author_steers(Backend::Sqlite).await;
+}
+
 /// Fern on Farcaster, polling `neynar` every second, plus `extra` secrets.
 fn fern(neynar: &FakeNeynar, extra: &[(&str, &str)]) -> Value {
     let mut character = persona_json(AGENT, BIO);
@@ -543,4 +548,95 @@ async fn thread_context_reaches_the_model(backend: Backend) {
         assert!(query.contains(&part), "{part} not in {query}");
     }
     assert!(conversations[0].authorized);
+}
+
+/// Issue 30, finding 4: a thread belongs to whoever cast its root. Mallory (fid 43) replies
+/// in Alice's thread: her `/forget`, `/mute 365d` and `/follow` are refused with a short
+/// answer and change nothing, while her `/whoami` is answered. Alice's next question is
+/// answered with her thread's memory intact, and her own `/mute` works. In a thread the
+/// bot started, no cast steers.
+async fn only_the_root_author_steers(backend: Backend) {
+    let neynar = FakeNeynar::start().await;
+    let openai = FakeOpenAi::start().await;
+    openai.push_reply("The tide turns at noon today.");
+    openai.push_reply("Tomorrow it turns at one.");
+    let app = spawn(backend, &neynar, &openai, &[]).await;
+    let bot = neynar.bot_fid();
+
+    let root = neynar.mention(7, "alice", "@fern when does the tide turn?");
+    casts(&app, &neynar, 1).await;
+    let mut pushed = Vec::new();
+    for command in ["/forget", "/mute 365d", "/follow", "/whoami"] {
+        pushed.push(
+            neynar.push_cast(
+                NewCast::new(43, "mallory", &format!("@fern {command}"))
+                    .mentioning(bot)
+                    .replying_to(&root),
+            ),
+        );
+    }
+    let published = casts(&app, &neynar, 5).await;
+    for (i, cast) in published[1..4].iter().enumerate() {
+        assert_eq!(
+            cast.text,
+            "Sorry, only the person who started this thread can change how I behave in it.",
+            "refused: {published:#?}"
+        );
+        assert_eq!(cast.parent.as_deref(), Some(pushed[i].as_str()));
+    }
+    assert!(
+        published[4].text.contains("Fern"),
+        "a personal command still works: {published:#?}"
+    );
+    assert_eq!(openai.request_count(), 1, "commands call no model");
+
+    // Alice's thread is neither forgotten nor muted: her next question is answered, and
+    // the prompt still holds her first one.
+    neynar.push_cast(
+        NewCast::new(7, "alice", "@fern and tomorrow?")
+            .mentioning(bot)
+            .replying_to(&root),
+    );
+    let published = casts(&app, &neynar, 6).await;
+    assert_eq!(published[5].text, "Tomorrow it turns at one.");
+    let prompt = openai.last_prompt_text();
+    assert!(
+        prompt.contains("when does the tide turn?"),
+        "the thread's memory survived Mallory's /forget:\n{prompt}"
+    );
+    let (_, rooms) = app.get(&format!("/api/agents/{AGENT}/rooms")).await;
+    let thread = rooms["rooms"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["room"] == format!("farcaster:{root}")))
+        .unwrap_or_else(|| panic!("Alice's thread is listed: {rooms}"));
+    assert!(thread["mutedUntilMs"].is_null(), "not muted: {thread}");
+    assert_eq!(thread["following"], false, "not followed: {thread}");
+    assert!(thread["forgottenAtMs"].is_null(), "not forgotten: {thread}");
+    // The owner steers her own thread.
+    neynar.push_cast(
+        NewCast::new(7, "alice", "@fern /mute")
+            .mentioning(bot)
+            .replying_to(&root),
+    );
+    let published = casts(&app, &neynar, 7).await;
+    assert!(published[6].text.contains("quiet"), "{published:#?}");
+
+    // A thread the bot started belongs to no one: Alice's /mute there is refused too.
+    let post = neynar.push_cast(NewCast::new(
+        bot,
+        "fern",
+        "Low tide at dawn: come and look.",
+    ));
+    neynar.push_cast(
+        NewCast::new(7, "alice", "@fern /mute")
+            .mentioning(bot)
+            .replying_to(&post),
+    );
+    let published = casts(&app, &neynar, 8).await;
+    assert!(
+        published[7]
+            .text
+            .starts_with("Sorry, only the person who started this thread"),
+        "{published:#?}"
+    );
 }

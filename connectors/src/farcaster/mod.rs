@@ -7,7 +7,8 @@
 //! (`webhook`) and posting replies as chained casts (`publish`). It knows nothing of the
 //! gateway beyond the `Connector` trait.
 //!
-//! The room is the cast thread (its root hash). Troupe remembers only the casts it
+//! The room is the cast thread (its root hash), and the thread belongs to whoever cast its
+//! root: only they steer it (`owner`). Troupe remembers only the casts it
 //! received, so before answering a reply the gateway asks `thread_context` for the casts
 //! above it (`context`, from Neynar's conversation endpoint), and the prompt shows them
 //! before the room's memory.
@@ -19,6 +20,7 @@ mod api;
 mod config;
 mod context;
 mod normalize;
+mod owner;
 mod poll;
 mod publish;
 mod webhook;
@@ -297,6 +299,11 @@ impl Connector for FarcasterConnector {
                 Vec::new()
             }
         }
+    }
+
+    /// The thread's root author alone steers it (`owner`).
+    async fn may_steer(&self, message: &Inbound) -> Result<bool, ConnectorError> {
+        owner::may_steer(&self.api, &self.authors, self.settings.fid, message).await
     }
 
     async fn healthcheck(&self) -> Result<(), ConnectorError> {

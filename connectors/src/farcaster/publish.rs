@@ -60,21 +60,28 @@ impl Authors {
     }
 }
 
-/// Who wrote `hash`: from memory, else asked of Neynar. Best effort: the field is optional.
-async fn parent_author(api: &Neynar, authors: &Authors, hash: &str) -> Option<u64> {
+/// Who wrote `hash`: from memory, else asked of Neynar (and remembered).
+pub(crate) async fn author_of(
+    api: &Neynar,
+    authors: &Authors,
+    hash: &str,
+) -> Result<u64, ConnectorError> {
     if let Some(fid) = authors.get(hash) {
-        return Some(fid);
+        return Ok(fid);
     }
-    match api.cast(hash).await {
-        Ok(cast) => {
-            authors.remember(hash, cast.author.fid);
-            Some(cast.author.fid)
-        }
-        Err(e) => {
+    let cast = api.cast(hash).await?;
+    authors.remember(hash, cast.author.fid);
+    Ok(cast.author.fid)
+}
+
+/// The parent's author for a reply. Best effort: the field is optional.
+async fn parent_author(api: &Neynar, authors: &Authors, hash: &str) -> Option<u64> {
+    author_of(api, authors, hash)
+        .await
+        .inspect_err(|e| {
             tracing::debug!(error = %e, "could not look up the parent cast's author; posting without it");
-            None
-        }
-    }
+        })
+        .ok()
 }
 
 /// Casts `reply` under `reply.reply_to` (or the thread's root), chunk after chunk.

@@ -45,8 +45,9 @@ pub enum Why {
 ///
 /// One message still reaches a muted persona: one addressed to it that asks it to talk
 /// again (`asks_to_talk`, see `rooms::actions::asks_to_talk_again`), so that "you can talk
-/// again" works like `/unmute` with the one model call that answers it. Its reply is sent
-/// only if it unmutes the room (`Agent::act`).
+/// again" works like `/unmute` with the one model call that answers it. Only someone who
+/// may steer the room gets that call (`Agent::standing`), and its reply is sent only if it
+/// unmutes the room (`Agent::act`).
 pub fn steer(decision: Decision, room: &RoomState, now_ms: i64, asks_to_talk: bool) -> Decision {
     match decision {
         Decision::Respond(_) if room.muted_at(now_ms) && !asks_to_talk => {

@@ -4,8 +4,8 @@
 //! decide whether to answer, apply the rate limits, recall the room, compose the prompt
 //! from the character, call the model, record both messages and the reply in one
 //! transaction, and hand the reply to the outbox. `process` reads as that recipe, one method
-//! per step (`resume`, `command`, `decide`, `budget`, `recall`, `compose`, `complete`,
-//! `answer`), and
+//! per step (`resume`, `command`, `decide`, `standing`, `budget`, `recall`, `compose`,
+//! `complete`, `answer`), and
 //! `handle` around it waits out a storage failure. An agent holds only the handles it uses;
 //! its persona and model provider sit behind a lock so that a hot reload swaps them between
 //! two messages without a restart.
@@ -14,7 +14,6 @@ pub mod decide;
 mod troupe;
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -96,6 +95,13 @@ impl OutageNotice for RoomNotice<'_> {
     }
 }
 
+/// The model's reply, with what `act` needs to judge the action it may propose.
+struct Reply {
+    text: String,
+    standing: Standing,
+    quotes_marker: bool,
+}
+
 /// What `recall` found for a message, owned, for `compose` to borrow from.
 struct Recall {
     /// The room's recent messages, oldest first.
@@ -106,6 +112,24 @@ struct Recall {
     thread: Vec<ContextLine>,
     /// Knowledge for the prompt.
     hits: Vec<crate::knowledge::Hit>,
+}
+
+/// What the message's sender may do to its room, as far as `standing` knows before the
+/// model is called (rooms::actions, issue 30 finding 5).
+#[derive(Debug, Clone, Copy)]
+struct Standing {
+    /// The room was muted when the message was decided: nothing is said in it unless the
+    /// reply unmutes it.
+    muted: bool,
+    /// Whether the sender may steer the room, when it was asked already.
+    may_steer: Option<bool>,
+}
+
+/// A prompt, and whether anything it quotes (history, thread, documents, summary, facts,
+/// names) holds an action marker: then no action the reply proposes is honoured.
+struct Composed {
+    prompt: Prompt,
+    quotes_marker: bool,
 }
 
 /// What a persona runs with; swapped whole on reload.
@@ -278,6 +302,10 @@ impl Agent {
             Ok(room) => room,
             Err(outcome) => return Ok(outcome),
         };
+        let standing = match self.standing(journal_id, inbound, &room).await? {
+            Ok(standing) => standing,
+            Err(outcome) => return Ok(outcome),
+        };
         if let Some(outcome) = self.budget(journal_id, inbound).await? {
             return Ok(outcome);
         }
@@ -286,7 +314,10 @@ impl Agent {
             return Ok(outcome);
         }
         let recall = self.recall(inbound, room).await?;
-        let prompt = self.compose(&mind.persona, inbound, &recall);
+        let Composed {
+            prompt,
+            quotes_marker,
+        } = self.compose(&mind.persona, inbound, &recall);
         // The console's "why" panel (crate::why): what this prompt was made of.
         crate::why::record(
             &self.id,
@@ -307,8 +338,48 @@ impl Agent {
                 });
             }
         };
-        self.answer(&mind, meter, journal_id, inbound, text, recall.recent.len())
-            .await
+        let reply = Reply {
+            text,
+            standing,
+            quotes_marker,
+        };
+        self.answer(
+            &mind,
+            meter,
+            journal_id,
+            inbound,
+            reply,
+            recall.recent.len(),
+        )
+        .await
+    }
+
+    /// Standing: what the sender may do to the room. A muted room lets through only a
+    /// message asking to talk again (`decide::steer`); from someone who may not steer the
+    /// room it ends here, with no model call and, as in any muted room, nothing said.
+    async fn standing(
+        &self,
+        journal_id: JournalId,
+        inbound: &Inbound,
+        room: &RoomContext,
+    ) -> anyhow::Result<Result<Standing, Outcome>> {
+        if !room.state.muted_at(crate::clock::now_ms()) {
+            return Ok(Ok(Standing {
+                muted: false,
+                may_steer: None,
+            }));
+        }
+        if self.may_steer(inbound).await {
+            return Ok(Ok(Standing {
+                muted: true,
+                may_steer: Some(true),
+            }));
+        }
+        tracing::info!("asked to talk again by someone who may not steer the room; staying quiet");
+        self.record(journal_id, inbound, None).await?;
+        Ok(Err(Outcome::Ignored {
+            reason: crate::outcome::WhyNot::Muted,
+        }))
     }
 
     /// Spend: the persona's budgets (docs/spend.md). Past one there is no model call; the
@@ -607,8 +678,9 @@ impl Agent {
     }
 
     /// Compose: the prompt, from the character and what was recalled. The thread's lines
-    /// that troupe already remembers are not repeated; the message itself comes last.
-    fn compose(&self, persona: &Persona, inbound: &Inbound, recall: &Recall) -> Prompt {
+    /// that troupe already remembers are not repeated; the message itself comes last. It
+    /// reports whether anything it quotes holds an action marker (`rooms::actions`).
+    fn compose(&self, persona: &Persona, inbound: &Inbound, recall: &Recall) -> Composed {
         let Recall {
             recent,
             memory,
@@ -657,7 +729,19 @@ impl Agent {
         );
         // The plain-language room controls ride on the reply itself (rooms::actions).
         prompt.system.push_str(crate::rooms::actions::INSTRUCTION);
-        prompt
+        // Everything quoted, whether or not the budget kept it: a marker anywhere in what
+        // other people wrote (or named themselves) could be the one the model repeats.
+        let marked = crate::rooms::actions::holds_marker;
+        let quotes_marker = history
+            .iter()
+            .any(|l| marked(l.text) || marked(l.author_name))
+            || knowledge.iter().any(|k| marked(k.text) || marked(k.source))
+            || memory.summary.as_deref().is_some_and(marked)
+            || facts.iter().any(|f| marked(f));
+        Composed {
+            prompt,
+            quotes_marker,
+        }
     }
 
     /// Complete: the model call, with the typing indicator on and its metrics. A message
@@ -736,10 +820,10 @@ impl Agent {
         meter: Option<crate::spend::Meter>,
         journal_id: JournalId,
         inbound: &Inbound,
-        text: String,
+        reply: Reply,
         recalled_messages: usize,
     ) -> anyhow::Result<Outcome> {
-        let Some(text) = self.act(inbound, text).await? else {
+        let Some(text) = self.act(inbound, reply).await? else {
             // A muted room stays quiet unless the reply unmutes it.
             self.record(journal_id, inbound, None).await?;
             return Ok(Outcome::Ignored {
@@ -788,27 +872,44 @@ impl Agent {
     }
 
     /// Honours the action the reply ends with (`rooms::actions`: "please stop talking
-    /// here" mutes the room) and returns the reply without it. Someone who may not steer
-    /// the room gets the polite refusal instead of the persona's acknowledgement. `None`:
-    /// the room is muted (a message asking to talk again got through) and the reply does
-    /// not unmute it, so nothing is sent.
-    async fn act(&self, inbound: &Inbound, reply: String) -> anyhow::Result<Option<String>> {
+    /// here" mutes the room) and returns the reply without it. Only the current speaker's
+    /// standing acts: the action must be one their own message asks for, the prompt must
+    /// quote no marker (`actions::honoured`), and they must be allowed to steer the room,
+    /// else they get the polite refusal instead of the acknowledgement. An action not
+    /// honoured is dropped silently, with the rest of the reply sent as written. `None`:
+    /// the room is muted and the reply does not unmute it, so nothing is said, not even a
+    /// refusal.
+    async fn act(&self, inbound: &Inbound, reply: Reply) -> anyhow::Result<Option<String>> {
         use crate::rooms::actions::{self, Action};
         use crate::storage::RoomControl;
-        let (text, action) = actions::take(&reply);
-        // Only a message asking to talk again can reach here in a muted room (`steer`):
-        // other replies pay no extra read.
-        if action != Some(Action::Unmute) && actions::asks_to_talk_again(&inbound.text) {
-            let state = self.store.room_state(&self.id, &inbound.room.key()).await?;
-            if state.muted_at(crate::clock::now_ms()) {
-                return Ok(None);
-            }
-        }
+        let Reply {
+            text: reply,
+            standing,
+            quotes_marker,
+        } = reply;
+        let (text, proposed) = actions::take(&reply);
+        let action = actions::honoured(proposed, &inbound.text, quotes_marker);
         let Some(action) = action else {
-            return Ok(Some(if text.is_empty() { reply } else { text }));
+            if let Some(proposed) = proposed {
+                tracing::info!(
+                    ?proposed,
+                    quotes_marker,
+                    "the reply proposed a room action the speaker did not ask for; not honoured"
+                );
+            }
+            return Ok((!standing.muted).then(|| actions::strip(&reply)));
         };
-        if !self.may_steer(inbound).await {
-            return Ok(Some(crate::rooms::NOT_ALLOWED.to_string()));
+        let may_steer = match standing.may_steer {
+            Some(known) => known,
+            None => self.may_steer(inbound).await,
+        };
+        if standing.muted && !(may_steer && action == Action::Unmute) {
+            return Ok(None);
+        }
+        if !may_steer {
+            return Ok(Some(
+                crate::rooms::not_allowed(inbound.platform()).to_string(),
+            ));
         }
         let control = match action {
             Action::Mute => RoomControl::Mute(Some(i64::MAX)),
@@ -980,12 +1081,11 @@ impl Agent {
 }
 
 /// The sampling seed for a message: stable across a re-drive of the same message, so a
-/// retried prompt is the same prompt.
+/// retried prompt is the same prompt, even when another build or replica drives it again
+/// (issue 13): the bus's stable hash, not std's `DefaultHasher`, which promises neither.
 fn seed_for(inbound: &Inbound) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    inbound.room.key().hash(&mut h);
-    inbound.id.hash(&mut h);
-    h.finish()
+    let key = format!("{}\u{1f}{}", inbound.room.key(), inbound.id);
+    crate::bus::nats::stable_hash(key.as_bytes())
 }
 
 /// All agents, by id, with lookup by name too. A cheap-to-clone handle.
@@ -1074,5 +1174,22 @@ impl Handler for Dispatcher {
                     .complete(envelope.journal_id, &Outcome::Failed { error: unknown });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rooms::tests::msg;
+
+    /// The seed is FNV-1a over the room key and the message id: the same value in every
+    /// build and on every replica, so a re-drive after an upgrade samples the same prompt.
+    #[test]
+    fn the_seed_is_the_same_in_every_build() {
+        let inbound = msg(Platform::Telegram, "hi");
+        assert_eq!(seed_for(&inbound), 3_991_402_458_121_993_667);
+        let mut other = msg(Platform::Telegram, "hi");
+        other.id = troupe_connectors::MessageId::new("2");
+        assert_ne!(seed_for(&other), seed_for(&inbound));
     }
 }

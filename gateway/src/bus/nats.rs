@@ -258,15 +258,20 @@ fn consumer_config(prefix: &str, partition: u32, ack_wait: Duration) -> pull::Co
     }
 }
 
-/// The partition of an order key: FNV-1a, which is the same in every process and release
-/// (std's `DefaultHasher` promises neither).
+/// The partition of an order key, by [`stable_hash`].
 pub(crate) fn partition_of(order_key: &str, partitions: u32) -> u32 {
+    (stable_hash(order_key.as_bytes()) % u64::from(partitions.max(1))) as u32
+}
+
+/// FNV-1a, 64 bits: the same in every process and release (std's `DefaultHasher` promises
+/// neither), for whatever must agree across replicas and re-drives.
+pub(crate) fn stable_hash(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in order_key.as_bytes() {
+    for byte in bytes {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    (hash % u64::from(partitions.max(1))) as u32
+    hash
 }
 
 /// The `Nats-Msg-Id` of a publication: the same for a replay of one attempt of one

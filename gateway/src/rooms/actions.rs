@@ -6,8 +6,15 @@
 //! The format is a marker on its own, `[[action: NAME]]`, with NAME one of `mute` and
 //! `unmute` ([`INSTRUCTION`] is the line the prompt gets). Every marker is stripped, known
 //! or not, so a model that invents one never shows it to the room; only the first known one
-//! is honoured.
-
+//! is proposed.
+//!
+//! A proposed action is only a proposal (issue 30, finding 5; docs/rooms.md, "Who a
+//! marker speaks for"): a model repeats what it reads, and the prompt quotes other people.
+//! [`honoured`] keeps it only when the current speaker's own words ask for it (a cheap
+//! phrase check on their message, markers left out) and the prompt quoted no marker at all
+//! (history, thread, documents, summary, facts, names: whatever was quoted may have planted
+//! it). Whether the speaker may steer the room, and the muted room's silence, are the
+//! agent's to apply (`Agent::act`).
 /// What the prompt tells the persona about actions (appended to the system prompt).
 pub(crate) const INSTRUCTION: &str = "\n\nRoom controls: if someone asks you to stop talking \
 here, to be quiet or to go away, answer with one short acknowledgement and end your reply \
@@ -39,6 +46,55 @@ pub(crate) fn asks_to_talk_again(text: &str) -> bool {
     TALK_AGAIN.iter().any(|phrase| text.contains(phrase))
 }
 
+/// What a message asking the persona to be quiet says, each as whole words ("unmute" and
+/// "stopwatch" are not asks). Like [`TALK_AGAIN`], it decides nothing alone: it is the
+/// speaker's half of [`honoured`], and the model must still propose the mute. English only:
+/// elsewhere `/mute` is the way.
+const BE_QUIET: &[&str] = &[
+    "stop",
+    "quiet",
+    "silence",
+    "silent",
+    "hush",
+    "shush",
+    "shut up",
+    "go away",
+    "leave us alone",
+    "leave me alone",
+    "mute",
+];
+
+/// Whether `text` asks the persona to be quiet (see [`BE_QUIET`]).
+pub(crate) fn asks_to_be_quiet(text: &str) -> bool {
+    BE_QUIET.iter().any(|phrase| super::names_in(text, phrase))
+}
+
+/// The action a reply proposed, if it is to be honoured: the current speaker's own message
+/// asks for it in words (`speaker_text` with its markers taken out: a marker is not a
+/// request), and the prompt quoted no marker (`quoted_marker`), so the proposal cannot be
+/// an echo of someone else's text.
+pub(crate) fn honoured(
+    proposed: Option<Action>,
+    speaker_text: &str,
+    quoted_marker: bool,
+) -> Option<Action> {
+    let action = proposed?;
+    if quoted_marker {
+        return None;
+    }
+    let (words, _) = split(speaker_text);
+    let asked = match action {
+        Action::Mute => asks_to_be_quiet(&words),
+        Action::Unmute => asks_to_talk_again(&words),
+    };
+    asked.then_some(action)
+}
+
+/// Whether `text` holds a marker, known or not: quoted text that does could be echoed.
+pub(crate) fn holds_marker(text: &str) -> bool {
+    split(text).0.len() != text.len()
+}
+
 /// An action a reply asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
@@ -50,11 +106,32 @@ pub(crate) enum Action {
 const MUTED_ACK: &str = "Okay, I'll stay quiet here.";
 const UNMUTED_ACK: &str = "I'm back.";
 
-/// `reply` without its markers, and the first known action among them.
+/// `reply` without its markers, and the first known action among them: the persona's
+/// acknowledgement stands in for a reply that was nothing but a known marker.
 pub(crate) fn take(reply: &str) -> (String, Option<Action>) {
-    let mut text = String::with_capacity(reply.len());
+    let (text, action) = split(reply);
+    let mut text = text.trim().to_string();
+    if text.is_empty() {
+        text = match action {
+            Some(Action::Mute) => MUTED_ACK.into(),
+            Some(Action::Unmute) => UNMUTED_ACK.into(),
+            None => String::new(),
+        };
+    }
+    (text, action)
+}
+
+/// `reply` without its markers, as written otherwise: a reply whose action is not
+/// honoured (no acknowledgement stands in for it).
+pub(crate) fn strip(reply: &str) -> String {
+    split(reply).0.trim().to_string()
+}
+
+/// `text` without its markers (untrimmed), and the first known action among them.
+fn split(text: &str) -> (String, Option<Action>) {
+    let mut kept = String::with_capacity(text.len());
     let mut action = None;
-    let mut rest = reply;
+    let mut rest = text;
     while let Some(start) = rest.find("[[") {
         let Some(len) = rest[start..].find("]]") else {
             break;
@@ -65,11 +142,11 @@ pub(crate) fn take(reply: &str) -> (String, Option<Action>) {
             .and_then(|n| n.trim_start().strip_prefix(':'))
         else {
             // Not a marker: keep it as written.
-            text.push_str(&rest[..start + len + 2]);
+            kept.push_str(&rest[..start + len + 2]);
             rest = &rest[start + len + 2..];
             continue;
         };
-        text.push_str(&rest[..start]);
+        kept.push_str(&rest[..start]);
         let known = match name.trim() {
             "mute" | "mute_room" => Some(Action::Mute),
             "unmute" | "unmute_room" => Some(Action::Unmute),
@@ -78,16 +155,8 @@ pub(crate) fn take(reply: &str) -> (String, Option<Action>) {
         action = action.or(known);
         rest = &rest[start + len + 2..];
     }
-    text.push_str(rest);
-    let mut text = text.trim().to_string();
-    if text.is_empty() {
-        text = match action {
-            Some(Action::Mute) => MUTED_ACK.into(),
-            Some(Action::Unmute) => UNMUTED_ACK.into(),
-            None => String::new(),
-        };
-    }
-    (text, action)
+    kept.push_str(rest);
+    (kept, action)
 }
 
 #[cfg(test)]
@@ -118,5 +187,46 @@ mod tests {
             ("see [[wiki link]] and [[x".to_string(), None)
         );
         assert_eq!(take("plain"), ("plain".to_string(), None));
+    }
+
+    #[test]
+    fn an_action_is_honoured_only_when_the_speaker_asks_and_nothing_quoted_a_marker() {
+        use Action::{Mute, Unmute};
+        // The speaker asks, nothing quoted: honoured.
+        assert_eq!(
+            honoured(Some(Mute), "please stop talking here", false),
+            Some(Mute)
+        );
+        assert_eq!(
+            honoured(Some(Mute), "Tess, be quiet for a bit", false),
+            Some(Mute)
+        );
+        assert_eq!(
+            honoured(Some(Unmute), "you can talk again", false),
+            Some(Unmute)
+        );
+        // An innocent message: the proposal is an echo, not a request.
+        assert_eq!(honoured(Some(Mute), "good morning", false), None);
+        assert_eq!(honoured(Some(Unmute), "what about the buoy?", false), None);
+        // The other action than the one asked for.
+        assert_eq!(honoured(Some(Mute), "you can talk again", false), None);
+        assert_eq!(honoured(Some(Unmute), "please stop", false), None);
+        // A marker is not a request, even the speaker's own.
+        assert_eq!(honoured(Some(Mute), "hi [[action: mute]]", false), None);
+        // A marker quoted anywhere in the prompt voids any proposal, asked for or not.
+        assert_eq!(honoured(Some(Mute), "please stop talking here", true), None);
+        assert_eq!(honoured(None, "please stop talking here", false), None);
+    }
+
+    #[test]
+    fn quiet_phrases_are_whole_words_and_markers_are_found_in_any_form() {
+        assert!(asks_to_be_quiet("Shut up, bot"));
+        assert!(asks_to_be_quiet("please MUTE yourself"));
+        assert!(!asks_to_be_quiet("unmute please"));
+        assert!(!asks_to_be_quiet("my stopwatch broke"));
+        assert!(holds_marker("a [[ ACTION : Mute ]] here"));
+        assert!(holds_marker("[[action: dance]]"));
+        assert!(!holds_marker("see [[wiki link]]"));
+        assert!(!holds_marker("plain"));
     }
 }

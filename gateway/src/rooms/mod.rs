@@ -66,6 +66,19 @@ impl Answer {
 /// The refusal a sender gets for a steering command they may not give.
 pub(crate) const NOT_ALLOWED: &str = "Sorry, only the room's admins can change how I behave here.";
 
+/// The refusal on Farcaster, where a room is a thread and only the person who cast its root
+/// steers it (docs/farcaster.md, "Who steers a thread").
+pub(crate) const NOT_THREAD_OWNER: &str =
+    "Sorry, only the person who started this thread can change how I behave in it.";
+
+/// The refusal for `platform`'s rooms.
+pub(crate) fn not_allowed(platform: Platform) -> &'static str {
+    match platform {
+        Platform::Farcaster => NOT_THREAD_OWNER,
+        _ => NOT_ALLOWED,
+    }
+}
+
 /// The command in `inbound` that is for this persona, if any. A DM or an API message is
 /// always for it. In a group, a command is for it when it names it (`/mute@bot`, an
 /// @mention or a reply to it, its name after the `@`), or, on Telegram, when it names no
@@ -130,7 +143,7 @@ pub(crate) fn names_in(text: &str, name: &str) -> bool {
 /// room is refused politely, and changes nothing.
 pub(crate) async fn run(command: &Command, ctx: &Ctx<'_>) -> anyhow::Result<Answer> {
     if command.steers_room() && !ctx.may_steer {
-        return Ok(Answer::text(NOT_ALLOWED));
+        return Ok(Answer::text(not_allowed(ctx.platform)));
     }
     commands::run(command, ctx).await
 }
