@@ -151,6 +151,18 @@ impl ConnectorError {
     }
 }
 
+/// The message of a caught panic's payload (`panic!` makes a `&str` or a `String`), cut to
+/// 300 characters: what a log line or `/readyz` repeats of it is bounded. For the places
+/// that catch a panic rather than let it end a task (issue 30, finding 11).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    text.chars().take(300).collect()
+}
+
 /// A webhook call, framework-free: header names are lower-case.
 #[derive(Debug, Clone, Default)]
 pub struct WebhookRequest {
@@ -258,6 +270,15 @@ pub trait Connector: Send + Sync {
     /// Whether the platform answers with these credentials.
     async fn healthcheck(&self) -> Result<(), ConnectorError> {
         Ok(())
+    }
+
+    /// For a receiver that polls its platform: how long its loop has gone without an
+    /// answer (a poll in flight is not silence; the HTTP client's timeout bounds it).
+    /// `None` when the connector does not poll or its loop is not running. `/readyz`
+    /// reports a loop quiet for longer than `TROUPE_RECEIVE_STALE_SECS` (issue 30,
+    /// finding 11): a loop that is stuck or fails every poll is not ready.
+    fn quiet_for(&self) -> Option<Duration> {
+        None
     }
 
     /// How the replicas of a gateway may share this account's receiving. Each platform

@@ -51,7 +51,7 @@ pub mod tls;
 pub use connector::{
     Accepted, Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, ContextLine,
     Delivery, InboundSink, Lookup, MemoryState, Receiving, SELF_ID_KEY, Shard, SinkError,
-    WebhookRequest, WebhookResponse,
+    WebhookRequest, WebhookResponse, panic_message,
 };
 pub use model::{
     AgentId, Attachment, BadRoomKey, Inbound, MessageId, Outbound, Platform, ReplyTo, RoomId,

@@ -103,6 +103,8 @@ pub struct App {
     persona_events: Option<tokio::sync::mpsc::Receiver<PersonaEvent>>,
     /// Which once-only receivers (polling, Discord shards) run in this replica.
     elector: Elector,
+    /// What each receive loop is doing, for `/readyz` (see supervise.rs).
+    receivers: crate::supervise::Receivers,
 }
 
 type PendingTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -241,6 +243,7 @@ impl App {
             serving: Default::default(),
             pending: Default::default(),
             persona_events: None,
+            receivers: Default::default(),
         };
         app.load_personas().await?;
         // Watch from right after loading, so an edit made while the rest starts is seen.
@@ -437,8 +440,10 @@ impl App {
             n => Some(Arc::new(tokio::sync::Semaphore::new(n as usize))),
         }
         .filter(|_| platform == Platform::Discord);
-        for receiver in receivers {
-            let task = self.receiver_task(receiver, sink.clone(), &connector_id, token, &slots);
+        let statuses = self.receivers.replace(&connector_id, receivers.len());
+        for (receiver, status) in receivers.into_iter().zip(statuses) {
+            let task =
+                self.receiver_task(receiver, sink.clone(), &connector_id, token, &slots, status);
             self.schedule(task);
         }
     }
@@ -452,19 +457,14 @@ impl App {
         connector_id: &str,
         stop: &CancellationToken,
         slots: &Option<Arc<tokio::sync::Semaphore>>,
+        status: Arc<crate::supervise::LoopStatus>,
     ) -> PendingTask {
         let stop = stop.clone();
         let span = tracing::info_span!("connector", connector_id = %connector_id);
         let connector = receiver.connector;
+        // A panic is logged and the loop started again (issue 30, finding 11).
         let run_once = move |stop: CancellationToken| {
-            let (connector, sink) = (connector.clone(), sink.clone());
-            async move {
-                tracing::info!("connector starting");
-                match connector.run(sink, stop).await {
-                    Ok(()) => tracing::info!("connector stopped"),
-                    Err(e) => tracing::error!(error = %e, "connector failed"),
-                }
-            }
+            crate::supervise::supervise(connector.clone(), sink.clone(), stop, status.clone())
         };
         match receiver.leader {
             None => Box::pin(async move { run_once(stop).await }.instrument(span)),
@@ -587,6 +587,7 @@ impl App {
                 knowledge: self.knowledge.clone(),
                 elector: self.elector.clone(),
                 budget,
+                receivers: self.receivers.clone(),
             };
             let router = http::router(state);
             let stop = shutdown.child_token();

@@ -66,6 +66,8 @@ pub struct Config {
     /// default: directories besides `TROUPE_PERSONAS` that character `knowledge` paths may
     /// point into (absolute, through `..` or through a symlink). A `:`-separated list.
     pub knowledge_allow_paths: Vec<PathBuf>,
+    /// Issue 30, finding 11: when `/readyz` calls a polling receive loop stale.
+    pub receive: ReceiveSettings,
 }
 
 // --- issue 12, faults slice: provider retries and circuit breaker ---------------------------
@@ -820,6 +822,7 @@ impl Config {
         let nats = nats_settings(&layered, &mut file)?;
         let logs = log_settings(&layered, &mut file);
         let (otlp_endpoint, otel_service_name) = otel_settings(&layered, &mut file);
+        let receive = receive_settings(&layered)?;
         Ok(Config {
             http_addr,
             nats,
@@ -849,6 +852,7 @@ impl Config {
             spend,
             env,
             knowledge_allow_paths,
+            receive,
         })
     }
 
@@ -858,6 +862,29 @@ impl Config {
         Self::from_env(HashMap::new()).expect("the defaults are valid")
     }
 }
+
+// --- issue 30, finding 11: a receive loop that stopped polling is not ready ---------------
+
+/// How long a polling connector (Telegram `getUpdates`) may go without an answer from its
+/// platform before `/readyz` reports its loop stale (503, naming the connector).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiveSettings {
+    /// `TROUPE_RECEIVE_STALE_SECS`, default 60 (at least 1): well above a healthy long
+    /// poll, which answers every 10 s; a poll in flight never counts as silence.
+    pub stale_after: Duration,
+}
+
+fn receive_settings(layered: &Layered<'_>) -> anyhow::Result<ReceiveSettings> {
+    Ok(ReceiveSettings {
+        stale_after: Duration::from_secs(
+            layered
+                .parse("TROUPE_RECEIVE_STALE_SECS", None, 60u64)?
+                .max(1),
+        ),
+    })
+}
+
+// --- end of issue 30, finding 11 -------------------------------------------------------------
 
 /// `TROUPE_CONFIG`, else `troupe.toml` in the working directory when it exists, else none.
 fn file_config(env: &Env) -> anyhow::Result<FileConfig> {

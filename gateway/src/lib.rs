@@ -24,6 +24,7 @@
 //! - [`fetch`]: every fetch of a URL a stranger chose (attachments, embeds): the SSRF policy.
 //! - [`limits`]: inbound rate limits, and the HTTP API's budget per caller.
 //! - [`leader`]: which replica runs a receiver its platform allows once (Postgres locks).
+//! - `supervise`: connectors' receive loops kept running after a panic, and their state.
 //! - [`metrics`]: the Prometheus series behind `GET /metrics`.
 //! - [`http`]: the HTTP API.
 //! - [`web`]: the HTTP API seen as a connector.
@@ -57,6 +58,7 @@ pub(crate) mod provider;
 pub(crate) mod rooms;
 pub(crate) mod spend;
 pub mod storage;
+mod supervise;
 mod telemetry;
 pub(crate) mod web;
 mod why;

@@ -145,6 +145,9 @@ struct Inner {
     /// Chat members' statuses (`creator`, `administrator`, …), by (chat, user); a user not
     /// listed is a plain `member`.
     members: HashMap<(i64, i64), String>,
+    /// When set, `getUpdates` answers this Bot API error (`error_code`, `description`)
+    /// instead of updates: a Bot API that has gone wrong, so polling never succeeds.
+    failing_polls: Option<(u16, String)>,
 }
 
 /// A scripted sendMessage error.
@@ -308,6 +311,67 @@ impl FakeTelegram {
         };
         self.shared.changed();
         stored
+    }
+
+    /// Queues an update whatever its kind, even one the bot did not ask for: the Bot API
+    /// documents that updates created before `allowed_updates` changed may still arrive.
+    /// For updates the client cannot read (a `message_reaction` with neither `user` nor
+    /// `actor_chat`). `update_id` is assigned when absent; returns it.
+    pub fn push_unrequested(&self, update: Value) -> i64 {
+        let mut update = match update {
+            Value::Object(map) => map,
+            other => panic!("an update is a JSON object, not {other}"),
+        };
+        let id = {
+            let mut inner = self.shared.lock();
+            let id = match update.get("update_id").and_then(Value::as_i64) {
+                Some(id) => id,
+                None => inner.next_update_id,
+            };
+            inner.next_update_id = inner.next_update_id.max(id + 1);
+            update.insert("update_id".into(), json!(id));
+            inner.queue.push_back(Value::Object(update));
+            id
+        };
+        self.shared.changed();
+        id
+    }
+
+    /// From now on every `getUpdates` answers the Bot API error `code` with `description`
+    /// (e.g. 500, "Internal Server Error"); `None` lets polls through again.
+    pub fn fail_polls(&self, error: Option<(u16, &str)>) {
+        self.shared.lock().failing_polls = error.map(|(c, d)| (c, d.to_string()));
+        self.shared.changed();
+    }
+
+    /// The `offset` of each `getUpdates` call so far, in order (`None` when not given).
+    pub fn poll_offsets(&self) -> Vec<Option<i64>> {
+        self.calls_to("getUpdates")
+            .iter()
+            .map(|c| int(&Value::Object(c.params.clone()), "offset"))
+            .collect()
+    }
+
+    /// Waits for a `getUpdates` call whose offset is past `update_id`: the update is
+    /// confirmed.
+    pub async fn wait_for_confirmed(
+        &self,
+        update_id: i64,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        wait::until_or_report(
+            self,
+            self.shared.version.subscribe(),
+            timeout,
+            format!("a getUpdates call with an offset past update {update_id}"),
+            || {
+                self.poll_offsets()
+                    .iter()
+                    .any(|o| o.is_some_and(|o| o > update_id))
+                    .then_some(())
+            },
+        )
+        .await
     }
 
     /// Updates waiting to be confirmed.
@@ -810,7 +874,10 @@ async fn method(
             "has_main_web_app": false
         })),
         "getupdates" => {
-            if shared.lock().webhook.is_some() {
+            let failing = shared.lock().failing_polls.clone();
+            if let Some((code, description)) = failing {
+                api_error(code, &description)
+            } else if shared.lock().webhook.is_some() {
                 api_error(
                     409,
                     "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first",

@@ -299,3 +299,88 @@ async fn a_refused_token_is_reported_without_showing_it() {
     let (status, _) = app.get("/healthz").await;
     assert_eq!(status, 200);
 }
+
+/// Issue 30, finding 11: an update teloxide panics on (a `message_reaction` with neither
+/// `user` nor `actor_chat`, a kind the bot did not ask for but Telegram may still send)
+/// used to end the polling task for good. It is logged, confirmed, and the message after it
+/// is answered.
+#[tokio::test]
+async fn a_poisoned_update_is_logged_skipped_and_the_next_message_answered() {
+    let telegram = FakeTelegram::start().await;
+    let model = FakeOpenAi::start().await;
+    model.push_reply("Fair winds.");
+    let app = spawn(&model, character(&telegram, &[], Value::Null)).await;
+    telegram.wait_for_calls("getUpdates", 1, WAIT).await;
+
+    let poisoned = telegram.push_unrequested(json!({"message_reaction": {
+        "chat": tg::supergroup(-100_900, "Ferry crew"),
+        "message_id": 4,
+        "date": 1_700_000_000,
+        "old_reaction": [],
+        "new_reaction": [{"type": "emoji", "emoji": "👍"}],
+    }}));
+    let asked = telegram.push_message(tg::text(
+        tg::private_chat(501, "Ann"),
+        ann(),
+        "Any wind tonight?",
+    ));
+    let sent = wait_sent(&telegram, &app, 1).await;
+    assert_eq!(sent[0].text, "Fair winds.");
+    assert_eq!(sent[0].reply_to_message_id(), Some(asked));
+    // Confirmed: a later getUpdates asks from past it, so a restart does not fetch it again.
+    let confirmed = telegram.wait_for_confirmed(poisoned, WAIT).await;
+    app.expect(confirmed);
+    let skipped = format!("update_id={poisoned}");
+    eventually("the log names the skipped update", WAIT, || async {
+        let logs = app.logs();
+        logs.contains("skipping an update that cannot be read") && logs.contains(&skipped)
+    })
+    .await;
+    assert!(!app.logs().contains(telegram.token()));
+    let (status, ready) = app.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+}
+
+/// Issue 30, finding 11: a polling loop that gets no answer from the Bot API makes
+/// `/readyz` answer 503 and name the connector, and ready again once polls pass.
+#[tokio::test]
+async fn readyz_names_a_polling_loop_that_has_not_heard_from_telegram() {
+    let telegram = FakeTelegram::start().await;
+    let model = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("tess.json", character(&telegram, &[], Value::Null))
+            .openai(&model)
+            .env("TROUPE_RECEIVE_STALE_SECS", "1"),
+    )
+    .await;
+    telegram.wait_for_calls("getUpdates", 1, WAIT).await;
+    telegram.fail_polls(Some((500, "Internal Server Error")));
+
+    let telegram_check = |ready: &Value| {
+        ready["connectors"]
+            .as_object()
+            .and_then(|all| all.iter().find(|(name, _)| name.ends_with("/telegram")))
+            .map(|(_, check)| check.clone())
+            .unwrap_or(Value::Null)
+    };
+    eventually("/readyz reports the silent polling loop", WAIT, || async {
+        let (status, ready) = app.get("/readyz").await;
+        let check = telegram_check(&ready);
+        status == 503
+            && check["status"] == "error"
+            && check["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("no answer from telegram"))
+    })
+    .await;
+    let (_, ready) = app.get("/readyz").await;
+    assert_eq!(ready["status"], "not_ready", "{ready}");
+
+    telegram.fail_polls(None);
+    eventually("/readyz is ready once polls pass again", WAIT, || async {
+        let (status, ready) = app.get("/readyz").await;
+        status == 200 && telegram_check(&ready)["status"] == "ok"
+    })
+    .await;
+}

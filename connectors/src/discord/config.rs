@@ -21,12 +21,17 @@ pub const STEER_ROLES: &str = "DISCORD_STEER_ROLES";
 /// Where Discord's REST API lives; `/api/v10` is appended.
 pub(crate) const DEFAULT_API_URL: &str = "https://discord.com";
 
-/// The permissions the bot asks for in its invite, one bit each (Discord's permission flags).
+/// The permissions the bot asks for in its invite, one bit each (Discord's permission
+/// flags), and no more than the connector uses: it reads channels and their history (the
+/// catch-up after a restart reads `GET /channels/{id}/messages`), and posts plain-text
+/// replies, in threads too. It sends no embeds, files or reactions, so it asks for none of
+/// those; slash commands come with the `applications.commands` scope, and Message Content
+/// is an intent set in the developer portal, not a permission. This list is the one fact:
+/// the log line at start, `GET /api/agents/{agent}/setup` (the console) and docs/discord.md
+/// all show [`invite_url`].
 pub(crate) const PERMISSIONS: &[(&str, u64)] = &[
     ("View Channels", 1 << 10),
     ("Send Messages", 1 << 11),
-    ("Embed Links", 1 << 14),
-    ("Attach Files", 1 << 15),
     ("Read Message History", 1 << 16),
     ("Send Messages in Threads", 1 << 38),
 ];
@@ -270,12 +275,28 @@ mod tests {
 
     #[test]
     fn permission_integer_is_the_documented_one() {
-        // View Channels, Send Messages, Embed Links, Attach Files, Read Message History,
-        // Send Messages in Threads (see docs/discord.md).
-        assert_eq!(permission_integer(), 274_878_024_704);
+        // View Channels, Send Messages, Read Message History, Send Messages in Threads
+        // (see docs/discord.md): what the connector uses, nothing more.
+        assert_eq!(permission_integer(), 274_877_975_552);
         assert_eq!(
             invite_url(42),
-            "https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&permissions=274878024704"
+            "https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&permissions=274877975552"
         );
+    }
+
+    #[test]
+    fn docs_show_the_same_invite() {
+        let doc = include_str!("../../../docs/discord.md");
+        assert!(
+            doc.contains(&format!("permissions={}", permission_integer())),
+            "docs/discord.md must show the invite URL with permissions={}",
+            permission_integer()
+        );
+        for (name, _) in PERMISSIONS {
+            assert!(
+                doc.contains(&format!("| {name} |")),
+                "docs/discord.md lacks {name}"
+            );
+        }
     }
 }

@@ -53,6 +53,12 @@ pub fn invite_permissions() -> u64 {
     config::permission_integer()
 }
 
+/// The OAuth2 URL that adds the bot of `application_id` to a server: the one invite link,
+/// logged at start and shown by the console (`GET /api/agents/{agent}/setup`).
+pub fn invite_url(application_id: u64) -> String {
+    config::invite_url(application_id)
+}
+
 /// Builds the Discord connector from the persona's settings.
 pub fn build(lookup: Lookup<'_>, settings: &ConnectorSettings) -> Result<Built, ConnectorError> {
     let Some(parsed) = config::parse(lookup)? else {

@@ -16,6 +16,7 @@
 
 mod commands;
 mod config;
+mod decode;
 mod errors;
 mod normalize;
 mod pace;
@@ -77,6 +78,10 @@ pub struct TelegramConnector {
     progress: Mutex<HashMap<String, Vec<MessageId>>>,
     /// Replies delivered lately, so a second `send` of the same key sends nothing.
     delivered: Mutex<Recent>,
+    /// When `getUpdates` last answered, for `/readyz` (see [`Connector::quiet_for`]).
+    clock: Mutex<receive::PollClock>,
+    /// The update being handled, kept across restarts of `run` to bound panics per update.
+    in_hand: Mutex<receive::InHand>,
 }
 
 impl TelegramConnector {
@@ -95,6 +100,8 @@ impl TelegramConnector {
             chat_locks: Mutex::new(HashMap::new()),
             progress: Mutex::new(HashMap::new()),
             delivered: Mutex::new(Recent::default()),
+            clock: Mutex::default(),
+            in_hand: Mutex::default(),
         }
     }
 
@@ -147,6 +154,8 @@ impl Connector for TelegramConnector {
             }
         };
         *self.live.write().unwrap_or_else(|e| e.into_inner()) = None;
+        // Not polling any more: the gateway's supervisor reports the loop's end itself.
+        *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = receive::PollClock::default();
         result
     }
 
@@ -169,6 +178,14 @@ impl Connector for TelegramConnector {
     async fn healthcheck(&self) -> Result<(), ConnectorError> {
         self.get_me().await.map(|_| ())
     }
+
+    fn quiet_for(&self) -> Option<std::time::Duration> {
+        self.clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .quiet_for()
+    }
+
     /// A webhook is pushed to one replica per update; `getUpdates` serves one poller per
     /// bot, named by the bot id the parsed token begins with (public, unlike the token).
     fn receiving(&self) -> Receiving {

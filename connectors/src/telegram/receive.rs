@@ -8,16 +8,17 @@
 
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
-use teloxide::payloads::{GetUpdatesSetters, SetWebhookSetters};
+use std::time::{Duration, Instant};
+use teloxide::payloads::SetWebhookSetters;
 use teloxide::prelude::Requester;
-use teloxide::requests::Request;
+use teloxide::requests::{JsonRequest, Request};
 use teloxide::types::{AllowedUpdate, ChatId, Update};
 use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use super::config::{Mode, WebhookSecret};
+use super::decode::{Decoded, RawGetUpdates, decode};
 use super::normalize::{BotIdentity, Event, normalize};
 use super::{Live, TelegramConnector, errors};
 use crate::connector::{
@@ -50,28 +51,52 @@ async fn pause(shutdown: &CancellationToken, wait: Duration) -> bool {
     }
 }
 
-/// An update as polled: teloxide's reading of it, or only its id when even that failed.
-struct Polled {
-    id: u32,
-    update: Option<Update>,
+/// How many times an update may be in hand when its handling panics (the loop is restarted
+/// by the gateway each time) before it is confirmed and skipped: a poisoned update must
+/// not stop every update behind it, and one panic may be a fluke worth a retry.
+const MAX_PANICS_PER_UPDATE: u32 = 3;
+
+/// What `/readyz` learns of the polling loop: when `getUpdates` last answered, and whether
+/// one is in flight (a long poll holds a call up to `POLL_TIMEOUT_SECS`, bounded by the
+/// HTTP client's timeout, so a call in flight is not silence).
+#[derive(Debug, Default)]
+pub(super) struct PollClock {
+    last_answer: Option<Instant>,
+    in_flight: bool,
 }
 
-/// Reads a `getUpdates` answer update by update, for when teloxide could not read the
-/// batch as a whole: what has an id can at least be confirmed.
-fn salvage(raw: &str) -> Option<Vec<Polled>> {
-    let body: Value = serde_json::from_str(raw).ok()?;
-    let items = body.get("result")?.as_array()?;
-    Some(
-        items
-            .iter()
-            .filter_map(|item| {
-                let id = u32::try_from(item.get("update_id")?.as_u64()?).ok()?;
-                // From text: teloxide's flattened types do not all read from a `Value`.
-                let update = serde_json::from_str::<Update>(&item.to_string()).ok();
-                Some(Polled { id, update })
-            })
-            .collect(),
-    )
+impl PollClock {
+    /// How long the loop has gone without an answer; `None` when it is not polling.
+    pub(super) fn quiet_for(&self) -> Option<Duration> {
+        match (self.in_flight, self.last_answer) {
+            (true, _) => Some(Duration::ZERO),
+            (false, Some(at)) => Some(at.elapsed()),
+            (false, None) => None,
+        }
+    }
+}
+
+/// The update whose handling was started last and not finished, with the number of starts:
+/// it survives the loop (the connector outlives a restart), so a panic that ended the loop
+/// is counted when the same update comes back.
+#[derive(Debug, Default)]
+pub(super) struct InHand(Option<(u32, u32)>);
+
+impl InHand {
+    /// Records a start of `id`; `false` when it has already been started
+    /// `MAX_PANICS_PER_UPDATE` times without finishing, so it must be skipped.
+    fn start(&mut self, id: u32) -> bool {
+        let tries = match self.0 {
+            Some((held, tries)) if held == id => tries + 1,
+            _ => 1,
+        };
+        self.0 = Some((id, tries));
+        tries <= MAX_PANICS_PER_UPDATE
+    }
+
+    fn finish(&mut self) {
+        self.0 = None;
+    }
 }
 
 fn respond(status: u16, body: Value) -> WebhookResponse {
@@ -131,33 +156,24 @@ impl TelegramConnector {
             }
         };
         let mut failures = 0u32;
+        self.clock().last_answer = Some(Instant::now());
         'poll: loop {
-            let mut request = self
-                .bot
-                .get_updates()
-                .timeout(POLL_TIMEOUT_SECS)
-                .allowed_updates(allowed_updates());
-            if let Some(o) = offset {
-                request = request.offset(o);
-            }
+            let request = JsonRequest::new(
+                self.bot.clone(),
+                RawGetUpdates {
+                    offset,
+                    timeout: POLL_TIMEOUT_SECS,
+                    allowed_updates: allowed_updates().to_vec(),
+                },
+            );
+            self.clock().in_flight = true;
             let answer = tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
                 r = request.send() => r,
             };
-            let batch: Vec<Polled> = match answer {
-                Ok(updates) => updates
-                    .into_iter()
-                    .map(|u| Polled {
-                        id: u.id.0,
-                        update: Some(u),
-                    })
-                    .collect(),
-                Err(RequestError::InvalidJson { raw, .. }) if salvage(&raw).is_some() => {
-                    tracing::warn!(
-                        "getUpdates returned updates that could not be read as a batch; reading them one by one"
-                    );
-                    salvage(&raw).unwrap_or_default()
-                }
+            self.clock().in_flight = false;
+            let batch = match answer {
+                Ok(items) => items,
                 Err(RequestError::Api(ApiError::CantGetUpdates)) => {
                     tracing::warn!("a webhook is set for this bot; removing it to poll");
                     if !self.delete_webhook(shutdown).await? {
@@ -188,33 +204,51 @@ impl TelegramConnector {
                     continue;
                 }
             };
+            self.clock().last_answer = Some(Instant::now());
             failures = 0;
             let before = offset;
-            for polled in batch {
-                let next = i32::try_from(i64::from(polled.id) + 1).ok();
-                let handled = match &polled.update {
-                    Some(update) => self.dispatch(update, &me, sink.as_ref()).await,
-                    None => {
+            for item in &batch {
+                let (id, handled) = match decode(item) {
+                    Decoded::NoId => continue,
+                    Decoded::Unreadable { id, why } => {
+                        // The same bytes fail the same way every time: confirm and move on.
                         tracing::warn!(
-                            update_id = polled.id,
+                            update_id = id,
+                            why = %self.config.token.scrub(&why),
                             "skipping an update that cannot be read"
                         );
-                        Ok(())
+                        (id, Ok(()))
+                    }
+                    Decoded::Update(update) => {
+                        let id = update.id.0;
+                        if !self.in_hand().start(id) {
+                            tracing::error!(
+                                update_id = id,
+                                tries = MAX_PANICS_PER_UPDATE,
+                                "handling this update panicked every time; skipping it"
+                            );
+                            (id, Ok(()))
+                        } else {
+                            let handled = self.dispatch(&update, &me, sink.as_ref()).await;
+                            self.in_hand().finish();
+                            (id, handled)
+                        }
                     }
                 };
+                let next = i32::try_from(i64::from(id) + 1).ok();
                 match handled {
                     Ok(()) => {}
                     Err(e) if !e.is_retryable() => {
                         // Refused for good: asking for it again would stall every update
                         // behind it.
-                        tracing::warn!(update_id = polled.id, error = %e,
+                        tracing::warn!(update_id = id, error = %e,
                             "the gateway refused an update; skipping it");
                     }
                     Err(e) => {
                         // Not journaled: keep the offset so Telegram hands it over again.
                         failures += 1;
                         let wait = backoff(failures);
-                        tracing::warn!(update_id = polled.id, error = %e, retry_in = ?wait,
+                        tracing::warn!(update_id = id, error = %e, retry_in = ?wait,
                             "the gateway could not take an update; asking Telegram for it again");
                         self.save_offset(before, offset).await;
                         if !pause(shutdown, wait).await {
@@ -229,6 +263,14 @@ impl TelegramConnector {
             }
             self.save_offset(before, offset).await;
         }
+    }
+
+    fn clock(&self) -> std::sync::MutexGuard<'_, PollClock> {
+        self.clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn in_hand(&self) -> std::sync::MutexGuard<'_, InHand> {
+        self.in_hand.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     async fn save_offset(&self, before: Option<i32>, now: Option<i32>) {
@@ -337,18 +379,26 @@ impl TelegramConnector {
                 serde_json::json!({"error": "unavailable", "detail": "the Telegram connector is not running"}),
             );
         };
-        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&request.body) {
-            return respond(
-                400,
-                serde_json::json!({"error": "bad_request", "detail": format!("the body is not JSON: {e}")}),
-            );
-        }
-        // From the bytes: teloxide's flattened types do not all read from a `Value`.
-        let update = match serde_json::from_slice::<Update>(&request.body) {
-            Ok(u) => u,
+        let item = match serde_json::from_slice::<Value>(&request.body) {
+            Ok(item) => item,
             Err(e) => {
+                return respond(
+                    400,
+                    serde_json::json!({"error": "bad_request", "detail": format!("the body is not JSON: {e}")}),
+                );
+            }
+        };
+        // Read like a polled update, so one that teloxide panics on is skipped, not fatal.
+        let update = match decode(&item) {
+            Decoded::Update(u) => u,
+            Decoded::Unreadable { id, why } => {
                 // Telegram would send it again and again; it will never be readable.
-                tracing::warn!(error = %e, "skipping a webhook update that cannot be read");
+                tracing::warn!(update_id = id, why = %self.config.token.scrub(&why),
+                    "skipping a webhook update that cannot be read");
+                return respond(200, serde_json::json!({"ok": true, "skipped": true}));
+            }
+            Decoded::NoId => {
+                tracing::warn!("skipping a webhook update without an update_id");
                 return respond(200, serde_json::json!({"ok": true, "skipped": true}));
             }
         };
@@ -414,11 +464,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn salvage_keeps_ids_of_unreadable_updates() {
-        let raw = r#"{"ok":true,"result":[{"update_id":5,"message":{"nonsense":1}},{"update_id":"x"},{"update_id":6}]}"#;
-        let got = salvage(raw).unwrap();
-        assert_eq!(got.iter().map(|p| p.id).collect::<Vec<_>>(), vec![5, 6]);
-        assert!(salvage("<html>").is_none());
+    fn an_update_that_keeps_panicking_is_given_up_after_a_bound() {
+        let mut hand = InHand::default();
+        for _ in 0..MAX_PANICS_PER_UPDATE {
+            assert!(hand.start(5));
+        }
+        assert!(
+            !hand.start(5),
+            "a fourth start of the same update must skip it"
+        );
+        assert!(hand.start(6), "another update starts afresh");
+        hand.finish();
+        assert!(hand.start(6));
+    }
+
+    #[test]
+    fn a_poll_in_flight_is_not_silence() {
+        let mut clock = PollClock::default();
+        assert_eq!(clock.quiet_for(), None);
+        clock.in_flight = true;
+        assert_eq!(clock.quiet_for(), Some(Duration::ZERO));
+        clock.in_flight = false;
+        clock.last_answer = Some(Instant::now() - Duration::from_secs(90));
+        assert!(
+            clock
+                .quiet_for()
+                .is_some_and(|q| q >= Duration::from_secs(90))
+        );
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Liveness and readiness. `/healthz` answers as long as the process serves HTTP;
 //! `/readyz` checks the database, the bus and every connector, and says which one failed;
 //! a connector whose receiver another replica leads reports `standby` and counts as ready.
+//! A connector whose receive loop here has failed, waits to restart after a panic, or (for
+//! a poller) has not heard from its platform within `TROUPE_RECEIVE_STALE_SECS` is an
+//! `error` with the reason, whatever its credentials check says (issue 30, finding 11).
 
 use axum::Json;
 use axum::extract::State;
@@ -103,13 +106,20 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     for (agent, connector) in state.outbox.connectors().all() {
         let name = format!("{agent}/{}", connector.platform());
         let standby = roles.get(&name) == Some(&crate::leader::Role::Standby);
-        let check =
-            match tokio::time::timeout(Duration::from_secs(5), connector.healthcheck()).await {
-                Ok(Ok(())) if standby => Check::status("standby"),
-                Ok(Ok(())) => Check::status("ok"),
-                Ok(Err(e)) => Check::error(e),
-                Err(_) => Check::error("health check timed out"),
-            };
+        let problem = (!standby)
+            .then(|| receive_problem(&state, &name, connector.as_ref()))
+            .flatten();
+        let check = match problem {
+            Some(problem) => Check::error(problem),
+            None => {
+                match tokio::time::timeout(Duration::from_secs(5), connector.healthcheck()).await {
+                    Ok(Ok(())) if standby => Check::status("standby"),
+                    Ok(Ok(())) => Check::status("ok"),
+                    Ok(Err(e)) => Check::error(e),
+                    Err(_) => Check::error("health check timed out"),
+                }
+            }
+        };
         connectors.insert(name, check);
     }
     let ready = database.is_ok() && bus.is_ok() && connectors.values().all(Check::is_ok);
@@ -127,6 +137,35 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (code, Json(body))
+}
+
+/// Why the receive loop(s) of connector `name` make this replica not ready, if they do:
+/// one failed or restarting after a panic, or a poller quiet for too long.
+fn receive_problem(
+    state: &AppState,
+    name: &str,
+    connector: &dyn troupe_connectors::Connector,
+) -> Option<String> {
+    if let Some(problem) = state
+        .receivers
+        .of(name)
+        .iter()
+        .find_map(|status| status.problem())
+    {
+        return Some(problem);
+    }
+    let limit = state.config.receive.stale_after;
+    connector
+        .quiet_for()
+        .filter(|quiet| *quiet > limit)
+        .map(|quiet| {
+            format!(
+                "the receive loop has had no answer from {} for {}s (TROUPE_RECEIVE_STALE_SECS={})",
+                connector.platform(),
+                quiet.as_secs(),
+                limit.as_secs()
+            )
+        })
 }
 
 /// `GET /metrics`: every series in the Prometheus text format.

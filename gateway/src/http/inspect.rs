@@ -74,12 +74,6 @@ pub async fn delete_fact(
     }
 }
 
-/// The Discord permissions the bot asks for in its invite: View Channels (1 << 10),
-/// Send Messages (1 << 11), Read Message History (1 << 16) and Send Messages in Threads
-/// (1 << 38). It needs no more to read and answer; Message Content is an intent, set in
-/// the developer portal, not a permission.
-pub const DISCORD_PERMISSIONS: u64 = (1 << 10) | (1 << 11) | (1 << 16) | (1 << 38);
-
 /// How one persona is set up on one platform. Never carries a secret.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -129,9 +123,13 @@ pub async fn setup(State(state): State<AppState>, AgentPath(agent): AgentPath) -
             hint: None,
         };
         match platform {
-            Platform::Discord => match persona.secret("DISCORD_APPLICATION_ID", env) {
-                Some(app) if app.chars().all(|c| c.is_ascii_digit()) => {
-                    setup.invite_url = Some(discord_invite(&app));
+            // The invite is the connector's own (one permission list, one URL).
+            Platform::Discord => match persona
+                .secret("DISCORD_APPLICATION_ID", env)
+                .and_then(|app| app.trim().parse::<u64>().ok())
+            {
+                Some(app) => {
+                    setup.invite_url = Some(troupe_connectors::discord::invite_url(app));
                 }
                 _ => {
                     setup.hint = Some(
@@ -163,24 +161,4 @@ pub async fn setup(State(state): State<AppState>, AgentPath(agent): AgentPath) -
         platforms.push(setup);
     }
     Json(Setup { platforms })
-}
-
-/// Discord's OAuth2 bot invite, with slash commands (`applications.commands`).
-fn discord_invite(application_id: &str) -> String {
-    format!(
-        "https://discord.com/oauth2/authorize?client_id={application_id}\
-         &scope=bot%20applications.commands&permissions={DISCORD_PERMISSIONS}"
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_invite_asks_for_reading_and_answering_only() {
-        assert_eq!(super::DISCORD_PERMISSIONS, 274_877_975_552);
-        let url = super::discord_invite("123");
-        assert!(url.contains("client_id=123"), "{url}");
-        assert!(url.contains("scope=bot%20applications.commands"), "{url}");
-        assert!(url.ends_with("permissions=274877975552"), "{url}");
-    }
 }

@@ -58,6 +58,8 @@ pub struct AppState {
     pub elector: crate::leader::Elector,
     /// Requests per caller to `/api` (`TROUPE_RATE_API_PER_MIN`).
     pub budget: crate::limits::ApiBudget,
+    /// What each connector's receive loop is doing, for `/readyz`.
+    pub receivers: crate::supervise::Receivers,
 }
 
 pub fn router(state: AppState) -> Router {
