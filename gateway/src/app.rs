@@ -63,7 +63,7 @@ fn claims_are_unique(loaded: &[Loaded], env: &crate::persona::Env) -> anyhow::Re
             if let Some(first) = claimed.insert((platform, token), &p.source) {
                 anyhow::bail!(
                     "{} and {} use the same {platform} token; one bot account can serve one \
-                     persona: give each its own token (settings.secrets or CHARACTER.<NAME>.<KEY>)",
+                     persona: give each its own token (settings.secrets or CHARACTER.<ID>.<KEY>)",
                     first.display(),
                     p.source.display()
                 );
@@ -337,6 +337,12 @@ impl App {
         let lookup = move |key: &str| lookup_persona.secret(key, &env);
         for platform in persona.platforms() {
             if platform == Platform::Web {
+                continue;
+            }
+            // The file's own endpoint with the operator's token: not connected, and said so
+            // (issue 30, finding 1); the lookup already withholds the token.
+            if let Some(w) = persona.withheld_on(platform, &self.config.env).first() {
+                tracing::error!(persona = %persona.id, %platform, "not connecting: {}", w.message());
                 continue;
             }
             let settings = self.connector_settings(persona, platform);

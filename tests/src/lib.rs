@@ -15,6 +15,8 @@
 //!   SQLite file or Postgres database, with port discovery, restart and log capture.
 //! - [`browser`]: headless Chromium over WebDriver, for the console's browser tests.
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
+//! - [`recorder`]: an endpoint that only records what reached it (method, path,
+//!   `Authorization`), standing for an attacker's server.
 //! - [`services`]: private Postgres and NATS servers that a fault test may restart.
 //! - [`env`]: the services tests run against, from the environment (`TROUPE_TEST_*`), and
 //!   the rule that a missing one skips a test here and fails it in CI.
@@ -28,6 +30,7 @@ pub mod fake_discord;
 pub mod fake_neynar;
 pub mod fake_openai;
 pub mod fake_telegram;
+pub mod recorder;
 pub mod services;
 pub mod wait;
 

@@ -223,7 +223,7 @@ fn check_draft(
         .diagnostics
         .into_iter()
         .filter(|d| !others.contains(&d.file))
-        .map(|d| problem(d, &draft, name))
+        .map(|d| problem(d, dir, &draft, name))
         .collect();
     Ok(CheckAnswer {
         ok: !problems.iter().any(|p| p.severity == "error"),
@@ -231,11 +231,13 @@ fn check_draft(
     })
 }
 
-fn problem(d: Diagnostic, draft: &FsPath, name: &FileName) -> Problem {
+/// One diagnostic for the caller. Files are named relative to the personas directory
+/// (`shared/base.json`), never by an absolute path (issue 30, finding 3).
+fn problem(d: Diagnostic, dir: &FsPath, draft: &FsPath, name: &FileName) -> Problem {
     let file = if d.file == draft {
         name.as_str().to_string()
     } else {
-        d.file.display().to_string()
+        relative_to(dir, &d.file)
     };
     // The draft's temporary name never reaches the author.
     let message = d
@@ -251,6 +253,18 @@ fn problem(d: Diagnostic, draft: &FsPath, name: &FileName) -> Problem {
             Severity::Error => "error",
             Severity::Warning => "warning",
         },
+    }
+}
+
+/// `file` relative to `dir` (both resolved), or its file name alone when it is elsewhere.
+fn relative_to(dir: &FsPath, file: &FsPath) -> String {
+    let resolve = |p: &FsPath| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    match resolve(file).strip_prefix(resolve(dir)) {
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
     }
 }
 

@@ -80,11 +80,11 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .merge(knowledge_routes(&state))
         .merge(console_api_routes())
+        // Checking a draft reads files and parses them: counted like any write (issue 30,
+        // finding 3).
+        .route("/characters/check", post(characters::check))
         // The token is checked first: a request without it costs nothing and counts nothing.
         .route_layer(middleware::from_fn_with_state(state.clone(), api_budget))
-        // The console checks a character draft as the author types: behind the token, not
-        // counted against the caller's budget (it costs no model call).
-        .route("/characters/check", post(characters::check))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
 
     Router::new()

@@ -53,7 +53,9 @@ fn plausible(username: &str) -> bool {
 }
 
 /// `https://t.me/<username>` for the persona's bot, when its token is set and Telegram
-/// answers `getMe`.
+/// answers `getMe`. The token and the root come through the persona's secrets, which never
+/// pair the operator's token with a root the file chose (issue 30, finding 1): such a
+/// persona has no token here, and so no link.
 pub async fn bot_link(persona: &Persona, env: &Env) -> Option<String> {
     let token = persona.platform_token(Platform::Telegram, env)?;
     let root = persona

@@ -698,14 +698,14 @@ fn knowledge(v: &Node, cwd: &Path, policy: &Policy, d: &mut Diags) -> Vec<Knowle
                         }
                     }
                     (None, None) => {
-                        let tried: Vec<String> =
-                            candidates.iter().map(|c| c.display().to_string()).collect();
+                        // Where it looked, without absolute paths: the console shows this
+                        // to whoever checks a draft (issue 30, finding 3).
                         d.error(
                             &node.pos,
                             &p,
                             format!(
-                                "{what} \"{rel}\" not found (looked for {})",
-                                tried.join(", ")
+                                "{what} \"{rel}\" not found (looked next to the character \
+                                 file, in its knowledge/ directory, and in the working directory)"
                             ),
                         );
                     }

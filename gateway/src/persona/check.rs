@@ -1,6 +1,7 @@
-//! `troupe check`: every file's own diagnostics plus the problems only visible across
-//! files: two personas with the same id, and two personas claiming the same bot account
-//! (the same platform token) on a platform.
+//! `troupe check`: every file's own diagnostics, the credentials a file may not use where it
+//! sends them (its own endpoint with the operator's key, see `secrets`), and the problems
+//! only visible across files: two personas with the same id, and two personas claiming the
+//! same bot account (the same platform token) on a platform.
 
 use std::path::{Path, PathBuf};
 
@@ -56,6 +57,7 @@ pub fn check_files(paths: &[PathBuf], env: &Env, options: &LoadOptions) -> Check
         match super::load::load(f, &Policy::new(f, options, true)) {
             Ok(l) => {
                 report.diagnostics.extend(l.warnings.iter().cloned());
+                report.diagnostics.extend(withheld(&l.persona, env));
                 report.loaded.push(l);
             }
             Err(d) => report.diagnostics.extend(d),
@@ -76,6 +78,16 @@ pub fn check_files(paths: &[PathBuf], env: &Env, options: &LoadOptions) -> Check
         ))
     });
     report
+}
+
+/// An error for each credential the file's own endpoint may not receive (issue 30,
+/// finding 1): at the endpoint's field, naming both keys.
+pub(crate) fn withheld(persona: &Persona, env: &Env) -> Vec<Diagnostic> {
+    persona
+        .withheld(None, env)
+        .into_iter()
+        .map(|w| Diagnostic::at_field(persona, &w.field(), w.message()))
+        .collect()
 }
 
 /// Cross-file errors among `personas`: a duplicate id, or a platform token used by two.
@@ -145,7 +157,7 @@ fn token_error(
          give each its own {key} in settings.secrets or CHARACTER.{}.{key}",
         source.describe(key),
         other.source.display(),
-        secrets::env_name(&persona.name),
+        secrets::env_name(persona.id.as_str()),
     );
     match source.field(key) {
         Some(field) => Diagnostic::at_field(persona, &field, message),

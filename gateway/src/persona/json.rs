@@ -277,12 +277,20 @@ impl Parser {
                     "false" => Kind::Bool(false),
                     "null" => Kind::Null,
                     _ => {
+                        // A short word is shown (`yes`, `True`, `undefined`); a long one is
+                        // likely not a typo but other content, and the message may reach
+                        // whoever checks a draft (issue 30, finding 3).
+                        let message = if word.chars().count() <= 12 {
+                            format!(
+                                "unexpected word `{word}`; text values need double quotes: \"{word}\""
+                            )
+                        } else {
+                            "unexpected unquoted text; text values need double quotes".to_string()
+                        };
                         return Err(SyntaxError {
                             line: pos.line,
                             col: pos.col,
-                            message: format!(
-                                "unexpected word `{word}`; text values need double quotes: \"{word}\""
-                            ),
+                            message,
                         });
                     }
                 }

@@ -7,6 +7,11 @@
 //! parent's. A string `bio` meeting a list `bio` counts as a one-item list. Because merging
 //! happens on the positioned tree, a mistake inherited from a parent is reported in the
 //! parent's file, at its line. A cycle is an error at the `extends` entry that closes it.
+//!
+//! Unlike elizaOS, a parent must be a `.json` file under the personas directory (see
+//! `paths`), and what a character reads is bounded: each file at most [`MAX_FILE_BYTES`],
+//! the file and all its parents together at most [`MAX_TOTAL_BYTES`] (a file may name the
+//! same parent many times), checked before a file is read (issue 30, finding 3).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,9 +19,15 @@ use std::sync::Arc;
 use super::character::{self, Character};
 use super::diag::{Diagnostic, Diags};
 use super::json::{self, Kind, Member, Node};
-use super::paths::{LoadOptions, Policy};
+use super::paths::{LoadOptions, ParentRefused, Policy};
 use super::{Loaded, Persona};
 use troupe_connectors::AgentId;
+
+/// The most a character file, or a parent it `extends`, may weigh. elizaOS's largest
+/// published characters are under 100 KiB.
+pub(crate) const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// The most one character reads in all, its parents included.
+pub(crate) const MAX_TOTAL_BYTES: u64 = 4 * MAX_FILE_BYTES;
 
 /// Reads and checks one character file, with no knowledge roots beyond its own directory
 /// (see [`load_file_with`]).
@@ -38,7 +49,14 @@ pub(crate) fn load(path: &Path, policy: &Policy) -> Result<Loaded, Vec<Diagnosti
     let mut d = Diags::default();
     let mut stack = Vec::new();
     let mut deps = Vec::new();
-    let tree = read_tree(path, &mut stack, &mut deps, &mut d);
+    let mut tree_reader = TreeReader {
+        policy,
+        stack: &mut stack,
+        deps: &mut deps,
+        left: MAX_TOTAL_BYTES,
+        d: &mut d,
+    };
+    let tree = tree_reader.read(path);
     let character = match &tree {
         Some(tree) if !d.has_errors() => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
@@ -136,119 +154,174 @@ pub(crate) fn is_persona_file(p: &Path) -> bool {
     visible && p.extension().is_some_and(|e| e == "json") && p.is_file()
 }
 
-/// Reads, parses and merges `path` with its parents. `stack` holds the files being read
-/// (for cycle detection); `deps` collects every parent file.
-fn read_tree(
-    path: &Path,
-    stack: &mut Vec<PathBuf>,
-    deps: &mut Vec<PathBuf>,
-    d: &mut Diags,
-) -> Option<Node> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => {
-            d.list.push(Diagnostic::file(
-                path,
-                "(file)",
-                format!("cannot read the file: {e}"),
-            ));
-            return None;
-        }
-    };
-    let file: Arc<Path> = Arc::from(path);
-    let (mut node, dups) = match json::parse(&text, file) {
-        Ok(x) => x,
-        Err(e) => {
-            d.list.push(Diagnostic {
-                file: path.to_path_buf(),
-                line: e.line,
-                col: e.col,
-                path: "(json)".into(),
-                message: e.message,
-                severity: super::Severity::Error,
-            });
-            return None;
-        }
-    };
-    for dup in dups {
-        d.warn(
-            &dup.pos,
-            &dup.key,
-            "this field appears again later in the same object; the later value is used",
-        );
-    }
-
-    let Some(ext) = take_extends(&mut node) else {
-        return Some(node);
-    };
-    let entries: Vec<&Node> = match &ext.value.kind {
-        Kind::Array(items) => items.iter().collect(),
-        Kind::String(_) => vec![&ext.value],
-        Kind::Null => Vec::new(),
-        _ => {
-            d.wrong_type(&ext.value, "extends", "a list of file paths");
-            return Some(node);
-        }
-    };
-    let me = canonical(path);
-    stack.push(me);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut merged: Option<Node> = None;
-    for (i, entry) in entries.into_iter().enumerate() {
-        let p = if matches!(ext.value.kind, Kind::Array(_)) {
-            format!("extends[{i}]")
+/// Reads a file's text, refusing before reading when it is larger than [`MAX_FILE_BYTES`]
+/// or than what is `left` of the character's allowance (and reading at most one byte more,
+/// should it grow meanwhile). The error is the sentence for the diagnostic; it never holds
+/// the file's content or its path.
+fn read_bounded(path: &Path, left: &mut u64) -> Result<String, String> {
+    use std::io::Read;
+    let limit = MAX_FILE_BYTES.min(*left);
+    let too_large = || {
+        if limit < MAX_FILE_BYTES {
+            format!(
+                "this file and the parents read before it are larger than {MAX_TOTAL_BYTES} \
+                 bytes, the most one character may read; it was not read"
+            )
         } else {
-            "extends".to_string()
-        };
-        let Some(rel) = entry.as_str() else {
-            d.wrong_type(entry, &p, "a file path (a string)");
-            continue;
-        };
-        let parent = dir.join(rel);
-        if !parent.is_file() {
-            d.error(
-                &entry.pos,
-                &p,
-                format!(
-                    "parent file \"{rel}\" not found (looked for {})",
-                    parent.display()
-                ),
-            );
-            continue;
+            format!(
+                "the file is larger than {MAX_FILE_BYTES} bytes, the most a character file \
+                 may be; it was not read"
+            )
         }
-        let canon = canonical(&parent);
-        if let Some(at) = stack.iter().position(|s| *s == canon) {
-            let chain: Vec<String> = stack[at..]
-                .iter()
-                .chain(std::iter::once(&canon))
-                .map(|s| short(s))
-                .collect();
-            d.error(
-                &entry.pos,
-                &p,
-                format!("extends cycle: {}", chain.join(" → ")),
-            );
-            continue;
-        }
-        if !deps.contains(&canon) {
-            deps.push(canon);
-        }
-        if let Some(mut parent_tree) = read_tree(&parent, stack, deps, d) {
-            // The parent's own `extends` was followed already; it is not inherited.
-            take_extends(&mut parent_tree);
-            merged = Some(match merged {
-                Some(m) => merge(m, parent_tree),
-                None => parent_tree,
-            });
-        }
+    };
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read the file: {}", e.kind()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read the file: {}", e.kind()))?;
+    if !meta.is_file() {
+        return Err("cannot read the file: it is not a regular file".into());
     }
-    stack.pop();
-    // The `extends` entry itself stays on the child, so `raw` shows what was written.
-    node_push(&mut node, ext);
-    Some(match merged {
-        Some(parents) => merge(parents, node),
-        None => node,
-    })
+    if meta.len() > limit {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read the file: {}", e.kind()))?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if read > limit {
+        return Err(too_large());
+    }
+    *left -= read;
+    String::from_utf8(bytes).map_err(|_| "the file is not UTF-8 text".to_string())
+}
+
+/// Reads a character and its parents, under one policy and one allowance of bytes.
+struct TreeReader<'a> {
+    policy: &'a Policy,
+    /// The files being read, for cycle detection.
+    stack: &'a mut Vec<PathBuf>,
+    /// Every parent file read.
+    deps: &'a mut Vec<PathBuf>,
+    /// Bytes the character may still read ([`MAX_TOTAL_BYTES`] at the start).
+    left: u64,
+    d: &'a mut Diags,
+}
+
+impl TreeReader<'_> {
+    /// Reads, parses and merges `path` with its parents.
+    fn read(&mut self, path: &Path) -> Option<Node> {
+        let text = match read_bounded(path, &mut self.left) {
+            Ok(t) => t,
+            Err(message) => {
+                self.d.list.push(Diagnostic::file(path, "(file)", message));
+                return None;
+            }
+        };
+        let file: Arc<Path> = Arc::from(path);
+        let (mut node, dups) = match json::parse(&text, file) {
+            Ok(x) => x,
+            Err(e) => {
+                self.d.list.push(Diagnostic {
+                    file: path.to_path_buf(),
+                    line: e.line,
+                    col: e.col,
+                    path: "(json)".into(),
+                    message: e.message,
+                    severity: super::Severity::Error,
+                });
+                return None;
+            }
+        };
+        drop(text);
+        for dup in dups {
+            self.d.warn(
+                &dup.pos,
+                &dup.key,
+                "this field appears again later in the same object; the later value is used",
+            );
+        }
+
+        let Some(ext) = take_extends(&mut node) else {
+            return Some(node);
+        };
+        let entries: Vec<&Node> = match &ext.value.kind {
+            Kind::Array(items) => items.iter().collect(),
+            Kind::String(_) => vec![&ext.value],
+            Kind::Null => Vec::new(),
+            _ => {
+                self.d
+                    .wrong_type(&ext.value, "extends", "a list of file paths");
+                return Some(node);
+            }
+        };
+        self.stack.push(canonical(path));
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let mut merged: Option<Node> = None;
+        for (i, entry) in entries.into_iter().enumerate() {
+            let p = if matches!(ext.value.kind, Kind::Array(_)) {
+                format!("extends[{i}]")
+            } else {
+                "extends".to_string()
+            };
+            let Some(rel) = entry.as_str() else {
+                self.d.wrong_type(entry, &p, "a file path (a string)");
+                continue;
+            };
+            let canon = match self.policy.parent(rel, dir) {
+                Ok(c) => c,
+                Err(why) => {
+                    self.d.error(&entry.pos, &p, refusal(rel, &why));
+                    continue;
+                }
+            };
+            if let Some(at) = self.stack.iter().position(|s| *s == canon) {
+                let chain: Vec<String> = self.stack[at..]
+                    .iter()
+                    .chain(std::iter::once(&canon))
+                    .map(|s| short(s))
+                    .collect();
+                self.d.error(
+                    &entry.pos,
+                    &p,
+                    format!("extends cycle: {}", chain.join(" → ")),
+                );
+                continue;
+            }
+            if !self.deps.contains(&canon) {
+                self.deps.push(canon.clone());
+            }
+            if let Some(mut parent_tree) = self.read(&canon) {
+                // The parent's own `extends` was followed already; it is not inherited.
+                take_extends(&mut parent_tree);
+                merged = Some(match merged {
+                    Some(m) => merge(m, parent_tree),
+                    None => parent_tree,
+                });
+            }
+        }
+        self.stack.pop();
+        // The `extends` entry itself stays on the child, so `raw` shows what was written.
+        node_push(&mut node, ext);
+        Some(match merged {
+            Some(parents) => merge(parents, node),
+            None => node,
+        })
+    }
+}
+
+/// The sentence for a refused `extends` entry: the entry as written (cut short, and left
+/// out when absolute), and why.
+fn refusal(written: &str, why: &ParentRefused) -> String {
+    if *why == ParentRefused::Absolute {
+        return format!("the parent file {why}");
+    }
+    let mut shown: String = written.chars().take(80).collect();
+    if shown.len() < written.len() {
+        shown.push('…');
+    }
+    format!("parent file \"{shown}\" {why}")
 }
 
 fn canonical(p: &Path) -> PathBuf {

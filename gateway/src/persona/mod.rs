@@ -47,7 +47,7 @@ pub(crate) use load::persona_files;
 pub use load::{load_file, load_file_with};
 pub use paths::LoadOptions;
 pub use prompt::compose;
-pub use secrets::token_key;
+pub use secrets::{Withheld, token_key};
 pub use watch::{PersonaEvent, watch};
 
 /// The process environment, snapshotted once by `config`; personas read secrets from it.
@@ -127,11 +127,33 @@ impl Persona {
             .filter(|s| !s.trim().is_empty())
     }
 
-    /// A secret for this persona: `CHARACTER.<NAME>.<KEY>` env, then 1.x `secrets`, then
+    /// A secret for this persona: `CHARACTER.<ID>.<KEY>` env, then 1.x `secrets`, then
     /// `settings.secrets`, then `settings.<KEY>`, then the process environment. Empty values
-    /// count as unset (see docs/personas.md, "Secrets").
+    /// count as unset (see docs/personas.md, "Secrets"). A credential from the environment
+    /// is `None` when the file names its own endpoint for it ([`Persona::withheld`]).
     pub fn secret(&self, key: &str, env: &Env) -> Option<String> {
         secrets::lookup(self, key, env).map(|(v, _)| v)
+    }
+
+    /// The credentials held back because the file names its own endpoint for them
+    /// (`OPENAI_BASE_URL` in the file, `OPENAI_API_KEY` from the environment), for the
+    /// endpoint named by `endpoint_key` (`OPENAI_BASE_URL`, `TELEGRAM_API_ROOT`…), or for
+    /// every endpoint when `None`.
+    pub fn withheld(&self, endpoint_key: Option<&str>, env: &Env) -> Vec<Withheld> {
+        secrets::PAIRINGS
+            .iter()
+            .filter(|p| endpoint_key.is_none_or(|k| p.endpoints.contains(&k)))
+            .flat_map(|p| secrets::withheld(self, p, env))
+            .collect()
+    }
+
+    /// [`Persona::withheld`] for the endpoint a platform's connector talks to.
+    pub fn withheld_on(&self, platform: Platform, env: &Env) -> Vec<Withheld> {
+        secrets::PAIRINGS
+            .iter()
+            .filter(|p| p.platform == Some(platform))
+            .flat_map(|p| secrets::withheld(self, p, env))
+            .collect()
     }
 
     /// The platform's bot token for this persona (`DISCORD_API_TOKEN`, `TELEGRAM_BOT_TOKEN`,

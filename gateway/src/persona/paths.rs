@@ -1,5 +1,6 @@
-//! Where a character's `knowledge` files and directories may be: under the personas
-//! directory, or under a directory the operator allows.
+//! Where the files a character pulls in may be: its `knowledge` files and directories
+//! under the personas directory or under a directory the operator allows, and the parents
+//! it `extends` under the personas directory only.
 //!
 //! The personas directory is the one the character file was loaded from (`TROUPE_PERSONAS`
 //! when troupe runs; the file's own directory for `troupe check FILE`). A `knowledge` path is
@@ -10,8 +11,70 @@
 //! A refused entry is an error for `troupe check`, like any mistake in the file, and a
 //! warning when troupe loads the persona: the persona runs without that entry, so a policy
 //! refusal never takes a persona down.
+//!
+//! `extends` is stricter (issue 30, finding 3): a parent is read inside the gateway and
+//! merged into the persona, and `POST /api/characters/check` shows what went wrong with
+//! it to whoever called, so a parent must be a `.json` file under the personas directory,
+//! written relative to the file naming it, and a refusal is always an error. Its message
+//! names the entry as written (never an absolute path, never where it resolves to), and
+//! the checks that need no file system come first, so a refusal does not tell whether a
+//! file outside exists.
 
+use std::fmt;
 use std::path::{Component, Path, PathBuf};
+
+/// Why an `extends` entry is refused. Its message never holds a path beyond the entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ParentRefused {
+    /// Written as an absolute path (or from the root).
+    Absolute,
+    /// Climbs out of the personas directory with `..`.
+    ClimbsOut,
+    /// Not named `*.json`.
+    NotJson,
+    /// Nothing there (or not a regular file).
+    NotFound,
+    /// A symlink (itself or a directory on the way) leads out of the personas directory.
+    Symlink,
+}
+
+impl fmt::Display for ParentRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ParentRefused::Absolute => {
+                "is an absolute path; a parent is written relative to the file that names it, \
+                 and stays under the personas directory"
+            }
+            ParentRefused::ClimbsOut => {
+                "climbs out of the personas directory with `..`; parents stay under the \
+                 personas directory (put shared parents in a subdirectory of it)"
+            }
+            ParentRefused::NotJson => "is not a `.json` file; a parent is a character file",
+            ParentRefused::NotFound => "was not found under the personas directory",
+            ParentRefused::Symlink => {
+                "is reached through a symlink that leads outside the personas directory; \
+                 parents stay under the personas directory"
+            }
+        })
+    }
+}
+
+/// `a/b/../c` → `a/c`, without the file system; `None` when `..` climbs above the root.
+fn lexical(p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Some(out)
+}
 
 /// How character files are loaded, beyond the file itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,17 +95,17 @@ pub(crate) struct Policy {
     pub strict: bool,
 }
 
-/// Why a found `knowledge` path is refused. `resolved` is where it leads.
+/// Why a found `knowledge` path is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Refused {
     /// Written as an absolute path.
-    Absolute { resolved: PathBuf },
+    Absolute,
     /// Climbs out with `..`.
-    ParentDir { resolved: PathBuf },
+    ParentDir,
     /// Found only relative to the working directory, which is outside.
-    WorkingDir { resolved: PathBuf },
+    WorkingDir,
     /// A symlink (itself or a directory on the way) points out.
-    Symlink { resolved: PathBuf },
+    Symlink,
 }
 
 fn resolve(p: &Path) -> PathBuf {
@@ -86,39 +149,62 @@ impl Policy {
         }
         let w = Path::new(written);
         Err(if w.is_absolute() || w.has_root() {
-            Refused::Absolute { resolved }
+            Refused::Absolute
         } else if w.components().any(|c| c == Component::ParentDir) {
-            Refused::ParentDir { resolved }
+            Refused::ParentDir
         } else if from_cwd {
-            Refused::WorkingDir { resolved }
+            Refused::WorkingDir
         } else {
-            Refused::Symlink { resolved }
+            Refused::Symlink
         })
     }
 
+    /// The file an `extends` entry written as `written`, in a file of directory `dir`,
+    /// names: resolved, when it is a `.json` file under the personas directory.
+    pub(crate) fn parent(&self, written: &str, dir: &Path) -> Result<PathBuf, ParentRefused> {
+        let w = Path::new(written);
+        if w.is_absolute()
+            || w.has_root()
+            || w.components().any(|c| matches!(c, Component::Prefix(_)))
+        {
+            return Err(ParentRefused::Absolute);
+        }
+        // First without the file system, so a refusal says nothing about what is outside.
+        let lexical = lexical(&resolve(dir).join(w)).ok_or(ParentRefused::ClimbsOut)?;
+        if !lexical.starts_with(&self.personas) {
+            return Err(ParentRefused::ClimbsOut);
+        }
+        if lexical.extension().is_none_or(|e| e != "json") {
+            return Err(ParentRefused::NotJson);
+        }
+        let resolved = std::fs::canonicalize(&lexical).map_err(|_| ParentRefused::NotFound)?;
+        if !resolved.starts_with(&self.personas) {
+            return Err(ParentRefused::Symlink);
+        }
+        if !resolved.is_file() {
+            return Err(ParentRefused::NotFound);
+        }
+        Ok(resolved)
+    }
+
     /// The sentence for a refusal of the `what` ("file", "directory") written as `written`.
+    /// It names neither the personas directory nor where the entry resolves to: the
+    /// console shows it to whoever checks a draft (issue 30, finding 3).
     pub(crate) fn message(&self, what: &str, written: &str, why: &Refused) -> String {
-        let personas = self.personas.display();
         let how = match why {
-            Refused::Absolute { resolved } => format!(
-                "{what} \"{written}\" is an absolute path outside the personas directory \
-                 {personas} (it resolves to {})",
-                resolved.display()
+            Refused::Absolute => {
+                format!("{what} \"{written}\" is an absolute path outside the personas directory")
+            }
+            Refused::ParentDir => {
+                format!("{what} \"{written}\" climbs out of the personas directory with `..`")
+            }
+            Refused::WorkingDir => format!(
+                "{what} \"{written}\" was found only in the working directory, outside the \
+                 personas directory"
             ),
-            Refused::ParentDir { resolved } => format!(
-                "{what} \"{written}\" climbs out of the personas directory {personas} with `..` \
-                 (it resolves to {})",
-                resolved.display()
-            ),
-            Refused::WorkingDir { resolved } => format!(
-                "{what} \"{written}\" was found only in the working directory, at {}, outside the \
-                 personas directory {personas}",
-                resolved.display()
-            ),
-            Refused::Symlink { resolved } => format!(
+            Refused::Symlink => format!(
                 "{what} \"{written}\" is reached through a symlink that leads outside the \
-                 personas directory {personas}, to {}",
-                resolved.display()
+                 personas directory"
             ),
         };
         let then = if self.strict {
@@ -166,7 +252,7 @@ mod tests {
         let p = Policy::new(&personas.join("x.json"), &LoadOptions::default(), false);
         let up = personas.join("../secret.txt");
         let why = p.check("../secret.txt", &up, false).unwrap_err();
-        assert!(matches!(why, Refused::ParentDir { .. }), "{why:?}");
+        assert!(matches!(why, Refused::ParentDir), "{why:?}");
         assert!(
             p.message("file", "../secret.txt", &why)
                 .ends_with("the entry is skipped")
@@ -174,9 +260,9 @@ mod tests {
         let abs = t.path().join("secret.txt");
         let written = abs.display().to_string();
         let why = p.check(&written, &abs, false).unwrap_err();
-        assert!(matches!(why, Refused::Absolute { .. }), "{why:?}");
+        assert!(matches!(why, Refused::Absolute), "{why:?}");
         let why = p.check("secret.txt", &abs, true).unwrap_err();
-        assert!(matches!(why, Refused::WorkingDir { .. }), "{why:?}");
+        assert!(matches!(why, Refused::WorkingDir), "{why:?}");
     }
 
     #[test]

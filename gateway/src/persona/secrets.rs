@@ -1,15 +1,28 @@
-//! Secrets per persona: where a persona's API keys and bot tokens come from.
+//! Secrets per persona: where a persona's API keys and bot tokens come from, and which
+//! endpoint each may be sent to.
 //!
 //! Precedence, first non-empty value wins (empty strings count as unset, because elizaOS
 //! character files ship with `"OPENAI_API_KEY": ""` placeholders):
-//! 1. the environment variable `CHARACTER.<NAME>.<KEY>` (or `CHARACTER__<NAME>__<KEY>` for
-//!    shells that cannot export dots), where `<NAME>` is the character's name upper-cased
-//!    with every non-alphanumeric character replaced by `_` (`LP Manager` → `LP_MANAGER`).
-//!    elizaOS's own spelling (only spaces replaced) and the persona id are accepted too;
+//! 1. the environment variable `CHARACTER.<ID>.<KEY>` (or `CHARACTER__<ID>__<KEY>` for
+//!    shells that cannot export dots), where `<ID>` is the persona's id upper-cased with
+//!    every non-alphanumeric character replaced by `_` (`lp-manager` → `LP_MANAGER`; a file
+//!    without an `id` gets its id from its name, so `LP Manager` lands on the same variable).
+//!    elizaOS's spelling of an `id` (only spaces replaced) is accepted too. The display name
+//!    is never used: anyone who may save a file may pick any name (issue 30, finding 1);
 //! 2. the character's 1.x top-level `secrets`;
 //! 3. the character's v0 `settings.secrets`;
 //! 4. a scalar `settings.<KEY>` (elizaOS's `getSetting` reads those as well);
 //! 5. the process environment `<KEY>`.
+//!
+//! **Secrets and endpoints travel together** (DESIGN.md; issue 30, finding 1). Every
+//! credential is sent to one endpoint ([`PAIRINGS`]: the model providers, the Bot API, the
+//! Discord API, Neynar). Values from 1 and 5 were chosen by the operator; values from 2–4 by
+//! whoever wrote the file, which includes anyone who may call `PUT /api/characters/…`. When
+//! the file names the endpoint itself (and it is neither the operator's endpoint nor the
+//! vendor's default), a credential the operator chose is withheld: [`lookup`] answers
+//! `None` for it and [`withheld`] says so, naming both keys, so `troupe check`, the console
+//! and the provider report it instead of falling back. A file's own credential may go to
+//! the operator's endpoint: that discloses nothing of the operator's.
 //!
 //! The operator's per-character variable comes first so a deployment can override a file
 //! without editing it. Nothing here reads the process environment itself: it is handed in
@@ -22,7 +35,7 @@ use super::{Env, Persona};
 /// Where a secret was found, for messages (never the value itself).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SecretSource {
-    /// `CHARACTER.<NAME>.<KEY>`: the variable's name.
+    /// `CHARACTER.<ID>.<KEY>`: the variable's name.
     CharacterEnv(String),
     /// `secrets.<KEY>` in the character file (1.x).
     Secrets,
@@ -34,6 +47,13 @@ pub enum SecretSource {
     Env,
 }
 
+/// Who chose a value: the operator (through the environment) or whoever wrote the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Operator,
+    File,
+}
+
 impl SecretSource {
     pub fn describe(&self, key: &str) -> String {
         match self {
@@ -42,6 +62,16 @@ impl SecretSource {
             SecretSource::SettingsSecrets => format!("settings.secrets.{key}"),
             SecretSource::Settings => format!("settings.{key}"),
             SecretSource::Env => format!("environment variable {key}"),
+        }
+    }
+
+    /// Who chose the value.
+    pub fn origin(&self) -> Origin {
+        match self {
+            SecretSource::CharacterEnv(_) | SecretSource::Env => Origin::Operator,
+            SecretSource::Secrets | SecretSource::SettingsSecrets | SecretSource::Settings => {
+                Origin::File
+            }
         }
     }
 
@@ -69,20 +99,16 @@ pub fn env_name(name: &str) -> String {
         .collect()
 }
 
-/// The `<NAME>`s a `CHARACTER.<NAME>.<KEY>` variable may use for this persona.
+/// The `<ID>`s a `CHARACTER.<ID>.<KEY>` variable may use for this persona: its id, and
+/// elizaOS's spelling of the file's `id` when it has one. Never its name: the id is unique
+/// among the files on disk (a second file with the same id is refused), a name is not.
 pub(crate) fn env_prefixes(persona: &Persona) -> Vec<String> {
-    let mut out = vec![env_name(&persona.name)];
-    // elizaOS v0 upper-cases the id (or name) and replaces only spaces.
-    let eliza = persona
-        .character
-        .id
-        .as_deref()
-        .unwrap_or(&persona.name)
-        .to_uppercase()
-        .replace(' ', "_");
-    for p in [eliza, env_name(persona.id.as_str())] {
-        if !out.contains(&p) {
-            out.push(p);
+    let mut out = vec![env_name(persona.id.as_str())];
+    // elizaOS v0 upper-cases the id and replaces only spaces.
+    if let Some(id) = persona.character.id.as_deref() {
+        let eliza = id.trim().to_uppercase().replace(' ', "_");
+        if !eliza.is_empty() && !out.contains(&eliza) {
+            out.push(eliza);
         }
     }
     out
@@ -92,8 +118,15 @@ fn non_empty(v: Option<&String>) -> Option<String> {
     v.filter(|s| !s.trim().is_empty()).cloned()
 }
 
-/// The secret and where it came from; see the module doc for the order.
-pub fn lookup(persona: &Persona, key: &str, env: &Env) -> Option<(String, SecretSource)> {
+/// The value in the precedence order of the module doc, before the pairing rule.
+fn first_set(persona: &Persona, key: &str, env: &Env) -> Option<(String, SecretSource)> {
+    operator_override(persona, key, env)
+        .or_else(|| from_file(persona, key))
+        .or_else(|| non_empty(env.get(key)).map(|v| (v, SecretSource::Env)))
+}
+
+/// `CHARACTER.<ID>.<KEY>`.
+fn operator_override(persona: &Persona, key: &str, env: &Env) -> Option<(String, SecretSource)> {
     for prefix in env_prefixes(persona) {
         for var in [
             format!("CHARACTER.{prefix}.{key}"),
@@ -104,6 +137,11 @@ pub fn lookup(persona: &Persona, key: &str, env: &Env) -> Option<(String, Secret
             }
         }
     }
+    None
+}
+
+/// The file's own value: `secrets`, `settings.secrets`, then `settings`.
+fn from_file(persona: &Persona, key: &str) -> Option<(String, SecretSource)> {
     let c = &persona.character;
     if let Some(v) = non_empty(c.secrets.get(key)) {
         return Some((v, SecretSource::Secrets));
@@ -111,10 +149,168 @@ pub fn lookup(persona: &Persona, key: &str, env: &Env) -> Option<(String, Secret
     if let Some(v) = non_empty(c.settings.secrets.get(key)) {
         return Some((v, SecretSource::SettingsSecrets));
     }
-    if let Some(v) = non_empty(c.settings.values.get(key)) {
-        return Some((v, SecretSource::Settings));
+    non_empty(c.settings.values.get(key)).map(|v| (v, SecretSource::Settings))
+}
+
+/// The secret and where it came from; see the module doc for the order. A credential the
+/// operator chose is `None` when the file names its own endpoint for it ([`withheld`]).
+pub fn lookup(persona: &Persona, key: &str, env: &Env) -> Option<(String, SecretSource)> {
+    let found = first_set(persona, key, env)?;
+    match PAIRINGS.iter().find(|p| p.credentials.contains(&key)) {
+        Some(pairing) if withheld_from(persona, pairing, key, &found.1, env).is_some() => None,
+        _ => Some(found),
     }
-    non_empty(env.get(key)).map(|v| (v, SecretSource::Env))
+}
+
+/// One endpoint and the credentials sent to it.
+#[derive(Debug)]
+pub struct Pairing {
+    /// What the endpoint is, for messages (`the OpenAI-compatible API`).
+    pub what: &'static str,
+    /// The keys naming the endpoint, the first set one wins (`ANTHROPIC_BASE_URL`, then
+    /// elizaOS's `ANTHROPIC_API_URL`).
+    pub endpoints: &'static [&'static str],
+    /// The vendor's own endpoint, used when no key names one. A file may name it again.
+    pub default: &'static str,
+    /// The keys whose values are sent there.
+    pub credentials: &'static [&'static str],
+    /// The platform whose connector talks to it, if one does.
+    pub platform: Option<Platform>,
+}
+
+/// Every endpoint a persona's file may name, with the credentials that go to it. Ollama has
+/// no credential, and the embedding API is configured by the operator only
+/// (`TROUPE_EMBEDDING_URL` and `TROUPE_EMBEDDING_API_KEY`, never read from a persona).
+pub const PAIRINGS: &[Pairing] = &[
+    Pairing {
+        what: "the OpenAI-compatible API",
+        endpoints: &["OPENAI_BASE_URL"],
+        default: "https://api.openai.com/v1",
+        credentials: &["OPENAI_API_KEY"],
+        platform: None,
+    },
+    Pairing {
+        what: "the Anthropic API",
+        endpoints: &["ANTHROPIC_BASE_URL", "ANTHROPIC_API_URL"],
+        default: "https://api.anthropic.com/v1",
+        credentials: &["ANTHROPIC_API_KEY"],
+        platform: None,
+    },
+    Pairing {
+        what: "the Telegram Bot API",
+        endpoints: &["TELEGRAM_API_ROOT"],
+        default: "https://api.telegram.org",
+        // The webhook secret is handed to the Bot API by `setWebhook`.
+        credentials: &["TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET"],
+        platform: Some(Platform::Telegram),
+    },
+    Pairing {
+        what: "the Discord API",
+        endpoints: &["DISCORD_API_URL"],
+        default: "https://discord.com",
+        credentials: &["DISCORD_API_TOKEN"],
+        platform: Some(Platform::Discord),
+    },
+    Pairing {
+        what: "the Neynar API",
+        endpoints: &["NEYNAR_API_URL"],
+        default: "https://api.neynar.com",
+        credentials: &["FARCASTER_NEYNAR_API_KEY", "FARCASTER_NEYNAR_SIGNER_UUID"],
+        platform: Some(Platform::Farcaster),
+    },
+];
+
+/// A credential held back from a persona: its file names its own endpoint, and the
+/// credential was chosen by the operator. Names keys and sources, never values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Withheld {
+    pub what: &'static str,
+    /// The endpoint key the file set, and where.
+    pub endpoint: &'static str,
+    pub endpoint_source: SecretSource,
+    /// The credential key, and where the operator set it.
+    pub credential: &'static str,
+    pub credential_source: SecretSource,
+}
+
+impl Withheld {
+    /// The sentence for `troupe check`, the console and the provider's error.
+    pub fn message(&self) -> String {
+        format!(
+            "{} names its own endpoint for {}, but {} comes from the operator ({}); a              credential from the environment is only sent to the environment's endpoint:              put this persona's own {} in the file next to {}, or remove {} from the file",
+            self.endpoint_source.describe(self.endpoint),
+            self.what,
+            self.credential,
+            self.credential_source.describe(self.credential),
+            self.credential,
+            self.endpoint,
+            self.endpoint,
+        )
+    }
+
+    /// Where the error belongs in the file: the endpoint's field.
+    pub fn field(&self) -> String {
+        self.endpoint_source
+            .field(self.endpoint)
+            .unwrap_or_else(|| "settings".to_string())
+    }
+}
+
+/// `https://x/v1/` and `https://x/v1` are the same endpoint.
+fn same_endpoint(a: &str, b: &str) -> bool {
+    a.trim().trim_end_matches('/') == b.trim().trim_end_matches('/')
+}
+
+/// Whether `credential` (found at `source`) is held back from `persona` under `pairing`.
+fn withheld_from(
+    persona: &Persona,
+    pairing: &'static Pairing,
+    credential: &str,
+    source: &SecretSource,
+    env: &Env,
+) -> Option<Withheld> {
+    if source.origin() == Origin::File {
+        return None;
+    }
+    let (endpoint, (url, endpoint_source)) = pairing
+        .endpoints
+        .iter()
+        .find_map(|k| first_set(persona, k, env).map(|found| (*k, found)))?;
+    if endpoint_source.origin() == Origin::Operator {
+        return None;
+    }
+    // Naming the operator's own endpoint (or the vendor's) again sends nothing elsewhere.
+    let operators = pairing
+        .endpoints
+        .iter()
+        .find_map(|k| {
+            operator_override(persona, k, env)
+                .or_else(|| non_empty(env.get(*k)).map(|v| (v, SecretSource::Env)))
+        })
+        .map(|(v, _)| v)
+        .unwrap_or_else(|| pairing.default.to_string());
+    if same_endpoint(&url, &operators) || same_endpoint(&url, pairing.default) {
+        return None;
+    }
+    Some(Withheld {
+        what: pairing.what,
+        endpoint,
+        endpoint_source,
+        credential: pairing.credentials.iter().find(|c| **c == credential)?,
+        credential_source: source.clone(),
+    })
+}
+
+/// Every credential held back from `persona` under `pairing` (see the module doc).
+pub fn withheld(persona: &Persona, pairing: &'static Pairing, env: &Env) -> Vec<Withheld> {
+    pairing
+        .credentials
+        .iter()
+        .filter_map(|key| {
+            let (_, source) = first_set(persona, key, env)?;
+            withheld_from(persona, pairing, key, &source, env)
+        })
+        .collect()
 }
 
 /// The secret that identifies the bot account on a platform (one account, one persona).
