@@ -15,9 +15,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
-use troupe_e2e::{
-    Backend, FakeOpenAi, TestApp, TestAppOptions, eventually, persona_json, troupe_bin,
-};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json, troupe_bin};
 
 const AGENT: &str = "Ada";
 const BIO: &str = "Ada is a retired lighthouse keeper who collects sea glass.";
@@ -122,6 +120,29 @@ async fn a_stalled_body_fails_and_its_connection_closes() {
 /// `GET /api/agents`, a request that is not a probe.
 const AGENTS: &[u8] = b"GET /api/agents HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
 
+/// A connection served on one of `TROUPE_HTTP_MAX_CONNECTIONS` (proven by a 200 to a
+/// request that is not a probe), polled while the server answers `busy`: until a slot comes
+/// free, such as the test client's kept-alive connection from start-up once the header
+/// deadline closes it. `WAIT` bounds the polling.
+async fn general_connection(addr: SocketAddr, what: &str) -> TcpStream {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(AGENTS).await.unwrap();
+        let answer = read_response(&mut s, what).await;
+        if answer.starts_with("HTTP/1.1 200") {
+            return s;
+        }
+        assert!(answer.starts_with("HTTP/1.1 503"), "{what}: {answer}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: still busy after {WAIT:?}"
+        );
+        // A poll interval, not a synchronisation: the deadline above bounds the loop.
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 #[tokio::test]
 async fn past_the_cap_probes_are_answered_and_other_requests_told_to_retry() {
     let app = spawn(&[
@@ -134,10 +155,7 @@ async fn past_the_cap_probes_are_answered_and_other_requests_told_to_retry() {
     // comes (past the header deadline, which no longer applies).
     let mut held = Vec::new();
     for i in 0..2 {
-        let mut s = TcpStream::connect(app.addr()).await.unwrap();
-        s.write_all(AGENTS).await.unwrap();
-        let answer = read_response(&mut s, &format!("held connection {i}")).await;
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let mut s = general_connection(app.addr(), &format!("held connection {i}")).await;
         s.write_all(
             b"POST /webhooks/telegram/ada HTTP/1.1\r\nHost: troupe\r\nContent-Length: 100\r\n\r\n",
         )
@@ -165,19 +183,7 @@ async fn past_the_cap_probes_are_answered_and_other_requests_told_to_retry() {
     );
     // One held connection closes: its slot serves the next caller.
     drop(held.remove(0));
-    let addr = app.addr();
-    eventually(
-        "a request is served once a held connection closed",
-        WAIT,
-        move || async move {
-            let mut s = TcpStream::connect(addr).await.unwrap();
-            s.write_all(AGENTS).await.unwrap();
-            read_response(&mut s, "after a close")
-                .await
-                .starts_with("HTTP/1.1 200")
-        },
-    )
-    .await;
+    general_connection(app.addr(), "after a held connection closed").await;
 }
 
 /// A connection from `ip` (a loopback address: each one is another client).
@@ -212,14 +218,8 @@ async fn assert_refused_for_its_address(ip: [u8; 4], to: SocketAddr, what: &str)
 }
 
 /// Starts troupe with these caps (and a header deadline far longer than any test), then
-/// opens `per_address` slow clients from 127.0.0.2 and as many reconnections again as the
-/// attacker makes, each of which must be refused at once. The reconnections are accepted
-/// after the slow clients, so those are held when these are counted.
-async fn one_address_at_its_share(
-    max_connections: usize,
-    per_address: usize,
-    reconnections: usize,
-) -> (TestApp, Vec<TcpStream>) {
+/// opens `per_address` slow clients from 127.0.0.2.
+async fn slow_clients(max_connections: usize, per_address: usize) -> (TestApp, Vec<TcpStream>) {
     let app = spawn(&[
         ("TROUPE_HTTP_MAX_CONNECTIONS", &max_connections.to_string()),
         (
@@ -229,22 +229,39 @@ async fn one_address_at_its_share(
         ("TROUPE_HTTP_HEADER_TIMEOUT_SECS", "600"),
     ])
     .await;
-    let slow_ip = [127, 0, 0, 2];
     let mut slow = Vec::new();
     for _ in 0..per_address {
-        slow.push(slow_client(slow_ip, app.addr()).await);
-    }
-    for i in 0..reconnections {
-        assert_refused_for_its_address(slow_ip, app.addr(), &format!("reconnection {i}")).await;
+        slow.push(slow_client(SLOW_IP, app.addr()).await);
     }
     (app, slow)
 }
+
+const SLOW_IP: [u8; 4] = [127, 0, 0, 2];
 
 /// Finding 8: slow clients from one address fill both its share and the whole server, and
 /// keep reconnecting. The health check still gets its answer.
 #[tokio::test]
 async fn a_probe_is_answered_while_slow_clients_hold_every_connection() {
-    let (app, slow) = one_address_at_its_share(4, 4, 8).await;
+    let (app, slow) = slow_clients(4, 4).await;
+    // Every general slot is held (by the slow clients, and the test client's kept-alive
+    // connection from start-up if it is still open): a request that is not a probe is
+    // told so at once.
+    let mut s = connect_from([127, 0, 0, 3], app.addr()).await;
+    s.write_all(AGENTS).await.unwrap();
+    let answer = read_response(&mut s, "a request while the server is full").await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    // The attacker's reconnections are never served: refused for its address, or, once a
+    // slow client that landed on the probes' lane has been closed there, closed at the
+    // lane's own short header deadline.
+    for i in 0..4 {
+        let what = format!("reconnection {i}");
+        let mut s = connect_from(SLOW_IP, app.addr()).await;
+        let answer = String::from_utf8_lossy(&wait_for_close(&mut s, &what).await).to_string();
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 429"),
+            "{what}: {answer}"
+        );
+    }
     // The container's health check, from loopback as the image's is.
     for probe in ["/healthz", "/readyz"] {
         let mut s = connect_from([127, 0, 0, 1], app.addr()).await;
@@ -261,7 +278,12 @@ async fn a_probe_is_answered_while_slow_clients_hold_every_connection() {
 /// another address is served.
 #[tokio::test]
 async fn one_address_cannot_starve_another() {
-    let (app, slow) = one_address_at_its_share(8, 3, 5).await;
+    let (app, slow) = slow_clients(8, 3).await;
+    // As many more as would fill the server: each is refused at once. They are accepted
+    // after the three slow clients, so those are counted when these are.
+    for i in 0..5 {
+        assert_refused_for_its_address(SLOW_IP, app.addr(), &format!("connection {}", i + 4)).await;
+    }
     // Another client is served, request after request on its kept-alive connection.
     let mut other = connect_from([127, 0, 0, 3], app.addr()).await;
     for i in 0..3 {
