@@ -598,7 +598,10 @@ impl App {
             let router = http::router(state);
             let stop = shutdown.child_token();
             let settings = self.config.http.clone();
-            tasks.spawn(async move { http::serve(listener, router, &settings, stop).await })
+            let per_address = self.config.edge.max_connections_per_ip;
+            tasks.spawn(
+                async move { http::serve(listener, router, &settings, per_address, stop).await },
+            )
         });
 
         let ingress = self.ingress.clone();

@@ -68,6 +68,8 @@ pub struct Config {
     pub knowledge_allow_paths: Vec<PathBuf>,
     /// Issue 30, finding 11: when `/readyz` calls a polling receive loop stale.
     pub receive: ReceiveSettings,
+    /// Issue 30, findings 2 and 8: `TROUPE_ALLOWED_HOSTS`, `TROUPE_HTTP_MAX_CONNECTIONS_PER_IP`.
+    pub edge: EdgeSettings,
 }
 
 // --- issue 12, faults slice: provider retries and circuit breaker ---------------------------
@@ -428,8 +430,8 @@ pub struct HttpSettings {
     /// `TROUPE_HTTP_BODY_TIMEOUT_SECS`, default 30: the longest pause while a client sends a
     /// request body; then the request fails and the connection is closed.
     pub body_timeout: Duration,
-    /// `TROUPE_HTTP_MAX_CONNECTIONS`, default 1024: connections served at once; more wait
-    /// in the listen queue until one closes.
+    /// `TROUPE_HTTP_MAX_CONNECTIONS`, default 1024: connections served at once; past it the
+    /// probes' lane, then the listen queue (`http::connections`).
     pub max_connections: usize,
     /// `TROUPE_RATE_API_PER_MIN`, default 120 (0: off): requests one caller (one peer
     /// address) may make to `/api` per minute, separate from the platforms' limits.
@@ -516,6 +518,153 @@ fn fetch_settings(layered: &Layered<'_>, file: &mut FileConfig) -> anyhow::Resul
 }
 
 // ---- end of edge ----
+
+// ---- issue 30, findings 2 and 8: the HTTP edge (Host and Origin; connections per address) ----
+
+/// Which `Host` names the HTTP server answers to (finding 2, DNS rebinding) and how many
+/// connections one address may hold (finding 8, slow clients). `http::edge` and
+/// `http::connections` apply them; docs/security.md ("The HTTP edge") explains the choices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeSettings {
+    /// `TROUPE_ALLOWED_HOSTS` (`allowed_hosts`), unset by default: host names, besides
+    /// `localhost` (and names under `.localhost`) and IP literals, that a request's `Host`
+    /// may carry. Without a token they are checked always; with `TROUPE_API_TOKEN` set, only
+    /// when this list is set. An `Origin` whose host is listed counts as this server's own.
+    pub allowed_hosts: Option<AllowedHosts>,
+    /// `TROUPE_HTTP_MAX_CONNECTIONS_PER_IP` (`http_max_connections_per_ip`), default 64:
+    /// connections one peer address (an IPv6 peer by its /64) may hold at once; the next
+    /// one is answered 429 and closed.
+    pub max_connections_per_ip: usize,
+}
+
+/// One entry of `TROUPE_ALLOWED_HOSTS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostPattern {
+    /// `bot.example.org`: that name only.
+    Exact(String),
+    /// `.example.org`: that name and every name under it.
+    Domain(String),
+}
+
+/// The names of `TROUPE_ALLOWED_HOSTS`, lower case and without a trailing dot, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedHosts(Vec<HostPattern>);
+
+impl AllowedHosts {
+    /// A comma-separated list of host names: `bot.example.org`, or `.example.org` for a
+    /// domain and every name under it. No scheme, no port (any port of a listed name is
+    /// accepted), no wildcard `*`: a list that allowed every name would undo the check.
+    pub fn parse(raw: &str) -> Result<AllowedHosts, String> {
+        let mut patterns = Vec::new();
+        for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let name = entry.to_ascii_lowercase();
+            let (domain, name) = match name.strip_prefix('.') {
+                Some(rest) => (true, rest),
+                None => (false, name.as_str()),
+            };
+            let name = name.strip_suffix('.').unwrap_or(name);
+            if !is_host_name(name) {
+                return Err(format!(
+                    "`{entry}` is not a host name: list names such as bot.example.org or \
+                     .example.org, without a scheme, a port, a path or `*`"
+                ));
+            }
+            let name = name.to_string();
+            patterns.push(if domain {
+                HostPattern::Domain(name)
+            } else {
+                HostPattern::Exact(name)
+            });
+        }
+        if patterns.is_empty() {
+            return Err("lists no host name".into());
+        }
+        Ok(AllowedHosts(patterns))
+    }
+
+    /// Whether `host` (lower case, without brackets, port or trailing dot) is listed.
+    pub fn allows(&self, host: &str) -> bool {
+        self.0.iter().any(|p| match p {
+            HostPattern::Exact(name) => host == name,
+            HostPattern::Domain(name) => {
+                host == name
+                    || host
+                        .strip_suffix(name.as_str())
+                        .is_some_and(|sub| sub.ends_with('.'))
+            }
+        })
+    }
+}
+
+/// A DNS name (letters, digits, `-` and `_`, labels of 1 to 63 characters, 253 in all), or
+/// an IPv4 literal, which is also made of such labels.
+fn is_host_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// `TROUPE_ALLOWED_HOSTS` and `TROUPE_HTTP_MAX_CONNECTIONS_PER_IP`.
+fn edge_settings(layered: &Layered<'_>, file: &mut FileConfig) -> anyhow::Result<EdgeSettings> {
+    let allowed_hosts = layered
+        .string("TROUPE_ALLOWED_HOSTS", file.allowed_hosts.take())
+        .map(|raw| {
+            AllowedHosts::parse(&raw)
+                .map_err(|e| anyhow::anyhow!("TROUPE_ALLOWED_HOSTS is not valid: {e}"))
+        })
+        .transpose()?;
+    let max_connections_per_ip: usize = layered.parse(
+        "TROUPE_HTTP_MAX_CONNECTIONS_PER_IP",
+        file.http_max_connections_per_ip,
+        64,
+    )?;
+    if max_connections_per_ip == 0 {
+        bail!("TROUPE_HTTP_MAX_CONNECTIONS_PER_IP must be at least 1");
+    }
+    Ok(EdgeSettings {
+        allowed_hosts,
+        max_connections_per_ip,
+    })
+}
+
+#[cfg(test)]
+mod edge_settings_tests {
+    use super::AllowedHosts;
+
+    #[test]
+    fn allowed_hosts_match_names_and_domains() {
+        let hosts = AllowedHosts::parse(" Bot.Example.org., .corp.example ,").unwrap();
+        assert!(hosts.allows("bot.example.org"));
+        assert!(!hosts.allows("evil.bot.example.org"));
+        assert!(hosts.allows("corp.example"));
+        assert!(hosts.allows("a.b.corp.example"));
+        assert!(!hosts.allows("evilcorp.example"));
+        assert!(!hosts.allows("example.org"));
+    }
+
+    #[test]
+    fn allowed_hosts_refuse_what_is_not_a_name() {
+        for bad in [
+            "*",
+            "http://bot.example.org",
+            "bot.example.org:443",
+            "bot.example.org/x",
+            ",",
+            "a..b",
+            "[::1]",
+        ] {
+            let err = AllowedHosts::parse(bad).unwrap_err();
+            assert!(!err.is_empty(), "{bad}");
+        }
+    }
+}
+
+// ---- end of the HTTP edge (issue 30) ----
 
 /// Which embedding API to call, or the model in this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -789,6 +938,9 @@ struct FileConfig {
     provider_tpm: Option<u32>,
     provider_concurrency: Option<usize>,
     prices: Option<std::collections::BTreeMap<String, crate::spend::Price>>,
+    // issue 30, findings 2 and 8: the HTTP edge
+    allowed_hosts: Option<String>,
+    http_max_connections_per_ip: Option<usize>,
 }
 
 impl Config {
@@ -823,6 +975,7 @@ impl Config {
         let logs = log_settings(&layered, &mut file);
         let (otlp_endpoint, otel_service_name) = otel_settings(&layered, &mut file);
         let receive = receive_settings(&layered)?;
+        let edge = edge_settings(&layered, &mut file)?;
         Ok(Config {
             http_addr,
             nats,
@@ -853,6 +1006,7 @@ impl Config {
             env,
             knowledge_allow_paths,
             receive,
+            edge,
         })
     }
 
@@ -1994,6 +2148,13 @@ mod tests {
             }),
             n("TROUPE_HTTP_MAX_CONNECTIONS", |c| {
                 c.http.max_connections.to_string()
+            }),
+            // issue 30, findings 2 and 8
+            p("TROUPE_ALLOWED_HOSTS", "\"a.example\"", "b.example", |c| {
+                format!("{:?}", c.edge.allowed_hosts)
+            }),
+            n("TROUPE_HTTP_MAX_CONNECTIONS_PER_IP", |c| {
+                c.edge.max_connections_per_ip.to_string()
             }),
             n("TROUPE_EXTRACT_TIMEOUT_SECS", |c| {
                 format!("{:?}", c.knowledge.extract.timeout)

@@ -201,7 +201,7 @@ impl ApiBudget {
 }
 
 /// An IPv4 peer (or an IPv4-mapped IPv6 one) by its address, an IPv6 peer by its /64.
-fn api_key(peer: IpAddr) -> IpAddr {
+pub(crate) fn api_key(peer: IpAddr) -> IpAddr {
     match peer {
         IpAddr::V4(v4) => IpAddr::V4(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

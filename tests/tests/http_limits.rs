@@ -1,8 +1,12 @@
 //! The HTTP edge under abuse (issue 12, findings 9 and 10): half-sent requests, more
 //! connections than the cap, errors that must be JSON, a blank API token, and API callers
-//! who rotate `userId` and `roomId` to escape the rate limits. The real `troupe run`,
-//! talked to over raw TCP where a well-behaved client would hide what is tested.
+//! who rotate `userId` and `roomId` to escape the rate limits; and (issue 30, finding 8)
+//! slow clients that hold every connection they can, which must neither starve another
+//! address nor keep a health check from its answer. The real `troupe run`, talked to over
+//! raw TCP where a well-behaved client would hide what is tested; several loopback
+//! addresses (127.0.0.2, 127.0.0.3, …) stand for different clients.
 
+use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -101,7 +105,7 @@ async fn a_stalled_body_fails_and_its_connection_closes() {
     let app = spawn(&[("TROUPE_HTTP_BODY_TIMEOUT_SECS", "1")]).await;
     let mut s = TcpStream::connect(app.addr()).await.unwrap();
     s.write_all(
-        b"POST /api/agents/ada/messages HTTP/1.1\r\nHost: troupe\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"text\": \"hel",
+        b"POST /api/agents/ada/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"text\": \"hel",
     )
     .await
     .unwrap();
@@ -113,8 +117,34 @@ async fn a_stalled_body_fails_and_its_connection_closes() {
     );
 }
 
+/// `GET /api/agents`, a request that is not a probe.
+const AGENTS: &[u8] = b"GET /api/agents HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+
+/// A connection served on one of `TROUPE_HTTP_MAX_CONNECTIONS` (proven by a 200 to a
+/// request that is not a probe), polled while the server answers `busy`: until a slot comes
+/// free, such as the test client's kept-alive connection from start-up once the header
+/// deadline closes it. `WAIT` bounds the polling.
+async fn general_connection(addr: SocketAddr, what: &str) -> TcpStream {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(AGENTS).await.unwrap();
+        let answer = read_response(&mut s, what).await;
+        if answer.starts_with("HTTP/1.1 200") {
+            return s;
+        }
+        assert!(answer.starts_with("HTTP/1.1 503"), "{what}: {answer}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: still busy after {WAIT:?}"
+        );
+        // A poll interval, not a synchronisation: the deadline above bounds the loop.
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 #[tokio::test]
-async fn connections_past_the_cap_wait_until_one_closes() {
+async fn past_the_cap_probes_are_answered_and_other_requests_told_to_retry() {
     let app = spawn(&[
         ("TROUPE_HTTP_MAX_CONNECTIONS", "2"),
         ("TROUPE_HTTP_HEADER_TIMEOUT_SECS", "1"),
@@ -125,10 +155,7 @@ async fn connections_past_the_cap_wait_until_one_closes() {
     // comes (past the header deadline, which no longer applies).
     let mut held = Vec::new();
     for i in 0..2 {
-        let mut s = TcpStream::connect(app.addr()).await.unwrap();
-        s.write_all(HEALTHZ).await.unwrap();
-        let answer = read_response(&mut s, &format!("held connection {i}")).await;
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let mut s = general_connection(app.addr(), &format!("held connection {i}")).await;
         s.write_all(
             b"POST /webhooks/telegram/ada HTTP/1.1\r\nHost: troupe\r\nContent-Length: 100\r\n\r\n",
         )
@@ -136,19 +163,135 @@ async fn connections_past_the_cap_wait_until_one_closes() {
         .unwrap();
         held.push(s);
     }
-    // A third is not served while both are held: the window only observes an absence.
-    let mut third = TcpStream::connect(app.addr()).await.unwrap();
-    third.write_all(HEALTHZ).await.unwrap();
-    let mut buf = [0u8; 64];
-    let early = tokio::time::timeout(Duration::from_millis(1500), third.read(&mut buf)).await;
-    assert!(
-        early.is_err(),
-        "a connection past TROUPE_HTTP_MAX_CONNECTIONS was served: {early:?}"
-    );
-    // One closes: the third is served.
-    drop(held.remove(0));
-    let answer = read_response(&mut third, "the third connection").await;
+    // A third connection is on the probes' lane: a probe is answered...
+    let mut probe = TcpStream::connect(app.addr()).await.unwrap();
+    probe.write_all(HEALTHZ).await.unwrap();
+    let answer = read_response(&mut probe, "a probe past the cap").await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // ...and anything else is told to come back, at once.
+    let mut other = TcpStream::connect(app.addr()).await.unwrap();
+    other.write_all(AGENTS).await.unwrap();
+    let answer = read_response(&mut other, "a request past the cap").await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("\"busy\"") && answer.contains("TROUPE_HTTP_MAX_CONNECTIONS"),
+        "{answer}"
+    );
+    // One held connection closes: its slot serves the next caller.
+    drop(held.remove(0));
+    general_connection(app.addr(), "after a held connection closed").await;
+}
+
+/// A connection from `ip` (a loopback address: each one is another client).
+async fn connect_from(ip: [u8; 4], to: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((ip, 0))).unwrap();
+    socket
+        .connect(to)
+        .await
+        .unwrap_or_else(|e| panic!("connect from {ip:?}: {e}"))
+}
+
+/// A slow client: the start of a request's headers, the rest never sent.
+async fn slow_client(ip: [u8; 4], to: SocketAddr) -> TcpStream {
+    let mut s = connect_from(ip, to).await;
+    s.write_all(b"GET /api/agents HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        .await
+        .unwrap();
+    s
+}
+
+/// A connection past its address's share is answered 429 and closed at once (waited on,
+/// with `WAIT` as the hang guard).
+async fn assert_refused_for_its_address(ip: [u8; 4], to: SocketAddr, what: &str) {
+    let mut s = connect_from(ip, to).await;
+    let answer = String::from_utf8_lossy(&wait_for_close(&mut s, what).await).to_string();
+    assert!(answer.starts_with("HTTP/1.1 429"), "{what}: {answer}");
+    assert!(
+        answer.contains("TROUPE_HTTP_MAX_CONNECTIONS_PER_IP"),
+        "{what}: {answer}"
+    );
+}
+
+/// Starts troupe with these caps (and a header deadline far longer than any test), then
+/// opens `per_address` slow clients from 127.0.0.2.
+async fn slow_clients(max_connections: usize, per_address: usize) -> (TestApp, Vec<TcpStream>) {
+    let app = spawn(&[
+        ("TROUPE_HTTP_MAX_CONNECTIONS", &max_connections.to_string()),
+        (
+            "TROUPE_HTTP_MAX_CONNECTIONS_PER_IP",
+            &per_address.to_string(),
+        ),
+        ("TROUPE_HTTP_HEADER_TIMEOUT_SECS", "600"),
+    ])
+    .await;
+    let mut slow = Vec::new();
+    for _ in 0..per_address {
+        slow.push(slow_client(SLOW_IP, app.addr()).await);
+    }
+    (app, slow)
+}
+
+const SLOW_IP: [u8; 4] = [127, 0, 0, 2];
+
+/// Finding 8: slow clients from one address fill both its share and the whole server, and
+/// keep reconnecting. The health check still gets its answer.
+#[tokio::test]
+async fn a_probe_is_answered_while_slow_clients_hold_every_connection() {
+    let (app, slow) = slow_clients(4, 4).await;
+    // Every general slot is held (by the slow clients, and the test client's kept-alive
+    // connection from start-up if it is still open): a request that is not a probe is
+    // told so at once.
+    let mut s = connect_from([127, 0, 0, 3], app.addr()).await;
+    s.write_all(AGENTS).await.unwrap();
+    let answer = read_response(&mut s, "a request while the server is full").await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    // The attacker's reconnections are never served: refused for its address, or, once a
+    // slow client that landed on the probes' lane has been closed there, closed at the
+    // lane's own short header deadline.
+    for i in 0..4 {
+        let what = format!("reconnection {i}");
+        let mut s = connect_from(SLOW_IP, app.addr()).await;
+        let answer = String::from_utf8_lossy(&wait_for_close(&mut s, &what).await).to_string();
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 429"),
+            "{what}: {answer}"
+        );
+    }
+    // The container's health check, from loopback as the image's is.
+    for probe in ["/healthz", "/readyz"] {
+        let mut s = connect_from([127, 0, 0, 1], app.addr()).await;
+        s.write_all(format!("GET {probe} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let answer = read_response(&mut s, probe).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{probe}: {answer}");
+    }
+    drop(slow);
+}
+
+/// Finding 8: one address takes its share and no more (it tries to fill the server), so
+/// another address is served.
+#[tokio::test]
+async fn one_address_cannot_starve_another() {
+    let (app, slow) = slow_clients(8, 3).await;
+    // As many more as would fill the server: each is refused at once. They are accepted
+    // after the three slow clients, so those are counted when these are.
+    for i in 0..5 {
+        assert_refused_for_its_address(SLOW_IP, app.addr(), &format!("connection {}", i + 4)).await;
+    }
+    // Another client is served, request after request on its kept-alive connection.
+    let mut other = connect_from([127, 0, 0, 3], app.addr()).await;
+    for i in 0..3 {
+        other.write_all(AGENTS).await.unwrap();
+        let answer = read_response(&mut other, &format!("another address, request {i}")).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    drop(slow);
 }
 
 #[tokio::test]

@@ -8,12 +8,16 @@
 //!
 //! Every error is JSON `{error, detail}` (see [`error::json_errors`]). Requests to `/api`
 //! that write or cost a model call are counted per caller ([`crate::limits::ApiBudget`]).
-//! [`serve`] runs the router with a deadline on request headers and a cap on connections.
+//! [`serve`] runs the router with a deadline on request headers, a cap on connections and
+//! one per address ([`connections`]); [`edge`] refuses a foreign `Host` or `Origin` and adds
+//! the security headers.
 
 mod agents;
 mod characters;
 mod commands;
+mod connections;
 mod console;
+mod edge;
 pub mod error;
 mod extract;
 mod health;
@@ -114,6 +118,11 @@ pub fn router(state: AppState) -> Router {
             },
         ))
         .layer(middleware::from_fn(error::json_errors))
+        // Outside the JSON errors, so that every answer gets the security headers.
+        .layer(middleware::from_fn_with_state(
+            Arc::new(edge::EdgePolicy::new(&state.config)),
+            edge::guard,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -241,27 +250,31 @@ async fn api_budget(State(state): State<AppState>, request: Request, next: Next)
 ///   A slow or half-sent request cannot hold a connection.
 /// - A request body may pause at most `body_timeout` between two pieces; then reading it
 ///   fails (the request gets a 400) and the connection closes.
-/// - At most `max_connections` connections are served at once: the next one is accepted
-///   only when one closes, and waits in the listen queue until then.
+/// - At most `max_connections` connections are served at once, and at most
+///   `per_address` from one address (the next gets 429 and is closed). Past the cap, the
+///   probes still get through on a lane of their own, where anything else gets 503; past
+///   that lane too, connections wait in the listen queue ([`connections`]).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     settings: &HttpSettings,
+    per_address: usize,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
+    use connections::Lane;
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
     use tower::ServiceExt;
 
-    let permits = Arc::new(tokio::sync::Semaphore::new(settings.max_connections));
-    let connections = tokio_util::task::TaskTracker::new();
+    let slots = connections::Slots::new(settings.max_connections, per_address);
+    let tracker = tokio_util::task::TaskTracker::new();
     let closing = CancellationToken::new();
     loop {
-        let permit = tokio::select! {
+        let reserved = tokio::select! {
             _ = stop.cancelled() => break,
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
+            reserved = slots.reserve() => match reserved {
+                Some(r) => r,
+                None => break,
             },
         };
         let (stream, peer) = tokio::select! {
@@ -274,25 +287,51 @@ pub async fn serve(
                 }
             },
         };
+        let slot = match slots.admit(reserved, peer.ip()) {
+            Ok(slot) => slot,
+            Err(connections::TooMany) => {
+                // Nothing of the request is read: the answer is written if the socket
+                // takes it at once, and the connection closes either way.
+                let _ = stream.try_write(&connections::too_many_response());
+                tracing::debug!(%peer, "refused a connection: TROUPE_HTTP_MAX_CONNECTIONS_PER_IP");
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
+        let lane = slot.lane();
         let body_timeout = settings.body_timeout;
-        let service = router.clone().map_request(
-            move |request: axum::http::Request<hyper::body::Incoming>| {
-                let mut request =
-                    request.map(|body| axum::body::Body::new(IdleBody::new(body, body_timeout)));
-                request.extensions_mut().insert(ConnectInfo(peer));
-                request
-            },
-        );
+        let router = router.clone();
+        let service =
+            tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+                let router = router.clone();
+                async move {
+                    if lane == Lane::Probes
+                        && !connections::is_probe(request.method(), request.uri().path())
+                    {
+                        return Ok(connections::busy());
+                    }
+                    let mut request = request
+                        .map(|body| axum::body::Body::new(IdleBody::new(body, body_timeout)));
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    router.oneshot(request).await
+                }
+            });
         let service = TowerToHyperService::new(service);
-        let header_timeout = settings.header_timeout;
+        let header_timeout = match lane {
+            Lane::General => settings.header_timeout,
+            Lane::Probes => settings
+                .header_timeout
+                .min(connections::PROBE_HEADER_TIMEOUT),
+        };
         let closing = closing.clone();
-        connections.spawn(async move {
-            let _permit = permit;
+        tracker.spawn(async move {
+            let _slot = slot;
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout);
+                .header_read_timeout(header_timeout)
+                // A lane slot serves one probe, then is free for the next.
+                .keep_alive(lane == Lane::General);
             let conn = builder.serve_connection(TokioIo::new(stream), service);
             let mut conn = std::pin::pin!(conn);
             let result = tokio::select! {
@@ -309,8 +348,8 @@ pub async fn serve(
     }
     drop(listener);
     closing.cancel();
-    connections.close();
-    connections.wait().await;
+    tracker.close();
+    tracker.wait().await;
     Ok(())
 }
 
