@@ -35,6 +35,8 @@ pub struct Config {
     /// `TROUPE_API_TOKEN`: when set, every route but `/healthz` and `/readyz` needs
     /// `Authorization: Bearer <token>`. Empty means unset; white space only is refused.
     pub api_token: Option<SecretString>,
+    /// Scoped tokens and trusted proxies (issue 30, finding 7).
+    pub api_callers: ApiCallers,
     pub limits: Limits,
     /// The HTTP server's own limits and the API's budget per caller.
     pub http: HttpSettings,
@@ -157,6 +159,7 @@ fn spend_settings(
     Ok(SpendSettings {
         budgets,
         background_share,
+        api_share: spend_api_share(layered, file)?,
         retention_days: layered.parse(
             "TROUPE_SPEND_RETENTION_DAYS",
             file.spend_retention_days,
@@ -666,6 +669,200 @@ mod edge_settings_tests {
 
 // ---- end of the HTTP edge (issue 30) ----
 
+// ---- issue 30, finding 7: API callers (scoped tokens, trusted proxies, the API's spend) ----
+
+/// Who may call the HTTP API besides the operator, and how callers are told apart
+/// (docs/api.md, "Scoped tokens" and "Behind a reverse proxy").
+#[derive(Clone, Default)]
+pub struct ApiCallers {
+    /// `TROUPE_API_TOKENS_FILE`, unset by default: a JSON file of scoped tokens, each
+    /// limited to some personas (and optionally to reads). Needs `TROUPE_API_TOKEN`.
+    pub tokens: Vec<ScopedToken>,
+    /// `TROUPE_TRUSTED_PROXIES`, empty by default: addresses and networks (`10.0.0.0/8`) of
+    /// reverse proxies whose `X-Forwarded-For` / `Forwarded` name the caller. From any other
+    /// peer these headers are ignored.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+}
+
+/// The name of a scoped token: letters, digits, `-` and `_`, at most 40. It names the
+/// token in logs and errors, keys its rate budget, and prefixes its rooms (`web:NAME:r1`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TokenName(String);
+
+impl TokenName {
+    pub fn parse(raw: &str) -> Result<TokenName, String> {
+        let ok = !raw.is_empty()
+            && raw.len() <= 40
+            && raw
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if ok {
+            Ok(TokenName(raw.to_string()))
+        } else {
+            Err(format!(
+                "`{raw}` is not a token name: use 1 to 40 letters, digits, `-` or `_`"
+            ))
+        }
+    }
+}
+
+impl std::fmt::Display for TokenName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One scoped token of `TROUPE_API_TOKENS_FILE`.
+#[derive(Clone)]
+pub struct ScopedToken {
+    pub name: TokenName,
+    pub secret: SecretString,
+    /// The personas it may reach, by id or name (as a route's `{agent}`).
+    pub personas: Vec<String>,
+    /// Reads only: no message is posted with it.
+    pub read_only: bool,
+}
+
+// By hand, so that the secret never prints.
+impl std::fmt::Debug for ScopedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScopedToken")
+            .field("name", &self.name)
+            .field("secret", &"[redacted]")
+            .field("personas", &self.personas)
+            .field("read_only", &self.read_only)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ApiCallers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiCallers")
+            .field("tokens", &self.tokens)
+            .field("trusted_proxies", &self.trusted_proxies)
+            .finish()
+    }
+}
+
+/// A token as the file writes it: `[{"name", "token", "personas", "readOnly"?}]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ScopedTokenJson {
+    name: String,
+    token: String,
+    personas: Vec<String>,
+    #[serde(default)]
+    read_only: bool,
+}
+
+/// The shortest scoped token accepted: a token is a password that websites hold.
+const SCOPED_TOKEN_MIN_CHARS: usize = 16;
+
+/// `TROUPE_API_TOKENS_FILE` and `TROUPE_TRUSTED_PROXIES`. No error quotes a token.
+fn api_callers(
+    layered: &Layered<'_>,
+    file: &mut FileConfig,
+    operator: Option<&SecretString>,
+) -> anyhow::Result<ApiCallers> {
+    use secrecy::ExposeSecret;
+    let trusted_proxies =
+        match layered.string("TROUPE_TRUSTED_PROXIES", file.trusted_proxies.take()) {
+            None => Vec::new(),
+            Some(raw) => parse_trusted_proxies(&raw)
+                .map_err(|e| anyhow::anyhow!("TROUPE_TRUSTED_PROXIES is not valid: {e}"))?,
+        };
+    let Some(path) = layered.string("TROUPE_API_TOKENS_FILE", file.api_tokens_file.take()) else {
+        return Ok(ApiCallers {
+            tokens: Vec::new(),
+            trusted_proxies,
+        });
+    };
+    let Some(operator) = operator else {
+        bail!(
+            "TROUPE_API_TOKENS_FILE is set but TROUPE_API_TOKEN is not: scoped tokens limit \
+             callers only when the API needs a token at all. Set TROUPE_API_TOKEN too."
+        );
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("TROUPE_API_TOKENS_FILE: cannot read {path}"))?;
+    let listed: Vec<ScopedTokenJson> = serde_json::from_str(&text).map_err(|e| {
+        // serde's message may quote a value, which may be a token: only its position and,
+        // for an unknown field, the field's name.
+        let what = if e.to_string().starts_with("unknown field") {
+            e.to_string()
+        } else {
+            "expected a JSON list of {\"name\", \"token\", \"personas\": [...], \"readOnly\"?}"
+                .to_string()
+        };
+        anyhow::anyhow!(
+            "TROUPE_API_TOKENS_FILE {path}: line {}, column {}: {what}",
+            e.line(),
+            e.column()
+        )
+    })?;
+    let mut tokens: Vec<ScopedToken> = Vec::with_capacity(listed.len());
+    for t in listed {
+        let name = TokenName::parse(&t.name)
+            .map_err(|e| anyhow::anyhow!("TROUPE_API_TOKENS_FILE {path}: {e}"))?;
+        let bad =
+            |why: &str| anyhow::anyhow!("TROUPE_API_TOKENS_FILE {path}: token `{name}` {why}");
+        if t.token.chars().count() < SCOPED_TOKEN_MIN_CHARS
+            || t.token.trim() != t.token
+            || t.token.chars().any(char::is_control)
+        {
+            return Err(bad(&format!(
+                "must be at least {SCOPED_TOKEN_MIN_CHARS} characters without white space \
+                 around it or control characters (for example `openssl rand -hex 32`)"
+            )));
+        }
+        if t.personas.is_empty() || t.personas.iter().any(|p| p.trim().is_empty()) {
+            return Err(bad("must list the personas it may reach (ids or names)"));
+        }
+        if tokens.iter().any(|o| o.name == name) {
+            return Err(bad("is named twice"));
+        }
+        if t.token == operator.expose_secret()
+            || tokens.iter().any(|o| o.secret.expose_secret() == t.token)
+        {
+            return Err(bad("has the same secret as another token"));
+        }
+        tokens.push(ScopedToken {
+            name,
+            secret: SecretString::from(t.token),
+            personas: t.personas,
+            read_only: t.read_only,
+        });
+    }
+    Ok(ApiCallers {
+        tokens,
+        trusted_proxies,
+    })
+}
+
+/// `TROUPE_TRUSTED_PROXIES`: addresses or networks, separated by commas or white space.
+fn parse_trusted_proxies(raw: &str) -> Result<Vec<ipnet::IpNet>, String> {
+    raw.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| format!("`{s}` is not an address or a network such as 10.0.0.0/8"))
+        })
+        .collect()
+}
+
+/// `TROUPE_SPEND_API_SHARE`, default 0.5: the share of each persona's budgets that calls
+/// for rooms of the HTTP API (`web:`) may use, so the platforms' users keep the rest.
+fn spend_api_share(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<f64> {
+    let share = layered.parse("TROUPE_SPEND_API_SHARE", file.spend_api_share, 0.5)?;
+    if !(0.0..=1.0).contains(&share) {
+        bail!("TROUPE_SPEND_API_SHARE={share} must be between 0 and 1");
+    }
+    Ok(share)
+}
+
+// ---- end of API callers ----
+
 /// Which embedding API to call, or the model in this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EmbeddingApi {
@@ -820,6 +1017,7 @@ impl std::fmt::Debug for Config {
             .field("nats", &self.nats)
             .field("personas_dir", &self.personas_dir)
             .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
+            .field("api_callers", &self.api_callers)
             .field("limits", &self.limits)
             .field("http", &self.http)
             .field("agent", &self.agent)
@@ -916,6 +1114,10 @@ struct FileConfig {
     http_body_timeout_secs: Option<u64>,
     http_max_connections: Option<usize>,
     rate_api_per_min: Option<u32>,
+    // issue 30, finding 7
+    api_tokens_file: Option<String>,
+    trusted_proxies: Option<String>,
+    spend_api_share: Option<f64>,
     // issue 12, sandboxed extraction
     extract_timeout_secs: Option<u64>,
     extract_memory_mb: Option<u64>,
@@ -969,6 +1171,7 @@ impl Config {
             ..knowledge_settings(&layered, &mut file)?
         };
         let provider = provider_settings(&layered, &file)?;
+        let api_callers = api_callers(&layered, &mut file, api_token.as_ref())?;
         let spend = spend_settings(&layered, &mut file)?;
         let replicas = replica_settings(&layered, &mut file)?;
         let nats = nats_settings(&layered, &mut file)?;
@@ -991,6 +1194,7 @@ impl Config {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("personas")),
             api_token,
+            api_callers,
             http,
             log_filter: logs.filter,
             log_filter_set: logs.filter_set,
@@ -1960,7 +2164,30 @@ mod tests {
             c.knowledge.embedding.as_ref().expect("an embedding model")
         }
         use secrecy::ExposeSecret;
+        for (dir, name) in [(dir_a, "a"), (dir_b, "b")] {
+            let tokens = format!(
+                r#"[{{"name": "{name}", "token": "{name}-0123456789abcdef", "personas": ["ada"]}}]"#
+            );
+            std::fs::write(dir.join("tokens.json"), tokens).unwrap();
+        }
+        let tokens_a = format!("{:?}", dir_a.join("tokens.json").display().to_string());
+        let tokens_b = dir_b.join("tokens.json").display().to_string();
         vec![
+            Probe {
+                context: &[("TROUPE_API_TOKEN", "operator-token")],
+                ..p("TROUPE_API_TOKENS_FILE", &tokens_a, &tokens_b, |c| {
+                    format!("{:?}", c.api_callers.tokens)
+                })
+            },
+            p(
+                "TROUPE_TRUSTED_PROXIES",
+                "\"10.0.0.1\"",
+                "10.0.0.0/8",
+                |c| format!("{:?}", c.api_callers.trusted_proxies),
+            ),
+            p("TROUPE_SPEND_API_SHARE", "0.25", "0.75", |c| {
+                c.spend.api_share.to_string()
+            }),
             p(
                 "TROUPE_HTTP_ADDR",
                 "\"127.0.0.1:4001\"",
@@ -2273,6 +2500,90 @@ mod tests {
                 probe.var
             );
         }
+    }
+
+    /// Issue 30, finding 7: scoped tokens are read from their file, need the operator's
+    /// token, and no error quotes a secret.
+    #[test]
+    fn scoped_tokens_parse_and_errors_never_quote_a_secret() {
+        use secrecy::ExposeSecret;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.json");
+        let load = |text: &str, operator: bool| {
+            std::fs::write(&path, text).unwrap();
+            let path = path.display().to_string();
+            let mut vars = vec![("TROUPE_API_TOKENS_FILE", path.as_str())];
+            if operator {
+                vars.push(("TROUPE_API_TOKEN", "operator-token"));
+            }
+            Config::from_env(env(&vars))
+        };
+        let good = r#"[{"name": "shop", "token": "shop-secret-0123456789", "personas": ["ada"], "readOnly": true}]"#;
+        let c = load(good, true).unwrap();
+        let t = &c.api_callers.tokens[0];
+        assert_eq!(t.name.to_string(), "shop");
+        assert_eq!(t.secret.expose_secret(), "shop-secret-0123456789");
+        assert!(t.read_only);
+        assert!(
+            !format!("{c:?}").contains("shop-secret"),
+            "Debug shows a token"
+        );
+        let err = load(good, false).unwrap_err().to_string();
+        assert!(err.contains("TROUPE_API_TOKEN"), "{err}");
+        for (text, says) in [
+            (
+                r#"[{"name": "shop", "token": "short-secret", "personas": ["ada"]}]"#,
+                "at least 16",
+            ),
+            (
+                r#"[{"name": "shop", "token": 12345678901234567890123, "personas": ["ada"]}]"#,
+                "line 1",
+            ),
+            (
+                r#"[{"name": "shop", "token": "shop-secret-0123456789", "personas": "shop-secret-0123456789"}]"#,
+                "line 1",
+            ),
+            (
+                r#"[{"name": "shop", "token": "shop-secret-0123456789", "personas": []}]"#,
+                "personas",
+            ),
+            (
+                r#"[{"name": "a b", "token": "shop-secret-0123456789", "personas": ["ada"]}]"#,
+                "token name",
+            ),
+            (
+                r#"[{"name": "shop", "token": "shop-secret-0123456789", "personas": ["ada"], "extra": 1}]"#,
+                "unknown field `extra`",
+            ),
+            (
+                r#"[{"name": "shop", "token": "operator-token", "personas": ["ada"]}]"#,
+                "at least 16",
+            ),
+        ] {
+            let err = load(text, true).unwrap_err().to_string();
+            assert!(err.contains(says), "{text}: {err}");
+            for secret in [
+                "short-secret",
+                "shop-secret",
+                "12345678901234567890123",
+                "operator-token",
+            ] {
+                assert!(
+                    !err.contains(secret),
+                    "{text}: the error quotes a secret: {err}"
+                );
+            }
+        }
+        let twice = r#"[{"name": "a", "token": "same-secret-0123456789", "personas": ["ada"]},
+                        {"name": "b", "token": "same-secret-0123456789", "personas": ["ada"]}]"#;
+        let err = load(twice, true).unwrap_err().to_string();
+        assert!(err.contains("same secret"), "{err}");
+        let err = Config::from_env(env(&[("TROUPE_TRUSTED_PROXIES", "10.0.0.0/8, proxy.lan")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("proxy.lan"), "{err}");
+        let err = Config::from_env(env(&[("TROUPE_SPEND_API_SHARE", "1.5")])).unwrap_err();
+        assert!(err.to_string().contains("between 0 and 1"), "{err}");
     }
 
     #[test]

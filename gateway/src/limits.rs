@@ -6,10 +6,11 @@
 //! a flood of "slow down" replies.
 //!
 //! On the HTTP API the user and the room are whatever the caller writes, so they limit
-//! nothing there. The API is limited by who calls: [`ApiBudget`] counts requests per peer
-//! address before anything is journaled, and messages from the API may use at most half of
-//! an agent's quota, so that API callers together can never take the rest from the
-//! platforms' users.
+//! nothing there. The API is limited by who calls: [`ApiBudget`] counts requests per
+//! [`ApiCaller`] (a scoped token by its name, anyone else by address, behind a trusted proxy
+//! the address it forwards) before anything is journaled, and messages from the API may use
+//! at most half of an agent's quota, so that API callers together can never take the rest
+//! from the platforms' users. The API's share of the persona's spend is `spend::budgets`'.
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use troupe_connectors::{AgentId, Platform, RoomKey, UserId};
 
-use crate::config::Limits;
+use crate::config::{Limits, TokenName};
 
 /// Which limit a message ran into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,15 +155,35 @@ fn housekeep<K: std::hash::Hash + Eq + Clone>(limiter: &Option<DefaultKeyedRateL
     }
 }
 
-/// Peers tracked at once by [`ApiBudget`]; past this, new peers share one bucket until
+/// Callers tracked at once by [`ApiBudget`]; past this, new ones share one bucket until
 /// quiet ones are forgotten, so a flood of addresses cannot grow memory without bound.
 const MAX_API_PEERS: usize = 65_536;
 
-/// The HTTP API's budget per caller: requests per minute per peer address (an IPv6 peer by
-/// its /64, which is what one host usually holds). A cheap-to-clone handle.
+/// Who an API request is counted against (issue 30, finding 7).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ApiCaller {
+    /// A scoped token, wherever it calls from: one website behind one proxy address does
+    /// not share its budget with another, nor gain one by calling from many addresses.
+    Token(TokenName),
+    /// Anyone else, by address: the peer's, or behind a trusted proxy the forwarded one.
+    Addr(IpAddr),
+}
+
+impl ApiCaller {
+    /// How a refusal names the caller.
+    pub fn noun(&self) -> &'static str {
+        match self {
+            ApiCaller::Token(_) => "this token",
+            ApiCaller::Addr(_) => "this address",
+        }
+    }
+}
+
+/// The HTTP API's budget per caller: requests per minute per [`ApiCaller`] (an IPv6
+/// address by its /64, which is what one host usually holds). A cheap-to-clone handle.
 #[derive(Clone)]
 pub struct ApiBudget {
-    limiter: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
+    limiter: Option<Arc<DefaultKeyedRateLimiter<ApiCaller>>>,
 }
 
 impl ApiBudget {
@@ -174,16 +195,19 @@ impl ApiBudget {
         }
     }
 
-    /// Counts one request from `peer`. `Err(wait)`: over the budget, try again after `wait`.
-    pub fn check(&self, peer: IpAddr) -> Result<(), Duration> {
+    /// Counts one request of `caller`. `Err(wait)`: over the budget, try again after `wait`.
+    pub fn check(&self, caller: ApiCaller) -> Result<(), Duration> {
         let Some(limiter) = &self.limiter else {
             return Ok(());
         };
-        let mut key = api_key(peer);
+        let mut key = match caller {
+            ApiCaller::Addr(ip) => ApiCaller::Addr(api_key(ip)),
+            token => token,
+        };
         if limiter.len() >= MAX_API_PEERS {
             limiter.retain_recent();
             if limiter.len() >= MAX_API_PEERS {
-                key = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+                key = ApiCaller::Addr(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
             }
         }
         limiter
@@ -337,23 +361,44 @@ mod tests {
         let budget = ApiBudget::new(2);
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();
-        assert!(budget.check(a).is_ok());
-        assert!(budget.check(a).is_ok());
-        let wait = budget.check(a).unwrap_err();
+        assert!(budget.check(ApiCaller::Addr(a)).is_ok());
+        assert!(budget.check(ApiCaller::Addr(a)).is_ok());
+        let wait = budget.check(ApiCaller::Addr(a)).unwrap_err();
         assert!(
             wait > Duration::ZERO && wait <= Duration::from_secs(60),
             "{wait:?}"
         );
-        assert!(budget.check(b).is_ok(), "another peer has its own budget");
+        assert!(
+            budget.check(ApiCaller::Addr(b)).is_ok(),
+            "another peer has its own budget"
+        );
         // One IPv6 host: any address in its /64.
         let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert!(budget.check(v6("2001:db8:1:2::1")).is_ok());
-        assert!(budget.check(v6("2001:db8:1:2::ffff")).is_ok());
-        assert!(budget.check(v6("2001:db8:1:2:abcd::")).is_err());
-        assert!(budget.check(v6("2001:db8:1:3::1")).is_ok());
+        assert!(budget.check(ApiCaller::Addr(v6("2001:db8:1:2::1"))).is_ok());
+        assert!(
+            budget
+                .check(ApiCaller::Addr(v6("2001:db8:1:2::ffff")))
+                .is_ok()
+        );
+        assert!(
+            budget
+                .check(ApiCaller::Addr(v6("2001:db8:1:2:abcd::")))
+                .is_err()
+        );
+        assert!(budget.check(ApiCaller::Addr(v6("2001:db8:1:3::1"))).is_ok());
+        // A scoped token by its name, whatever its address.
+        let shop = || ApiCaller::Token(TokenName::parse("shop").unwrap());
+        assert!(budget.check(shop()).is_ok());
+        assert!(budget.check(shop()).is_ok());
+        assert!(budget.check(shop()).is_err());
+        assert!(
+            budget
+                .check(ApiCaller::Token(TokenName::parse("blog").unwrap()))
+                .is_ok()
+        );
         let off = ApiBudget::new(0);
         for _ in 0..1000 {
-            assert!(off.check(a).is_ok());
+            assert!(off.check(ApiCaller::Addr(a)).is_ok());
         }
     }
 

@@ -18,6 +18,7 @@ use troupe_connectors::{
 };
 
 use super::AppState;
+use super::auth::Caller;
 use super::error::{ApiError, ApiJson};
 use super::extract::{AgentPath, RoomPath, lenient_room};
 use crate::agent::Agent;
@@ -146,6 +147,7 @@ fn web_room(posted: Option<RoomKey>) -> Result<RoomId, ApiError> {
 pub async fn post_message(
     State(state): State<AppState>,
     AgentPath(agent): AgentPath,
+    caller: Caller,
     ApiJson(body): ApiJson<PostMessage>,
 ) -> Result<(StatusCode, Json<MessageAnswer>), ApiError> {
     let mind = agent.mind();
@@ -153,6 +155,7 @@ pub async fn post_message(
     if let Some(reason) = mind.provider.unavailable() {
         return Err(provider_error(&ProviderError::Unconfigured(reason)));
     }
+    super::api_share_left(&agent).await?;
     if body.text.trim().is_empty() {
         return Err(ApiError::bad_request("`text` must not be empty"));
     }
@@ -175,9 +178,9 @@ pub async fn post_message(
 
     let inbound = Inbound {
         id: message_id.clone(),
-        room: RoomRef::new(Platform::Web, room_id.clone()),
+        room: RoomRef::new(Platform::Web, caller.web_room(room_id.clone())),
         author: UserRef {
-            id: UserId::new(user_id),
+            id: UserId::new(caller.user(user_id)),
             name: user_name,
             is_bot: false,
         },

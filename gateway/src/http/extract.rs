@@ -2,7 +2,8 @@
 //! `{room}` and every `roomId` (query, body or multipart field) parsed into a [`RoomKey`].
 //!
 //! Handlers take these instead of strings, so a route cannot forget the lookup or parse a
-//! room its own way, and every route answers a bad one with the same error.
+//! room its own way, and every route answers a bad one with the same error. A `{room}` is
+//! the room as its caller may see it: a scoped token's are its own ([`Caller::room`]).
 
 use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use troupe_connectors::RoomKey;
 
 use super::AppState;
+use super::auth::Caller;
 use super::error::ApiError;
 use crate::agent::Agent;
 
@@ -43,7 +45,8 @@ impl FromRequestParts<AppState> for AgentPath {
 }
 
 /// A route's `{room}`: `platform:room` (`telegram:-1001234`), or a bare id for a room of
-/// the HTTP API (`r1` is `web:r1`). Malformed: 400 `bad_request`.
+/// the HTTP API (`r1` is `web:r1`). Malformed: 400 `bad_request`. For a scoped token, `r1`
+/// is its own `web:NAME:r1`, and another platform's room is 403 `forbidden`.
 pub struct RoomPath(pub RoomKey);
 
 impl FromRequestParts<AppState> for RoomPath {
@@ -51,7 +54,8 @@ impl FromRequestParts<AppState> for RoomPath {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let named = path_param(parts, state, "room").await?;
-        room_param("room", &named).map(RoomPath)
+        let caller = Caller::from_request_parts(parts, state).await?;
+        caller.room(room_param("room", &named)?).map(RoomPath)
     }
 }
 

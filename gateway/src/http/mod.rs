@@ -5,6 +5,7 @@
 //! When `TROUPE_API_TOKEN` is set, every route needs `Authorization: Bearer <token>`, reads
 //! and `/metrics` included: memories, facts and documents are private. Only `/healthz` and
 //! `/readyz` stay open for probes, and `/webhooks/...` check their platform's own secret.
+//! Which token reaches what (the operator's, scoped ones) is [`auth`]'s.
 //!
 //! Every error is JSON `{error, detail}` (see [`error::json_errors`]). Requests to `/api`
 //! that write or cost a model call are counted per caller ([`crate::limits::ApiBudget`]).
@@ -13,6 +14,7 @@
 //! the security headers.
 
 mod agents;
+mod auth;
 mod characters;
 mod commands;
 mod connections;
@@ -20,6 +22,7 @@ mod console;
 mod edge;
 pub mod error;
 mod extract;
+mod forwarded;
 mod health;
 mod inspect;
 mod knowledge;
@@ -29,11 +32,10 @@ mod webhooks;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use secrecy::ExposeSecret;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -47,6 +49,7 @@ use crate::ingress::Ingress;
 use crate::knowledge::Knowledge;
 use crate::outbox::Outbox;
 use crate::storage::Store;
+use auth::{Caller, require_token};
 use error::ApiError;
 
 /// What every handler may use.
@@ -181,49 +184,37 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// Guards every request with the API token, compared in constant time. Reads too: they
-/// show every room's messages, facts and documents.
-async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let Some(token) = &state.config.api_token else {
-        return next.run(request).await;
-    };
-    // The scheme is case-insensitive (RFC 9110, 11.1).
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-        })
-        .unwrap_or("");
-    if constant_time_eq(presented.as_bytes(), token.expose_secret().as_bytes()) {
-        next.run(request).await
-    } else {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "this route needs `Authorization: Bearer <TROUPE_API_TOKEN>`",
-        )
-        .into_response()
-    }
-}
-
 /// Counts requests that write or cost a model call (everything but GET and HEAD) against
 /// the caller's budget, before any handler runs, so nothing over it is journaled. Reads are
 /// not counted: probes and dashboards poll them, and they cost no model call.
+///
+/// The caller is a scoped token by its name, wherever it calls from; anyone else by their
+/// address: the peer's, or behind a proxy of `TROUPE_TRUSTED_PROXIES` the one its
+/// `X-Forwarded-For`/`Forwarded` names ([`forwarded::client_ip`]).
 async fn api_budget(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if matches!(*request.method(), Method::GET | Method::HEAD) {
         return next.run(request).await;
     }
-    let Some(ConnectInfo(peer)) = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .copied()
-    else {
-        return next.run(request).await;
+    let caller = match request.extensions().get::<Caller>() {
+        Some(Caller::Scoped(token)) => crate::limits::ApiCaller::Token(token.name.clone()),
+        _ => {
+            let Some(ConnectInfo(peer)) = request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .copied()
+            else {
+                return next.run(request).await;
+            };
+            let trusted = &state.config.api_callers.trusted_proxies;
+            crate::limits::ApiCaller::Addr(forwarded::client_ip(
+                peer.ip(),
+                request.headers(),
+                trusted,
+            ))
+        }
     };
-    match state.budget.check(peer.ip()) {
+    let who = caller.noun();
+    match state.budget.check(caller) {
         Ok(()) => next.run(request).await,
         Err(wait) => {
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
@@ -231,7 +222,7 @@ async fn api_budget(State(state): State<AppState>, request: Request, next: Next)
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 format!(
-                    "this address has made too many API requests (TROUPE_RATE_API_PER_MIN); \
+                    "{who} has made too many API requests (TROUPE_RATE_API_PER_MIN); \
                      try again in {secs} s"
                 ),
             )
@@ -239,6 +230,50 @@ async fn api_budget(State(state): State<AppState>, request: Request, next: Next)
             .into_response()
         }
     }
+}
+
+/// Refuses a message of the HTTP API once the API's rooms together have spent their share
+/// of the persona's budgets (`TROUPE_SPEND_API_SHARE`, docs/spend.md): 429, before it is
+/// journaled, while the platforms' users keep the rest. The agent checks the same share
+/// again before its model call, for messages that raced past this check.
+pub(crate) async fn api_share_left(agent: &crate::agent::Agent) -> Result<(), ApiError> {
+    use crate::spend::BudgetScope;
+    let Some(meter) = agent.meter() else {
+        return Ok(());
+    };
+    let scope = match meter.api_spent().await {
+        Ok(None) => return Ok(()),
+        Ok(Some(scope)) => scope,
+        Err(e) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_unavailable",
+                format!("cannot read the persona's spend ({e}); post it again in a few seconds"),
+            )
+            .retry_after(5));
+        }
+    };
+    let (window, until) = match scope {
+        BudgetScope::ApiMonth => ("this month's", "next month"),
+        _ => ("today's", "tomorrow (UTC)"),
+    };
+    let error = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "budget_exhausted",
+        format!(
+            "the HTTP API has used its share (TROUPE_SPEND_API_SHARE) of {window} budget of \
+             the persona `{}`; its chat platforms keep the rest. Try again {until}",
+            agent.id
+        ),
+    );
+    Err(match scope {
+        BudgetScope::ApiMonth => error,
+        // Until the next UTC day.
+        _ => {
+            let into_day = (crate::clock::now_ms() / 1000).rem_euclid(86_400);
+            error.retry_after((86_400 - into_day) as u64)
+        }
+    })
 }
 
 /// Serves `router` on `listener` until `stop` is cancelled, then lets the requests in hand
@@ -431,21 +466,4 @@ async fn accept_failed(e: std::io::Error) {
     }
     tracing::error!(error = %e, "cannot accept a connection; retrying in a second");
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn token_comparison() {
-        assert!(super::constant_time_eq(b"abc", b"abc"));
-        assert!(!super::constant_time_eq(b"abc", b"abd"));
-        assert!(!super::constant_time_eq(b"abc", b"abcd"));
-    }
 }

@@ -10,6 +10,13 @@
 //! Priorities: background memory work (summaries, facts) stops once a scope has used
 //! `background_share` of its budget (0.8 by default), so replies keep the rest up to the
 //! hard cap.
+//!
+//! Shares between platforms (issue 30, finding 7): on the HTTP API the caller chooses the
+//! room and the user, so the user's and the room's budgets limit nothing there. Calls for
+//! rooms of the API (`web:`) together may use at most `api_share` (0.5 by default) of the
+//! persona's daily and monthly budgets ([`BudgetScope::ApiDay`], [`BudgetScope::ApiMonth`]):
+//! past it the API is refused, and Discord, Telegram and Farcaster users keep the rest,
+//! as `limits` gives the API at most half of a persona's message rate.
 
 use serde::Serialize;
 use std::fmt;
@@ -108,6 +115,10 @@ impl Budgets {
 pub enum BudgetScope {
     UserDay,
     RoomDay,
+    /// The API's share of the persona's day.
+    ApiDay,
+    /// The API's share of the persona's month.
+    ApiMonth,
     PersonaDay,
     PersonaMonth,
 }
@@ -117,6 +128,8 @@ impl BudgetScope {
         match self {
             BudgetScope::UserDay => "user_day",
             BudgetScope::RoomDay => "room_day",
+            BudgetScope::ApiDay => "api_day",
+            BudgetScope::ApiMonth => "api_month",
             BudgetScope::PersonaDay => "persona_day",
             BudgetScope::PersonaMonth => "persona_month",
         }
@@ -137,38 +150,83 @@ pub struct Used {
     pub room_day: Tally,
     pub persona_day: Tally,
     pub persona_month: Tally,
+    /// All the persona's rooms of the HTTP API together, today and this month.
+    pub api_day: Tally,
+    pub api_month: Tally,
+}
+
+/// The API's budgets: its share of the persona's day and month, checked against what the
+/// API's rooms used together.
+fn api_budgets(budgets: &Budgets, used: &Used) -> [(BudgetScope, Limit, Tally); 2] {
+    [
+        (BudgetScope::ApiDay, budgets.persona_day, used.api_day),
+        (BudgetScope::ApiMonth, budgets.persona_month, used.api_month),
+    ]
+}
+
+/// The first of `checks` (scope, limit, use, share of the limit) whose use reached its
+/// share; a check without a share does not apply.
+fn first_reached(
+    checks: impl IntoIterator<Item = (BudgetScope, Limit, Tally, Option<f64>)>,
+) -> Option<BudgetScope> {
+    checks
+        .into_iter()
+        .find(|(_, limit, tally, share)| share.is_some_and(|s| limit.reached(*tally, s)))
+        .map(|(scope, ..)| scope)
+}
+
+/// Whether the HTTP API's rooms together have used `api_share` of the persona's day or
+/// month: the HTTP API checks this before it accepts a message.
+pub fn api_over(budgets: &Budgets, used: &Used, api_share: f64) -> Option<BudgetScope> {
+    let share = Some(api_share.clamp(0.0, 1.0));
+    first_reached(api_budgets(budgets, used).map(|(s, l, t)| (s, l, t, share)))
 }
 
 /// The first budget that forbids a call, if any: a reply may use a budget up to its cap, a
-/// background call only up to `background_share` of it.
+/// background call only up to `background_share` of it. `api_share` is set for a call for
+/// a room of the HTTP API, which also stops at that share of the persona's budgets.
 pub fn over(
     budgets: &Budgets,
     used: &Used,
     background: bool,
     background_share: f64,
+    api_share: Option<f64>,
 ) -> Option<BudgetScope> {
     let share = if background {
         background_share.clamp(0.0, 1.0)
     } else {
         1.0
     };
-    [
-        (BudgetScope::UserDay, budgets.user_day, used.user_day),
-        (BudgetScope::RoomDay, budgets.room_day, used.room_day),
+    let api = api_share.map(|a| a.clamp(0.0, 1.0) * share);
+    let [api_day, api_month] = api_budgets(budgets, used).map(|(s, l, t)| (s, l, t, api));
+    first_reached([
+        (
+            BudgetScope::UserDay,
+            budgets.user_day,
+            used.user_day,
+            Some(share),
+        ),
+        (
+            BudgetScope::RoomDay,
+            budgets.room_day,
+            used.room_day,
+            Some(share),
+        ),
+        api_day,
+        api_month,
         (
             BudgetScope::PersonaDay,
             budgets.persona_day,
             used.persona_day,
+            Some(share),
         ),
         (
             BudgetScope::PersonaMonth,
             budgets.persona_month,
             used.persona_month,
+            Some(share),
         ),
-    ]
-    .into_iter()
-    .find(|(_, limit, tally)| limit.reached(*tally, share))
-    .map(|(scope, _, _)| scope)
+    ])
 }
 
 #[cfg(test)]
@@ -204,15 +262,18 @@ mod tests {
         };
         let mut used = Used::default();
         used.room_day.tokens = 79;
-        assert_eq!(over(&budgets, &used, true, 0.8), None);
+        assert_eq!(over(&budgets, &used, true, 0.8, None), None);
         used.room_day.tokens = 80;
-        assert_eq!(over(&budgets, &used, true, 0.8), Some(BudgetScope::RoomDay));
-        assert_eq!(over(&budgets, &used, false, 0.8), None);
+        assert_eq!(
+            over(&budgets, &used, true, 0.8, None),
+            Some(BudgetScope::RoomDay)
+        );
+        assert_eq!(over(&budgets, &used, false, 0.8, None), None);
         used.room_day.tokens = 99;
-        assert_eq!(over(&budgets, &used, false, 0.8), None);
+        assert_eq!(over(&budgets, &used, false, 0.8, None), None);
         used.room_day.tokens = 100;
         assert_eq!(
-            over(&budgets, &used, false, 0.8),
+            over(&budgets, &used, false, 0.8, None),
             Some(BudgetScope::RoomDay)
         );
         // Money counts as well, whichever is reached first.
@@ -228,8 +289,47 @@ mod tests {
             ..Used::default()
         };
         assert_eq!(
-            over(&budgets, &used, false, 0.8),
+            over(&budgets, &used, false, 0.8, None),
             Some(BudgetScope::UserDay)
         );
+    }
+
+    #[test]
+    fn the_api_stops_at_its_share_and_the_platforms_keep_the_rest() {
+        let budgets = Budgets {
+            persona_day: "1000 tokens".parse().unwrap(),
+            persona_month: "$1".parse().unwrap(),
+            ..Budgets::default()
+        };
+        let mut used = Used::default();
+        used.api_day.tokens = 499;
+        used.persona_day.tokens = 499;
+        assert_eq!(over(&budgets, &used, false, 0.8, Some(0.5)), None);
+        used.api_day.tokens = 500;
+        used.persona_day.tokens = 500;
+        assert_eq!(
+            over(&budgets, &used, false, 0.8, Some(0.5)),
+            Some(BudgetScope::ApiDay)
+        );
+        assert_eq!(api_over(&budgets, &used, 0.5), Some(BudgetScope::ApiDay));
+        // A Telegram reply is not a call of the API: it goes on to the persona's cap.
+        assert_eq!(over(&budgets, &used, false, 0.8, None), None);
+        used.persona_day.tokens = 1000;
+        assert_eq!(
+            over(&budgets, &used, false, 0.8, None),
+            Some(BudgetScope::PersonaDay)
+        );
+        // The month: half of $1 spent through the API over the month.
+        let used = Used {
+            api_month: Tally {
+                tokens: 0,
+                micros: 500_000,
+            },
+            ..Used::default()
+        };
+        assert_eq!(api_over(&budgets, &used, 0.5), Some(BudgetScope::ApiMonth));
+        assert_eq!(api_over(&budgets, &used, 1.0), None);
+        // Without a persona budget the API has no share to run out of.
+        assert_eq!(api_over(&Budgets::default(), &used, 0.0), None);
     }
 }

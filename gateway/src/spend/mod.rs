@@ -69,6 +69,9 @@ pub struct SpendSettings {
     /// `TROUPE_SPEND_BACKGROUND_SHARE`, default 0.8: memory upkeep stops at this share of a
     /// budget.
     pub background_share: f64,
+    /// `TROUPE_SPEND_API_SHARE`, default 0.5: calls for rooms of the HTTP API stop at this
+    /// share of the persona's budgets, so the platforms' users keep the rest (issue 30, #7).
+    pub api_share: f64,
     /// `TROUPE_SPEND_RETENTION_DAYS`, default 90: raw records older than this are deleted
     /// (the daily rollups stay).
     pub retention_days: u32,
@@ -85,6 +88,7 @@ impl Default for SpendSettings {
         SpendSettings {
             budgets: Budgets::default(),
             background_share: 0.8,
+            api_share: 0.5,
             retention_days: 90,
             prices: Prices::defaults(),
             account: AccountLimits::default(),
@@ -358,11 +362,13 @@ impl Meter {
         let settings = &self.spend.inner.settings;
         let today = self.spend.inner.clock.today();
         let used = self.used(who, today).await?;
+        let from_api = who.room.is_some_and(|r| r.platform == Platform::Web);
         let Some(scope) = budgets::over(
             budgets,
             &used,
             purpose.background(),
             settings.background_share,
+            from_api.then_some(settings.api_share),
         ) else {
             return Ok(Admission::Go);
         };
@@ -379,7 +385,7 @@ impl Meter {
             _ => who.room.map(ToString::to_string).unwrap_or_default(),
         };
         let window = match scope {
-            BudgetScope::PersonaMonth => clock::month_start(today),
+            BudgetScope::PersonaMonth | BudgetScope::ApiMonth => clock::month_start(today),
             _ => today,
         };
         let first = self
@@ -400,6 +406,26 @@ impl Meter {
         })
     }
 
+    /// Whether the API's share of the persona's budgets is spent (`TROUPE_SPEND_API_SHARE`):
+    /// the scope (`ApiDay`, `ApiMonth`) when it is, so the HTTP API refuses a message
+    /// before journaling it. With no budget set this costs no query.
+    pub async fn api_spent(&self) -> Result<Option<BudgetScope>, StorageError> {
+        let budgets = &self.conf.budgets;
+        if !budgets.any() {
+            return Ok(None);
+        }
+        let nobody = Who {
+            room: None,
+            user: None,
+        };
+        let used = self.used(nobody, self.spend.inner.clock.today()).await?;
+        Ok(budgets::api_over(
+            budgets,
+            &used,
+            self.spend.inner.settings.api_share,
+        ))
+    }
+
     /// The notice for `scope`: the persona's wording, else the default.
     fn notice(&self, scope: BudgetScope) -> String {
         if let Some(text) = self.conf.notices.get(&scope) {
@@ -408,6 +434,8 @@ impl Meter {
         match scope {
             BudgetScope::UserDay => "You've reached today's limit for talking with me. I'll gladly answer again tomorrow (UTC).",
             BudgetScope::RoomDay => "This room has reached today's limit for my answers. I'll be back tomorrow (UTC).",
+            BudgetScope::ApiDay => "My answers over the API have reached today's limit. I'll be back tomorrow (UTC).",
+            BudgetScope::ApiMonth => "My answers over the API have reached this month's limit. I'll be back next month.",
             BudgetScope::PersonaDay => "I've reached my limit for today. I'll be back tomorrow (UTC).",
             BudgetScope::PersonaMonth => "I've reached my limit for this month. I'll be back next month.",
         }
@@ -437,6 +465,8 @@ impl Meter {
             room_day: t(now.room_day),
             persona_day: t(now.persona_day),
             persona_month: t(now.persona_month),
+            api_day: t(now.api_day),
+            api_month: t(now.api_month),
         })
     }
 

@@ -46,6 +46,10 @@ pub struct UsageNow {
     pub persona_month: UsageTally,
     pub room_day: UsageTally,
     pub user_day: UsageTally,
+    /// What the persona's rooms of the HTTP API (`web:`) used today and this month
+    /// together: the API's share of the budgets is checked against these (issue 30, #7).
+    pub api_day: UsageTally,
+    pub api_month: UsageTally,
 }
 
 /// How `usage_rollup` groups.
@@ -195,8 +199,9 @@ impl Store {
         Ok(())
     }
 
-    /// What the persona used today and since `month_start` (a day number), and what `room`
-    /// and `user_key` used today. One query over the rollups.
+    /// What the persona used today and since `month_start` (a day number), what `room`
+    /// and `user_key` used today, and what its rooms of the HTTP API used today and since
+    /// `month_start`. One query over the rollups.
     pub async fn usage_now(
         &self,
         agent_id: &AgentId,
@@ -212,7 +217,13 @@ impl Store {
                  WHERE agent_id = $1 AND day >= $2 AND day <= $3 AND (
                     (scope = 'agent' AND scope_key = '')
                     OR (scope = 'room' AND scope_key = $4 AND day = $3)
-                    OR (scope = 'user' AND scope_key = $5 AND day = $3))",
+                    OR (scope = 'user' AND scope_key = $5 AND day = $3))
+                 UNION ALL
+                 SELECT 'web', day, CAST(SUM(prompt_tokens + completion_tokens) AS BIGINT),
+                    CAST(SUM(cost_micros) AS BIGINT) FROM usage_daily
+                 WHERE agent_id = $1 AND day >= $2 AND day <= $3 AND scope = 'room'
+                    AND scope_key >= 'web:' AND scope_key < 'web;'
+                 GROUP BY day",
             )
             .bind(agent_id)
             .bind(month_start.min(today))
@@ -237,6 +248,14 @@ impl Store {
                     }
                 }
                 "room" => add(&mut now.room_day),
+                // Every room of the HTTP API, summed per day (`web;` is the first key after
+                // every `web:…`, so the range reads only the index).
+                "web" => {
+                    add(&mut now.api_month);
+                    if day == today {
+                        add(&mut now.api_day);
+                    }
+                }
                 "user" => add(&mut now.user_day),
                 _ => {}
             }
