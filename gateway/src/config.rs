@@ -1143,6 +1143,8 @@ struct FileConfig {
     // issue 30, findings 2 and 8: the HTTP edge
     allowed_hosts: Option<String>,
     http_max_connections_per_ip: Option<usize>,
+    // issue 30, finding 11: a silent receive loop
+    receive_stale_secs: Option<u64>,
 }
 
 impl Config {
@@ -1177,7 +1179,7 @@ impl Config {
         let nats = nats_settings(&layered, &mut file)?;
         let logs = log_settings(&layered, &mut file);
         let (otlp_endpoint, otel_service_name) = otel_settings(&layered, &mut file);
-        let receive = receive_settings(&layered)?;
+        let receive = receive_settings(&layered, &mut file)?;
         let edge = edge_settings(&layered, &mut file)?;
         Ok(Config {
             http_addr,
@@ -1232,11 +1234,15 @@ pub struct ReceiveSettings {
     pub stale_after: Duration,
 }
 
-fn receive_settings(layered: &Layered<'_>) -> anyhow::Result<ReceiveSettings> {
+/// `TROUPE_RECEIVE_STALE_SECS`, or troupe.toml's `receive_stale_secs`.
+fn receive_settings(
+    layered: &Layered<'_>,
+    file: &mut FileConfig,
+) -> anyhow::Result<ReceiveSettings> {
     Ok(ReceiveSettings {
         stale_after: Duration::from_secs(
             layered
-                .parse("TROUPE_RECEIVE_STALE_SECS", None, 60u64)?
+                .parse("TROUPE_RECEIVE_STALE_SECS", file.receive_stale_secs, 60u64)?
                 .max(1),
         ),
     })
@@ -2382,6 +2388,10 @@ mod tests {
             }),
             n("TROUPE_HTTP_MAX_CONNECTIONS_PER_IP", |c| {
                 c.edge.max_connections_per_ip.to_string()
+            }),
+            // issue 30, finding 11
+            n("TROUPE_RECEIVE_STALE_SECS", |c| {
+                format!("{:?}", c.receive.stale_after)
             }),
             n("TROUPE_EXTRACT_TIMEOUT_SECS", |c| {
                 format!("{:?}", c.knowledge.extract.timeout)

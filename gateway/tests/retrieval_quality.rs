@@ -263,7 +263,8 @@ fn encode_vectors(entries: &[(String, Vec<f32>)]) -> Vec<u8> {
         out.extend_from_slice(&(text.len() as u32).to_le_bytes());
         out.extend_from_slice(text.as_bytes());
         out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+        v.iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
     }
     out
 }
@@ -306,7 +307,9 @@ async fn load_vector_cache(embedder: &Embedder) {
         .check_remembered(CACHE_SAMPLE)
         .await
         .expect("re-embed the cache's sample");
-    println!("vaswani: {kept} cached vectors, sample of {CACHE_SAMPLE} re-embedded, lowest cosine {lowest:.5}");
+    println!(
+        "vaswani: {kept} cached vectors, sample of {CACHE_SAMPLE} re-embedded, lowest cosine {lowest:.5}"
+    );
     if lowest < CACHE_MIN_COSINE {
         eprintln!("vaswani: the cached vectors no longer match the model; embedding afresh");
         embedder.forget_remembered();
@@ -322,7 +325,10 @@ fn save_vector_cache(embedder: &Embedder) {
     let written = std::fs::write(&tmp, encode_vectors(&embedder.remembered()))
         .and_then(|()| std::fs::rename(&tmp, &path));
     if let Err(e) = written {
-        eprintln!("vaswani: could not keep the vectors at {}: {e}", path.display());
+        eprintln!(
+            "vaswani: could not keep the vectors at {}: {e}",
+            path.display()
+        );
     }
 }
 

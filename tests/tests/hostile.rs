@@ -5,8 +5,7 @@
 //! read, and its own memory stays small (the parsing happens in `troupe extract` workers).
 //!
 //! On the code before the sandbox, the two PDFs of finding 1 killed the gateway (the
-//! request failed without an answer) and the texts of finding 5 took minutes. Issue 30,
-//! finding 6: a document that reaches its deadline is not read a second time.
+//! request failed without an answer) and the texts of finding 5 took minutes.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -222,15 +221,6 @@ async fn upload(
     (status, body)
 }
 
-/// A client whose requests end at [`ANSWER_DEADLINE`].
-fn upload_client() -> reqwest::Client {
-    troupe_e2e::http_client()
-        .no_proxy()
-        .timeout(ANSWER_DEADLINE)
-        .build()
-        .expect("client")
-}
-
 fn peak_rss_kb(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     status
@@ -260,7 +250,11 @@ async fn hostile_documents_get_an_answer_and_the_gateway_stays_up() {
         eprintln!("hostile corpus: {name}: {} bytes", bytes.len());
     }
 
-    let client = upload_client();
+    let client = troupe_e2e::http_client()
+        .no_proxy()
+        .timeout(ANSWER_DEADLINE)
+        .build()
+        .expect("client");
     let url = app.url(&format!("/api/agents/{AGENT}/documents"));
     let uploading = Arc::new(AtomicBool::new(true));
     let uploads = {
@@ -339,73 +333,5 @@ async fn hostile_documents_get_an_answer_and_the_gateway_stays_up() {
     assert!(
         peak < MAX_GATEWAY_KB,
         "the gateway's peak RSS was {peak} kB, over {MAX_GATEWAY_KB} kB"
-    );
-}
-
-/// `troupe_extract_workers_started_total` from `/metrics` (0 before the first start).
-async fn workers_started(app: &TestApp) -> u64 {
-    let (status, body) = app.get("/metrics").await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    body.as_str()
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("troupe_extract_workers_started_total "))
-        .map_or(0, |v| {
-            v.trim().parse::<f64>().expect("a counter value") as u64
-        })
-}
-
-/// Issue 30, finding 6: a document that reaches its deadline is not read again. The
-/// self-parented PDF never finishes; it meets a worker kept from an earlier document, is
-/// killed at the deadline, and used to be tried once more in a new worker, holding a
-/// worker slot for two deadlines. Counted through `/metrics`, not timed: one worker in all.
-#[tokio::test]
-async fn a_document_past_its_deadline_is_not_tried_again() {
-    let app = TestApp::spawn(
-        TestAppOptions::new(Backend::Sqlite)
-            .persona(AGENT, "Ada keeps the harbour office.")
-            // Long enough that a small document leaves its worker to be reused (a worker
-            // busy for half the deadline is ended), short for the test.
-            .env("TROUPE_EXTRACT_TIMEOUT_SECS", "6")
-            .env("TROUPE_EXTRACT_WORKERS", "1")
-            .env("TROUPE_RATE_API_PER_MIN", "0"),
-    )
-    .await;
-    let client = upload_client();
-    let url = app.url(&format!("/api/agents/{AGENT}/documents"));
-    assert_eq!(workers_started(&app).await, 0);
-
-    // Two small documents: one worker, kept for the second, and kept again after it.
-    for name in ["tides.txt", "ferries.txt"] {
-        let text = format!("{name}: the ferry leaves at noon and returns at six.");
-        let (status, body) = upload(&client, &url, name, "text/plain", text.into_bytes()).await;
-        assert_eq!(status, StatusCode::CREATED, "{name}: {body}");
-    }
-    assert_eq!(
-        workers_started(&app).await,
-        1,
-        "the small documents did not share one kept worker\n{}",
-        app.logs()
-    );
-
-    let (status, body) = upload(
-        &client,
-        &url,
-        "parent_loop.pdf",
-        "application/pdf",
-        parent_loop_pdf(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    let detail = body["detail"].as_str().unwrap_or_default();
-    assert!(
-        detail.contains("parent_loop.pdf") && detail.contains("took more than 6s"),
-        "{body}"
-    );
-    assert_eq!(
-        workers_started(&app).await,
-        1,
-        "the document that reached its deadline was read again in a new worker\n{}",
-        app.logs()
     );
 }

@@ -134,7 +134,8 @@ impl Embedder {
         let mut entries = self.remembered();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         let step = (entries.len() / sample.max(1)).max(1);
-        let picked: Vec<(String, Vec<f32>)> = entries.into_iter().step_by(step).take(sample).collect();
+        let picked: Vec<(String, Vec<f32>)> =
+            entries.into_iter().step_by(step).take(sample).collect();
         let mut lowest = 1.0f32;
         for batch in picked.chunks(BATCH) {
             let texts: Vec<&str> = batch.iter().map(|(t, _)| t.as_str()).collect();
