@@ -83,7 +83,7 @@ mod tests {
     use serde_json::json;
 
     fn chat() -> Value {
-        json!({"id": -100_5, "type": "supergroup", "title": "Crew"})
+        json!({"id": -1005, "type": "supergroup", "title": "Crew"})
     }
 
     #[test]

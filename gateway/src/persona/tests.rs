@@ -1361,7 +1361,7 @@ fn an_oversized_parent_is_refused_unread() {
     // Many parents within the per-file limit still hit the character's allowance.
     let filler = "x".repeat(700 * 1024);
     write(t.path(), "p.json", &format!(r#"{{"lore": ["{filler}"]}}"#));
-    let many = vec!["\"p.json\""; 8].join(", ");
+    let many = ["\"p.json\""; 8].join(", ");
     let d = extends_err(
         t.path(),
         &format!(r#"{{"name": "C", "bio": "x", "extends": [{many}]}}"#),
