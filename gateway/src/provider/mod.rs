@@ -1,0 +1,154 @@
+//! Model providers: one chat call, whatever the vendor.
+//!
+//! The `ModelProvider` trait is all an agent sees. `GenaiProvider` implements it over the
+//! `genai` crate, which speaks OpenAI-compatible, Anthropic and Ollama natively, so troupe
+//! writes no vendor HTTP of its own. Which provider a persona uses is resolved here from its
+//! `modelProvider`, its `settings.model` and its secrets; when nothing is configured the
+//! persona gets an `Unconfigured` provider that fails fast with the variable to set, so the
+//! gateway still starts and the API answers 503 instead of hanging.
+//!
+//! Calls in flight are capped per provider by a semaphore, and each call has a deadline.
+//!
+//! Faults: a failure that may pass (a 5xx, a timeout, a 429, a refused connection) is
+//! retried a bounded number of times with exponential backoff and jitter. Every provider
+//! account (vendor, base URL, key) has one circuit breaker, shared by the personas that use
+//! it: after `TROUPE_PROVIDER_BREAKER_FAILURES` failures in a row, or a call that used up its
+//! retries, the circuit opens and calls wait instead of hammering a provider that is down.
+//! After a cool-down one call goes through as a probe; its success closes the circuit and
+//! lets every waiting call go. A waiting call tells its room once per outage (through an
+//! [`OutageNotice`]), and gives up only after `TROUPE_PROVIDER_OUTAGE_WAIT_SECS` or at
+//! shutdown ([`Breakers::close`]), so a message that arrives during an outage is answered
+//! once the provider is back.
+//!
+//! Layout: this file holds the surface an agent sees (the trait, its errors, the stand-in
+//! providers, `for_persona`); `target` resolves where a persona's model is called,
+//! `client` is the genai client, `breaker` the retries and circuit breaker every call of an
+//! account goes through.
+
+mod breaker;
+mod client;
+mod target;
+
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::persona::{Env, Persona, Prompt};
+
+pub use breaker::Breakers;
+pub use client::GenaiProvider;
+pub use target::resolve_target;
+
+/// What the model said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub text: String,
+    pub prompt_tokens: Option<u32>,
+    pub completion_tokens: Option<u32>,
+    /// Prompt tokens the provider served from its cache (included in `prompt_tokens`).
+    pub cached_tokens: Option<u32>,
+}
+
+/// Errors the agent and the HTTP layer branch on.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProviderError {
+    /// No provider is configured for this persona: the message says what to set.
+    #[error("{0}")]
+    Unconfigured(String),
+    #[error("the model did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the model provider is rate limiting us")]
+    RateLimited { retry_after: Option<Duration> },
+    /// The provider answered with an error, or could not be reached.
+    #[error("the model provider failed: {0}")]
+    Upstream(String),
+    #[error("the model answered with no text")]
+    Empty,
+}
+
+#[async_trait]
+pub trait ModelProvider: Send + Sync {
+    /// A short description for logs and `/api/agents`: `openai:gpt-4o-mini`.
+    fn describe(&self) -> String;
+    /// Why no call can succeed (the `Unconfigured` provider's reason), if so.
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
+    async fn complete(&self, prompt: &Prompt) -> Result<Completion, ProviderError>;
+    /// `complete`, but with a room to tell: the call waits out an outage of its provider,
+    /// telling `notice` once per outage and notice key. Without a notice it fails as soon as
+    /// the circuit is open. A provider without a breaker just completes.
+    async fn complete_or_wait(
+        &self,
+        prompt: &Prompt,
+        notice: Option<&dyn OutageNotice>,
+    ) -> Result<Completion, ProviderError> {
+        let _ = notice;
+        self.complete(prompt).await
+    }
+}
+
+/// Who hears that a call waits for its provider to come back: the room of the message.
+#[async_trait]
+pub trait OutageNotice: Send + Sync {
+    /// One notice per key and outage: an agent and a room.
+    fn key(&self) -> String;
+    /// Tells them. Best effort: a notice that cannot be sent is logged and dropped.
+    async fn send(&self);
+}
+
+/// The provider for a persona with nothing configured.
+pub struct Unconfigured {
+    pub reason: String,
+}
+
+#[async_trait]
+impl ModelProvider for Unconfigured {
+    fn describe(&self) -> String {
+        "unconfigured".into()
+    }
+    fn unavailable(&self) -> Option<String> {
+        Some(self.reason.clone())
+    }
+    async fn complete(&self, _prompt: &Prompt) -> Result<Completion, ProviderError> {
+        Err(ProviderError::Unconfigured(self.reason.clone()))
+    }
+}
+
+/// A provider that answers at once with a fixed text: for `troupe bench`, which measures
+/// the gateway's own work.
+pub struct Instant {
+    pub text: String,
+}
+
+#[async_trait]
+impl ModelProvider for Instant {
+    fn describe(&self) -> String {
+        "instant".into()
+    }
+    async fn complete(&self, _prompt: &Prompt) -> Result<Completion, ProviderError> {
+        Ok(Completion {
+            text: self.text.clone(),
+            prompt_tokens: None,
+            completion_tokens: None,
+            cached_tokens: None,
+        })
+    }
+}
+
+/// Builds the provider for a persona: genai when a target resolves, `Unconfigured` otherwise.
+pub fn for_persona(
+    persona: &Persona,
+    env: &Env,
+    timeout: Duration,
+    concurrency: usize,
+    breakers: &Breakers,
+) -> Arc<dyn ModelProvider> {
+    match resolve_target(persona, env) {
+        Ok(target) => match GenaiProvider::new(target, timeout, concurrency) {
+            Ok(p) => Arc::new(p.with_breaker(breakers)),
+            Err(reason) => Arc::new(Unconfigured { reason }),
+        },
+        Err(reason) => Arc::new(Unconfigured { reason }),
+    }
+}
