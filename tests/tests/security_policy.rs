@@ -425,31 +425,45 @@ fn pointer_settings() -> BTreeMap<String, String> {
             }
         }
     }
-    // Config fields typed as a pointer: the settings their doc comment names.
-    let config = read("gateway/src/config.rs");
-    let mut docs: Vec<&str> = Vec::new();
-    for line in non_test(&config).lines() {
-        let line = line.trim();
-        if let Some(doc) = line.strip_prefix("///") {
-            docs.push(doc);
-            continue;
-        }
-        let is_field = line.starts_with("pub ") && line.contains(':') && line.ends_with(',');
-        if is_field && POINTER_TYPES.iter().any(|t| line.contains(t)) {
-            for doc in &docs {
-                for name in doc.split('`').skip(1).step_by(2) {
-                    if is_setting_name(name) {
-                        out.entry(name.to_string())
-                            .or_insert_with(|| "gateway/src/config.rs".into());
+    // Config fields typed as a pointer: the settings their doc comment names. The
+    // configuration is a directory, one file per topic (`config/mod.rs`, `config/edge.rs`…).
+    for rel in config_files() {
+        let config = read(&rel);
+        let mut docs: Vec<&str> = Vec::new();
+        for line in non_test(&config).lines() {
+            let line = line.trim();
+            if let Some(doc) = line.strip_prefix("///") {
+                docs.push(doc);
+                continue;
+            }
+            let is_field = line.starts_with("pub ") && line.contains(':') && line.ends_with(',');
+            if is_field && POINTER_TYPES.iter().any(|t| line.contains(t)) {
+                for doc in &docs {
+                    for name in doc.split('`').skip(1).step_by(2) {
+                        if is_setting_name(name) {
+                            out.entry(name.to_string()).or_insert_with(|| rel.clone());
+                        }
                     }
                 }
             }
-        }
-        if !line.starts_with("#[") {
-            docs.clear();
+            if !line.starts_with("#[") {
+                docs.clear();
+            }
         }
     }
     out
+}
+
+/// The non-test files of `gateway/src/config/`, relative to the repository, in order.
+fn config_files() -> Vec<String> {
+    let mut files = Vec::new();
+    sources(&repo().join("gateway/src/config"), &mut files);
+    files.sort();
+    assert!(!files.is_empty(), "gateway/src/config/ holds the settings");
+    files
+        .iter()
+        .map(|f| f.strip_prefix(repo()).unwrap().display().to_string())
+        .collect()
 }
 
 /// The character fields troupe reads: top-level, `settings.*`, `settings.troupe.*`.

@@ -1,0 +1,70 @@
+//! Logs and telemetry: the log filter and format (`TROUPE_LOG`, `TROUPE_LOG_FORMAT`) and
+//! where spans are exported (the OpenTelemetry names, `OTEL_*`).
+
+use super::{FileConfig, Layered};
+
+/// The log filter and format.
+pub(super) struct LogSettings {
+    pub(super) filter: String,
+    pub(super) filter_set: bool,
+    pub(super) json: bool,
+}
+
+/// `TROUPE_LOG` (else `RUST_LOG`, else troupe.toml's `log`) and `TROUPE_LOG_FORMAT`. An
+/// empty filter in the environment is kept as given, as before the file could set it.
+pub(super) fn log_settings(layered: &Layered<'_>, file: &mut FileConfig) -> LogSettings {
+    let env = layered.env;
+    let filter = env
+        .get("TROUPE_LOG")
+        .or_else(|| env.get("RUST_LOG"))
+        .cloned()
+        .or(file.log.take());
+    LogSettings {
+        filter_set: filter.is_some(),
+        filter: filter.unwrap_or_else(|| "info,sqlx=warn".into()),
+        json: layered
+            .string("TROUPE_LOG_FORMAT", file.log_format.take())
+            .is_some_and(|f| f.trim().eq_ignore_ascii_case("json")),
+    }
+}
+
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_SERVICE_NAME` (the OpenTelemetry names).
+pub(super) fn otel_settings(
+    layered: &Layered<'_>,
+    file: &mut FileConfig,
+) -> (Option<String>, String) {
+    let endpoint = layered
+        .string(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            file.otel_exporter_otlp_endpoint.take(),
+        )
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
+    let service = layered
+        .string("OTEL_SERVICE_NAME", file.otel_service_name.take())
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "troupe".into());
+    (endpoint, service)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::env;
+    use crate::config::Config;
+
+    #[test]
+    fn otel_settings_use_the_standard_names() {
+        let c = Config::for_test();
+        assert_eq!(c.otlp_endpoint, None);
+        assert_eq!(c.otel_service_name, "troupe");
+        let c = Config::from_env(env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", " http://collector:4318 "),
+            ("OTEL_SERVICE_NAME", "troupe-eu"),
+        ]))
+        .unwrap();
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("http://collector:4318"));
+        assert_eq!(c.otel_service_name, "troupe-eu");
+        let c = Config::from_env(env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "")])).unwrap();
+        assert_eq!(c.otlp_endpoint, None);
+    }
+}
