@@ -3,10 +3,10 @@
 // gutter. Saving first shows the diff against the file on disk; the gateway writes it
 // atomically, and hot reload picks it up. A new persona starts from a template.
 
-import { api, agents, enc } from './api.js';
+import { api, agents, enc, latest, STALE } from './api.js';
 import { h, clear, errorBox } from './dom.js';
 import { diffLines } from './diff.js';
-import { setParam } from './app.js';
+import { setParam } from './route.js';
 
 export async function render(root, params) {
   root.append(h('h1', {}, 'Characters'));
@@ -14,13 +14,19 @@ export async function render(root, params) {
   const editorCard = h('section', { class: 'card', id: 'editor-card' }, h('p', { class: 'muted' }, 'Open a file, or start a new persona.'));
   const newName = h('input', { id: 'new-name', placeholder: 'Persona name', size: 16 });
   const newButton = h('button', { id: 'new-persona', class: 'quiet' }, 'New from template');
+  const newStatus = h('div', { id: 'new-status', 'aria-live': 'polite' });
   root.append(h('div', { class: 'cols' },
-    h('section', { class: 'card' }, h('h2', {}, 'Files'), files, h('div', { class: 'row' }, newName, newButton)),
+    h('section', { class: 'card' }, h('h2', {}, 'Files'), files, h('div', { class: 'row' }, newName, newButton), newStatus),
     editorCard));
 
   let timer = null;
+  // The draft is checked as you type: only the newest draft's answer is drawn, so a slow
+  // check of an older draft never overwrites the problems of the text on screen.
+  const checking = latest();
+  let known = [];
   const listFiles = async () => {
     const answer = await api('/api/characters');
+    known = answer.files.map((f) => f.file);
     clear(files, answer.files.map((f) => h('li', {}, h('a', { href: '#', dataset: { file: f.file }, onclick: (e) => { e.preventDefault(); open(f.file); } }, f.file),
       f.agentId ? h('span', { class: 'muted' }, ` · ${f.agentId}`) : h('span', { class: 'warn' }, ' · not loaded'))));
   };
@@ -46,7 +52,8 @@ export async function render(root, params) {
     const check = async () => {
       status.textContent = 'checking…';
       try {
-        const answer = await api('/api/characters/check', { method: 'POST', json: { file, text: area.value } });
+        const answer = await checking('/api/characters/check', { method: 'POST', json: { file, text: area.value } });
+        if (answer === STALE) return;
         bad = new Set(answer.problems.filter((p) => p.file === file && p.severity === 'error').map((p) => p.line));
         clear(problems, answer.problems.map((p) => h('li', { class: p.severity === 'error' ? 'error' : 'warn', dataset: { line: p.line, col: p.col } },
           h('a', { href: '#', onclick: (e) => { e.preventDefault(); jump(p.line, p.col); } }, `${p.file}:${p.line}:${p.col}`), ` ${p.path}: ${p.message}`)));
@@ -70,7 +77,8 @@ export async function render(root, params) {
       try { disk = revision ? (await api(`/api/characters/${enc(file)}`)).text : ''; } catch (e) { clear(diffBox, errorBox(e)); return; }
       const changes = diffLines(disk, area.value);
       const save = h('button', { id: 'save' }, revision ? 'Save' : 'Create');
-      const result = h('span', { id: 'save-status' });
+      // A refusal shows the API's `{error, detail}`: `conflict: … exists already; open it…`.
+      const result = h('span', { id: 'save-status', role: 'status' });
       save.addEventListener('click', async () => {
         save.disabled = true;
         try {
@@ -93,23 +101,36 @@ export async function render(root, params) {
 
   const open = async (file) => {
     clearTimeout(timer);
+    checking.cancel();
     try {
       const f = await api(`/api/characters/${enc(file)}`);
       edit(f.file, f.text, f.revision);
     } catch (e) { clear(editorCard, errorBox(e)); }
   };
 
+  // The new-persona form: its errors (a name whose file exists, the template not loading)
+  // show under it, and the editor is left as it was.
   newButton.addEventListener('click', async () => {
+    clear(newStatus);
     const name = newName.value.trim() || 'New persona';
     const slug = name.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '') || 'persona';
-    const template = await (await fetch('/console/template.json')).json();
-    template.name = name;
-    for (const example of template.messageExamples) for (const line of example) if (line.user !== "{{user1}}") line.user = name;
-    edit(`${slug}.json`, `${JSON.stringify(template, null, 2)}\n`, null);
+    const file = `${slug}.json`;
+    if (known.includes(file)) {
+      clear(newStatus, errorBox(`\`${file}\` exists already: open it to edit it, or pick another name.`));
+      return;
+    }
+    try {
+      const template = await api('/console/template.json');
+      template.name = name;
+      for (const example of template.messageExamples) for (const line of example) if (line.user !== '{{user1}}') line.user = name;
+      clearTimeout(timer);
+      checking.cancel();
+      edit(file, `${JSON.stringify(template, null, 2)}\n`, null);
+    } catch (e) { clear(newStatus, errorBox(e)); }
   });
 
   await listFiles();
   if (params.get('file')) await open(params.get('file'));
   await agents(true);
-  return () => clearTimeout(timer);
+  return () => { clearTimeout(timer); checking.cancel(); };
 }
