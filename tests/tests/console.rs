@@ -6,11 +6,17 @@
 //! Outside CI a machine without chromium skips these with a note; under `CI=true` they fail.
 //! With `TROUPE_SCREENSHOTS_DIR` set, the tests save a PNG of each page there (the ones in
 //! docs/console/ were taken so), and the first test prints the console's first load.
+//!
+//! `console/guards.rs` has the tests of what a page does when the server is slow or says
+//! no: answers out of order, and the new-persona form's errors.
 
 use serde_json::{Value, json};
 use std::time::Duration;
 use troupe_e2e::browser::{Browser, screenshots_dir};
 use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, eventually, persona_json};
+
+#[path = "console/guards.rs"]
+mod guards;
 
 const AGENT: &str = "ada";
 const BIO: &str = "Ada keeps the harbour office and answers questions about the island.";
@@ -99,6 +105,44 @@ async fn median_load(browser: &Browser, url: &str, ready: &str) -> f64 {
     times[times.len() / 2]
 }
 
+/// Text that looks like a raw retrieval score: `score 0.0000437`, `4.37e-6`.
+fn has_raw_score(text: &str) -> bool {
+    text.contains("score ")
+        || text.split_whitespace().any(|w| {
+            w.parse::<f64>()
+                .is_ok_and(|v| v.fract() != 0.0 && (w.contains("e-") || w.len() > 6))
+        })
+}
+
+/// Each persona card's table stays inside the card's border, and each card inside the page,
+/// at the browser's width and in a narrow page (a phone's).
+async fn assert_cards_hold_their_tables(browser: &Browser) {
+    for width in ["", "380px"] {
+        let overflow = browser
+            .run(
+                "document.querySelector('main').style.maxWidth = arguments[0];
+                 const main = document.querySelector('main').getBoundingClientRect();
+                 return Array.from(document.querySelectorAll('.persona')).flatMap((card) => {
+                   const c = card.getBoundingClientRect();
+                   const t = card.querySelector('table').getBoundingClientRect();
+                   const out = [];
+                   if (t.right > c.right + 0.5 || card.scrollWidth > card.clientWidth) out.push(`${card.dataset.agent}: table ${t.right} > card ${c.right}`);
+                   if (c.right > main.right + 0.5) out.push(`${card.dataset.agent}: card ${c.right} > page ${main.right}`);
+                   return out;
+                 });",
+                json!([width]),
+            )
+            .await;
+        assert_eq!(overflow, json!([]), "width {width:?}: {overflow}");
+    }
+    browser
+        .run(
+            "document.querySelector('main').style.maxWidth = '';",
+            json!([]),
+        )
+        .await;
+}
+
 fn document_row(source: &str) -> String {
     format!("document.querySelector('#documents tr[data-source=\"{source}\"]')")
 }
@@ -159,6 +203,7 @@ async fn a_reply_shows_the_uploaded_passage_in_its_why_panel() {
          &scope=bot%20applications.commands&permissions=274877975552"
     );
     assert_eq!(card["farcaster"], "https://farcaster.xyz/~/profiles/4242");
+    assert_cards_hold_their_tables(&browser).await;
     shot(&browser, "personas").await;
     // Warm loads, against a same-run reference: the gateway's smallest page, /healthz.
     let warm = median_load(&browser, &app.url("/"), CONSOLE_READY).await;
@@ -204,6 +249,33 @@ async fn a_reply_shows_the_uploaded_passage_in_its_why_panel() {
     assert!(
         passage.as_str().unwrap_or("").contains("23:40"),
         "the panel shows the passage's text: {passage}"
+    );
+    // Its relevance is a rank, for a reader; the raw fused score is only the tooltip.
+    let relevance = browser
+        .run(
+            "const r = document.querySelector('.why .passage[data-source=\"ferries.md\"] .relevance');
+             return {text: r.textContent, rank: r.dataset.rank, title: r.title, panel: r.closest('.why').innerText};",
+            json!([]),
+        )
+        .await;
+    assert_eq!(relevance["rank"], "1", "{relevance}");
+    assert!(
+        relevance["text"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("rank 1 of "),
+        "{relevance}"
+    );
+    assert!(
+        relevance["title"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("score "),
+        "{relevance}"
+    );
+    assert!(
+        !has_raw_score(relevance["panel"].as_str().unwrap_or("")),
+        "no raw score in the panel: {relevance}"
     );
     assert!(
         reply.prompt_text().contains("23:40"),
@@ -260,6 +332,16 @@ async fn two_dropped_files_upload_and_are_listed() {
             "document.querySelector('#results .passage[data-source=\"lamps.md\"]')",
         )
         .await;
+    let first = browser
+        .run(
+            "return document.querySelector('#results .passage .relevance').textContent;",
+            json!([]),
+        )
+        .await;
+    assert!(
+        first.as_str().unwrap_or("").starts_with("rank 1 of "),
+        "{first}"
+    );
     shot(&browser, "knowledge").await;
     browser.quit().await;
 }

@@ -33,9 +33,11 @@ function headers(extra = {}) {
   return h;
 }
 
+// A refused call, with the API's `{error, detail}` (the code, and what to do) when it sent one.
 export class ApiError extends Error {
   constructor(status, body) {
-    super(body && body.detail ? `${body.error}: ${body.detail}` : `HTTP ${status}`);
+    const { error, detail } = body && typeof body === 'object' ? body : {};
+    super(error && detail ? `${error}: ${detail}` : detail || error || `HTTP ${status}`);
     this.status = status;
     this.body = body;
   }
@@ -48,9 +50,9 @@ async function parse(response) {
   return type.includes('json') ? JSON.parse(text) : text;
 }
 
-// `api('/api/agents')`, `api(path, {method: 'POST', json: {...}})`.
+// `api('/api/agents')`, `api(path, {method: 'POST', json: {...}})`; `signal` aborts it.
 export async function api(path, options = {}, retried = false) {
-  const init = { method: options.method || 'GET', headers: headers(options.headers) };
+  const init = { method: options.method || 'GET', headers: headers(options.headers), signal: options.signal };
   if (options.json !== undefined) {
     init.body = JSON.stringify(options.json);
     init.headers['Content-Type'] = 'application/json';
@@ -82,6 +84,32 @@ export function upload(path, form, onProgress) {
     xhr.addEventListener('error', () => reject(new Error('the upload failed (network)')));
     xhr.send(form);
   });
+}
+
+// What a call made by `latest()` resolves to when a newer call replaced it.
+export const STALE = Symbol('stale');
+
+// For a series of calls where only the newest answer counts (search as you type, the
+// draft check): `const search = latest(); const answer = await search(path);` Each call
+// aborts the one before, and an answer (or error) that arrives after a newer call started
+// resolves to `STALE` instead, so a slow early answer never overwrites a later one.
+// `search.cancel()` drops the call in flight (the query was emptied).
+export function latest() {
+  let current = null;
+  const call = async (path, options = {}) => {
+    if (current) current.abort();
+    const mine = new AbortController();
+    current = mine;
+    try {
+      const body = await api(path, { ...options, signal: mine.signal });
+      return mine.signal.aborted ? STALE : body;
+    } catch (e) {
+      if (mine.signal.aborted) return STALE;
+      throw e;
+    }
+  };
+  call.cancel = () => { if (current) current.abort(); current = null; };
+  return call;
 }
 
 let agentsCache = null;

@@ -1,10 +1,12 @@
 // The console's shell: a hash router (`#/chat?agent=eliza`) over one module per page.
 // Each page exports `render(root, params)`; it may return a function that stops its timers.
+// Reading and writing the hash is route.js's, which the pages import too.
 // When the first page has drawn, `document.body.dataset.ready` is set and the
 // `console-interactive` performance mark is recorded (the browser tests read both).
 
 import { forgetToken } from './api.js';
 import { clear, errorBox } from './dom.js';
+import { route } from './route.js';
 
 const pages = {
   personas: () => import('./personas.js'),
@@ -17,19 +19,6 @@ const pages = {
 
 let stop = null;
 let generation = 0;
-
-export function route() {
-  const [name, query] = location.hash.replace(/^#\/?/, '').split('?');
-  const page = pages[name] ? name : 'personas';
-  return { page, params: new URLSearchParams(query || '') };
-}
-
-// Changes one parameter of the current page without redrawing it.
-export function setParam(key, value) {
-  const { page, params } = route();
-  if (value) params.set(key, value); else params.delete(key);
-  history.replaceState(null, '', `#/${page}?${params}`);
-}
 
 async function show() {
   const mine = ++generation;

@@ -1,18 +1,21 @@
 // Chat: talk to a persona in a room of the HTTP API, through POST /messages, the same route
 // any client uses. Each reply gets a "why" panel: the summary, facts, recent messages and
-// knowledge passages (with sources and scores) its prompt was composed from.
+// knowledge passages (with sources, and each one's rank among them) its prompt was
+// composed from.
 
-import { api, agents, enc, newId } from './api.js';
-import { h, clear, errorBox, score, agentPicker } from './dom.js';
-import { setParam } from './app.js';
+import { api, enc, newId } from './api.js';
+import { h, clear, errorBox, relevance } from './dom.js';
+import { setParam } from './route.js';
+import { choosePersona } from './picker.js';
 
 function whyPanel(why) {
   const part = (p) => h('li', { class: p.inPrompt ? '' : 'muted' }, p.text, p.inPrompt ? '' : ' (left out: over the prompt budget)');
+  const scores = why.knowledge.map((k) => k.score);
   return [
     h('h3', {}, 'Knowledge'),
     why.knowledge.length
-      ? why.knowledge.map((k) => h('div', { class: k.inPrompt ? 'passage' : 'passage dropped', dataset: { source: k.source } },
-        h('div', {}, h('strong', {}, k.source), ' ', h('span', { class: 'muted' }, `score ${score(k.score)}`), k.inPrompt ? '' : h('span', { class: 'muted' }, ' (left out)')),
+      ? why.knowledge.map((k, i) => h('div', { class: k.inPrompt ? 'passage' : 'passage dropped', dataset: { source: k.source } },
+        h('div', {}, h('strong', {}, k.source), ' ', relevance(scores, i), k.inPrompt ? '' : h('span', { class: 'muted' }, ' (left out)')),
         h('pre', {}, k.text)))
       : h('p', { class: 'muted' }, 'No passage was recalled.'),
     h('h3', {}, 'Summary'),
@@ -26,19 +29,18 @@ function whyPanel(why) {
 }
 
 export async function render(root, params) {
-  const list = await agents();
   root.append(h('h1', {}, 'Chat'));
-  if (!list.length) { root.append(h('p', { class: 'muted' }, 'No persona is loaded.')); return; }
-  let agent = list.find((a) => a.id === params.get('agent')) ? params.get('agent') : list[0].id;
+  const log = h('div', { class: 'log', id: 'log', 'aria-live': 'polite' });
+  const chosen = await choosePersona(root, params, (v) => { agent = v; clear(log); });
+  if (!chosen) return;
+  let { agent } = chosen;
   const room = h('input', { id: 'room', value: params.get('room') || 'console', 'aria-label': 'room', size: 14 });
   const user = h('input', { id: 'user', value: 'console-user', 'aria-label': 'user id', size: 14 });
-  const log = h('div', { class: 'log', id: 'log', 'aria-live': 'polite' });
   const text = h('input', { id: 'text', placeholder: 'Say something…', autocomplete: 'off', size: 60 });
   const send = h('button', { id: 'send', type: 'submit' }, 'Send');
   const form = h('form', { class: 'row', id: 'chat-form' }, text, send);
   root.append(
-    h('div', { class: 'row' }, 'Persona ', agentPicker(list, agent, (v) => { agent = v; setParam('agent', v); clear(log); }),
-      ' Room ', room, ' User ', user),
+    h('div', { class: 'row' }, 'Persona ', chosen.picker, ' Room ', room, ' User ', user),
     h('section', { class: 'card' }, log, form));
   room.addEventListener('change', () => { setParam('room', room.value); clear(log); });
 

@@ -33,17 +33,23 @@ export function when(ms) {
   return new Date(ms).toLocaleString();
 }
 
-// A retrieval score: BM25 and fused scores differ by orders of magnitude; three figures.
-export function score(value) {
+// A retrieval score, to three figures: BM25 and fused scores differ by orders of magnitude.
+function score(value) {
   return Number.isFinite(value) ? String(Number(value.toPrecision(3))) : '–';
+}
+
+// How the passage at `index` ranks among those found with it (`scores`, higher is better):
+// `rank 2 of 5 · 80% of the best`. A raw score (`0.00000437` fused, `7.1` BM25) means
+// nothing to a reader, so it is only the tooltip.
+export function relevance(scores, index) {
+  const own = scores[index];
+  const rank = 1 + scores.filter((s) => s > own).length;
+  const best = Math.max(...scores);
+  let text = `rank ${rank} of ${scores.length}`;
+  if (rank > 1 && best > 0 && Number.isFinite(own)) text += ` · ${Math.round((100 * own) / best)}% of the best`;
+  return h('span', { class: 'muted relevance', title: `score ${score(own)}`, dataset: { rank } }, text);
 }
 
 export function errorBox(e) {
   return h('p', { class: 'error', role: 'alert' }, e && e.message ? e.message : String(e));
-}
-
-// The persona picker every page shares; remembers the choice in the URL hash.
-export function agentPicker(agents, selected, onChange) {
-  return h('select', { 'aria-label': 'persona', id: 'agent', onchange: (e) => onChange(e.target.value) },
-    agents.map((a) => h('option', { value: a.id, selected: a.id === selected }, `${a.name} (${a.id})`)));
 }

@@ -1,22 +1,45 @@
 // Knowledge: drop several files (each uploaded on its own, with its progress bar), list
-// and delete documents, scope them to a room, and search with scores and sources.
+// and delete documents, scope them to a room, and search, with each passage's source and rank.
 
-import { api, agents, enc, upload } from './api.js';
-import { h, clear, errorBox, score, when, agentPicker } from './dom.js';
-import { setParam } from './app.js';
+import { api, enc, upload, latest, STALE } from './api.js';
+import { h, clear, errorBox, relevance, when } from './dom.js';
+import { choosePersona } from './picker.js';
+
+// Search as you type (`path()` is the persona's search route, `scope` the room scope):
+// only the newest query's answer is drawn (an earlier, slower one is dropped), and
+// emptying the box drops the one in flight. `stop()` when the page is left.
+function searchBox(path, scope) {
+  const q = h('input', { id: 'q', type: 'search', placeholder: 'Search the knowledge…', size: 40 });
+  const results = h('div', { id: 'results' });
+  const searching = latest();
+  let timer = null;
+  const search = async () => {
+    const query = q.value.trim();
+    if (!query) { searching.cancel(); clear(results); return; }
+    const room = scope.value.trim() ? `&roomId=${enc(scope.value.trim())}` : '';
+    try {
+      const answer = await searching(`${path()}?q=${enc(query)}${room}`);
+      if (answer === STALE) return;
+      const scores = answer.results.map((r) => r.score);
+      clear(results, answer.results.length ? answer.results.map((r, i) => h('div', { class: 'passage', dataset: { source: r.source } },
+        h('div', {}, h('strong', {}, r.source), ' ', relevance(scores, i)), h('pre', {}, r.text)))
+        : h('p', { class: 'muted' }, 'Nothing matches.'));
+    } catch (e) { clear(results, errorBox(e)); }
+  };
+  q.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(search, 250); });
+  return { q, results, stop: () => { clearTimeout(timer); searching.cancel(); } };
+}
 
 export async function render(root, params) {
-  const list = await agents();
   root.append(h('h1', {}, 'Knowledge'));
-  if (!list.length) { root.append(h('p', { class: 'muted' }, 'No persona is loaded.')); return; }
-  let agent = list.find((a) => a.id === params.get('agent')) ? params.get('agent') : list[0].id;
+  const chosen = await choosePersona(root, params, (v) => { agent = v; refresh(); });
+  if (!chosen) return;
+  let { agent } = chosen;
   const scope = h('input', { id: 'scope', placeholder: 'whole persona', size: 18, 'aria-label': 'room scope' });
   const picker = h('input', { type: 'file', multiple: true, id: 'files', 'aria-label': 'files' });
   const drop = h('div', { class: 'drop', id: 'drop' }, 'Drop files here (PDF, text, Markdown, HTML…), or ', picker);
   const uploads = h('div', { id: 'uploads' });
   const docs = h('table', { id: 'documents' });
-  const q = h('input', { id: 'q', type: 'search', placeholder: 'Search the knowledge…', size: 40 });
-  const results = h('div', { id: 'results' });
 
   const refresh = async () => {
     clear(docs, h('tr', {}, h('th', {}, 'Source'), h('th', {}, 'Scope'), h('th', {}, 'Chunks'), h('th', {}, 'Size'), h('th', {}, 'Added'), h('th', {})));
@@ -58,26 +81,14 @@ export async function render(root, params) {
   drop.addEventListener('dragleave', () => drop.classList.remove('over'));
   drop.addEventListener('drop', (e) => { e.preventDefault(); drop.classList.remove('over'); send(e.dataTransfer.files); });
 
-  let timer = null;
-  const search = async () => {
-    const query = q.value.trim();
-    if (!query) { clear(results); return; }
-    const room = scope.value.trim() ? `&roomId=${enc(scope.value.trim())}` : '';
-    try {
-      const answer = await api(`/api/agents/${enc(agent)}/knowledge/search?q=${enc(query)}${room}`);
-      clear(results, answer.results.length ? answer.results.map((r) => h('div', { class: 'passage', dataset: { source: r.source } },
-        h('div', {}, h('strong', {}, r.source), ' ', h('span', { class: 'muted' }, `score ${score(r.score)}`)), h('pre', {}, r.text)))
-        : h('p', { class: 'muted' }, 'Nothing matches.'));
-    } catch (e) { clear(results, errorBox(e)); }
-  };
-  q.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(search, 250); });
+  const search = searchBox(() => `/api/agents/${enc(agent)}/knowledge/search`, scope);
 
   root.append(
-    h('div', { class: 'row' }, 'Persona ', agentPicker(list, agent, (v) => { agent = v; setParam('agent', v); refresh(); }), ' Room scope ', scope),
+    h('div', { class: 'row' }, 'Persona ', chosen.picker, ' Room scope ', scope),
     h('section', { class: 'card' }, drop, uploads),
     h('div', { class: 'cols' },
       h('section', { class: 'card' }, h('h2', {}, 'Documents'), docs),
-      h('section', { class: 'card' }, h('h2', {}, 'Search'), q, results)));
+      h('section', { class: 'card' }, h('h2', {}, 'Search'), search.q, search.results)));
   await refresh();
-  return () => clearTimeout(timer);
+  return search.stop;
 }

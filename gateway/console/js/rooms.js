@@ -3,9 +3,10 @@
 // room steered (mute, follow, forget) through the same commands people type in the chat
 // (`POST …/rooms/{room}/commands`, docs/rooms.md).
 
-import { api, agents, enc } from './api.js';
-import { h, clear, errorBox, when, agentPicker } from './dom.js';
-import { setParam } from './app.js';
+import { api, enc } from './api.js';
+import { h, clear, errorBox, when } from './dom.js';
+import { setParam } from './route.js';
+import { choosePersona } from './picker.js';
 
 // The room's controls: each button runs one chat command as the operator, then the room is
 // drawn again so its summary and messages show the effect (a forget empties them).
@@ -61,10 +62,11 @@ async function showRoom(panel, agent, room) {
 }
 
 export async function render(root, params) {
-  const list = await agents();
   root.append(h('h1', {}, 'Rooms'));
-  if (!list.length) { root.append(h('p', { class: 'muted' }, 'No persona is loaded.')); return; }
-  let agent = list.find((a) => a.id === params.get('agent')) ? params.get('agent') : list[0].id;
+  // Another persona's rooms are others: the room parameter goes with the old one.
+  const chosen = await choosePersona(root, params, (v) => { agent = v; load(); }, ['room']);
+  if (!chosen) return;
+  let { agent } = chosen;
   const rooms = h('table', { id: 'rooms' });
   const panel = h('section', { class: 'card', id: 'room' }, h('p', { class: 'muted' }, 'Pick a room.'));
   const load = async () => {
@@ -79,7 +81,7 @@ export async function render(root, params) {
       }
     } catch (err) { rooms.append(h('tr', {}, h('td', {}, errorBox(err)))); }
   };
-  root.append(h('div', { class: 'row' }, 'Persona ', agentPicker(list, agent, (v) => { agent = v; setParam('agent', v); setParam('room', ''); load(); })),
+  root.append(h('div', { class: 'row' }, 'Persona ', chosen.picker),
     h('div', { class: 'cols' }, h('section', { class: 'card' }, rooms), panel));
   await load();
   if (params.get('room')) await showRoom(panel, agent, params.get('room')).catch((err) => clear(panel, errorBox(err)));

@@ -1,7 +1,7 @@
 //! The console: the browser page served at `/`, from files embedded in the binary.
 //!
 //! `gateway/console/` holds plain HTML, CSS and JavaScript modules; there is no build step,
-//! no Node and no CDN, so the page works offline and the binary carries it (44 KB).
+//! no Node and no CDN, so the page works offline and the binary carries it (51 KB).
 //! `/` is `index.html`; `/console/{file}` are the other files, by their path under
 //! `gateway/console/`. The page itself holds no data: every call it makes goes to `/api`,
 //! `/readyz` or `/metrics`, which check the API token as for any other caller; the page
@@ -56,6 +56,8 @@ static ASSETS: &[Asset] = assets![
     "js/app.js" => JS,
     "js/api.js" => JS,
     "js/dom.js" => JS,
+    "js/route.js" => JS,
+    "js/picker.js" => JS,
     "js/diff.js" => JS,
     "js/chart.js" => JS,
     "js/personas.js" => JS,
