@@ -26,6 +26,7 @@ use crate::outbox::Outbox;
 use crate::outcome::{HandleError, Outcome, Waiters};
 use crate::persona::{self, HistoryLine, Persona, Prompt, PromptInput};
 use crate::provider::{ModelProvider, OutageNotice, ProviderError};
+use crate::registry::Connectors;
 use crate::storage::{
     Attempt, HandledMessage, JournalId, JournalState, MemoryMessage, NewMemory, RecordedReply,
     ReplyStart, RoomContext, Store,
@@ -76,7 +77,7 @@ impl OutageNotice for RoomNotice<'_> {
 
     async fn send(&self) {
         let platform = self.inbound.platform();
-        let Some(connector) = self.agent.outbox.connectors().get(&self.agent.id, platform) else {
+        let Some(connector) = self.agent.connector(platform) else {
             return;
         };
         let notice = Outbound {
@@ -143,6 +144,9 @@ pub struct Agent {
     mind: RwLock<Arc<Mind>>,
     store: Store,
     outbox: Outbox,
+    /// The running connectors, for what a platform knows beyond the message (the sender's
+    /// rights, the thread, typing, the troupe's bots); replies leave through `outbox`.
+    connectors: Connectors,
     limiter: RateLimiter,
     waiters: Waiters,
     settings: AgentSettings,
@@ -163,6 +167,7 @@ impl Agent {
         mind: Mind,
         store: Store,
         outbox: Outbox,
+        connectors: Connectors,
         limiter: RateLimiter,
         waiters: Waiters,
         settings: AgentSettings,
@@ -175,6 +180,7 @@ impl Agent {
             mind: RwLock::new(Arc::new(mind)),
             store,
             outbox,
+            connectors,
             limiter,
             waiters,
             settings,
@@ -202,6 +208,11 @@ impl Agent {
     /// The persona's spend meter (budgets, prices), when spend is on.
     pub fn meter(&self) -> Option<crate::spend::Meter> {
         self.meter.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// This persona's connector on `platform`, when one is running.
+    fn connector(&self, platform: Platform) -> Option<Arc<dyn troupe_connectors::Connector>> {
+        self.connectors.get(&self.id, platform)
     }
 
     pub fn mind(&self) -> Arc<Mind> {
@@ -546,7 +557,7 @@ impl Agent {
     /// Whether the sender may steer the room, as its platform says; a platform that cannot
     /// tell (an error, too slow) refuses, since a mute or a forget cannot be taken back.
     async fn may_steer(&self, inbound: &Inbound) -> bool {
-        let Some(connector) = self.outbox.connectors().get(&self.id, inbound.platform()) else {
+        let Some(connector) = self.connector(inbound.platform()) else {
             return true;
         };
         match tokio::time::timeout(STEER_CHECK_WAIT, connector.may_steer(inbound)).await {
@@ -974,7 +985,7 @@ impl Agent {
     /// The messages above `inbound` in its thread that its platform knows, oldest first;
     /// nothing when no connector is registered, on error, or after `THREAD_CONTEXT_WAIT`.
     async fn thread_context(&self, inbound: &Inbound) -> Vec<ContextLine> {
-        let Some(connector) = self.outbox.connectors().get(&self.id, inbound.platform()) else {
+        let Some(connector) = self.connector(inbound.platform()) else {
             return Vec::new();
         };
         match tokio::time::timeout(THREAD_CONTEXT_WAIT, connector.thread_context(inbound)).await {
@@ -1062,7 +1073,7 @@ impl Agent {
         if inbound.platform() == Platform::Web {
             return token.drop_guard();
         }
-        if let Some(connector) = self.outbox.connectors().get(&self.id, inbound.platform()) {
+        if let Some(connector) = self.connector(inbound.platform()) {
             let room = inbound.room.clone();
             let stop = token.clone();
             tokio::spawn(async move {

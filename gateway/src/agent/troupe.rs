@@ -46,7 +46,7 @@ impl Agent {
         }
         let mut members = Vec::new();
         for agent in troupe.all() {
-            let Some(connector) = self.outbox.connectors().get(&agent.id, platform) else {
+            let Some(connector) = self.connectors.get(&agent.id, platform) else {
                 continue;
             };
             // The stored id is read only where an id can matter: a bot wrote the message,
