@@ -34,6 +34,8 @@ mod model;
 mod outbound;
 mod recall;
 mod resume;
+#[cfg(test)]
+mod tests;
 mod troupe;
 
 use std::collections::HashMap;
