@@ -1,4 +1,4 @@
-//! Whether the persona answers a message. Pure, so every rule is a unit test.
+//! Whether the persona answers a message: the rules, and the agent's step that applies them.
 //!
 //! The rules, in order:
 //! 1. Other bots are ignored when the persona says so (the default), which prevents two bots
@@ -12,17 +12,20 @@
 //!
 //! Then the room's controls, set by chat commands (`steer`): a muted room is not answered
 //! (commands are, before this), and a followed room is answered when not addressed.
+//!
+//! The rules and `steer` are pure, so every rule is a unit test. Below them is the agent's
+//! decide step (`Agent::decide`), the one place that reads the room and applies them: the
+//! room's controls (with its recent messages, in the same read, when the rules answer),
+//! then the bot-turn cap (`bot_turns`), then the troupe's arbiter (`agent::troupe`); and
+//! `standing`, what the sender may do to a muted room.
 
 use troupe_connectors::{Inbound, Platform};
 
-use crate::persona::ClientSwitches;
-use crate::rooms::names_in;
-use crate::storage::RoomState;
-use crate::storage::{JournalId, RoomContext};
-
 use super::Agent;
 use crate::outcome::Outcome;
-use crate::persona::Persona;
+use crate::persona::{ClientSwitches, Persona};
+use crate::rooms::names_in;
+use crate::storage::{JournalId, RoomContext, RoomState};
 
 // Why not: an outcome's vocabulary, so it lives with `Outcome` (below the agent and the
 // bus); the rules that choose one are here.
