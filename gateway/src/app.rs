@@ -20,9 +20,10 @@ use crate::ingress::{Ingress, Waiters};
 use crate::knowledge::Knowledge;
 use crate::leader::Elector;
 use crate::limits::RateLimiter;
-use crate::outbox::{Connectors, Outbox};
+use crate::outbox::Outbox;
 use crate::persona::{self, Loaded, Persona, PersonaEvent};
 use crate::provider::{self, ModelProvider};
+use crate::registry::Connectors;
 use crate::storage::Store;
 use crate::web::WebConnector;
 use tracing::Instrument;
@@ -82,6 +83,8 @@ pub struct App {
     pub agents: Agents,
     pub ingress: Ingress,
     pub outbox: Outbox,
+    /// The running connectors; filled in here, read by the outbox, the agents and the API.
+    pub connectors: Connectors,
     pub knowledge: Knowledge,
     limiter: RateLimiter,
     waiters: Waiters,
@@ -192,7 +195,7 @@ impl App {
         let agents = Agents::default();
         let waiters = Waiters::default();
         let connectors = Connectors::default();
-        let outbox = Outbox::new(store.clone(), connectors);
+        let outbox = Outbox::new(store.clone(), connectors.clone());
         let dispatcher = Arc::new(Dispatcher {
             agents: agents.clone(),
             store: store.clone(),
@@ -234,6 +237,7 @@ impl App {
             agents,
             ingress,
             outbox,
+            connectors,
             knowledge,
             waiters,
             providers,
@@ -311,6 +315,7 @@ impl App {
                     mind,
                     self.store.clone(),
                     self.outbox.clone(),
+                    self.connectors.clone(),
                     self.limiter.clone(),
                     self.waiters.clone(),
                     self.config.agent.clone(),
@@ -319,7 +324,7 @@ impl App {
                 .with_spend(self.spend.clone())
                 .with_troupe(&self.agents);
                 self.agents.insert(Arc::new(agent));
-                self.outbox.connectors().insert(&id, Arc::new(WebConnector));
+                self.connectors.insert(&id, Arc::new(WebConnector));
             }
         }
         self.start_connectors(&persona_for_connectors);
@@ -349,9 +354,7 @@ impl App {
             let Some(connector) = build_connector(persona, platform, &lookup, &settings) else {
                 continue;
             };
-            self.outbox
-                .connectors()
-                .insert(&persona.id, connector.clone());
+            self.connectors.insert(&persona.id, connector.clone());
             let receivers = self.receivers(persona, platform, connector, &lookup, &settings);
             self.spawn_receivers(persona, platform, receivers, &token);
         }
@@ -363,10 +366,8 @@ impl App {
         if let Some(old) = self.lock_running().remove(persona.id.as_str()) {
             old.cancel();
         }
-        self.outbox.connectors().remove_agent(&persona.id);
-        self.outbox
-            .connectors()
-            .insert(&persona.id, Arc::new(WebConnector));
+        self.connectors.remove_agent(&persona.id);
+        self.connectors.insert(&persona.id, Arc::new(WebConnector));
     }
 
     /// What a connector of `platform` is told about the persona it serves.
@@ -532,7 +533,7 @@ impl App {
                 if let Some(token) = self.lock_running().remove(agent.id.as_str()) {
                     token.cancel();
                 }
-                self.outbox.connectors().remove_agent(&agent.id);
+                self.connectors.remove_agent(&agent.id);
             }
         }
     }
@@ -589,7 +590,7 @@ impl App {
                 agents: self.agents.clone(),
                 ingress: self.ingress.clone(),
                 store: self.store.clone(),
-                outbox: self.outbox.clone(),
+                connectors: self.connectors.clone(),
                 knowledge: self.knowledge.clone(),
                 elector: self.elector.clone(),
                 budget,

@@ -14,6 +14,7 @@
 //! - [`agent`]: decide, rate-limit, recall, prompt, call the model, record, reply.
 //! - [`rooms`]: chat commands, room controls (mute, follow, forget) and reply actions.
 //! - [`outbox`]: delivery through the connectors, with retries.
+//! - [`registry`]: the running connectors, by persona and platform; filled in by `app`.
 //! - `memory`: room summaries and user facts, kept up in the background.
 //! - [`persona`]: elizaOS character files: loading, checking, prompt composition.
 //! - [`provider`]: model providers (OpenAI-compatible, Anthropic, Ollama) over genai.
@@ -55,6 +56,7 @@ pub(crate) mod outbox;
 pub(crate) mod outcome;
 pub(crate) mod persona;
 pub(crate) mod provider;
+pub(crate) mod registry;
 pub(crate) mod rooms;
 pub(crate) mod spend;
 pub mod storage;

@@ -8,14 +8,17 @@
 //! connector that is not up yet) schedules a retry with backoff; the background loop also
 //! picks up whatever a crashed process left claimed or pending. A reply is delivered whole
 //! by its connector or not at all, so a retry never sends half of one twice.
+//!
+//! The outbox only delivers: which connector runs for which persona is the registry's
+//! (`registry::Connectors`), which the outbox reads and never fills in.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use troupe_connectors::{AgentId, Connector, ConnectorError, Outbound, Platform};
+use troupe_connectors::{AgentId, ConnectorError, Outbound, Platform};
 
+use crate::registry::Connectors;
 use crate::storage::{OutboxEntry, OutboxId, ReplyStart, Store};
 
 /// How long a claim lasts before another deliverer may take the entry.
@@ -23,53 +26,11 @@ pub const LEASE_MS: i64 = 60_000;
 /// Attempts before a reply is given up and logged.
 const MAX_ATTEMPTS: i32 = 12;
 
-type ByAgentAndPlatform = HashMap<(AgentId, Platform), Arc<dyn Connector>>;
-
-/// The connectors that can deliver, by agent and platform. Topology fills it in.
-#[derive(Clone, Default)]
-pub struct Connectors {
-    inner: Arc<RwLock<ByAgentAndPlatform>>,
-}
-
-impl Connectors {
-    pub fn insert(&self, agent_id: &AgentId, connector: Arc<dyn Connector>) {
-        let platform = connector.platform();
-        self.inner
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((agent_id.clone(), platform), connector);
-    }
-
-    pub fn remove_agent(&self, agent_id: &AgentId) {
-        self.inner
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|(a, _), _| a != agent_id);
-    }
-
-    pub fn get(&self, agent_id: &AgentId, platform: Platform) -> Option<Arc<dyn Connector>> {
-        self.inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(agent_id.clone(), platform))
-            .cloned()
-    }
-
-    /// Every connector, for health checks.
-    pub fn all(&self) -> Vec<(AgentId, Arc<dyn Connector>)> {
-        self.inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|((a, _), c)| (a.clone(), c.clone()))
-            .collect()
-    }
-}
-
 /// A cheap-to-clone handle on delivery.
 #[derive(Clone)]
 pub struct Outbox {
     store: Store,
+    /// Read only, to find the connector that delivers an entry; the topology fills it in.
     connectors: Connectors,
     wake: Arc<Notify>,
 }
@@ -95,10 +56,6 @@ impl Outbox {
             connectors,
             wake: Arc::new(Notify::new()),
         }
-    }
-
-    pub fn connectors(&self) -> &Connectors {
-        &self.connectors
     }
 
     /// How a reply to be recorded now starts in the outbox: delivered already when its

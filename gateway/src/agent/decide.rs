@@ -1,4 +1,4 @@
-//! Whether the persona answers a message. Pure, so every rule is a unit test.
+//! Whether the persona answers a message: the rules, and the agent's step that applies them.
 //!
 //! The rules, in order:
 //! 1. Other bots are ignored when the persona says so (the default), which prevents two bots
@@ -12,12 +12,20 @@
 //!
 //! Then the room's controls, set by chat commands (`steer`): a muted room is not answered
 //! (commands are, before this), and a followed room is answered when not addressed.
+//!
+//! The rules and `steer` are pure, so every rule is a unit test. Below them is the agent's
+//! decide step (`Agent::decide`), the one place that reads the room and applies them: the
+//! room's controls (with its recent messages, in the same read, when the rules answer),
+//! then the bot-turn cap (`bot_turns`), then the troupe's arbiter (`agent::troupe`); and
+//! `standing`, what the sender may do to a muted room.
 
 use troupe_connectors::{Inbound, Platform};
 
-use crate::persona::ClientSwitches;
+use super::Agent;
+use crate::outcome::Outcome;
+use crate::persona::{ClientSwitches, Persona};
 use crate::rooms::names_in;
-use crate::storage::RoomState;
+use crate::storage::{JournalId, RoomContext, RoomState};
 
 // Why not: an outcome's vocabulary, so it lives with `Outcome` (below the agent and the
 // bus); the rules that choose one are here.
@@ -93,6 +101,126 @@ pub fn decide(names: &[&str], switches: &ClientSwitches, message: &Inbound) -> D
         return Decision::Respond(Why::Name);
     }
     Decision::Ignore(WhyNot::NotAddressed)
+}
+
+// The agent's decide step: reads the room, then applies the rules above.
+
+/// What the message's sender may do to its room, as far as `standing` knows before the
+/// model is called (rooms::actions, issue 30 finding 5).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Standing {
+    /// The room was muted when the message was decided: nothing is said in it unless the
+    /// reply unmutes it.
+    pub(super) muted: bool,
+    /// Whether the sender may steer the room, when it was asked already.
+    pub(super) may_steer: Option<bool>,
+}
+
+impl Agent {
+    /// Decide: whether the persona answers at all (`decide::decide`), then the room's
+    /// controls (`decide::steer`: muted, following). An ignored message is still remembered
+    /// in its room. `Err` with the outcome when it does not answer; when it does, what was
+    /// read of the room. A message the rules answer has its room's messages (and summary)
+    /// read with the controls, in one round trip; one they ignore reads the controls alone.
+    pub(super) async fn decide(
+        &self,
+        persona: &Persona,
+        journal_id: JournalId,
+        inbound: &Inbound,
+    ) -> anyhow::Result<Result<RoomContext, Outcome>> {
+        let mut switches = persona.switches(inbound.platform());
+        // The troupe's own personas are heard where other people's bots are not.
+        let from_troupe = self.written_by_troupe(inbound).await?;
+        switches.ignore_bot_messages &= !from_troupe;
+        let names: Vec<&str> = [persona.name.as_str()].into_iter().collect();
+        let first = decide(&names, &switches, inbound);
+        let room_key = inbound.room.key();
+        let answers = matches!(first, Decision::Respond(_));
+        let room = self
+            .store
+            .room_context(
+                &self.id,
+                &room_key,
+                answers.then_some(i64::from(self.settings.history_limit)),
+                answers && self.memory.wants_summary(&room_key),
+            )
+            .await?;
+        let state = &room.state;
+        let decision = steer(
+            first,
+            state,
+            crate::clock::now_ms(),
+            crate::rooms::actions::asks_to_talk_again(&inbound.text),
+        );
+        let decision = self.bot_turns(decision, inbound).await?;
+        let decision = self.arbitrate(decision, inbound, from_troupe).await?;
+        match decision {
+            Decision::Ignore(why) => {
+                tracing::debug!(reason = why.as_str(), "not answering");
+                self.record(journal_id, inbound, None).await?;
+                Ok(Err(Outcome::Ignored { reason: why }))
+            }
+            Decision::Respond(why) => {
+                tracing::debug!(?why, "answering");
+                Ok(Ok(room))
+            }
+        }
+    }
+
+    /// Standing: what the sender may do to the room. A muted room lets through only a
+    /// message asking to talk again (`decide::steer`); from someone who may not steer the
+    /// room it ends here, with no model call and, as in any muted room, nothing said.
+    pub(super) async fn standing(
+        &self,
+        journal_id: JournalId,
+        inbound: &Inbound,
+        room: &RoomContext,
+    ) -> anyhow::Result<Result<Standing, Outcome>> {
+        if !room.state.muted_at(crate::clock::now_ms()) {
+            return Ok(Ok(Standing {
+                muted: false,
+                may_steer: None,
+            }));
+        }
+        if self.may_steer(inbound).await {
+            return Ok(Ok(Standing {
+                muted: true,
+                may_steer: Some(true),
+            }));
+        }
+        tracing::info!("asked to talk again by someone who may not steer the room; staying quiet");
+        self.record(journal_id, inbound, None).await?;
+        Ok(Err(Outcome::Ignored {
+            reason: crate::outcome::WhyNot::Muted,
+        }))
+    }
+
+    /// The cap on bot conversations (`TROUPE_BOT_TURNS`): a bot's message counts one more in
+    /// the room's streak of bot messages, a human's ends it, and past the cap no bot is
+    /// answered, whatever addresses the persona (a reply-ping included), until a human
+    /// speaks. Bots the persona ignores anyway cost nothing; the API has no other bots.
+    pub(super) async fn bot_turns(
+        &self,
+        decision: Decision,
+        inbound: &Inbound,
+    ) -> anyhow::Result<Decision> {
+        if inbound.platform() == Platform::Web || decision == Decision::Ignore(WhyNot::Bot) {
+            return Ok(decision);
+        }
+        let room = inbound.room.key();
+        let streak = self
+            .store
+            .bump_bot_streak(&self.id, &room, inbound.author.is_bot)
+            .await?;
+        let over = inbound.author.is_bot && streak > i64::from(self.settings.bot_turns);
+        Ok(match decision {
+            Decision::Respond(_) if over => {
+                tracing::info!(streak, "bot turns used up; silent until a human speaks");
+                Decision::Ignore(WhyNot::BotTurns)
+            }
+            d => d,
+        })
+    }
 }
 
 #[cfg(test)]

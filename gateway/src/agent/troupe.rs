@@ -46,7 +46,7 @@ impl Agent {
         }
         let mut members = Vec::new();
         for agent in troupe.all() {
-            let Some(connector) = self.outbox.connectors().get(&agent.id, platform) else {
+            let Some(connector) = self.connectors.get(&agent.id, platform) else {
                 continue;
             };
             // The stored id is read only where an id can matter: a bot wrote the message,
@@ -131,8 +131,9 @@ impl Agent {
             return Ok(Decision::Ignore(WhyNot::NotAddressed));
         }
         let now = crate::clock::now_ms();
-        for m in &mut members {
-            let state = self.store.room_state(&m.id, &room).await?;
+        let ids: Vec<_> = members.iter().map(|m| m.id.clone()).collect();
+        let states = self.store.room_states_of(&room, &ids).await?;
+        for (m, state) in members.iter_mut().zip(states) {
             m.following = state.following && !state.muted_at(now);
         }
         Ok(

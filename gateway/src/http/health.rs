@@ -103,7 +103,7 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     // A receiver that another replica leads is healthy here too: this replica still sends
     // through it, and takes over when the leader goes.
     let roles = state.elector.connector_roles();
-    for (agent, connector) in state.outbox.connectors().all() {
+    for (agent, connector) in state.connectors.all() {
         let name = format!("{agent}/{}", connector.platform());
         let standby = roles.get(&name) == Some(&crate::leader::Role::Standby);
         let problem = (!standby)

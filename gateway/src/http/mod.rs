@@ -47,7 +47,6 @@ use crate::agent::Agents;
 use crate::config::{Config, HttpSettings};
 use crate::ingress::Ingress;
 use crate::knowledge::Knowledge;
-use crate::outbox::Outbox;
 use crate::storage::Store;
 use auth::{Caller, require_token};
 use error::ApiError;
@@ -59,7 +58,8 @@ pub struct AppState {
     pub agents: Agents,
     pub ingress: Ingress,
     pub store: Store,
-    pub outbox: Outbox,
+    /// The running connectors (webhooks, `/readyz`).
+    pub connectors: crate::registry::Connectors,
     pub knowledge: Knowledge,
     /// Which receivers this replica leads, for `/readyz`.
     pub elector: crate::leader::Elector,

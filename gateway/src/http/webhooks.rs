@@ -33,16 +33,12 @@ pub async fn receive(
             .map_err(|e: troupe_connectors::model::UnknownPlatform| {
                 ApiError::not_found(e.to_string())
             })?;
-    let connector = state
-        .outbox
-        .connectors()
-        .get(&agent.id, platform)
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "persona `{}` runs no {platform} connector",
-                agent.id
-            ))
-        })?;
+    let connector = state.connectors.get(&agent.id, platform).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "persona `{}` runs no {platform} connector",
+            agent.id
+        ))
+    })?;
     let request = WebhookRequest {
         headers: headers
             .iter()

@@ -111,11 +111,11 @@ pub(crate) async fn settle(
     me: &AgentId,
     members: &[Member],
 ) -> crate::storage::Result<bool> {
-    let floor = store.room_floor(room).await?;
     let replied_to = match &message.reply_to {
-        Some(r) if !r.to_self => store.sender_of(room, &r.message).await?,
+        Some(r) if !r.to_self => Some(&r.message),
         _ => None,
     };
+    let (floor, replied_to) = store.floor_and_sender(room, replied_to).await?;
     let Some((choice, ground)) = choose(members, message, &floor, replied_to.as_ref()) else {
         return Ok(false);
     };

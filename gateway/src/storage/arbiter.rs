@@ -39,6 +39,33 @@ impl Store {
             .unwrap_or_default())
     }
 
+    /// What the arbiter reads before it chooses, in one query: the room's floor and, when
+    /// the message replies to `replied_to`, the persona of the troupe that wrote that one
+    /// (`sender_of`).
+    pub async fn floor_and_sender(
+        &self,
+        room: &RoomKey,
+        replied_to: Option<&MessageId>,
+    ) -> Result<(Floor, Option<AgentId>)> {
+        let row: (Option<AgentId>, Option<i64>, Option<AgentId>) = with_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT (SELECT last_addressed FROM room_floor WHERE room = $1),
+                        (SELECT turn FROM room_floor WHERE room = $1),
+                        (SELECT agent_id FROM room_senders WHERE room = $1 AND message_id = $2)",
+            )
+            .bind(room)
+            .bind(replied_to)
+            .fetch_one(pool)
+            .await
+        })?;
+        let (last_addressed, turn, sender) = row;
+        let floor = Floor {
+            last_addressed,
+            turn: turn.unwrap_or_default(),
+        };
+        Ok((floor, sender))
+    }
+
     /// Notes that a person addressed `agent_id` in the room.
     pub async fn set_last_addressed(&self, room: &RoomKey, agent_id: &AgentId) -> Result<()> {
         with_pool!(self, pool => {

@@ -11,6 +11,7 @@ on_both_backends!(
     the_first_choice_for_a_message_is_everyones,
     the_floor_keeps_who_was_addressed_and_the_turn,
     a_present_persona_overhears_once_and_an_absent_one_not_at_all,
+    the_floor_and_the_sender_are_read_at_once,
 );
 
 fn room(id: &str) -> RoomKey {
@@ -141,4 +142,31 @@ async fn a_present_persona_overhears_once_and_an_absent_one_not_at_all(store: St
         [("Sam", "hello"), ("Sam", "the tide?"), ("Ada", "At noon.")]
     );
     assert!(store.recent_messages(&cy, &r, 10).await.unwrap().is_empty());
+}
+
+/// `floor_and_sender` reads what `room_floor` and `sender_of` read, in one query.
+async fn the_floor_and_the_sender_are_read_at_once(store: Store) {
+    let r = room("c31");
+    let (m, unknown) = (MessageId::new("m31"), MessageId::new("m32"));
+    let ada = AgentId::new("ada");
+    let nothing = store.floor_and_sender(&r, Some(&m)).await.unwrap();
+    assert_eq!(nothing, (Floor::default(), None));
+    store.note_sender(&r, &m, &ada).await.unwrap();
+    store.set_last_addressed(&r, &ada).await.unwrap();
+    store.advance_turn(&r).await.unwrap();
+    let floor = store.room_floor(&r).await.unwrap();
+    let sender = store.sender_of(&r, &m).await.unwrap();
+    assert_eq!(
+        store.floor_and_sender(&r, Some(&m)).await.unwrap(),
+        (floor.clone(), sender)
+    );
+    assert_eq!(floor.turn, 1);
+    assert_eq!(
+        store.floor_and_sender(&r, Some(&unknown)).await.unwrap(),
+        (floor.clone(), None)
+    );
+    assert_eq!(
+        store.floor_and_sender(&r, None).await.unwrap(),
+        (floor, None)
+    );
 }

@@ -57,6 +57,50 @@ impl Store {
         Ok(row.unwrap_or_default())
     }
 
+    /// The controls of each of `agents` in the room, in their order (the defaults for one
+    /// nobody steered there): one read for the whole troupe, where the arbiter asks who
+    /// follows the room, instead of one per persona.
+    pub async fn room_states_of(
+        &self,
+        room: &RoomKey,
+        agents: &[AgentId],
+    ) -> Result<Vec<RoomState>> {
+        if agents.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One placeholder per persona: `IN` with binds reads the same on both dialects,
+        // through the table's key (agent_id, room). Only the placeholders are formatted
+        // in; every value is bound.
+        let ids: Vec<String> = (0..agents.len()).map(|i| format!("${}", i + 2)).collect();
+        let sql = format!(
+            "SELECT agent_id, muted_until_ms, following, forgotten_at_ms FROM room_state
+             WHERE room = $1 AND agent_id IN ({})",
+            ids.join(", ")
+        );
+        let rows: Vec<(AgentId, Option<i64>, bool, Option<i64>)> = with_pool!(self, pool => {
+            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(room);
+            for agent in agents {
+                query = query.bind(agent);
+            }
+            query.fetch_all(pool).await
+        })?;
+        Ok(agents
+            .iter()
+            .map(|agent| {
+                rows.iter()
+                    .find(|(id, ..)| id == agent)
+                    .map(
+                        |(_, muted_until_ms, following, forgotten_at_ms)| RoomState {
+                            muted_until_ms: *muted_until_ms,
+                            following: *following,
+                            forgotten_at_ms: *forgotten_at_ms,
+                        },
+                    )
+                    .unwrap_or_default()
+            })
+            .collect())
+    }
+
     /// Every steered room of the agent, for the room listing.
     pub async fn room_states(&self, agent_id: &AgentId) -> Result<Vec<(RoomKey, RoomState)>> {
         let rows: Vec<(RoomKey, Option<i64>, bool, Option<i64>)> = with_pool!(self, pool => {

@@ -15,6 +15,7 @@ on_both_backends!(
     forgetting_a_user_drops_their_facts_on_every_room,
     a_command_closes_its_entry_without_memory,
     a_bot_streak_counts_bots_and_a_human_ends_it,
+    a_troupes_controls_are_read_at_once_in_its_order,
 );
 
 fn room(id: &str) -> RoomKey {
@@ -243,4 +244,40 @@ async fn a_bot_streak_counts_bots_and_a_human_ends_it(ctx: Ctx) {
     assert_eq!(store.bump_bot_streak(&AGENT, &r1, false).await.unwrap(), 0);
     assert_eq!(store.bump_bot_streak(&AGENT, &r1, true).await.unwrap(), 1);
     assert!(store.room_state(&AGENT, &r1).await.unwrap().following);
+}
+
+/// `room_states_of` reads what `room_state` reads, for several personas in one query: in
+/// the order asked, with the defaults for a persona nobody steered there, and nothing of
+/// another room.
+async fn a_troupes_controls_are_read_at_once_in_its_order(ctx: Ctx) {
+    let store = ctx.store;
+    let (r1, r2) = (room("-31"), room("-32"));
+    let (ada, bo, cy) = (AgentId::new("ada"), AgentId::new("bo"), AgentId::new("cy"));
+    store
+        .set_room_control(&ada, &r1, RoomControl::Follow(true), "telegram:7")
+        .await
+        .unwrap();
+    store
+        .set_room_control(&cy, &r1, RoomControl::Mute(Some(i64::MAX)), "telegram:7")
+        .await
+        .unwrap();
+    store
+        .set_room_control(&bo, &r2, RoomControl::Follow(true), "telegram:7")
+        .await
+        .unwrap();
+    let asked = [cy.clone(), bo.clone(), ada.clone()];
+    let states = store.room_states_of(&r1, &asked).await.unwrap();
+    let mut one_by_one = Vec::new();
+    for agent in &asked {
+        one_by_one.push(store.room_state(agent, &r1).await.unwrap());
+    }
+    assert_eq!(states, one_by_one);
+    assert!(states[0].muted_at(now_ms()) && !states[0].following);
+    assert_eq!(
+        states[1],
+        RoomState::default(),
+        "bo follows another room only"
+    );
+    assert!(states[2].following);
+    assert!(store.room_states_of(&r1, &[]).await.unwrap().is_empty());
 }

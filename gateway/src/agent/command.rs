@@ -1,0 +1,116 @@
+//! Command: a chat command for this persona (`/mute`, `/forget`: see `rooms`) is answered
+//! before the rate limits and without the model, and neither it nor its answer enters the
+//! room's memory. Also the sender's rights to steer the room, as its platform says, which
+//! `standing` and `act` ask too.
+
+use std::time::Duration;
+use troupe_connectors::Inbound;
+
+use super::decide::{self, Decision, decide};
+use super::outbound::Kind;
+use super::{Agent, Mind};
+use crate::outcome::Outcome;
+use crate::storage::JournalId;
+
+/// How long a steering command waits for the platform to say whether its sender may.
+const STEER_CHECK_WAIT: Duration = Duration::from_secs(5);
+
+impl Agent {
+    /// Command: a chat command for this persona (`/mute`, `/forget`: see `rooms`) is
+    /// answered here, before the rate limits and without the model, and neither it nor its
+    /// answer enters the room's memory. `None` when the message is not a command.
+    pub(super) async fn command(
+        &self,
+        mind: &Mind,
+        journal_id: JournalId,
+        inbound: &Inbound,
+    ) -> anyhow::Result<Option<Outcome>> {
+        let names = [mind.persona.name.as_str()];
+        let Some(command) = crate::rooms::command_for(inbound, &names) else {
+            return Ok(None);
+        };
+        // Where the persona may not talk (a room outside its allowed list, DMs off), it
+        // takes no commands either: `decide` ignores the message as any other.
+        let switches = mind.persona.switches(inbound.platform());
+        if let Decision::Ignore(
+            decide::WhyNot::NotAllowedRoom
+            | decide::WhyNot::DirectMessagesOff
+            | decide::WhyNot::Bot,
+        ) = decide(&names, &switches, inbound)
+        {
+            return Ok(None);
+        }
+        tracing::info!(command = command.name(), "chat command");
+        let may_steer = !command.steers_room() || self.may_steer(inbound).await;
+        let answer = self
+            .run_command(&command, inbound.room.key(), &inbound.author.id, may_steer)
+            .await?;
+        let outbound = self.outbound(inbound, Kind::Reply(journal_id), answer.text.clone());
+        if let Some(id) = self
+            .store
+            .record_command(journal_id, &self.id, &outbound)
+            .await?
+        {
+            self.outbox.deliver(id).await?;
+        }
+        Ok(Some(Outcome::Replied {
+            texts: vec![answer.text],
+        }))
+    }
+
+    /// Runs `command` in `room` for `user` (of the room's platform), from the chat or from
+    /// `POST …/rooms/{room}/commands`, and follows up on its effect in this process
+    /// (cached facts dropped after `/forgetme`).
+    pub(crate) async fn run_command(
+        &self,
+        command: &troupe_connectors::command::Command,
+        room: troupe_connectors::RoomKey,
+        user: &troupe_connectors::UserId,
+        may_steer: bool,
+    ) -> anyhow::Result<crate::rooms::Answer> {
+        let mind = self.mind();
+        let platform = room.platform;
+        let ctx = crate::rooms::Ctx {
+            store: &self.store,
+            agent: &self.id,
+            persona_name: &mind.persona.name,
+            model: mind.provider.describe(),
+            by: format!("{platform}:{user}"),
+            room,
+            platform,
+            user,
+            may_steer,
+            now_ms: crate::clock::now_ms(),
+            meter: self.meter(),
+        };
+        let answer = crate::rooms::run(command, &ctx).await?;
+        if answer.effect == crate::rooms::Effect::ForgotFacts {
+            self.memory
+                .forget_cached_facts(crate::storage::FactSubject {
+                    agent_id: &self.id,
+                    platform,
+                    user_id: user,
+                });
+        }
+        Ok(answer)
+    }
+
+    /// Whether the sender may steer the room, as its platform says; a platform that cannot
+    /// tell (an error, too slow) refuses, since a mute or a forget cannot be taken back.
+    pub(super) async fn may_steer(&self, inbound: &Inbound) -> bool {
+        let Some(connector) = self.connector(inbound.platform()) else {
+            return true;
+        };
+        match tokio::time::timeout(STEER_CHECK_WAIT, connector.may_steer(inbound)).await {
+            Ok(Ok(allowed)) => allowed,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not check the sender's rights; refusing the command");
+                false
+            }
+            Err(_) => {
+                tracing::warn!("checking the sender's rights took too long; refusing the command");
+                false
+            }
+        }
+    }
+}

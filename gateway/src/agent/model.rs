@@ -1,0 +1,143 @@
+//! The model call (`complete`): the typing indicator, the scheduler's turn, the provider
+//! (waiting out an outage, with one notice to the room), metrics and spend accounting.
+
+use std::time::{Duration, Instant};
+use troupe_connectors::{Inbound, Platform};
+
+use super::outbound::Kind;
+use super::{Agent, Mind};
+use crate::persona::Prompt;
+use crate::provider::{OutageNotice, ProviderError};
+
+/// The notice a room gets, once per outage, when its message waits for a model provider
+/// that is down (issue 12, faults).
+const MODEL_DOWN: &str = "I'm having trouble reaching my model; I'll answer as soon as it's back.";
+
+/// How long sending that notice may take before it is given up.
+const NOTICE_WAIT: Duration = Duration::from_secs(10);
+
+/// Tells a waiting message's room that the model is unreachable. The notice goes straight
+/// to the connector, not through the outbox: it is not the message's reply, it is not
+/// remembered in the room, and a lost one is only logged.
+struct RoomNotice<'a> {
+    agent: &'a Agent,
+    inbound: &'a Inbound,
+}
+
+#[async_trait::async_trait]
+impl OutageNotice for RoomNotice<'_> {
+    fn key(&self) -> String {
+        format!("{}\u{1f}{}", self.agent.id, self.inbound.room.key())
+    }
+
+    async fn send(&self) {
+        let platform = self.inbound.platform();
+        let Some(connector) = self.agent.connector(platform) else {
+            return;
+        };
+        let notice = self
+            .agent
+            .outbound(self.inbound, Kind::ModelDown, MODEL_DOWN.to_string());
+        match tokio::time::timeout(NOTICE_WAIT, connector.send(&notice)).await {
+            Ok(Ok(_)) => tracing::info!("told the room the model is unreachable"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not tell the room the model is unreachable")
+            }
+            Err(_) => tracing::warn!("telling the room the model is unreachable took too long"),
+        }
+    }
+}
+
+impl Agent {
+    /// Complete: the model call, with the typing indicator on and its metrics. A message
+    /// that meets a provider outage waits for the provider to come back, and its room hears
+    /// once per outage; not the Web platform, whose caller sees the wait itself.
+    pub(super) async fn complete(
+        &self,
+        mind: &Mind,
+        meter: Option<&crate::spend::Meter>,
+        inbound: &Inbound,
+        prompt: &Prompt,
+    ) -> Result<String, ProviderError> {
+        let typing = self.keep_typing(inbound);
+        let started = Instant::now();
+        let notice = RoomNotice {
+            agent: self,
+            inbound,
+        };
+        let notice = (inbound.platform() != Platform::Web).then_some(&notice as &dyn OutageNotice);
+        // The scheduler's turn: DMs and mentions first, rooms in turn (spend::scheduler).
+        let priority = if inbound.is_direct || inbound.mentions_self {
+            crate::spend::Priority::Direct
+        } else {
+            crate::spend::Priority::Reply
+        };
+        let room = inbound.room.key();
+        let result = crate::spend::Turn::new(priority, &room)
+            .scope(mind.provider.complete_or_wait(prompt, notice))
+            .await;
+        drop(typing);
+        if let (Some(meter), Ok(c)) = (meter, &result) {
+            let who = crate::spend::Who {
+                room: Some(&room),
+                user: Some((inbound.platform(), &inbound.author.id)),
+            };
+            let tokens = crate::spend::Tokens {
+                prompt: c.prompt_tokens,
+                completion: c.completion_tokens,
+                cached: c.cached_tokens,
+                prompt_chars: prompt.system.len() + prompt.user.len(),
+                completion_chars: c.text.len(),
+            };
+            meter
+                .record(
+                    who,
+                    crate::spend::Purpose::Reply,
+                    &mind.provider.describe(),
+                    tokens,
+                )
+                .await;
+        }
+        crate::metrics::model_call(
+            &mind.provider.describe(),
+            started.elapsed(),
+            result.is_ok(),
+            result.as_ref().ok().and_then(|c| c.prompt_tokens),
+            result.as_ref().ok().and_then(|c| c.completion_tokens),
+        );
+        let completion = result.inspect_err(|error| {
+            tracing::warn!(%error, provider = %mind.provider.describe(), "model call failed");
+        })?;
+        tracing::info!(
+            model_ms = started.elapsed().as_millis() as u64,
+            prompt_tokens = completion.prompt_tokens,
+            completion_tokens = completion.completion_tokens,
+            "model answered"
+        );
+        Ok(completion.text)
+    }
+
+    /// Keeps the platform's typing indicator on until the returned guard is cancelled.
+    pub(super) fn keep_typing(&self, inbound: &Inbound) -> tokio_util::sync::DropGuard {
+        let token = tokio_util::sync::CancellationToken::new();
+        // The Web platform shows no typing: no task and no timer per message.
+        if inbound.platform() == Platform::Web {
+            return token.drop_guard();
+        }
+        if let Some(connector) = self.connector(inbound.platform()) {
+            let room = inbound.room.clone();
+            let stop = token.clone();
+            tokio::spawn(async move {
+                loop {
+                    let _ = connector.typing(&room).await;
+                    // Discord's indicator lasts about 10 s, Telegram's about 5 s.
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(std::time::Duration::from_secs(4)) => {}
+                    }
+                }
+            });
+        }
+        token.drop_guard()
+    }
+}
