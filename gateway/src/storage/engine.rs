@@ -289,15 +289,7 @@ pub(super) fn record_handled(conn: &Connection, r: &HandledReq) -> Result<Option
         )?
         .execute(params![r.journal_id, r.now])?;
     if marked == 0 {
-        let first: Option<Option<i64>> = conn
-            .prepare_cached(
-                "SELECT (SELECT MIN(o.id) FROM outbox o WHERE o.journal_id = j.id)
-                 FROM journal j WHERE j.id = ?1",
-            )?
-            .query_row(params![r.journal_id], |row| row.get(0))
-            .optional()?;
-        let first = first.ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
-        return Ok(first.map(|id| RecordedReply::Queued(OutboxId(id))));
+        return first_reply(conn, r.journal_id);
     }
     let room = r.room_key.to_string();
     let platform = r.room_key.platform.as_str();
@@ -341,6 +333,25 @@ pub(super) fn record_handled(conn: &Connection, r: &HandledReq) -> Result<Option
             m.created_at_ms
         ])?;
     }
+    insert_reply(conn, r)
+}
+
+/// The first reply of a journal entry done earlier, unclaimed; `RowNotFound` when there is
+/// no such entry.
+fn first_reply(conn: &Connection, journal_id: i64) -> Result<Option<RecordedReply>> {
+    let first: Option<Option<i64>> = conn
+        .prepare_cached(
+            "SELECT (SELECT MIN(o.id) FROM outbox o WHERE o.journal_id = j.id)
+             FROM journal j WHERE j.id = ?1",
+        )?
+        .query_row(params![journal_id], |row| row.get(0))
+        .optional()?;
+    let first = first.ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
+    Ok(first.map(|id| RecordedReply::Queued(OutboxId(id))))
+}
+
+/// `record_handled`'s outbox row, when there is a reply, started as the request says.
+fn insert_reply(conn: &Connection, r: &HandledReq) -> Result<Option<RecordedReply>> {
     let Some((outbound, json)) = &r.reply else {
         return Ok(None);
     };
