@@ -425,7 +425,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_trigger_during_a_run_gets_one_more_pass() {
-        let memory = test_memory().await;
+        let (_db, memory) = test_memory().await;
         let passes = std::sync::atomic::AtomicUsize::new(0);
         let (inside_tx, inside_rx) = tokio::sync::oneshot::channel();
         let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
@@ -450,15 +450,16 @@ mod tests {
         assert!(memory.begin(summary("k")).is_some(), "the run has ended");
     }
 
-    async fn test_memory() -> Memory {
-        let store = Store::connect("sqlite::memory:").await.unwrap();
+    async fn test_memory() -> (tempfile::TempDir, Memory) {
+        let (db, store) = crate::storage::test_support::sqlite_store().await;
         let config = crate::config::Config::for_test();
-        Memory::new(
+        let memory = Memory::new(
             &AgentId::new("a"),
             store,
             RateLimiter::new(&config.limits),
             &config.agent,
-        )
+        );
+        (db, memory)
     }
 
     #[test]
@@ -495,7 +496,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_stored_state_is_checked_every_so_many_replies() {
-        let memory = test_memory().await;
+        let (_db, memory) = test_memory().await;
         let due: Vec<bool> = (0..7).map(|_| memory.count_up(&summary("k"), 3)).collect();
         assert_eq!(due, [false, false, true, false, false, true, false]);
         assert!(memory.count_up(&summary("every reply"), 1));
@@ -504,7 +505,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_run_per_key_at_a_time() {
-        let memory = test_memory().await;
+        let (_db, memory) = test_memory().await;
         let first = memory.begin(summary("r"));
         assert!(first.is_some());
         assert!(memory.begin(summary("other")).is_some());

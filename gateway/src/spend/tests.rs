@@ -19,9 +19,14 @@ fn noon() -> i64 {
     clock::parse_date("2026-12-01").unwrap() * 86_400_000 + 12 * 3_600_000
 }
 
-async fn spend(settings: SpendSettings) -> Spend {
-    let store = Store::connect("sqlite::memory:").await.unwrap();
-    Spend::with_clock(store, settings, SpendClock::manual(noon()))
+/// The meter on a fresh SQLite file (the path production takes: the engine), and the
+/// directory that holds it, to keep as long as the meter.
+async fn spend(settings: SpendSettings) -> (tempfile::TempDir, Spend) {
+    let (dir, store) = crate::storage::test_support::sqlite_store().await;
+    (
+        dir,
+        Spend::with_clock(store, settings, SpendClock::manual(noon())),
+    )
 }
 
 fn tokens(prompt: u32, completion: u32) -> Tokens {
@@ -34,7 +39,7 @@ fn tokens(prompt: u32, completion: u32) -> Tokens {
 
 #[tokio::test]
 async fn a_user_budget_stops_replies_at_the_cap_notices_once_and_resets_the_next_day() {
-    let spend = spend(SpendSettings::default()).await;
+    let (_db, spend) = spend(SpendSettings::default()).await;
     let meter = spend.meter(&persona(serde_json::json!({"userPerDay": "250 tokens"})));
     let room = RoomKey::new(Platform::Discord, RoomId::new("r1"));
     let other_room = RoomKey::new(Platform::Discord, RoomId::new("r2"));
@@ -105,7 +110,7 @@ async fn a_user_budget_stops_replies_at_the_cap_notices_once_and_resets_the_next
 
 #[tokio::test]
 async fn the_first_refusal_of_a_window_carries_the_personas_notice() {
-    let spend = spend(SpendSettings::default()).await;
+    let (_db, spend) = spend(SpendSettings::default()).await;
     let meter = spend.meter(&persona(serde_json::json!({
         "roomPerDay": 100, "notices": {"roomDay": "Out of juice, back tomorrow!"}
     })));
@@ -142,7 +147,7 @@ async fn background_work_stops_before_replies_and_money_budgets_count_cost() {
         },
         ..SpendSettings::default()
     };
-    let spend = spend(settings).await;
+    let (_db, spend) = spend(settings).await;
     let meter = spend.meter(&persona(serde_json::json!({})));
     let who = Who {
         room: None,
@@ -179,7 +184,7 @@ async fn background_work_stops_before_replies_and_money_budgets_count_cost() {
 
 #[tokio::test]
 async fn missing_usage_is_estimated_and_the_month_adds_up() {
-    let spend = spend(SpendSettings::default()).await;
+    let (_db, spend) = spend(SpendSettings::default()).await;
     let meter = spend.meter(&persona(
         serde_json::json!({"personaPerMonth": "1000 tokens"}),
     ));
@@ -226,7 +231,7 @@ async fn missing_usage_is_estimated_and_the_month_adds_up() {
 
 #[tokio::test]
 async fn a_malformed_spend_setting_is_an_error_that_names_it() {
-    let spend = spend(SpendSettings::default()).await;
+    let (_db, spend) = spend(SpendSettings::default()).await;
     let inner = &spend.inner;
     let of = |spend: serde_json::Value| PersonaSpend::of(&persona(spend), inner).unwrap_err();
     let err = of(serde_json::json!({"userPerDay": "lots"}));
@@ -249,7 +254,7 @@ async fn a_malformed_spend_setting_is_an_error_that_names_it() {
 /// record after it is refused (logged), not left queued.
 #[tokio::test]
 async fn closing_writes_every_queued_record() {
-    let spend = spend(SpendSettings::default()).await;
+    let (_db, spend) = spend(SpendSettings::default()).await;
     let meter = spend.meter(&persona(serde_json::json!({})));
     let room = RoomKey::new(Platform::Discord, RoomId::new("r1"));
     let user = UserId::new("u1");

@@ -12,9 +12,10 @@
 //! rolled back, and the commit's cost (its WAL write; with `synchronous = NORMAL` the fsync
 //! comes at checkpoints, as on the sqlx connection) is paid once per batch.
 //!
-//! Only file databases have one: an in-memory database exists for one connection only, so
-//! there everything stays on sqlx. The sqlx pool keeps the schema (migrations) and the cold
-//! paths. Both connections write the same WAL file, so a write here may wait for one there
+//! Every SQLite store has one, and it is the only writer of the message path there
+//! (`writer` serves Postgres alone); an in-memory database, which exists for one connection
+//! only, is refused by `Store::connect` rather than written some other way. The sqlx pool
+//! keeps the schema (migrations) and the cold paths. Both connections write the same WAL file, so a write here may wait for one there
 //! (the spend ledger, a summary): SQLite's own busy handler sleeps 1 ms and more between
 //! tries, which would show in every such reply, so this connection's handler retries after
 //! a few microseconds, for up to `SQLITE_BUSY_TIMEOUT` in all.
@@ -223,9 +224,9 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 }
 
 // The message path's statements. Each is a function of the connection, so that a batch
-// runs them in its transaction; the SQL is the sqlx path's (storage::writer, memory, rooms,
-// outbox), row by row: within one transaction a prepared single-row statement costs about
-// what a row of a multi-row one does.
+// runs them in its transaction; the SQL is the Postgres path's (storage::writer, memory,
+// rooms, outbox) in SQLite's dialect, row by row: within one transaction a prepared
+// single-row statement costs about what a row of a multi-row one does.
 
 /// `journal_insert`: the entry, or the one already there under its key.
 pub(super) fn journal_insert(conn: &Connection, r: &JournalReq) -> Result<JournalInsert> {
@@ -288,15 +289,7 @@ pub(super) fn record_handled(conn: &Connection, r: &HandledReq) -> Result<Option
         )?
         .execute(params![r.journal_id, r.now])?;
     if marked == 0 {
-        let first: Option<Option<i64>> = conn
-            .prepare_cached(
-                "SELECT (SELECT MIN(o.id) FROM outbox o WHERE o.journal_id = j.id)
-                 FROM journal j WHERE j.id = ?1",
-            )?
-            .query_row(params![r.journal_id], |row| row.get(0))
-            .optional()?;
-        let first = first.ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
-        return Ok(first.map(|id| RecordedReply::Queued(OutboxId(id))));
+        return first_reply(conn, r.journal_id);
     }
     let room = r.room_key.to_string();
     let platform = r.room_key.platform.as_str();
@@ -340,6 +333,25 @@ pub(super) fn record_handled(conn: &Connection, r: &HandledReq) -> Result<Option
             m.created_at_ms
         ])?;
     }
+    insert_reply(conn, r)
+}
+
+/// The first reply of a journal entry done earlier, unclaimed; `RowNotFound` when there is
+/// no such entry.
+fn first_reply(conn: &Connection, journal_id: i64) -> Result<Option<RecordedReply>> {
+    let first: Option<Option<i64>> = conn
+        .prepare_cached(
+            "SELECT (SELECT MIN(o.id) FROM outbox o WHERE o.journal_id = j.id)
+             FROM journal j WHERE j.id = ?1",
+        )?
+        .query_row(params![journal_id], |row| row.get(0))
+        .optional()?;
+    let first = first.ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
+    Ok(first.map(|id| RecordedReply::Queued(OutboxId(id))))
+}
+
+/// `record_handled`'s outbox row, when there is a reply, started as the request says.
+fn insert_reply(conn: &Connection, r: &HandledReq) -> Result<Option<RecordedReply>> {
     let Some((outbound, json)) = &r.reply else {
         return Ok(None);
     };
@@ -365,6 +377,37 @@ pub(super) fn record_handled(conn: &Connection, r: &HandledReq) -> Result<Option
             |row| row.get(0),
         )?;
     Ok(Some(r.recorded(id, outbound)))
+}
+
+/// Runs these requests as the engine runs concurrent calls (queued together, so sharing
+/// batches, each under its savepoint, in order), and returns what each caller hears: the
+/// SQLite counterpart of `writer::write_kinds`, for the tests that check a batch's
+/// guarantees on both backends.
+#[cfg(test)]
+pub(super) async fn write_kinds(
+    engine: &Engine,
+    journal: Vec<JournalReq>,
+    handled: Vec<HandledReq>,
+    delivered: Vec<super::writer::DeliveredReq>,
+) -> super::writer::Together {
+    use futures::future::join_all;
+    let journal = journal
+        .into_iter()
+        .map(|r| engine.call(move |conn| journal_insert(conn, &r)));
+    let handled = handled
+        .into_iter()
+        .map(|r| engine.call(move |conn| record_handled(conn, &r)));
+    let delivered = delivered.into_iter().map(|r| {
+        engine.call(move |conn| outbox_delivered(conn, r.outbox_id, &r.platform_ids_json, r.now))
+    });
+    // Joined together, so that every call is queued before the first answer is awaited.
+    let (journal, handled, delivered) =
+        futures::join!(join_all(journal), join_all(handled), join_all(delivered));
+    super::writer::Together {
+        journal,
+        handled,
+        delivered,
+    }
 }
 
 /// `recent_messages`: the last `limit` messages of the room, oldest first.

@@ -23,31 +23,44 @@
 //! - `journal`: inbound deduplication and the restart drive;
 //! - `memory`: `record_handled`, room memory and room listings;
 //! - `outbox`: claiming, delivering and retrying replies;
-//! - `knowledge`: documents, chunks, full-text ranking per backend, vectors;
+//! - `knowledge`: documents, chunks, their change sequence, vectors (keyword ranking is
+//!   `knowledge::index`'s, not this module's);
 //! - `fact_ids`: facts by id, for the console's "delete this fact";
 //! - `summaries`: room summaries and user facts, which only move forward;
 //! - `rooms`: room controls, forgetting, and closing a command's journal entry;
-//! - `writer`: the task that batches `journal_insert` and `record_handled` into shared
-//!   transactions (group commit).
+//! - `engine`: on SQLite, the thread with its own connection that runs the message path;
+//! - `writer`: on Postgres, the task that batches `journal_insert`, `record_handled` and
+//!   `outbox_delivered` into shared transactions (group commit).
 //!
-//! Both backends run the same SQL text wherever the dialects agree (sqlx's SQLite driver
-//! takes `$1` placeholders, and both have `ON CONFLICT` and `RETURNING`). Where they
-//! differ, and why (issue 30, finding 13: this paragraph used to say only the outbox claim
-//! did):
+//! One write path per backend (issue 31): the message path (the journal insert, the room
+//! reads a reply needs, `record_handled`, the delivered mark, the spend ledger's batches,
+//! reading a room's controls) runs on `engine` on every SQLite store and on sqlx, its three hot writes
+//! batched by `writer`, on every Postgres store. The engine's SQL text is its own (rusqlite,
+//! `?N` placeholders, one request at a time inside its batch's transaction); the writer's is
+//! Postgres's (`$n`, `JSONB` casts, multi-row statements, several batches in flight).
+//!
+//! In-memory SQLite (`sqlite::memory:`) is refused, as an unsupported URL: such a database
+//! lives in the one connection that made it, so the engine could not open it beside the
+//! sqlx pool, and running it on sqlx instead was a third write path that production never
+//! took. Tests use a SQLite file in a temporary directory (`test_support::sqlite_store`,
+//! and `on_both_backends!` for the SQLite half), so every storage test runs the path
+//! production runs. A file costs a test a few milliseconds more than memory did.
+//!
+//! Elsewhere, both backends run the same SQL text wherever the dialects agree (sqlx's
+//! SQLite driver takes `$1` placeholders, and both have `ON CONFLICT` and `RETURNING`).
+//! Where they differ, and why:
+//! - the message path, as above: the engine on SQLite, sqlx and the writer on Postgres;
+//!   the reads of that path (`recent_messages`, `room_context`, `room_state`) keep an sqlx
+//!   version for Postgres, `room_context` as one statement rather than three;
 //! - the outbox claim (`outbox`): `FOR UPDATE SKIP LOCKED` on Postgres, whose replicas
 //!   claim concurrently; one `UPDATE … IN (SELECT …)` on SQLite, which has one writer;
-//! - the message path (the journal insert, the room reads a reply needs, `record_handled`,
-//!   the delivered mark, the spend ledger's batches, a room's controls): on a SQLite file
-//!   it runs on `engine`'s own connection (rusqlite, its own SQL text), to save the sqlx
-//!   round trips; on Postgres and on an in-memory SQLite it runs on sqlx, its three hot
-//!   writes (journal insert, `record_handled`, delivered mark) batched by `writer`, whose
-//!   statements are built per backend (`?` or `$n` placeholders, a `JSONB` cast, a
-//!   multi-statement script on SQLite against statements in a transaction on Postgres, and
-//!   several batches in flight on Postgres only);
 //! - change sequences (`knowledge`): on Postgres an advisory lock orders the writers of
 //!   `knowledge_changes` and `embedding_changes`, so a follower never skips a `seq` that
 //!   commits late; SQLite writers are serialized already;
 //! - vectors (`pgvector`): the HNSW index exists on Postgres with the extension only;
+//! - connections: one pooled sqlx connection (plus the engine's) on SQLite, in WAL mode,
+//!   checkpointed off the engine's thread (`engine::checkpoints`); a pool of `PG_POOL` on
+//!   Postgres, pinged only after `PG_PING_IDLE` idle;
 //! - the schema: one migration directory per backend, kept in step.
 
 mod arbiter;
@@ -106,6 +119,7 @@ pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
+    /// Also an in-memory SQLite URL (`sqlite::memory:`): see the module doc.
     #[error("unsupported database URL `{0}`: use sqlite://PATH or postgres://…")]
     UnsupportedUrl(String),
     /// Also carries `sqlx::Error::RowNotFound` when a call names a journal entry that does
@@ -305,9 +319,11 @@ impl RecordedReply {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
-    /// Where `journal_insert` and `record_handled` are batched (see `writer`).
+    /// On Postgres: the task that batches the three hot writes (see `writer`); on SQLite
+    /// none (`Writer::absent`).
     writer: writer::Writer,
-    /// On a SQLite file: the thread that runs the message path's statements (see `engine`).
+    /// On SQLite: the thread that runs the message path's statements (see `engine`); on
+    /// Postgres none. Exactly one of the two is there: one write path per backend.
     engine: Option<engine::Engine>,
 }
 
@@ -338,24 +354,25 @@ impl Store {
     /// Connects, creating the SQLite file and its directory when missing (WAL mode), and
     /// applies the migrations.
     pub async fn connect(url: &str) -> Result<Store> {
-        let (pool, engine) = if url.starts_with("sqlite:") {
+        if url.starts_with("sqlite:") {
             let (pool, file) = connect_sqlite(url).await?;
-            let engine = file.map(|f| engine::Engine::open(&f)).transpose()?;
-            if engine.is_some() {
-                tokio::spawn(engine::checkpoints(pool.clone()));
-            }
-            (Pool::Sqlite(pool), engine)
+            let engine = engine::Engine::open(&file)?;
+            tokio::spawn(engine::checkpoints(pool.clone()));
+            Ok(Store {
+                pool: Pool::Sqlite(pool),
+                writer: writer::Writer::absent(),
+                engine: Some(engine),
+            })
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            (Pool::Postgres(connect_postgres(url).await?), None)
+            let pool = connect_postgres(url).await?;
+            Ok(Store {
+                writer: writer::Writer::spawn(pool.clone()),
+                pool: Pool::Postgres(pool),
+                engine: None,
+            })
         } else {
-            return Err(StorageError::UnsupportedUrl(url.to_string()));
-        };
-        let writer = writer::Writer::spawn(pool.clone());
-        Ok(Store {
-            pool,
-            writer,
-            engine,
-        })
+            Err(StorageError::UnsupportedUrl(url.to_string()))
+        }
     }
 
     pub fn backend(&self) -> Backend {
@@ -397,8 +414,10 @@ impl Store {
     }
 }
 
-/// The pool, and the database file when it is one (not in memory).
-async fn connect_sqlite(url: &str) -> Result<(SqlitePool, Option<std::path::PathBuf>)> {
+/// The pool, and the database file (the engine opens it too). An in-memory database is
+/// refused: it lives in one connection, which the engine could not share, and production
+/// never runs on one (see the module doc).
+async fn connect_sqlite(url: &str) -> Result<(SqlitePool, std::path::PathBuf)> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
@@ -409,42 +428,31 @@ async fn connect_sqlite(url: &str) -> Result<(SqlitePool, Option<std::path::Path
     let in_memory = options.get_filename().as_os_str() == ":memory:"
         || url.contains("mode=memory")
         || url.contains(":memory:");
-    let dir = options
-        .get_filename()
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty());
-    if let (false, Some(dir)) = (in_memory, dir) {
+    if in_memory {
+        return Err(StorageError::UnsupportedUrl(url.to_string()));
+    }
+    let file = options.get_filename().to_path_buf();
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| {
             sqlx::Error::Configuration(
                 format!("creating the SQLite directory {}: {e}", dir.display()).into(),
             )
         })?;
     }
-    // An in-memory database lives and dies with its connection, so the pool must keep
-    // exactly one, forever.
+    // One connection: SQLite has a single writer, and several pooled writers only meet in
+    // its busy handler, which sleeps. Queued on the pool instead, each statement runs as
+    // soon as the previous one is done; reads take microseconds.
     // `test_before_acquire(false)`: the default pings the connection at every acquire,
     // which on SQLite is one more round trip to the worker thread for every statement; a
     // SQLite connection does not go stale the way a network one does.
-    let pool_options = if in_memory {
-        SqlitePoolOptions::new()
-            .test_before_acquire(false)
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-    } else {
-        // One connection: SQLite has a single writer, and several pooled writers only meet
-        // in its busy handler, which sleeps. Queued on the pool instead, each statement
-        // runs as soon as the previous one is done; reads take microseconds.
-        SqlitePoolOptions::new()
-            .test_before_acquire(false)
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-    };
-    let file = (!in_memory).then(|| options.get_filename().to_path_buf());
-    let pool = pool_options.connect_with(options).await?;
+    let pool = SqlitePoolOptions::new()
+        .test_before_acquire(false)
+        .max_connections(1)
+        .min_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_with(options)
+        .await?;
     sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
     Ok((pool, file))
 }

@@ -35,10 +35,12 @@ where
 {
     match kind {
         Kind::Sqlite => {
-            let dir = tempfile::tempdir().expect("temporary directory");
-            let url = format!("sqlite://{}", dir.path().join("troupe.db").display());
-            let store = Store::connect(&url).await.expect("connect to SQLite");
-            body(Ctx { store, url }).await;
+            let (dir, store) = sqlite_store().await;
+            body(Ctx {
+                store,
+                url: sqlite_url(&dir),
+            })
+            .await;
         }
         Kind::Postgres => {
             // libtest names the thread after the test: the note says which was skipped.
@@ -76,6 +78,22 @@ where
             }
         }
     }
+}
+
+/// A migrated store on a fresh SQLite file, for tests that need one store and no Postgres
+/// run; keep the directory as long as the store (dropping it removes the file).
+/// In-memory SQLite is refused (see `storage`): this is the path production takes.
+pub(crate) async fn sqlite_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let store = Store::connect(&sqlite_url(&dir))
+        .await
+        .expect("connect to SQLite");
+    (dir, store)
+}
+
+/// The URL of the database file in `dir`.
+fn sqlite_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}", dir.path().join("troupe.db").display())
 }
 
 /// [`run`] for a body that needs only the store.
