@@ -1,4 +1,5 @@
-//! A whole turn of `Agent`, in process: SQLite in memory, a model that answers at once
+//! A whole turn of `Agent`, in process: a SQLite file in a temporary directory (the path
+//! production runs), a model that answers at once
 //! (`provider::Instant`), and the API's connector, which delivers in band. What the e2e
 //! tests prove through the binary, at the level of the steps: a message is answered and
 //! remembered with its reply, a redelivery is answered from the journal without a second
@@ -9,20 +10,21 @@ use crate::rooms::tests::msg;
 use crate::storage::JournalInsert;
 use troupe_connectors::Inbound;
 
-/// An agent named Ada whose model always says `says`, on an empty in-memory store.
-async fn ada(says: &str) -> Agent {
+/// An agent named Ada whose model always says `says`, on an empty store; the directory
+/// holds its database file and must outlive it.
+async fn ada(says: &str) -> (tempfile::TempDir, Agent) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ada.json");
     let raw = serde_json::json!({"name": "Ada", "bio": "A test persona."});
     std::fs::write(&path, raw.to_string()).unwrap();
     let persona = crate::persona::load_file(&path).unwrap().persona;
     let config = crate::config::Config::from_env(Default::default()).unwrap();
-    let store = Store::connect("sqlite::memory:").await.unwrap();
+    let (db, store) = crate::storage::test_support::sqlite_store().await;
     let connectors = Connectors::default();
     connectors.insert(&persona.id, Arc::new(crate::web::WebConnector));
     let outbox = Outbox::new(store.clone(), connectors.clone());
     let provider = Arc::new(crate::provider::Instant { text: says.into() });
-    Agent::new(
+    let agent = Agent::new(
         Mind { persona, provider },
         store,
         outbox,
@@ -30,7 +32,8 @@ async fn ada(says: &str) -> Agent {
         RateLimiter::new(&config.limits),
         Waiters::default(),
         config.agent.clone(),
-    )
+    );
+    (db, agent)
 }
 
 async fn journal(agent: &Agent, inbound: &Inbound) -> JournalId {
@@ -54,7 +57,7 @@ fn replied(outcome: &Outcome) -> Vec<String> {
 
 #[tokio::test]
 async fn a_message_is_answered_and_remembered_with_its_reply() {
-    let agent = ada("Hello, Sam.").await;
+    let (_db, agent) = ada("Hello, Sam.").await;
     let inbound = msg(Platform::Web, "hi Ada");
     let id = journal(&agent, &inbound).await;
     let outcome = agent.process(id, &inbound, false).await.unwrap();
@@ -86,7 +89,7 @@ async fn a_message_is_answered_and_remembered_with_its_reply() {
 
 #[tokio::test]
 async fn a_chat_mute_is_answered_without_the_model_and_silences_the_room() {
-    let agent = ada("Hello, Sam.").await;
+    let (_db, agent) = ada("Hello, Sam.").await;
     let mute = msg(Platform::Telegram, "/mute");
     let id = journal(&agent, &mute).await;
     let answer = replied(&agent.process(id, &mute, false).await.unwrap());
