@@ -82,13 +82,7 @@ impl Agent {
                 room: Some(&room),
                 user: Some((inbound.platform(), &inbound.author.id)),
             };
-            let tokens = crate::spend::Tokens {
-                prompt: c.prompt_tokens,
-                completion: c.completion_tokens,
-                cached: c.cached_tokens,
-                prompt_chars: prompt.system.len() + prompt.user.len(),
-                completion_chars: c.text.len(),
-            };
+            let tokens = crate::spend::Tokens::of_call(prompt, c);
             meter
                 .record(
                     who,

@@ -318,13 +318,7 @@ impl Memory {
         let turn = crate::spend::Turn::new(crate::spend::Priority::Background, &self.agent_id);
         let result = turn.scope(model.provider.complete(prompt)).await;
         if let (Some(meter), Ok(c)) = (&model.meter, &result) {
-            let tokens = crate::spend::Tokens {
-                prompt: c.prompt_tokens,
-                completion: c.completion_tokens,
-                cached: c.cached_tokens,
-                prompt_chars: prompt.system.len() + prompt.user.len(),
-                completion_chars: c.text.len(),
-            };
+            let tokens = crate::spend::Tokens::of_call(prompt, c);
             meter
                 .record(nobody, purpose, &model.provider.describe(), tokens)
                 .await;
