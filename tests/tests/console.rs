@@ -61,6 +61,21 @@ async fn open(browser: &Browser, app: &TestApp, page: &str, query: &str) {
         .await;
 }
 
+/// Drops the two knowledge files most tests search and waits until both are listed.
+async fn drop_ferries_and_lamps(browser: &Browser) {
+    drop_files(browser, &[("ferries.md", FERRIES), ("lamps.md", LAMPS)]).await;
+    browser
+        .wait_for(
+            "both files listed",
+            &format!(
+                "{} && {}",
+                document_row("ferries.md"),
+                document_row("lamps.md")
+            ),
+        )
+        .await;
+}
+
 /// Drops `files` (name, text) on the Knowledge page's drop zone, as a drag from the desktop
 /// does: one `drop` event whose DataTransfer holds them all.
 async fn drop_files(browser: &Browser, files: &[(&str, &str)]) {
@@ -293,17 +308,7 @@ async fn two_dropped_files_upload_and_are_listed() {
     let fake = FakeOpenAi::start().await;
     let app = spawn(&fake, None).await;
     open(&browser, &app, "knowledge", "agent=ada").await;
-    drop_files(&browser, &[("ferries.md", FERRIES), ("lamps.md", LAMPS)]).await;
-    browser
-        .wait_for(
-            "both files listed",
-            &format!(
-                "{} && {}",
-                document_row("ferries.md"),
-                document_row("lamps.md")
-            ),
-        )
-        .await;
+    drop_ferries_and_lamps(&browser).await;
     // Each file had its own progress bar, and each finished.
     let bars = browser
         .run(

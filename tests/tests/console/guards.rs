@@ -3,7 +3,7 @@
 //! says what went wrong. The page's `fetch` is wrapped in the page to hold one answer back
 //! (a slow server for that request only) or to fail one.
 
-use super::{BIO, FERRIES, LAMPS, document_row, drop_files, open, set_source, spawn};
+use super::{BIO, drop_ferries_and_lamps, open, set_source, spawn};
 use serde_json::json;
 use std::time::Duration;
 use troupe_e2e::browser::Browser;
@@ -67,17 +67,7 @@ async fn a_slow_earlier_search_does_not_overwrite_a_newer_one() {
     let fake = FakeOpenAi::start().await;
     let app = spawn(&fake, None).await;
     open(&browser, &app, "knowledge", "agent=ada").await;
-    drop_files(&browser, &[("ferries.md", FERRIES), ("lamps.md", LAMPS)]).await;
-    browser
-        .wait_for(
-            "both files listed",
-            &format!(
-                "{} && {}",
-                document_row("ferries.md"),
-                document_row("lamps.md")
-            ),
-        )
-        .await;
+    drop_ferries_and_lamps(&browser).await;
     // The search for the ferry is slow; while it hangs, the user types a new query.
     hold_answers(&browser, "/knowledge/search", "ferry").await;
     set_query(&browser, "night ferry").await;
