@@ -18,6 +18,7 @@
 //! sleeps: every wait wakes on a change and is bounded by [`WAIT`], and a timeout fails
 //! with what the fake saw.
 
+use crate::sync::Locked;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -99,7 +100,7 @@ impl InboundSink for RecordingSink {
         {
             return Err(SinkError::Rejected("the database refuses its text".into()));
         }
-        let mut accepted = self.accepted.lock().unwrap_or_else(|e| e.into_inner());
+        let mut accepted = self.accepted.locked();
         if accepted.iter().any(|m| m.id == message.id) {
             return Ok(Accepted::Duplicate);
         }
@@ -122,10 +123,7 @@ impl RecordingSink {
                 fake.diagnostics()
             );
         }
-        self.accepted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.accepted.locked().clone()
     }
 }
 

@@ -13,6 +13,7 @@
 //! platforms: no module imports one that imports it back.
 
 use crate::model::{AgentId, Inbound, MessageId, Outbound, Platform, RoomRef, UserId};
+use crate::sync::Locked;
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -77,18 +78,10 @@ pub struct MemoryState(std::sync::Mutex<std::collections::HashMap<String, String
 #[async_trait]
 impl ConnectorState for MemoryState {
     async fn get(&self, key: &str) -> Result<Option<String>, SinkError> {
-        Ok(self
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .cloned())
+        Ok(self.0.locked().get(key).cloned())
     }
     async fn put(&self, key: &str, value: &str) -> Result<(), SinkError> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.to_string(), value.to_string());
+        self.0.locked().insert(key.to_string(), value.to_string());
         Ok(())
     }
 }

@@ -18,6 +18,8 @@
 //! - `farcaster` (feature `farcaster`, on by default): Farcaster over Neynar's v2 API,
 //!   polling notifications or taking signed webhooks, posting replies as chained casts.
 //! - [`telegram`] (feature `telegram`, on by default): the Telegram Bot API connector.
+//! - [`sync`]: lock-poison recovery (`locked()`, `read_locked()`, `write_locked()`), one
+//!   rule for every `std::sync` lock in both crates.
 //! - [`tls`]: the one TLS crypto provider (ring), and the builder every HTTP client comes
 //!   from.
 //! - `conformance` (tests only): one test body that every connector runs against its fake
@@ -44,6 +46,7 @@ pub mod fuzzing;
 pub mod model;
 pub mod registry;
 pub mod split;
+pub mod sync;
 #[cfg(feature = "telegram")]
 pub mod telegram;
 pub mod tls;

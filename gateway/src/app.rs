@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use troupe_connectors::sync::Locked;
 
 use crate::agent::{Agent, Agents, Dispatcher, Mind};
 use crate::bus::{Bus, InProcessBus};
@@ -490,20 +491,12 @@ impl App {
     /// Spawns `task` on the serving tracker, or keeps it for `run_until_stopped` when
     /// serving has not started yet.
     fn schedule(&self, task: PendingTask) {
-        let serving = self
-            .serving
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let serving = self.serving.locked().clone();
         match serving {
             Some(tracker) => {
                 tracker.spawn(task);
             }
-            None => self
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(task),
+            None => self.pending.locked().push(task),
         }
     }
 
@@ -522,7 +515,7 @@ impl App {
     }
 
     fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
-        self.running.lock().unwrap_or_else(|e| e.into_inner())
+        self.running.locked()
     }
 
     fn remove_persona_from(&self, source: &std::path::Path) {
@@ -541,7 +534,7 @@ impl App {
     /// Serves until `shutdown` is cancelled, then stops taking work and drains.
     pub async fn run_until_stopped(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let tasks = TaskTracker::new();
-        *self.serving.lock().unwrap_or_else(|e| e.into_inner()) = Some(tasks.clone());
+        *self.serving.locked() = Some(tasks.clone());
         let root = self.root.clone();
         let stop_connectors = shutdown.clone();
         tasks.spawn(async move {
@@ -559,7 +552,7 @@ impl App {
                 "driving again messages a previous run left unfinished"
             );
         }
-        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        let pending = std::mem::take(&mut *self.pending.locked());
         for task in pending {
             tasks.spawn(task);
         }

@@ -21,6 +21,7 @@
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
+use troupe_connectors::sync::Locked;
 use troupe_connectors::{Accepted, AgentId, Inbound, InboundSink, SinkError};
 
 use crate::bus::{Bus, BusError, Envelope};
@@ -434,10 +435,7 @@ mod tests {
     #[async_trait]
     impl Bus for Recorded {
         async fn publish(&self, envelope: Envelope) -> Result<(), BusError> {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(envelope.journal_id);
+            self.0.locked().push(envelope.journal_id);
             Ok(())
         }
         fn depth(&self) -> usize {

@@ -21,6 +21,7 @@ use std::future::Future;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use troupe_connectors::sync::Locked;
 
 use serde::Serialize;
 use sqlx::Connection;
@@ -106,8 +107,7 @@ impl Elector {
     pub(crate) fn attach(&self, receiver: &str, connector_id: &str) {
         self.inner
             .owners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .insert(receiver.to_string(), connector_id.to_string());
     }
 
@@ -116,12 +116,7 @@ impl Elector {
     /// that receive everywhere are not listed. This is what `/readyz` can show as
     /// `standby`.
     pub fn connector_roles(&self) -> BTreeMap<String, Role> {
-        let owners = self
-            .inner
-            .owners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let owners = self.inner.owners.locked().clone();
         let mut by_connector = BTreeMap::new();
         for (receiver, role) in self.roles() {
             let Some(connector) = owners.get(&receiver) else {
@@ -309,7 +304,7 @@ impl Elector {
     }
 
     fn lock_roles(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Role>> {
-        self.inner.roles.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.roles.locked()
     }
 }
 

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use troupe_connectors::AgentId;
+use troupe_connectors::sync::Locked;
 
 use crate::limits::Scope;
 use crate::provider::ProviderError;
@@ -304,7 +305,7 @@ impl Waiters {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JournalId, Vec<oneshot::Sender<Outcome>>>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.locked()
     }
 }
 

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use troupe_connectors::sync::RwLocked;
 use troupe_connectors::{AgentId, Connector, Platform};
 
 type ByAgentAndPlatform = HashMap<(AgentId, Platform), Arc<dyn Connector>>;
@@ -26,24 +27,19 @@ impl Connectors {
     pub fn insert(&self, agent_id: &AgentId, connector: Arc<dyn Connector>) {
         let platform = connector.platform();
         self.inner
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .write_locked()
             .insert((agent_id.clone(), platform), connector);
     }
 
     /// Forgets every connector of `agent_id`.
     pub fn remove_agent(&self, agent_id: &AgentId) {
-        self.inner
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|(a, _), _| a != agent_id);
+        self.inner.write_locked().retain(|(a, _), _| a != agent_id);
     }
 
     /// The connector of `agent_id` on `platform`, when one is running.
     pub fn get(&self, agent_id: &AgentId, platform: Platform) -> Option<Arc<dyn Connector>> {
         self.inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .read_locked()
             .get(&(agent_id.clone(), platform))
             .cloned()
     }
@@ -51,8 +47,7 @@ impl Connectors {
     /// Every connector, for health checks.
     pub fn all(&self) -> Vec<(AgentId, Arc<dyn Connector>)> {
         self.inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .read_locked()
             .iter()
             .map(|((a, _), c)| (a.clone(), c.clone()))
             .collect()

@@ -20,6 +20,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use troupe_connectors::sync::Locked;
 use troupe_connectors::{Connector, InboundSink, panic_message};
 
 /// The longest wait before a panicked loop is started again.
@@ -53,11 +54,11 @@ pub(crate) struct LoopStatus {
 
 impl LoopStatus {
     fn set(&self, state: LoopState) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).0 = state;
+        self.inner.locked().0 = state;
     }
 
     fn panicked(&self, panic: String, at: Instant) -> u32 {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = self.inner.locked();
         inner.1 += 1;
         inner.0 = LoopState::Restarting { panic, at };
         inner.1
@@ -65,7 +66,7 @@ impl LoopStatus {
 
     /// The state, and the panics so far.
     pub(crate) fn get(&self) -> (LoopState, u32) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.inner.locked().clone()
     }
 
     /// Why this loop makes the replica not ready; `None` when it does not.
@@ -96,8 +97,7 @@ impl Receivers {
     pub(crate) fn replace(&self, connector: &str, count: usize) -> Vec<Arc<LoopStatus>> {
         let fresh: Vec<_> = (0..count).map(|_| Arc::default()).collect();
         self.by_connector
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .insert(connector.to_string(), fresh.clone());
         fresh
     }
@@ -105,8 +105,7 @@ impl Receivers {
     /// The loops of `connector`, none when it has no receiver here.
     pub(crate) fn of(&self, connector: &str) -> Vec<Arc<LoopStatus>> {
         self.by_connector
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .get(connector)
             .cloned()
             .unwrap_or_default()

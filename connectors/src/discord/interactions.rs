@@ -18,6 +18,7 @@
 //! Interaction tokens are secrets for their 15 minutes: they stay in this module's table and
 //! never reach a log line or an error (paths are shown without them).
 
+use crate::sync::Locked;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -155,7 +156,7 @@ pub(crate) struct Interactions(Mutex<HashMap<String, Pending>>);
 
 impl Interactions {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.locked()
     }
 
     pub(crate) fn remember(&self, command: &SlashCommand, may_steer: bool) {

@@ -5,6 +5,7 @@
 //! A sliding window over the instants messages were sent, so the limit holds over any five
 //! seconds. It only waits; a 429 that gets through anyway is handled by the sender.
 
+use crate::sync::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -32,7 +33,7 @@ impl Pacer {
     pub(crate) async fn wait_turn(&self, channel: u64) {
         loop {
             let ready_at = {
-                let mut all = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+                let mut all = self.channels.locked();
                 let now = Instant::now();
                 let ch = all.entry(channel).or_default();
                 while ch
@@ -71,7 +72,7 @@ impl Pacer {
 
     /// Holds `channel` back for `wait` from now.
     pub(crate) fn hold(&self, channel: u64, wait: Duration) {
-        let mut all = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self.channels.locked();
         let until = Instant::now() + wait;
         let ch = all.entry(channel).or_default();
         ch.not_before = Some(ch.not_before.map_or(until, |nb| nb.max(until)));

@@ -8,6 +8,7 @@
 //! sent again. Each message also carries a nonce derived from the key with
 //! `enforce_nonce`, so Discord itself drops a repeat of a create it already took.
 
+use crate::sync::Locked;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -72,7 +73,7 @@ fn body(
 
 impl DiscordConnector {
     fn channel_lock(&self, channel: u64) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.channel_locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locks = self.channel_locks.locked();
         if locks.len() > 4096 {
             locks.retain(|_, l| Arc::strong_count(l) > 1);
         }
@@ -92,8 +93,7 @@ impl DiscordConnector {
         }
         let mut sent: Vec<MessageId> = self
             .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .get(&reply.key)
             .cloned()
             .unwrap_or_default();
@@ -139,10 +139,7 @@ impl DiscordConnector {
                 }
             }
         }
-        self.progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&reply.key);
+        self.progress.locked().remove(&reply.key);
         let delivery = Delivery { message_ids: sent };
         lock_recent(&self.delivered).insert(reply.key.clone(), delivery.clone());
         Ok(delivery)
@@ -152,7 +149,7 @@ impl DiscordConnector {
         if sent.is_empty() {
             return;
         }
-        let mut progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let mut progress = self.progress.locked();
         if progress.len() > 1024 {
             progress.clear();
         }
@@ -169,7 +166,7 @@ impl DiscordConnector {
 }
 
 fn lock_recent(m: &Mutex<Recent>) -> std::sync::MutexGuard<'_, Recent> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.locked()
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! each with an idempotency key derived from the reply's key and the chunk's position, so a
 //! retried delivery finds the casts it already made instead of making them again.
 
+use crate::sync::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
@@ -42,7 +43,7 @@ pub(crate) struct Authors {
 
 impl Authors {
     pub(crate) fn remember(&self, hash: &str, fid: u64) {
-        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.inner.locked();
         let (map, order) = &mut *guard;
         if map.insert(hash.to_string(), fid).is_none() {
             order.push_back(hash.to_string());
@@ -55,7 +56,7 @@ impl Authors {
     }
 
     pub(crate) fn get(&self, hash: &str) -> Option<u64> {
-        let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = self.inner.locked();
         guard.0.get(hash).copied()
     }
 }

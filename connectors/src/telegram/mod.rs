@@ -29,6 +29,7 @@ pub(crate) mod fuzz {
     pub(crate) use super::normalize::{BotIdentity, GroupPolicy, normalize};
 }
 
+use crate::sync::{Locked, RwLocked};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -153,9 +154,9 @@ impl Connector for TelegramConnector {
                 self.serve_webhook(sink, me, url, secret, &shutdown).await
             }
         };
-        *self.live.write().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.live.write_locked() = None;
         // Not polling any more: the gateway's supervisor reports the loop's end itself.
-        *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = receive::PollClock::default();
+        *self.clock.locked() = receive::PollClock::default();
         result
     }
 
@@ -180,10 +181,7 @@ impl Connector for TelegramConnector {
     }
 
     fn quiet_for(&self) -> Option<std::time::Duration> {
-        self.clock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .quiet_for()
+        self.clock.locked().quiet_for()
     }
 
     /// A webhook is pushed to one replica per update; `getUpdates` serves one poller per

@@ -5,6 +5,7 @@
 //! minute (a token bucket with a burst would let 20 + 20 through in the first one). It only
 //! waits; a 429 that gets through anyway is handled by the sender.
 
+use crate::sync::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -35,7 +36,7 @@ impl Pacer {
     pub(crate) async fn wait_turn(&self, chat: i64) {
         loop {
             let ready_at = {
-                let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                let mut state = self.state.locked();
                 let now = Instant::now();
                 match state.earliest(chat, now) {
                     None => {

@@ -6,6 +6,7 @@
 //! 200 only after the sink accepted its update, else 500 so that Telegram delivers it again;
 //! a call without the exact secret token gets 401 and nothing is read.
 
+use crate::sync::{Locked, RwLocked};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -266,11 +267,11 @@ impl TelegramConnector {
     }
 
     fn clock(&self) -> std::sync::MutexGuard<'_, PollClock> {
-        self.clock.lock().unwrap_or_else(|e| e.into_inner())
+        self.clock.locked()
     }
 
     fn in_hand(&self) -> std::sync::MutexGuard<'_, InHand> {
-        self.in_hand.lock().unwrap_or_else(|e| e.into_inner())
+        self.in_hand.locked()
     }
 
     async fn save_offset(&self, before: Option<i32>, now: Option<i32>) {
@@ -316,7 +317,7 @@ impl TelegramConnector {
         secret: &WebhookSecret,
         shutdown: &CancellationToken,
     ) -> Result<(), ConnectorError> {
-        *self.live.write().unwrap_or_else(|e| e.into_inner()) = Some(Live { sink, me });
+        *self.live.write_locked() = Some(Live { sink, me });
         let mut failures = 0;
         loop {
             let request = self
@@ -372,7 +373,7 @@ impl TelegramConnector {
                     "detail": "missing or wrong X-Telegram-Bot-Api-Secret-Token"}),
             );
         }
-        let live = self.live.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let live = self.live.read_locked().clone();
         let Some(live) = live else {
             return respond(
                 503,

@@ -7,6 +7,7 @@
 //! continues after the last part that got through, and a reply already delivered is not
 //! sent again.
 
+use crate::sync::Locked;
 use std::sync::Arc;
 use std::time::Duration;
 use teloxide::RequestError;
@@ -69,18 +70,12 @@ impl TelegramConnector {
         }
         let chat_lock = self.chat_lock(target.chat);
         let _turn = chat_lock.lock().await;
-        if let Some(done) = self
-            .delivered
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&reply.key)
-        {
+        if let Some(done) = self.delivered.locked().get(&reply.key) {
             return Ok(done);
         }
         let mut sent = self
             .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .get(&reply.key)
             .cloned()
             .unwrap_or_default();
@@ -99,34 +94,26 @@ impl TelegramConnector {
                 Err(e) => {
                     if !e.is_retryable() {
                         // The outbox gives up on this reply: forget what was sent of it.
-                        self.progress
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .remove(&reply.key);
+                        self.progress.locked().remove(&reply.key);
                     }
                     return Err(e);
                 }
             };
             sent.push(id);
             self.progress
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .locked()
                 .insert(reply.key.clone(), sent.clone());
         }
-        self.progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&reply.key);
+        self.progress.locked().remove(&reply.key);
         let delivery = Delivery { message_ids: sent };
         self.delivered
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .insert(reply.key.clone(), delivery.clone());
         Ok(delivery)
     }
 
     fn chat_lock(&self, chat: i64) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.chat_locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locks = self.chat_locks.locked();
         if locks.len() > 1024 {
             locks.retain(|_, l| Arc::strong_count(l) > 1);
         }

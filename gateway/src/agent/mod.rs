@@ -42,6 +42,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
+use troupe_connectors::sync::RwLocked;
 use troupe_connectors::{AgentId, Inbound, Platform};
 
 use crate::bus::{Envelope, Handler};
@@ -134,7 +135,7 @@ impl Agent {
 
     /// The persona's spend meter (budgets, prices), when spend is on.
     pub fn meter(&self) -> Option<crate::spend::Meter> {
-        self.meter.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.meter.read_locked().clone()
     }
 
     /// This persona's connector on `platform`, when one is running.
@@ -143,14 +144,14 @@ impl Agent {
     }
 
     pub fn mind(&self) -> Arc<Mind> {
-        self.mind.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.mind.read_locked().clone()
     }
 
     /// Replaces the persona and provider; the next message uses them.
     pub fn reload(&self, mind: Mind) {
         let meter = self.spend.as_ref().map(|s| s.meter(&mind.persona));
-        *self.mind.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(mind);
-        *self.meter.write().unwrap_or_else(|e| e.into_inner()) = meter;
+        *self.mind.write_locked() = Arc::new(mind);
+        *self.meter.write_locked() = meter;
     }
 
     /// Handles one message and tells whoever waits on it how it went.
@@ -302,24 +303,16 @@ pub struct Agents {
 impl Agents {
     pub fn insert(&self, agent: Arc<Agent>) {
         self.inner
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .write_locked()
             .insert(agent.id.to_string(), agent);
     }
 
     pub fn remove(&self, id: &str) -> Option<Arc<Agent>> {
-        self.inner
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id)
+        self.inner.write_locked().remove(id)
     }
 
     pub fn by_id(&self, id: &str) -> Option<Arc<Agent>> {
-        self.inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id)
-            .cloned()
+        self.inner.read_locked().get(id).cloned()
     }
 
     /// Finds an agent by its id or, ignoring case, its persona's name.
@@ -334,13 +327,7 @@ impl Agents {
 
     /// Every agent, sorted by id.
     pub fn all(&self) -> Vec<Arc<Agent>> {
-        let mut all: Vec<_> = self
-            .inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let mut all: Vec<_> = self.inner.read_locked().values().cloned().collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all
     }

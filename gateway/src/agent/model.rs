@@ -82,7 +82,7 @@ impl Agent {
                 room: Some(&room),
                 user: Some((inbound.platform(), &inbound.author.id)),
             };
-            let tokens = crate::spend::Tokens::of_call(prompt, c);
+            let tokens = c.tokens(prompt);
             meter
                 .record(
                     who,

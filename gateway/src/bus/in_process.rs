@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 use troupe_connectors::AgentId;
+use troupe_connectors::sync::Locked;
 
 use super::{Bus, BusError, Envelope, Handler};
 
@@ -67,7 +68,7 @@ impl InProcessBus {
 
 impl Inner {
     fn lane(&self, agent: &AgentId) -> Arc<Semaphore> {
-        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lanes = self.lanes.locked();
         lanes
             .entry(agent.clone())
             .or_insert_with(|| Arc::new(Semaphore::new(self.turns)))
@@ -86,7 +87,7 @@ impl Inner {
             // than drop its messages.
             let turn = lane.acquire().await.ok();
             let next = {
-                let mut rooms = self.rooms.lock().unwrap_or_else(|e| e.into_inner());
+                let mut rooms = self.rooms.locked();
                 let queue = rooms.get_mut(&key);
                 match queue.and_then(VecDeque::pop_front) {
                     Some(item) => Some(item),
@@ -133,7 +134,7 @@ impl Bus for InProcessBus {
         let key = envelope.order_key();
         // The persona of a room that had no queue: its task is started below.
         let start = {
-            let mut rooms = self.inner.rooms.lock().unwrap_or_else(|e| e.into_inner());
+            let mut rooms = self.inner.rooms.locked();
             match rooms.get_mut(&key) {
                 Some(queue) => {
                     queue.push_back((envelope, slot));

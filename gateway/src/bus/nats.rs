@@ -67,6 +67,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use troupe_connectors::sync::Locked;
 use troupe_connectors::{AgentId, Inbound};
 
 use super::{Bus, BusError, Envelope, Handler};
@@ -111,7 +112,7 @@ enum AnswerTo {
 type RelayTargets = Arc<Mutex<HashMap<JournalId, String>>>;
 
 fn lock(targets: &RelayTargets) -> std::sync::MutexGuard<'_, HashMap<JournalId, String>> {
-    targets.lock().unwrap_or_else(|e| e.into_inner())
+    targets.locked()
 }
 
 /// A bus whose queue lives in NATS JetStream. A cheap handle on shared state.

@@ -21,6 +21,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use troupe_connectors::sync::Locked;
 
 use super::error::ApiError;
 
@@ -75,7 +76,7 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self.held.locked();
         if let Some(n) = held.get_mut(&self.key) {
             *n -= 1;
             if *n == 0 {
@@ -125,7 +126,7 @@ impl Slots {
             _ => reserved,
         };
         let key = crate::limits::api_key(peer);
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self.held.locked();
         let n = held.entry(key).or_insert(0);
         if *n >= self.per_address {
             return Err(TooMany);

@@ -38,6 +38,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use troupe_connectors::sync::Locked;
 
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
@@ -364,7 +365,7 @@ impl KeywordIndex {
         tokio::spawn(async move {
             let index = Arc::clone(&this);
             let added = blocking(move || {
-                let writer = index.writer.lock().unwrap_or_else(|p| p.into_inner());
+                let writer = index.writer.locked();
                 // No delete of the document first: its row is new (the insert would have
                 // found it otherwise), and a delete of an earlier copy was replayed before
                 // this change, since this one is the next. A delete per document cost the
@@ -427,7 +428,7 @@ impl KeywordIndex {
     async fn replay(self: &Arc<Self>, store: &Store) -> Result<i64, IndexError> {
         if !self.checked.load(Ordering::Relaxed) {
             let id = store.installation_id().await?;
-            let mut database = self.database.lock().unwrap_or_else(|p| p.into_inner());
+            let mut database = self.database.locked();
             if database.as_deref() != Some(id.as_str()) {
                 if database.is_some() {
                     tracing::info!("keyword index was built for another database; rebuilding");
@@ -457,7 +458,7 @@ impl KeywordIndex {
                 let this = Arc::clone(self);
                 let n = chunks.len();
                 blocking(move || {
-                    let writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
+                    let writer = this.writer.locked();
                     for d in &group {
                         writer.delete_term(Term::from_field_text(this.fields.document_id, d));
                     }
@@ -481,7 +482,7 @@ impl KeywordIndex {
         self.rebuilt_chunks.store(0, Ordering::Relaxed);
         let result = async {
             {
-                let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+                let writer = self.writer.locked();
                 writer.delete_all_documents()?;
             }
             let mut after = 0;
@@ -494,7 +495,7 @@ impl KeywordIndex {
                 let n = page.len() as i64;
                 let this = Arc::clone(self);
                 blocking(move || {
-                    let writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
+                    let writer = this.writer.locked();
                     this.add(&writer, &page)
                 })
                 .await?;
@@ -508,7 +509,7 @@ impl KeywordIndex {
         self.rebuilding.store(false, Ordering::Relaxed);
         if result.is_err() {
             // Nothing half-built is committed: the index stays as it was, to rebuild again.
-            let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let mut writer = self.writer.locked();
             if let Err(e) = writer.rollback() {
                 tracing::warn!(error = %e, "keyword index: could not roll back a failed rebuild");
             }
@@ -551,13 +552,8 @@ impl KeywordIndex {
 
     /// Commits with the last applied change as the payload, and makes it searchable.
     fn commit(&self, applied: i64) -> Result<(), IndexError> {
-        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        let database = self
-            .database
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or_default();
+        let mut writer = self.writer.locked();
+        let database = self.database.locked().clone().unwrap_or_default();
         let mut prepared = writer.prepare_commit()?;
         prepared.set_payload(&format!("{applied} {database}"));
         prepared.commit()?;

@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use troupe_connectors::sync::Locked;
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -342,7 +343,7 @@ impl Worker {
 
     /// A worker from the pool: alive, not too old, not idle too long.
     fn take_idle(&self) -> Option<Running> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle.locked();
         while let Some(mut r) = idle.pop() {
             if r.idle_since.elapsed() < IDLE_FOR && matches!(r.child.try_wait(), Ok(None)) {
                 return Some(r);
@@ -359,7 +360,7 @@ impl Worker {
             return;
         }
         running.idle_since = Instant::now();
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle.locked();
         if idle.len() >= self.settings.workers.max(1) {
             return;
         }
@@ -371,7 +372,7 @@ impl Worker {
             rt.spawn(async move {
                 tokio::time::sleep(IDLE_FOR).await;
                 if let Some(worker) = worker.upgrade() {
-                    let mut idle = worker.idle.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut idle = worker.idle.locked();
                     idle.retain(|r| r.idle_since.elapsed() < IDLE_FOR);
                 }
             });
@@ -408,7 +409,7 @@ impl Worker {
                 if n == 0 {
                     break;
                 }
-                let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+                let mut kept = kept.locked();
                 kept.extend_from_slice(&buf[..n]);
                 let over = kept.len().saturating_sub(MAX_STDERR as usize);
                 kept.drain(..over);

@@ -31,6 +31,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
+use troupe_connectors::sync::{Locked, RwLocked};
 
 use troupe_connectors::AgentId;
 
@@ -461,11 +462,11 @@ impl VectorIndex {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.state.read().unwrap_or_else(|p| p.into_inner())
+        self.state.read_locked()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        self.state.write().unwrap_or_else(|p| p.into_inner())
+        self.state.write_locked()
     }
 
     /// Decides the path once, and says which.
@@ -533,12 +534,7 @@ impl VectorIndex {
     }
 
     async fn ensure_pg_index(&self, store: &Store, dim: usize) -> Result<(), VectorError> {
-        if self
-            .pg_indexed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&dim)
-        {
+        if self.pg_indexed.locked().contains(&dim) {
             return Ok(());
         }
         if dim > HNSW_MAX_DIMENSIONS {
@@ -548,10 +544,7 @@ impl VectorIndex {
             tracing::info!(model = %self.model, dim, "making sure pgvector's HNSW index exists");
             store.pgvector_ensure_index(&self.model, dim).await?;
         }
-        self.pg_indexed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(dim);
+        self.pg_indexed.locked().insert(dim);
         Ok(())
     }
 

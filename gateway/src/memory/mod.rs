@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use troupe_connectors::sync::Locked;
 use troupe_connectors::{AgentId, Inbound, Platform, RoomKey, UserId};
 
 use crate::config::{AgentSettings, MemorySettings};
@@ -246,7 +247,7 @@ impl Memory {
     /// Marks `key` as under way. `None` when a run for it already is: that run is asked
     /// for one more pass instead.
     fn begin(&self, key: Upkeep) -> Option<InFlight> {
-        let mut runs = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let mut runs = self.in_flight.locked();
         if let Some(again) = runs.get_mut(&key) {
             *again = true;
             return None;
@@ -318,7 +319,7 @@ impl Memory {
         let turn = crate::spend::Turn::new(crate::spend::Priority::Background, &self.agent_id);
         let result = turn.scope(model.provider.complete(prompt)).await;
         if let (Some(meter), Ok(c)) = (&model.meter, &result) {
-            let tokens = crate::spend::Tokens::of_call(prompt, c);
+            let tokens = c.tokens(prompt);
             meter
                 .record(nobody, purpose, &model.provider.describe(), tokens)
                 .await;
@@ -365,7 +366,7 @@ impl InFlight {
     /// request); otherwise ends the run. One lock for both, so a request made just as the
     /// run ends is either seen here or finds the run gone and starts its own.
     fn again(&mut self) -> bool {
-        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut runs = self.runs.locked();
         let Some(key) = &self.key else {
             return false;
         };
@@ -384,10 +385,7 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
-            self.runs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&key);
+            self.runs.locked().remove(&key);
         }
     }
 }

@@ -8,6 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
+use troupe_connectors::sync::Locked;
 // The breaker's clock: tokio's, so a paused test clock drives it too.
 use tokio::time::Instant as Moment;
 use tokio_util::sync::CancellationToken;
@@ -72,7 +73,7 @@ impl Breakers {
 
     /// The breaker of `target`'s account. The key is hashed so the map holds no copy of it.
     pub(super) fn for_target(&self, target: &Target) -> Arc<Breaker> {
-        let mut map = self.by_account.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.by_account.locked();
         map.entry(Self::account_key(target))
             .or_insert_with(|| {
                 Arc::new(Breaker::new(
@@ -309,7 +310,7 @@ impl Breaker {
     }
 
     fn lock(&self) -> MutexGuard<'_, Circuit> {
-        self.circuit.lock().unwrap_or_else(|e| e.into_inner())
+        self.circuit.locked()
     }
 
     fn bump(&self) {

@@ -49,6 +49,21 @@ pub struct Completion {
     pub cached_tokens: Option<u32>,
 }
 
+impl Completion {
+    /// What this call used, for the spend ledger: the provider's counts, and the sizes of the
+    /// prompt and the answer for the counts it did not give. The reply and memory upkeep both
+    /// account this way. (It lives here, not in `spend`, because `spend` sits below `provider`.)
+    pub(crate) fn tokens(&self, prompt: &Prompt) -> crate::spend::Tokens {
+        crate::spend::Tokens {
+            prompt: self.prompt_tokens,
+            completion: self.completion_tokens,
+            cached: self.cached_tokens,
+            prompt_chars: prompt.system.len() + prompt.user.len(),
+            completion_chars: self.text.len(),
+        }
+    }
+}
+
 /// Errors the agent and the HTTP layer branch on.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ProviderError {

@@ -26,23 +26,6 @@ pub struct Tokens {
     pub completion_chars: usize,
 }
 
-impl Tokens {
-    /// What one model call used: the provider's counts, and the sizes of the prompt and the
-    /// answer for the counts it did not give. The reply and memory upkeep both account this way.
-    pub(crate) fn of_call(
-        prompt: &crate::persona::Prompt,
-        completion: &crate::provider::Completion,
-    ) -> Tokens {
-        Tokens {
-            prompt: completion.prompt_tokens,
-            completion: completion.completion_tokens,
-            cached: completion.cached_tokens,
-            prompt_chars: prompt.system.len() + prompt.user.len(),
-            completion_chars: completion.text.len(),
-        }
-    }
-}
-
 /// One token per this many characters, when the provider reports no usage.
 const CHARS_PER_TOKEN: usize = 4;
 

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use troupe_connectors::sync::Locked;
 
 /// Limits of one provider account. Zero means no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -119,7 +120,7 @@ impl Scheduler {
     /// The account for `key` (a hash of vendor, base URL and API key: the map holds no
     /// key), made on first use.
     pub fn account(&self, key: u64, label: &str) -> Arc<Account> {
-        let mut map = self.accounts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.accounts.locked();
         map.entry(key)
             .or_insert_with(|| Arc::new(Account::new(label.to_string(), self.limits)))
             .clone()
@@ -234,7 +235,7 @@ impl Account {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// Waits for this call's turn (see the module doc), in the running task's [`Turn`].

@@ -14,6 +14,7 @@ mod profile;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use troupe_connectors::sync::Locked;
 
 pub use profile::{Profile, Role};
 
@@ -103,7 +104,7 @@ impl Embedder {
     pub fn remembered(&self) -> Vec<(String, Vec<f32>)> {
         match &self.inner.memo {
             Some(memo) => {
-                let memo = memo.lock().unwrap_or_else(|p| p.into_inner());
+                let memo = memo.locked();
                 memo.iter().map(|(t, v)| (t.clone(), v.clone())).collect()
             }
             None => Vec::new(),
@@ -114,7 +115,7 @@ impl Embedder {
     /// trusted as they are: call [`Embedder::check_remembered`] on what came from elsewhere.
     pub fn remember(&self, entries: impl IntoIterator<Item = (String, Vec<f32>)>) {
         if let Some(memo) = &self.inner.memo {
-            let mut memo = memo.lock().unwrap_or_else(|p| p.into_inner());
+            let mut memo = memo.locked();
             memo.extend(entries);
         }
     }
@@ -122,7 +123,7 @@ impl Embedder {
     /// Empties the memo: after [`Embedder::check_remembered`] found kept vectors stale.
     pub fn forget_remembered(&self) {
         if let Some(memo) = &self.inner.memo {
-            memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            memo.locked().clear();
         }
     }
 
@@ -198,7 +199,7 @@ impl Embedder {
             .collect();
         let mut out: Vec<Option<Vec<f32>>> = match &self.inner.memo {
             Some(memo) => {
-                let memo = memo.lock().unwrap_or_else(|p| p.into_inner());
+                let memo = memo.locked();
                 prefixed.iter().map(|t| memo.get(t).cloned()).collect()
             }
             None => vec![None; prefixed.len()],
@@ -221,7 +222,7 @@ impl Embedder {
             }
         }
         if let Some(memo) = &self.inner.memo {
-            let mut memo = memo.lock().unwrap_or_else(|p| p.into_inner());
+            let mut memo = memo.locked();
             for &i in &todo {
                 if let Some(v) = &out[i] {
                     memo.insert(prefixed[i].clone(), v.clone());
