@@ -367,7 +367,7 @@ impl Knowledge {
                 .record(
                     nobody,
                     crate::spend::Purpose::Embedding,
-                    &embedder.describe(),
+                    &embedder.model(),
                     tokens,
                 )
                 .await;

@@ -109,9 +109,9 @@ pub use knowledge::{
     DocumentRow, EmbeddingChange, IndexChunk, NewDocument, NewEmbedding, Scope, ScoredChunk,
     StoredVector, UnembeddedChunk,
 };
-pub use memory::RoomContext;
+pub use memory::{RoomContext, RoomReads};
 pub use pgvector::{HNSW_MAX_DIMENSIONS, PgVector};
-pub use rooms::{RoomControl, RoomState};
+pub use rooms::{RoomControl, RoomState, Speaker};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};
 
