@@ -23,7 +23,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{is_ident, repo, strip_comments_and_strings, strip_test_modules};
+use super::{
+    block_end, is_ident, repo, rust_files, strip_comments_and_strings, strip_test_modules,
+};
 
 const MAX_FUNCTION_LINES: usize = 80;
 const MAX_FILE_LINES: usize = 800;
@@ -75,22 +77,6 @@ fn production_sources() -> Vec<Source> {
         }
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
-    out
-}
-
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("a source directory") {
-            let path = entry.expect("a directory entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
     out
 }
 
@@ -164,21 +150,7 @@ fn functions(code: &str) -> Vec<Function<'_>> {
         if b[open] == b';' {
             continue;
         }
-        let mut depth = 0usize;
-        let mut end = code.len();
-        for (k, c) in code[open..].char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = open + k + 1;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
+        let end = block_end(code, open);
         let line_start = code[..at].rfind('\n').map_or(0, |k| k + 1);
         out.push(Function {
             name,
