@@ -5,8 +5,8 @@
 
 use super::writer::{HandledReq, MemoryReq, StartReq};
 use super::{
-    HandledMessage, JournalId, MemoryMessage, NewMemory, OutboxId, RecordedReply, ReplyStart,
-    Result, RoomState, RoomSummary, StorageError, Store, parse_json, with_pool,
+    HandledMessage, HotPath, JournalId, MemoryMessage, NewMemory, OutboxId, RecordedReply,
+    ReplyStart, Result, RoomState, RoomSummary, StorageError, Store, parse_json, with_pool,
 };
 use troupe_connectors::{AgentId, Outbound, RoomKey};
 
@@ -38,13 +38,13 @@ impl Store {
 
     /// On the SQLite engine's thread when there is one, else batched by the writer task.
     async fn handled(&self, req: HandledReq) -> Result<Option<RecordedReply>> {
-        match &self.engine {
-            Some(engine) => {
+        match &self.hot {
+            HotPath::Engine(engine) => {
                 engine
                     .call(move |conn| super::engine::record_handled(conn, &req))
                     .await
             }
-            None => self.writer.record_handled(req).await,
+            HotPath::Writer(writer) => writer.record_handled(req).await,
         }
     }
 
@@ -58,7 +58,7 @@ impl Store {
         // Ids follow commit order within a room (one transaction writes the inbound, then
         // the reply), which is the order the conversation happened in; platform timestamps
         // may disagree by a few milliseconds.
-        if let Some(engine) = &self.engine {
+        if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
                 .call(move |conn| super::engine::recent_messages(conn, &agent, &room, limit))
@@ -98,7 +98,7 @@ impl Store {
             RoomReads::Window { limit } => (Some(limit), false),
             RoomReads::WindowAndSummary { limit } => (Some(limit), true),
         };
-        if let Some(engine) = &self.engine {
+        if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
                 .call(move |conn| {

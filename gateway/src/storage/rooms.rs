@@ -47,7 +47,7 @@ pub enum Speaker {
 impl Store {
     /// The room's controls; the defaults when nobody steered it.
     pub async fn room_state(&self, agent_id: &AgentId, room: &RoomKey) -> Result<RoomState> {
-        if let Some(engine) = &self.engine {
+        if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
                 .call(move |conn| room_state_on(conn, &agent, &room))

@@ -938,12 +938,14 @@ async fn write_kinds(
     handled: Vec<writer::HandledReq>,
     delivered: Vec<writer::DeliveredReq>,
 ) -> writer::Together {
-    match (&store.engine, &store.pool) {
-        (Some(engine), _) => engine::write_kinds(engine, journal, handled, delivered).await,
-        (None, Pool::Postgres(pool)) => {
+    match (&store.hot, &store.pool) {
+        (HotPath::Engine(engine), _) => {
+            engine::write_kinds(engine, journal, handled, delivered).await
+        }
+        (HotPath::Writer(_), Pool::Postgres(pool)) => {
             writer::write_kinds(pool, journal, handled, delivered).await
         }
-        (None, Pool::Sqlite(_)) => panic!("a SQLite store without its engine"),
+        (HotPath::Writer(_), Pool::Sqlite(_)) => unreachable!("a SQLite store has its engine"),
     }
 }
 
