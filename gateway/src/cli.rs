@@ -375,7 +375,7 @@ async fn open_knowledge(
     config: &Config,
     persona: &crate::persona::Persona,
 ) -> anyhow::Result<crate::knowledge::Knowledge> {
-    let store = connect(&config).await?;
+    let store = connect(config).await?;
     store.upsert_agent(&persona.id, &persona.name).await?;
     Ok(crate::knowledge::Knowledge::from_settings(
         store,

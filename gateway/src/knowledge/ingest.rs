@@ -340,24 +340,41 @@ impl Knowledge {
     ) -> Result<(), KnowledgeError> {
         let model = embedder.model_key();
         for page in chunks.chunks(EMBED_PAGE) {
-            let texts: Vec<&str> = page.iter().map(|(_, t)| t.as_str()).collect();
-            let vectors = self
-                .embed_for(embedder, agent_id, &texts, Role::Passage)
-                .await
-                .map_err(KnowledgeError::Embedding)?;
-            let rows: Vec<NewEmbedding> = page
+            let page: Vec<_> = page
                 .iter()
-                .zip(vectors)
-                .map(|((id, _), v)| NewEmbedding {
-                    chunk_id: id.clone(),
-                    agent_id: agent_id.clone(),
-                    scope: scope.clone(),
-                    vector: embed::to_bytes(&v),
-                })
+                .map(|(id, text)| (id.as_str(), scope, text.as_str()))
                 .collect();
-            self.inner.store.put_embeddings(&model, &rows).await?;
+            self.embed_page(embedder, &model, agent_id, &page).await?;
         }
         Ok(())
+    }
+
+    /// Embeds one page of `agent_id`'s chunks, `(chunk id, scope, text)`, as passages, and
+    /// stores their vectors under `model`: how many.
+    async fn embed_page(
+        &self,
+        embedder: &Embedder,
+        model: &str,
+        agent_id: &AgentId,
+        page: &[(&str, &Scope, &str)],
+    ) -> Result<usize, KnowledgeError> {
+        let texts: Vec<&str> = page.iter().map(|(_, _, text)| *text).collect();
+        let vectors = self
+            .embed_for(embedder, agent_id, &texts, Role::Passage)
+            .await
+            .map_err(KnowledgeError::Embedding)?;
+        let rows: Vec<NewEmbedding> = page
+            .iter()
+            .zip(vectors)
+            .map(|((id, scope, _), v)| NewEmbedding {
+                chunk_id: id.to_string(),
+                agent_id: agent_id.clone(),
+                scope: (*scope).clone(),
+                vector: embed::to_bytes(&v),
+            })
+            .collect();
+        self.inner.store.put_embeddings(model, &rows).await?;
+        Ok(rows.len())
     }
 
     /// Ingests the text-like attachments of a chat message for its room: fetched (at most
@@ -491,23 +508,12 @@ impl Knowledge {
                 return Ok(done);
             };
             after = last.seq;
-            let texts: Vec<&str> = page.iter().map(|c| c.text.as_str()).collect();
-            let vectors = self
-                .embed_for(embedder, agent_id, &texts, Role::Passage)
-                .await
-                .map_err(KnowledgeError::Embedding)?;
-            let rows: Vec<_> = page
+            // Every chunk of the page is `agent_id`'s: the page is read for it alone.
+            let page: Vec<_> = page
                 .iter()
-                .zip(vectors)
-                .map(|(c, v)| NewEmbedding {
-                    chunk_id: c.id.clone(),
-                    agent_id: c.agent_id.clone(),
-                    scope: c.scope.clone(),
-                    vector: embed::to_bytes(&v),
-                })
+                .map(|c| (c.id.as_str(), &c.scope, c.text.as_str()))
                 .collect();
-            store.put_embeddings(&model, &rows).await?;
-            done += rows.len();
+            done += self.embed_page(embedder, &model, agent_id, &page).await?;
             progress(done);
         }
     }
