@@ -166,24 +166,7 @@ async fn messages(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCod
         return over_http(addr, &args, &run_id, idle_rss, bench.shutdown, bench.tasks).await;
     }
     let (backend, bus_kind) = (bench.backend, bench.bus_kind);
-
-    // Phase 1, latency: one conversation, one message at a time, so each figure is the
-    // gateway's own cost for one message with nothing queued ahead of it.
-    let single = args.latency_messages;
-    eprintln!(
-        "troupe bench ({backend:?}, {bus_kind}, {replicas} replica(s)): latency over {single} sequential messages in one room"
-    );
-    let mut latencies = converse_many(
-        &bench.ingresses,
-        &run_id,
-        &bench.agent_id,
-        usize::MAX,
-        single,
-        args.warmup,
-    )
-    .await?;
-    latencies.sort();
-
+    let latencies = latency(&bench, &run_id, args.latency_messages, args.warmup).await?;
     let rooms = args.rooms.max(1);
     let per_room = args.messages.div_ceil(rooms);
     let (loaded, elapsed) = throughput(&bench, &run_id, rooms, per_room, args.warmup).await?;
@@ -301,6 +284,34 @@ impl Running {
             tasks,
         })
     }
+}
+
+/// Phase 1, latency: one conversation, one message at a time, so each figure is the
+/// gateway's own cost for one message with nothing queued ahead of it. The latency of each
+/// measured message, sorted.
+async fn latency(
+    bench: &Running,
+    run_id: &str,
+    single: usize,
+    warmup: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    eprintln!(
+        "troupe bench ({:?}, {}, {} replica(s)): latency over {single} sequential messages in one room",
+        bench.backend,
+        bench.bus_kind,
+        bench.ingresses.len()
+    );
+    let mut latencies = converse_many(
+        &bench.ingresses,
+        run_id,
+        &bench.agent_id,
+        usize::MAX,
+        single,
+        warmup,
+    )
+    .await?;
+    latencies.sort();
+    Ok(latencies)
 }
 
 /// Phase 2, throughput: `rooms` conversations at once. The latency of each measured
