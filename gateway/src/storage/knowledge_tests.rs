@@ -160,16 +160,16 @@ async fn identical_content_is_stored_once_per_scope(store: Store) {
 
 async fn delete_removes_chunks_and_vectors(store: Store) {
     let k = knowledge(&store);
-    let doc = k
-        .ingest(
+    let tides = || {
+        k.ingest(
             &AGENT,
             None,
             "tides.md",
             None,
             b"# Tides\n\nHigh tide is at six.",
         )
-        .await
-        .unwrap();
+    };
+    let doc = tides().await.unwrap();
     let chunk = format!("{}:0", doc.document_id);
     store
         .put_embeddings("m1", &[embedding(&chunk, None, vec![0, 0, 128, 63])])
@@ -208,16 +208,7 @@ async fn delete_removes_chunks_and_vectors(store: Store) {
         Err(KnowledgeError::NotFound(_))
     ));
     // And the same content can come back after a delete.
-    let back = k
-        .ingest(
-            &AGENT,
-            None,
-            "tides.md",
-            None,
-            b"# Tides\n\nHigh tide is at six.",
-        )
-        .await
-        .unwrap();
+    let back = tides().await.unwrap();
     assert!(!back.duplicate);
     assert_eq!(
         k.search(&AGENT, None, "tide six", 5).await.unwrap().len(),
