@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::fake_openai::FakeOpenAi;
+use crate::multipart::{self, Part};
 
 /// How long the binary may take to print its address and answer `/healthz`.
 const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
@@ -102,6 +103,31 @@ where
             panic!("still not true after {timeout:?}: {what}");
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// One try at posting `body` to `url`, the messages route of one of several replicas: the
+/// reply texts on a 2xx; `None` when that replica is down or answered 5xx, so that the
+/// caller tries again (on another one); a panic on any other status.
+pub async fn try_post_message(
+    client: &reqwest::Client,
+    url: &str,
+    body: &Value,
+) -> Option<Vec<String>> {
+    match client.post(url).json(body).send().await {
+        Ok(r) if r.status().is_success() => {
+            let v: Value = r.json().await.expect("reply JSON");
+            let replies = v["replies"].as_array().expect("replies");
+            Some(
+                replies
+                    .iter()
+                    .map(|r| r["text"].as_str().unwrap_or_default().to_string())
+                    .collect(),
+            )
+        }
+        Ok(r) if r.status().is_server_error() => None,
+        Ok(r) => panic!("{url} answered {}", r.status()),
+        Err(_) => None,
     }
 }
 
@@ -655,6 +681,17 @@ impl TestApp {
             .header(reqwest::header::CONTENT_TYPE, content_type)
             .body(body.to_string());
         if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        Self::read(req.send().await, &format!("POST {path}")).await
+    }
+
+    /// `POST /api/agents/{agent}/documents` of `parts` (see [`crate::multipart`]), with the
+    /// configured API token if any.
+    pub async fn upload(&self, agent: &str, parts: &[Part<'_>]) -> (StatusCode, Value) {
+        let path = format!("/api/agents/{agent}/documents");
+        let mut req = multipart::attach(self.client.post(self.url(&path)), parts);
+        if let Some(t) = &self.options.api_token {
             req = req.bearer_auth(t);
         }
         Self::read(req.send().await, &format!("POST {path}")).await

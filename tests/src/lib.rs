@@ -15,6 +15,7 @@
 //!   SQLite file or Postgres database, with port discovery, restart and log capture.
 //! - [`browser`]: headless Chromium over WebDriver, for the console's browser tests.
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
+//! - [`multipart`]: hand-built document uploads, the fields in the order a test gives.
 //! - [`recorder`]: an endpoint that only records what reached it (method, path,
 //!   `Authorization`), standing for an attacker's server.
 //! - [`services`]: private Postgres and NATS servers that a fault test may restart.
@@ -30,18 +31,20 @@ pub mod fake_discord;
 pub mod fake_neynar;
 pub mod fake_openai;
 pub mod fake_telegram;
+pub mod multipart;
 pub mod recorder;
 pub mod services;
 pub mod wait;
 
 pub use app::{
     Backend, TestApp, TestAppOptions, eventually, json_contains_text, persona_json, troupe_bin,
+    try_post_message,
 };
 pub use fake_openai::{
     ChatMessage, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, Outcome, Script,
 };
 pub use services::{PrivateNats, PrivatePostgres};
-pub use wait::Diagnose;
+pub use wait::{Diagnose, WAIT};
 
 /// An HTTP client builder for tests and fakes. reqwest is built without a TLS provider of
 /// its own (troupe installs ring for the whole process, `troupe_connectors::tls`), so the

@@ -14,6 +14,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+/// How long a test waits for work the gateway does in the background, on its own: a hang
+/// guard, not a timing assertion.
+pub const WAIT: Duration = Duration::from_secs(60);
+
 /// What a fake shows when a wait on it times out: the requests it got and its state, so
 /// that a failing test says what the connector or the gateway actually did.
 pub trait Diagnose {

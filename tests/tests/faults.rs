@@ -30,7 +30,7 @@ use troupe_e2e::fake_neynar::FakeNeynar;
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
 use troupe_e2e::{
     Backend, FakeOpenAi, PrivateNats, PrivatePostgres, Script, TestApp, TestAppOptions, eventually,
-    persona_json,
+    persona_json, try_post_message,
 };
 
 const AGENT: &str = "Max";
@@ -479,19 +479,8 @@ async fn post_until_answered(
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut target = first;
     loop {
-        match client.post(&urls[target]).json(body).send().await {
-            Ok(r) if r.status().is_success() => {
-                let v: Value = r.json().await.expect("reply JSON");
-                return v["replies"]
-                    .as_array()
-                    .expect("replies")
-                    .iter()
-                    .map(|r| r["text"].as_str().unwrap_or_default().to_string())
-                    .collect();
-            }
-            Ok(r) if r.status().is_server_error() => {}
-            Ok(r) => panic!("{} answered {}", urls[target], r.status()),
-            Err(_) => {}
+        if let Some(replies) = try_post_message(client, &urls[target], body).await {
+            return replies;
         }
         assert!(
             tokio::time::Instant::now() < deadline,

@@ -8,7 +8,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use troupe_e2e::fake_openai::openai_error;
 use troupe_e2e::{
-    Backend, FakeOpenAi, Script, TestApp, TestAppOptions, eventually, json_contains_text,
+    Backend, FakeOpenAi, Outcome, Script, TestApp, TestAppOptions, WAIT, eventually,
+    json_contains_text,
 };
 
 const AGENT: &str = "Ada";
@@ -42,10 +43,6 @@ async fn spawn_with(backend: Backend, fake: &FakeOpenAi) -> TestApp {
     )
     .await
 }
-
-/// How long a test waits for the gateway to send the fake a request on its own (no HTTP
-/// call to wait on). A hang guard, not a timing assertion.
-const WAIT: Duration = Duration::from_secs(60);
 
 /// Waits until the room's memories hold `text` (written by the gateway in the background).
 async fn wait_for_memory(app: &TestApp, room: &str, text: &str) {
@@ -92,6 +89,129 @@ fn assert_error_json(status: StatusCode, body: &Value, allowed: &[StatusCode]) -
     assert!(body["error"].is_string(), "no string `error` in {body}");
     assert!(body["detail"].is_string(), "no string `detail` in {body}");
     body.to_string()
+}
+
+/// The text of a message built with `json!`.
+fn text_of(msg: &Value) -> &str {
+    msg["text"].as_str().expect("the message has a text")
+}
+
+/// Posts `msg` while the model fails (a fallback the caller set): the answer is the JSON
+/// error of a failed model call. Returns how many requests the model has had.
+async fn post_while_the_model_fails(app: &TestApp, fake: &FakeOpenAi, msg: &Value) -> usize {
+    let (status, body) = app.post_message(AGENT, msg).await;
+    assert_error_json(
+        status,
+        &body,
+        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
+    );
+    let calls = fake.request_count();
+    assert!(calls >= 1, "the model was never called");
+    calls
+}
+
+/// While the model fails with `failure`, posting `msg` gets a JSON error; once the model is
+/// back, `msg` (still journaled) posted again is answered with `answer`.
+async fn a_failed_message_is_answered_once_the_model_is_back(
+    app: &TestApp,
+    fake: &FakeOpenAi,
+    failure: Script,
+    msg: &Value,
+    answer: &str,
+) {
+    fake.set_fallback(Some(failure));
+    post_while_the_model_fails(app, fake, msg).await;
+
+    fake.set_fallback(None);
+    fake.push_reply(answer);
+    let (status, body) = app.post_message(AGENT, msg).await;
+    assert_eq!(
+        reply_text(status, &body, fake),
+        answer,
+        "the journaled message was not answered"
+    );
+    assert!(fake.last_prompt_text().contains(text_of(msg)));
+}
+
+/// Posts `msg` on a task of its own, so that the test can act while it is in hand.
+fn post_in_the_background(
+    app: &TestApp,
+    msg: &Value,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let url = app.url(&format!("/api/agents/{AGENT}/messages"));
+    tokio::spawn(app.client().post(url).json(msg).send())
+}
+
+/// Posts `msg` twice, the second time while the model is on the first (its request number
+/// `calls + 1`), as a client retry does. The texts of the two replies, in the order posted.
+async fn post_again_during_the_answer(
+    app: &TestApp,
+    fake: &FakeOpenAi,
+    msg: &Value,
+    calls: usize,
+) -> [String; 2] {
+    let first = post_in_the_background(app, msg);
+    fake.wait_for_requests(calls + 1, WAIT).await;
+    let (status, second) = app.post_message(AGENT, msg).await;
+    let second = reply_text(status, &second, fake);
+    let first = first.await.expect("join").expect("the first post");
+    let status = first.status();
+    let first: Value = first.json().await.expect("the first answer is JSON");
+    [reply_text(status, &first, fake), second]
+}
+
+/// What the model was asked from its request number `calls + 1` on, leaving out a later
+/// message of r1 that this posts first: a room's messages are handled in order, so once
+/// that one is answered, any second handling of an earlier message is over too.
+async fn answers_since(app: &TestApp, fake: &FakeOpenAi, calls: usize) -> Vec<Outcome> {
+    let fence = "Thank you, Ada.";
+    let (status, body) = app.post_message(AGENT, &message("r1", fence)).await;
+    reply_text(status, &body, fake);
+    fake.requests()[calls..]
+        .iter()
+        .filter(|r| !r.prompt_text().contains(fence))
+        .map(|r| r.outcome.clone())
+        .collect()
+}
+
+/// Waits until the gateway, on its own, has sent the model `calls` requests, the last one
+/// for the journaled `msg`.
+async fn wait_for_the_drive_of(app: &TestApp, fake: &FakeOpenAi, msg: &Value, calls: usize) {
+    let reqs = fake
+        .try_wait_for_requests(calls, WAIT)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the journaled message was not driven again: {e}\n{}",
+                app.logs()
+            )
+        });
+    let prompt = reqs[calls - 1].prompt_text();
+    assert!(
+        prompt.contains(text_of(msg)),
+        "request {calls} is not for the journaled message:\n{prompt}"
+    );
+}
+
+/// Once `answer` is stored, `msg` posted again gets it without another model call: the
+/// model has had `calls` requests, and still has.
+async fn a_repost_gets_the_stored_answer(
+    app: &TestApp,
+    fake: &FakeOpenAi,
+    msg: &Value,
+    answer: &str,
+    calls: usize,
+) {
+    let room = msg["roomId"].as_str().expect("the message has a room");
+    wait_for_memory(app, room, answer).await;
+    let (status, body) = app.post_message(AGENT, msg).await;
+    assert_eq!(reply_text(status, &body, fake), answer);
+    assert_eq!(
+        fake.request_count(),
+        calls,
+        "answered twice: {:?}",
+        fake.requests()
+    );
 }
 
 async fn a_reply_comes_back(backend: Backend) {
@@ -261,21 +381,10 @@ async fn concurrent_posts_of_one_message_id_are_answered_once(backend: Backend) 
         Box::new(Script::reply("Just the one answer.")),
     ));
     let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-twice", "text": "Are you there?"});
-    let url = app.url(&format!("/api/agents/{AGENT}/messages"));
-    let first = tokio::spawn(app.client().post(url).json(&msg).send());
-    fake.wait_for_requests(1, WAIT).await;
-    let (status, second) = app.post_message(AGENT, &msg).await;
-    let first = first.await.expect("join").expect("the first post");
-    let first_status = first.status();
-    let first: Value = first.json().await.expect("the first answer is JSON");
-
+    let [first, second] = post_again_during_the_answer(&app, &fake, &msg, 0).await;
+    assert_eq!(first, "Just the one answer.");
     assert_eq!(
-        reply_text(first_status, &first, &fake),
-        "Just the one answer."
-    );
-    assert_eq!(
-        reply_text(status, &second, &fake),
-        "Just the one answer.",
+        second, "Just the one answer.",
         "the repost during the answer got another answer"
     );
     assert_eq!(
@@ -290,33 +399,23 @@ async fn a_model_error_is_reported_and_the_message_stays_journaled(backend: Back
     let fake = FakeOpenAi::start().await;
     let app = spawn_with(backend, &fake).await;
     // Every call fails until the model "recovers", so a retrying gateway fails too.
-    fake.set_fallback(Some(Script::Status(
+    let failure = Script::Status(
         500,
         openai_error(
             "The server had an error while processing your request.",
             "server_error",
             None,
         ),
-    )));
+    );
     let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-err", "text": "Tell me about the tides."});
-
-    let (status, body) = app.post_message(AGENT, &msg).await;
-    assert_error_json(
-        status,
-        &body,
-        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
-    );
-    assert!(fake.request_count() >= 1, "the model was never called");
-
-    fake.set_fallback(None);
-    fake.push_reply("The tides follow the moon.");
-    let (status, body) = app.post_message(AGENT, &msg).await;
-    assert_eq!(
-        reply_text(status, &body, &fake),
+    a_failed_message_is_answered_once_the_model_is_back(
+        &app,
+        &fake,
+        failure,
+        &msg,
         "The tides follow the moon.",
-        "the journaled message was not answered"
-    );
-    assert!(fake.last_prompt_text().contains("Tell me about the tides."));
+    )
+    .await;
 }
 
 async fn a_model_timeout_is_reported_and_the_message_stays_journaled(backend: Backend) {
@@ -328,27 +427,16 @@ async fn a_model_timeout_is_reported_and_the_message_stays_journaled(backend: Ba
             .env("TROUPE_MODEL_TIMEOUT_SECS", "2"),
     )
     .await;
-    fake.set_fallback(Some(Script::Hang));
     let msg =
         json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-hang", "text": "Are you awake?"});
-
-    let (status, body) = app.post_message(AGENT, &msg).await;
-    assert_error_json(
-        status,
-        &body,
-        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
-    );
-    assert!(fake.request_count() >= 1, "the model was never called");
-
-    fake.set_fallback(None);
-    fake.push_reply("Wide awake now.");
-    let (status, body) = app.post_message(AGENT, &msg).await;
-    assert_eq!(
-        reply_text(status, &body, &fake),
+    a_failed_message_is_answered_once_the_model_is_back(
+        &app,
+        &fake,
+        Script::Hang,
+        &msg,
         "Wide awake now.",
-        "the journaled message was not answered"
-    );
-    assert!(fake.last_prompt_text().contains("Are you awake?"));
+    )
+    .await;
 }
 
 async fn a_journaled_message_is_answered_at_the_next_start(backend: Backend) {
@@ -356,46 +444,17 @@ async fn a_journaled_message_is_answered_at_the_next_start(backend: Backend) {
     let mut app = spawn_with(backend, &fake).await;
     fake.set_fallback(Some(Script::server_error()));
     let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-redo", "text": "Where is the sea glass?"});
-    let (status, body) = app.post_message(AGENT, &msg).await;
-    assert_error_json(
-        status,
-        &body,
-        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
-    );
-    let failed = fake.request_count();
+    let failed = post_while_the_model_fails(&app, &fake, &msg).await;
 
     // The model is back; the next start drives the pending entry again on its own.
     fake.set_fallback(None);
     fake.push_reply("On the northern shore.");
     app.restart().await;
-    let reqs = fake
-        .try_wait_for_requests(failed + 1, WAIT)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "the journaled message was not driven again after the restart: {e}\n{}",
-                app.logs()
-            )
-        });
-    assert!(
-        reqs[failed]
-            .prompt_text()
-            .contains("Where is the sea glass?"),
-        "the request after the restart is not for the journaled message:\n{}",
-        reqs[failed].prompt_text()
-    );
+    wait_for_the_drive_of(&app, &fake, &msg, failed + 1).await;
 
     // Once that answer is stored, the message posted again gets it without another model
     // call. (A repost while the answer is in flight is `concurrent_posts_…`'s subject.)
-    wait_for_memory(&app, "r1", "On the northern shore.").await;
-    let (status, body) = app.post_message(AGENT, &msg).await;
-    assert_eq!(reply_text(status, &body, &fake), "On the northern shore.");
-    assert_eq!(
-        fake.request_count(),
-        failed + 1,
-        "answered twice: {:?}",
-        fake.requests()
-    );
+    a_repost_gets_the_stored_answer(&app, &fake, &msg, "On the northern shore.", failed + 1).await;
 }
 
 async fn a_repost_while_the_next_start_drives_it_again_is_answered_once(backend: Backend) {
@@ -403,13 +462,7 @@ async fn a_repost_while_the_next_start_drives_it_again_is_answered_once(backend:
     let mut app = spawn_with(backend, &fake).await;
     fake.set_fallback(Some(Script::server_error()));
     let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-race", "text": "Is the lamp trimmed?"});
-    let (status, body) = app.post_message(AGENT, &msg).await;
-    assert_error_json(
-        status,
-        &body,
-        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
-    );
-    let failed = fake.request_count();
+    let failed = post_while_the_model_fails(&app, &fake, &msg).await;
 
     // The next start drives it again, and the model takes a moment; the user posts it
     // again meanwhile (a client retry).
@@ -423,18 +476,7 @@ async fn a_repost_while_the_next_start_drives_it_again_is_answered_once(backend:
     let (status, body) = app.post_message(AGENT, &msg).await;
     assert_eq!(reply_text(status, &body, &fake), "Trimmed and lit.");
 
-    // A room's messages are handled in order, so once a later message of r1 is answered,
-    // any second handling of the repost is over too: then count.
-    let (status, body) = app
-        .post_message(AGENT, &message("r1", "Thank you, Ada."))
-        .await;
-    reply_text(status, &body, &fake);
-    let reqs = fake.requests();
-    let answers_to_the_repost: Vec<_> = reqs[failed..]
-        .iter()
-        .filter(|r| !r.prompt_text().contains("Thank you, Ada."))
-        .map(|r| &r.outcome)
-        .collect();
+    let answers_to_the_repost = answers_since(&app, &fake, failed).await;
     assert_eq!(
         answers_to_the_repost.len(),
         1,
@@ -442,7 +484,7 @@ async fn a_repost_while_the_next_start_drives_it_again_is_answered_once(backend:
         answers_to_the_repost.len(),
         answers_to_the_repost
     );
-    let last = reqs.last().unwrap().prompt_text();
+    let last = fake.requests().last().unwrap().prompt_text();
     assert_eq!(
         last.matches("Is the lamp trimmed?").count(),
         1,
@@ -455,13 +497,7 @@ async fn two_reposts_of_a_failed_message_are_answered_once(backend: Backend) {
     let app = spawn_with(backend, &fake).await;
     fake.set_fallback(Some(Script::server_error()));
     let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-retry", "text": "Is the fog lifting?"});
-    let (status, body) = app.post_message(AGENT, &msg).await;
-    assert_error_json(
-        status,
-        &body,
-        &[StatusCode::BAD_GATEWAY, StatusCode::GATEWAY_TIMEOUT],
-    );
-    let failed = fake.request_count();
+    let failed = post_while_the_model_fails(&app, &fake, &msg).await;
 
     // The model is back but slow; the client retries twice, the second retry while the
     // first is being answered.
@@ -470,29 +506,10 @@ async fn two_reposts_of_a_failed_message_are_answered_once(backend: Backend) {
         Duration::from_millis(500),
         Box::new(Script::reply("The fog is lifting.")),
     ));
-    let url = app.url(&format!("/api/agents/{AGENT}/messages"));
-    let first = tokio::spawn(app.client().post(url).json(&msg).send());
-    fake.wait_for_requests(failed + 1, WAIT).await;
-    let (status, second) = app.post_message(AGENT, &msg).await;
-    let first = first.await.expect("join").expect("the first retry");
-    let first_status = first.status();
-    let first: Value = first.json().await.expect("JSON");
-    assert_eq!(
-        reply_text(first_status, &first, &fake),
-        "The fog is lifting."
-    );
-    assert_eq!(reply_text(status, &second, &fake), "The fog is lifting.");
+    let replies = post_again_during_the_answer(&app, &fake, &msg, failed).await;
+    assert_eq!(replies, ["The fog is lifting.", "The fog is lifting."]);
 
-    // Fence: a later message of the room is handled after any second handling.
-    let (status, body) = app
-        .post_message(AGENT, &message("r1", "Thank you, Ada."))
-        .await;
-    reply_text(status, &body, &fake);
-    let answers: Vec<_> = fake.requests()[failed..]
-        .iter()
-        .filter(|r| !r.prompt_text().contains("Thank you, Ada."))
-        .map(|r| r.outcome.clone())
-        .collect();
+    let answers = answers_since(&app, &fake, failed).await;
     assert_eq!(
         answers.len(),
         1,
@@ -508,12 +525,7 @@ async fn a_message_pending_at_a_crash_is_answered_after_it(backend: Backend) {
     let msg = json!({"roomId": "r1", "userId": "u-sam", "messageId": "m-crash", "text": "Light the lamp, please."});
 
     // The model is thinking when the process dies.
-    let in_flight = tokio::spawn(
-        app.client()
-            .post(app.url(&format!("/api/agents/{AGENT}/messages")))
-            .json(&msg)
-            .send(),
-    );
+    let in_flight = post_in_the_background(&app, &msg);
     fake.wait_for_requests(1, WAIT).await;
     app.kill().await;
     assert!(
@@ -524,30 +536,8 @@ async fn a_message_pending_at_a_crash_is_answered_after_it(backend: Backend) {
     fake.set_fallback(None);
     fake.push_reply("The lamp is lit.");
     app.start_again().await;
-    let reqs = fake
-        .try_wait_for_requests(2, WAIT)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "the message pending at the crash was not driven again: {e}\n{}",
-                app.logs()
-            )
-        });
-    assert!(
-        reqs[1].prompt_text().contains("Light the lamp, please."),
-        "{}",
-        reqs[1].prompt_text()
-    );
-
-    wait_for_memory(&app, "r1", "The lamp is lit.").await;
-    let (status, body) = app.post_message(AGENT, &msg).await;
-    assert_eq!(reply_text(status, &body, &fake), "The lamp is lit.");
-    assert_eq!(
-        fake.request_count(),
-        2,
-        "answered twice: {:?}",
-        fake.requests()
-    );
+    wait_for_the_drive_of(&app, &fake, &msg, 2).await;
+    a_repost_gets_the_stored_answer(&app, &fake, &msg, "The lamp is lit.", 2).await;
 }
 
 async fn without_a_model_provider_messages_get_503_naming_the_variable(backend: Backend) {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use troupe_e2e::multipart::{self, Part};
 use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions};
 
 const AGENT: &str = "Ada";
@@ -193,21 +194,8 @@ async fn upload(
     content_type: &str,
     bytes: Vec<u8>,
 ) -> (StatusCode, Value) {
-    let boundary = "troupe-hostile-5e1b";
-    let mut body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
-         Content-Type: {content_type}\r\n\r\n"
-    )
-    .into_bytes();
-    body.extend_from_slice(&bytes);
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let response = client
-        .post(url)
-        .header(
-            reqwest::header::CONTENT_TYPE,
-            format!("multipart/form-data; boundary={boundary}"),
-        )
-        .body(body)
+    let file = Part::File(name, content_type, &bytes);
+    let response = multipart::attach(client.post(url), &[file])
         .send()
         .await
         .unwrap_or_else(|e| panic!("{name}: no answer within {ANSWER_DEADLINE:?}: {e}"));

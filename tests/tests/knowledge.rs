@@ -5,6 +5,7 @@
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use troupe_e2e::multipart::Part;
 use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json, troupe_bin};
 
 const AGENT: &str = "Ada";
@@ -45,8 +46,7 @@ async fn spawn(backend: Backend, fake: &FakeOpenAi, extra: &[(&str, &str)]) -> T
     TestApp::spawn(options).await
 }
 
-/// `POST /api/agents/{agent}/documents` with a hand-built multipart body: `roomId` first
-/// when given, then one `file`.
+/// `POST /api/agents/{agent}/documents` of one `file`, after `roomId` when given.
 async fn upload(
     app: &TestApp,
     room: Option<&str>,
@@ -56,55 +56,23 @@ async fn upload(
 ) -> (StatusCode, Value) {
     let file = Part::File(file_name, content_type, bytes);
     match room {
-        Some(room) => upload_parts(app, &[Part::Room(room), file]).await,
-        None => upload_parts(app, &[file]).await,
+        Some(room) => app.upload(AGENT, &[Part::Room(room), file]).await,
+        None => app.upload(AGENT, &[file]).await,
     }
 }
 
-/// One multipart field of [`upload_parts`].
-enum Part<'a> {
-    Room(&'a str),
-    File(&'a str, &'a str, &'a [u8]),
-}
-
-/// `POST /api/agents/{agent}/documents` with the fields in the order given.
-async fn upload_parts(app: &TestApp, parts: &[Part<'_>]) -> (StatusCode, Value) {
-    let boundary = "troupe-e2e-4c2a9b";
-    let mut body: Vec<u8> = Vec::new();
-    for part in parts {
-        match part {
-            Part::Room(room) => body.extend_from_slice(
-                format!(
-                    "--{boundary}\r\nContent-Disposition: form-data; name=\"roomId\"\r\n\r\n{room}\r\n"
-                )
-                .as_bytes(),
-            ),
-            Part::File(name, content_type, bytes) => {
-                body.extend_from_slice(
-                    format!(
-                        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; \
-                         filename=\"{name}\"\r\nContent-Type: {content_type}\r\n\r\n"
-                    )
-                    .as_bytes(),
-                );
-                body.extend_from_slice(bytes);
-                body.extend_from_slice(b"\r\n");
-            }
-        }
-    }
-    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-    let response = app
-        .client()
-        .post(app.url(&format!("/api/agents/{AGENT}/documents")))
-        .header(
-            reqwest::header::CONTENT_TYPE,
-            format!("multipart/form-data; boundary={boundary}"),
-        )
-        .body(body)
-        .send()
-        .await
-        .expect("POST documents");
-    read(response).await
+/// Uploads [`HANDBOOK`] agent-wide; the answer, once it says the handbook is stored.
+async fn upload_the_handbook(app: &TestApp) -> Value {
+    let (status, body) = upload(
+        app,
+        None,
+        "handbook.md",
+        "text/markdown",
+        HANDBOOK.as_bytes(),
+    )
+    .await;
+    uploaded_id(status, &body);
+    body
 }
 
 async fn read(response: reqwest::Response) -> (StatusCode, Value) {
@@ -152,15 +120,7 @@ fn uploaded_id(status: StatusCode, body: &Value) -> String {
 async fn an_uploaded_document_reaches_the_prompt_with_its_source(backend: Backend) {
     let fake = FakeOpenAi::start().await;
     let app = spawn(backend, &fake, &[]).await;
-    let (status, body) = upload(
-        &app,
-        None,
-        "handbook.md",
-        "text/markdown",
-        HANDBOOK.as_bytes(),
-    )
-    .await;
-    uploaded_id(status, &body);
+    let body = upload_the_handbook(&app).await;
     assert!(body["chunks"].as_u64().unwrap() >= 3, "{body}");
     assert_eq!(body["duplicate"], json!(false));
 
@@ -381,18 +341,19 @@ async fn identical_uploads_are_stored_once_and_listed(backend: Backend) {
 async fn a_room_id_after_the_file_scopes_it(backend: Backend) {
     let fake = FakeOpenAi::start().await;
     let app = spawn(backend, &fake, &[]).await;
-    let (status, body) = upload_parts(
-        &app,
-        &[
-            Part::File(
-                "vault.txt",
-                "text/plain",
-                b"The harbour vault code is 4417; change it every spring.",
-            ),
-            Part::Room("r1"),
-        ],
-    )
-    .await;
+    let (status, body) = app
+        .upload(
+            AGENT,
+            &[
+                Part::File(
+                    "vault.txt",
+                    "text/plain",
+                    b"The harbour vault code is 4417; change it every spring.",
+                ),
+                Part::Room("r1"),
+            ],
+        )
+        .await;
     uploaded_id(status, &body);
     assert_eq!(body["roomId"], json!("web:r1"), "{body}");
     let docs = listed(&app).await;
@@ -407,15 +368,16 @@ async fn a_room_id_after_the_file_scopes_it(backend: Backend) {
     assert!(in_r1.contains("4417"), "{in_r1}");
 
     // Two rooms for one upload is a mistake, refused before anything is stored.
-    let (status, body) = upload_parts(
-        &app,
-        &[
-            Part::Room("r1"),
-            Part::File("other.txt", "text/plain", b"Another harbour fact."),
-            Part::Room("r2"),
-        ],
-    )
-    .await;
+    let (status, body) = app
+        .upload(
+            AGENT,
+            &[
+                Part::Room("r1"),
+                Part::File("other.txt", "text/plain", b"Another harbour fact."),
+                Part::Room("r2"),
+            ],
+        )
+        .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(listed(&app).await.len(), 1);
 }
@@ -431,7 +393,7 @@ async fn too_many_files_store_nothing(backend: Backend) {
         .iter()
         .map(|(name, text)| Part::File(name, "text/plain", text.as_bytes()))
         .collect();
-    let (status, body) = upload_parts(&app, &parts).await;
+    let (status, body) = app.upload(AGENT, &parts).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     assert_eq!(body["error"], json!("too_many_files"), "{body}");
     assert!(
@@ -440,7 +402,7 @@ async fn too_many_files_store_nothing(backend: Backend) {
     );
 
     // Twenty is the limit, and all twenty are stored.
-    let (status, body) = upload_parts(&app, &parts[..20]).await;
+    let (status, body) = app.upload(AGENT, &parts[..20]).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["documents"].as_array().unwrap().len(), 20, "{body}");
     assert_eq!(listed(&app).await.len(), 20);
@@ -454,11 +416,12 @@ async fn one_bad_file_stores_nothing_of_its_upload(backend: Backend) {
     let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0";
     let good = Part::File("good.txt", "text/plain", b"The pier lamp is lit at dusk.");
     let also = Part::File("also.txt", "text/plain", b"The ferry bell rings twice.");
-    let (status, body) = upload_parts(
-        &app,
-        &[good, Part::File("photo.png", "image/png", png), also],
-    )
-    .await;
+    let (status, body) = app
+        .upload(
+            AGENT,
+            &[good, Part::File("photo.png", "image/png", png), also],
+        )
+        .await;
     assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
     assert!(
         body["detail"].as_str().unwrap().contains("photo.png"),
@@ -470,15 +433,16 @@ async fn one_bad_file_stores_nothing_of_its_upload(backend: Backend) {
     );
 
     // Unreadable (no text in it) as the last of three.
-    let (status, body) = upload_parts(
-        &app,
-        &[
-            Part::File("good.txt", "text/plain", b"The pier lamp is lit at dusk."),
-            Part::File("also.txt", "text/plain", b"The ferry bell rings twice."),
-            Part::File("empty.txt", "text/plain", b"   \n  "),
-        ],
-    )
-    .await;
+    let (status, body) = app
+        .upload(
+            AGENT,
+            &[
+                Part::File("good.txt", "text/plain", b"The pier lamp is lit at dusk."),
+                Part::File("also.txt", "text/plain", b"The ferry bell rings twice."),
+                Part::File("empty.txt", "text/plain", b"   \n  "),
+            ],
+        )
+        .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(listed(&app).await.is_empty());
     let prompt = prompt_for(&app, &fake, "r1", "When is the pier lamp lit?").await;
@@ -548,15 +512,7 @@ async fn with_an_embedding_model_chunks_and_queries_are_embedded(backend: Backen
         &[("TROUPE_EMBEDDING_MODEL", "text-embedding-3-small")],
     )
     .await;
-    let (status, body) = upload(
-        &app,
-        None,
-        "handbook.md",
-        "text/markdown",
-        HANDBOOK.as_bytes(),
-    )
-    .await;
-    uploaded_id(status, &body);
+    upload_the_handbook(&app).await;
     let embedded: Vec<String> = fake
         .embedding_requests()
         .iter()

@@ -5,21 +5,17 @@
 //! memories route, the log), never on time.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use troupe_e2e::fake_openai::{FACTS_TASK, SUMMARY_TASK, default_reply_text};
 use troupe_e2e::{
     Backend, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, Outcome, Script, TestApp,
-    TestAppOptions, eventually,
+    TestAppOptions, WAIT, eventually,
 };
 
 const AGENT: &str = "Rosa";
 const BIO: &str = "Rosa runs the ferry between the islands and remembers every passenger.";
-
-/// A hang guard on waiting for background work, not a timing assertion.
-const WAIT: Duration = Duration::from_secs(60);
 
 troupe_e2e::on_each_backend!(
     a_room_that_outgrows_its_window_gets_a_summary,

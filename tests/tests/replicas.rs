@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sqlx::Connection;
-use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, eventually};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, eventually, try_post_message};
 
 const AGENT: &str = "Ada";
 const BIO: &str = "Ada keeps the lighthouse log and answers every message, briefly.";
@@ -71,20 +71,8 @@ async fn post(
         first
     };
     for _attempt in 0..5 {
-        let sent = client.post(urls[target]).json(body).send().await;
-        match sent {
-            Ok(r) if r.status().is_success() => {
-                let v: serde_json::Value = r.json().await.expect("reply JSON");
-                return v["replies"]
-                    .as_array()
-                    .expect("replies")
-                    .iter()
-                    .map(|r| r["text"].as_str().unwrap_or_default().to_string())
-                    .collect();
-            }
-            Ok(r) if r.status().is_server_error() => {}
-            Ok(r) => panic!("{} answered {}", urls[target], r.status()),
-            Err(_) => {}
+        if let Some(replies) = try_post_message(client, urls[target], body).await {
+            return replies;
         }
         // Only replica 1 is ever killed: go to replica 0.
         target = 0;

@@ -7,16 +7,12 @@
 //! and then what was sent and how many model calls there were is final. Memory upkeep
 //! (summaries, facts) is off, so every model call counted is a reply.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 use troupe_e2e::fake_telegram::{FakeTelegram, SentMessage, tg};
-use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, WAIT, persona_json};
 
 const AGENT: &str = "Tess";
 const BIO: &str = "Tess keeps the night ferry's logbook and knows every buoy in the strait.";
-/// A hang guard on waiting for the gateway, not a timing assertion.
-const WAIT: Duration = Duration::from_secs(60);
 /// The group the tests talk in, and the two people in it.
 const GROUP: i64 = -100_700;
 const ANN: i64 = 501;
@@ -227,6 +223,7 @@ async fn please_stop_talking_here_mutes_with_exactly_one_model_call() {
 mod markers {
     use super::*;
     use troupe_e2e::fake_openai::{FakeOpenAiConfig, echoing_markers};
+    use troupe_e2e::multipart::Part;
 
     const ROOM: &str = "telegram:-100700";
 
@@ -250,25 +247,8 @@ mod markers {
 
     /// `POST /api/agents/tess/documents` of one text file for the group's room.
     async fn upload_for_the_group(app: &TestApp, text: &str) {
-        let boundary = "troupe-e2e-markers";
-        let body = format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"roomId\"\r\n\r\n{ROOM}\r\n\
-             --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"crew.md\"\r\n\
-             Content-Type: text/markdown\r\n\r\n{text}\r\n--{boundary}--\r\n"
-        );
-        let response = app
-            .client()
-            .post(app.url("/api/agents/tess/documents"))
-            .header(
-                reqwest::header::CONTENT_TYPE,
-                format!("multipart/form-data; boundary={boundary}"),
-            )
-            .body(body)
-            .send()
-            .await
-            .expect("POST documents");
-        let status = response.status();
-        let answer = response.text().await.unwrap_or_default();
+        let crew = Part::File("crew.md", "text/markdown", text.as_bytes());
+        let (status, answer) = app.upload("tess", &[Part::Room(ROOM), crew]).await;
         assert_eq!(status, reqwest::StatusCode::CREATED, "{answer}");
     }
 

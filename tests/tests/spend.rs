@@ -11,12 +11,11 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, eventually, persona_json};
+use troupe_e2e::{
+    Backend, FakeOpenAi, Script, TestApp, TestAppOptions, WAIT, eventually, persona_json,
+};
 
 const BIO: &str = "Ada keeps the lighthouse and answers every boat.";
-
-/// A hang guard on waiting for background work, not a timing assertion.
-const WAIT: Duration = Duration::from_secs(60);
 
 troupe_e2e::on_each_backend!(
     budgets_stop_calls_at_the_cap_notice_once_and_reset_the_next_day,

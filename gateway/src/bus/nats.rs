@@ -157,56 +157,22 @@ impl NatsBus {
         waiters: Waiters,
     ) -> anyhow::Result<NatsBus> {
         let shown = redact_url(url);
-        let client = async_nats::ConnectOptions::new()
-            .name("troupe")
-            .connection_timeout(Duration::from_secs(10))
-            .connect(url)
-            .await
-            .map_err(|e| {
-                anyhow::anyhow!("cannot connect to NATS at {shown} (TROUPE_BUS_URL): {e}")
-            })?;
+        let client = connect_client(url, &shown).await?;
         let js = jetstream::new(client.clone());
-        let prefix = settings.prefix.clone();
-        let stream = js
-            .get_or_create_stream(stream::Config {
-                name: stream_name(&prefix),
-                subjects: vec![format!("{prefix}.inbound.*")],
-                retention: stream::RetentionPolicy::WorkQueue,
-                storage: stream::StorageType::File,
-                duplicate_window: settings.dedupe_window,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "NATS at {shown}: cannot create the JetStream stream {} (is JetStream enabled, `nats-server -js`?): {e}",
-                    stream_name(&prefix)
-                )
-            })?;
-        for partition in 0..settings.partitions {
-            stream
-                .create_consumer(consumer_config(&prefix, partition, settings.ack_wait))
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "NATS at {shown}: cannot create the consumer {}: {e}",
-                        consumer_name(&prefix, partition)
-                    )
-                })?;
-        }
-        let relay_targets = RelayTargets::default();
+        let stream = ensure_stream(&js, settings, &shown).await?;
+        ensure_consumers(&stream, settings, &shown).await?;
         let shared = Arc::new(Shared {
             client,
             js,
             stream,
-            prefix,
+            prefix: settings.prefix.clone(),
             installation,
             replica: uuid::Uuid::new_v4().simple().to_string(),
-            relay_targets: relay_targets.clone(),
+            relay_targets: RelayTargets::default(),
             partitions: settings.partitions,
             ack_wait: settings.ack_wait,
             handler,
-            waiters: waiters.clone(),
+            waiters,
             depth: AtomicUsize::new(0),
             in_hand: AtomicUsize::new(0),
             stop: CancellationToken::new(),
@@ -216,13 +182,7 @@ impl NatsBus {
             started: Default::default(),
         });
         shared.refresh_depth().await;
-        // Outcomes go out from here from now on, and come in once `start` listens.
-        let (tx, rx) = mpsc::unbounded_channel();
-        waiters.relay_to(Arc::new(Relay {
-            tx,
-            targets: relay_targets,
-        }));
-        shared.relay_tracker.spawn(shared.clone().announce(rx));
+        shared.relay_outcomes();
         tracing::info!(
             url = %shown,
             stream = %stream_name(&shared.prefix),
@@ -232,6 +192,61 @@ impl NatsBus {
         );
         Ok(NatsBus { shared })
     }
+}
+
+/// The client's one connection to the server (`shown`: the URL without its password).
+async fn connect_client(url: &str, shown: &str) -> anyhow::Result<async_nats::Client> {
+    async_nats::ConnectOptions::new()
+        .name("troupe")
+        .connection_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot connect to NATS at {shown} (TROUPE_BUS_URL): {e}"))
+}
+
+/// The work-queue stream of the prefix, created or updated to `settings`.
+async fn ensure_stream(
+    js: &jetstream::Context,
+    settings: &NatsSettings,
+    shown: &str,
+) -> anyhow::Result<stream::Stream> {
+    let prefix = &settings.prefix;
+    js.get_or_create_stream(stream::Config {
+        name: stream_name(prefix),
+        subjects: vec![format!("{prefix}.inbound.*")],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        duplicate_window: settings.dedupe_window,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "NATS at {shown}: cannot create the JetStream stream {} (is JetStream enabled, `nats-server -js`?): {e}",
+            stream_name(prefix)
+        )
+    })
+}
+
+/// One durable consumer per partition, the lanes every replica pulls from.
+async fn ensure_consumers(
+    stream: &stream::Stream,
+    settings: &NatsSettings,
+    shown: &str,
+) -> anyhow::Result<()> {
+    let prefix = &settings.prefix;
+    for partition in 0..settings.partitions {
+        stream
+            .create_consumer(consumer_config(prefix, partition, settings.ack_wait))
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "NATS at {shown}: cannot create the consumer {}: {e}",
+                    consumer_name(prefix, partition)
+                )
+            })?;
+    }
+    Ok(())
 }
 
 fn stream_name(prefix: &str) -> String {
@@ -361,6 +376,17 @@ impl Shared {
                 .store(info.state.messages as usize, Ordering::Relaxed),
             Err(e) => tracing::debug!(error = %e, "cannot read the stream's depth"),
         }
+    }
+
+    /// Outcomes someone waits for on another replica go out from here from now on, by
+    /// [`announce`](Self::announce); they come in once `start` listens.
+    fn relay_outcomes(self: &Arc<Self>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.waiters.relay_to(Arc::new(Relay {
+            tx,
+            targets: self.relay_targets.clone(),
+        }));
+        self.relay_tracker.spawn(self.clone().announce(rx));
     }
 
     /// Publishes outcomes for callers waiting on other replicas.
@@ -675,36 +701,10 @@ mod tests {
         assert_eq!(partition_of("anything", 1), 0);
     }
 
-    fn wire(answer_to: Option<AnswerTo>) -> Wire {
+    /// The message every wire test carries.
+    fn inbound() -> Inbound {
         use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
-        Wire {
-            journal_id: 7,
-            agent_id: AgentId::new("ada"),
-            inbound: Inbound {
-                id: MessageId::new("m1"),
-                room: RoomRef::new(Platform::Web, RoomId::new("r1")),
-                author: UserRef {
-                    id: UserId::new("u"),
-                    name: "U".into(),
-                    is_bot: false,
-                },
-                text: "hi".into(),
-                attachments: vec![],
-                reply_to: None,
-                is_direct: true,
-                mentions_self: false,
-                sent_at_ms: 0,
-            },
-            redelivery: false,
-            attempt: 1,
-            answer_to,
-        }
-    }
-
-    #[test]
-    fn the_envelope_on_the_wire_keeps_its_form() {
-        use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
-        let inbound = Inbound {
+        Inbound {
             id: MessageId::new("m1"),
             room: RoomRef::new(Platform::Web, RoomId::new("r1")),
             author: UserRef {
@@ -718,16 +718,24 @@ mod tests {
             is_direct: true,
             mentions_self: false,
             sent_at_ms: 0,
-        };
-        let inbound_json = serde_json::to_string(&inbound).unwrap();
-        let wire = Wire {
+        }
+    }
+
+    fn wire(answer_to: Option<AnswerTo>) -> Wire {
+        Wire {
             journal_id: 7,
             agent_id: AgentId::new("ada"),
-            inbound,
+            inbound: inbound(),
             redelivery: false,
             attempt: 1,
-            answer_to: None,
-        };
+            answer_to,
+        }
+    }
+
+    #[test]
+    fn the_envelope_on_the_wire_keeps_its_form() {
+        let inbound_json = serde_json::to_string(&inbound()).unwrap();
+        let wire = wire(None);
         // What replicas of earlier releases, whose agent id was a `String`, send and read.
         assert_eq!(
             serde_json::to_string(&wire).unwrap(),

@@ -1,17 +1,48 @@
-//! The floor of a room several personas share (tables `room_floor` and `room_claims`,
-//! migration 0009): who was last addressed there, the turn for answering in turn, and the
-//! one persona that answers each unaddressed message in follow mode.
+//! The floor of a room several personas share (tables `room_floor`, `room_claims` and
+//! `room_senders`, migration 0009): who was last addressed there, the turn for answering in
+//! turn, the one persona that answers each unaddressed message in follow mode, and the
+//! persona of the troupe that wrote a message.
 //!
 //! The choice itself is `rooms::arbiter`'s; this file makes it stick: `claim` writes the
 //! first choice made for a message and returns whatever choice is stored, so every persona
-//! on every replica reads one winner, on SQLite and Postgres alike.
+//! on every replica reads one winner, on SQLite and Postgres alike. A sender is noted the
+//! same way (the first note wins), and both are kept a week.
 
 use troupe_connectors::{AgentId, MessageId, RoomKey};
 
 use super::{Result, Store, now_ms, with_pool};
 
-/// How long a message's claim is kept.
+/// How long a message's claim (or note of its sender) is kept.
 const CLAIM_KEEP_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// A table that ties a message of a room to one persona, the first write winning, for
+/// [`CLAIM_KEEP_MS`]: its statements, over `(room, message_id, agent_id, <at>)`.
+struct PersonaOfMessage {
+    /// Drops the room (`$1`) ties older than `$2`.
+    prune: &'static str,
+    /// Ties message `$2` of room `$1` to persona `$3` at `$4`, unless it is tied already.
+    insert: &'static str,
+    /// The persona message `$2` of room `$1` is tied to.
+    read: &'static str,
+}
+
+/// The persona that answers an unaddressed message (follow mode).
+const CLAIMS: PersonaOfMessage = PersonaOfMessage {
+    prune: "DELETE FROM room_claims WHERE room = $1 AND claimed_at_ms < $2",
+    insert: "INSERT INTO room_claims (room, message_id, agent_id, claimed_at_ms)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (room, message_id) DO NOTHING",
+    read: "SELECT agent_id FROM room_claims WHERE room = $1 AND message_id = $2",
+};
+
+/// The persona of the troupe that wrote a message, as the others heard it.
+const SENDERS: PersonaOfMessage = PersonaOfMessage {
+    prune: "DELETE FROM room_senders WHERE room = $1 AND heard_at_ms < $2",
+    insert: "INSERT INTO room_senders (room, message_id, agent_id, heard_at_ms)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (room, message_id) DO NOTHING",
+    read: "SELECT agent_id FROM room_senders WHERE room = $1 AND message_id = $2",
+};
 
 /// What the room remembers about who speaks there.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -110,39 +141,60 @@ impl Store {
         message: &MessageId,
         choice: &AgentId,
     ) -> Result<(AgentId, bool)> {
+        // A claim only matters while its message may still be handled (a redelivery).
+        let inserted = self.tie_once(&CLAIMS, room, message, choice).await?;
+        let winner = self
+            .tied_to(&CLAIMS, room, message)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)?;
+        Ok((winner, inserted))
+    }
+
+    /// Ties `message` of the room to `persona` in `table` unless it is tied already, and
+    /// drops the room's week-old ties, so the table stays the size of recent traffic.
+    /// Whether this call tied it.
+    async fn tie_once(
+        &self,
+        table: &PersonaOfMessage,
+        room: &RoomKey,
+        message: &MessageId,
+        persona: &AgentId,
+    ) -> Result<bool> {
         let now = now_ms();
-        let (winner, inserted) = with_pool!(self, pool => async {
-            // A claim only matters while its message may still be handled (a redelivery):
-            // the room's week-old ones go, so the table stays the size of recent traffic.
-            sqlx::query("DELETE FROM room_claims WHERE room = $1 AND claimed_at_ms < $2")
+        let inserted = with_pool!(self, pool => async {
+            sqlx::query(table.prune)
                 .bind(room)
                 .bind(now - CLAIM_KEEP_MS)
                 .execute(pool)
                 .await?;
-            let inserted = sqlx::query(
-                "INSERT INTO room_claims (room, message_id, agent_id, claimed_at_ms)
-                 VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (room, message_id) DO NOTHING",
-            )
-            .bind(room)
-            .bind(message)
-            .bind(choice)
-            .bind(now)
-            .execute(pool)
-            .await?
-            .rows_affected()
-                == 1;
-            let winner: AgentId = sqlx::query_scalar(
-                "SELECT agent_id FROM room_claims WHERE room = $1 AND message_id = $2",
-            )
-            .bind(room)
-            .bind(message)
-            .fetch_one(pool)
-            .await?;
-            Ok::<_, sqlx::Error>((winner, inserted))
+            let done = sqlx::query(table.insert)
+                .bind(room)
+                .bind(message)
+                .bind(persona)
+                .bind(now)
+                .execute(pool)
+                .await?;
+            Ok::<_, sqlx::Error>(done.rows_affected() == 1)
         }
         .await)?;
-        Ok((winner, inserted))
+        Ok(inserted)
+    }
+
+    /// The persona `message` of the room is tied to in `table`, if any.
+    async fn tied_to(
+        &self,
+        table: &PersonaOfMessage,
+        room: &RoomKey,
+        message: &MessageId,
+    ) -> Result<Option<AgentId>> {
+        let persona = with_pool!(self, pool => {
+            sqlx::query_scalar(table.read)
+                .bind(room)
+                .bind(message)
+                .fetch_optional(pool)
+                .await
+        })?;
+        Ok(persona)
     }
 }
 
@@ -155,42 +207,13 @@ impl Store {
         message: &MessageId,
         sender: &AgentId,
     ) -> Result<()> {
-        let now = now_ms();
-        with_pool!(self, pool => async {
-            sqlx::query("DELETE FROM room_senders WHERE room = $1 AND heard_at_ms < $2")
-                .bind(room)
-                .bind(now - CLAIM_KEEP_MS)
-                .execute(pool)
-                .await?;
-            sqlx::query(
-                "INSERT INTO room_senders (room, message_id, agent_id, heard_at_ms)
-                 VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (room, message_id) DO NOTHING",
-            )
-            .bind(room)
-            .bind(message)
-            .bind(sender)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(|_| ())
-        }
-        .await)?;
+        self.tie_once(&SENDERS, room, message, sender).await?;
         Ok(())
     }
 
     /// The persona of the troupe that wrote `message` in the room, if one did.
     pub async fn sender_of(&self, room: &RoomKey, message: &MessageId) -> Result<Option<AgentId>> {
-        let sender = with_pool!(self, pool => {
-            sqlx::query_scalar(
-                "SELECT agent_id FROM room_senders WHERE room = $1 AND message_id = $2",
-            )
-            .bind(room)
-            .bind(message)
-            .fetch_optional(pool)
-            .await
-        })?;
-        Ok(sender)
+        self.tied_to(&SENDERS, room, message).await
     }
 
     /// Lets `listener` hear an exchange of another persona in a room it is present in (it

@@ -50,6 +50,21 @@ fn knowledge(store: &Store) -> Knowledge {
     Knowledge::new(store.clone(), KnowledgeSettings::default(), None)
 }
 
+/// Ingests each `(agent, room key or agent-wide, source, text)`, in order.
+async fn ingest_all(k: &Knowledge, documents: &[(&AgentId, Option<&str>, &str, &[u8])]) {
+    for (agent, room, source, text) in documents {
+        let room = room.map(key_of);
+        k.ingest(agent, room.as_ref(), source, None, text)
+            .await
+            .unwrap_or_else(|e| panic!("ingesting {source}: {e}"));
+    }
+}
+
+/// Whether an agent-wide search of `query` finds nothing.
+async fn finds_nothing(k: &Knowledge, query: &str) -> bool {
+    k.search(&AGENT, None, query, 5).await.unwrap().is_empty()
+}
+
 fn sources(hits: &[crate::knowledge::Hit]) -> Vec<&str> {
     let mut s: Vec<&str> = hits.iter().map(|h| h.source.as_str()).collect();
     s.sort();
@@ -59,36 +74,19 @@ fn sources(hits: &[crate::knowledge::Hit]) -> Vec<&str> {
 async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
     let k = knowledge(&store);
     let text = |place: &str| format!("The ferry to {place} leaves from pier seven at noon.");
-    k.ingest(&AGENT, None, "all.txt", None, text("everywhere").as_bytes())
-        .await
-        .unwrap();
-    k.ingest(
-        &AGENT,
-        Some(&key_of("web:r1")),
-        "r1.txt",
-        None,
-        text("Skye").as_bytes(),
+    let (everywhere, skye, mull, iona) =
+        (text("everywhere"), text("Skye"), text("Mull"), text("Iona"));
+    let bob = AgentId::new("bob");
+    ingest_all(
+        &k,
+        &[
+            (&AGENT, None, "all.txt", everywhere.as_bytes()),
+            (&AGENT, Some("web:r1"), "r1.txt", skye.as_bytes()),
+            (&AGENT, Some("web:r2"), "r2.txt", mull.as_bytes()),
+            (&bob, None, "bob.txt", iona.as_bytes()),
+        ],
     )
-    .await
-    .unwrap();
-    k.ingest(
-        &AGENT,
-        Some(&key_of("web:r2")),
-        "r2.txt",
-        None,
-        text("Mull").as_bytes(),
-    )
-    .await
-    .unwrap();
-    k.ingest(
-        &AgentId::new("bob"),
-        None,
-        "bob.txt",
-        None,
-        text("Iona").as_bytes(),
-    )
-    .await
-    .unwrap();
+    .await;
 
     let in_r1 = k
         .search(&AGENT, Some(&key_of("web:r1")), "ferry pier", 10)
@@ -108,18 +106,8 @@ async fn search_sees_the_room_and_the_agent_never_other_rooms(store: Store) {
         .unwrap();
     assert_eq!(sources(&bob), vec!["bob.txt"]);
     // Words that match nothing, and a query of only punctuation, find nothing.
-    assert!(
-        k.search(&AGENT, None, "zeppelin", 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        k.search(&AGENT, None, "?! \" OR (", 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(finds_nothing(&k, "zeppelin").await);
+    assert!(finds_nothing(&k, "?! \" OR (").await);
     // Odd Unicode and query-language look-alikes are words, never syntax errors.
     for odd in [
         "² café ½ ﬁ",
@@ -172,16 +160,16 @@ async fn identical_content_is_stored_once_per_scope(store: Store) {
 
 async fn delete_removes_chunks_and_vectors(store: Store) {
     let k = knowledge(&store);
-    let doc = k
-        .ingest(
+    let tides = || {
+        k.ingest(
             &AGENT,
             None,
             "tides.md",
             None,
             b"# Tides\n\nHigh tide is at six.",
         )
-        .await
-        .unwrap();
+    };
+    let doc = tides().await.unwrap();
     let chunk = format!("{}:0", doc.document_id);
     store
         .put_embeddings("m1", &[embedding(&chunk, None, vec![0, 0, 128, 63])])
@@ -197,7 +185,7 @@ async fn delete_removes_chunks_and_vectors(store: Store) {
     );
 
     k.delete(&AGENT, &doc.document_id).await.unwrap();
-    assert!(k.search(&AGENT, None, "tide", 5).await.unwrap().is_empty());
+    assert!(finds_nothing(&k, "tide").await);
     assert!(
         store
             .embeddings(&AGENT, &Scope::AGENT, "m1")
@@ -220,16 +208,7 @@ async fn delete_removes_chunks_and_vectors(store: Store) {
         Err(KnowledgeError::NotFound(_))
     ));
     // And the same content can come back after a delete.
-    let back = k
-        .ingest(
-            &AGENT,
-            None,
-            "tides.md",
-            None,
-            b"# Tides\n\nHigh tide is at six.",
-        )
-        .await
-        .unwrap();
+    let back = tides().await.unwrap();
     assert!(!back.duplicate);
     assert_eq!(
         k.search(&AGENT, None, "tide six", 5).await.unwrap().len(),
@@ -323,27 +302,25 @@ async fn vectors_are_kept_per_model(store: Store) {
 
 async fn ranking_prefers_the_better_match(store: Store) {
     let k = knowledge(&store);
-    k.ingest(
-        &AGENT,
-        None,
-        "lamps.txt",
-        None,
-        b"The lamp room holds the lens. The lens turns once a minute; the lens is brass.",
+    ingest_all(
+        &k,
+        &[
+            (
+                &AGENT,
+                None,
+                "lamps.txt",
+                b"The lamp room holds the lens. The lens turns once a minute; the lens is brass.",
+            ),
+            (
+                &AGENT,
+                None,
+                "garden.txt",
+                b"The garden has roses, thyme and one old lens grinder's bench.",
+            ),
+            (&AGENT, None, "boats.txt", b"Boats moor at the pier."),
+        ],
     )
-    .await
-    .unwrap();
-    k.ingest(
-        &AGENT,
-        None,
-        "garden.txt",
-        None,
-        b"The garden has roses, thyme and one old lens grinder's bench.",
-    )
-    .await
-    .unwrap();
-    k.ingest(&AGENT, None, "boats.txt", None, b"Boats moor at the pier.")
-        .await
-        .unwrap();
+    .await;
     let hits = k
         .search(&AGENT, None, "How does the lens turn?", 10)
         .await
@@ -584,21 +561,15 @@ async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store)
     })
     .unwrap();
     let k = Knowledge::new(store.clone(), KnowledgeSettings::default(), Some(embedder));
-    k.ingest(&AGENT, None, "boats.txt", None, b"Our boat sails at dawn.")
-        .await
-        .unwrap();
-    k.ingest(&AGENT, None, "lamps.txt", None, b"The lamp burns oil.")
-        .await
-        .unwrap();
-    k.ingest(
-        &AGENT,
-        Some(&key_of("web:r2")),
-        "r2.txt",
-        None,
-        b"A boat for room two.",
+    ingest_all(
+        &k,
+        &[
+            (&AGENT, None, "boats.txt", b"Our boat sails at dawn."),
+            (&AGENT, None, "lamps.txt", b"The lamp burns oil."),
+            (&AGENT, Some("web:r2"), "r2.txt", b"A boat for room two."),
+        ],
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(calls.load(Ordering::SeqCst), 3, "one vector per chunk");
     assert_eq!(
         store
@@ -659,18 +630,8 @@ async fn replicas_follow_each_other_through_the_change_sequence(store: Store) {
     let (a, b) = (knowledge(&store), knowledge(&store));
     let text = b"The lighthouse keeper rows to the island every Tuesday.";
     // Both build their index (empty) before anything is stored.
-    assert!(
-        a.search(&AGENT, None, "lighthouse", 5)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        b.search(&AGENT, None, "lighthouse", 5)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(finds_nothing(&a, "lighthouse").await);
+    assert!(finds_nothing(&b, "lighthouse").await);
     let doc = a
         .ingest(&AGENT, None, "keeper.txt", None, text)
         .await
@@ -680,12 +641,7 @@ async fn replicas_follow_each_other_through_the_change_sequence(store: Store) {
         ["keeper.txt"]
     );
     // B has not followed yet: its status says how far behind it is.
-    assert!(
-        b.search(&AGENT, None, "lighthouse", 5)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(finds_nothing(&b, "lighthouse").await);
     let head = store.last_knowledge_change().await.unwrap();
     let behind = b.index_status();
     assert!(behind.applied < head, "{behind:?} vs head {head}");
@@ -699,30 +655,15 @@ async fn replicas_follow_each_other_through_the_change_sequence(store: Store) {
     );
 
     b.delete(&AGENT, &doc.document_id).await.unwrap();
-    assert!(
-        b.search(&AGENT, None, "lighthouse", 5)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(finds_nothing(&b, "lighthouse").await);
     // A's index still holds the chunk, but the database does not: never shown.
-    assert!(
-        a.search(&AGENT, None, "lighthouse", 5)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(finds_nothing(&a, "lighthouse").await);
     let after = a.sync_index().await.unwrap();
     assert_eq!(
         (after.applied, after.lag),
         (store.last_knowledge_change().await.unwrap(), 0)
     );
-    assert!(
-        a.search(&AGENT, None, "lighthouse", 5)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(finds_nothing(&a, "lighthouse").await);
 }
 
 /// The index on disk resumes where it stopped, and a removed index directory is rebuilt
@@ -783,10 +724,5 @@ async fn a_removed_index_directory_is_rebuilt_with_nothing_lost(store: Store) {
         .await
         .unwrap();
     assert_eq!(sources(&hits), ["a.txt", "b.txt"]);
-    assert!(
-        k.search(&AGENT, None, "otter puffin", 5)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(finds_nothing(&k, "otter puffin").await);
 }

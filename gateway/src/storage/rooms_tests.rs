@@ -7,7 +7,9 @@ use super::test_support::{Ctx, Kind, on_both_backends, run};
 use super::*;
 use troupe_connectors::{MessageId, RoomId, RoomRef, UserId, UserRef};
 
-static AGENT: std::sync::LazyLock<AgentId> = std::sync::LazyLock::new(|| AgentId::new("rosa"));
+// The agent and the way to say a message in a room are those of the summaries' tests:
+// forgetting is about what they store.
+use super::summaries_tests::{AGENT, say};
 
 on_both_backends!(
     controls_change_one_at_a_time_and_survive_a_reconnect,
@@ -20,47 +22,6 @@ on_both_backends!(
 
 fn room(id: &str) -> RoomKey {
     RoomKey::new(Platform::Telegram, RoomId::new(id))
-}
-
-/// Journals a message from `author` in `room` and records it with a reply.
-async fn say(store: &Store, room_id: &str, author: &str, text: &str) -> JournalId {
-    let msg = Inbound {
-        id: MessageId::new(uuid::Uuid::new_v4().to_string()),
-        room: RoomRef::new(Platform::Telegram, RoomId::new(room_id)),
-        author: UserRef {
-            id: UserId::new(author),
-            name: author.into(),
-            is_bot: false,
-        },
-        text: text.into(),
-        attachments: vec![],
-        reply_to: None,
-        is_direct: false,
-        mentions_self: true,
-        sent_at_ms: 1_000,
-    };
-    let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
-        panic!("journaled twice")
-    };
-    let key = msg.room.key();
-    store
-        .record_handled(HandledMessage {
-            journal_id: jid,
-            agent_id: &AGENT,
-            room: &key,
-            room_name: None,
-            inbound: NewMemory {
-                author_id: author,
-                author_name: author,
-                text,
-                from_agent: false,
-                created_at_ms: 1_000,
-            },
-            reply: None,
-        })
-        .await
-        .unwrap();
-    jid
 }
 
 async fn controls_change_one_at_a_time_and_survive_a_reconnect(ctx: Ctx) {
@@ -103,8 +64,16 @@ async fn controls_change_one_at_a_time_and_survive_a_reconnect(ctx: Ctx) {
 
 async fn forgetting_a_room_empties_its_memory_only(ctx: Ctx) {
     let store = ctx.store;
-    say(&store, "-1", "sam", "my cat is called Tom").await;
-    say(&store, "-2", "sam", "elsewhere").await;
+    say(
+        &store,
+        Platform::Telegram,
+        "-1",
+        "sam",
+        "my cat is called Tom",
+        false,
+    )
+    .await;
+    say(&store, Platform::Telegram, "-2", "sam", "elsewhere", false).await;
     store
         .put_room_summary(&AGENT, &room("-1"), "sam has a cat", 1, 5)
         .await

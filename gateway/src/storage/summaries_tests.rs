@@ -7,7 +7,9 @@
 use super::*;
 use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
-static AGENT: std::sync::LazyLock<AgentId> = std::sync::LazyLock::new(|| AgentId::new("rosa"));
+/// The agent of these bodies, and of `rooms_tests`' (which says its messages with [`say`]).
+pub(super) static AGENT: std::sync::LazyLock<AgentId> =
+    std::sync::LazyLock::new(|| AgentId::new("rosa"));
 
 /// The room most bodies write in.
 static R1: std::sync::LazyLock<RoomKey> = std::sync::LazyLock::new(|| key_of("web:r1"));
@@ -31,7 +33,7 @@ on_both_backends!(
 
 /// Journals and records one message of `author` in `room` (with a reply from the agent
 /// when `reply`); returns the id of the inbound message in room memory.
-async fn say(
+pub(super) async fn say(
     store: &Store,
     platform: Platform,
     room: &str,
@@ -123,22 +125,23 @@ fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
-async fn a_summary_only_moves_forward(store: Store) {
-    assert_eq!(
-        store.room_summary(&AGENT, &key_of("web:r1")).await.unwrap(),
-        None
-    );
-    assert!(
-        store
-            .put_room_summary(&AGENT, &key_of("web:r1"), "first", 5, 10)
-            .await
-            .unwrap()
-    );
-    let got = store
-        .room_summary(&AGENT, &key_of("web:r1"))
+/// R1's summary, if one was written.
+async fn summary_of_r1(store: &Store) -> Option<ConversationSummary> {
+    store.room_summary(&AGENT, &R1).await.unwrap()
+}
+
+/// Offers R1 a summary through message `through`, written at `at_ms`; whether it was taken.
+async fn summarize_r1(store: &Store, summary: &str, through: i64, at_ms: i64) -> bool {
+    store
+        .put_room_summary(&AGENT, &R1, summary, through, at_ms)
         .await
         .unwrap()
-        .unwrap();
+}
+
+async fn a_summary_only_moves_forward(store: Store) {
+    assert_eq!(summary_of_r1(&store).await, None);
+    assert!(summarize_r1(&store, "first", 5, 10).await);
+    let got = summary_of_r1(&store).await.unwrap();
     assert_eq!(
         got,
         ConversationSummary {
@@ -149,32 +152,11 @@ async fn a_summary_only_moves_forward(store: Store) {
     );
     // Behind or level: refused, nothing changes.
     for through in [3, 5] {
-        assert!(
-            !store
-                .put_room_summary(&AGENT, &key_of("web:r1"), "stale", through, 20)
-                .await
-                .unwrap()
-        );
+        assert!(!summarize_r1(&store, "stale", through, 20).await);
     }
-    assert_eq!(
-        store
-            .room_summary(&AGENT, &key_of("web:r1"))
-            .await
-            .unwrap()
-            .unwrap(),
-        got
-    );
-    assert!(
-        store
-            .put_room_summary(&AGENT, &key_of("web:r1"), "second", 9, 30)
-            .await
-            .unwrap()
-    );
-    let got = store
-        .room_summary(&AGENT, &key_of("web:r1"))
-        .await
-        .unwrap()
-        .unwrap();
+    assert_eq!(summary_of_r1(&store).await.unwrap(), got);
+    assert!(summarize_r1(&store, "second", 9, 30).await);
+    let got = summary_of_r1(&store).await.unwrap();
     assert_eq!(
         (got.summary.as_str(), got.through_message_id),
         ("second", 9)
@@ -186,7 +168,7 @@ async fn a_summary_only_moves_forward(store: Store) {
     );
     assert_eq!(
         store
-            .room_summary(&AgentId::new("other"), &key_of("web:r1"))
+            .room_summary(&AgentId::new("other"), &R1)
             .await
             .unwrap(),
         None
