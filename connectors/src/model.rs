@@ -107,6 +107,14 @@ macro_rules! id_newtype {
             }
         }
 
+        // Hash and Eq are the inner string's (derived), so a map keyed by the id can be
+        // asked with a plain `&str` (a name from a URL) without building an id.
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)

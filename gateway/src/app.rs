@@ -96,7 +96,7 @@ pub struct App {
     /// Usage accounting and budgets, shared by every agent (issue 16).
     spend: crate::spend::Spend,
     /// Stops one agent's platform connectors (on reload or removal).
-    running: std::sync::Mutex<HashMap<String, CancellationToken>>,
+    running: std::sync::Mutex<HashMap<AgentId, CancellationToken>>,
     /// The parent of every connector's token, cancelled at shutdown.
     root: CancellationToken,
     /// Where connector tasks run, once serving has started.
@@ -304,7 +304,7 @@ impl App {
             tracing::warn!(persona = %persona.id, "{reason}");
         }
         let mind = Mind { persona, provider };
-        match self.agents.by_id(mind.persona.id.as_str()) {
+        match self.agents.by_id(&mind.persona.id) {
             Some(agent) => {
                 tracing::info!(persona = %mind.persona.id, model = %mind.provider.describe(), "persona reloaded");
                 agent.reload(mind);
@@ -359,12 +359,12 @@ impl App {
             let receivers = self.receivers(persona, platform, connector, &lookup, &settings);
             self.spawn_receivers(persona, platform, receivers, &token);
         }
-        self.lock_running().insert(persona.id.to_string(), token);
+        self.lock_running().insert(persona.id.clone(), token);
     }
 
     /// Cancels the persona's running connectors and leaves it only its Web connector.
     fn stop_connectors(&self, persona: &Persona) {
-        if let Some(old) = self.lock_running().remove(persona.id.as_str()) {
+        if let Some(old) = self.lock_running().remove(&persona.id) {
             old.cancel();
         }
         self.connectors.remove_agent(&persona.id);
@@ -514,7 +514,7 @@ impl App {
         })
     }
 
-    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<AgentId, CancellationToken>> {
         self.running.locked()
     }
 
@@ -522,8 +522,8 @@ impl App {
         for agent in self.agents.all() {
             if agent.mind().persona.source == source {
                 tracing::info!(persona = %agent.id, "persona file removed; stopping it");
-                self.agents.remove(agent.id.as_str());
-                if let Some(token) = self.lock_running().remove(agent.id.as_str()) {
+                self.agents.remove(&agent.id);
+                if let Some(token) = self.lock_running().remove(&agent.id) {
                     token.cancel();
                 }
                 self.connectors.remove_agent(&agent.id);

@@ -209,6 +209,18 @@ fn probe_healthz(listen: std::net::SocketAddr, timeout: std::time::Duration) -> 
     }
 }
 
+/// The configured database, or an error naming it (without its password).
+async fn connect(config: &Config) -> anyhow::Result<crate::storage::Store> {
+    crate::storage::Store::connect(&config.database_url)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the database {}",
+                crate::config::redact_url(&config.database_url)
+            )
+        })
+}
+
 /// `troupe usage`: the persona's usage report from the database, as a table or JSON.
 async fn usage(
     config: Config,
@@ -221,14 +233,7 @@ async fn usage(
     let by = report::parse_by(&by).map_err(anyhow::Error::msg)?;
     let today = crate::spend::clock::day_of(crate::clock::now_ms());
     let since = report::parse_since(since.as_deref(), today).map_err(anyhow::Error::msg)?;
-    let store = crate::storage::Store::connect(&config.database_url)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot open the database {}",
-                crate::config::redact_url(&config.database_url)
-            )
-        })?;
+    let store = connect(&config).await?;
     let report = report::report(&store, &agent, by, since).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -315,61 +320,87 @@ async fn ingest(
     reembed: bool,
     files: Vec<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    use crate::knowledge::{Knowledge, KnowledgeError, Origin, files_under};
-    use indicatif::{ProgressBar, ProgressStyle};
+    use crate::knowledge::files_under;
 
     if files.is_empty() && !reembed {
         anyhow::bail!("nothing to do: name files or directories to ingest, or pass --reembed");
     }
-    let (loaded, _) =
-        crate::persona::load_dir(&config.personas_dir, &config.persona_load_options());
-    let Some(persona) = loaded
-        .iter()
-        .map(|l| &l.persona)
-        .find(|p| p.id == agent || p.name.eq_ignore_ascii_case(agent.as_str()))
-    else {
-        let known: Vec<&str> = loaded.iter().map(|l| l.persona.id.as_str()).collect();
-        anyhow::bail!(
-            "no persona `{agent}` in {} (TROUPE_PERSONAS); known: {}",
-            config.personas_dir.display(),
-            if known.is_empty() {
-                "none".to_string()
-            } else {
-                known.join(", ")
-            }
-        );
-    };
+    let persona = find_persona(&config, &agent)?;
     if let Some(missing) = files.iter().find(|f| !f.exists()) {
         anyhow::bail!("{} does not exist", missing.display());
     }
-    let store = crate::storage::Store::connect(&config.database_url)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot open the database {}",
-                crate::config::redact_url(&config.database_url)
-            )
-        })?;
-    store.upsert_agent(&persona.id, &persona.name).await?;
-    let knowledge = Knowledge::from_settings(store, &config.knowledge);
+    let knowledge = open_knowledge(&config, &persona).await?;
     if reembed && knowledge.embedder().is_none() {
         anyhow::bail!(
             "--reembed needs an embedding model: a local model in TROUPE_EMBEDDING_MODEL_DIR, or TROUPE_EMBEDDING_MODEL for an API (see docs/knowledge.md)"
         );
     }
     let paths: Vec<PathBuf> = files.iter().flat_map(|f| files_under(f)).collect();
-    let bar = ProgressBar::new(paths.len() as u64).with_style(
-        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} files {wide_msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+    let failed = ingest_paths(&knowledge, &persona.id, room.as_ref(), &paths).await?;
+    if reembed {
+        reembed_all(&knowledge, &persona.id).await?;
+    }
+    Ok(if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The persona `agent` names, by id or name, among the character files.
+fn find_persona(config: &Config, agent: &AgentId) -> anyhow::Result<crate::persona::Persona> {
+    let (loaded, _) =
+        crate::persona::load_dir(&config.personas_dir, &config.persona_load_options());
+    if let Some(persona) = loaded
+        .iter()
+        .map(|l| &l.persona)
+        .find(|p| p.id == *agent || p.name.eq_ignore_ascii_case(agent.as_str()))
+    {
+        return Ok(persona.clone());
+    }
+    let known: Vec<&str> = loaded.iter().map(|l| l.persona.id.as_str()).collect();
+    anyhow::bail!(
+        "no persona `{agent}` in {} (TROUPE_PERSONAS); known: {}",
+        config.personas_dir.display(),
+        if known.is_empty() {
+            "none".to_string()
+        } else {
+            known.join(", ")
+        }
+    );
+}
+
+/// The knowledge store of the configured database, with `persona` registered in it.
+async fn open_knowledge(
+    config: &Config,
+    persona: &crate::persona::Persona,
+) -> anyhow::Result<crate::knowledge::Knowledge> {
+    let store = connect(config).await?;
+    store.upsert_agent(&persona.id, &persona.name).await?;
+    Ok(crate::knowledge::Knowledge::from_settings(
+        store,
+        &config.knowledge,
+    ))
+}
+
+/// Ingests `paths` one by one for `agent`, with a progress bar, and prints the tally: how
+/// many files failed. A database failure stops it.
+async fn ingest_paths(
+    knowledge: &crate::knowledge::Knowledge,
+    agent: &AgentId,
+    room: Option<&RoomKey>,
+    paths: &[PathBuf],
+) -> anyhow::Result<usize> {
+    use crate::knowledge::{KnowledgeError, Origin};
+
+    let bar = progress_bar(
+        paths.len(),
+        "{spinner} [{bar:30}] {pos}/{len} files {wide_msg}",
     );
     let (mut added, mut duplicates, mut failed, mut chunks) = (0usize, 0usize, 0usize, 0usize);
-    for path in &paths {
+    for path in paths {
         bar.set_message(path.display().to_string());
-        match knowledge
-            .ingest_file(Origin::Cli, &persona.id, room.as_ref(), path)
-            .await
-        {
+        match knowledge.ingest_file(Origin::Cli, agent, room, path).await {
             Ok(done) if done.duplicate => duplicates += 1,
             Ok(done) => {
                 added += 1;
@@ -394,28 +425,36 @@ async fn ingest(
     if !paths.is_empty() {
         println!(
             "troupe: {added} document(s) added ({chunks} chunks), {duplicates} already known, \
-             {failed} skipped, for {}",
-            persona.id
+             {failed} skipped, for {agent}"
         );
     }
-    if reembed {
-        let total = knowledge.chunk_count(&persona.id).await?;
-        let bar = ProgressBar::new(total as u64).with_style(
-            ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} chunks embedded")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        let done = knowledge
-            .reembed(&persona.id, |n| bar.set_position(n as u64))
-            .await?;
-        bar.finish_and_clear();
-        println!("troupe: {done} chunk(s) embedded for {}", persona.id);
-    }
-    Ok(if failed > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(failed)
+}
+
+/// `--reembed`: every chunk of `agent` embedded again for the configured model, with a
+/// progress bar.
+async fn reembed_all(
+    knowledge: &crate::knowledge::Knowledge,
+    agent: &AgentId,
+) -> anyhow::Result<()> {
+    let total = knowledge.chunk_count(agent).await?;
+    let bar = progress_bar(total, "{spinner} [{bar:30}] {pos}/{len} chunks embedded");
+    let done = knowledge
+        .reembed(agent, |n| bar.set_position(n as u64))
+        .await?;
+    bar.finish_and_clear();
+    println!("troupe: {done} chunk(s) embedded for {agent}");
+    Ok(())
+}
+
+/// A progress bar of `len` steps drawn with `template`.
+fn progress_bar(len: usize, template: &str) -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressStyle};
+    ProgressBar::new(len as u64).with_style(
+        ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    )
 }
 
 #[cfg(test)]

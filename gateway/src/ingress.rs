@@ -21,10 +21,9 @@
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
-use troupe_connectors::sync::Locked;
 use troupe_connectors::{Accepted, AgentId, Inbound, InboundSink, SinkError};
 
-use crate::bus::{Bus, BusError, Envelope};
+use crate::bus::{Bus, BusError, Delivery, Envelope};
 use crate::storage::{
     JournalId, JournalInsert, JournalState, StorageError, Store, UnfinishedPage, same_dedupe_key,
 };
@@ -148,7 +147,7 @@ impl Ingress {
         journal_id: JournalId,
         agent: &AgentId,
         inbound: Inbound,
-        redelivery: bool,
+        delivery: Delivery,
         attempt: u32,
     ) -> Result<(), BusError> {
         self.bus
@@ -156,7 +155,7 @@ impl Ingress {
                 journal_id,
                 agent: agent.clone(),
                 inbound,
-                redelivery,
+                delivery,
                 attempt,
             })
             .await
@@ -204,7 +203,7 @@ impl Ingress {
         let (id, duplicate, waiter) = match journaled {
             JournalInsert::Inserted(id) => {
                 let rx = self.waiters.wait(id);
-                self.publish_waited(id, agent, inbound, false, FIRST_ATTEMPT)
+                self.publish_waited(id, agent, inbound, Delivery::First, FIRST_ATTEMPT)
                     .await?;
                 (id, false, rx)
             }
@@ -248,7 +247,7 @@ impl Ingress {
                     // before publishing, and NATS drops the copy if it did not. A drive
                     // already under way (the restart replay) is not disturbed: this copy
                     // waits behind it in the room's lane and then finds the entry done.
-                    self.publish_waited(id, agent, inbound, true, attempt)
+                    self.publish_waited(id, agent, inbound, Delivery::Again, attempt)
                         .await?;
                 }
                 (id, true, rx)
@@ -267,10 +266,10 @@ impl Ingress {
         id: JournalId,
         agent: &AgentId,
         inbound: Inbound,
-        redelivery: bool,
+        delivery: Delivery,
         attempt: u32,
     ) -> Result<(), ConverseError> {
-        self.publish(id, agent, inbound, redelivery, attempt)
+        self.publish(id, agent, inbound, delivery, attempt)
             .await
             .map_err(|e| {
                 self.waiters.forget(id);
@@ -361,7 +360,7 @@ impl Ingress {
             for entry in entries {
                 let attempt = entry.attempts.max(0) as u32;
                 let agent = entry.agent_id;
-                self.publish(entry.id, &agent, entry.inbound, true, attempt)
+                self.publish(entry.id, &agent, entry.inbound, Delivery::Again, attempt)
                     .await?;
                 published += 1;
             }
@@ -400,7 +399,7 @@ impl InboundSink for AgentSink {
         match journaled? {
             JournalInsert::Inserted(id) => {
                 self.ingress
-                    .publish(id, &self.agent, message, false, FIRST_ATTEMPT)
+                    .publish(id, &self.agent, message, Delivery::First, FIRST_ATTEMPT)
                     .await
                     .map_err(refused_by_bus)?;
                 Ok(Accepted::New)
@@ -410,7 +409,7 @@ impl InboundSink for AgentSink {
                 // journaled it died before publishing: publish it (again). NATS drops the
                 // copy when the first publication went through.
                 self.ingress
-                    .publish(id, &self.agent, message, true, FIRST_ATTEMPT)
+                    .publish(id, &self.agent, message, Delivery::Again, FIRST_ATTEMPT)
                     .await
                     .map_err(refused_by_bus)?;
                 Ok(Accepted::Duplicate)
@@ -426,6 +425,7 @@ mod tests {
     use crate::storage::test_support::{
         Kind, journal_copies, on_both_backends, run_with_store as run,
     };
+    use troupe_connectors::sync::Locked;
     use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
     /// A bus that only records what was published to it.

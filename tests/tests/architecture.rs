@@ -9,6 +9,9 @@
 //! 2. **Ids are typed.** No parameter or field named `agent`, `agent_id`, `room` or
 //!    `room_key` has a string type (`&str`, `String`, or either in an `Option`) in the
 //!    gateway's non-test code: they are `AgentId` and `RoomKey`, parsed where they enter.
+//! 3. to 5. **Size and shape** (`architecture/shape.rs`): no function over 80 lines of code,
+//!    no file over 800, no `bool` parameter on the turn's path, no string-keyed map of
+//!    personas or rooms.
 //!
 //! Run it alone with `cargo test -p troupe-e2e --test architecture`. It reads the source
 //! tree, so it needs no build of the gateway and takes well under a second.
@@ -21,6 +24,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+#[path = "architecture/shape.rs"]
+mod shape;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -32,44 +38,51 @@ fn repo() -> PathBuf {
 /// `storage/writer.rs`.
 type ModPath = Vec<String>;
 
-/// The non-test source of every module file of a crate, by module path.
-fn modules(src: &Path) -> BTreeMap<ModPath, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![src.to_path_buf()];
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).expect("a source directory") {
             let path = entry.expect("a directory entry").path();
             if path.is_dir() {
                 stack.push(path);
-                continue;
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
             }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let rel = path.strip_prefix(src).expect("under src");
-            let mut parts: Vec<String> = rel
-                .iter()
-                .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
-                .collect();
-            let last = parts.last().cloned().unwrap_or_default();
-            // The binary's entry point is its own crate; test files are test code.
-            if parts == ["main"] || last == "tests" || last.ends_with("_tests") {
-                continue;
-            }
-            if last == "mod" || parts == ["lib"] {
-                parts.pop();
-            }
-            let text = std::fs::read_to_string(&path).expect("a readable source file");
-            out.insert(
-                parts,
-                strip_test_modules(&strip_comments_and_strings(&text)),
-            );
         }
     }
     out
 }
 
-/// Source with comments, string and char literals blanked out (lengths kept).
+/// The non-test source of every module file of a crate, by module path.
+fn modules(src: &Path) -> BTreeMap<ModPath, String> {
+    let mut out = BTreeMap::new();
+    for path in rust_files(src) {
+        let rel = path.strip_prefix(src).expect("under src");
+        let mut parts: Vec<String> = rel
+            .iter()
+            .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+            .collect();
+        let last = parts.last().cloned().unwrap_or_default();
+        // The binary's entry point is its own crate; test files are test code.
+        if parts == ["main"] || last == "tests" || last.ends_with("_tests") {
+            continue;
+        }
+        if last == "mod" || parts == ["lib"] {
+            parts.pop();
+        }
+        let text = std::fs::read_to_string(&path).expect("a readable source file");
+        out.insert(
+            parts,
+            strip_test_modules(&strip_comments_and_strings(&text)),
+        );
+    }
+    out
+}
+
+/// Source with comments dropped and string and char literals blanked: a literal becomes
+/// `""` or `' '` on the line it starts on, and a line comment leaves its line empty.
 fn strip_comments_and_strings(text: &str) -> String {
     let b = text.as_bytes();
     let mut out = String::with_capacity(b.len());
@@ -170,22 +183,7 @@ fn strip_test_modules(text: &str) -> String {
         let item_end = if trimmed.starts_with("mod ") {
             match (trimmed.find('{'), trimmed.find(';')) {
                 (Some(open), semi) if semi.is_none_or(|s| open < s) => {
-                    let mut depth = 0usize;
-                    let mut end = trimmed.len();
-                    for (k, ch) in trimmed[open..].char_indices() {
-                        match ch {
-                            '{' => depth += 1,
-                            '}' => {
-                                depth -= 1;
-                                if depth == 0 {
-                                    end = open + k + 1;
-                                    break;
-                                }
-                            }
-                            _ => {}
-                        }
-                    }
-                    offset + end
+                    offset + block_end(trimmed, open)
                 }
                 (_, Some(semi)) => offset + semi + 1,
                 _ => out.len(),
@@ -198,6 +196,25 @@ fn strip_test_modules(text: &str) -> String {
         out.replace_range(at..item_end, "");
     }
     out
+}
+
+/// The end (one past the closing brace) of the block that opens at `open` in stripped
+/// source, or the text's end if it never closes.
+fn block_end(text: &str, open: usize) -> usize {
+    let mut depth = 0usize;
+    for (k, ch) in text[open..].char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return open + k + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    text.len()
 }
 
 fn is_ident(b: u8) -> bool {

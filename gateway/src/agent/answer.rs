@@ -8,13 +8,13 @@ use super::decide::Standing;
 use super::outbound::Kind;
 use super::{Agent, Mind};
 use crate::outcome::Outcome;
-use crate::storage::{HandledMessage, JournalId, NewMemory, RecordedReply, ReplyStart};
+use crate::storage::{HandledMessage, JournalId, NewMemory, RecordedReply, ReplyStart, Speaker};
 
 /// The model's reply, with what `act` needs to judge the action it may propose.
 pub(super) struct Reply {
     pub(super) text: String,
     pub(super) standing: Standing,
-    pub(super) quotes_marker: bool,
+    pub(super) quoted: crate::rooms::actions::Quoted,
 }
 
 impl Agent {
@@ -41,7 +41,7 @@ impl Agent {
         if inbound.platform() != Platform::Web {
             // The persona's own reply is a bot message in the room too.
             self.store
-                .bump_bot_streak(&self.id, &inbound.room.key(), true)
+                .bump_bot_streak(&self.id, &inbound.room.key(), Speaker::Bot)
                 .await?;
         }
         let model = crate::memory::Model {
@@ -71,15 +71,15 @@ impl Agent {
         let Reply {
             text: reply,
             standing,
-            quotes_marker,
+            quoted,
         } = reply;
         let (text, proposed) = actions::take(&reply);
-        let action = actions::honoured(proposed, &inbound.text, quotes_marker);
+        let action = actions::honoured(proposed, &inbound.text, quoted);
         let Some(action) = action else {
             if let Some(proposed) = proposed {
                 tracing::info!(
                     ?proposed,
-                    quotes_marker,
+                    ?quoted,
                     "the reply proposed a room action the speaker did not ask for; not honoured"
                 );
             }

@@ -10,6 +10,7 @@ use super::decide::{self, Decision, decide};
 use super::outbound::Kind;
 use super::{Agent, Mind};
 use crate::outcome::Outcome;
+use crate::rooms::Steering;
 use crate::storage::JournalId;
 
 /// How long a steering command waits for the platform to say whether its sender may.
@@ -41,9 +42,13 @@ impl Agent {
             return Ok(None);
         }
         tracing::info!(command = command.name(), "chat command");
-        let may_steer = !command.steers_room() || self.may_steer(inbound).await;
+        let steering = if !command.steers_room() || self.may_steer(inbound).await {
+            Steering::Allowed
+        } else {
+            Steering::Refused
+        };
         let answer = self
-            .run_command(&command, inbound.room.key(), &inbound.author.id, may_steer)
+            .run_command(&command, inbound.room.key(), &inbound.author.id, steering)
             .await?;
         let outbound = self.outbound(inbound, Kind::Reply(journal_id), answer.text.clone());
         if let Some(id) = self
@@ -66,7 +71,7 @@ impl Agent {
         command: &troupe_connectors::command::Command,
         room: troupe_connectors::RoomKey,
         user: &troupe_connectors::UserId,
-        may_steer: bool,
+        steering: Steering,
     ) -> anyhow::Result<crate::rooms::Answer> {
         let mind = self.mind();
         let platform = room.platform;
@@ -79,7 +84,7 @@ impl Agent {
             room,
             platform,
             user,
-            may_steer,
+            steering,
             now_ms: crate::clock::now_ms(),
             meter: self.meter(),
         };

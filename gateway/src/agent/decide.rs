@@ -22,10 +22,11 @@
 use troupe_connectors::{Inbound, Platform};
 
 use super::Agent;
+use super::troupe::Author;
 use crate::outcome::Outcome;
 use crate::persona::{ClientSwitches, Persona};
 use crate::rooms::names_in;
-use crate::storage::{JournalId, RoomContext, RoomState};
+use crate::storage::{JournalId, RoomContext, RoomReads, RoomState, Speaker};
 
 // Why not: an outcome's vocabulary, so it lives with `Outcome` (below the agent and the
 // bus); the rules that choose one are here.
@@ -52,13 +53,15 @@ pub enum Why {
 /// allowed, DMs off stay ignored).
 ///
 /// One message still reaches a muted persona: one addressed to it that asks it to talk
-/// again (`asks_to_talk`, see `rooms::actions::asks_to_talk_again`), so that "you can talk
+/// again (its `text`, see `rooms::actions::asks_to_talk_again`), so that "you can talk
 /// again" works like `/unmute` with the one model call that answers it. Only someone who
 /// may steer the room gets that call (`Agent::standing`), and its reply is sent only if it
 /// unmutes the room (`Agent::act`).
-pub fn steer(decision: Decision, room: &RoomState, now_ms: i64, asks_to_talk: bool) -> Decision {
+pub fn steer(decision: Decision, room: &RoomState, now_ms: i64, text: &str) -> Decision {
     match decision {
-        Decision::Respond(_) if room.muted_at(now_ms) && !asks_to_talk => {
+        Decision::Respond(_)
+            if room.muted_at(now_ms) && !crate::rooms::actions::asks_to_talk_again(text) =>
+        {
             Decision::Ignore(WhyNot::Muted)
         }
         Decision::Ignore(WhyNot::NotAddressed) if room.following && !room.muted_at(now_ms) => {
@@ -130,30 +133,24 @@ impl Agent {
     ) -> anyhow::Result<Result<RoomContext, Outcome>> {
         let mut switches = persona.switches(inbound.platform());
         // The troupe's own personas are heard where other people's bots are not.
-        let from_troupe = self.written_by_troupe(inbound).await?;
-        switches.ignore_bot_messages &= !from_troupe;
+        let author = self.author_of(inbound).await?;
+        switches.ignore_bot_messages &= author != Author::Troupe;
         let names: Vec<&str> = [persona.name.as_str()].into_iter().collect();
         let first = decide(&names, &switches, inbound);
         let room_key = inbound.room.key();
-        let answers = matches!(first, Decision::Respond(_));
-        let room = self
-            .store
-            .room_context(
-                &self.id,
-                &room_key,
-                answers.then_some(i64::from(self.settings.history_limit)),
-                answers && self.memory.wants_summary(&room_key),
-            )
-            .await?;
+        let limit = i64::from(self.settings.history_limit);
+        let reads = match first {
+            Decision::Respond(_) if self.memory.wants_summary(&room_key) => {
+                RoomReads::WindowAndSummary { limit }
+            }
+            Decision::Respond(_) => RoomReads::Window { limit },
+            _ => RoomReads::Controls,
+        };
+        let room = self.store.room_context(&self.id, &room_key, reads).await?;
         let state = &room.state;
-        let decision = steer(
-            first,
-            state,
-            crate::clock::now_ms(),
-            crate::rooms::actions::asks_to_talk_again(&inbound.text),
-        );
+        let decision = steer(first, state, crate::clock::now_ms(), &inbound.text);
         let decision = self.bot_turns(decision, inbound).await?;
-        let decision = self.arbitrate(decision, inbound, from_troupe).await?;
+        let decision = self.arbitrate(decision, inbound, author).await?;
         match decision {
             Decision::Ignore(why) => {
                 tracing::debug!(reason = why.as_str(), "not answering");
@@ -210,7 +207,15 @@ impl Agent {
         let room = inbound.room.key();
         let streak = self
             .store
-            .bump_bot_streak(&self.id, &room, inbound.author.is_bot)
+            .bump_bot_streak(
+                &self.id,
+                &room,
+                if inbound.author.is_bot {
+                    Speaker::Bot
+                } else {
+                    Speaker::Person
+                },
+            )
             .await?;
         let over = inbound.author.is_bot && streak > i64::from(self.settings.bot_turns);
         Ok(match decision {
@@ -328,13 +333,13 @@ mod tests {
         };
         let direct = Decision::Respond(Why::Direct);
         assert_eq!(
-            steer(direct, &muted, 99, false),
+            steer(direct, &muted, 99, "good morning"),
             Decision::Ignore(WhyNot::Muted)
         );
-        assert_eq!(steer(direct, &muted, 100, false), direct);
+        assert_eq!(steer(direct, &muted, 100, "good morning"), direct);
         // Asked to talk again, an addressed message gets through to be answered (and to
         // unmute); an unaddressed one does not, even in a followed room.
-        assert_eq!(steer(direct, &muted, 99, true), direct);
+        assert_eq!(steer(direct, &muted, 99, "you can talk again"), direct);
         let muted_following = RoomState {
             following: true,
             ..muted.clone()
@@ -344,7 +349,7 @@ mod tests {
                 Decision::Ignore(WhyNot::NotAddressed),
                 &muted_following,
                 99,
-                true
+                "you can talk again"
             ),
             Decision::Ignore(WhyNot::NotAddressed)
         );
@@ -354,15 +359,15 @@ mod tests {
         };
         let unaddressed = Decision::Ignore(WhyNot::NotAddressed);
         assert_eq!(
-            steer(unaddressed, &following, 0, false),
+            steer(unaddressed, &following, 0, "good morning"),
             Decision::Respond(Why::Following)
         );
         assert_eq!(
-            steer(Decision::Ignore(WhyNot::Bot), &following, 0, false),
+            steer(Decision::Ignore(WhyNot::Bot), &following, 0, "good morning"),
             Decision::Ignore(WhyNot::Bot)
         );
         assert_eq!(
-            steer(unaddressed, &RoomState::default(), 0, false),
+            steer(unaddressed, &RoomState::default(), 0, "good morning"),
             unaddressed
         );
     }

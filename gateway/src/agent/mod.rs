@@ -11,8 +11,10 @@
 //! - `command`: chat commands (`command`, `run_command`), and the sender's right to steer
 //!   the room (`may_steer`).
 //! - `decide`: the pure rules (`decide::decide`, `decide::steer`), then the agent's step
-//!   that reads the room and applies them (`decide`, `bot_turns`, `standing`); the troupe's
-//!   part of it, the arbiter, is in `troupe`.
+//!   that reads the room and applies them (`decide`, `bot_turns`, `standing`).
+//! - `arbitrate`: the troupe's part of deciding, in a room several personas share: the
+//!   reads and the claim around the pure rule of `rooms::arbiter`. `troupe` says who the
+//!   troupe is and which bots are its own.
 //! - `limits`: the rate limits (`budget`) and the spend budgets (`spend_cap`).
 //! - `recall`: what the prompt draws on (`recall`, `thread_context`) and the prompt
 //!   (`compose`).
@@ -27,6 +29,7 @@
 //! reload swaps them between two messages without a restart.
 
 mod answer;
+mod arbitrate;
 mod command;
 pub mod decide;
 mod limits;
@@ -45,7 +48,7 @@ use tracing::Instrument;
 use troupe_connectors::sync::RwLocked;
 use troupe_connectors::{AgentId, Inbound, Platform};
 
-use crate::bus::{Envelope, Handler};
+use crate::bus::{Delivery, Envelope, Handler};
 use crate::config::AgentSettings;
 use crate::limits::RateLimiter;
 use crate::outbox::Outbox;
@@ -159,7 +162,7 @@ impl Agent {
         let Envelope {
             journal_id,
             inbound,
-            redelivery,
+            delivery,
             ..
         } = envelope;
         let span = tracing::info_span!("message",
@@ -171,13 +174,13 @@ impl Agent {
         );
         let platform = inbound.platform();
         let outcome = async {
-            let mut redelivery = redelivery;
+            let mut delivery = delivery;
             let give_up_at = Instant::now() + STORAGE_WAIT;
             // An error that is not an outage (a bad row) fails again with the database up:
             // a few tries, not two minutes of them.
             let mut tries_left = 5;
             loop {
-                match self.process(journal_id, &inbound, redelivery).await {
+                match self.process(journal_id, &inbound, delivery).await {
                     Ok(outcome) => break outcome,
                     Err(e) => {
                         crate::metrics::error("storage");
@@ -189,7 +192,7 @@ impl Agent {
                         tries_left -= 1;
                         if tries_left > 0 && self.storage_is_back(give_up_at).await {
                             tracing::warn!(error = %e, "could not handle the message; handling it again now that the database answers");
-                            redelivery = true;
+                            delivery = Delivery::Again;
                             continue;
                         }
                         tracing::error!(error = %e, "could not handle the message");
@@ -228,9 +231,11 @@ impl Agent {
         &self,
         journal_id: JournalId,
         inbound: &Inbound,
-        redelivery: bool,
+        delivery: Delivery,
     ) -> anyhow::Result<Outcome> {
-        if redelivery && let Some(outcome) = self.resume(journal_id, inbound).await? {
+        if delivery.is_again()
+            && let Some(outcome) = self.resume(journal_id, inbound).await?
+        {
             return Ok(outcome);
         }
         let mind = self.mind();
@@ -253,10 +258,7 @@ impl Agent {
             return Ok(outcome);
         }
         let recall = self.recall(inbound, room).await?;
-        let Composed {
-            prompt,
-            quotes_marker,
-        } = self.compose(&mind.persona, inbound, &recall);
+        let Composed { prompt, quoted } = self.compose(&mind.persona, inbound, &recall);
         // The console's "why" panel (crate::why): what this prompt was made of.
         crate::why::record(
             &self.id,
@@ -280,7 +282,7 @@ impl Agent {
         let reply = Reply {
             text,
             standing,
-            quotes_marker,
+            quoted,
         };
         self.answer(
             &mind,
@@ -297,27 +299,26 @@ impl Agent {
 /// All agents, by id, with lookup by name too. A cheap-to-clone handle.
 #[derive(Clone, Default)]
 pub struct Agents {
-    inner: Arc<RwLock<HashMap<String, Arc<Agent>>>>,
+    inner: Arc<RwLock<HashMap<AgentId, Arc<Agent>>>>,
 }
 
 impl Agents {
     pub fn insert(&self, agent: Arc<Agent>) {
-        self.inner
-            .write_locked()
-            .insert(agent.id.to_string(), agent);
+        self.inner.write_locked().insert(agent.id.clone(), agent);
     }
 
-    pub fn remove(&self, id: &str) -> Option<Arc<Agent>> {
+    pub fn remove(&self, id: &AgentId) -> Option<Arc<Agent>> {
         self.inner.write_locked().remove(id)
     }
 
-    pub fn by_id(&self, id: &str) -> Option<Arc<Agent>> {
+    pub fn by_id(&self, id: &AgentId) -> Option<Arc<Agent>> {
         self.inner.read_locked().get(id).cloned()
     }
 
-    /// Finds an agent by its id or, ignoring case, its persona's name.
+    /// Finds an agent by its id or, ignoring case, its persona's name: what a caller typed,
+    /// so a plain string (the map answers it without building an id).
     pub fn find(&self, id_or_name: &str) -> Option<Arc<Agent>> {
-        if let Some(a) = self.by_id(id_or_name) {
+        if let Some(a) = self.inner.read_locked().get(id_or_name).cloned() {
             return Some(a);
         }
         self.all()
@@ -343,7 +344,7 @@ pub struct Dispatcher {
 #[async_trait::async_trait]
 impl Handler for Dispatcher {
     async fn handle(&self, envelope: Envelope) {
-        match self.agents.by_id(envelope.agent.as_str()) {
+        match self.agents.by_id(&envelope.agent) {
             Some(agent) => agent.handle(envelope).await,
             None => {
                 let unknown = HandleError::UnknownAgent(envelope.agent.clone());
@@ -351,7 +352,7 @@ impl Handler for Dispatcher {
                 tracing::warn!(journal_id = envelope.journal_id.0, %error, "dropping message");
                 // A drive again counts as an attempt, as in `Agent::handle`, so such an entry
                 // is not driven at every start forever; the limit is applied at replay.
-                if envelope.redelivery
+                if envelope.delivery.is_again()
                     && let Err(e) = self
                         .store
                         .journal_begin(envelope.journal_id, u32::MAX)

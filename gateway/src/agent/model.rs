@@ -27,7 +27,10 @@ struct RoomNotice<'a> {
 #[async_trait::async_trait]
 impl OutageNotice for RoomNotice<'_> {
     fn key(&self) -> String {
-        format!("{}\u{1f}{}", self.agent.id, self.inbound.room.key())
+        // One notice per persona and room: the bus's order key.
+        crate::bus::OrderKey::of(&self.agent.id, &self.inbound.room.key())
+            .as_str()
+            .to_owned()
     }
 
     async fn send(&self) {
@@ -87,7 +90,7 @@ impl Agent {
                 .record(
                     who,
                     crate::spend::Purpose::Reply,
-                    &mind.provider.describe(),
+                    &mind.provider.model(),
                     tokens,
                 )
                 .await;

@@ -7,6 +7,7 @@ use troupe_connectors::{ContextLine, Inbound};
 
 use super::Agent;
 use crate::persona::{self, HistoryLine, Persona, Prompt, PromptInput};
+use crate::rooms::actions::Quoted;
 use crate::storage::{MemoryMessage, RoomContext};
 
 /// How long the prompt waits for the platform's thread context.
@@ -28,7 +29,7 @@ pub(super) struct Recall {
 /// names) holds an action marker: then no action the reply proposes is honoured.
 pub(super) struct Composed {
     pub(super) prompt: Prompt,
-    pub(super) quotes_marker: bool,
+    pub(super) quoted: Quoted,
 }
 
 impl Agent {
@@ -163,7 +164,11 @@ impl Agent {
             || facts.iter().any(|f| marked(f));
         Composed {
             prompt,
-            quotes_marker,
+            quoted: if quotes_marker {
+                Quoted::Marker
+            } else {
+                Quoted::NoMarker
+            },
         }
     }
 }

@@ -60,7 +60,7 @@ async fn a_message_is_answered_and_remembered_with_its_reply() {
     let (_db, agent) = ada("Hello, Sam.").await;
     let inbound = msg(Platform::Web, "hi Ada");
     let id = journal(&agent, &inbound).await;
-    let outcome = agent.process(id, &inbound, false).await.unwrap();
+    let outcome = agent.process(id, &inbound, Delivery::First).await.unwrap();
     assert_eq!(replied(&outcome), ["Hello, Sam."]);
     let room = inbound.room.key();
     let recent = agent
@@ -77,7 +77,7 @@ async fn a_message_is_answered_and_remembered_with_its_reply() {
 
     // Driven again (a redelivery), the message is answered from the journal: the same
     // reply, and nothing more in the room.
-    let again = agent.process(id, &inbound, true).await.unwrap();
+    let again = agent.process(id, &inbound, Delivery::Again).await.unwrap();
     assert_eq!(replied(&again), ["Hello, Sam."]);
     let recent = agent
         .store
@@ -92,7 +92,7 @@ async fn a_chat_mute_is_answered_without_the_model_and_silences_the_room() {
     let (_db, agent) = ada("Hello, Sam.").await;
     let mute = msg(Platform::Telegram, "/mute");
     let id = journal(&agent, &mute).await;
-    let answer = replied(&agent.process(id, &mute, false).await.unwrap());
+    let answer = replied(&agent.process(id, &mute, Delivery::First).await.unwrap());
     assert_eq!(answer.len(), 1);
     assert_ne!(
         answer[0], "Hello, Sam.",
@@ -102,7 +102,7 @@ async fn a_chat_mute_is_answered_without_the_model_and_silences_the_room() {
     let mut named = msg(Platform::Telegram, "what do you think, Ada?");
     named.id = troupe_connectors::MessageId::new("2");
     let id = journal(&agent, &named).await;
-    match agent.process(id, &named, false).await.unwrap() {
+    match agent.process(id, &named, Delivery::First).await.unwrap() {
         Outcome::Ignored { reason } => assert_eq!(reason, crate::outcome::WhyNot::Muted),
         other => panic!("a muted room was answered: {other:?}"),
     }

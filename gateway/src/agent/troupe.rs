@@ -1,7 +1,7 @@
 //! The agent's side of sharing a room with the other personas of the troupe (docs/rooms.md,
-//! "A troupe in one room"): telling the troupe's own bots apart from other people's, and
-//! asking the room's arbiter (`rooms::arbiter`) whether this persona is the one that
-//! answers a message nobody addressed.
+//! "A troupe in one room"): who the troupe is on a platform, telling the troupe's own bots
+//! apart from other people's, and sharing a Web room's exchange. Whether this persona is the
+//! one that answers a message nobody addressed is the decide step's (`arbitrate`).
 //!
 //! The troupe is every persona this gateway loaded that has a connector on the message's
 //! platform; their bots' user ids come from those connectors (`Connector::self_id`). With
@@ -9,20 +9,28 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, Weak};
-use troupe_connectors::{Inbound, Platform, SELF_ID_KEY, UserId};
+use troupe_connectors::{AgentId, Inbound, Platform, SELF_ID_KEY, UserId};
 
-use super::decide::{Decision, Why, WhyNot};
 use super::{Agent, Agents};
-use crate::rooms::arbiter::{self, Member};
+use crate::rooms::arbiter::Member;
 
 /// The troupe, held weakly: the registry holds the agents, and an agent holding the
 /// registry strongly would keep every agent alive forever.
-pub(super) struct Troupe(Weak<RwLock<HashMap<String, Arc<Agent>>>>);
+pub(super) struct Troupe(Weak<RwLock<HashMap<AgentId, Arc<Agent>>>>);
 
 impl Troupe {
     fn agents(&self) -> Option<Agents> {
         self.0.upgrade().map(|inner| Agents { inner })
     }
+}
+
+/// Who wrote a message, as the troupe sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Author {
+    /// Another persona of this troupe (its bot's user id is one of the troupe's connectors').
+    Troupe,
+    /// A person, or a bot that is not one of ours.
+    Outsider,
 }
 
 impl Agent {
@@ -36,7 +44,7 @@ impl Agent {
     /// enough to recognise its bots. A bot's user id comes from its connector, or, on a
     /// replica that does not run that connector, from what the connector kept in the
     /// database when it started. Empty on the API, and without a troupe.
-    async fn troupe_on(&self, inbound: &Inbound) -> anyhow::Result<Vec<Member>> {
+    pub(super) async fn troupe_on(&self, inbound: &Inbound) -> anyhow::Result<Vec<Member>> {
         let platform = inbound.platform();
         let Some(troupe) = self.troupe.as_ref().and_then(Troupe::agents) else {
             return Ok(Vec::new());
@@ -78,72 +86,21 @@ impl Agent {
     /// bots are ignored, and its messages still count against `TROUPE_BOT_TURNS`. It is
     /// noted as the message's sender, so that a person's reply to it is known as addressed
     /// to it (`rooms::arbiter::addressee`).
-    pub(super) async fn written_by_troupe(&self, inbound: &Inbound) -> anyhow::Result<bool> {
+    pub(super) async fn author_of(&self, inbound: &Inbound) -> anyhow::Result<Author> {
         if !inbound.author.is_bot {
-            return Ok(false);
+            return Ok(Author::Outsider);
         }
         let members = self.troupe_on(inbound).await?;
         let Some(sender) = members
             .iter()
             .find(|m| m.id != self.id && m.bot_user.as_ref() == Some(&inbound.author.id))
         else {
-            return Ok(false);
+            return Ok(Author::Outsider);
         };
         self.store
             .note_sender(&inbound.room.key(), &inbound.id, &sender.id)
             .await?;
-        Ok(true)
-    }
-
-    /// The arbiter's part of the decision, in a room the troupe shares. A person addressing
-    /// this persona makes it the room's last addressed and claims the message for it. A
-    /// message answered only because the room is followed goes to the arbiter's choice, one
-    /// persona for the whole troupe; a troupe persona's own message is answered by another
-    /// only when it addresses it, so that following personas do not chat among themselves.
-    pub(super) async fn arbitrate(
-        &self,
-        decision: Decision,
-        inbound: &Inbound,
-        from_troupe: bool,
-    ) -> anyhow::Result<Decision> {
-        let addressed = matches!(
-            decision,
-            Decision::Respond(Why::Mention | Why::ReplyToSelf | Why::Name)
-        );
-        if !addressed && decision != Decision::Respond(Why::Following) {
-            return Ok(decision);
-        }
-        let mut members = self.troupe_on(inbound).await?;
-        if members.len() < 2 {
-            return Ok(decision);
-        }
-        let room = inbound.room.key();
-        if addressed {
-            if !inbound.author.is_bot {
-                self.store.set_last_addressed(&room, &self.id).await?;
-                self.store
-                    .claim_message(&room, &inbound.id, &self.id)
-                    .await?;
-            }
-            return Ok(decision);
-        }
-        if from_troupe {
-            return Ok(Decision::Ignore(WhyNot::NotAddressed));
-        }
-        let now = crate::clock::now_ms();
-        let ids: Vec<_> = members.iter().map(|m| m.id.clone()).collect();
-        let states = self.store.room_states_of(&room, &ids).await?;
-        for (m, state) in members.iter_mut().zip(states) {
-            m.following = state.following && !state.muted_at(now);
-        }
-        Ok(
-            if arbiter::settle(&self.store, &room, inbound, &self.id, &members).await? {
-                decision
-            } else {
-                tracing::info!("another persona of the troupe answers this message");
-                Decision::Ignore(WhyNot::OtherPersona)
-            },
-        )
+        Ok(Author::Troupe)
     }
 
     /// On the Web platform, where no connector carries one persona's reply to the others,

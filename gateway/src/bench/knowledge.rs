@@ -71,63 +71,108 @@ pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
         corpus.display()
     );
 
-    let url = args
-        .database_url
+    let url = database_url(&args, dir.path());
+    let knowledge = open_knowledge(&url, dir.path(), args.sandbox).await?;
+    // Built (empty) first, as the gateway does at start: each ingest then updates the
+    // keyword index too, and is timed with it.
+    knowledge.sync_index().await?;
+    let agent = AgentId::new("bench");
+    let ingest = ingest_corpus(&knowledge, &agent, &corpus, args.parallel.max(1)).await?;
+    report_ingest(&args, &url, total, &ingest);
+    search(
+        &knowledge,
+        &agent,
+        &words,
+        &mut rng,
+        args.queries,
+        ingest.chunks,
+    )
+    .await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--database-url`, or a fresh SQLite file in the benchmark's temporary directory.
+fn database_url(args: &KnowledgeBench, dir: &Path) -> String {
+    args.database_url
         .clone()
-        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
-    let store = Store::connect(&url).await?;
-    let knowledge = if args.sandbox {
+        .unwrap_or_else(|| format!("sqlite://{}", dir.join("bench.db").display()))
+}
+
+/// The knowledge store under test: with `sandbox`, as the gateway has it (documents read by
+/// workers, the index on disk in `dir`); else in this process and in memory.
+async fn open_knowledge(url: &str, dir: &Path, sandbox: bool) -> anyhow::Result<Knowledge> {
+    let store = Store::connect(url).await?;
+    Ok(if sandbox {
         let settings = KnowledgeSettings {
-            index_dir: dir.path().join("index"),
+            index_dir: dir.join("index"),
             ..KnowledgeSettings::default()
         };
         Knowledge::from_settings(store, &settings)
     } else {
         Knowledge::new(store, KnowledgeSettings::default(), None)
-    };
-    // Built (empty) first, as the gateway does at start: each ingest then updates the
-    // keyword index too, and is timed with it.
-    knowledge.sync_index().await?;
-    let agent = AgentId::new("bench");
+    })
+}
 
+/// What ingesting the corpus took.
+struct Ingest {
+    files: usize,
+    chunks: usize,
+    time: Duration,
+    /// Resident memory before, and its peak while ingesting, in KiB.
+    rss_before: u64,
+    peak: u64,
+}
+
+/// Ingests every file of `corpus`, `parallel` at a time, as that many uploads would be, until
+/// it is searchable.
+async fn ingest_corpus(
+    knowledge: &Knowledge,
+    agent: &AgentId,
+    corpus: &Path,
+    parallel: usize,
+) -> anyhow::Result<Ingest> {
     reset_peak_rss();
     let rss_before = rss_kib("VmRSS");
     let started = Instant::now();
     let mut chunks = 0usize;
-    let mut files: Vec<_> = std::fs::read_dir(&corpus)?
+    let mut files: Vec<_> = std::fs::read_dir(corpus)?
         .filter_map(Result::ok)
         .map(|e| e.path())
         .collect();
     files.sort();
-    // `parallel` documents in flight at once, as that many uploads would be.
-    let mut ingests = futures::stream::iter(files.iter().map(|path| {
-        let (knowledge, agent) = (&knowledge, &agent);
-        async move {
-            let bytes = tokio::fs::read(path).await?;
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let ingested = knowledge
-                .ingest(agent, None, &name, Some("text/markdown"), &bytes)
-                .await?;
-            anyhow::Ok(ingested.chunks)
-        }
+    let mut ingests = futures::stream::iter(files.iter().map(|path| async move {
+        let bytes = tokio::fs::read(path).await?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ingested = knowledge
+            .ingest(agent, None, &name, Some("text/markdown"), &bytes)
+            .await?;
+        anyhow::Ok(ingested.chunks)
     }))
-    .buffer_unordered(args.parallel.max(1));
+    .buffer_unordered(parallel);
     while let Some(n) = ingests.next().await {
         chunks += n?;
     }
     drop(ingests);
     // Searchable, not only stored: the index's last commit is part of the ingest.
     knowledge.sync_index().await?;
-    let ingest_time = started.elapsed();
-    let peak = rss_kib("VmHWM");
+    Ok(Ingest {
+        files: files.len(),
+        chunks,
+        time: started.elapsed(),
+        rss_before,
+        peak: rss_kib("VmHWM"),
+    })
+}
 
+/// Prints the ingest's speed and memory, `total` bytes in all.
+fn report_ingest(args: &KnowledgeBench, url: &str, total: usize, ingest: &Ingest) {
     let mb = total as f64 / 1e6;
     println!(
         "knowledge benchmark ({}{})",
-        store_kind(&url),
+        store_kind(url),
         if args.sandbox {
             ", documents read by troupe extract workers, index on disk"
         } else {
@@ -135,19 +180,18 @@ pub async fn run(args: KnowledgeBench) -> anyhow::Result<ExitCode> {
         }
     );
     println!(
-        "  ingest:  {mb:.1} MB, {} files ({} at a time), {chunks} chunks in {:.1} s = {:.1} MB/s",
-        files.len(),
+        "  ingest:  {mb:.1} MB, {} files ({} at a time), {} chunks in {:.1} s = {:.1} MB/s",
+        ingest.files,
         args.parallel.max(1),
-        ingest_time.as_secs_f64(),
-        mb / ingest_time.as_secs_f64()
+        ingest.chunks,
+        ingest.time.as_secs_f64(),
+        mb / ingest.time.as_secs_f64()
     );
     println!(
         "  memory:  resident {:.1} MiB before ingesting, peak {:.1} MiB while ingesting",
-        rss_before as f64 / 1024.0,
-        peak as f64 / 1024.0
+        ingest.rss_before as f64 / 1024.0,
+        ingest.peak as f64 / 1024.0
     );
-    search(&knowledge, &agent, &words, &mut rng, args.queries, chunks).await?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Times `queries` searches of three words drawn from the vocabulary, and prints them.
@@ -186,42 +230,13 @@ async fn search(
 /// the same searches.
 async fn run_generated(args: KnowledgeBench, total: usize) -> anyhow::Result<ExitCode> {
     let dir = tempfile::tempdir()?;
-    let url = args
-        .database_url
-        .clone()
-        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
+    let url = database_url(&args, dir.path());
     let store = Store::connect(&url).await?;
     let words = vocabulary();
     let mut rng = StdRng::seed_from_u64(7);
     let agent = AgentId::new("bench");
-    let scope = Scope::AGENT;
-
     let started = Instant::now();
-    let mut bytes = 0usize;
-    let mut stored = 0usize;
-    let mut document = 0usize;
-    while stored < total {
-        let id = format!("generated{document:06}");
-        let chunks: Vec<(String, String)> = (0..GENERATED_PER_DOCUMENT.min(total - stored))
-            .map(|i| (format!("{id}:{i}"), passage(&words, &mut rng)))
-            .collect();
-        bytes += chunks.iter().map(|(_, t)| t.len()).sum::<usize>();
-        store
-            .insert_document(&NewDocument {
-                id: &id,
-                agent_id: &agent,
-                scope: &scope,
-                source: &format!("{id}.md"),
-                content_type: "text/markdown",
-                content_hash: &id,
-                origin: "cli",
-                bytes: 0,
-                chunks: &chunks,
-            })
-            .await?;
-        stored += chunks.len();
-        document += 1;
-    }
+    let generated = store_generated(&store, &agent, total, &words, &mut rng).await?;
     let store_time = started.elapsed();
 
     // A new replica: an empty index directory, built from the database at the first sync.
@@ -241,8 +256,10 @@ async fn run_generated(args: KnowledgeBench, total: usize) -> anyhow::Result<Exi
         store_kind(&url)
     );
     println!(
-        "  stored:  {stored} chunks ({:.1} MB of text) in {document} documents in {:.1} s",
-        bytes as f64 / 1e6,
+        "  stored:  {} chunks ({:.1} MB of text) in {} documents in {:.1} s",
+        generated.chunks,
+        generated.bytes as f64 / 1e6,
+        generated.documents,
         store_time.as_secs_f64()
     );
     println!(
@@ -251,13 +268,71 @@ async fn run_generated(args: KnowledgeBench, total: usize) -> anyhow::Result<Exi
         index_peak as f64 / 1024.0
     );
     reset_peak_rss();
-    search(&knowledge, &agent, &words, &mut rng, args.queries, stored).await?;
+    search(
+        &knowledge,
+        &agent,
+        &words,
+        &mut rng,
+        args.queries,
+        generated.chunks,
+    )
+    .await?;
     println!(
         "  memory:  resident {:.1} MiB after searching, peak {:.1} MiB while searching",
         rss_kib("VmRSS") as f64 / 1024.0,
         rss_kib("VmHWM") as f64 / 1024.0
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What [`store_generated`] stored.
+struct Generated {
+    chunks: usize,
+    /// Of chunk text.
+    bytes: usize,
+    documents: usize,
+}
+
+/// Stores `total` generated chunks for `agent`, [`GENERATED_PER_DOCUMENT`] per document,
+/// straight into the database.
+async fn store_generated(
+    store: &Store,
+    agent: &AgentId,
+    total: usize,
+    words: &[String],
+    rng: &mut StdRng,
+) -> anyhow::Result<Generated> {
+    let scope = Scope::AGENT;
+    let mut bytes = 0usize;
+    let mut stored = 0usize;
+    let mut document = 0usize;
+    while stored < total {
+        let id = format!("generated{document:06}");
+        let chunks: Vec<(String, String)> = (0..GENERATED_PER_DOCUMENT.min(total - stored))
+            .map(|i| (format!("{id}:{i}"), passage(words, rng)))
+            .collect();
+        bytes += chunks.iter().map(|(_, t)| t.len()).sum::<usize>();
+        store
+            .insert_document(&NewDocument {
+                id: &id,
+                agent_id: agent,
+                scope: &scope,
+                source: &format!("{id}.md"),
+                content_type: "text/markdown",
+                content_hash: &id,
+                origin: "cli",
+                bytes: 0,
+                chunks: &chunks,
+            })
+            .await?;
+        stored += chunks.len();
+        document += 1;
+    }
+    Ok(Generated {
+        chunks: stored,
+        bytes,
+        documents: document,
+    })
 }
 
 /// One generated chunk: sentences of 6 to 20 words, 60 to 140 words in all.

@@ -18,24 +18,30 @@
 //!
 //! Layout: this file runs the message benchmark; `http` is `--http`; `knowledge` is
 //! `--knowledge-mb`, what knowledge costs; `vectors` is `--vectors`, the vector index
-//! against the exact scan; `stats` holds what they report (percentiles, resident memory).
+//! against the exact scan (its generated corpus also feeds the vector index's tests);
+//! `stats` holds what they report (percentiles, resident memory).
 
 use clap::Args;
+use std::net::SocketAddr;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use troupe_connectors::{AgentId, Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
 
 use crate::app::App;
 use crate::config::Config;
-use crate::ingress::Outcome;
+use crate::ingress::{Ingress, Outcome};
 use crate::provider::{self, ModelProvider};
+use crate::storage::Backend;
 
 mod http;
 mod knowledge;
 mod scheduler;
 mod stats;
-mod vectors;
+pub(crate) mod vectors;
 
 use stats::{pct, rss_kib};
 
@@ -117,7 +123,7 @@ const PERSONA: &str = r#"{
   "clients": []
 }"#;
 
-pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.scheduler {
         return scheduler::run().await;
     }
@@ -142,31 +148,74 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
         })
         .await;
     }
+    messages(config, args).await
+}
+
+/// The message benchmark: the latency phase, then the throughput phase, then the report
+/// (or `--http`'s two phases).
+async fn messages(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode> {
     let dir = tempfile::tempdir()?;
-    let personas = dir.path().join("personas");
+    configure(&mut config, &args, dir.path())?;
+    let prefix = config.nats.prefix.clone();
+    let replicas = args.replicas.max(1);
+    let bench = Running::start(config, &args, replicas).await?;
+    // Message ids unique to this run: a reused database would answer old ids from the journal.
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let idle_rss = rss_kib("VmRSS");
+    if let Some(addr) = bench.http_addr {
+        return over_http(addr, &args, &run_id, idle_rss, bench.shutdown, bench.tasks).await;
+    }
+    let (backend, bus_kind) = (bench.backend, bench.bus_kind);
+    let latencies = latency(&bench, &run_id, args.latency_messages, args.warmup).await?;
+    let rooms = args.rooms.max(1);
+    let per_room = args.messages.div_ceil(rooms);
+    let (loaded, elapsed) = throughput(&bench, &run_id, rooms, per_room, args.warmup).await?;
+    let total = rooms * (per_room + args.warmup);
+    let peak_rss = rss_kib("VmHWM");
+    stop(bench.shutdown, bench.tasks).await?;
+    if let Some(bus) = &args.bus {
+        remove_stream(bus, &prefix).await;
+    }
+
+    println!("backend                 {backend:?}");
+    println!("bus                     {bus_kind}, {replicas} replica(s)");
+    println!(
+        "latency, one room       p50 {:.3} ms   p90 {:.3} ms   p99 {:.3} ms   ({} messages)",
+        ms(pct(&latencies, 0.50)),
+        ms(pct(&latencies, 0.90)),
+        ms(pct(&latencies, 0.99)),
+        latencies.len()
+    );
+    println!(
+        "throughput, {rooms} rooms  {:.0} messages/s   (p50 {:.1} ms, p99 {:.1} ms under that load; {} messages)",
+        total as f64 / elapsed.as_secs_f64(),
+        ms(pct(&loaded, 0.50)),
+        ms(pct(&loaded, 0.99)),
+        loaded.len()
+    );
+    print_rss(idle_rss, peak_rss);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The configuration a run uses: the bench persona and a database in `dir` (unless
+/// `--database-url`), no rate limits, and with `--bus` a stream of its own.
+fn configure(config: &mut Config, args: &BenchArgs, dir: &Path) -> anyhow::Result<()> {
+    let personas = dir.join("personas");
     std::fs::create_dir_all(&personas)?;
     std::fs::write(personas.join("bench.json"), PERSONA)?;
     config.personas_dir = personas;
     // Its own keyword index beside its database: never the operator's `data/index`, which
     // a run in a checkout would otherwise rebuild (or, on another schema, remove).
-    config.knowledge.index_dir = dir.path().join("index");
+    config.knowledge.index_dir = dir.join("index");
     config.database_url = args
         .database_url
         .clone()
-        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
+        .unwrap_or_else(|| format!("sqlite://{}", dir.join("bench.db").display()));
     // The benchmark measures the path, not the limits: lift them.
     config.limits.user_per_minute = 0;
     config.limits.room_per_minute = 0;
     config.limits.agent_per_minute = 0;
     config.http.api_per_minute = 0;
-    let rooms = args.rooms.max(1);
-    let per_room = args.messages.div_ceil(rooms);
-
-    let factory: crate::app::ProviderFactory = Arc::new(|_, _, _| {
-        Arc::new(provider::Instant {
-            text: "ok, noted.".into(),
-        }) as Arc<dyn ModelProvider>
-    });
     let replicas = args.replicas.max(1);
     if args.http && replicas > 1 {
         anyhow::bail!("--http runs one replica");
@@ -179,72 +228,113 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
         // A stream of its own, so runs do not meet each other's messages.
         config.nats.prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
     }
-    let prefix = config.nats.prefix.clone();
-    let mut apps = Vec::with_capacity(replicas);
-    for _ in 0..replicas {
-        apps.push(App::build_headless(config.clone(), factory.clone()).await?);
-    }
-    let agent = apps[0]
-        .agents
-        .find("bench")
-        .ok_or_else(|| anyhow::anyhow!("the bench persona did not load"))?;
-    let ingresses: Vec<_> = apps.iter().map(|a| a.ingress.clone()).collect();
-    let ingress = ingresses[0].clone();
-    let backend = apps[0].store.backend();
-    let bus_kind = ingress.bus().describe();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let mut http_addr = None;
-    if args.http {
-        // As `troupe run` has it: the routes count into /metrics.
-        crate::metrics::install();
-        http_addr = Some(apps[0].listen("127.0.0.1:0".parse()?).await?);
-    }
-    let mut running = Vec::with_capacity(replicas);
-    for app in apps {
-        running.push(tokio::spawn(app.run_until_stopped(shutdown.clone())));
-    }
-    // Message ids unique to this run: a reused database would answer old ids from the journal.
-    let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let idle_rss = rss_kib("VmRSS");
-    if let Some(addr) = http_addr {
-        return over_http(addr, &args, &run_id, idle_rss, shutdown, running).await;
-    }
+    Ok(())
+}
 
-    // Phase 1, latency: one conversation, one message at a time, so each figure is the
-    // gateway's own cost for one message with nothing queued ahead of it.
-    let single = args.latency_messages;
+/// The replicas under test, running: what the phases drive and the report names.
+struct Running {
+    ingresses: Vec<Ingress>,
+    agent_id: AgentId,
+    backend: Backend,
+    bus_kind: &'static str,
+    /// With `--http`: where the first replica serves the API.
+    http_addr: Option<SocketAddr>,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Running {
+    /// Builds `replicas` headless apps on `config`, each with a model that answers at
+    /// once, and runs them.
+    async fn start(config: Config, args: &BenchArgs, replicas: usize) -> anyhow::Result<Self> {
+        let factory: crate::app::ProviderFactory = Arc::new(|_, _, _| {
+            Arc::new(provider::Instant {
+                text: "ok, noted.".into(),
+            }) as Arc<dyn ModelProvider>
+        });
+        let mut apps = Vec::with_capacity(replicas);
+        for _ in 0..replicas {
+            apps.push(App::build_headless(config.clone(), factory.clone()).await?);
+        }
+        let agent = apps[0]
+            .agents
+            .find("bench")
+            .ok_or_else(|| anyhow::anyhow!("the bench persona did not load"))?;
+        let ingresses: Vec<_> = apps.iter().map(|a| a.ingress.clone()).collect();
+        let backend = apps[0].store.backend();
+        let bus_kind = ingresses[0].bus().describe();
+        let mut http_addr = None;
+        if args.http {
+            // As `troupe run` has it: the routes count into /metrics.
+            crate::metrics::install();
+            http_addr = Some(apps[0].listen("127.0.0.1:0".parse()?).await?);
+        }
+        let shutdown = CancellationToken::new();
+        let tasks = apps
+            .into_iter()
+            .map(|app| tokio::spawn(app.run_until_stopped(shutdown.clone())))
+            .collect();
+        Ok(Running {
+            ingresses,
+            agent_id: agent.id.clone(),
+            backend,
+            bus_kind,
+            http_addr,
+            shutdown,
+            tasks,
+        })
+    }
+}
+
+/// Phase 1, latency: one conversation, one message at a time, so each figure is the
+/// gateway's own cost for one message with nothing queued ahead of it. The latency of each
+/// measured message, sorted.
+async fn latency(
+    bench: &Running,
+    run_id: &str,
+    single: usize,
+    warmup: usize,
+) -> anyhow::Result<Vec<Duration>> {
     eprintln!(
-        "troupe bench ({backend:?}, {bus_kind}, {replicas} replica(s)): latency over {single} sequential messages in one room"
+        "troupe bench ({:?}, {}, {} replica(s)): latency over {single} sequential messages in one room",
+        bench.backend,
+        bench.bus_kind,
+        bench.ingresses.len()
     );
-    let agent_id = agent.id.clone();
     let mut latencies = converse_many(
-        &ingresses,
-        &run_id,
-        &agent_id,
+        &bench.ingresses,
+        run_id,
+        &bench.agent_id,
         usize::MAX,
         single,
-        args.warmup,
+        warmup,
     )
     .await?;
     latencies.sort();
-    let (p50, p90, p99) = (
-        pct(&latencies, 0.50),
-        pct(&latencies, 0.90),
-        pct(&latencies, 0.99),
-    );
+    Ok(latencies)
+}
 
-    // Phase 2, throughput: `rooms` conversations at once.
+/// Phase 2, throughput: `rooms` conversations at once. The latency of each measured
+/// message, sorted, and the time the whole phase took.
+async fn throughput(
+    bench: &Running,
+    run_id: &str,
+    rooms: usize,
+    per_room: usize,
+    warmup: usize,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
     eprintln!(
-        "troupe bench ({backend:?}, {bus_kind}): throughput over {} messages in {rooms} concurrent rooms",
+        "troupe bench ({:?}, {}): throughput over {} messages in {rooms} concurrent rooms",
+        bench.backend,
+        bench.bus_kind,
         per_room * rooms
     );
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for r in 0..rooms {
-        let ingresses = ingresses.clone();
-        let agent_id = agent_id.clone();
-        let warmup = args.warmup;
-        let run_id = run_id.clone();
+        let ingresses = bench.ingresses.clone();
+        let agent_id = bench.agent_id.clone();
+        let run_id = run_id.to_string();
         tasks.spawn(async move {
             converse_many(&ingresses, &run_id, &agent_id, r, per_room, warmup).await
         });
@@ -254,49 +344,38 @@ pub async fn run(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCode
         loaded.extend(result??);
     }
     let elapsed = started.elapsed();
-    let total = rooms * (per_room + args.warmup);
     loaded.sort();
-    let peak_rss = rss_kib("VmHWM");
-    shutdown.cancel();
-    for r in running {
-        r.await??;
-    }
-    if let Some(bus) = &args.bus {
-        remove_stream(bus, &prefix).await;
-    }
+    Ok((loaded, elapsed))
+}
 
-    println!("backend                 {backend:?}");
-    println!("bus                     {bus_kind}, {replicas} replica(s)");
-    println!(
-        "latency, one room       p50 {:.3} ms   p90 {:.3} ms   p99 {:.3} ms   ({} messages)",
-        ms(p50),
-        ms(p90),
-        ms(p99),
-        latencies.len()
-    );
-    println!(
-        "throughput, {rooms} rooms  {:.0} messages/s   (p50 {:.1} ms, p99 {:.1} ms under that load; {} messages)",
-        total as f64 / elapsed.as_secs_f64(),
-        ms(pct(&loaded, 0.50)),
-        ms(pct(&loaded, 0.99)),
-        loaded.len()
-    );
+/// Stops the replicas and waits for each to finish, failing with the first that failed.
+async fn stop(
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+) -> anyhow::Result<()> {
+    shutdown.cancel();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+fn print_rss(idle_kib: u64, peak_kib: u64) {
     println!(
         "RSS idle / peak         {:.1} MiB / {:.1} MiB",
-        idle_rss as f64 / 1024.0,
-        peak_rss as f64 / 1024.0
+        idle_kib as f64 / 1024.0,
+        peak_kib as f64 / 1024.0
     );
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `--http`: one client for latency, then `--clients` at once for throughput.
 async fn over_http(
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
     args: &BenchArgs,
     run_id: &str,
     idle_rss: u64,
-    shutdown: tokio_util::sync::CancellationToken,
-    running: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    shutdown: CancellationToken,
+    running: Vec<JoinHandle<anyhow::Result<()>>>,
 ) -> anyhow::Result<ExitCode> {
     let clients = args.clients.max(1);
     let rooms = args.rooms.max(clients);
@@ -316,10 +395,7 @@ async fn over_http(
     let per_client = args.messages.div_ceil(clients);
     let many = http::load(addr, run_id, clients, per_client, args.warmup, rooms).await?;
     let peak_rss = rss_kib("VmHWM");
-    shutdown.cancel();
-    for r in running {
-        r.await??;
-    }
+    stop(shutdown, running).await?;
     println!("bus                     in-process, over HTTP");
     http::report("one client", &single, single.latencies.len());
     http::report(
@@ -327,11 +403,7 @@ async fn over_http(
         &many,
         clients * (per_client + args.warmup),
     );
-    println!(
-        "RSS idle / peak         {:.1} MiB / {:.1} MiB",
-        idle_rss as f64 / 1024.0,
-        peak_rss as f64 / 1024.0
-    );
+    print_rss(idle_rss, peak_rss);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -352,7 +424,7 @@ async fn remove_stream(url: &str, prefix: &str) {
 /// Talks `count` (+ `warmup`) messages into room `room`, each after the previous answer,
 /// posting to the replicas in turn; returns the latency of each measured one.
 async fn converse_many(
-    ingresses: &[crate::ingress::Ingress],
+    ingresses: &[Ingress],
     run_id: &str,
     agent_id: &AgentId,
     room: usize,

@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 use troupe_connectors::AgentId;
 use troupe_connectors::sync::Locked;
 
-use super::{Bus, BusError, Envelope, Handler};
+use super::{Bus, BusError, Envelope, Handler, OrderKey};
 
 type Queued = (Envelope, OwnedSemaphorePermit);
 
@@ -44,7 +44,7 @@ struct Inner {
     /// One semaphore of `turns` permits per persona, made at its first message. Personas
     /// are few and an idle semaphore is a few words, so they are never removed.
     lanes: Mutex<HashMap<AgentId, Arc<Semaphore>>>,
-    rooms: Mutex<HashMap<String, VecDeque<Queued>>>,
+    rooms: Mutex<HashMap<OrderKey, VecDeque<Queued>>>,
     handler: Arc<dyn Handler>,
     tracker: TaskTracker,
 }
@@ -78,7 +78,7 @@ impl Inner {
     /// Handles one room's queue until it is empty. Exactly one such task runs per
     /// non-empty room: `publish` starts it when it creates the room's queue, and the task
     /// removes the queue (under the same lock) when it finds it empty.
-    async fn drain_room(self: Arc<Self>, key: String, agent: AgentId) {
+    async fn drain_room(self: Arc<Self>, key: OrderKey, agent: AgentId) {
         let lane = self.lane(&agent);
         loop {
             // The turn first, the message second: while the room waits for a turn its
@@ -184,7 +184,7 @@ mod tests {
     fn envelope_of(agent: &str, n: i64, room: &str) -> Envelope {
         Envelope {
             journal_id: JournalId(n),
-            redelivery: false,
+            delivery: crate::bus::Delivery::First,
             attempt: 1,
             agent: agent.into(),
             inbound: Inbound {

@@ -25,9 +25,8 @@ pub struct Envelope {
     pub journal_id: JournalId,
     pub agent: AgentId,
     pub inbound: Inbound,
-    /// Published before (a restart's replay, a repost of a failed message, a NATS
-    /// redelivery): it may have been handled since, so the agent checks the journal first.
-    pub redelivery: bool,
+    /// Whether it may have been handled already.
+    pub delivery: Delivery,
     /// The journal entry's attempts when it was published (1 for a first publication): a
     /// retry is a new publication, a replay of the same attempt is not (NATS dedupes it).
     pub attempt: u32,
@@ -35,8 +34,40 @@ pub struct Envelope {
 
 impl Envelope {
     /// Messages with the same order key are handled one after the other, in order.
-    pub fn order_key(&self) -> String {
-        format!("{}\u{1f}{}", self.agent, self.inbound.room.key())
+    pub fn order_key(&self) -> OrderKey {
+        OrderKey::of(&self.agent, &self.inbound.room.key())
+    }
+}
+
+/// Whether a publication may have been handled before. A first delivery goes straight to
+/// its turn; any other is checked against the journal first, so no reply is sent twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Journaled just now and published for the first time.
+    First,
+    /// Published before (a restart's replay, a repost of a failed message, a NATS
+    /// redelivery, a retry after a storage outage): it may have been handled since.
+    Again,
+}
+
+impl Delivery {
+    pub fn is_again(self) -> bool {
+        self == Delivery::Again
+    }
+}
+
+/// One persona's one room: the unit the bus keeps in order, and the key a model outage's
+/// notice is told once per. Built in one place so that both agree.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OrderKey(String);
+
+impl OrderKey {
+    pub fn of(agent: &AgentId, room: &troupe_connectors::RoomKey) -> OrderKey {
+        OrderKey(format!("{agent}\u{1f}{room}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 

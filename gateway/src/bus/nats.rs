@@ -70,7 +70,7 @@ use tokio_util::task::TaskTracker;
 use troupe_connectors::sync::Locked;
 use troupe_connectors::{AgentId, Inbound};
 
-use super::{Bus, BusError, Envelope, Handler};
+use super::{Bus, BusError, Delivery, Envelope, Handler};
 use crate::config::{NatsSettings, redact_url};
 use crate::outcome::{Outcome, OutcomeRelay, Waiters};
 use crate::storage::JournalId;
@@ -488,7 +488,12 @@ impl Shared {
             journal_id,
             agent: wire.agent_id,
             inbound: wire.inbound,
-            redelivery: wire.redelivery || delivered > 1,
+            // The wire keeps the flag older replicas read (`redelivery`); NATS counts its own.
+            delivery: if wire.redelivery || delivered > 1 {
+                Delivery::Again
+            } else {
+                Delivery::First
+            },
             attempt: wire.attempt,
         };
         self.in_hand.fetch_add(1, Ordering::Relaxed);
@@ -528,7 +533,7 @@ impl Bus for NatsBus {
         if self.shared.stop.is_cancelled() {
             return Err(BusError::Closed);
         }
-        let partition = partition_of(&envelope.order_key(), self.shared.partitions);
+        let partition = partition_of(envelope.order_key().as_str(), self.shared.partitions);
         let subject = format!("{}.inbound.{partition}", self.shared.prefix);
         let id = message_id(
             &self.shared.installation,
@@ -536,14 +541,14 @@ impl Bus for NatsBus {
             envelope.attempt,
         );
         let journal_id = envelope.journal_id;
-        let redelivery = envelope.redelivery;
+        let redelivery = envelope.delivery.is_again();
         // Ingress registers a caller's waiter before it publishes.
         let waited = self.shared.waiters.is_waited(journal_id);
         let wire = Wire {
             journal_id: envelope.journal_id.0,
             agent_id: envelope.agent,
             inbound: envelope.inbound,
-            redelivery: envelope.redelivery,
+            redelivery,
             attempt: envelope.attempt,
             answer_to: Some(if waited {
                 AnswerTo::Replica(self.shared.replica.clone())

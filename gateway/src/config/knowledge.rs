@@ -287,31 +287,8 @@ fn embedding_settings(
     file: &mut FileConfig,
 ) -> anyhow::Result<Option<EmbeddingSettings>> {
     let env = layered.env;
-    let provider = layered
-        .string("TROUPE_EMBEDDING_PROVIDER", file.embedding_provider.take())
-        .map(|p| p.trim().to_string())
-        .filter(|p| !p.is_empty());
-    let model_dir = layered
-        .string(
-            "TROUPE_EMBEDDING_MODEL_DIR",
-            file.embedding_model_dir.take(),
-        )
-        .map(|d| d.trim().to_string())
-        .filter(|d| !d.is_empty());
-    // A prefix may be blank on purpose (no prefix), so it is not trimmed away.
-    let query_prefix = env
-        .get("TROUPE_EMBEDDING_QUERY_PREFIX")
-        .cloned()
-        .or(file.embedding_query_prefix.take());
-    let passage_prefix = env
-        .get("TROUPE_EMBEDDING_PASSAGE_PREFIX")
-        .cloned()
-        .or(file.embedding_passage_prefix.take());
-    let named_model = layered
-        .string("TROUPE_EMBEDDING_MODEL", file.embedding_model.take())
-        .map(|m| m.trim().to_string())
-        .filter(|m| !m.is_empty());
-    let api = match provider.as_deref() {
+    let asked = EmbeddingAsked::read(layered, file);
+    let api = match asked.provider.as_deref() {
         Some(p) if p.eq_ignore_ascii_case("none") || p.eq_ignore_ascii_case("off") => {
             return Ok(None);
         }
@@ -322,25 +299,90 @@ fn embedding_settings(
     let api_model = match api {
         Some(EmbeddingApi::Local) => None,
         _ => {
-            let api = embedding_api(env, provider.as_deref())?;
-            embedding_model(env, named_model.clone(), api).map(|m| (api, m))
+            let api = embedding_api(env, asked.provider.as_deref())?;
+            embedding_model(env, asked.model.clone(), api).map(|m| (api, m))
         }
     };
-    let Some((api, model)) = api_model else {
+    match api_model {
+        Some((api, model)) => api_embedding(layered, file, asked, (api, model)).map(Some),
         // The local model: asked for, or the default when no API model is named.
-        let explicit = api == Some(EmbeddingApi::Local) || model_dir.is_some();
-        let dir = PathBuf::from(model_dir.as_deref().unwrap_or(DEFAULT_LOCAL_MODEL_DIR));
-        let model = named_model.unwrap_or_else(|| local_model_name(&dir));
-        return Ok(Some(EmbeddingSettings {
-            api: EmbeddingApi::Local,
-            model,
-            model_dir: Some(dir),
-            query_prefix,
-            passage_prefix,
-            explicit,
-            ..EmbeddingSettings::default()
-        }));
-    };
+        None => Ok(Some(local_embedding(asked, api))),
+    }
+}
+
+/// What the operator set for the embedding model, before a provider is chosen. Blank
+/// values are unset, except the prefixes: a prefix may be blank on purpose (no prefix).
+struct EmbeddingAsked {
+    /// `TROUPE_EMBEDDING_PROVIDER`.
+    provider: Option<String>,
+    /// `TROUPE_EMBEDDING_MODEL_DIR`.
+    model_dir: Option<String>,
+    query_prefix: Option<String>,
+    passage_prefix: Option<String>,
+    /// `TROUPE_EMBEDDING_MODEL`.
+    model: Option<String>,
+}
+
+impl EmbeddingAsked {
+    fn read(layered: &Layered<'_>, file: &mut FileConfig) -> Self {
+        let env = layered.env;
+        let trimmed = |v: Option<String>| {
+            v.map(|v| v.trim().to_string())
+                .filter(|v: &String| !v.is_empty())
+        };
+        EmbeddingAsked {
+            provider: trimmed(
+                layered.string("TROUPE_EMBEDDING_PROVIDER", file.embedding_provider.take()),
+            ),
+            model_dir: trimmed(layered.string(
+                "TROUPE_EMBEDDING_MODEL_DIR",
+                file.embedding_model_dir.take(),
+            )),
+            query_prefix: env
+                .get("TROUPE_EMBEDDING_QUERY_PREFIX")
+                .cloned()
+                .or(file.embedding_query_prefix.take()),
+            passage_prefix: env
+                .get("TROUPE_EMBEDDING_PASSAGE_PREFIX")
+                .cloned()
+                .or(file.embedding_passage_prefix.take()),
+            model: trimmed(layered.string("TROUPE_EMBEDDING_MODEL", file.embedding_model.take())),
+        }
+    }
+}
+
+/// The local model in `TROUPE_EMBEDDING_MODEL_DIR`, or in the default directory. It was
+/// asked for when the provider (`api`) is `local` or its directory is given; else it is the
+/// default, only used if its files are there.
+fn local_embedding(asked: EmbeddingAsked, api: Option<EmbeddingApi>) -> EmbeddingSettings {
+    let explicit = api == Some(EmbeddingApi::Local) || asked.model_dir.is_some();
+    let dir = PathBuf::from(
+        asked
+            .model_dir
+            .as_deref()
+            .unwrap_or(DEFAULT_LOCAL_MODEL_DIR),
+    );
+    let model = asked.model.unwrap_or_else(|| local_model_name(&dir));
+    EmbeddingSettings {
+        api: EmbeddingApi::Local,
+        model,
+        model_dir: Some(dir),
+        query_prefix: asked.query_prefix,
+        passage_prefix: asked.passage_prefix,
+        explicit,
+        ..EmbeddingSettings::default()
+    }
+}
+
+/// An embedding API's settings: its URL and key (the provider's own by default), whether it
+/// takes the input type, and the vector size asked for.
+fn api_embedding(
+    layered: &Layered<'_>,
+    file: &mut FileConfig,
+    asked: EmbeddingAsked,
+    (api, model): (EmbeddingApi, String),
+) -> anyhow::Result<EmbeddingSettings> {
+    let env = layered.env;
     let url = match layered.string("TROUPE_EMBEDDING_URL", file.embedding_url.take()) {
         Some(url) => url.trim().to_string(),
         None => match api {
@@ -371,18 +413,18 @@ fn embedding_settings(
             anyhow::anyhow!("TROUPE_EMBEDDING_DIMENSIONS=`{raw}` is not valid: {e}")
         })?),
     };
-    Ok(Some(EmbeddingSettings {
+    Ok(EmbeddingSettings {
         api,
         url: url.trim_end_matches('/').to_string(),
         api_key,
         model,
         dimensions,
         model_dir: None,
-        query_prefix,
-        passage_prefix,
+        query_prefix: asked.query_prefix,
+        passage_prefix: asked.passage_prefix,
         input_type,
         explicit: true,
-    }))
+    })
 }
 
 /// The name a local model's vectors are stored under when `TROUPE_EMBEDDING_MODEL` does not

@@ -10,6 +10,7 @@ use troupe_connectors::command;
 
 use super::error::{ApiError, ApiJson};
 use super::extract::{AgentPath, RoomPath};
+use crate::rooms::Steering;
 
 /// The body: the command as a person types it, and whose it is.
 #[derive(Debug, Deserialize)]
@@ -56,7 +57,7 @@ pub async fn post_command(
                 &line.command,
                 room,
                 &UserId::new(crate::web::ANONYMOUS_USER),
-                true,
+                Steering::Allowed,
             )
             .await
             .map_err(ApiError::internal)?;
@@ -72,7 +73,7 @@ pub async fn post_command(
         }
     };
     let answer = agent
-        .run_command(&line.command, room, &user, true)
+        .run_command(&line.command, room, &user, Steering::Allowed)
         .await
         .map_err(ApiError::internal)?;
     Ok(Json(CommandAnswer {

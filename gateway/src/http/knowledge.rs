@@ -17,12 +17,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
-use troupe_connectors::RoomKey;
+use troupe_connectors::{AgentId, RoomKey};
 
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{AgentPath, lenient_room, room_param};
-use crate::knowledge::{Document, Hit, Input, Knowledge, KnowledgeError, Origin};
+use crate::knowledge::{
+    Document, Hit, Ingested, Input, Knowledge, KnowledgeError, KnowledgeSettings, Origin, Prepared,
+};
 
 impl From<KnowledgeError> for ApiError {
     fn from(e: KnowledgeError) -> Self {
@@ -153,17 +155,32 @@ pub async fn upload(
     AgentPath(agent): AgentPath,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Response, ApiError> {
-    let mut multipart = multipart.map_err(|e| {
+    let multipart = multipart.map_err(|e| {
         ApiError::bad_request(format!(
             "{}: send the document as multipart/form-data with a `file` field",
             e.body_text()
         ))
     })?;
     let knowledge = knowledge(&state)?;
-    let settings = knowledge.settings();
-    let limit = settings.max_file_bytes;
-
     // 1. Every field, before anything is read or stored.
+    let (scope, files) = read_fields(multipart, knowledge.settings()).await?;
+    // 2. Every file read and chunked (in the sandboxed worker); nothing stored yet.
+    let prepared = prepare_all(knowledge, &agent.id, scope.as_ref(), files).await?;
+    // 3. All stored, or none.
+    let names: Vec<String> = prepared.iter().map(|p| p.source().to_string()).collect();
+    let done = knowledge
+        .store_all(Origin::Upload, &agent.id, prepared)
+        .await?;
+    upload_answer(done, names, scope)
+}
+
+/// Every field of an upload, each file spooled: the room it goes to (`None`: the whole
+/// agent) and the files, at least one.
+async fn read_fields(
+    mut multipart: Multipart,
+    settings: &KnowledgeSettings,
+) -> Result<(Option<RoomKey>, Vec<Spooled>), ApiError> {
+    let limit = settings.max_file_bytes;
     let mut scope: Option<RoomKey> = None;
     let mut files: Vec<Spooled> = Vec::new();
     while let Some(mut field) = multipart
@@ -181,18 +198,10 @@ pub async fn upload(
                 let text = field.text().await.map_err(|e| multipart_error(e, limit))?;
                 scope = Some(room_param("roomId", &text)?);
             }
+            "file" if files.len() == settings.max_files_per_request => {
+                return Err(too_many_files(settings.max_files_per_request));
+            }
             "file" => {
-                if files.len() == settings.max_files_per_request {
-                    return Err(ApiError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "too_many_files",
-                        format!(
-                            "at most {} files per request (TROUPE_KNOWLEDGE_MAX_FILES); \
-                             nothing was stored",
-                            settings.max_files_per_request
-                        ),
-                    ));
-                }
                 let name = field
                     .file_name()
                     .map(str::to_string)
@@ -213,15 +222,35 @@ pub async fn upload(
             "no `file` field: send the document as multipart/form-data with a `file` field",
         ));
     }
+    Ok((scope, files))
+}
 
-    // 2. Every file read and chunked (in the sandboxed worker); nothing stored yet.
+/// 413 for a file past `TROUPE_KNOWLEDGE_MAX_FILES`.
+fn too_many_files(max: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_many_files",
+        format!(
+            "at most {max} files per request (TROUPE_KNOWLEDGE_MAX_FILES); \
+             nothing was stored"
+        ),
+    )
+}
+
+/// Every spooled file read and chunked, in order; the temporary files go once read.
+async fn prepare_all(
+    knowledge: &Knowledge,
+    agent: &AgentId,
+    scope: Option<&RoomKey>,
+    files: Vec<Spooled>,
+) -> Result<Vec<Prepared>, ApiError> {
     let mut prepared = Vec::with_capacity(files.len());
     for f in &files {
         prepared.push(
             knowledge
                 .prepare(
-                    &agent.id,
-                    scope.as_ref(),
+                    agent,
+                    scope,
                     &f.name,
                     f.content_type.as_deref(),
                     Input::File(f.file.path()),
@@ -229,13 +258,16 @@ pub async fn upload(
                 .await?,
         );
     }
-    drop(files);
+    Ok(prepared)
+}
 
-    // 3. All stored, or none.
-    let names: Vec<String> = prepared.iter().map(|p| p.source().to_string()).collect();
-    let done = knowledge
-        .store_all(Origin::Upload, &agent.id, prepared)
-        .await?;
+/// 201 with the stored documents, the first one's fields also at the top level; 200 when
+/// every file was a duplicate.
+fn upload_answer(
+    done: Vec<Ingested>,
+    names: Vec<String>,
+    scope: Option<RoomKey>,
+) -> Result<Response, ApiError> {
     let documents: Vec<Uploaded> = done
         .into_iter()
         .zip(names)

@@ -305,20 +305,68 @@ fn cut<'t>(
 ) {
     let size = size.max(1);
     let overlap = overlap.min(size - 1);
-    let mut pieces = Pieces::new(text, markdown, size.clamp(4, MAX_PIECE));
-    let mut queue: VecDeque<Piece> = VecDeque::new();
-    let mut queued = 0usize;
-    let mut done = false;
-    // Pieces at the queue's front that the last chunk ended with (the overlap): the next
-    // chunk's end is chosen past them, as if it started where the last one ended.
-    let mut covered = 0usize;
+    let mut q = Queue::new(text, markdown, size);
     loop {
-        while queued <= size && !done {
-            match pieces.next() {
+        q.fill(size, &mut count);
+        if q.pieces.is_empty() {
+            return;
+        }
+        let reach = q.reach(size);
+        if reach <= q.covered {
+            // The overlap leaves no room for anything new: this chunk goes without it.
+            q.drop_front(q.covered);
+            q.covered = 0;
+            continue;
+        }
+        let end = q.shortened(q.chunk_end(reach), size);
+        let chunk = q.text_of(end);
+        if !chunk.is_empty() {
+            emit(chunk, q.pieces.range(..end));
+        }
+        if q.done && end == q.pieces.len() {
+            return;
+        }
+        let next = q.next_start(end, overlap);
+        q.covered = end - next;
+        q.drop_front(next);
+    }
+}
+
+/// [`cut`]'s state: the pieces read ahead of the chunk being cut, and where the last chunk
+/// left them.
+struct Queue<'t> {
+    text: &'t str,
+    source: Pieces<'t>,
+    pieces: VecDeque<Piece>,
+    /// The tokens of `pieces`.
+    queued: usize,
+    /// The text has no pieces left.
+    done: bool,
+    /// Pieces at the queue's front that the last chunk ended with (the overlap): the next
+    /// chunk's end is chosen past them, as if it started where the last one ended.
+    covered: usize,
+}
+
+impl<'t> Queue<'t> {
+    fn new(text: &'t str, markdown: bool, size: usize) -> Self {
+        Queue {
+            text,
+            source: Pieces::new(text, markdown, size.clamp(4, MAX_PIECE)),
+            pieces: VecDeque::new(),
+            queued: 0,
+            done: false,
+            covered: 0,
+        }
+    }
+
+    /// Reads pieces until the queue holds more than `size` tokens or the text ends.
+    fn fill(&mut self, size: usize, count: &mut impl FnMut(&str) -> (usize, u128)) {
+        while self.queued <= size && !self.done {
+            match self.source.next() {
                 Some((start, end, level)) => {
-                    let (tokens, seen) = count(&text[start..end]);
-                    queued += tokens;
-                    queue.push_back(Piece {
+                    let (tokens, seen) = count(&self.text[start..end]);
+                    self.queued += tokens;
+                    self.pieces.push_back(Piece {
                         start,
                         end,
                         tokens,
@@ -326,76 +374,83 @@ fn cut<'t>(
                         seen,
                     });
                 }
-                None => done = true,
+                None => self.done = true,
             }
         }
-        if queue.is_empty() {
-            return;
-        }
-        // How many pieces fit (at least one: a piece is never over the size).
+    }
+
+    /// How many pieces fit in `size` tokens (at least one: a piece is never over the size).
+    fn reach(&self, size: usize) -> usize {
         let (mut reach, mut used) = (0, 0);
-        while reach < queue.len() && (reach == 0 || used + queue[reach].tokens <= size) {
-            used += queue[reach].tokens;
+        while reach < self.pieces.len() && (reach == 0 || used + self.pieces[reach].tokens <= size)
+        {
+            used += self.pieces[reach].tokens;
             reach += 1;
         }
-        if reach <= covered {
-            // The overlap leaves no room for anything new: this chunk goes without it.
-            for p in queue.drain(..covered) {
-                queued -= p.tokens;
-            }
-            covered = 0;
-            continue;
+        reach
+    }
+
+    /// Where the chunk ends: everything when the rest of the text fits, else the strongest
+    /// boundary past the overlap and in reach, the farthest of those.
+    fn chunk_end(&self, reach: usize) -> usize {
+        if self.done && reach == self.pieces.len() {
+            return reach;
         }
-        let mut end = if done && reach == queue.len() {
-            reach
-        } else {
-            // The strongest boundary past the overlap and in reach, the farthest of those.
-            let mut best = reach;
-            for b in (covered + 1..reach).rev() {
-                if queue[b].level > queue[best].level {
-                    best = b;
-                }
+        let mut best = reach;
+        for b in (self.covered + 1..reach).rev() {
+            if self.pieces[b].level > self.pieces[best].level {
+                best = b;
             }
-            best
-        };
-        // A chunk holding a cut inside a run is counted exactly, and shortened if over.
-        if queue
-            .range(1..=end.min(queue.len() - 1))
+        }
+        best
+    }
+
+    /// A chunk holding a cut inside a run is counted exactly, and shortened if over.
+    fn shortened(&self, mut end: usize, size: usize) -> usize {
+        if self
+            .pieces
+            .range(1..=end.min(self.pieces.len() - 1))
             .any(|p| p.level == Level::Forced)
         {
             let mut shortened = 0;
-            while end > covered + 1
+            while end > self.covered + 1
                 && shortened < MAX_SHORTENINGS
-                && exact(text[queue[0].start..queue[end - 1].end].trim()) > size
+                && exact(self.text_of(end)) > size
             {
                 end -= 1;
                 shortened += 1;
             }
         }
-        let chunk = text[queue[0].start..queue[end - 1].end].trim();
-        if !chunk.is_empty() {
-            emit(chunk, queue.range(..end));
-        }
-        if done && end == queue.len() {
-            return;
-        }
-        // The next chunk starts within the last `overlap` tokens of this one (and past its
-        // start), at the strongest boundary there, the earliest of those: a sentence's
-        // start rather than a word's when a sentence fits.
+        end
+    }
+
+    /// The text of the first `end` pieces, trimmed.
+    fn text_of(&self, end: usize) -> &'t str {
+        self.text[self.pieces[0].start..self.pieces[end - 1].end].trim()
+    }
+
+    /// Where the next chunk starts: within the last `overlap` tokens of this one (and past
+    /// its start), at the strongest boundary there, the earliest of those: a sentence's
+    /// start rather than a word's when a sentence fits.
+    fn next_start(&self, end: usize, overlap: usize) -> usize {
         let (mut earliest, mut shared) = (end, 0);
-        while earliest > 1 && shared + queue[earliest - 1].tokens <= overlap {
-            shared += queue[earliest - 1].tokens;
+        while earliest > 1 && shared + self.pieces[earliest - 1].tokens <= overlap {
+            shared += self.pieces[earliest - 1].tokens;
             earliest -= 1;
         }
         let mut next = end;
         for b in (earliest..end).rev() {
-            if next == end || queue[b].level >= queue[next].level {
+            if next == end || self.pieces[b].level >= self.pieces[next].level {
                 next = b;
             }
         }
-        covered = end - next;
-        for p in queue.drain(..next) {
-            queued -= p.tokens;
+        next
+    }
+
+    /// Lets go of the first `n` pieces.
+    fn drop_front(&mut self, n: usize) {
+        for p in self.pieces.drain(..n) {
+            self.queued -= p.tokens;
         }
     }
 }

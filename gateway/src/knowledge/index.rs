@@ -46,7 +46,7 @@ use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
 };
 use tantivy::tokenizer::{TextAnalyzer, TokenStream};
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
 use troupe_connectors::AgentId;
 
@@ -577,43 +577,40 @@ impl KeywordIndex {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let f = self.fields;
-        let mut analyzer = TextAnalyzer::from(EnStem::default());
-        let mut words: Vec<String> = Vec::new();
-        for term in terms {
-            let mut stream = analyzer.token_stream(term);
-            while let Some(token) = stream.next() {
-                words.push(token.text.clone());
-            }
-        }
-        words.sort();
-        words.dedup();
+        let words = stems(terms);
         if words.is_empty() {
             return Ok(Vec::new());
         }
-        let text: Vec<(Occur, Box<dyn Query>)> = words
-            .iter()
-            .map(|w| {
-                let q: Box<dyn Query> = Box::new(TermQuery::new(
-                    Term::from_field_text(f.text, w),
-                    IndexRecordOption::WithFreqs,
-                ));
-                (Occur::Should, q)
-            })
-            .collect();
+        let text = BooleanQuery::new(any_of(
+            self.fields.text,
+            &words,
+            IndexRecordOption::WithFreqs,
+        ));
         let mut places = vec![place(agent, &Scope::AGENT)];
         if scope.room().is_some() {
             places.push(place(agent, scope));
         }
         let searcher = self.reader.searcher();
-        let text = BooleanQuery::new(text);
+        if let Some(found) = self.best_anywhere(&searcher, &text, &places, limit)? {
+            return Ok(found);
+        }
+        self.best_within(&searcher, text, &places, limit)
+    }
 
-        // First the words alone: a union of terms is what block-max WAND prunes, so this
-        // reads a small part of long posting lists. When enough of its best hits are in
-        // the place searched, they are its best hits too (any other hit in the place
-        // scores below all of them).
+    /// The first pass: the words alone. A union of terms is what block-max WAND prunes, so
+    /// this reads a small part of long posting lists. When enough of its best hits are in
+    /// `places`, they are the place's best hits too (any other hit in the place scores below
+    /// all of them); `None` when they are not enough to tell.
+    fn best_anywhere(
+        &self,
+        searcher: &Searcher,
+        text: &BooleanQuery,
+        places: &[String],
+        limit: usize,
+    ) -> Result<Option<Vec<(String, f64)>>, IndexError> {
+        let f = self.fields;
         let wanted = limit.saturating_mul(CANDIDATES_FACTOR).max(MIN_CANDIDATES);
-        let top = searcher.search(&text, &TopDocs::with_limit(wanted).order_by_score())?;
+        let top = searcher.search(text, &TopDocs::with_limit(wanted).order_by_score())?;
         let mut out = Vec::with_capacity(limit);
         for &(score, address) in &top {
             let doc: TantivyDocument = searcher.doc(address)?;
@@ -624,36 +621,32 @@ impl KeywordIndex {
             if let (true, Some(id)) = (here, doc.get_first(f.chunk_id).and_then(|v| v.as_str())) {
                 out.push((id.to_string(), f64::from(score)));
                 if out.len() == limit {
-                    return Ok(out);
+                    return Ok(Some(out));
                 }
             }
         }
-        if top.len() < wanted {
-            // The words matched nothing more: every hit in the place was seen.
-            return Ok(out);
-        }
+        // Fewer than asked for: the words matched nothing more, so every hit in the place
+        // was seen.
+        Ok((top.len() < wanted).then_some(out))
+    }
 
-        // The place holds few of the best hits (an agent among many): the words within it,
-        // every match scored.
-        let places: Vec<(Occur, Box<dyn Query>)> = places
-            .iter()
-            .map(|p| {
-                let q: Box<dyn Query> = Box::new(TermQuery::new(
-                    Term::from_field_text(f.place, p),
-                    IndexRecordOption::Basic,
-                ));
-                (Occur::Should, q)
-            })
-            .collect();
+    /// The second pass, when the place holds few of the best hits (an agent among many):
+    /// the words within `places`, every match scored.
+    fn best_within(
+        &self,
+        searcher: &Searcher,
+        text: BooleanQuery,
+        places: &[String],
+        limit: usize,
+    ) -> Result<Vec<(String, f64)>, IndexError> {
+        let f = self.fields;
+        let places = BooleanQuery::new(any_of(f.place, places, IndexRecordOption::Basic));
         // The scope filter scores nothing, so the ranking is BM25 over the text alone.
         let query = BooleanQuery::new(vec![
             (Occur::Must, Box::new(text) as Box<dyn Query>),
             (
                 Occur::Must,
-                Box::new(ConstScoreQuery::new(
-                    Box::new(BooleanQuery::new(places)),
-                    0.0,
-                )),
+                Box::new(ConstScoreQuery::new(Box::new(places), 0.0)),
             ),
         ]);
         let top = searcher.search(&query, &TopDocs::with_limit(limit).order_by_score())?;
@@ -666,6 +659,37 @@ impl KeywordIndex {
         }
         Ok(out)
     }
+}
+
+/// The analyzer's stems of `terms`, sorted, each once.
+fn stems(terms: &[String]) -> Vec<String> {
+    let mut analyzer = TextAnalyzer::from(EnStem::default());
+    let mut words: Vec<String> = Vec::new();
+    for term in terms {
+        let mut stream = analyzer.token_stream(term);
+        while let Some(token) = stream.next() {
+            words.push(token.text.clone());
+        }
+    }
+    words.sort();
+    words.dedup();
+    words
+}
+
+/// A query clause per value of `field`, any of which may match.
+fn any_of(
+    field: Field,
+    values: &[String],
+    record: IndexRecordOption,
+) -> Vec<(Occur, Box<dyn Query>)> {
+    values
+        .iter()
+        .map(|v| {
+            let q: Box<dyn Query> =
+                Box::new(TermQuery::new(Term::from_field_text(field, v), record));
+            (Occur::Should, q)
+        })
+        .collect()
 }
 
 /// Runs tantivy's blocking work (writes, commits with their fsyncs) off the async runtime.

@@ -442,27 +442,8 @@ impl Worker {
             child,
             ..
         } = running;
-        let feed = async move {
-            // A worker that dies early closes its stdin: the write fails, and its exit
-            // status says why. So write errors are not errors here.
-            if stdin.write_all(line).await.is_err() {
-                return;
-            }
-            match input {
-                Input::Bytes(b) => {
-                    let _ = stdin.write_all(b).await;
-                }
-                Input::File(path) => {
-                    // Exactly the announced length, even if the file grew meanwhile; one
-                    // that shrank leaves the worker waiting, until the deadline.
-                    if let Ok(file) = tokio::fs::File::open(path).await {
-                        let _ = tokio::io::copy(&mut file.take(size as u64), stdin).await;
-                    }
-                }
-            }
-            let _ = stdin.flush().await;
-        };
         let work = async {
+            let feed = feed(stdin, line, input, size);
             let (_, reply) = tokio::join!(feed, read_reply(&mut *stdout, max_reply(size)));
             reply
         };
@@ -541,6 +522,28 @@ impl Worker {
         }
         cmd.spawn()
     }
+}
+
+/// Writes the request line, then the document (exactly `size` bytes of a file), to a
+/// worker's stdin. A worker that dies early closes its stdin: the write fails, and its exit
+/// status says why. So write errors are not errors here.
+async fn feed(stdin: &mut tokio::process::ChildStdin, line: &[u8], input: Input<'_>, size: usize) {
+    if stdin.write_all(line).await.is_err() {
+        return;
+    }
+    match input {
+        Input::Bytes(b) => {
+            let _ = stdin.write_all(b).await;
+        }
+        Input::File(path) => {
+            // Exactly the announced length, even if the file grew meanwhile; one that
+            // shrank leaves the worker waiting, until the deadline.
+            if let Ok(file) = tokio::fs::File::open(path).await {
+                let _ = tokio::io::copy(&mut file.take(size as u64), stdin).await;
+            }
+        }
+    }
+    let _ = stdin.flush().await;
 }
 
 /// In the forked child, before exec: the worker's resource limits. A limit above the

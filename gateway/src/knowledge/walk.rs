@@ -46,19 +46,9 @@ fn walk(start: &Path, max_files: usize, max_depth: usize) -> Vec<PathBuf> {
     let mut visited: HashSet<PathBuf> = HashSet::new();
     let mut stack = vec![(start.to_path_buf(), 0usize)];
     while let Some((path, depth)) = stack.pop() {
-        let Ok(canonical) = std::fs::canonicalize(&path) else {
-            tracing::warn!(path = %path.display(), "cannot resolve the path (a broken symlink?); skipped");
+        let Some(canonical) = resolved_inside(&path, &root) else {
             continue;
         };
-        if !canonical.starts_with(&root) {
-            tracing::warn!(
-                path = %path.display(),
-                target = %canonical.display(),
-                root = %root.display(),
-                "a symlink that leads outside the knowledge directory; skipped"
-            );
-            continue;
-        }
         let Ok(meta) = std::fs::metadata(&canonical) else {
             continue;
         };
@@ -86,24 +76,49 @@ fn walk(start: &Path, max_files: usize, max_depth: usize) -> Vec<PathBuf> {
             tracing::warn!(path = %path.display(), max_depth, "too deep below the knowledge directory; skipped");
             continue;
         }
-        let entries = match std::fs::read_dir(&path) {
-            Ok(entries) => entries,
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "cannot read the directory");
-                continue;
-            }
-        };
-        let mut children: Vec<PathBuf> = entries
-            .flatten()
-            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-            .map(|e| e.path())
-            .collect();
         // Reversed onto the stack, so they come off in name order.
-        children.sort();
-        children.reverse();
-        stack.extend(children.into_iter().map(|c| (c, depth + 1)));
+        let children = children(&path);
+        stack.extend(children.into_iter().rev().map(|c| (c, depth + 1)));
     }
     out
+}
+
+/// `path` resolved (symlinks followed), when it stays under `root`; else `None`, with a
+/// warning.
+fn resolved_inside(path: &Path, root: &Path) -> Option<PathBuf> {
+    let Ok(canonical) = std::fs::canonicalize(path) else {
+        tracing::warn!(path = %path.display(), "cannot resolve the path (a broken symlink?); skipped");
+        return None;
+    };
+    if !canonical.starts_with(root) {
+        tracing::warn!(
+            path = %path.display(),
+            target = %canonical.display(),
+            root = %root.display(),
+            "a symlink that leads outside the knowledge directory; skipped"
+        );
+        return None;
+    }
+    Some(canonical)
+}
+
+/// The entries of the directory `path` that are not hidden, in name order; none (with a
+/// warning) when it cannot be read.
+fn children(path: &Path) -> Vec<PathBuf> {
+    let entries = match std::fs::read_dir(path) {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot read the directory");
+            return Vec::new();
+        }
+    };
+    let mut children: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .collect();
+    children.sort();
+    children
 }
 
 #[cfg(test)]

@@ -321,7 +321,7 @@ impl Memory {
         if let (Some(meter), Ok(c)) = (&model.meter, &result) {
             let tokens = c.tokens(prompt);
             meter
-                .record(nobody, purpose, &model.provider.describe(), tokens)
+                .record(nobody, purpose, &model.provider.model(), tokens)
                 .await;
         }
         crate::metrics::model_call(

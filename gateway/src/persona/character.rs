@@ -8,20 +8,26 @@
 //! - client switches: v0 `clientConfig.discord`, 1.x `settings.discord`.
 //!
 //! Rules: unknown fields are kept (in `extra`) and warned about, never refused; a wrong type
-//! is an error at the value; `null` counts as absent for every optional field. This module
-//! does not touch the file system except to check that knowledge paths exist and stay where
-//! `paths` allows.
+//! is an error at the value; `null` counts as absent for every optional field.
+//!
+//! This file holds the top-level pass ([`from_node`]) and the fields that are only text:
+//! examples, style, templates. `knowledge` (the one part that touches the file system, to
+//! find knowledge files where `paths` allows) and `settings` (secrets, clients, plugins,
+//! client switches) read theirs; `values` reads typed values for all three.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use troupe_connectors::Platform;
 
 use super::ClientSwitches;
 use super::diag::{Diags, join, suggest, unknown_field_message};
-use super::json::{Kind, Node, Pos};
+use super::json::{Kind, Member, Node, Pos};
+use super::knowledge::{self, KnowledgeEntry};
 use super::paths::Policy;
 use super::prompt;
+use super::settings::{self, Settings};
+use super::values::{list_has_wrong_items, string, string_list};
 
 /// A character file, both formats in one shape. Lists are empty when absent.
 #[derive(Debug, Clone, Default)]
@@ -75,29 +81,6 @@ pub struct Style {
     pub all: Vec<String>,
     pub chat: Vec<String>,
     pub post: Vec<String>,
-}
-
-/// A `knowledge` entry. Paths are resolved at load time to the location that exists, with
-/// symlinks resolved, and are under the personas directory or an allowed root.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KnowledgeEntry {
-    Text(String),
-    File { path: PathBuf, shared: bool },
-    Directory { path: PathBuf, shared: bool },
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct Settings {
-    /// v0 `settings.secrets`.
-    pub secrets: BTreeMap<String, String>,
-    pub model: Option<String>,
-    pub embedding_model: Option<String>,
-    pub rag_knowledge: bool,
-    /// `settings.troupe.platforms`: when present, exactly the platforms the persona runs on.
-    pub troupe_platforms: Option<Vec<Platform>>,
-    /// Other scalar settings (`settings.SOME_KEY: "…"`), which elizaOS's `getSetting` also
-    /// reads; troupe's [`super::Persona::secret`] does too.
-    pub values: BTreeMap<String, String>,
 }
 
 /// Top-level fields troupe reads.
@@ -201,80 +184,6 @@ const ELIZA_TEMPLATES: &[&str] = &[
     "reflectionTemplate",
 ];
 
-/// `clientConfig.<platform>` keys troupe reads.
-const SWITCH_FIELDS: &[&str] = &[
-    "shouldRespondOnlyToMentions",
-    "shouldIgnoreBotMessages",
-    "shouldIgnoreDirectMessages",
-    "shouldOnlyJoinInAllowedGroups",
-    "allowedChannelIds",
-    "allowedGroupIds",
-];
-
-/// Other elizaOS `clientConfig.<platform>` keys, accepted and ignored.
-const IGNORED_SWITCH_FIELDS: &[&str] = &[
-    "messageSimilarityThreshold",
-    "isPartOfTeam",
-    "teamAgentIds",
-    "teamLeaderId",
-    "teamMemberInterestKeywords",
-    "autoPost",
-    "pinnedMessagesGroups",
-];
-
-/// elizaOS clients and connector plugins troupe has no connector for. Naming one is a
-/// warning: the rest of the persona still runs on the platforms troupe has.
-const UNSUPPORTED_CLIENTS: &[&str] = &[
-    "twitter",
-    "slack",
-    "auto",
-    "alexa",
-    "lens",
-    "github",
-    "instagram",
-    "simsai",
-    "xmtp",
-    "deva",
-    "telegram-account",
-    "gitbook",
-];
-
-/// A client name (`clients` entry or `clientConfig` key) as a troupe platform.
-pub(crate) fn client_platform(name: &str) -> Option<Platform> {
-    match name.to_ascii_lowercase().as_str() {
-        "discord" => Some(Platform::Discord),
-        "telegram" => Some(Platform::Telegram),
-        "farcaster" => Some(Platform::Farcaster),
-        // elizaOS's direct client is its REST API: troupe's HTTP API plays that part.
-        "direct" | "web" => Some(Platform::Web),
-        _ => None,
-    }
-}
-
-/// The client a plugin package provides, if it is a connector plugin: `@elizaos/plugin-discord`,
-/// `@elizaos/client-discord`, `@elizaos-plugins/client-discord` all give `discord`.
-pub(crate) fn plugin_client(plugin: &str) -> Option<&str> {
-    let name = plugin.rsplit('/').next().unwrap_or(plugin);
-    name.strip_prefix("plugin-")
-        .or_else(|| name.strip_prefix("client-"))
-        .filter(|_| plugin.starts_with("@elizaos"))
-}
-
-/// The model provider a 1.x plugin package names (`@elizaos/plugin-openai` → `openai`).
-pub(crate) fn plugin_provider(plugin: &str) -> Option<&'static str> {
-    const PROVIDERS: &[&str] = &[
-        "openai",
-        "anthropic",
-        "ollama",
-        "groq",
-        "openrouter",
-        "google-genai",
-        "local-ai",
-    ];
-    let client = plugin_client(plugin)?;
-    PROVIDERS.iter().copied().find(|p| *p == client)
-}
-
 /// Builds the character from a (merged) tree. Knowledge paths are resolved from the file
 /// each entry was written in; `cwd` is the last place looked, as elizaOS does, and `policy`
 /// says where they may lead.
@@ -291,171 +200,121 @@ pub(crate) fn from_node(root: &Node, cwd: &Path, policy: &Policy, d: &mut Diags)
         );
         return c;
     };
-
     for m in members {
-        let key = m.key.as_str();
-        let v = &m.value;
-        c.positions.insert(key.to_string(), v.pos.clone());
-        if matches!(v.kind, Kind::Null) && key != "name" && key != "bio" {
-            continue;
-        }
-        match key {
-            "id" => c.id = string(v, key, d),
-            "name" => {}
-            "username" => c.username = string(v, key, d),
-            "system" => c.system = string(v, key, d),
-            "modelProvider" => c.model_provider = string(v, key, d),
-            "bio" => {}
-            "lore" => c.lore = string_list(v, key, d),
-            "postExamples" => c.post_examples = string_list(v, key, d),
-            "topics" => c.topics = string_list(v, key, d),
-            "adjectives" => c.adjectives = string_list(v, key, d),
-            "messageExamples" => c.message_examples = examples(v, d),
-            "style" => c.style = style(v, d),
-            "knowledge" => c.knowledge = knowledge(v, cwd, policy, d),
-            "clients" => c.clients = clients(v, d),
-            "plugins" => c.plugins = plugins(v, d),
-            "settings" => c.settings = settings(v, &mut c.client_config, &mut c.positions, d),
-            "secrets" => c.secrets = secrets(v, key, &mut c.positions, d),
-            "clientConfig" => client_config(v, &mut c.client_config, d),
-            "templates" => c.templates = templates(v, d),
-            // Resolved by the loader before this pass; only its type matters here.
-            "extends" => {}
-            _ if IGNORED_FIELDS.contains(&key) => {}
-            _ => {
-                let message = match ALIASES
-                    .iter()
-                    .find(|(alias, _)| alias.eq_ignore_ascii_case(key))
-                {
-                    Some((_, field)) => {
-                        format!(
-                            "unknown field (did you mean \"{field}\"?); it is kept but not used"
-                        )
-                    }
-                    None => {
-                        let known: Vec<&str> =
-                            USED_FIELDS.iter().chain(IGNORED_FIELDS).copied().collect();
-                        unknown_field_message(key, &known)
-                    }
-                };
-                d.warn(&m.key_pos, key, message);
-                c.extra.insert(key.to_string(), v.to_value());
-            }
+        c.positions.insert(m.key.clone(), m.value.pos.clone());
+        if !matches!(m.value.kind, Kind::Null) {
+            field(&mut c, m, cwd, policy, d);
         }
     }
-
-    match root.get("name") {
-        None => d.error(
-            &root.pos,
-            "name",
-            "missing; every character needs a \"name\", e.g. \"name\": \"Alice\"",
-        ),
-        Some(v) => match &v.kind {
-            Kind::String(s) if s.trim().is_empty() => d.error(
-                &v.pos,
-                "name",
-                "is empty; write the character's name, e.g. \"name\": \"Alice\"",
-            ),
-            Kind::String(s) => c.name = s.trim().to_string(),
-            _ => d.wrong_type(v, "name", "a string"),
-        },
-    }
-
-    match root.get("bio") {
-        None => d.error(
-            &root.pos,
-            "bio",
-            "missing; every character needs a \"bio\": a string or a list of strings",
-        ),
-        Some(v) => {
-            c.bio = match &v.kind {
-                Kind::String(s) => vec![s.clone()],
-                Kind::Array(_) => string_list(v, "bio", d),
-                _ => {
-                    d.wrong_type(v, "bio", "a string or a list of strings");
-                    Vec::new()
-                }
-            };
-            c.bio.retain(|b| !b.trim().is_empty());
-            let typed_ok = matches!(v.kind, Kind::String(_) | Kind::Array(_));
-            if c.bio.is_empty() && typed_ok && !list_has_wrong_items(v) {
-                d.error(
-                    &v.pos,
-                    "bio",
-                    "is empty; write at least one sentence about who the character is",
-                );
-            }
-        }
-    }
+    // Required, so read after the loop: a missing one is reported too, and a `null` one is
+    // a wrong type rather than absent.
+    c.name = name(root, d);
+    c.bio = bio(root, d);
     c
 }
 
-fn list_has_wrong_items(v: &Node) -> bool {
-    match &v.kind {
-        Kind::Array(items) => items.iter().any(|i| !matches!(i.kind, Kind::String(_))),
-        _ => false,
-    }
-}
-
-fn string(v: &Node, path: &str, d: &mut Diags) -> Option<String> {
-    match &v.kind {
-        Kind::String(s) => Some(s.clone()),
+/// One top-level member (not `null`) into its place in `c`. `name` and `bio` are read by
+/// [`from_node`] itself; unknown fields are kept in `extra` with a warning.
+fn field(c: &mut Character, m: &Member, cwd: &Path, policy: &Policy, d: &mut Diags) {
+    let key = m.key.as_str();
+    let v = &m.value;
+    match key {
+        "id" => c.id = string(v, key, d),
+        "username" => c.username = string(v, key, d),
+        "system" => c.system = string(v, key, d),
+        "modelProvider" => c.model_provider = string(v, key, d),
+        "lore" => c.lore = string_list(v, key, d),
+        "postExamples" => c.post_examples = string_list(v, key, d),
+        "topics" => c.topics = string_list(v, key, d),
+        "adjectives" => c.adjectives = string_list(v, key, d),
+        "messageExamples" => c.message_examples = examples(v, d),
+        "style" => c.style = style(v, d),
+        "knowledge" => c.knowledge = knowledge::entries(v, cwd, policy, d),
+        "clients" => c.clients = settings::clients(v, d),
+        "plugins" => c.plugins = settings::plugins(v, d),
+        "settings" => c.settings = settings::settings(v, &mut c.client_config, &mut c.positions, d),
+        "secrets" => c.secrets = settings::secrets(v, key, &mut c.positions, d),
+        "clientConfig" => settings::client_config(v, &mut c.client_config, d),
+        "templates" => c.templates = templates(v, d),
+        // `name` and `bio` are read after the loop; `extends` was resolved by the loader
+        // before this pass, and only its type matters here.
+        "name" | "bio" | "extends" => {}
+        _ if IGNORED_FIELDS.contains(&key) => {}
         _ => {
-            d.wrong_type(v, path, "a string");
-            None
+            d.warn(&m.key_pos, key, unknown_top_level(key));
+            c.extra.insert(key.to_string(), v.to_value());
         }
     }
 }
 
-fn boolean(v: &Node, path: &str, d: &mut Diags) -> Option<bool> {
-    match &v.kind {
-        Kind::Bool(b) => Some(*b),
-        Kind::Null => None,
-        _ => {
-            d.wrong_type(v, path, "true or false");
-            None
+/// The warning for a top-level field troupe does not know: the field it is a common name
+/// for, else the nearest known one.
+fn unknown_top_level(key: &str) -> String {
+    match ALIASES
+        .iter()
+        .find(|(alias, _)| alias.eq_ignore_ascii_case(key))
+    {
+        Some((_, field)) => {
+            format!("unknown field (did you mean \"{field}\"?); it is kept but not used")
+        }
+        None => {
+            let known: Vec<&str> = USED_FIELDS.iter().chain(IGNORED_FIELDS).copied().collect();
+            unknown_field_message(key, &known)
         }
     }
 }
 
-/// A list of strings. A single string gets a hint to wrap it, since elizaOS refuses it too.
-fn string_list(v: &Node, path: &str, d: &mut Diags) -> Vec<String> {
+/// The required `name`, trimmed; empty when it is missing or wrong (and reported).
+fn name(root: &Node, d: &mut Diags) -> String {
+    let Some(v) = root.get("name") else {
+        d.error(
+            &root.pos,
+            "name",
+            "missing; every character needs a \"name\", e.g. \"name\": \"Alice\"",
+        );
+        return String::new();
+    };
     match &v.kind {
-        Kind::Array(items) => items
-            .iter()
-            .enumerate()
-            .filter_map(|(i, item)| match &item.kind {
-                Kind::String(s) => Some(s.clone()),
-                _ => {
-                    d.wrong_type(item, &format!("{path}[{i}]"), "a string");
-                    None
-                }
-            })
-            .collect(),
-        Kind::String(_) => {
-            d.error(
-                &v.pos,
-                path,
-                "expected a list of strings, found a string (wrap it in [ ])",
-            );
+        Kind::String(s) if s.trim().is_empty() => d.error(
+            &v.pos,
+            "name",
+            "is empty; write the character's name, e.g. \"name\": \"Alice\"",
+        ),
+        Kind::String(s) => return s.trim().to_string(),
+        _ => d.wrong_type(v, "name", "a string"),
+    }
+    String::new()
+}
+
+/// The required `bio`: a string (kept as a one-item list) or a list of strings, blank
+/// items dropped. An empty one is an error unless its items were already reported.
+fn bio(root: &Node, d: &mut Diags) -> Vec<String> {
+    let Some(v) = root.get("bio") else {
+        d.error(
+            &root.pos,
+            "bio",
+            "missing; every character needs a \"bio\": a string or a list of strings",
+        );
+        return Vec::new();
+    };
+    let mut bio = match &v.kind {
+        Kind::String(s) => vec![s.clone()],
+        Kind::Array(_) => string_list(v, "bio", d),
+        _ => {
+            d.wrong_type(v, "bio", "a string or a list of strings");
             Vec::new()
         }
-        _ => {
-            d.wrong_type(v, path, "a list of strings");
-            Vec::new()
-        }
+    };
+    bio.retain(|b| !b.trim().is_empty());
+    let typed_ok = matches!(v.kind, Kind::String(_) | Kind::Array(_));
+    if bio.is_empty() && typed_ok && !list_has_wrong_items(v) {
+        d.error(
+            &v.pos,
+            "bio",
+            "is empty; write at least one sentence about who the character is",
+        );
     }
-}
-
-/// Secret and id values may be written as strings, numbers or booleans (1.x allows all
-/// three); they are used as strings.
-fn scalar_text(v: &Node) -> Option<String> {
-    match &v.kind {
-        Kind::String(s) => Some(s.clone()),
-        Kind::Number(n) => Some(n.clone()),
-        Kind::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
+    bio
 }
 
 fn examples(v: &Node, d: &mut Diags) -> Vec<Vec<ExampleMessage>> {
@@ -538,9 +397,19 @@ fn example_message(msg: &Node, path: &str, d: &mut Diags) -> Option<ExampleMessa
         );
         return None;
     };
-    let cpath = join(path, "content");
+    let (text, action) = example_content(content, &join(path, "content"), d)?;
+    Some(ExampleMessage {
+        speaker: speaker?,
+        text,
+        action,
+    })
+}
+
+/// An example message's `content` (at `path`): its text, empty when absent, and its action
+/// (v0 `action`, or 1.x `actions` joined with ", ").
+fn example_content(content: &Node, path: &str, d: &mut Diags) -> Option<(String, Option<String>)> {
     if content.members().is_none() {
-        d.wrong_type(content, &cpath, "an object { \"text\": … }");
+        d.wrong_type(content, path, "an object { \"text\": … }");
         return None;
     }
     let text = match content.get("text") {
@@ -548,7 +417,7 @@ fn example_message(msg: &Node, path: &str, d: &mut Diags) -> Option<ExampleMessa
             Kind::String(s) => s.clone(),
             Kind::Null => String::new(),
             _ => {
-                d.wrong_type(t, &join(&cpath, "text"), "a string");
+                d.wrong_type(t, &join(path, "text"), "a string");
                 return None;
             }
         },
@@ -568,11 +437,7 @@ fn example_message(msg: &Node, path: &str, d: &mut Diags) -> Option<ExampleMessa
         }
         _ => None,
     };
-    Some(ExampleMessage {
-        speaker: speaker?,
-        text,
-        action,
-    })
+    Some((text, action))
 }
 
 fn style(v: &Node, d: &mut Diags) -> Style {
@@ -602,386 +467,6 @@ fn style(v: &Node, d: &mut Diags) -> Style {
         }
     }
     s
-}
-
-/// Knowledge entries. `{path}` and `{directory}` are looked up, in order: next to the file
-/// that names them, in a `knowledge/` folder next to it (where elizaOS v0 keeps them), then
-/// relative to the working directory (as elizaOS does). The first one found that `policy`
-/// allows is taken; when every one found is refused, the first refusal is reported (an error
-/// for `troupe check`, a warning that skips the entry when loading).
-fn knowledge(v: &Node, cwd: &Path, policy: &Policy, d: &mut Diags) -> Vec<KnowledgeEntry> {
-    let Kind::Array(items) = &v.kind else {
-        d.wrong_type(
-            v,
-            "knowledge",
-            "a list of strings, { \"path\": … } or { \"directory\": … }",
-        );
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let path = format!("knowledge[{i}]");
-        match &item.kind {
-            Kind::String(s) => out.push(KnowledgeEntry::Text(s.clone())),
-            Kind::Object(members) => {
-                let mut shared = false;
-                let mut target: Option<(&str, &Node)> = None;
-                for m in members {
-                    let p = join(&path, &m.key);
-                    match m.key.as_str() {
-                        "path" | "directory" => {
-                            if let Some((other, _)) = target {
-                                d.error(
-                                    &m.key_pos,
-                                    &p,
-                                    format!("an entry has either \"path\" or \"directory\", not both (\"{other}\" is already set)"),
-                                );
-                            } else {
-                                target = Some((m.key.as_str(), &m.value));
-                            }
-                        }
-                        "shared" => shared = boolean(&m.value, &p, d).unwrap_or(false),
-                        other => d.warn(
-                            &m.key_pos,
-                            &p,
-                            unknown_field_message(other, &["path", "directory", "shared"]),
-                        ),
-                    }
-                }
-                let Some((kind, node)) = target else {
-                    d.error(
-                        &item.pos,
-                        &path,
-                        "expected { \"path\": \"file\" } or { \"directory\": \"folder\" }",
-                    );
-                    continue;
-                };
-                let p = join(&path, kind);
-                let Some(rel) = string(node, &p, d) else {
-                    continue;
-                };
-                let want_dir = kind == "directory";
-                let base = node.pos.file.parent().unwrap_or(Path::new("."));
-                let candidates = [
-                    base.join(&rel),
-                    base.join("knowledge").join(&rel),
-                    cwd.join(&rel),
-                ];
-                let what = if want_dir { "directory" } else { "file" };
-                let mut refused = None;
-                let mut found = None;
-                for (n, c) in candidates.iter().enumerate() {
-                    if !(if want_dir { c.is_dir() } else { c.is_file() }) {
-                        continue;
-                    }
-                    match policy.check(&rel, c, n == candidates.len() - 1) {
-                        Ok(resolved) => {
-                            found = Some(resolved);
-                            break;
-                        }
-                        Err(why) => {
-                            refused.get_or_insert(why);
-                        }
-                    }
-                }
-                match (found, refused) {
-                    (Some(f), _) if want_dir => {
-                        out.push(KnowledgeEntry::Directory { path: f, shared })
-                    }
-                    (Some(f), _) => out.push(KnowledgeEntry::File { path: f, shared }),
-                    (None, Some(why)) => {
-                        let message = policy.message(what, &rel, &why);
-                        if policy.strict {
-                            d.error(&node.pos, &p, message);
-                        } else {
-                            d.warn(&node.pos, &p, message);
-                        }
-                    }
-                    (None, None) => {
-                        // Where it looked, without absolute paths: the console shows this
-                        // to whoever checks a draft (issue 30, finding 3).
-                        d.error(
-                            &node.pos,
-                            &p,
-                            format!(
-                                "{what} \"{rel}\" not found (looked next to the character \
-                                 file, in its knowledge/ directory, and in the working directory)"
-                            ),
-                        );
-                    }
-                }
-            }
-            _ => d.wrong_type(
-                item,
-                &path,
-                "a string, { \"path\": … } or { \"directory\": … }",
-            ),
-        }
-    }
-    out
-}
-
-fn clients(v: &Node, d: &mut Diags) -> Vec<String> {
-    let list = string_list(v, "clients", d);
-    if let Kind::Array(items) = &v.kind {
-        for (i, item) in items.iter().enumerate() {
-            if let Some(name) = item.as_str() {
-                check_client(name, &item.pos, &format!("clients[{i}]"), d);
-            }
-        }
-    }
-    list.into_iter().map(|s| s.to_ascii_lowercase()).collect()
-}
-
-fn check_client(name: &str, pos: &Pos, path: &str, d: &mut Diags) {
-    if client_platform(name).is_some() {
-        return;
-    }
-    let lower = name.to_ascii_lowercase();
-    if UNSUPPORTED_CLIENTS.contains(&lower.as_str()) {
-        d.warn(
-            pos,
-            path,
-            format!("troupe has no {lower} connector; this client is ignored (troupe runs discord, telegram, farcaster and direct)"),
-        );
-    } else {
-        let hint = suggest(name, &["discord", "telegram", "farcaster", "direct"])
-            .map(|s| format!(" (did you mean \"{s}\"?)"))
-            .unwrap_or_default();
-        d.warn(
-            pos,
-            path,
-            format!("unknown client \"{name}\"{hint}; it is ignored"),
-        );
-    }
-}
-
-fn plugins(v: &Node, d: &mut Diags) -> Vec<String> {
-    let Kind::Array(items) = &v.kind else {
-        d.wrong_type(v, "plugins", "a list of plugin package names");
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let path = format!("plugins[{i}]");
-        match item.as_str() {
-            Some(name) => {
-                // troupe runs no JavaScript plugins; only connector and provider plugins
-                // mean something here. A connector plugin for a platform troupe lacks is
-                // worth a warning, the way an unsupported client is.
-                if let Some(client) = plugin_client(name)
-                    && UNSUPPORTED_CLIENTS.contains(&client)
-                {
-                    d.warn(
-                        &item.pos,
-                        &path,
-                        format!("troupe has no {client} connector; this plugin is ignored"),
-                    );
-                }
-                out.push(name.to_string());
-            }
-            None => d.warn(
-                &item.pos,
-                &path,
-                format!(
-                    "expected a plugin package name, found {}; ignored",
-                    item.describe()
-                ),
-            ),
-        }
-    }
-    out
-}
-
-fn secrets(
-    v: &Node,
-    path: &str,
-    positions: &mut BTreeMap<String, Pos>,
-    d: &mut Diags,
-) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let Some(members) = v.members() else {
-        d.wrong_type(v, path, "an object of \"NAME\": \"value\" pairs");
-        return out;
-    };
-    for m in members {
-        let p = join(path, &m.key);
-        match scalar_text(&m.value) {
-            Some(s) => {
-                positions.insert(p.clone(), m.value.pos.clone());
-                out.insert(m.key.clone(), s);
-            }
-            None if matches!(m.value.kind, Kind::Null) => {}
-            None => d.wrong_type(&m.value, &p, "a string"),
-        }
-    }
-    out
-}
-
-fn settings(
-    v: &Node,
-    switches: &mut BTreeMap<Platform, ClientSwitches>,
-    positions: &mut BTreeMap<String, Pos>,
-    d: &mut Diags,
-) -> Settings {
-    let mut s = Settings::default();
-    let Some(members) = v.members() else {
-        d.wrong_type(v, "settings", "an object");
-        return s;
-    };
-    // `settings` is an open map in both elizaOS versions (plugins read their own keys from
-    // it), so unknown keys are not warned about; only the keys troupe reads are typed.
-    for m in members {
-        let path = join("settings", &m.key);
-        let val = &m.value;
-        if matches!(val.kind, Kind::Null) {
-            continue;
-        }
-        match m.key.as_str() {
-            "secrets" => s.secrets = secrets(val, &path, positions, d),
-            "model" => s.model = string(val, &path, d),
-            "embeddingModel" => s.embedding_model = string(val, &path, d),
-            "ragKnowledge" => s.rag_knowledge = boolean(val, &path, d).unwrap_or(false),
-            "voice" => {
-                if val.members().is_none() {
-                    d.wrong_type(val, &path, "an object");
-                }
-            }
-            "troupe" => s.troupe_platforms = troupe_settings(val, d),
-            key @ ("discord" | "telegram" | "farcaster") if val.members().is_some() => {
-                // 1.x keeps client switches here; `clientConfig` (v0) wins when both exist,
-                // because `clientConfig` is read after `settings`.
-                if let Some(platform) = client_platform(key) {
-                    let sw = parse_switches(val, &path, d);
-                    switches.insert(platform, sw);
-                }
-            }
-            key => {
-                if let Some(text) = scalar_text(val) {
-                    s.values.insert(key.to_string(), text);
-                }
-            }
-        }
-    }
-    s
-}
-
-fn troupe_settings(v: &Node, d: &mut Diags) -> Option<Vec<Platform>> {
-    let Some(members) = v.members() else {
-        d.wrong_type(v, "settings.troupe", "an object { \"platforms\": [...] }");
-        return None;
-    };
-    let mut platforms = None;
-    for m in members {
-        let path = join("settings.troupe", &m.key);
-        match m.key.as_str() {
-            "platforms" => {
-                // Type errors (not a list, an item not a string) are reported here.
-                string_list(&m.value, &path, d);
-                let mut list = Vec::new();
-                if let Kind::Array(items) = &m.value.kind {
-                    for (i, item) in items.iter().enumerate() {
-                        let Some(name) = item.as_str() else { continue };
-                        match client_platform(name) {
-                            Some(p) if !list.contains(&p) => list.push(p),
-                            Some(_) => {}
-                            None => d.error(
-                                &item.pos,
-                                &format!("{path}[{i}]"),
-                                format!("unknown platform \"{name}\"; use discord, telegram, farcaster or web"),
-                            ),
-                        }
-                    }
-                }
-                platforms = Some(list);
-            }
-            other => d.warn(
-                &m.key_pos,
-                &path,
-                unknown_field_message(other, &["platforms"]),
-            ),
-        }
-    }
-    platforms
-}
-
-fn client_config(v: &Node, switches: &mut BTreeMap<Platform, ClientSwitches>, d: &mut Diags) {
-    let Some(members) = v.members() else {
-        d.wrong_type(v, "clientConfig", "an object { \"discord\": {…}, … }");
-        return;
-    };
-    for m in members {
-        let path = join("clientConfig", &m.key);
-        if matches!(m.value.kind, Kind::Null) {
-            continue;
-        }
-        match client_platform(&m.key) {
-            Some(p) if p != Platform::Web => {
-                let sw = parse_switches(&m.value, &path, d);
-                switches.insert(p, sw);
-            }
-            _ => check_client(&m.key, &m.key_pos, &path, d),
-        }
-    }
-}
-
-/// One platform's switches. troupe ignores other bots unless told otherwise: two bots that
-/// answer each other loop forever, and elizaOS users rarely want that either.
-fn parse_switches(v: &Node, path: &str, d: &mut Diags) -> ClientSwitches {
-    let mut sw = ClientSwitches::default();
-    let Some(members) = v.members() else {
-        d.wrong_type(v, path, "an object of switches");
-        return sw;
-    };
-    for m in members {
-        let p = join(path, &m.key);
-        let val = &m.value;
-        match m.key.as_str() {
-            "shouldRespondOnlyToMentions" => {
-                sw.respond_only_to_mentions = boolean(val, &p, d).unwrap_or(false)
-            }
-            "shouldIgnoreBotMessages" => {
-                sw.ignore_bot_messages = boolean(val, &p, d).unwrap_or(true)
-            }
-            "shouldIgnoreDirectMessages" => {
-                sw.ignore_direct_messages = boolean(val, &p, d).unwrap_or(false)
-            }
-            "shouldOnlyJoinInAllowedGroups" => {
-                sw.only_join_allowed_groups = boolean(val, &p, d).unwrap_or(false)
-            }
-            "allowedChannelIds" | "allowedGroupIds" => {
-                if matches!(val.kind, Kind::Null) {
-                    continue;
-                }
-                let Kind::Array(items) = &val.kind else {
-                    d.wrong_type(val, &p, "a list of ids");
-                    continue;
-                };
-                let rooms = sw.allowed_rooms.get_or_insert_with(Vec::new);
-                for (i, item) in items.iter().enumerate() {
-                    // Telegram group ids are often written as numbers; both are fine.
-                    match &item.kind {
-                        Kind::String(_) | Kind::Number(_) => {
-                            if let Some(id) = scalar_text(item) {
-                                rooms.push(id);
-                            }
-                        }
-                        _ => d.wrong_type(item, &format!("{p}[{i}]"), "an id (a string)"),
-                    }
-                }
-            }
-            key if IGNORED_SWITCH_FIELDS.contains(&key) => {}
-            key => {
-                let known: Vec<&str> = SWITCH_FIELDS
-                    .iter()
-                    .chain(IGNORED_SWITCH_FIELDS)
-                    .copied()
-                    .collect();
-                d.warn(&m.key_pos, &p, unknown_field_message(key, &known));
-            }
-        }
-    }
-    sw
 }
 
 fn templates(v: &Node, d: &mut Diags) -> BTreeMap<String, String> {

@@ -326,47 +326,7 @@ impl Parser {
         loop {
             self.skip_ws()?;
             let key_pos = self.pos();
-            let key = match self.peek() {
-                Some('"') => self.string()?,
-                Some('}') => {
-                    return Err(self.error(
-                        "trailing comma before `}`; JSON does not allow a comma after the last field",
-                    ));
-                }
-                Some('\'') => {
-                    return Err(
-                        self.error("field names must use double quotes `\"`, not single quotes")
-                    );
-                }
-                Some(c) if c.is_alphabetic() || c == '_' => {
-                    let w = self.word();
-                    return Err(SyntaxError {
-                        line: key_pos.line,
-                        col: key_pos.col,
-                        message: format!("field names need double quotes: \"{w}\""),
-                    });
-                }
-                Some(c) => {
-                    return Err(self.error(&format!(
-                        "expected a field name in double quotes, found {}",
-                        show(c)
-                    )));
-                }
-                None => return Err(self.eof("inside an object (missing `}`?)")),
-            };
-            self.skip_ws()?;
-            match self.peek() {
-                Some(':') => {
-                    self.bump();
-                }
-                Some(c) => {
-                    return Err(self.error(&format!(
-                        "expected `:` after the field name \"{key}\", found {}",
-                        show(c)
-                    )));
-                }
-                None => return Err(self.eof("after a field name")),
-            }
+            let key = self.field_name(&key_pos)?;
             self.skip_ws()?;
             let value = self.value(depth + 1)?;
             if let Some(old) = members.iter().position(|m| m.key == key) {
@@ -402,6 +362,53 @@ impl Parser {
                 None => return Err(self.eof("inside an object (missing `}`?)")),
             }
         }
+    }
+
+    /// A field name in double quotes and the `:` after it, at `key_pos`; the error says
+    /// how the field name was miswritten (single quotes, no quotes, a trailing comma).
+    fn field_name(&mut self, key_pos: &Pos) -> Result<String, SyntaxError> {
+        let key = match self.peek() {
+            Some('"') => self.string()?,
+            Some('}') => {
+                return Err(self.error(
+                    "trailing comma before `}`; JSON does not allow a comma after the last field",
+                ));
+            }
+            Some('\'') => {
+                return Err(
+                    self.error("field names must use double quotes `\"`, not single quotes")
+                );
+            }
+            Some(c) if c.is_alphabetic() || c == '_' => {
+                let w = self.word();
+                return Err(SyntaxError {
+                    line: key_pos.line,
+                    col: key_pos.col,
+                    message: format!("field names need double quotes: \"{w}\""),
+                });
+            }
+            Some(c) => {
+                return Err(self.error(&format!(
+                    "expected a field name in double quotes, found {}",
+                    show(c)
+                )));
+            }
+            None => return Err(self.eof("inside an object (missing `}`?)")),
+        };
+        self.skip_ws()?;
+        match self.peek() {
+            Some(':') => {
+                self.bump();
+            }
+            Some(c) => {
+                return Err(self.error(&format!(
+                    "expected `:` after the field name \"{key}\", found {}",
+                    show(c)
+                )));
+            }
+            None => return Err(self.eof("after a field name")),
+        }
+        Ok(key)
     }
 
     fn array(&mut self, depth: usize) -> Result<Kind, SyntaxError> {

@@ -212,37 +212,7 @@ struct TreeReader<'a> {
 impl TreeReader<'_> {
     /// Reads, parses and merges `path` with its parents.
     fn read(&mut self, path: &Path) -> Option<Node> {
-        let text = match read_bounded(path, &mut self.left) {
-            Ok(t) => t,
-            Err(message) => {
-                self.d.list.push(Diagnostic::file(path, "(file)", message));
-                return None;
-            }
-        };
-        let file: Arc<Path> = Arc::from(path);
-        let (mut node, dups) = match json::parse(&text, file) {
-            Ok(x) => x,
-            Err(e) => {
-                self.d.list.push(Diagnostic {
-                    file: path.to_path_buf(),
-                    line: e.line,
-                    col: e.col,
-                    path: "(json)".into(),
-                    message: e.message,
-                    severity: super::Severity::Error,
-                });
-                return None;
-            }
-        };
-        drop(text);
-        for dup in dups {
-            self.d.warn(
-                &dup.pos,
-                &dup.key,
-                "this field appears again later in the same object; the later value is used",
-            );
-        }
-
+        let mut node = self.parse(path)?;
         let Some(ext) = take_extends(&mut node) else {
             return Some(node);
         };
@@ -265,34 +235,7 @@ impl TreeReader<'_> {
             } else {
                 "extends".to_string()
             };
-            let Some(rel) = entry.as_str() else {
-                self.d.wrong_type(entry, &p, "a file path (a string)");
-                continue;
-            };
-            let canon = match self.policy.parent(rel, dir) {
-                Ok(c) => c,
-                Err(why) => {
-                    self.d.error(&entry.pos, &p, refusal(rel, &why));
-                    continue;
-                }
-            };
-            if let Some(at) = self.stack.iter().position(|s| *s == canon) {
-                let chain: Vec<String> = self.stack[at..]
-                    .iter()
-                    .chain(std::iter::once(&canon))
-                    .map(|s| short(s))
-                    .collect();
-                self.d.error(
-                    &entry.pos,
-                    &p,
-                    format!("extends cycle: {}", chain.join(" → ")),
-                );
-                continue;
-            }
-            if !self.deps.contains(&canon) {
-                self.deps.push(canon.clone());
-            }
-            if let Some(mut parent_tree) = self.read(&canon) {
+            if let Some(mut parent_tree) = self.parent(entry, &p, dir) {
                 // The parent's own `extends` was followed already; it is not inherited.
                 take_extends(&mut parent_tree);
                 merged = Some(match merged {
@@ -308,6 +251,75 @@ impl TreeReader<'_> {
             Some(parents) => merge(parents, node),
             None => node,
         })
+    }
+
+    /// Reads and parses one file (within the allowance), warning about keys written twice.
+    fn parse(&mut self, path: &Path) -> Option<Node> {
+        let text = match read_bounded(path, &mut self.left) {
+            Ok(t) => t,
+            Err(message) => {
+                self.d.list.push(Diagnostic::file(path, "(file)", message));
+                return None;
+            }
+        };
+        let file: Arc<Path> = Arc::from(path);
+        let (node, dups) = match json::parse(&text, file) {
+            Ok(x) => x,
+            Err(e) => {
+                self.d.list.push(Diagnostic {
+                    file: path.to_path_buf(),
+                    line: e.line,
+                    col: e.col,
+                    path: "(json)".into(),
+                    message: e.message,
+                    severity: super::Severity::Error,
+                });
+                return None;
+            }
+        };
+        drop(text);
+        for dup in dups {
+            self.d.warn(
+                &dup.pos,
+                &dup.key,
+                "this field appears again later in the same object; the later value is used",
+            );
+        }
+        Some(node)
+    }
+
+    /// The parent that one `extends` entry (at `p`, in a file of directory `dir`) names,
+    /// read with its own parents; `None` (reported) when the entry is not a path, the
+    /// policy refuses it, or it closes a cycle.
+    fn parent(&mut self, entry: &Node, p: &str, dir: &Path) -> Option<Node> {
+        let Some(rel) = entry.as_str() else {
+            self.d.wrong_type(entry, p, "a file path (a string)");
+            return None;
+        };
+        let canon = match self.policy.parent(rel, dir) {
+            Ok(c) => c,
+            Err(why) => {
+                self.d.error(&entry.pos, p, refusal(rel, &why));
+                return None;
+            }
+        };
+        if let Some(at) = self.stack.iter().position(|s| *s == canon) {
+            let chain: Vec<String> = self.stack[at..]
+                .iter()
+                .chain(std::iter::once(&canon))
+                .map(|s| short(s))
+                .collect();
+            self.d.error(
+                &entry.pos,
+                p,
+                format!("extends cycle: {}", chain.join(" → ")),
+            );
+            return None;
+        }
+        if !self.deps.contains(&canon) {
+            self.deps.push(canon.clone());
+        }
+        self.read(&canon)
     }
 }
 

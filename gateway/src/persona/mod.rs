@@ -4,7 +4,11 @@
 //! Layout:
 //! - `json`: a JSON parser that keeps the line and column of every value;
 //! - `diag`: [`Diagnostic`] (`file:line:col: field.path: reason`) and its wording helpers;
-//! - `character`: the typed [`Character`] and the checks that build it;
+//! - `character`: the typed [`Character`] and the pass that builds it, with the fields of
+//!   its own (examples, style, templates); it reads the rest through
+//!   - `values`: a string, a boolean, a list of strings, each wrong type reported;
+//!   - `knowledge`: [`KnowledgeEntry`], `knowledge` entries and where their files are;
+//!   - `settings`: `settings`, `secrets`, `clients`, `plugins` and `clientConfig`;
 //! - `load`: files, `extends`, [`load_file`] and [`load_dir`];
 //! - `check`: [`check_files`] for `troupe check`, with the cross-file checks;
 //! - `secrets`: per-persona secrets and their precedence;
@@ -22,11 +26,14 @@ mod character;
 mod check;
 mod diag;
 mod json;
+mod knowledge;
 mod load;
 mod paths;
 mod prompt;
 pub(crate) mod quote;
 mod secrets;
+mod settings;
+mod values;
 mod watch;
 
 #[cfg(test)]
@@ -37,9 +44,10 @@ use std::path::PathBuf;
 
 use troupe_connectors::{AgentId, Platform};
 
-pub use character::{Character, KnowledgeEntry};
+pub use character::Character;
 pub use check::check_files;
 pub use diag::{Diagnostic, Severity};
+pub use knowledge::KnowledgeEntry;
 pub use load::load_dir;
 // The console lists and checks the personas directory as `troupe check` does.
 pub(crate) use load::persona_files;
@@ -113,7 +121,7 @@ impl Persona {
             .or_else(|| {
                 c.plugins
                     .iter()
-                    .find_map(|p| character::plugin_provider(p))
+                    .find_map(|p| settings::plugin_provider(p))
                     .map(str::to_string)
             })
     }
@@ -186,12 +194,12 @@ impl Persona {
         let from_clients = c
             .clients
             .iter()
-            .filter_map(|n| character::client_platform(n));
+            .filter_map(|n| settings::client_platform(n));
         let from_plugins = c
             .plugins
             .iter()
-            .filter_map(|p| character::plugin_client(p))
-            .filter_map(character::client_platform);
+            .filter_map(|p| settings::plugin_client(p))
+            .filter_map(settings::client_platform);
         let mut out: Vec<Platform> = Vec::new();
         for p in from_clients.chain(from_plugins).chain([Platform::Web]) {
             if !out.contains(&p) {

@@ -416,16 +416,15 @@ pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
         .iter()
         .any(|(_, n)| *n == "recentMessages");
 
+    let filler = Filler {
+        persona,
+        input,
+        s: &sampled,
+        template,
+    };
     let mut counts = Counts::full(input);
     loop {
-        let user = fill(
-            persona,
-            input,
-            &sampled,
-            template,
-            &counts,
-            &lines[newest..],
-        );
+        let user = filler.fill(&counts, &lines[newest..]);
         let size = sys_len + user.chars().count();
         if size <= input.budget_chars || !counts.shrink(&sampled) {
             if !uses_history || size > input.budget_chars {
@@ -441,111 +440,169 @@ pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
                 total += extra;
                 from -= 1;
             }
-            let user = fill(persona, input, &sampled, template, &counts, &lines[from..]);
+            let user = filler.fill(&counts, &lines[from..]);
             return Prompt { system, user };
         }
     }
 }
 
-fn fill(
-    persona: &Persona,
-    input: &PromptInput<'_>,
-    s: &Sampled,
-    template: &str,
-    n: &Counts,
-    history: &[String],
-) -> String {
-    let c = &persona.character;
-    let name = persona.name.as_str();
-    let directions =
-        |extra: &[String]| -> Vec<String> { c.style.all.iter().chain(extra).cloned().collect() };
-    let message_directions = header(
-        &format!("# Message Directions for {name}"),
-        &directions(&c.style.chat).join("\n"),
-    );
-    let post_directions = header(
-        &format!("# Post Directions for {name}"),
-        &directions(&c.style.post).join("\n"),
-    );
-    let examples = header(
-        &format!("# Example Conversations for {name}"),
-        &take(&s.examples, n.examples, "\n\n"),
-    );
-    let posts = header(
-        &format!("# Example Posts for {name}"),
-        &take(&s.posts, n.posts, "\n"),
-    );
-    let knowledge = header(
+/// What stays the same while [`compose`] tries smaller counts: the persona, the input,
+/// the persona's samples and the template.
+struct Filler<'a> {
+    persona: &'a Persona,
+    input: &'a PromptInput<'a>,
+    s: &'a Sampled,
+    template: &'a str,
+}
+
+impl Filler<'_> {
+    /// The template filled, with the samples cut to the counts `n` and `history` as the
+    /// conversation.
+    fn fill(&self, n: &Counts, history: &[String]) -> String {
+        let Filler {
+            persona,
+            input,
+            s,
+            template,
+        } = *self;
+        let c = &persona.character;
+        let name = persona.name.as_str();
+        let sections = Sections::new(self, n, history);
+        let value = |p: &str| -> Option<String> {
+            Some(match p {
+                "agentName" => name.to_string(),
+                "agentId" => persona.id.to_string(),
+                "senderName" => meta(input.sender_name).into_owned(),
+                "platform" => input.platform.as_str().to_string(),
+                "system" => c.system.clone().unwrap_or_default(),
+                "bio" => take(&s.bio, n.bio, " "),
+                "lore" => take(&s.lore, n.lore, "\n"),
+                "topic" => s.topic.clone(),
+                "topics" => sections.topics.clone(),
+                "adjective" => s.adjective.clone(),
+                "messageDirections" | "directions" => sections.message_directions.clone(),
+                "postDirections" => sections.post_directions.clone(),
+                "characterMessageExamples" | "examples" => sections.examples.clone(),
+                "characterPostExamples" => sections.posts.clone(),
+                "knowledge" => sections.knowledge.clone(),
+                "recentMessages" => sections.recent.clone(),
+                "summary" => sections.summary.clone(),
+                "facts" => sections.facts.clone(),
+                p if EMPTY_PLACEHOLDERS.contains(&p) => String::new(),
+                p => match numbered_speaker(p) {
+                    Some(i) => s
+                        .template_names
+                        .get(i - 1)
+                        .copied()
+                        .unwrap_or("Someone")
+                        .into(),
+                    None => return None,
+                },
+            })
+        };
+        render(template, &value)
+    }
+}
+
+/// The parts of a prompt that placeholders stand for whole, each under its header (or empty
+/// when it has nothing to show).
+struct Sections {
+    message_directions: String,
+    post_directions: String,
+    examples: String,
+    posts: String,
+    knowledge: String,
+    facts: String,
+    summary: String,
+    /// The conversation, after the facts and summary the template has no place for.
+    recent: String,
+    topics: String,
+}
+
+impl Sections {
+    fn new(f: &Filler<'_>, n: &Counts, history: &[String]) -> Self {
+        let Filler {
+            persona,
+            input,
+            s,
+            template,
+        } = *f;
+        let c = &persona.character;
+        let name = persona.name.as_str();
+        let directions = |extra: &[String]| -> String {
+            let all: Vec<String> = c.style.all.iter().chain(extra).cloned().collect();
+            all.join("\n")
+        };
+        let facts = header(
+            &format!("# Facts about {}", meta(input.sender_name)),
+            &input
+                .facts
+                .iter()
+                .take(n.facts)
+                .map(|f| format!("- {}", content(f.trim())))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+        let summary = match input.summary {
+            Some(text) if n.summary => {
+                header("# Summary of earlier conversation", &body(text.trim()))
+            }
+            _ => String::new(),
+        };
+        Sections {
+            message_directions: header(
+                &format!("# Message Directions for {name}"),
+                &directions(&c.style.chat),
+            ),
+            post_directions: header(
+                &format!("# Post Directions for {name}"),
+                &directions(&c.style.post),
+            ),
+            examples: header(
+                &format!("# Example Conversations for {name}"),
+                &take(&s.examples, n.examples, "\n\n"),
+            ),
+            posts: header(
+                &format!("# Example Posts for {name}"),
+                &take(&s.posts, n.posts, "\n"),
+            ),
+            knowledge: knowledge_section(input, n.knowledge),
+            recent: recent_messages(template, &facts, &summary, history),
+            topics: topics_sentence(name, &s.topics[..n.topics.min(s.topics.len())]),
+            facts,
+            summary,
+        }
+    }
+}
+
+/// The first `count` retrieved passages, each with its source.
+fn knowledge_section(input: &PromptInput<'_>, count: usize) -> String {
+    header(
         "# Knowledge",
         &input
             .knowledge
             .iter()
-            .take(n.knowledge)
+            .take(count)
             .map(|k| format!("From {}:\n{}", meta(k.source), body(k.text.trim_end())))
             .collect::<Vec<_>>()
             .join("\n\n"),
-    );
-    let facts = header(
-        &format!("# Facts about {}", meta(input.sender_name)),
-        &input
-            .facts
-            .iter()
-            .take(n.facts)
-            .map(|f| format!("- {}", content(f.trim())))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    );
-    let summary = match input.summary {
-        Some(text) if n.summary => header("# Summary of earlier conversation", &body(text.trim())),
-        _ => String::new(),
-    };
-    // A template without troupe's memory placeholders (one written for elizaOS) gets them
-    // in front of the conversation, where they read as its prelude.
+    )
+}
+
+/// What `{{recentMessages}}` stands for: the conversation. A template without troupe's
+/// memory placeholders (one written for elizaOS) gets those sections in front of it, where
+/// they read as its prelude.
+fn recent_messages(template: &str, facts: &str, summary: &str, history: &[String]) -> String {
     let has = |name: &str| placeholders(template).iter().any(|(_, p)| *p == name);
     let conversation = header("# Conversation Messages", &history.join("\n"));
-    let recent = [("facts", &facts), ("summary", &summary)]
+    [("facts", facts), ("summary", summary)]
         .into_iter()
         .filter(|(name, _)| !has(name))
         .map(|(_, section)| section)
-        .chain([&conversation])
+        .chain([conversation.as_str()])
         .filter(|section| !section.is_empty())
-        .map(String::as_str)
         .collect::<Vec<_>>()
-        .join("\n\n");
-    let topics = topics_sentence(name, &s.topics[..n.topics.min(s.topics.len())]);
-    let value = |p: &str| -> Option<String> {
-        Some(match p {
-            "agentName" => name.to_string(),
-            "agentId" => persona.id.to_string(),
-            "senderName" => meta(input.sender_name).into_owned(),
-            "platform" => input.platform.as_str().to_string(),
-            "system" => c.system.clone().unwrap_or_default(),
-            "bio" => take(&s.bio, n.bio, " "),
-            "lore" => take(&s.lore, n.lore, "\n"),
-            "topic" => s.topic.clone(),
-            "topics" => topics.clone(),
-            "adjective" => s.adjective.clone(),
-            "messageDirections" | "directions" => message_directions.clone(),
-            "postDirections" => post_directions.clone(),
-            "characterMessageExamples" | "examples" => examples.clone(),
-            "characterPostExamples" => posts.clone(),
-            "knowledge" => knowledge.clone(),
-            "recentMessages" => recent.clone(),
-            "summary" => summary.clone(),
-            "facts" => facts.clone(),
-            p if EMPTY_PLACEHOLDERS.contains(&p) => String::new(),
-            p => match numbered_speaker(p) {
-                Some(i) => s
-                    .template_names
-                    .get(i - 1)
-                    .copied()
-                    .unwrap_or("Someone")
-                    .into(),
-                None => return None,
-            },
-        })
-    };
-    render(template, &value)
+        .join("\n\n")
 }
 
 #[cfg(test)]

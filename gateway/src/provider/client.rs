@@ -153,8 +153,8 @@ impl GenaiProvider {
 
 #[async_trait]
 impl ModelProvider for GenaiProvider {
-    fn describe(&self) -> String {
-        format!("{}:{}", self.target.vendor.name(), self.target.model)
+    fn model(&self) -> crate::spend::ModelRef {
+        crate::spend::ModelRef::new(self.target.vendor.name(), self.target.model.clone())
     }
 
     async fn complete(&self, prompt: &Prompt) -> Result<Completion, ProviderError> {

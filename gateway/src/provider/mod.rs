@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::persona::{Env, Persona, Prompt};
+use crate::spend::ModelRef;
 
 pub use breaker::Breakers;
 pub use client::GenaiProvider;
@@ -83,8 +84,12 @@ pub enum ProviderError {
 
 #[async_trait]
 pub trait ModelProvider: Send + Sync {
-    /// A short description for logs and `/api/agents`: `openai:gpt-4o-mini`.
-    fn describe(&self) -> String;
+    /// The vendor and model calls go to: the price key of their usage records.
+    fn model(&self) -> ModelRef;
+    /// A short description for logs, metrics and `/api/agents`: `openai:gpt-4o-mini`.
+    fn describe(&self) -> String {
+        self.model().to_string()
+    }
     /// Why no call can succeed (the `Unconfigured` provider's reason), if so.
     fn unavailable(&self) -> Option<String> {
         None
@@ -119,8 +124,8 @@ pub struct Unconfigured {
 
 #[async_trait]
 impl ModelProvider for Unconfigured {
-    fn describe(&self) -> String {
-        "unconfigured".into()
+    fn model(&self) -> ModelRef {
+        ModelRef::new("unconfigured", "")
     }
     fn unavailable(&self) -> Option<String> {
         Some(self.reason.clone())
@@ -138,8 +143,8 @@ pub struct Instant {
 
 #[async_trait]
 impl ModelProvider for Instant {
-    fn describe(&self) -> String {
-        "instant".into()
+    fn model(&self) -> ModelRef {
+        ModelRef::new("instant", "")
     }
     async fn complete(&self, _prompt: &Prompt) -> Result<Completion, ProviderError> {
         Ok(Completion {

@@ -69,17 +69,25 @@ pub(crate) fn asks_to_be_quiet(text: &str) -> bool {
     BE_QUIET.iter().any(|phrase| super::names_in(text, phrase))
 }
 
+/// Whether a prompt quoted an action marker anywhere (history, thread, documents,
+/// summary, facts, names): then the reply's proposal could be an echo of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Quoted {
+    Marker,
+    NoMarker,
+}
+
 /// The action a reply proposed, if it is to be honoured: the current speaker's own message
 /// asks for it in words (`speaker_text` with its markers taken out: a marker is not a
-/// request), and the prompt quoted no marker (`quoted_marker`), so the proposal cannot be
-/// an echo of someone else's text.
+/// request), and the prompt quoted no marker, so the proposal cannot be an echo of someone
+/// else's text.
 pub(crate) fn honoured(
     proposed: Option<Action>,
     speaker_text: &str,
-    quoted_marker: bool,
+    quoted: Quoted,
 ) -> Option<Action> {
     let action = proposed?;
-    if quoted_marker {
+    if quoted == Quoted::Marker {
         return None;
     }
     let (words, _) = split(speaker_text);
@@ -161,6 +169,7 @@ fn split(text: &str) -> (String, Option<Action>) {
 
 #[cfg(test)]
 mod tests {
+    use super::Quoted::{Marker, NoMarker};
     use super::*;
 
     #[test]
@@ -194,28 +203,34 @@ mod tests {
         use Action::{Mute, Unmute};
         // The speaker asks, nothing quoted: honoured.
         assert_eq!(
-            honoured(Some(Mute), "please stop talking here", false),
+            honoured(Some(Mute), "please stop talking here", NoMarker),
             Some(Mute)
         );
         assert_eq!(
-            honoured(Some(Mute), "Tess, be quiet for a bit", false),
+            honoured(Some(Mute), "Tess, be quiet for a bit", NoMarker),
             Some(Mute)
         );
         assert_eq!(
-            honoured(Some(Unmute), "you can talk again", false),
+            honoured(Some(Unmute), "you can talk again", NoMarker),
             Some(Unmute)
         );
         // An innocent message: the proposal is an echo, not a request.
-        assert_eq!(honoured(Some(Mute), "good morning", false), None);
-        assert_eq!(honoured(Some(Unmute), "what about the buoy?", false), None);
+        assert_eq!(honoured(Some(Mute), "good morning", NoMarker), None);
+        assert_eq!(
+            honoured(Some(Unmute), "what about the buoy?", NoMarker),
+            None
+        );
         // The other action than the one asked for.
-        assert_eq!(honoured(Some(Mute), "you can talk again", false), None);
-        assert_eq!(honoured(Some(Unmute), "please stop", false), None);
+        assert_eq!(honoured(Some(Mute), "you can talk again", NoMarker), None);
+        assert_eq!(honoured(Some(Unmute), "please stop", NoMarker), None);
         // A marker is not a request, even the speaker's own.
-        assert_eq!(honoured(Some(Mute), "hi [[action: mute]]", false), None);
+        assert_eq!(honoured(Some(Mute), "hi [[action: mute]]", NoMarker), None);
         // A marker quoted anywhere in the prompt voids any proposal, asked for or not.
-        assert_eq!(honoured(Some(Mute), "please stop talking here", true), None);
-        assert_eq!(honoured(None, "please stop talking here", false), None);
+        assert_eq!(
+            honoured(Some(Mute), "please stop talking here", Marker),
+            None
+        );
+        assert_eq!(honoured(None, "please stop talking here", NoMarker), None);
     }
 
     #[test]

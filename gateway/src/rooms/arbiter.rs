@@ -6,13 +6,14 @@
 //! name in the text, seen by another persona's connector); else the persona a person last
 //! addressed in the room, if it follows the room; else the following persona whose topics
 //! the message names most; else the following personas in turn. The choice is a pure
-//! function of the message, the troupe and the room's floor (`storage::arbiter`); the first
-//! persona to handle the message stores it (insert-on-conflict), and every persona, on every
-//! replica, answers or not by the stored choice. No state in memory: replicas agree.
+//! function of the message, the troupe and the room's floor (`storage::arbiter`), and it is
+//! all this file holds; the agent's decide step (`agent/arbitrate.rs`) reads the floor, and
+//! the first persona to handle the message stores the choice (insert-on-conflict), so every
+//! persona, on every replica, answers or not by it. No state in memory: replicas agree.
 
-use troupe_connectors::{AgentId, Inbound, RoomKey, UserId};
+use troupe_connectors::{AgentId, Inbound, UserId};
 
-use crate::storage::{Floor, Store};
+use crate::storage::Floor;
 
 /// A persona of the troupe on the message's platform, as the arbiter sees it.
 #[derive(Debug, Clone)]
@@ -99,32 +100,6 @@ pub(crate) fn choose<'a>(
     }
     let turn = usize::try_from(floor.turn.rem_euclid(following.len() as i64)).unwrap_or(0);
     Some((&following[turn].id, Ground::InTurn))
-}
-
-/// Whether `me` answers `message`, an unaddressed one in a room it follows: the stored
-/// choice for the message, or this call's choice stored now. A message given in turn moves
-/// the room's turn on, once.
-pub(crate) async fn settle(
-    store: &Store,
-    room: &RoomKey,
-    message: &Inbound,
-    me: &AgentId,
-    members: &[Member],
-) -> crate::storage::Result<bool> {
-    let replied_to = match &message.reply_to {
-        Some(r) if !r.to_self => Some(&r.message),
-        _ => None,
-    };
-    let (floor, replied_to) = store.floor_and_sender(room, replied_to).await?;
-    let Some((choice, ground)) = choose(members, message, &floor, replied_to.as_ref()) else {
-        return Ok(false);
-    };
-    let (winner, stored) = store.claim_message(room, &message.id, choice).await?;
-    if stored && ground == Ground::InTurn {
-        store.advance_turn(room).await?;
-    }
-    tracing::debug!(chosen = %winner, ?ground, "the room's arbiter chose");
-    Ok(&winner == me)
 }
 
 #[cfg(test)]

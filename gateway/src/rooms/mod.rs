@@ -32,11 +32,20 @@ pub(crate) struct Ctx<'a> {
     pub user: &'a UserId,
     /// Who gave it, as `platform:user`, for the stored row.
     pub by: String,
-    /// The sender may steer the room (an administrator in a group; anyone in a DM).
-    pub may_steer: bool,
+    /// Whether the sender may steer the room.
+    pub steering: Steering,
     pub now_ms: i64,
     /// The persona's spend meter (`/usage`), when spend accounting is on.
     pub meter: Option<crate::spend::Meter>,
+}
+
+/// Whether the sender of a command may steer the room: change it for everyone (mute,
+/// follow, forget the room). An administrator in a group, anyone in a DM, and the operator
+/// through the HTTP API may; a command that steers nothing needs no right.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steering {
+    Allowed,
+    Refused,
 }
 
 /// What a command did besides its answer, for the agent to follow up on.
@@ -142,7 +151,7 @@ pub(crate) fn names_in(text: &str, name: &str) -> bool {
 /// Runs `command` in `ctx`'s room. A steering command from someone who may not steer the
 /// room is refused politely, and changes nothing.
 pub(crate) async fn run(command: &Command, ctx: &Ctx<'_>) -> anyhow::Result<Answer> {
-    if command.steers_room() && !ctx.may_steer {
+    if command.steers_room() && ctx.steering == Steering::Refused {
         return Ok(Answer::text(not_allowed(ctx.platform)));
     }
     commands::run(command, ctx).await

@@ -40,10 +40,10 @@ pub(super) async fn record(
     meter: &Meter,
     who: Who<'_>,
     purpose: Purpose,
-    provider: &str,
+    model: &super::ModelRef,
     tokens: Tokens,
 ) {
-    let (vendor, model) = provider.split_once(':').unwrap_or((provider, ""));
+    let (vendor, model) = (model.vendor.as_str(), model.model.as_str());
     let estimated = tokens.prompt.is_none() || tokens.completion.is_none();
     let prompt = tokens
         .prompt

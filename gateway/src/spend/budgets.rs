@@ -22,6 +22,8 @@ use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
 
+use super::Purpose;
+
 /// One budget: tokens, micro-dollars, or both. `Limit::default()` is no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limit {
@@ -183,16 +185,16 @@ pub fn api_over(budgets: &Budgets, used: &Used, api_share: f64) -> Option<Budget
 }
 
 /// The first budget that forbids a call, if any: a reply may use a budget up to its cap, a
-/// background call only up to `background_share` of it. `api_share` is set for a call for
+/// background call (`purpose`) only up to `background_share` of it. `api_share` is set for a call for
 /// a room of the HTTP API, which also stops at that share of the persona's budgets.
 pub fn over(
     budgets: &Budgets,
     used: &Used,
-    background: bool,
+    purpose: Purpose,
     background_share: f64,
     api_share: Option<f64>,
 ) -> Option<BudgetScope> {
-    let share = if background {
+    let share = if purpose.background() {
         background_share.clamp(0.0, 1.0)
     } else {
         1.0
@@ -262,18 +264,18 @@ mod tests {
         };
         let mut used = Used::default();
         used.room_day.tokens = 79;
-        assert_eq!(over(&budgets, &used, true, 0.8, None), None);
+        assert_eq!(over(&budgets, &used, Purpose::Facts, 0.8, None), None);
         used.room_day.tokens = 80;
         assert_eq!(
-            over(&budgets, &used, true, 0.8, None),
+            over(&budgets, &used, Purpose::Facts, 0.8, None),
             Some(BudgetScope::RoomDay)
         );
-        assert_eq!(over(&budgets, &used, false, 0.8, None), None);
+        assert_eq!(over(&budgets, &used, Purpose::Reply, 0.8, None), None);
         used.room_day.tokens = 99;
-        assert_eq!(over(&budgets, &used, false, 0.8, None), None);
+        assert_eq!(over(&budgets, &used, Purpose::Reply, 0.8, None), None);
         used.room_day.tokens = 100;
         assert_eq!(
-            over(&budgets, &used, false, 0.8, None),
+            over(&budgets, &used, Purpose::Reply, 0.8, None),
             Some(BudgetScope::RoomDay)
         );
         // Money counts as well, whichever is reached first.
@@ -289,7 +291,7 @@ mod tests {
             ..Used::default()
         };
         assert_eq!(
-            over(&budgets, &used, false, 0.8, None),
+            over(&budgets, &used, Purpose::Reply, 0.8, None),
             Some(BudgetScope::UserDay)
         );
     }
@@ -304,19 +306,19 @@ mod tests {
         let mut used = Used::default();
         used.api_day.tokens = 499;
         used.persona_day.tokens = 499;
-        assert_eq!(over(&budgets, &used, false, 0.8, Some(0.5)), None);
+        assert_eq!(over(&budgets, &used, Purpose::Reply, 0.8, Some(0.5)), None);
         used.api_day.tokens = 500;
         used.persona_day.tokens = 500;
         assert_eq!(
-            over(&budgets, &used, false, 0.8, Some(0.5)),
+            over(&budgets, &used, Purpose::Reply, 0.8, Some(0.5)),
             Some(BudgetScope::ApiDay)
         );
         assert_eq!(api_over(&budgets, &used, 0.5), Some(BudgetScope::ApiDay));
         // A Telegram reply is not a call of the API: it goes on to the persona's cap.
-        assert_eq!(over(&budgets, &used, false, 0.8, None), None);
+        assert_eq!(over(&budgets, &used, Purpose::Reply, 0.8, None), None);
         used.persona_day.tokens = 1000;
         assert_eq!(
-            over(&budgets, &used, false, 0.8, None),
+            over(&budgets, &used, Purpose::Reply, 0.8, None),
             Some(BudgetScope::PersonaDay)
         );
         // The month: half of $1 spent through the API over the month.

@@ -35,6 +35,35 @@ use clock::SpendClock;
 pub use prices::{Price, Prices};
 pub use scheduler::{AccountLimits, Priority, Scheduler, Turn};
 
+/// Which model a call went to, as the price table and the usage records key it: the vendor
+/// (`openai`) and the model (`gpt-4o-mini`; empty for a stand-in such as `instant`). Its
+/// `Display` (`openai:gpt-4o-mini`) is the label that logs, metrics and `GET /agents`
+/// show; the price key is never parsed back out of that label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelRef {
+    pub vendor: String,
+    pub model: String,
+}
+
+impl ModelRef {
+    pub fn new(vendor: impl Into<String>, model: impl Into<String>) -> ModelRef {
+        ModelRef {
+            vendor: vendor.into(),
+            model: model.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ModelRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.model.is_empty() {
+            f.write_str(&self.vendor)
+        } else {
+            write!(f, "{}:{}", self.vendor, self.model)
+        }
+    }
+}
+
 /// What a model call was for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Purpose {
@@ -366,7 +395,7 @@ impl Meter {
         let Some(scope) = budgets::over(
             budgets,
             &used,
-            purpose.background(),
+            purpose,
             settings.background_share,
             from_api.then_some(settings.api_share),
         ) else {
@@ -508,8 +537,8 @@ impl Meter {
 
     /// Records one call (see `accounting`). Never fails the caller: a record that cannot be
     /// written is logged and counted.
-    pub async fn record(&self, who: Who<'_>, purpose: Purpose, provider: &str, tokens: Tokens) {
-        accounting::record(self, who, purpose, provider, tokens).await
+    pub async fn record(&self, who: Who<'_>, purpose: Purpose, model: &ModelRef, tokens: Tokens) {
+        accounting::record(self, who, purpose, model, tokens).await
     }
 }
 

@@ -55,7 +55,12 @@ async fn a_user_budget_stops_replies_at_the_cap_notices_once_and_resets_the_next
         }
         calls += 1;
         meter
-            .record(who, Purpose::Reply, "openai:gpt-4o-mini", tokens(80, 20))
+            .record(
+                who,
+                Purpose::Reply,
+                &ModelRef::new("openai", "gpt-4o-mini"),
+                tokens(80, 20),
+            )
             .await;
     }
     // 0, 100, 200 are under 250; at 300 the budget is spent.
@@ -97,7 +102,12 @@ async fn a_user_budget_stops_replies_at_the_cap_notices_once_and_resets_the_next
         Admission::Go
     );
     meter
-        .record(who, Purpose::Reply, "openai:gpt-4o-mini", tokens(250, 0))
+        .record(
+            who,
+            Purpose::Reply,
+            &ModelRef::new("openai", "gpt-4o-mini"),
+            tokens(250, 0),
+        )
         .await;
     assert!(matches!(
         meter.admit(who, Purpose::Reply).await.unwrap(),
@@ -120,7 +130,12 @@ async fn the_first_refusal_of_a_window_carries_the_personas_notice() {
         user: None,
     };
     meter
-        .record(who, Purpose::Reply, "openai:gpt-4o-mini", tokens(100, 0))
+        .record(
+            who,
+            Purpose::Reply,
+            &ModelRef::new("openai", "gpt-4o-mini"),
+            tokens(100, 0),
+        )
         .await;
     assert_eq!(
         meter.admit(who, Purpose::Reply).await.unwrap(),
@@ -156,7 +171,12 @@ async fn background_work_stops_before_replies_and_money_budgets_count_cost() {
     // gpt-4o-mini: $0.60 per million completion tokens; 1400 tokens = 840 micro-dollars,
     // past 80% of $0.001 but under it.
     meter
-        .record(who, Purpose::Reply, "openai:gpt-4o-mini", tokens(0, 1400))
+        .record(
+            who,
+            Purpose::Reply,
+            &ModelRef::new("openai", "gpt-4o-mini"),
+            tokens(0, 1400),
+        )
         .await;
     assert!(matches!(
         meter.admit(who, Purpose::Summary).await.unwrap(),
@@ -196,7 +216,7 @@ async fn missing_usage_is_estimated_and_the_month_adds_up() {
         .record(
             who,
             Purpose::Facts,
-            "openai:gpt-4o-mini",
+            &ModelRef::new("openai", "gpt-4o-mini"),
             Tokens {
                 prompt_chars: 400,
                 completion_chars: 41,
@@ -264,7 +284,12 @@ async fn closing_writes_every_queued_record() {
     };
     for _ in 0..3 {
         meter
-            .record(who, Purpose::Reply, "openai:gpt-4o-mini", tokens(80, 20))
+            .record(
+                who,
+                Purpose::Reply,
+                &ModelRef::new("openai", "gpt-4o-mini"),
+                tokens(80, 20),
+            )
             .await;
     }
     spend.close().await;
@@ -272,7 +297,12 @@ async fn closing_writes_every_queued_record() {
     assert_eq!(today.day.used_tokens, 300);
     // Closed: this one is not taken, and `close` again returns at once.
     meter
-        .record(who, Purpose::Reply, "openai:gpt-4o-mini", tokens(80, 20))
+        .record(
+            who,
+            Purpose::Reply,
+            &ModelRef::new("openai", "gpt-4o-mini"),
+            tokens(80, 20),
+        )
         .await;
     spend.close().await;
     assert_eq!(meter.persona_today().await.unwrap().day.used_tokens, 300);

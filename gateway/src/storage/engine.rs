@@ -587,7 +587,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("t.db").display());
         let store = super::super::Store::connect(&url).await.unwrap();
-        let engine = store.engine.clone().expect("a file database has an engine");
+        let engine = store
+            .engine()
+            .cloned()
+            .expect("a file database has an engine");
         (dir, store, engine)
     }
 

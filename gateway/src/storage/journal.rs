@@ -23,8 +23,8 @@
 
 use super::writer::JournalReq;
 use super::{
-    Attempt, GaveUp, JournalEntry, JournalId, JournalInsert, JournalState, OutboxId, Result,
-    StorageError, Store, now_ms, parse_json, with_pool,
+    Attempt, GaveUp, HotPath, JournalEntry, JournalId, JournalInsert, JournalState, OutboxId,
+    Result, StorageError, Store, now_ms, parse_json, with_pool,
 };
 use sqlx::types::Json;
 use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
@@ -119,13 +119,13 @@ impl Store {
             inbound_json,
             now: now_ms(),
         };
-        match &self.engine {
-            Some(engine) => {
+        match &self.hot {
+            HotPath::Engine(engine) => {
                 engine
                     .call(move |conn| super::engine::journal_insert(conn, &req))
                     .await
             }
-            None => self.writer.journal_insert(req).await,
+            HotPath::Writer(writer) => writer.journal_insert(req).await,
         }
     }
 

@@ -5,8 +5,8 @@
 
 use super::writer::{HandledReq, MemoryReq, StartReq};
 use super::{
-    HandledMessage, JournalId, MemoryMessage, NewMemory, OutboxId, RecordedReply, ReplyStart,
-    Result, RoomState, RoomSummary, StorageError, Store, parse_json, with_pool,
+    HandledMessage, HotPath, JournalId, MemoryMessage, NewMemory, OutboxId, RecordedReply,
+    ReplyStart, Result, RoomState, RoomSummary, StorageError, Store, parse_json, with_pool,
 };
 use troupe_connectors::{AgentId, Outbound, RoomKey};
 
@@ -38,13 +38,13 @@ impl Store {
 
     /// On the SQLite engine's thread when there is one, else batched by the writer task.
     async fn handled(&self, req: HandledReq) -> Result<Option<RecordedReply>> {
-        match &self.engine {
-            Some(engine) => {
+        match &self.hot {
+            HotPath::Engine(engine) => {
                 engine
                     .call(move |conn| super::engine::record_handled(conn, &req))
                     .await
             }
-            None => self.writer.record_handled(req).await,
+            HotPath::Writer(writer) => writer.record_handled(req).await,
         }
     }
 
@@ -58,7 +58,7 @@ impl Store {
         // Ids follow commit order within a room (one transaction writes the inbound, then
         // the reply), which is the order the conversation happened in; platform timestamps
         // may disagree by a few milliseconds.
-        if let Some(engine) = &self.engine {
+        if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
                 .call(move |conn| super::engine::recent_messages(conn, &agent, &room, limit))
@@ -84,17 +84,21 @@ impl Store {
     }
 
     /// What a reply reads of its room before the model, in one call: the room's controls,
-    /// then (`recent`: up to that many) its last messages, oldest first, and (`summary`)
-    /// its summary's text once those fill the window. On the SQLite engine that is one
-    /// round trip instead of three (issue 18); elsewhere the same reads one after another.
+    /// then, as `reads` asks, its last messages, oldest first, and its summary's text once
+    /// those fill the window. On the SQLite engine that is one round trip instead of three
+    /// (issue 18); on Postgres one statement.
     pub async fn room_context(
         &self,
         agent_id: &AgentId,
         room: &RoomKey,
-        recent: Option<i64>,
-        summary: bool,
+        reads: RoomReads,
     ) -> Result<RoomContext> {
-        if let Some(engine) = &self.engine {
+        let (recent, summary) = match reads {
+            RoomReads::Controls => (None, false),
+            RoomReads::Window { limit } => (Some(limit), false),
+            RoomReads::WindowAndSummary { limit } => (Some(limit), true),
+        };
+        if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
                 .call(move |conn| {
@@ -236,6 +240,17 @@ type ContextRow = (
     Option<bool>,
     Option<i64>,
 );
+
+/// How much of its room a turn reads before the model (`Store::room_context`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoomReads {
+    /// Only the room's controls: the turn is not going to answer.
+    Controls,
+    /// The controls and the room's last `limit` messages.
+    Window { limit: i64 },
+    /// The window and, once it is full, the room's summary.
+    WindowAndSummary { limit: i64 },
+}
 
 /// What `Store::room_context` read.
 #[derive(Debug, Clone, Default)]

@@ -109,9 +109,9 @@ pub use knowledge::{
     DocumentRow, EmbeddingChange, IndexChunk, NewDocument, NewEmbedding, Scope, ScoredChunk,
     StoredVector, UnembeddedChunk,
 };
-pub use memory::RoomContext;
+pub use memory::{RoomContext, RoomReads};
 pub use pgvector::{HNSW_MAX_DIMENSIONS, PgVector};
-pub use rooms::{RoomControl, RoomState};
+pub use rooms::{RoomControl, RoomState, Speaker};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};
 
@@ -319,12 +319,16 @@ impl RecordedReply {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
-    /// On Postgres: the task that batches the three hot writes (see `writer`); on SQLite
-    /// none (`Writer::absent`).
-    writer: writer::Writer,
-    /// On SQLite: the thread that runs the message path's statements (see `engine`); on
-    /// Postgres none. Exactly one of the two is there: one write path per backend.
-    engine: Option<engine::Engine>,
+    /// How the message path reaches the database: one write path per backend.
+    hot: HotPath,
+}
+
+#[derive(Clone)]
+enum HotPath {
+    /// SQLite: the thread that runs the message path's statements (see `engine`).
+    Engine(engine::Engine),
+    /// Postgres: the task that batches the three hot writes (see `writer`).
+    Writer(writer::Writer),
 }
 
 #[derive(Clone)]
@@ -360,18 +364,24 @@ impl Store {
             tokio::spawn(engine::checkpoints(pool.clone()));
             Ok(Store {
                 pool: Pool::Sqlite(pool),
-                writer: writer::Writer::absent(),
-                engine: Some(engine),
+                hot: HotPath::Engine(engine),
             })
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let pool = connect_postgres(url).await?;
             Ok(Store {
-                writer: writer::Writer::spawn(pool.clone()),
+                hot: HotPath::Writer(writer::Writer::spawn(pool.clone())),
                 pool: Pool::Postgres(pool),
-                engine: None,
             })
         } else {
             Err(StorageError::UnsupportedUrl(url.to_string()))
+        }
+    }
+
+    /// The SQLite engine, on a SQLite store: what a read of the message path runs on.
+    fn engine(&self) -> Option<&engine::Engine> {
+        match &self.hot {
+            HotPath::Engine(engine) => Some(engine),
+            HotPath::Writer(_) => None,
         }
     }
 
@@ -390,7 +400,7 @@ impl Store {
     /// Closes every connection, waiting for those in use to be returned. Other clones of
     /// this handle fail from then on.
     pub async fn close(&self) {
-        if let Some(engine) = &self.engine {
+        if let Some(engine) = self.engine() {
             engine.close();
         }
         with_pool!(self, pool => pool.close().await)

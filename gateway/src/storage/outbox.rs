@@ -6,8 +6,8 @@
 //! still report, which at worst sends a reply twice, so leases should outlast a send.
 
 use super::{
-    Backend, JournalId, OutboxEntry, OutboxId, Result, StorageError, Store, now_ms, parse_json,
-    with_pool,
+    Backend, HotPath, JournalId, OutboxEntry, OutboxId, Result, StorageError, Store, now_ms,
+    parse_json, with_pool,
 };
 use troupe_connectors::AgentId;
 
@@ -123,18 +123,22 @@ impl Store {
         let now = now_ms();
         let json = serde_json::to_string(platform_ids)
             .map_err(|e| StorageError::Corrupt(format!("cannot encode platform ids: {e}")))?;
-        if let Some(engine) = &self.engine {
-            return engine
-                .call(move |conn| super::engine::outbox_delivered(conn, id.0, &json, now))
-                .await;
+        match &self.hot {
+            HotPath::Engine(engine) => {
+                engine
+                    .call(move |conn| super::engine::outbox_delivered(conn, id.0, &json, now))
+                    .await
+            }
+            HotPath::Writer(writer) => {
+                writer
+                    .outbox_delivered(super::writer::DeliveredReq {
+                        outbox_id: id.0,
+                        platform_ids_json: json,
+                        now,
+                    })
+                    .await
+            }
         }
-        self.writer
-            .outbox_delivered(super::writer::DeliveredReq {
-                outbox_id: id.0,
-                platform_ids_json: json,
-                now,
-            })
-            .await
     }
 
     /// Releases the claim and schedules another attempt. Only a pending entry is touched:

@@ -35,10 +35,19 @@ pub enum RoomControl {
     Follow(bool),
 }
 
+/// Who said a message, for the room's bot streak (`Store::bump_bot_streak`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speaker {
+    /// A bot, or the persona itself: the streak grows.
+    Bot,
+    /// A person: the streak ends.
+    Person,
+}
+
 impl Store {
     /// The room's controls; the defaults when nobody steered it.
     pub async fn room_state(&self, agent_id: &AgentId, room: &RoomKey) -> Result<RoomState> {
-        if let Some(engine) = &self.engine {
+        if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
                 .call(move |conn| room_state_on(conn, &agent, &room))
@@ -165,16 +174,16 @@ impl Store {
         Ok(())
     }
 
-    /// Counts one more message in the room's bot streak (`bot`: a bot's message, or the
-    /// persona's own reply) or ends it (a human's). Returns the streak with it; one
-    /// statement, so replicas counting at once both count.
+    /// Counts one more message in the room's bot streak (a bot's message, or the persona's
+    /// own reply) or ends it (a person's). Returns the streak with it; one statement, so
+    /// replicas counting at once both count.
     pub async fn bump_bot_streak(
         &self,
         agent_id: &AgentId,
         room: &RoomKey,
-        bot: bool,
+        by: Speaker,
     ) -> Result<i64> {
-        let sql = if bot {
+        let sql = if by == Speaker::Bot {
             "INSERT INTO room_state (agent_id, room, bot_streak, updated_at_ms)
              VALUES ($1, $2, 1, $3)
              ON CONFLICT (agent_id, room) DO UPDATE SET bot_streak = room_state.bot_streak + 1

@@ -231,18 +231,48 @@ async fn a_bot_streak_counts_bots_and_a_human_ends_it(ctx: Ctx) {
     let store = ctx.store;
     let r1 = room("-1");
     // A human in a room nobody steered writes nothing.
-    assert_eq!(store.bump_bot_streak(&AGENT, &r1, false).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .bump_bot_streak(&AGENT, &r1, Speaker::Person)
+            .await
+            .unwrap(),
+        0
+    );
     assert!(store.room_states(&AGENT).await.unwrap().is_empty());
     for n in 1..=3 {
-        assert_eq!(store.bump_bot_streak(&AGENT, &r1, true).await.unwrap(), n);
+        assert_eq!(
+            store
+                .bump_bot_streak(&AGENT, &r1, Speaker::Bot)
+                .await
+                .unwrap(),
+            n
+        );
     }
     store
         .set_room_control(&AGENT, &r1, RoomControl::Follow(true), "x")
         .await
         .unwrap();
-    assert_eq!(store.bump_bot_streak(&AGENT, &r1, true).await.unwrap(), 4);
-    assert_eq!(store.bump_bot_streak(&AGENT, &r1, false).await.unwrap(), 0);
-    assert_eq!(store.bump_bot_streak(&AGENT, &r1, true).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .bump_bot_streak(&AGENT, &r1, Speaker::Bot)
+            .await
+            .unwrap(),
+        4
+    );
+    assert_eq!(
+        store
+            .bump_bot_streak(&AGENT, &r1, Speaker::Person)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .bump_bot_streak(&AGENT, &r1, Speaker::Bot)
+            .await
+            .unwrap(),
+        1
+    );
     assert!(store.room_state(&AGENT, &r1).await.unwrap().following);
 }
 

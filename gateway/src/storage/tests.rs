@@ -938,12 +938,14 @@ async fn write_kinds(
     handled: Vec<writer::HandledReq>,
     delivered: Vec<writer::DeliveredReq>,
 ) -> writer::Together {
-    match (&store.engine, &store.pool) {
-        (Some(engine), _) => engine::write_kinds(engine, journal, handled, delivered).await,
-        (None, Pool::Postgres(pool)) => {
+    match (&store.hot, &store.pool) {
+        (HotPath::Engine(engine), _) => {
+            engine::write_kinds(engine, journal, handled, delivered).await
+        }
+        (HotPath::Writer(_), Pool::Postgres(pool)) => {
             writer::write_kinds(pool, journal, handled, delivered).await
         }
-        (None, Pool::Sqlite(_)) => panic!("a SQLite store without its engine"),
+        (HotPath::Writer(_), Pool::Sqlite(_)) => unreachable!("a SQLite store has its engine"),
     }
 }
 
@@ -1284,12 +1286,12 @@ async fn room_context_reads(ctx: Ctx) {
     let at = |ctx: RoomContext| (ctx.state, ctx.recent.map(|m| m.len()), ctx.summary);
     // A room nobody spoke in: the defaults, no messages, no summary read.
     let read = store
-        .room_context(&AGENT, &quiet, Some(3), true)
+        .room_context(&AGENT, &quiet, RoomReads::WindowAndSummary { limit: 3 })
         .await
         .unwrap();
     assert_eq!(at(read), (RoomState::default(), Some(0), None));
     let read = store
-        .room_context(&AGENT, &quiet, None, true)
+        .room_context(&AGENT, &quiet, RoomReads::Controls)
         .await
         .unwrap();
     assert_eq!(at(read), (RoomState::default(), None, None));
@@ -1327,7 +1329,7 @@ async fn room_context_reads(ctx: Ctx) {
     };
     // Two messages in a window of three: not full, so no summary, even when asked.
     let read = store
-        .room_context(&AGENT, &key, Some(3), true)
+        .room_context(&AGENT, &key, RoomReads::WindowAndSummary { limit: 3 })
         .await
         .unwrap();
     assert_eq!(texts(read.recent.as_deref().unwrap()), ["t0", "r0"]);
@@ -1337,7 +1339,7 @@ async fn room_context_reads(ctx: Ctx) {
     }
     // Full: the last three, oldest first, with the summary when asked for.
     let read = store
-        .room_context(&AGENT, &key, Some(3), true)
+        .room_context(&AGENT, &key, RoomReads::WindowAndSummary { limit: 3 })
         .await
         .unwrap();
     assert_eq!(texts(read.recent.as_deref().unwrap()), ["t1", "t2", "t3"]);
@@ -1353,14 +1355,14 @@ async fn room_context_reads(ctx: Ctx) {
         (steered.clone(), Some(3), Some(Some("they said hi".into())))
     );
     let read = store
-        .room_context(&AGENT, &key, Some(3), false)
+        .room_context(&AGENT, &key, RoomReads::Window { limit: 3 })
         .await
         .unwrap();
     assert_eq!(at(read), (steered.clone(), Some(3), None));
     // Full, asked for, and the room has none.
     let other = RoomKey::new(Platform::Discord, RoomId::new("c2"));
     let read = store
-        .room_context(&AGENT, &other, Some(0), true)
+        .room_context(&AGENT, &other, RoomReads::WindowAndSummary { limit: 0 })
         .await
         .unwrap();
     assert_eq!(at(read), (RoomState::default(), Some(0), Some(None)));

@@ -139,7 +139,7 @@ impl Store {
         let rollups = rollups(batch);
         // On a SQLite file, on the engine's connection: the one that writes the message path,
         // so that the two never wait for each other's write lock.
-        if let Some(engine) = &self.engine {
+        if let Some(engine) = self.engine() {
             let batch = batch.to_vec();
             return engine
                 .call(move |conn| super::engine::usage_record_batch(conn, &batch, &rollups))

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::bench::vectors::{Corpus, bytes};
 use crate::knowledge::{VectorIndex, VectorMode, exact_nearest};
 
 use super::test_support::{Kind, on_both_backends, run_with_store as run};
@@ -23,62 +24,8 @@ on_both_backends!(
     a_second_index_follows_writes_and_a_rebuild_loses_nothing,
 );
 
-/// Deterministic numbers (splitmix64), so a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// A standard normal (Box-Muller).
-    fn normal(&mut self) -> f32 {
-        let (u, v) = (self.unit().max(1e-12), self.unit());
-        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-    }
-}
-
-fn normalized(mut v: Vec<f32>) -> Vec<f32> {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-    v.iter_mut().for_each(|x| *x /= n);
-    v
-}
-
-/// Clustered unit vectors, like embeddings of texts on a few topics: `centers` topics,
-/// each vector its topic plus noise.
-struct Corpus {
-    rng: Rng,
-    centers: Vec<Vec<f32>>,
-}
-
-impl Corpus {
-    fn new(seed: u64, dims: usize, topics: usize) -> Self {
-        let mut rng = Rng(seed);
-        let centers = (0..topics)
-            .map(|_| normalized((0..dims).map(|_| rng.normal()).collect()))
-            .collect();
-        Corpus { rng, centers }
-    }
-    fn sample(&mut self) -> Vec<f32> {
-        let topic = (self.rng.next() % self.centers.len() as u64) as usize;
-        let noise = 0.12;
-        let v = self.centers[topic]
-            .iter()
-            .map(|c| c + noise * self.rng.normal())
-            .collect();
-        normalized(v)
-    }
-}
-
-fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
+/// How far each test vector strays from its topic's center.
+const NOISE: f32 = 0.12;
 
 fn agent() -> AgentId {
     AgentId::new("ada")
@@ -176,7 +123,7 @@ async fn ids(
 }
 
 async fn approximate_search_recalls_what_the_exact_scan_finds(store: Store) {
-    let mut corpus = Corpus::new(7, 64, 30);
+    let mut corpus = Corpus::new(7, 64, 30, NOISE);
     let (docs, per_doc) = (30, 100);
     for d in 0..docs {
         let scope = if d % 5 == 0 {
@@ -214,7 +161,7 @@ async fn approximate_search_recalls_what_the_exact_scan_finds(store: Store) {
 }
 
 async fn a_room_sees_its_own_and_agent_wide_vectors_never_another_rooms(store: Store) {
-    let mut corpus = Corpus::new(11, 32, 4);
+    let mut corpus = Corpus::new(11, 32, 4, NOISE);
     let shared: Vec<Vec<f32>> = (0..50).map(|_| corpus.sample()).collect();
     let mine: Vec<Vec<f32>> = (0..50).map(|_| corpus.sample()).collect();
     let theirs: Vec<Vec<f32>> = (0..50).map(|_| corpus.sample()).collect();
@@ -277,7 +224,7 @@ async fn a_room_sees_its_own_and_agent_wide_vectors_never_another_rooms(store: S
 }
 
 async fn deleted_documents_and_dropped_vectors_vanish(store: Store) {
-    let mut corpus = Corpus::new(13, 32, 3);
+    let mut corpus = Corpus::new(13, 32, 3, NOISE);
     let gone: Vec<Vec<f32>> = (0..20).map(|_| corpus.sample()).collect();
     let kept: Vec<Vec<f32>> = (0..20).map(|_| corpus.sample()).collect();
     let gone_ids = store_document(&store, "gone", &Scope::AGENT, &gone).await;
@@ -335,7 +282,7 @@ async fn deleted_documents_and_dropped_vectors_vanish(store: Store) {
 }
 
 async fn a_second_index_follows_writes_and_a_rebuild_loses_nothing(store: Store) {
-    let mut corpus = Corpus::new(17, 32, 5);
+    let mut corpus = Corpus::new(17, 32, 5, NOISE);
     let first: Vec<Vec<f32>> = (0..300).map(|_| corpus.sample()).collect();
     store_document(&store, "first", &Scope::AGENT, &first).await;
     let replicas = indexes(&store).await;
@@ -378,7 +325,7 @@ async fn a_second_index_follows_writes_and_a_rebuild_loses_nothing(store: Store)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgvector_queries_use_the_hnsw_index() {
     run(Kind::Postgres, |store: Store| async move {
-        let mut corpus = Corpus::new(19, 16, 2);
+        let mut corpus = Corpus::new(19, 16, 2, NOISE);
         let v: Vec<Vec<f32>> = (0..10).map(|_| corpus.sample()).collect();
         store_document(&store, "d", &Scope::AGENT, &v).await;
         let index = VectorIndex::new(MODEL.into(), true);

@@ -173,26 +173,18 @@ enum Request {
     Delivered(DeliveredReq, oneshot::Sender<Result<()>>),
 }
 
-/// The queue to the writer task; the task ends when the last `Store` clone is dropped.
-///
-/// A SQLite store has none (`Writer::absent`): its message path runs on `engine`, and
-/// `Store` only reaches for the writer when it has no engine. Should it anyway, the
-/// request fails as on a closed store rather than being written some other way.
+/// The queue to the writer task of a Postgres store; the task ends when the last `Store`
+/// clone is dropped. A SQLite store has none: its message path runs on `engine`.
 #[derive(Clone)]
 pub(super) struct Writer {
-    queue: Option<mpsc::Sender<Request>>,
+    queue: mpsc::Sender<Request>,
 }
 
 impl Writer {
     pub fn spawn(pool: PgPool) -> Writer {
         let (queue, requests) = mpsc::channel(QUEUE);
         tokio::spawn(run(pool, requests));
-        Writer { queue: Some(queue) }
-    }
-
-    /// The writer of a SQLite store: none.
-    pub fn absent() -> Writer {
-        Writer { queue: None }
+        Writer { queue }
     }
 
     pub async fn journal_insert(&self, req: JournalReq) -> Result<JournalInsert> {
@@ -214,8 +206,7 @@ impl Writer {
     }
 
     async fn send(&self, request: Request) -> Result<()> {
-        let queue = self.queue.as_ref().ok_or_else(gone)?;
-        queue.send(request).await.map_err(|_| gone())
+        self.queue.send(request).await.map_err(|_| gone())
     }
 }
 

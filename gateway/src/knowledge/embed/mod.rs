@@ -163,15 +163,20 @@ impl Embedder {
         }
     }
 
-    /// `openai:text-embedding-3-small`, `local:all-MiniLM-L6-v2`: the vendor and model, for
-    /// usage accounting.
-    pub fn describe(&self) -> String {
+    /// The vendor and model, for usage accounting: `openai` and `text-embedding-3-small`,
+    /// `local` and `all-MiniLM-L6-v2`.
+    pub fn model(&self) -> crate::spend::ModelRef {
         let vendor = match &self.inner.backend {
             Backend::Api(api) => api.vendor(),
             #[cfg(feature = "local-embeddings")]
             Backend::Local(_) => "local",
         };
-        format!("{vendor}:{}", self.inner.model)
+        crate::spend::ModelRef::new(vendor, self.inner.model.clone())
+    }
+
+    /// `openai:text-embedding-3-small`, `local:all-MiniLM-L6-v2`: for logs.
+    pub fn describe(&self) -> String {
+        self.model().to_string()
     }
 
     /// The prefixes this embedder puts before queries and passages.

@@ -6,7 +6,17 @@ use crate::storage::RoomControl;
 
 use super::{Answer, Ctx};
 
-pub(super) async fn run(ctx: &Ctx<'_>, on: bool) -> anyhow::Result<Answer> {
+/// `/follow`: answer every message in the room.
+pub(super) async fn follow(ctx: &Ctx<'_>) -> anyhow::Result<Answer> {
+    set(ctx, true).await
+}
+
+/// `/unfollow`: answer only when addressed.
+pub(super) async fn unfollow(ctx: &Ctx<'_>) -> anyhow::Result<Answer> {
+    set(ctx, false).await
+}
+
+async fn set(ctx: &Ctx<'_>, on: bool) -> anyhow::Result<Answer> {
     ctx.store
         .set_room_control(ctx.agent, &ctx.room, RoomControl::Follow(on), &ctx.by)
         .await?;
