@@ -19,7 +19,6 @@
 //! with what the fake saw.
 
 use crate::sync::Locked;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -148,105 +147,154 @@ async fn send(
     }
 }
 
-/// The test body every connector runs.
+/// The test body every connector runs: the five guarantees of the module's doc, in order,
+/// on one running connector.
 async fn conforms<H: Harness>() {
-    let h = H::start().await;
-    let connector = h.connector();
-    let sink = Arc::new(RecordingSink::default());
-    let shutdown = CancellationToken::new();
-    let run = {
-        let (c, s, t) = (connector.clone(), sink.clone(), shutdown.clone());
-        let s: Arc<dyn InboundSink> = s;
-        tokio::spawn(async move { c.run(s, t).await })
-    };
-    if let Err(e) = h.until_receiving().await {
-        fail("the connector did not start receiving", e, &h);
-    }
+    let running = Running::<H>::start().await;
+    let message = running.a_message_arrives_normalized().await;
+    running.a_reply_reaches_the_platform(&message).await;
+    running.refused_sends_are_typed_errors(&message).await;
+    running.a_message_refused_for_good_is_skipped().await;
+    running.shutdown_is_respected().await;
+}
 
-    // 1. A message reaches the sink, normalized.
-    let expected = h.deliver(&connector, 0).await;
-    let got = sink.until(1, &h).await;
-    let message = &got[0];
-    assert_eq!(message.platform(), expected.platform, "{message:#?}");
-    assert_eq!(message.room.platform, expected.platform, "{message:#?}");
-    assert_eq!(message.room.id, expected.room, "{message:#?}");
-    assert_eq!(message.author.id, expected.author, "{message:#?}");
-    assert!(!message.author.is_bot, "{message:#?}");
-    assert_eq!(message.id, expected.message, "{message:#?}");
-    assert_eq!(message.text, expected.text, "{message:#?}");
-    assert!(message.sent_at_ms > 0, "{message:#?}");
-
-    // 2. A reply to it reaches the platform.
-    let reply = |key: &str| Outbound {
+/// A reply to `message`, keyed `key`.
+fn reply_to(message: &Inbound, key: &str) -> Outbound {
+    Outbound {
         key: key.into(),
         room: message.room.clone(),
         text: format!("reply {key}"),
         reply_to: Some(message.id.clone()),
-    };
-    let delivery = send(&connector, reply("ok"), &h)
-        .await
-        .unwrap_or_else(|e| fail("the reply was not delivered", e, &h));
-    assert_eq!(delivery.message_ids.len(), 1, "{delivery:?}");
-    if let Err(e) = h.until_sent(1).await {
-        fail("the platform did not get the reply", e, &h);
     }
+}
 
-    // 3. Refused sends surface as typed errors, without credentials.
-    for (key, refusal) in [
-        ("outage", Refusal::Outage),
-        ("forbidden", Refusal::Forbidden),
-    ] {
-        h.refuse_next_send(refusal);
-        let err = match send(&connector, reply(key), &h).await {
-            Ok(delivery) => fail(
-                &format!("a send the platform refused ({refusal:?}) was reported as delivered"),
-                format!("{delivery:?}"),
-                &h,
-            ),
-            Err(e) => e,
+/// One connector running against its fake, with the sink it hands messages to.
+struct Running<H> {
+    h: H,
+    connector: Arc<dyn Connector>,
+    sink: Arc<RecordingSink>,
+    shutdown: CancellationToken,
+    run: tokio::task::JoinHandle<Result<(), ConnectorError>>,
+}
+
+impl<H: Harness> Running<H> {
+    /// Starts the fake and the connector's `run`, and waits until it receives.
+    async fn start() -> Self {
+        let h = H::start().await;
+        let connector = h.connector();
+        let sink = Arc::new(RecordingSink::default());
+        let shutdown = CancellationToken::new();
+        let run = {
+            let (c, s, t) = (connector.clone(), sink.clone(), shutdown.clone());
+            let s: Arc<dyn InboundSink> = s;
+            tokio::spawn(async move { c.run(s, t).await })
         };
-        match refusal {
-            Refusal::Outage => {
-                assert!(matches!(err, ConnectorError::Transient(_)), "{err:?}")
-            }
-            Refusal::Forbidden => assert!(
-                matches!(
-                    err,
-                    ConnectorError::Fatal(_) | ConnectorError::Unauthorized(_)
-                ),
-                "{err:?}"
-            ),
+        if let Err(e) = h.until_receiving().await {
+            fail("the connector did not start receiving", e, &h);
         }
-        for secret in h.secrets() {
-            assert!(!err.to_string().contains(&secret), "{err}");
+        Running {
+            h,
+            connector,
+            sink,
+            shutdown,
+            run,
         }
     }
 
-    // 4. A message refused for good is skipped, not asked for again: retrying it would stall
-    // every message behind it (a poll offset, a catch-up mark, a webhook retried by the
-    // platform). Were it treated as "try later", the refused one would come back as the
-    // second message accepted.
-    sink.reject_next.store(1, Ordering::SeqCst);
-    let refused = h.deliver(&connector, 1).await;
-    let next = h.deliver(&connector, 2).await;
-    let got = sink.until(2, &h).await;
-    assert_eq!(got[1].id, next.message, "refused: {refused:?}\n{got:#?}");
-    assert!(
-        got.iter().all(|m| m.id != refused.message),
-        "the refused message was handed over again\n{got:#?}"
-    );
+    /// Guarantee 1: a message reaches the sink, normalized.
+    async fn a_message_arrives_normalized(&self) -> Inbound {
+        let h = &self.h;
+        let expected = h.deliver(&self.connector, 0).await;
+        let got = self.sink.until(1, h).await;
+        let message = &got[0];
+        assert_eq!(message.platform(), expected.platform, "{message:#?}");
+        assert_eq!(message.room.platform, expected.platform, "{message:#?}");
+        assert_eq!(message.room.id, expected.room, "{message:#?}");
+        assert_eq!(message.author.id, expected.author, "{message:#?}");
+        assert!(!message.author.is_bot, "{message:#?}");
+        assert_eq!(message.id, expected.message, "{message:#?}");
+        assert_eq!(message.text, expected.text, "{message:#?}");
+        assert!(message.sent_at_ms > 0, "{message:#?}");
+        message.clone()
+    }
 
-    // 5. Shutdown is respected.
-    shutdown.cancel();
-    match tokio::time::timeout(WAIT, run).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => fail("run ended with an error after shutdown", e, &h),
-        Ok(Err(join)) => fail("run panicked", join, &h),
-        Err(_) => fail(
-            "run did not end after shutdown",
-            format!("within {WAIT:?}"),
-            &h,
-        ),
+    /// Guarantee 2: a reply to it reaches the platform.
+    async fn a_reply_reaches_the_platform(&self, message: &Inbound) {
+        let h = &self.h;
+        let delivery = send(&self.connector, reply_to(message, "ok"), h)
+            .await
+            .unwrap_or_else(|e| fail("the reply was not delivered", e, h));
+        assert_eq!(delivery.message_ids.len(), 1, "{delivery:?}");
+        if let Err(e) = h.until_sent(1).await {
+            fail("the platform did not get the reply", e, h);
+        }
+    }
+
+    /// Guarantee 3: refused sends surface as typed errors, without credentials.
+    async fn refused_sends_are_typed_errors(&self, message: &Inbound) {
+        let h = &self.h;
+        for (key, refusal) in [
+            ("outage", Refusal::Outage),
+            ("forbidden", Refusal::Forbidden),
+        ] {
+            h.refuse_next_send(refusal);
+            let err = match send(&self.connector, reply_to(message, key), h).await {
+                Ok(delivery) => fail(
+                    &format!("a send the platform refused ({refusal:?}) was reported as delivered"),
+                    format!("{delivery:?}"),
+                    h,
+                ),
+                Err(e) => e,
+            };
+            match refusal {
+                Refusal::Outage => {
+                    assert!(matches!(err, ConnectorError::Transient(_)), "{err:?}")
+                }
+                Refusal::Forbidden => assert!(
+                    matches!(
+                        err,
+                        ConnectorError::Fatal(_) | ConnectorError::Unauthorized(_)
+                    ),
+                    "{err:?}"
+                ),
+            }
+            for secret in h.secrets() {
+                assert!(!err.to_string().contains(&secret), "{err}");
+            }
+        }
+    }
+
+    /// Guarantee 4: a message refused for good is skipped, not asked for again: retrying it
+    /// would stall every message behind it (a poll offset, a catch-up mark, a webhook
+    /// retried by the platform). Were it treated as "try later", the refused one would come
+    /// back as the second message accepted.
+    async fn a_message_refused_for_good_is_skipped(&self) {
+        let h = &self.h;
+        self.sink.reject_next.store(1, Ordering::SeqCst);
+        let refused = h.deliver(&self.connector, 1).await;
+        let next = h.deliver(&self.connector, 2).await;
+        let got = self.sink.until(2, h).await;
+        assert_eq!(got[1].id, next.message, "refused: {refused:?}\n{got:#?}");
+        assert!(
+            got.iter().all(|m| m.id != refused.message),
+            "the refused message was handed over again\n{got:#?}"
+        );
+    }
+
+    /// Guarantee 5: shutdown is respected.
+    async fn shutdown_is_respected(self) {
+        let h = &self.h;
+        self.shutdown.cancel();
+        match tokio::time::timeout(WAIT, self.run).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => fail("run ended with an error after shutdown", e, h),
+            Ok(Err(join)) => fail("run panicked", join, h),
+            Err(_) => fail(
+                "run did not end after shutdown",
+                format!("within {WAIT:?}"),
+                h,
+            ),
+        }
     }
 }
 
@@ -262,11 +310,8 @@ fn settings() -> ConnectorSettings {
 
 /// Builds `platform`'s connector from these settings, as the gateway does.
 fn build(platform: Platform, vars: &[(&str, String)]) -> Arc<dyn Connector> {
-    let map: HashMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    let lookup = move |k: &str| map.get(k).cloned();
+    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let lookup = crate::connector::lookup_of(&pairs);
     match crate::registry::build(platform, &lookup, &settings()) {
         Ok(Built::Ready(c)) => c,
         Ok(Built::NotConfigured(why)) => panic!("{platform} is not configured: {why}"),

@@ -144,6 +144,16 @@ impl ConnectorError {
     }
 }
 
+/// Sleeps for `wait` unless `shutdown` comes first; `false` means stop. Every connector's
+/// retry loop waits with it, so that a backoff never delays a shutdown.
+#[cfg(any(feature = "discord", feature = "telegram"))]
+pub(crate) async fn pause(shutdown: &CancellationToken, wait: Duration) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(wait) => true,
+    }
+}
+
 /// The message of a caught panic's payload (`panic!` makes a `&str` or a `String`), cut to
 /// 300 characters: what a log line or `/readyz` repeats of it is bounded. For the places
 /// that catch a panic rather than let it end a task (issue 30, finding 11).
@@ -284,6 +294,70 @@ pub trait Connector: Send + Sync {
 
 /// Resolves a setting by its elizaOS-compatible name.
 pub type Lookup<'a> = &'a (dyn Fn(&str) -> Option<String> + Send + Sync);
+
+/// A setting's value through `lookup`, trimmed; `None` when it is unset or blank, so that
+/// an empty value reads as a missing one. Every platform's settings are read through it.
+#[cfg(any(feature = "discord", feature = "farcaster", feature = "telegram"))]
+pub(crate) fn setting(lookup: Lookup<'_>, name: &str) -> Option<String> {
+    lookup(name)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// Setting `name` as `read` makes it, or `default` when it is unset or blank; a value that
+/// `read` refuses is [`invalid_setting`] with `expected`.
+#[cfg(any(feature = "discord", feature = "farcaster"))]
+pub(crate) fn setting_or<T>(
+    lookup: Lookup<'_>,
+    name: &str,
+    default: T,
+    expected: &str,
+    read: impl FnOnce(&str) -> Option<T>,
+) -> Result<T, ConnectorError> {
+    match setting(lookup, name) {
+        None => Ok(default),
+        Some(value) => read(&value).ok_or_else(|| invalid_setting(name, &value, expected)),
+    }
+}
+
+/// The error for a setting that is present but wrong: it names the setting, shows the
+/// value, and says what was expected. Only for settings that hold no secret.
+#[cfg(any(feature = "discord", feature = "farcaster"))]
+pub(crate) fn invalid_setting(name: &str, value: &str, expected: &str) -> ConnectorError {
+    ConnectorError::Fatal(format!(
+        "{name}=`{value}` is not valid: expected {expected}"
+    ))
+}
+
+/// The URL of an API's base (a platform's own, a proxy's or a fake's) from setting `name`:
+/// http or https, with a host and no query; else [`invalid_setting`] with `expected`.
+#[cfg(any(feature = "discord", feature = "farcaster"))]
+pub(crate) fn http_base_url(
+    name: &str,
+    raw: &str,
+    expected: &str,
+) -> Result<reqwest::Url, ConnectorError> {
+    match reqwest::Url::parse(raw) {
+        Ok(url)
+            if matches!(url.scheme(), "http" | "https")
+                && url.host().is_some()
+                && url.query().is_none() =>
+        {
+            Ok(url)
+        }
+        _ => Err(invalid_setting(name, raw, expected)),
+    }
+}
+
+/// A [`Lookup`] over fixed pairs, for the tests of each platform's settings.
+#[cfg(test)]
+pub(crate) fn lookup_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + Send + Sync {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k: &str| map.get(k).cloned()
+}
 
 /// What a connector needs to know about the persona it serves.
 #[derive(Clone)]

@@ -543,15 +543,7 @@ impl App {
         });
         // What a previous run left unfinished goes on the bus first, before any connector
         // runs and journals something new that the replay would then publish again.
-        // A shared bus starts consuming now that the agents are loaded.
-        self.ingress.bus().start().await?;
-        let replayed = self.ingress.replay(self.config.agent.max_attempts).await?;
-        if replayed > 0 {
-            tracing::info!(
-                count = replayed,
-                "driving again messages a previous run left unfinished"
-            );
-        }
+        self.replay_unfinished().await?;
         let pending = std::mem::take(&mut *self.pending.locked());
         for task in pending {
             tasks.spawn(task);
@@ -560,79 +552,132 @@ impl App {
         // The keyword index: built from the database now when missing or behind, then
         // following it (changes made through other replicas).
         tasks.spawn(self.knowledge.clone().follow(shutdown.child_token()));
-
-        let limiter = self.limiter.clone();
         let budget = crate::limits::ApiBudget::new(self.config.http.api_per_minute);
-        let api_budget = budget.clone();
-        let housekeeping = shutdown.child_token();
-        tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = housekeeping.cancelled() => return,
-                    _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {
-                        limiter.housekeep();
-                        api_budget.housekeep();
-                    }
-                }
-            }
-        });
-
-        let http_task = self.listener.take().map(|listener| {
-            let state = AppState {
-                config: self.config.clone(),
-                agents: self.agents.clone(),
-                ingress: self.ingress.clone(),
-                store: self.store.clone(),
-                connectors: self.connectors.clone(),
-                knowledge: self.knowledge.clone(),
-                elector: self.elector.clone(),
-                budget,
-                receivers: self.receivers.clone(),
-            };
-            let router = http::router(state);
-            let stop = shutdown.child_token();
-            let settings = self.config.http.clone();
-            let per_address = self.config.edge.max_connections_per_ip;
-            tasks.spawn(
-                async move { http::serve(listener, router, &settings, per_address, stop).await },
-            )
-        });
-
-        let ingress = self.ingress.clone();
-        let breakers = self.breakers.clone();
-        let spend = self.spend.clone();
-        let mut events = self
+        tasks.spawn(housekeeping(
+            self.limiter.clone(),
+            budget.clone(),
+            shutdown.child_token(),
+        ));
+        let http_task = self.serve_http(&tasks, budget, &shutdown);
+        let drain = Drain {
+            ingress: self.ingress.clone(),
+            breakers: self.breakers.clone(),
+            spend: self.spend.clone(),
+        };
+        let events = self
             .persona_events
             .take()
             .ok_or_else(|| anyhow::anyhow!("the app is already running"))?;
-        let watcher = Arc::new(self);
-        tasks.spawn(async move {
-            while let Some(event) = events.recv().await {
-                match event {
-                    PersonaEvent::Upsert(loaded) => {
-                        if let Err(e) = watcher.upsert_persona(loaded).await {
-                            tracing::error!(error = %e, "could not apply a persona change");
-                        }
+        tasks.spawn(Arc::new(self).follow_personas(events));
+
+        shutdown.cancelled().await;
+        drain.run(tasks, http_task).await
+    }
+
+    /// Starts the bus and publishes again what a previous run journaled and did not finish.
+    /// A shared bus starts consuming here, now that the agents are loaded.
+    async fn replay_unfinished(&self) -> anyhow::Result<()> {
+        self.ingress.bus().start().await?;
+        let replayed = self.ingress.replay(self.config.agent.max_attempts).await?;
+        if replayed > 0 {
+            tracing::info!(
+                count = replayed,
+                "driving again messages a previous run left unfinished"
+            );
+        }
+        Ok(())
+    }
+
+    /// Serves the HTTP API on the bound listener, if any, until `shutdown`.
+    fn serve_http(
+        &mut self,
+        tasks: &TaskTracker,
+        budget: crate::limits::ApiBudget,
+        shutdown: &CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<std::io::Result<()>>> {
+        let listener = self.listener.take()?;
+        let state = AppState {
+            config: self.config.clone(),
+            agents: self.agents.clone(),
+            ingress: self.ingress.clone(),
+            store: self.store.clone(),
+            connectors: self.connectors.clone(),
+            knowledge: self.knowledge.clone(),
+            elector: self.elector.clone(),
+            budget,
+            receivers: self.receivers.clone(),
+        };
+        let router = http::router(state);
+        let stop = shutdown.child_token();
+        let settings = self.config.http.clone();
+        let per_address = self.config.edge.max_connections_per_ip;
+        Some(tasks.spawn(async move {
+            http::serve(listener, router, &settings, per_address, stop).await
+        }))
+    }
+
+    /// Applies the changes to the personas directory as they come, until the watch ends.
+    async fn follow_personas(
+        self: Arc<Self>,
+        mut events: tokio::sync::mpsc::Receiver<PersonaEvent>,
+    ) {
+        while let Some(event) = events.recv().await {
+            match event {
+                PersonaEvent::Upsert(loaded) => {
+                    if let Err(e) = self.upsert_persona(loaded).await {
+                        tracing::error!(error = %e, "could not apply a persona change");
                     }
-                    PersonaEvent::Removed { source } => watcher.remove_persona_from(&source),
-                    PersonaEvent::Invalid(problems) => {
-                        for p in problems {
-                            tracing::error!("{p} (keeping the last good version)");
-                        }
+                }
+                PersonaEvent::Removed { source } => self.remove_persona_from(&source),
+                PersonaEvent::Invalid(problems) => {
+                    for p in problems {
+                        tracing::error!("{p} (keeping the last good version)");
                     }
                 }
             }
-        });
+        }
+    }
+}
 
-        shutdown.cancelled().await;
+/// Every minute until `stop`: forgets the rate limiters' idle entries.
+async fn housekeeping(
+    limiter: RateLimiter,
+    api_budget: crate::limits::ApiBudget,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {
+                limiter.housekeep();
+                api_budget.housekeep();
+            }
+        }
+    }
+}
+
+/// What shutting down closes, in order, once `shutdown` is cancelled.
+struct Drain {
+    ingress: Ingress,
+    breakers: provider::Breakers,
+    spend: crate::spend::Spend,
+}
+
+impl Drain {
+    /// Stops taking work and lets the tasks finish the messages in hand.
+    async fn run(
+        self,
+        tasks: TaskTracker,
+        http_task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    ) -> anyhow::Result<()> {
         tracing::info!("shutting down: finishing the messages in hand");
-        breakers.close();
-        ingress.bus().close().await;
+        self.breakers.close();
+        self.ingress.bus().close().await;
         tasks.close();
         tasks.wait().await;
         // The agents are done: no model call is left to record, so the usage ledger
         // writes what it still holds before the process exits (issue 30, finding 9).
-        spend.close().await;
+        self.spend.close().await;
         if let Some(task) = http_task {
             task.await??;
         }

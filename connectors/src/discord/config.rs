@@ -8,8 +8,7 @@ use std::fmt;
 
 use reqwest::Url;
 
-use crate::connector::ConnectorError;
-use crate::connector::Lookup;
+use crate::connector::{ConnectorError, Lookup, http_base_url, setting, setting_or};
 
 pub const API_TOKEN: &str = "DISCORD_API_TOKEN";
 pub const APPLICATION_ID: &str = "DISCORD_APPLICATION_ID";
@@ -124,21 +123,9 @@ fn digest(text: &str) -> u64 {
     })
 }
 
-fn get(lookup: Lookup<'_>, name: &str) -> Option<String> {
-    lookup(name)
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-}
-
-fn fatal(name: &str, value: &str, expected: &str) -> ConnectorError {
-    ConnectorError::Fatal(format!(
-        "{name}=`{value}` is not valid: expected {expected}"
-    ))
-}
-
 /// Reads the Discord settings of one persona; `None` when no token is set.
 pub(crate) fn parse(lookup: Lookup<'_>) -> Result<Option<Settings>, ConnectorError> {
-    let Some(raw_token) = get(lookup, API_TOKEN) else {
+    let Some(raw_token) = setting(lookup, API_TOKEN) else {
         return Ok(None);
     };
     let token = Token::parse(&raw_token);
@@ -147,39 +134,22 @@ pub(crate) fn parse(lookup: Lookup<'_>) -> Result<Option<Settings>, ConnectorErr
             "{API_TOKEN} is not a bot token (it is empty or has spaces in it)"
         )));
     }
-    let application_id = match get(lookup, APPLICATION_ID) {
-        None => None,
-        Some(v) => match v.parse::<u64>() {
-            Ok(id) if id > 0 => Some(id),
-            _ => {
-                return Err(fatal(
-                    APPLICATION_ID,
-                    &v,
-                    "the numeric application id from the Developer Portal",
-                ));
-            }
-        },
-    };
-    let custom = get(lookup, API_URL);
+    let application_id = setting_or(
+        lookup,
+        APPLICATION_ID,
+        None,
+        "the numeric application id from the Developer Portal",
+        |v| v.parse::<u64>().ok().filter(|id| *id > 0).map(Some),
+    )?;
+    let custom = setting(lookup, API_URL);
     let raw = custom
         .clone()
         .unwrap_or_else(|| DEFAULT_API_URL.to_string());
-    let mut api_url = match Url::parse(&raw) {
-        Ok(url)
-            if matches!(url.scheme(), "http" | "https")
-                && url.host().is_some()
-                && url.query().is_none() =>
-        {
-            url
-        }
-        _ => {
-            return Err(fatal(
-                API_URL,
-                &raw,
-                "an http(s) origin such as https://discord.com",
-            ));
-        }
-    };
+    let mut api_url = http_base_url(
+        API_URL,
+        &raw,
+        "an http(s) origin such as https://discord.com",
+    )?;
     // Tolerate an origin given with the API path.
     let path = api_url.path().trim_end_matches('/').to_string();
     for suffix in ["/api/v10", "/api"] {
@@ -189,7 +159,7 @@ pub(crate) fn parse(lookup: Lookup<'_>) -> Result<Option<Settings>, ConnectorErr
             break;
         }
     }
-    let steer_roles = get(lookup, STEER_ROLES)
+    let steer_roles = setting(lookup, STEER_ROLES)
         .map(|v| {
             v.split(',')
                 .map(|r| r.trim().to_lowercase())
@@ -210,15 +180,10 @@ pub(crate) fn parse(lookup: Lookup<'_>) -> Result<Option<Settings>, ConnectorErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use crate::connector::lookup_of;
 
     fn parse_with(pairs: &[(&str, &str)]) -> Result<Option<Settings>, ConnectorError> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let lookup = move |k: &str| map.get(k).cloned();
-        parse(&lookup)
+        parse(&lookup_of(pairs))
     }
 
     #[test]

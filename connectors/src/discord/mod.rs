@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::connector::{
     Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, Delivery, InboundSink,
-    Lookup, Receiving, Recent, Shard,
+    Lookup, Receiving, Recent, Shard, pause,
 };
 use crate::model::{MessageId, Outbound, Platform, RoomRef, UserId};
 use config::Settings;
@@ -100,6 +100,19 @@ pub(crate) fn build_shard(
 
 /// Waits between gateway start attempts that failed.
 const RESTART_BACKOFF: [u64; 6] = [1, 2, 5, 10, 30, 60];
+
+/// The wait before start attempt `attempt + 1`: [`RESTART_BACKOFF`], then its last step.
+fn restart_wait(attempt: usize) -> Duration {
+    Duration::from_secs(RESTART_BACKOFF[attempt.min(RESTART_BACKOFF.len() - 1)])
+}
+
+/// How one gateway session ended, when it was not for good.
+enum SessionEnd {
+    /// Shutdown: the shards were stopped.
+    Stopped,
+    /// The connection ended (logged): start another after a wait.
+    Dropped,
+}
 
 /// One Discord bot, serving one persona.
 pub struct DiscordConnector {
@@ -177,17 +190,124 @@ impl DiscordConnector {
                 Err(e) => {
                     let wait = match &e {
                         ConnectorError::RateLimited { retry_after } => *retry_after,
-                        _ => Duration::from_secs(
-                            RESTART_BACKOFF[attempt.min(RESTART_BACKOFF.len() - 1)],
-                        ),
+                        _ => restart_wait(attempt),
                     };
                     attempt += 1;
                     tracing::warn!(error = %e, retry_in = ?wait, "cannot reach Discord yet");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return Ok(None),
-                        _ = tokio::time::sleep(wait) => {}
+                    if !pause(shutdown, wait).await {
+                        return Ok(None);
                     }
                 }
+            }
+        }
+    }
+}
+
+impl DiscordConnector {
+    /// Keeps the bot's user id: for `self_id`, and in the state for the replicas that do
+    /// not run this account's gateway (docs/rooms.md).
+    async fn remember_me(&self, me: Snowflake) {
+        self.me.send_replace(Some(me));
+        if let Err(e) = self
+            .state
+            .put(crate::connector::SELF_ID_KEY, &me.to_string())
+            .await
+        {
+            tracing::warn!(error = %e, "could not keep the bot's user id");
+        }
+    }
+
+    /// With an application id: logs the invite URL and registers the slash commands.
+    async fn announce(&self) {
+        let Some(app) = self.settings.application_id else {
+            return;
+        };
+        tracing::info!(
+            invite = %config::invite_url(app),
+            permissions = config::permission_integer(),
+            "invite the Discord bot to a server with this URL"
+        );
+        // Best effort: without the slash commands, typed commands still work in DMs.
+        match self.rest.register_commands(app).await {
+            Ok(()) => tracing::info!("registered the Discord application commands"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not register the Discord application commands")
+            }
+        }
+    }
+
+    /// What handles the gateway's events, shared by every session of this run.
+    fn receiver(&self, sink: Arc<dyn InboundSink>) -> Receiver {
+        Receiver {
+            sink,
+            rest: self.rest.clone(),
+            state: self.state.clone(),
+            me: self.me.clone(),
+            channels: tokio::sync::Mutex::new(None::<BTreeMap<u64, gateway::Seen>>),
+            channels_key: gateway::channels_key(self.shard),
+            interactions: self.interactions.clone(),
+            steer_roles: self.settings.steer_roles.clone(),
+        }
+    }
+
+    /// One gateway session on this connector's shard, until it ends or shutdown comes.
+    /// An error when Discord refuses the token or the intents: starting again would not help.
+    async fn session(
+        &self,
+        receiver: &Arc<Receiver>,
+        shutdown: &CancellationToken,
+    ) -> Result<SessionEnd, ConnectorError> {
+        let client = ClientBuilder::new_with_http(self.serenity_http(), gateway::intents())
+            .event_handler(Handler(receiver.clone()))
+            .await;
+        let mut client = client.map_err(|e| {
+            ConnectorError::Fatal(
+                self.settings
+                    .token
+                    .scrub(&format!("cannot set up the Discord client: {e}")),
+            )
+        })?;
+        let shards = client.shard_manager.clone();
+        let outcome = tokio::select! {
+            _ = shutdown.cancelled() => {
+                shards.shutdown_all().await;
+                return Ok(SessionEnd::Stopped);
+            }
+            r = async {
+                match self.shard {
+                    None => client.start().await,
+                    Some(shard) => client.start_shard(shard.id, shard.total).await,
+                }
+            } => r,
+        };
+        self.session_ended(outcome)?;
+        Ok(SessionEnd::Dropped)
+    }
+
+    /// What the end of a session says: an error for a refused token or refused intents;
+    /// anything else is logged (without the token), and a new session will start.
+    fn session_ended(&self, outcome: Result<(), serenity::Error>) -> Result<(), ConnectorError> {
+        match outcome {
+            Err(serenity::Error::Gateway(GatewayError::InvalidAuthentication)) => {
+                Err(ConnectorError::Unauthorized(
+                    "the Discord gateway refused the token (check DISCORD_API_TOKEN)".into(),
+                ))
+            }
+            Err(serenity::Error::Gateway(
+                GatewayError::DisallowedGatewayIntents | GatewayError::InvalidGatewayIntents,
+            )) => Err(ConnectorError::Fatal(
+                "Discord refused the gateway intents: enable the Message Content intent \
+                 for the bot in the Developer Portal (see docs/discord.md)"
+                    .into(),
+            )),
+            Err(e) => {
+                let text = self.settings.token.scrub(&e.to_string());
+                tracing::warn!(error = %text, "the Discord gateway connection ended; starting again");
+                Ok(())
+            }
+            Ok(()) => {
+                tracing::warn!("the Discord gateway connection ended; starting again");
+                Ok(())
             }
         }
     }
@@ -203,6 +323,8 @@ impl Connector for DiscordConnector {
         (*self.me.borrow()).map(|me| UserId::new(me.to_string()))
     }
 
+    /// Learns the bot's id, announces the bot, then runs gateway sessions until shutdown,
+    /// starting a new one after a wait whenever one ends.
     async fn run(
         &self,
         sink: Arc<dyn InboundSink>,
@@ -211,93 +333,18 @@ impl Connector for DiscordConnector {
         let Some(me) = self.identify(&shutdown).await? else {
             return Ok(());
         };
-        self.me.send_replace(Some(me));
-        // For the replicas that do not run this account's gateway (docs/rooms.md).
-        if let Err(e) = self
-            .state
-            .put(crate::connector::SELF_ID_KEY, &me.to_string())
-            .await
-        {
-            tracing::warn!(error = %e, "could not keep the bot's user id");
-        }
-        if let Some(app) = self.settings.application_id {
-            tracing::info!(
-                invite = %config::invite_url(app),
-                permissions = config::permission_integer(),
-                "invite the Discord bot to a server with this URL"
-            );
-            // Best effort: without the slash commands, typed commands still work in DMs.
-            match self.rest.register_commands(app).await {
-                Ok(()) => tracing::info!("registered the Discord application commands"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not register the Discord application commands")
-                }
-            }
-        }
-        let receiver = Arc::new(Receiver {
-            sink,
-            rest: self.rest.clone(),
-            state: self.state.clone(),
-            me: self.me.clone(),
-            channels: tokio::sync::Mutex::new(None::<BTreeMap<u64, gateway::Seen>>),
-            channels_key: gateway::channels_key(self.shard),
-            interactions: self.interactions.clone(),
-            steer_roles: self.settings.steer_roles.clone(),
-        });
+        self.remember_me(me).await;
+        self.announce().await;
+        let receiver = Arc::new(self.receiver(sink));
         let mut attempt = 0usize;
         loop {
-            let client = ClientBuilder::new_with_http(self.serenity_http(), gateway::intents())
-                .event_handler(Handler(receiver.clone()))
-                .await;
-            let mut client = match client {
-                Ok(c) => c,
-                Err(e) => {
-                    return Err(ConnectorError::Fatal(
-                        self.settings
-                            .token
-                            .scrub(&format!("cannot set up the Discord client: {e}")),
-                    ));
-                }
-            };
-            let shards = client.shard_manager.clone();
-            let outcome = tokio::select! {
-                _ = shutdown.cancelled() => {
-                    shards.shutdown_all().await;
-                    return Ok(());
-                }
-                r = async {
-                    match self.shard {
-                        None => client.start().await,
-                        Some(shard) => client.start_shard(shard.id, shard.total).await,
-                    }
-                } => r,
-            };
-            match outcome {
-                Err(serenity::Error::Gateway(GatewayError::InvalidAuthentication)) => {
-                    return Err(ConnectorError::Unauthorized(
-                        "the Discord gateway refused the token (check DISCORD_API_TOKEN)".into(),
-                    ));
-                }
-                Err(serenity::Error::Gateway(
-                    GatewayError::DisallowedGatewayIntents | GatewayError::InvalidGatewayIntents,
-                )) => {
-                    return Err(ConnectorError::Fatal(
-                        "Discord refused the gateway intents: enable the Message Content intent \
-                         for the bot in the Developer Portal (see docs/discord.md)"
-                            .into(),
-                    ));
-                }
-                Err(e) => {
-                    let text = self.settings.token.scrub(&e.to_string());
-                    tracing::warn!(error = %text, "the Discord gateway connection ended; starting again");
-                }
-                Ok(()) => tracing::warn!("the Discord gateway connection ended; starting again"),
+            if let SessionEnd::Stopped = self.session(&receiver, &shutdown).await? {
+                return Ok(());
             }
-            let wait = Duration::from_secs(RESTART_BACKOFF[attempt.min(RESTART_BACKOFF.len() - 1)]);
+            let wait = restart_wait(attempt);
             attempt += 1;
-            tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                _ = tokio::time::sleep(wait) => {}
+            if !pause(&shutdown, wait).await {
+                return Ok(());
             }
         }
     }

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use reqwest::Url;
 
-use crate::connector::ConnectorError;
-use crate::connector::Lookup;
+use crate::connector::{
+    ConnectorError, Lookup, http_base_url, invalid_setting, setting, setting_or,
+};
 
 pub(crate) const FID: &str = "FARCASTER_FID";
 pub(crate) const API_KEY: &str = "FARCASTER_NEYNAR_API_KEY";
@@ -92,141 +93,104 @@ pub(crate) enum Parsed {
     NotConfigured(String),
 }
 
-fn get(lookup: Lookup<'_>, name: &str) -> Option<String> {
-    lookup(name)
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-}
-
-fn fatal(name: &str, value: &str, expected: &str) -> ConnectorError {
-    ConnectorError::Fatal(format!(
-        "{name}=`{value}` is not valid: expected {expected}"
-    ))
-}
-
-fn parse_bool(name: &str, value: Option<String>) -> Result<bool, ConnectorError> {
-    let Some(value) = value else {
-        return Ok(false);
-    };
+/// `true`/`false` as people write them (`1`, `yes`, `on`, any case).
+fn read_bool(value: &str) -> Option<bool> {
     match value.to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" => Ok(false),
-        _ => Err(fatal(name, &value, "true or false")),
+        "true" | "1" | "yes" | "on" => Some(true),
+        "false" | "0" | "no" | "off" => Some(false),
+        _ => None,
     }
+}
+
+/// A switch: off unless set.
+fn switch(lookup: Lookup<'_>, name: &str) -> Result<bool, ConnectorError> {
+    setting_or(lookup, name, false, "true or false", read_bool)
+}
+
+/// A whole number above zero.
+fn positive(value: &str) -> Option<u64> {
+    value.parse::<u64>().ok().filter(|n| *n > 0)
 }
 
 /// Reads the Farcaster settings of one persona.
 pub(crate) fn parse(lookup: Lookup<'_>) -> Result<Parsed, ConnectorError> {
-    let fid = get(lookup, FID);
-    let api_key = get(lookup, API_KEY);
-    let (fid, api_key) = match (fid, api_key) {
+    let (fid, api_key) = match (setting(lookup, FID), setting(lookup, API_KEY)) {
         (Some(fid), Some(key)) => (fid, key),
-        (fid, key) => {
-            let missing: Vec<&str> = [(FID, fid.is_none()), (API_KEY, key.is_none())]
-                .into_iter()
-                .filter_map(|(name, missing)| missing.then_some(name))
-                .collect();
-            return Ok(Parsed::NotConfigured(format!(
-                "set {} (and {SIGNER_UUID} to post)",
-                missing.join(" and ")
-            )));
-        }
+        (fid, key) => return Ok(Parsed::NotConfigured(missing(fid.is_none(), key.is_none()))),
     };
-    let fid = match fid.parse::<u64>() {
-        Ok(n) if n > 0 => Fid(n),
-        _ => {
-            return Err(fatal(
-                FID,
-                &fid,
-                "a positive integer (the bot's Farcaster id)",
-            ));
-        }
-    };
-    let dry_run = parse_bool(DRY_RUN, get(lookup, DRY_RUN))?;
-    let signer_uuid = get(lookup, SIGNER_UUID).map(Secret::new);
+    let fid = positive(&fid)
+        .map(Fid)
+        .ok_or_else(|| invalid_setting(FID, &fid, "a positive integer (the bot's Farcaster id)"))?;
+    let dry_run = switch(lookup, DRY_RUN)?;
+    let signer_uuid = setting(lookup, SIGNER_UUID).map(Secret::new);
     if signer_uuid.is_none() && !dry_run {
         return Ok(Parsed::NotConfigured(format!(
             "set {SIGNER_UUID} (a Neynar managed signer for FID {fid}), or {DRY_RUN}=true to run without posting"
         )));
     }
-    let poll = match get(lookup, POLL_INTERVAL) {
-        None => Duration::from_secs(DEFAULT_POLL_SECS),
-        Some(v) => match v.parse::<u64>() {
-            Ok(secs) if secs > 0 => Duration::from_secs(secs),
-            _ => {
-                return Err(fatal(
-                    POLL_INTERVAL,
-                    &v,
-                    "a whole number of seconds, at least 1",
-                ));
-            }
-        },
-    };
-    let intake = match get(lookup, WEBHOOK_SECRET) {
-        Some(secret) => Intake::Webhook(Secret::new(secret)),
-        None => Intake::Poll(poll),
-    };
-    let api_url = {
-        let raw = get(lookup, API_URL).unwrap_or_else(|| DEFAULT_API_URL.to_string());
-        match Url::parse(&raw) {
-            Ok(url)
-                if matches!(url.scheme(), "http" | "https")
-                    && url.host().is_some()
-                    && url.query().is_none() =>
-            {
-                url
-            }
-            _ => {
-                return Err(fatal(
-                    API_URL,
-                    &raw,
-                    "an http(s) base URL such as https://api.neynar.com",
-                ));
-            }
-        }
-    };
-    let cast_limit = if parse_bool(LONG_CASTS, get(lookup, LONG_CASTS))? {
-        LONG_CAST_BYTES
-    } else {
-        CAST_BYTES
-    };
-    let rate_limit = match get(lookup, RATE_LIMIT) {
-        None => NonZeroU32::new(DEFAULT_RATE_LIMIT).unwrap_or(NonZeroU32::MIN),
-        Some(v) => match v.parse::<NonZeroU32>() {
-            Ok(n) => n,
-            Err(_) => {
-                return Err(fatal(
-                    RATE_LIMIT,
-                    &v,
-                    "a positive number of requests per minute",
-                ));
-            }
-        },
-    };
     Ok(Parsed::Ready(Settings {
         fid,
         api_key: Secret::new(api_key),
         signer_uuid,
         dry_run,
-        intake,
-        api_url,
-        cast_limit,
-        rate_limit,
+        intake: intake(lookup)?,
+        api_url: api_url(lookup)?,
+        cast_limit: if switch(lookup, LONG_CASTS)? {
+            LONG_CAST_BYTES
+        } else {
+            CAST_BYTES
+        },
+        rate_limit: setting_or(
+            lookup,
+            RATE_LIMIT,
+            NonZeroU32::new(DEFAULT_RATE_LIMIT).unwrap_or(NonZeroU32::MIN),
+            "a positive number of requests per minute",
+            |v| v.parse().ok(),
+        )?,
     }))
+}
+
+/// What to set when the credentials are missing.
+fn missing(fid: bool, api_key: bool) -> String {
+    let missing: Vec<&str> = [(FID, fid), (API_KEY, api_key)]
+        .into_iter()
+        .filter_map(|(name, missing)| missing.then_some(name))
+        .collect();
+    format!("set {} (and {SIGNER_UUID} to post)", missing.join(" and "))
+}
+
+/// Webhooks when their secret is set, else polling (its interval is checked either way).
+fn intake(lookup: Lookup<'_>) -> Result<Intake, ConnectorError> {
+    let poll = setting_or(
+        lookup,
+        POLL_INTERVAL,
+        DEFAULT_POLL_SECS,
+        "a whole number of seconds, at least 1",
+        positive,
+    )?;
+    Ok(match setting(lookup, WEBHOOK_SECRET) {
+        Some(secret) => Intake::Webhook(Secret::new(secret)),
+        None => Intake::Poll(Duration::from_secs(poll)),
+    })
+}
+
+/// Neynar's base URL, or the one `NEYNAR_API_URL` names (a proxy or a fake).
+fn api_url(lookup: Lookup<'_>) -> Result<Url, ConnectorError> {
+    let raw = setting(lookup, API_URL).unwrap_or_else(|| DEFAULT_API_URL.to_string());
+    http_base_url(
+        API_URL,
+        &raw,
+        "an http(s) base URL such as https://api.neynar.com",
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use crate::connector::lookup_of;
 
     fn parse_with(pairs: &[(&str, &str)]) -> Result<Parsed, ConnectorError> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let lookup = move |k: &str| map.get(k).cloned();
-        parse(&lookup)
+        parse(&lookup_of(pairs))
     }
 
     fn ready(pairs: &[(&str, &str)]) -> Settings {

@@ -7,8 +7,7 @@
 use rand::Rng;
 use url::Url;
 
-use crate::connector::ConnectorError;
-use crate::connector::Lookup;
+use crate::connector::{ConnectorError, Lookup, setting};
 
 /// The public Bot API server.
 pub(crate) const DEFAULT_API_ROOT: &str = "https://api.telegram.org";
@@ -133,19 +132,19 @@ pub(crate) struct TelegramConfig {
 impl TelegramConfig {
     /// `Ok(None)` when `TELEGRAM_BOT_TOKEN` is not set.
     pub(crate) fn from_lookup(lookup: Lookup<'_>) -> Result<Option<Self>, ConnectorError> {
-        let get = |key: &str| lookup(key).filter(|v| !v.trim().is_empty());
+        let get = |key: &str| setting(lookup, key);
         let Some(token) = get("TELEGRAM_BOT_TOKEN") else {
             return Ok(None);
         };
         let token = Token::parse(&token)?;
         let api_root = match get("TELEGRAM_API_ROOT") {
-            Some(root) => parse_api_root(root.trim())?,
+            Some(root) => parse_api_root(&root)?,
             None => parse_api_root(DEFAULT_API_ROOT)?,
         };
         let mode = match get("TELEGRAM_WEBHOOK_URL") {
             None => Mode::Polling,
             Some(url) => {
-                let url = Url::parse(url.trim()).map_err(|e| {
+                let url = Url::parse(&url).map_err(|e| {
                     ConnectorError::Fatal(format!("TELEGRAM_WEBHOOK_URL is not a URL: {e}"))
                 })?;
                 if url.scheme() != "https" {
@@ -154,7 +153,7 @@ impl TelegramConfig {
                     );
                 }
                 let secret = match get("TELEGRAM_WEBHOOK_SECRET") {
-                    Some(s) => WebhookSecret::parse(s.trim())?,
+                    Some(s) => WebhookSecret::parse(&s)?,
                     None => WebhookSecret::random(),
                 };
                 Mode::Webhook { url, secret }
@@ -188,15 +187,10 @@ fn parse_api_root(value: &str) -> Result<Url, ConnectorError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use crate::connector::lookup_of;
 
     fn config(pairs: &[(&str, &str)]) -> Result<Option<TelegramConfig>, ConnectorError> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let lookup = move |k: &str| map.get(k).cloned();
-        TelegramConfig::from_lookup(&lookup)
+        TelegramConfig::from_lookup(&lookup_of(pairs))
     }
 
     #[test]

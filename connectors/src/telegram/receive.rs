@@ -23,7 +23,7 @@ use super::decode::{Decoded, RawGetUpdates, decode};
 use super::normalize::{BotIdentity, Event, normalize};
 use super::{Live, TelegramConnector, errors};
 use crate::connector::{
-    Accepted, ConnectorError, InboundSink, SinkError, WebhookRequest, WebhookResponse,
+    Accepted, ConnectorError, InboundSink, SinkError, WebhookRequest, WebhookResponse, pause,
 };
 
 /// Seconds a `getUpdates` call waits for news; below the HTTP client's 17 s timeout.
@@ -42,14 +42,6 @@ fn allowed_updates() -> [AllowedUpdate; 2] {
 /// 1 s, 2 s, 4 s … 30 s.
 fn backoff(failures: u32) -> Duration {
     Duration::from_secs(1u64 << failures.clamp(1, 6).saturating_sub(1)).min(Duration::from_secs(30))
-}
-
-/// Sleeps for `wait` unless shutdown comes first; `false` means stop.
-async fn pause(shutdown: &CancellationToken, wait: Duration) -> bool {
-    tokio::select! {
-        _ = shutdown.cancelled() => false,
-        _ = tokio::time::sleep(wait) => true,
-    }
 }
 
 /// How many times an update may be in hand when its handling panics (the loop is restarted
@@ -100,6 +92,23 @@ impl InHand {
     }
 }
 
+/// Where the polling loop stands: the offset the next `getUpdates` asks from (everything
+/// before it is confirmed), and the failures in a row, for the backoff.
+struct Position {
+    offset: Option<i32>,
+    failures: u32,
+}
+
+impl Position {
+    /// Confirms update `id`: the next call asks from the one after it (never back).
+    fn confirm(&mut self, id: u32) {
+        let next = i32::try_from(i64::from(id) + 1).ok();
+        if next > self.offset {
+            self.offset = next;
+        }
+    }
+}
+
 fn respond(status: u16, body: Value) -> WebhookResponse {
     WebhookResponse {
         status,
@@ -138,7 +147,8 @@ impl TelegramConnector {
         }
     }
 
-    /// Long polling until shutdown.
+    /// Long polling until shutdown: ask `getUpdates` from the saved offset, hand each batch
+    /// to the sink, confirm what it took, and wait out failures.
     pub(super) async fn poll(
         &self,
         sink: Arc<dyn InboundSink>,
@@ -149,121 +159,190 @@ impl TelegramConnector {
         if !self.delete_webhook(shutdown).await? {
             return Ok(());
         }
-        let mut offset: Option<i32> = match self.state.get(OFFSET_KEY).await {
+        let mut position = Position {
+            offset: self.saved_offset().await,
+            failures: 0,
+        };
+        self.clock().last_answer = Some(Instant::now());
+        loop {
+            let Some(answer) = self.get_updates(position.offset, shutdown).await else {
+                return Ok(());
+            };
+            let batch = match answer {
+                Ok(batch) => batch,
+                Err(e) => {
+                    if self.after_failed_poll(e, &mut position, shutdown).await? {
+                        continue;
+                    }
+                    return Ok(());
+                }
+            };
+            self.clock().last_answer = Some(Instant::now());
+            position.failures = 0;
+            if !self
+                .take_batch(&batch, &me, sink.as_ref(), &mut position, shutdown)
+                .await
+            {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The offset a previous run saved; `None` (Telegram's own) when there is none or it
+    /// cannot be read.
+    async fn saved_offset(&self) -> Option<i32> {
+        match self.state.get(OFFSET_KEY).await {
             Ok(v) => v.and_then(|v| v.parse().ok()),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the saved getUpdates offset; starting from Telegram's");
                 None
             }
+        }
+    }
+
+    /// One `getUpdates` call from `offset`, marked in flight for `/readyz` while it waits.
+    /// `None` when shutdown came first.
+    async fn get_updates(
+        &self,
+        offset: Option<i32>,
+        shutdown: &CancellationToken,
+    ) -> Option<Result<Vec<Value>, RequestError>> {
+        let request = JsonRequest::new(
+            self.bot.clone(),
+            RawGetUpdates {
+                offset,
+                timeout: POLL_TIMEOUT_SECS,
+                allowed_updates: allowed_updates().to_vec(),
+            },
+        );
+        self.clock().in_flight = true;
+        let answer = tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            r = request.send() => r,
         };
-        let mut failures = 0u32;
-        self.clock().last_answer = Some(Instant::now());
-        'poll: loop {
-            let request = JsonRequest::new(
-                self.bot.clone(),
-                RawGetUpdates {
-                    offset,
-                    timeout: POLL_TIMEOUT_SECS,
-                    allowed_updates: allowed_updates().to_vec(),
-                },
+        self.clock().in_flight = false;
+        Some(answer)
+    }
+
+    /// After a failed `getUpdates`: removes a webhook that is in the way, or logs the
+    /// failure and waits (Telegram's `retry_after`, else the backoff). `Ok(false)` on
+    /// shutdown; an error when the token is refused.
+    async fn after_failed_poll(
+        &self,
+        e: RequestError,
+        position: &mut Position,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, ConnectorError> {
+        if matches!(e, RequestError::Api(ApiError::CantGetUpdates)) {
+            tracing::warn!("a webhook is set for this bot; removing it to poll");
+            return self.delete_webhook(shutdown).await;
+        }
+        let error = errors::classify(&e, &self.config.token);
+        let wait = match &error {
+            ConnectorError::Unauthorized(_) => return Err(error),
+            ConnectorError::RateLimited { retry_after } => *retry_after,
+            _ => {
+                position.failures += 1;
+                backoff(position.failures)
+            }
+        };
+        if matches!(e, RequestError::Api(ApiError::TerminatedByOtherGetUpdates)) {
+            tracing::warn!(
+                "another process polls this bot's updates (409 Conflict): run one troupe per bot token, or use a webhook"
             );
-            self.clock().in_flight = true;
-            let answer = tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                r = request.send() => r,
+        } else {
+            tracing::warn!(error = %error, retry_in = ?wait, "getUpdates failed");
+        }
+        Ok(pause(shutdown, wait).await)
+    }
+
+    /// Hands a batch to the sink in order, confirming each update it took or refused for
+    /// good (the offset moves past it, and is saved). At the first update the sink could
+    /// not take, the offset stays before it, so that the next `getUpdates`, after a
+    /// backoff, hands it over again. `false` on shutdown.
+    async fn take_batch(
+        &self,
+        batch: &[Value],
+        me: &BotIdentity,
+        sink: &dyn InboundSink,
+        position: &mut Position,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let before = position.offset;
+        for item in batch {
+            let Some((id, handled)) = self.take_item(item, me, sink).await else {
+                continue;
             };
-            self.clock().in_flight = false;
-            let batch = match answer {
-                Ok(items) => items,
-                Err(RequestError::Api(ApiError::CantGetUpdates)) => {
-                    tracing::warn!("a webhook is set for this bot; removing it to poll");
-                    if !self.delete_webhook(shutdown).await? {
-                        return Ok(());
-                    }
-                    continue;
+            match handled {
+                Ok(()) => {}
+                Err(e) if !e.is_retryable() => {
+                    // Refused for good: asking for it again would stall every update
+                    // behind it.
+                    tracing::warn!(update_id = id, error = %e,
+                        "the gateway refused an update; skipping it");
                 }
                 Err(e) => {
-                    let error = errors::classify(&e, &self.config.token);
-                    let wait = match &error {
-                        ConnectorError::Unauthorized(_) => return Err(error),
-                        ConnectorError::RateLimited { retry_after } => *retry_after,
-                        _ => {
-                            failures += 1;
-                            backoff(failures)
-                        }
-                    };
-                    if matches!(e, RequestError::Api(ApiError::TerminatedByOtherGetUpdates)) {
-                        tracing::warn!(
-                            "another process polls this bot's updates (409 Conflict): run one troupe per bot token, or use a webhook"
-                        );
-                    } else {
-                        tracing::warn!(error = %error, retry_in = ?wait, "getUpdates failed");
-                    }
-                    if !pause(shutdown, wait).await {
-                        return Ok(());
-                    }
-                    continue;
-                }
-            };
-            self.clock().last_answer = Some(Instant::now());
-            failures = 0;
-            let before = offset;
-            for item in &batch {
-                let (id, handled) = match decode(item) {
-                    Decoded::NoId => continue,
-                    Decoded::Unreadable { id, why } => {
-                        // The same bytes fail the same way every time: confirm and move on.
-                        tracing::warn!(
-                            update_id = id,
-                            why = %self.config.token.scrub(&why),
-                            "skipping an update that cannot be read"
-                        );
-                        (id, Ok(()))
-                    }
-                    Decoded::Update(update) => {
-                        let id = update.id.0;
-                        if !self.in_hand().start(id) {
-                            tracing::error!(
-                                update_id = id,
-                                tries = MAX_PANICS_PER_UPDATE,
-                                "handling this update panicked every time; skipping it"
-                            );
-                            (id, Ok(()))
-                        } else {
-                            let handled = self.dispatch(&update, &me, sink.as_ref()).await;
-                            self.in_hand().finish();
-                            (id, handled)
-                        }
-                    }
-                };
-                let next = i32::try_from(i64::from(id) + 1).ok();
-                match handled {
-                    Ok(()) => {}
-                    Err(e) if !e.is_retryable() => {
-                        // Refused for good: asking for it again would stall every update
-                        // behind it.
-                        tracing::warn!(update_id = id, error = %e,
-                            "the gateway refused an update; skipping it");
-                    }
-                    Err(e) => {
-                        // Not journaled: keep the offset so Telegram hands it over again.
-                        failures += 1;
-                        let wait = backoff(failures);
-                        tracing::warn!(update_id = id, error = %e, retry_in = ?wait,
-                            "the gateway could not take an update; asking Telegram for it again");
-                        self.save_offset(before, offset).await;
-                        if !pause(shutdown, wait).await {
-                            return Ok(());
-                        }
-                        continue 'poll;
-                    }
-                }
-                if next > offset {
-                    offset = next;
+                    // Not journaled: keep the offset so Telegram hands it over again.
+                    position.failures += 1;
+                    let wait = backoff(position.failures);
+                    tracing::warn!(update_id = id, error = %e, retry_in = ?wait,
+                        "the gateway could not take an update; asking Telegram for it again");
+                    self.save_offset(before, position.offset).await;
+                    return pause(shutdown, wait).await;
                 }
             }
-            self.save_offset(before, offset).await;
+            position.confirm(id);
         }
+        self.save_offset(before, position.offset).await;
+        true
+    }
+
+    /// Reads one item of a batch and dispatches it: its id and what the sink said. An
+    /// unreadable update (teloxide failed or panicked on it) is logged and counts as taken:
+    /// the same bytes fail the same way every time. `None` for an item without an id.
+    async fn take_item(
+        &self,
+        item: &Value,
+        me: &BotIdentity,
+        sink: &dyn InboundSink,
+    ) -> Option<(u32, Result<(), SinkError>)> {
+        match decode(item) {
+            Decoded::NoId => None,
+            Decoded::Unreadable { id, why } => {
+                tracing::warn!(
+                    update_id = id,
+                    why = %self.config.token.scrub(&why),
+                    "skipping an update that cannot be read"
+                );
+                Some((id, Ok(())))
+            }
+            Decoded::Update(update) => {
+                Some((update.id.0, self.dispatch_in_hand(&update, me, sink).await))
+            }
+        }
+    }
+
+    /// Dispatches an update, keeping it in hand meanwhile: one whose handling has panicked
+    /// `MAX_PANICS_PER_UPDATE` times (each panic restarts the loop) is logged and counts as
+    /// taken instead.
+    async fn dispatch_in_hand(
+        &self,
+        update: &Update,
+        me: &BotIdentity,
+        sink: &dyn InboundSink,
+    ) -> Result<(), SinkError> {
+        let id = update.id.0;
+        if !self.in_hand().start(id) {
+            tracing::error!(
+                update_id = id,
+                tries = MAX_PANICS_PER_UPDATE,
+                "handling this update panicked every time; skipping it"
+            );
+            return Ok(());
+        }
+        let handled = self.dispatch(update, me, sink).await;
+        self.in_hand().finish();
+        handled
     }
 
     fn clock(&self) -> std::sync::MutexGuard<'_, PollClock> {
@@ -477,6 +556,28 @@ mod tests {
         assert!(hand.start(6), "another update starts afresh");
         hand.finish();
         assert!(hand.start(6));
+    }
+
+    #[test]
+    fn confirming_moves_the_offset_forward_only() {
+        let mut position = Position {
+            offset: None,
+            failures: 0,
+        };
+        position.confirm(7);
+        assert_eq!(position.offset, Some(8));
+        position.confirm(3);
+        assert_eq!(
+            position.offset,
+            Some(8),
+            "an older update does not move it back"
+        );
+        position.confirm(u32::MAX);
+        assert_eq!(
+            position.offset,
+            Some(8),
+            "an id past i32 cannot be asked from"
+        );
     }
 
     #[test]

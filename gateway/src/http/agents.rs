@@ -150,21 +150,40 @@ pub async fn post_message(
     caller: Caller,
     ApiJson(body): ApiJson<PostMessage>,
 ) -> Result<(StatusCode, Json<MessageAnswer>), ApiError> {
-    let mind = agent.mind();
     // Refuse before journaling: a message that cannot be answered is not accepted.
-    if let Some(reason) = mind.provider.unavailable() {
+    if let Some(reason) = agent.mind().provider.unavailable() {
         return Err(provider_error(&ProviderError::Unconfigured(reason)));
     }
     super::api_share_left(&agent).await?;
+    let (inbound, room_id) = posted(body, &caller, state.config.limits.max_message_chars)?;
+    let message_id = inbound.id.clone();
+    // The model has its own deadline; this one only guards against a lost outcome.
+    let deadline = state.config.agent.model_timeout + Duration::from_secs(30);
+    let answer = state
+        .ingress
+        .converse(&agent.id, inbound, deadline)
+        .await
+        .map_err(converse_error)?;
+    let answer = message_answer(answer, room_id, message_id)?;
+    Ok((StatusCode::OK, Json(answer)))
+}
+
+/// The posted message, checked, as the Web connector's `Inbound`, with the Web room it was
+/// posted in. What is left out gets its default: the room `default`, the anonymous user
+/// named `User`, a fresh message id.
+fn posted(
+    body: PostMessage,
+    caller: &Caller,
+    max_chars: usize,
+) -> Result<(Inbound, RoomId), ApiError> {
     if body.text.trim().is_empty() {
         return Err(ApiError::bad_request("`text` must not be empty"));
     }
-    let max = state.config.limits.max_message_chars;
-    if body.text.chars().count() > max {
+    if body.text.chars().count() > max_chars {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
-            format!("`text` is longer than {max} characters (TROUPE_MAX_MESSAGE_CHARS)"),
+            format!("`text` is longer than {max_chars} characters (TROUPE_MAX_MESSAGE_CHARS)"),
         ));
     }
     let room_id = web_room(body.room_id)?;
@@ -175,9 +194,8 @@ pub async fn post_message(
         nonempty(body.message_id, "messageId", 200)?
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
     );
-
     let inbound = Inbound {
-        id: message_id.clone(),
+        id: message_id,
         room: RoomRef::new(Platform::Web, caller.web_room(room_id.clone())),
         author: UserRef {
             id: UserId::new(caller.user(user_id)),
@@ -191,32 +209,32 @@ pub async fn post_message(
         mentions_self: false,
         sent_at_ms: crate::clock::now_ms(),
     };
+    Ok((inbound, room_id))
+}
 
-    // The model has its own deadline; this one only guards against a lost outcome.
-    let deadline = state.config.agent.model_timeout + Duration::from_secs(30);
-    let answer = match state.ingress.converse(&agent.id, inbound, deadline).await {
-        Ok(answer) => answer,
-        Err(e) => return Err(converse_error(e)),
-    };
-    let reply = |replies: Vec<ReplyView>, duplicate, ignored| {
-        Ok((
-            StatusCode::OK,
-            Json(MessageAnswer {
-                replies,
-                room_id,
-                message_id,
-                duplicate,
-                ignored,
-            }),
-        ))
+/// What `POST /messages` answers for the agent's outcome: the replies, or none and why the
+/// persona stayed silent; an error for an outcome the caller must act on.
+fn message_answer(
+    answer: crate::ingress::Answer,
+    room_id: RoomId,
+    message_id: MessageId,
+) -> Result<MessageAnswer, ApiError> {
+    let answered = |replies, duplicate, ignored| {
+        Ok(MessageAnswer {
+            replies,
+            room_id,
+            message_id,
+            duplicate,
+            ignored,
+        })
     };
     match answer.outcome {
-        Outcome::Replied { texts } => reply(
+        Outcome::Replied { texts } => answered(
             texts.into_iter().map(|text| ReplyView { text }).collect(),
             Some(answer.duplicate),
             None,
         ),
-        Outcome::Ignored { reason } => reply(Vec::new(), None, Some(reason.to_string())),
+        Outcome::Ignored { reason } => answered(Vec::new(), None, Some(reason.to_string())),
         Outcome::RateLimited { scope } => Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",

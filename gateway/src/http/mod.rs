@@ -296,24 +296,41 @@ pub async fn serve(
     per_address: usize,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    use connections::Lane;
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
-    use tower::ServiceExt;
-
     let slots = connections::Slots::new(settings.max_connections, per_address);
     let tracker = tokio_util::task::TaskTracker::new();
     let closing = CancellationToken::new();
+    while let Some((stream, peer, slot)) = next_connection(&listener, &slots, &stop).await {
+        let connection = Connection {
+            peer,
+            slot,
+            router: router.clone(),
+            settings: settings.clone(),
+        };
+        tracker.spawn(connection.serve(stream, closing.clone()));
+    }
+    drop(listener);
+    closing.cancel();
+    tracker.close();
+    tracker.wait().await;
+    Ok(())
+}
+
+/// The next connection to serve, with its slot: a slot is reserved before `accept`, so
+/// that past the cap connections wait in the listen queue. A connection over its
+/// address's share is answered 429 and closed here; a failed accept is skipped. `None`
+/// once `stop` is cancelled.
+async fn next_connection(
+    listener: &TcpListener,
+    slots: &connections::Slots,
+    stop: &CancellationToken,
+) -> Option<(tokio::net::TcpStream, SocketAddr, connections::Slot)> {
     loop {
         let reserved = tokio::select! {
-            _ = stop.cancelled() => break,
-            reserved = slots.reserve() => match reserved {
-                Some(r) => r,
-                None => break,
-            },
+            _ = stop.cancelled() => return None,
+            reserved = slots.reserve() => reserved?,
         };
         let (stream, peer) = tokio::select! {
-            _ = stop.cancelled() => break,
+            _ = stop.cancelled() => return None,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -322,70 +339,89 @@ pub async fn serve(
                 }
             },
         };
-        let slot = match slots.admit(reserved, peer.ip()) {
-            Ok(slot) => slot,
+        match slots.admit(reserved, peer.ip()) {
+            Ok(slot) => return Some((stream, peer, slot)),
             Err(connections::TooMany) => {
                 // Nothing of the request is read: the answer is written if the socket
                 // takes it at once, and the connection closes either way.
                 let _ = stream.try_write(&connections::too_many_response());
                 tracing::debug!(%peer, "refused a connection: TROUPE_HTTP_MAX_CONNECTIONS_PER_IP");
-                continue;
             }
-        };
+        }
+    }
+}
+
+/// One admitted connection: who it is from, the slot it holds until it closes, and what
+/// serves it.
+struct Connection {
+    peer: SocketAddr,
+    slot: connections::Slot,
+    router: Router,
+    settings: HttpSettings,
+}
+
+impl Connection {
+    /// Serves the connection over HTTP/1.1 with the header deadline (shorter on the probes'
+    /// lane) until it closes. Once `closing` is cancelled the connection finishes the
+    /// request in hand, then closes.
+    async fn serve(self, stream: tokio::net::TcpStream, closing: CancellationToken) {
+        use connections::Lane;
+        use hyper_util::rt::{TokioIo, TokioTimer};
         let _ = stream.set_nodelay(true);
-        let lane = slot.lane();
-        let body_timeout = settings.body_timeout;
-        let router = router.clone();
-        let service =
-            tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
-                let router = router.clone();
-                async move {
-                    if lane == Lane::Probes
-                        && !connections::is_probe(request.method(), request.uri().path())
-                    {
-                        return Ok(connections::busy());
-                    }
-                    let mut request = request
-                        .map(|body| axum::body::Body::new(IdleBody::new(body, body_timeout)));
-                    request.extensions_mut().insert(ConnectInfo(peer));
-                    router.oneshot(request).await
-                }
-            });
-        let service = TowerToHyperService::new(service);
+        let lane = self.slot.lane();
         let header_timeout = match lane {
-            Lane::General => settings.header_timeout,
-            Lane::Probes => settings
+            Lane::General => self.settings.header_timeout,
+            Lane::Probes => self
+                .settings
                 .header_timeout
                 .min(connections::PROBE_HEADER_TIMEOUT),
         };
-        let closing = closing.clone();
-        tracker.spawn(async move {
-            let _slot = slot;
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                // A lane slot serves one probe, then is free for the next.
-                .keep_alive(lane == Lane::General);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            let result = tokio::select! {
-                result = conn.as_mut() => result,
-                _ = closing.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "connection closed with an error");
-            }
+        let (router, peer, body_timeout) = (self.router, self.peer, self.settings.body_timeout);
+        let service = tower::service_fn(move |request| {
+            handle(router.clone(), lane, peer, body_timeout, request)
         });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            // A lane slot serves one probe, then is free for the next.
+            .keep_alive(lane == Lane::General);
+        let service = hyper_util::service::TowerToHyperService::new(service);
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let mut conn = std::pin::pin!(conn);
+        let result = tokio::select! {
+            result = conn.as_mut() => result,
+            _ = closing.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "connection closed with an error");
+        }
+        drop(self.slot);
     }
-    drop(listener);
-    closing.cancel();
-    tracker.close();
-    tracker.wait().await;
-    Ok(())
+}
+
+/// One request of a connection: on the probes' lane anything but a probe gets 503; else
+/// the router, with the peer's address for the handlers and the body under the idle
+/// deadline.
+async fn handle(
+    router: Router,
+    lane: connections::Lane,
+    peer: SocketAddr,
+    body_timeout: std::time::Duration,
+    request: axum::http::Request<hyper::body::Incoming>,
+) -> Result<Response, std::convert::Infallible> {
+    use tower::ServiceExt;
+    if lane == connections::Lane::Probes
+        && !connections::is_probe(request.method(), request.uri().path())
+    {
+        return Ok(connections::busy());
+    }
+    let mut request = request.map(|body| axum::body::Body::new(IdleBody::new(body, body_timeout)));
+    request.extensions_mut().insert(ConnectInfo(peer));
+    router.oneshot(request).await
 }
 
 /// A request body that fails once the client has sent nothing for `idle`: a body trickled
