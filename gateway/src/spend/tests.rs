@@ -6,6 +6,12 @@ use super::*;
 use std::path::PathBuf;
 use troupe_connectors::RoomId;
 
+/// A reply's call to `openai:gpt-4o-mini`, recorded: what most of these tests spend.
+async fn record_reply(meter: &Meter, who: Who<'_>, tokens: Tokens) {
+    let model = ModelRef::new("openai", "gpt-4o-mini");
+    meter.record(who, Purpose::Reply, &model, tokens).await;
+}
+
 fn persona(spend: serde_json::Value) -> Persona {
     let dir = tempfile::tempdir().unwrap();
     let path: PathBuf = dir.path().join("p.json");
@@ -54,14 +60,7 @@ async fn a_user_budget_stops_replies_at_the_cap_notices_once_and_resets_the_next
             break;
         }
         calls += 1;
-        meter
-            .record(
-                who,
-                Purpose::Reply,
-                &ModelRef::new("openai", "gpt-4o-mini"),
-                tokens(80, 20),
-            )
-            .await;
+        record_reply(&meter, who, tokens(80, 20)).await;
     }
     // 0, 100, 200 are under 250; at 300 the budget is spent.
     assert_eq!(calls, 3);
@@ -101,14 +100,7 @@ async fn a_user_budget_stops_replies_at_the_cap_notices_once_and_resets_the_next
         meter.admit(who, Purpose::Reply).await.unwrap(),
         Admission::Go
     );
-    meter
-        .record(
-            who,
-            Purpose::Reply,
-            &ModelRef::new("openai", "gpt-4o-mini"),
-            tokens(250, 0),
-        )
-        .await;
+    record_reply(&meter, who, tokens(250, 0)).await;
     assert!(matches!(
         meter.admit(who, Purpose::Reply).await.unwrap(),
         Admission::Over {
@@ -129,14 +121,7 @@ async fn the_first_refusal_of_a_window_carries_the_personas_notice() {
         room: Some(&room),
         user: None,
     };
-    meter
-        .record(
-            who,
-            Purpose::Reply,
-            &ModelRef::new("openai", "gpt-4o-mini"),
-            tokens(100, 0),
-        )
-        .await;
+    record_reply(&meter, who, tokens(100, 0)).await;
     assert_eq!(
         meter.admit(who, Purpose::Reply).await.unwrap(),
         Admission::Over {
@@ -170,14 +155,7 @@ async fn background_work_stops_before_replies_and_money_budgets_count_cost() {
     };
     // gpt-4o-mini: $0.60 per million completion tokens; 1400 tokens = 840 micro-dollars,
     // past 80% of $0.001 but under it.
-    meter
-        .record(
-            who,
-            Purpose::Reply,
-            &ModelRef::new("openai", "gpt-4o-mini"),
-            tokens(0, 1400),
-        )
-        .await;
+    record_reply(&meter, who, tokens(0, 1400)).await;
     assert!(matches!(
         meter.admit(who, Purpose::Summary).await.unwrap(),
         Admission::Over {
@@ -283,27 +261,13 @@ async fn closing_writes_every_queued_record() {
         user: Some((Platform::Discord, &user)),
     };
     for _ in 0..3 {
-        meter
-            .record(
-                who,
-                Purpose::Reply,
-                &ModelRef::new("openai", "gpt-4o-mini"),
-                tokens(80, 20),
-            )
-            .await;
+        record_reply(&meter, who, tokens(80, 20)).await;
     }
     spend.close().await;
     let today = meter.persona_today().await.unwrap();
     assert_eq!(today.day.used_tokens, 300);
     // Closed: this one is not taken, and `close` again returns at once.
-    meter
-        .record(
-            who,
-            Purpose::Reply,
-            &ModelRef::new("openai", "gpt-4o-mini"),
-            tokens(80, 20),
-        )
-        .await;
+    record_reply(&meter, who, tokens(80, 20)).await;
     spend.close().await;
     assert_eq!(meter.persona_today().await.unwrap().day.used_tokens, 300);
 }

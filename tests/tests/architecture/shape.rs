@@ -21,7 +21,7 @@
 //! Each rule has an allowlist of `(where, why)`. They start empty; an entry needs its reason.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::{
     block_end, is_ident, repo, rust_files, strip_comments_and_strings, strip_test_modules,
