@@ -174,21 +174,14 @@ impl Store {
     /// the module doc). A `Done` entry stays done: its effects are committed, and driving
     /// it again would answer twice.
     pub async fn journal_fail(&self, id: JournalId, error: &str) -> Result<()> {
-        let now = now_ms();
-        with_pool!(self, pool => {
-            sqlx::query(
-                "UPDATE journal
-                 SET state = 'failed', last_error = $2, updated_at_ms = $3
-                 WHERE id = $1 AND state <> 'done'",
-            )
-            .bind(id.0)
-            .bind(error)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected())
-        })?;
-        Ok(())
+        self.mark_failed(
+            "UPDATE journal
+             SET state = 'failed', last_error = $2, updated_at_ms = $3
+             WHERE id = $1 AND state <> 'done'",
+            id.0,
+            error,
+        )
+        .await
     }
 
     /// Counts one more attempt before a message is handled again, unless it is done or has

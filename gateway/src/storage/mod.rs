@@ -406,6 +406,23 @@ impl Store {
         with_pool!(self, pool => pool.close().await)
     }
 
+    /// Marks row `id` failed with `error`, by `sql`, which binds `$1` the id, `$2` the error
+    /// and `$3` now: the journal's and the outbox's failures, each with its own rule of
+    /// which states may fail.
+    async fn mark_failed(&self, sql: &'static str, id: i64, error: &str) -> Result<()> {
+        let now = now_ms();
+        with_pool!(self, pool => {
+            sqlx::query(sql)
+                .bind(id)
+                .bind(error)
+                .bind(now)
+                .execute(pool)
+                .await
+                .map(|done| done.rows_affected())
+        })?;
+        Ok(())
+    }
+
     pub async fn upsert_agent(&self, id: &AgentId, name: &str) -> Result<()> {
         let now = now_ms();
         with_pool!(self, pool => {

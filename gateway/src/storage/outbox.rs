@@ -164,20 +164,13 @@ impl Store {
 
     /// Marks the entry failed for good; it is kept with its error for operators.
     pub async fn outbox_give_up(&self, id: OutboxId, error: &str) -> Result<()> {
-        let now = now_ms();
-        with_pool!(self, pool => {
-            sqlx::query(
-                "UPDATE outbox
-                 SET state = 'failed', claimed_until_ms = NULL, last_error = $2, updated_at_ms = $3
-                 WHERE id = $1 AND state = 'pending'",
-            )
-            .bind(id.0)
-            .bind(error)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected())
-        })?;
-        Ok(())
+        self.mark_failed(
+            "UPDATE outbox
+             SET state = 'failed', claimed_until_ms = NULL, last_error = $2, updated_at_ms = $3
+             WHERE id = $1 AND state = 'pending'",
+            id.0,
+            error,
+        )
+        .await
     }
 }
