@@ -476,14 +476,24 @@ fn character_fields() -> BTreeSet<String> {
     let list_open = open + text[open..].find('[').unwrap();
     let list = &text[list_open..closing_square(&text, list_open)];
     let mut out: BTreeSet<String> = literals(list).into_iter().collect();
-    let fns = functions(&text);
+    // The `settings` readers live beside the character reader (persona/settings.rs since
+    // the split of issue 31): read every file of the persona module, wherever they move.
+    let mut files = Vec::new();
+    sources(&repo().join("gateway/src/persona"), &mut files);
+    files.sort();
+    let persona: String = files
+        .iter()
+        .map(|f| strip_comments(non_test(&std::fs::read_to_string(f).expect("readable"))))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let fns = functions(&persona);
     for (function, prefix) in [
         ("settings", "settings."),
         ("troupe_settings", "settings.troupe."),
     ] {
         let body = fns
             .get(function)
-            .unwrap_or_else(|| panic!("fn {function} in character.rs"));
+            .unwrap_or_else(|| panic!("fn {function} in gateway/src/persona/"));
         for line in body.lines().filter(|l| l.contains("=>")) {
             let pattern = &line[..line.find("=>").unwrap()];
             for key in literals(pattern) {
