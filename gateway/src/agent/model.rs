@@ -28,9 +28,7 @@ struct RoomNotice<'a> {
 impl OutageNotice for RoomNotice<'_> {
     fn key(&self) -> String {
         // One notice per persona and room: the bus's order key.
-        crate::bus::OrderKey::of(&self.agent.id, &self.inbound.room.key())
-            .as_str()
-            .to_owned()
+        crate::bus::OrderKey::of(&self.agent.id, &self.inbound.room.key()).into_string()
     }
 
     async fn send(&self) {
@@ -80,6 +78,9 @@ impl Agent {
             .scope(mind.provider.complete_or_wait(prompt, notice))
             .await;
         drop(typing);
+        // The model, once: the price key of the usage record, and its label for metrics.
+        let model = mind.provider.model();
+        let label = model.to_string();
         if let (Some(meter), Ok(c)) = (meter, &result) {
             let who = crate::spend::Who {
                 room: Some(&room),
@@ -87,23 +88,18 @@ impl Agent {
             };
             let tokens = c.tokens(prompt);
             meter
-                .record(
-                    who,
-                    crate::spend::Purpose::Reply,
-                    &mind.provider.model(),
-                    tokens,
-                )
+                .record(who, crate::spend::Purpose::Reply, &model, tokens)
                 .await;
         }
         crate::metrics::model_call(
-            &mind.provider.describe(),
+            &label,
             started.elapsed(),
             result.is_ok(),
             result.as_ref().ok().and_then(|c| c.prompt_tokens),
             result.as_ref().ok().and_then(|c| c.completion_tokens),
         );
         let completion = result.inspect_err(|error| {
-            tracing::warn!(%error, provider = %mind.provider.describe(), "model call failed");
+            tracing::warn!(%error, provider = %label, "model call failed");
         })?;
         tracing::info!(
             model_ms = started.elapsed().as_millis() as u64,

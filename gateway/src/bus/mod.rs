@@ -69,6 +69,10 @@ impl OrderKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
 }
 
 /// What consumes the bus: the agent dispatcher.

@@ -318,14 +318,15 @@ impl Memory {
         let started = Instant::now();
         let turn = crate::spend::Turn::new(crate::spend::Priority::Background, &self.agent_id);
         let result = turn.scope(model.provider.complete(prompt)).await;
+        // The model, once: the price key of the usage record, and its label for metrics.
+        let called = model.provider.model();
+        let label = called.to_string();
         if let (Some(meter), Ok(c)) = (&model.meter, &result) {
             let tokens = c.tokens(prompt);
-            meter
-                .record(nobody, purpose, &model.provider.model(), tokens)
-                .await;
+            meter.record(nobody, purpose, &called, tokens).await;
         }
         crate::metrics::model_call(
-            &model.provider.describe(),
+            &label,
             started.elapsed(),
             result.is_ok(),
             result.as_ref().ok().and_then(|c| c.prompt_tokens),
@@ -338,7 +339,7 @@ impl Memory {
                 None
             }
             Err(error) => {
-                tracing::warn!(task, %error, provider = %model.provider.describe(),
+                tracing::warn!(task, %error, provider = %label,
                     "memory model call failed; it is tried again after a later reply");
                 None
             }
