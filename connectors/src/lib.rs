@@ -57,6 +57,6 @@ pub use connector::{
     WebhookRequest, WebhookResponse, panic_message,
 };
 pub use model::{
-    AgentId, Attachment, BadRoomKey, Inbound, MessageId, Outbound, Platform, ReplyTo, RoomId,
-    RoomKey, RoomRef, UserId, UserRef,
+    AgentId, Attachment, BadRoomKey, ClientContext, ClientTurn, Inbound, MessageId, Outbound,
+    Platform, ReplyTo, RoomId, RoomKey, RoomRef, TurnSpeaker, UserId, UserRef,
 };

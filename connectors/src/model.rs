@@ -340,6 +340,39 @@ pub struct ReplyTo {
     pub to_self: bool,
 }
 
+/// What an API client sent along with its message (`POST /v1/chat/completions`, the
+/// OpenAI-compatible API): the conversation it keeps itself, and an instruction of its
+/// own. Only the HTTP API sets it; it travels with the message through the journal and the
+/// bus, so a replica or a restart answers the message from the same context.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientContext {
+    /// The turns before the message, oldest first, when the client keeps the conversation
+    /// (a stateless client): they are the message's history, and the room's own history
+    /// is not replayed. `None`: the room's memory is the history (a stateful client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns: Option<Vec<ClientTurn>>,
+    /// The client's `system` message, when the gateway takes it: added to the prompt after
+    /// the persona's character, as the instruction of the app's operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
+}
+
+/// One earlier turn of a client's conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientTurn {
+    /// Who said it: the persona (an `assistant` message) or the client's user.
+    pub speaker: TurnSpeaker,
+    pub text: String,
+}
+
+/// Who said a [`ClientTurn`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnSpeaker {
+    User,
+    Persona,
+}
+
 /// One message from a platform, normalized. Everything the agent needs to decide whether
 /// and how to answer, and nothing it does not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -361,6 +394,9 @@ pub struct Inbound {
     pub mentions_self: bool,
     /// When the platform says it was sent, in milliseconds since the epoch.
     pub sent_at_ms: i64,
+    /// What an API client sent along with the message; `None` on every platform.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<Box<ClientContext>>,
 }
 
 impl Inbound {

@@ -1,7 +1,7 @@
 //! `troupe chat`: a terminal conversation with a persona, through the same journal, bus and
 //! agent as every platform (as the Web platform, in a room of its own).
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -28,19 +28,18 @@ pub async fn run(config: Config, agent: &AgentId, room_id: &RoomId) -> anyhow::R
     let name = agent.mind().persona.name.clone();
     eprintln!("Talking to {name} in room `{room_id}`. An empty line or Ctrl-D ends.");
 
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(1);
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        for line in stdin.lock().lines() {
-            let Ok(line) = line else { break };
-            if line.trim().is_empty() || tx.blocking_send(line).is_err() {
-                break;
-            }
+    let mut lines = read_lines();
+    // At a terminal the prompt waits for the line; from a pipe nothing waits, so each line
+    // read is shown after its prompt instead: the transcript is the same, and no prompt is
+    // left hanging after the last answer.
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        prompt("");
+    }
+    while let Some(text) = lines.recv().await {
+        if !interactive {
+            prompt(&text);
         }
-    });
-    print!("> ");
-    let _ = std::io::stdout().flush();
-    while let Some(text) = rx.recv().await {
         let inbound = Inbound {
             id: MessageId::new(uuid::Uuid::now_v7().to_string()),
             room: RoomRef::new(Platform::Web, room_id.clone()),
@@ -55,10 +54,11 @@ pub async fn run(config: Config, agent: &AgentId, room_id: &RoomId) -> anyhow::R
             is_direct: true,
             mentions_self: false,
             sent_at_ms: crate::clock::now_ms(),
+            client: None,
         };
         match ingress.converse(&agent.id, inbound, deadline).await {
             Ok(answer) => match answer.outcome {
-                Outcome::Replied { texts } => {
+                Outcome::Replied { texts, .. } => {
                     for t in texts {
                         println!("{name}: {t}");
                     }
@@ -70,10 +70,36 @@ pub async fn run(config: Config, agent: &AgentId, room_id: &RoomId) -> anyhow::R
             },
             Err(e) => println!("(error: {e})"),
         }
-        print!("> ");
-        let _ = std::io::stdout().flush();
+        if interactive {
+            prompt("");
+        }
     }
     shutdown.cancel();
     running.await??;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The lines typed, read on a thread of their own; an empty line or the end of input ends.
+fn read_lines() -> tokio::sync::mpsc::Receiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<String>(1);
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            let Ok(line) = line else { break };
+            if line.trim().is_empty() || tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The prompt, followed by the line read when it came from a pipe (`echo` not empty).
+fn prompt(echo: &str) {
+    if echo.is_empty() {
+        print!("> ");
+    } else {
+        println!("> {echo}");
+    }
+    let _ = std::io::stdout().flush();
 }

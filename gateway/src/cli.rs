@@ -107,9 +107,10 @@ pub fn main() -> ExitCode {
     if let Command::Healthcheck = cli.command {
         return healthcheck(config.http_addr);
     }
-    // A benchmark measures the path, not the per-message log lines: quiet unless asked.
+    // A benchmark measures the path, not the per-message log lines, and in `troupe chat`
+    // the conversation is all the terminal shows: quiet unless asked.
     let filter = match &cli.command {
-        Command::Bench(_) if !config.log_filter_set => "warn",
+        Command::Bench(_) | Command::Chat { .. } if !config.log_filter_set => "warn",
         _ => config.log_filter.as_str(),
     };
     let _telemetry = crate::telemetry::init(

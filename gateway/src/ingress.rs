@@ -313,6 +313,7 @@ impl Ingress {
         Ok(Answer {
             outcome: Outcome::Replied {
                 texts: replies.into_iter().map(|o| o.text).collect(),
+                origin: crate::outcome::Origin::Other,
             },
             duplicate: true,
         })
@@ -462,6 +463,7 @@ mod tests {
             is_direct: false,
             mentions_self: true,
             sent_at_ms: 1,
+            client: None,
         }
     }
 

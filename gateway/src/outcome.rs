@@ -104,11 +104,30 @@ pub enum HandleError {
     UnknownAgent(AgentId),
 }
 
+/// Who wrote a reply, and what it cost: the OpenAI-compatible API reports it as `usage`
+/// (issue 35), and answers a budget's notice as the 429 it stands for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum Origin {
+    /// The model, in this handling, with the tokens it used (the provider's counts, or the
+    /// spend ledger's estimate where it gave none).
+    Model {
+        prompt_tokens: u32,
+        completion_tokens: u32,
+    },
+    /// A spend budget's notice: the message was refused, not answered.
+    BudgetNotice,
+    /// Anything else: a chat command's answer, a reply recorded before (a duplicate).
+    #[default]
+    Other,
+}
+
 /// How the agent dealt with a message.
 #[derive(Debug, Clone)]
 pub enum Outcome {
     Replied {
         texts: Vec<String>,
+        origin: Origin,
     },
     Ignored {
         reason: WhyNot,
@@ -147,6 +166,9 @@ impl Outcome {
 enum WireOutcome {
     Replied {
         texts: Vec<String>,
+        /// Absent from older replicas: `Origin::Other`.
+        #[serde(default, skip_serializing_if = "is_other")]
+        origin: Origin,
     },
     Ignored {
         reason: WhyNot,
@@ -179,12 +201,17 @@ enum WireOutcome {
     },
 }
 
+fn is_other(origin: &Origin) -> bool {
+    *origin == Origin::Other
+}
+
 impl Outcome {
     /// The outcome as bytes for another replica.
     pub(crate) fn to_wire(&self) -> Vec<u8> {
         let wire = match self {
-            Outcome::Replied { texts } => WireOutcome::Replied {
+            Outcome::Replied { texts, origin } => WireOutcome::Replied {
                 texts: texts.clone(),
+                origin: *origin,
             },
             Outcome::Ignored { reason } => WireOutcome::Ignored { reason: *reason },
             Outcome::RateLimited { scope } => WireOutcome::RateLimited { scope: *scope },
@@ -224,7 +251,7 @@ impl Outcome {
             error: HandleError::Model(error),
         };
         Some(match serde_json::from_slice(bytes).ok()? {
-            WireOutcome::Replied { texts } => Outcome::Replied { texts },
+            WireOutcome::Replied { texts, origin } => Outcome::Replied { texts, origin },
             WireOutcome::Ignored { reason } => Outcome::Ignored { reason },
             WireOutcome::RateLimited { scope } => Outcome::RateLimited { scope },
             WireOutcome::Unconfigured { detail } => model(ProviderError::Unconfigured(detail)),
@@ -331,6 +358,7 @@ mod tests {
             (
                 Outcome::Replied {
                     texts: vec!["hi".into()],
+                    origin: Origin::Other,
                 },
                 r#"{"kind":"replied","texts":["hi"]}"#,
             ),
@@ -470,7 +498,13 @@ mod tests {
         let b = waiters.wait(JournalId(1));
         let c = waiters.wait(JournalId(2));
         waiters.forget(JournalId(2));
-        waiters.complete(JournalId(1), &Outcome::Replied { texts: vec![] });
+        waiters.complete(
+            JournalId(1),
+            &Outcome::Replied {
+                texts: vec![],
+                origin: Origin::Other,
+            },
+        );
         assert!(matches!(a.await, Ok(Outcome::Replied { .. })));
         assert!(matches!(b.await, Ok(Outcome::Replied { .. })));
         assert!(c.await.is_err(), "a forgotten waiter is dropped");

@@ -126,6 +126,7 @@ impl SlashCommand {
             is_direct: self.guild.is_none(),
             mentions_self: true,
             sent_at_ms,
+            client: None,
         }
     }
 

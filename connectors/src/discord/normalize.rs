@@ -105,6 +105,7 @@ pub(crate) fn to_inbound(msg: &wire::Message, me: Snowflake, place: Place) -> Op
         is_direct,
         mentions_self,
         sent_at_ms: id.unix_ms(),
+        client: None,
     })
 }
 

@@ -130,6 +130,7 @@ pub(crate) fn to_inbound(cast: &Cast, bot: Fid, hint: Hint) -> Result<Option<Inb
         is_direct: false,
         mentions_self: mentions(cast, bot) || hint.mentioned,
         sent_at_ms,
+        client: None,
     }))
 }
 

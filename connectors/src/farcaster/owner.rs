@@ -118,6 +118,7 @@ mod tests {
             is_direct: false,
             mentions_self: true,
             sent_at_ms: 0,
+            client: None,
         }
     }
 

@@ -158,6 +158,7 @@ fn from_message(message: &Message, me: &BotIdentity, policy: &GroupPolicy) -> Ev
         is_direct,
         mentions_self: mentions(text, entities, me),
         sent_at_ms: message.date.timestamp_millis(),
+        client: None,
     }))
 }
 

@@ -15,6 +15,8 @@ pub(super) struct Reply {
     pub(super) text: String,
     pub(super) standing: Standing,
     pub(super) quoted: crate::rooms::actions::Quoted,
+    /// Who wrote it and what it cost, for the caller's outcome.
+    pub(super) origin: crate::outcome::Origin,
 }
 
 impl Agent {
@@ -29,6 +31,7 @@ impl Agent {
         reply: Reply,
         recalled_messages: usize,
     ) -> anyhow::Result<Outcome> {
+        let origin = reply.origin;
         let Some(text) = self.act(inbound, reply).await? else {
             // A muted room stays quiet unless the reply unmutes it.
             self.record(journal_id, inbound, None).await?;
@@ -50,7 +53,10 @@ impl Agent {
             meter,
         };
         self.memory.after_reply(model, inbound, recalled_messages);
-        Ok(Outcome::Replied { texts: vec![text] })
+        Ok(Outcome::Replied {
+            texts: vec![text],
+            origin,
+        })
     }
 
     /// Honours the action the reply ends with (`rooms::actions`: "please stop talking
@@ -72,6 +78,7 @@ impl Agent {
             text: reply,
             standing,
             quoted,
+            ..
         } = reply;
         let (text, proposed) = actions::take(&reply);
         let action = actions::honoured(proposed, &inbound.text, quoted);

@@ -60,6 +60,7 @@ impl Agent {
         }
         Ok(Some(Outcome::Replied {
             texts: vec![answer.text],
+            origin: crate::outcome::Origin::Other,
         }))
     }
 

@@ -69,7 +69,10 @@ impl Agent {
             // it), recorded and delivered like any reply.
             Some(text) => {
                 self.reply(journal_id, inbound, text.clone()).await?;
-                Ok(Some(Outcome::Replied { texts: vec![text] }))
+                Ok(Some(Outcome::Replied {
+                    texts: vec![text],
+                    origin: crate::outcome::Origin::BudgetNotice,
+                }))
             }
             None => {
                 self.record(journal_id, inbound, None).await?;

@@ -268,8 +268,8 @@ impl Agent {
             &recall.hits,
             &prompt,
         );
-        let text = match self.complete(&mind, meter.as_ref(), inbound, &prompt).await {
-            Ok(text) => text,
+        let (text, origin) = match self.complete(&mind, meter.as_ref(), inbound, &prompt).await {
+            Ok(answered) => answered,
             Err(error) => {
                 self.store
                     .journal_fail(journal_id, &error.to_string())
@@ -283,6 +283,7 @@ impl Agent {
             text,
             standing,
             quoted,
+            origin,
         };
         self.answer(
             &mind,

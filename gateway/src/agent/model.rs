@@ -6,8 +6,9 @@ use troupe_connectors::{Inbound, Platform};
 
 use super::outbound::Kind;
 use super::{Agent, Mind};
+use crate::outcome::Origin;
 use crate::persona::Prompt;
-use crate::provider::{OutageNotice, ProviderError};
+use crate::provider::{Completion, OutageNotice, ProviderError};
 
 /// The notice a room gets, once per outage, when its message waits for a model provider
 /// that is down (issue 12, faults).
@@ -59,7 +60,7 @@ impl Agent {
         meter: Option<&crate::spend::Meter>,
         inbound: &Inbound,
         prompt: &Prompt,
-    ) -> Result<String, ProviderError> {
+    ) -> Result<(String, Origin), ProviderError> {
         let typing = self.keep_typing(inbound);
         let started = Instant::now();
         let notice = RoomNotice {
@@ -107,7 +108,8 @@ impl Agent {
             completion_tokens = completion.completion_tokens,
             "model answered"
         );
-        Ok(completion.text)
+        let origin = origin_of(&completion, prompt);
+        Ok((completion.text, origin))
     }
 
     /// Keeps the platform's typing indicator on until the returned guard is cancelled.
@@ -132,5 +134,23 @@ impl Agent {
             });
         }
         token.drop_guard()
+    }
+}
+
+/// One token per this many characters, where the provider reported no count: the spend
+/// ledger's estimate (`spend::accounting`), so `usage` and the ledger agree.
+const CHARS_PER_TOKEN: usize = 4;
+
+/// The reply's origin: the model, with the tokens it used.
+fn origin_of(completion: &Completion, prompt: &Prompt) -> Origin {
+    let estimate =
+        |chars: usize| u32::try_from(chars.div_ceil(CHARS_PER_TOKEN)).unwrap_or(u32::MAX);
+    Origin::Model {
+        prompt_tokens: completion
+            .prompt_tokens
+            .unwrap_or_else(|| estimate(prompt.system.len() + prompt.user.len())),
+        completion_tokens: completion
+            .completion_tokens
+            .unwrap_or_else(|| estimate(completion.text.len())),
     }
 }

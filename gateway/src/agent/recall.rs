@@ -3,7 +3,7 @@
 //! of it and the character.
 
 use std::time::Duration;
-use troupe_connectors::{ContextLine, Inbound};
+use troupe_connectors::{ClientTurn, ContextLine, Inbound, TurnSpeaker};
 
 use super::Agent;
 use crate::persona::{self, HistoryLine, Persona, Prompt, PromptInput};
@@ -45,6 +45,19 @@ impl Agent {
         room: RoomContext,
     ) -> anyhow::Result<Recall> {
         let room_key = inbound.room.key();
+        // A client that keeps its own conversation (the OpenAI-compatible API, stateless)
+        // sent the history itself: the room's would repeat it, and its summary and the
+        // thread with it (issue 35). With no messages recalled, no summary is read.
+        if client_turns(inbound).is_some() {
+            let memory = self.memory.recall(&room_key, 0, inbound, None).await?;
+            let hits = self.knowledge_for(inbound, &room_key).await;
+            return Ok(Recall {
+                recent: Vec::new(),
+                memory,
+                thread: Vec::new(),
+                hits,
+            });
+        }
         // Read with the room's controls, unless only the room's controls made it answer
         // (a followed room).
         let recent = match room.recent {
@@ -60,22 +73,30 @@ impl Agent {
             .recall(&room_key, recent.len(), inbound, room.summary)
             .await?;
         let thread = self.thread_context(inbound).await;
-        let hits = match &self.knowledge {
-            Some(k) => {
-                if !inbound.attachments.is_empty() {
-                    k.ingest_attachments(&self.id, &room_key, &inbound.attachments)
-                        .await;
-                }
-                k.for_prompt(&self.id, &room_key, &inbound.text).await
-            }
-            None => Vec::new(),
-        };
+        let hits = self.knowledge_for(inbound, &room_key).await;
         Ok(Recall {
             recent,
             memory,
             thread,
             hits,
         })
+    }
+
+    /// Knowledge for the message's prompt (documents attached to it become the room's
+    /// knowledge first).
+    async fn knowledge_for(
+        &self,
+        inbound: &Inbound,
+        room_key: &troupe_connectors::RoomKey,
+    ) -> Vec<crate::knowledge::Hit> {
+        let Some(k) = &self.knowledge else {
+            return Vec::new();
+        };
+        if !inbound.attachments.is_empty() {
+            k.ingest_attachments(&self.id, room_key, &inbound.attachments)
+                .await;
+        }
+        k.for_prompt(&self.id, room_key, &inbound.text).await
     }
 
     /// The messages above `inbound` in its thread that its platform knows, oldest first;
@@ -112,22 +133,7 @@ impl Agent {
             hits,
         } = recall;
         let facts: Vec<&str> = memory.facts.iter().map(String::as_str).collect();
-        let mut history: Vec<HistoryLine<'_>> = thread
-            .iter()
-            .filter(|c| c.text != inbound.text && !recent.iter().any(|m| m.text == c.text))
-            .map(|c| HistoryLine {
-                author_name: &c.author_name,
-                text: &c.text,
-            })
-            .collect();
-        history.extend(recent.iter().map(|m| HistoryLine {
-            author_name: &m.author_name,
-            text: &m.text,
-        }));
-        history.push(HistoryLine {
-            author_name: &inbound.author.name,
-            text: &inbound.text,
-        });
+        let history = history_of(persona, inbound, recent, thread);
         let knowledge: Vec<persona::KnowledgeItem<'_>> = hits
             .iter()
             .map(|h| persona::KnowledgeItem {
@@ -153,6 +159,12 @@ impl Agent {
         );
         // The plain-language room controls ride on the reply itself (rooms::actions).
         prompt.system.push_str(crate::rooms::actions::INSTRUCTION);
+        // A client's own system message comes after the character, as its operator's
+        // instruction, never in its place (docs/openai.md).
+        if let Some(instruction) = inbound.client.as_ref().and_then(|c| c.instruction.as_ref()) {
+            prompt.system.push_str(OPERATOR_INSTRUCTION);
+            prompt.system.push_str(instruction);
+        }
         // Everything quoted, whether or not the budget kept it: a marker anywhere in what
         // other people wrote (or named themselves) could be the one the model repeats.
         let marked = crate::rooms::actions::holds_marker;
@@ -171,6 +183,58 @@ impl Agent {
             },
         }
     }
+}
+
+/// The conversation the prompt quotes, oldest first, ending with the message: a stateless
+/// client's turns (`recall` left the room's out; the persona's by its name, the user's by
+/// the sender's), the thread's lines troupe does not already remember, the room's recent
+/// messages.
+fn history_of<'a>(
+    persona: &'a Persona,
+    inbound: &'a Inbound,
+    recent: &'a [MemoryMessage],
+    thread: &'a [ContextLine],
+) -> Vec<HistoryLine<'a>> {
+    let client = client_turns(inbound)
+        .unwrap_or_default()
+        .iter()
+        .map(|turn| HistoryLine {
+            author_name: match turn.speaker {
+                TurnSpeaker::Persona => &persona.name,
+                TurnSpeaker::User => &inbound.author.name,
+            },
+            text: &turn.text,
+        });
+    let thread = thread
+        .iter()
+        .filter(|c| c.text != inbound.text && !recent.iter().any(|m| m.text == c.text))
+        .map(|c| HistoryLine {
+            author_name: &c.author_name,
+            text: &c.text,
+        });
+    let recent = recent.iter().map(|m| HistoryLine {
+        author_name: &m.author_name,
+        text: &m.text,
+    });
+    let this = HistoryLine {
+        author_name: &inbound.author.name,
+        text: &inbound.text,
+    };
+    client
+        .chain(thread)
+        .chain(recent)
+        .chain(std::iter::once(this))
+        .collect()
+}
+
+/// What introduces a client's system message in the prompt: the persona's character stays
+/// first and whole; the app that calls the API adds its instruction after it.
+const OPERATOR_INSTRUCTION: &str = "\n\n# Instructions from the app this conversation happens in\n";
+
+/// The turns a stateless client sent with its message, oldest first; `None` for a message
+/// whose room memory is its history.
+fn client_turns(inbound: &Inbound) -> Option<&[ClientTurn]> {
+    inbound.client.as_ref()?.turns.as_deref()
 }
 
 /// The sampling seed for a message: stable across a re-drive of the same message, so a

@@ -40,6 +40,7 @@ impl Agent {
                 let replies = self.store.replies_for(journal_id).await?;
                 Ok(Some(Outcome::Replied {
                     texts: replies.into_iter().map(|o| o.text).collect(),
+                    origin: crate::outcome::Origin::Other,
                 }))
             }
             Attempt::Exhausted {

@@ -50,7 +50,7 @@ async fn journal(agent: &Agent, inbound: &Inbound) -> JournalId {
 
 fn replied(outcome: &Outcome) -> Vec<String> {
     match outcome {
-        Outcome::Replied { texts } => texts.clone(),
+        Outcome::Replied { texts, .. } => texts.clone(),
         other => panic!("not a reply: {other:?}"),
     }
 }

@@ -468,6 +468,7 @@ fn message(run_id: &str, room: usize, n: usize) -> Inbound {
         is_direct: true,
         mentions_self: false,
         sent_at_ms: crate::clock::now_ms(),
+        client: None,
     }
 }
 

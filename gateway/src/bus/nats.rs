@@ -718,6 +718,7 @@ mod tests {
             is_direct: true,
             mentions_self: false,
             sent_at_ms: 0,
+            client: None,
         }
     }
 

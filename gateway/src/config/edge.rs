@@ -83,6 +83,30 @@ pub struct HttpSettings {
     /// `TROUPE_RATE_API_PER_MIN`, default 120 (0: off): requests one caller (one peer
     /// address) may make to `/api` per minute, separate from the platforms' limits.
     pub api_per_minute: u32,
+    /// `TROUPE_OPENAI_SYSTEM_MESSAGES`, default `instruction`: what a `system` message sent
+    /// to `POST /v1/chat/completions` does (docs/openai.md).
+    pub openai_system: SystemMessages,
+}
+
+/// What the OpenAI-compatible API does with a client's `system` (or `developer`) message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SystemMessages {
+    /// Added to the prompt after the persona's character, as the app's instruction.
+    #[default]
+    Instruction,
+    /// Refused with 400: only the character file speaks to the model.
+    Refuse,
+}
+
+impl std::str::FromStr for SystemMessages {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "instruction" => Ok(SystemMessages::Instruction),
+            "refuse" => Ok(SystemMessages::Refuse),
+            _ => Err("use `instruction` or `refuse`".into()),
+        }
+    }
 }
 
 /// `TROUPE_API_TOKEN`, else troupe.toml's `api_token`. An empty value is unset (compose
@@ -149,6 +173,11 @@ pub(super) fn http_settings(
         body_timeout: Duration::from_secs(body_timeout),
         max_connections,
         api_per_minute: layered.parse("TROUPE_RATE_API_PER_MIN", file.rate_api_per_min, 120)?,
+        openai_system: layered.parse(
+            "TROUPE_OPENAI_SYSTEM_MESSAGES",
+            None,
+            SystemMessages::Instruction,
+        )?,
     })
 }
 

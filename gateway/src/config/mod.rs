@@ -41,7 +41,8 @@ use crate::persona::Env;
 
 pub use agent::{AgentSettings, MemorySettings};
 pub use edge::{
-    AllowedHosts, ApiCallers, EdgeSettings, HttpSettings, Limits, ScopedToken, TokenName,
+    AllowedHosts, ApiCallers, EdgeSettings, HttpSettings, Limits, ScopedToken, SystemMessages,
+    TokenName,
 };
 pub use knowledge::{EmbeddingApi, EmbeddingSettings, ExtractSettings, KnowledgeSettings};
 pub use platforms::{ReceiveSettings, ReplicaSettings};

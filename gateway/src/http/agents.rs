@@ -132,7 +132,7 @@ fn nonempty(value: Option<String>, field: &str, max: usize) -> Result<Option<Str
 
 /// The Web room a message is posted in. The API talks only in its own rooms: a room of
 /// another platform is answered there, by its connector, never from an HTTP caller.
-fn web_room(posted: Option<RoomKey>) -> Result<RoomId, ApiError> {
+pub(super) fn web_room(posted: Option<RoomKey>) -> Result<RoomId, ApiError> {
     match posted {
         None => Ok(RoomId::new("default")),
         Some(key) if key.platform == Platform::Web => Ok(key.room),
@@ -208,6 +208,7 @@ fn posted(
         is_direct: true,
         mentions_self: false,
         sent_at_ms: crate::clock::now_ms(),
+        client: None,
     };
     Ok((inbound, room_id))
 }
@@ -229,7 +230,7 @@ fn message_answer(
         })
     };
     match answer.outcome {
-        Outcome::Replied { texts } => answered(
+        Outcome::Replied { texts, .. } => answered(
             texts.into_iter().map(|text| ReplyView { text }).collect(),
             Some(answer.duplicate),
             None,
@@ -260,7 +261,7 @@ const RETRY_AFTER_RESTART: u64 = 10;
 /// A message the journal or the bus did not take, or that got no answer in time. Storage
 /// and the bus being down are 503s (the caller may post again); a message the database
 /// refuses for good is the caller's to change (422).
-fn converse_error(e: ConverseError) -> ApiError {
+pub(super) fn converse_error(e: ConverseError) -> ApiError {
     match e {
         ConverseError::Journal(SinkError::Unavailable(_)) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -299,7 +300,7 @@ fn converse_error(e: ConverseError) -> ApiError {
 /// What handling the message failed with: the model's errors as they always were, the
 /// database down as a 503 (the message stays journaled), a persona removed since the
 /// message was journaled as a 404.
-fn handle_error(error: &HandleError) -> ApiError {
+pub(super) fn handle_error(error: &HandleError) -> ApiError {
     match error {
         HandleError::Model(e) => provider_error(e),
         HandleError::Storage(_) => ApiError::new(
@@ -318,7 +319,7 @@ fn handle_error(error: &HandleError) -> ApiError {
     }
 }
 
-fn provider_error(error: &ProviderError) -> ApiError {
+pub(super) fn provider_error(error: &ProviderError) -> ApiError {
     let (status, code) = match error {
         ProviderError::Unconfigured(_) => (StatusCode::SERVICE_UNAVAILABLE, "model_unconfigured"),
         ProviderError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "model_timeout"),

@@ -55,6 +55,18 @@ impl Caller {
         }
     }
 
+    /// Whether this caller may reach `agent`: the operator every persona, a scoped token
+    /// those it lists (by id or name).
+    pub fn reaches(&self, agents: &crate::agent::Agents, agent: &crate::agent::Agent) -> bool {
+        match self {
+            Caller::Operator => true,
+            Caller::Scoped(t) => t
+                .personas
+                .iter()
+                .any(|p| agents.find(p).is_some_and(|a| a.id == agent.id)),
+        }
+    }
+
     /// The room a route's `{room}` names, as this caller may see it: a scoped token sees
     /// only its own rooms of the HTTP API.
     pub fn room(&self, key: RoomKey) -> Result<RoomKey, ApiError> {
@@ -100,6 +112,10 @@ fn scoped_access(method: &Method, route: &str) -> Option<Access> {
     match route {
         "/agents/{agent}" | "/agents/{agent}/rooms/{room}/memories" if read => Some(Access::Read),
         "/agents/{agent}/messages" if method == Method::POST => Some(Access::Write),
+        // The persona is in the body or the path's `{model}`: the handler checks it
+        // (`Caller::reaches`), and lists only the token's own.
+        "/v1/models" | "/v1/models/{model}" if read => Some(Access::Read),
+        "/v1/chat/completions" if method == Method::POST => Some(Access::Write),
         _ => None,
     }
 }
@@ -189,6 +205,10 @@ async fn scoped_may(
             "the token `{name}` is read-only: it may not post messages"
         )));
     }
+    if route.starts_with("/v1/") {
+        // The OpenAI-compatible routes name their persona as a model (`http::openai`).
+        return Ok(());
+    }
     let params = RawPathParams::from_request_parts(parts, state)
         .await
         .map_err(|e| ApiError::bad_request(e.body_text()))?;
@@ -197,12 +217,11 @@ async fn scoped_may(
         .find(|(key, _)| *key == "agent")
         .map(|(_, value)| value.to_string())
         .unwrap_or_default();
-    let allowed = state.agents.find(&named).is_some_and(|agent| {
-        token
-            .personas
-            .iter()
-            .any(|p| state.agents.find(p).is_some_and(|a| a.id == agent.id))
-    });
+    let caller = Caller::Scoped(Arc::new(token.clone()));
+    let allowed = state
+        .agents
+        .find(&named)
+        .is_some_and(|agent| caller.reaches(&state.agents, &agent));
     if allowed {
         Ok(())
     } else {

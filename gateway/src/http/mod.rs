@@ -26,6 +26,7 @@ mod forwarded;
 mod health;
 mod inspect;
 mod knowledge;
+mod openai;
 mod telegram_link;
 mod usage;
 mod webhooks;
@@ -102,6 +103,8 @@ pub fn router(state: AppState) -> Router {
             get(metrics).route_layer(middleware::from_fn_with_state(state.clone(), require_token)),
         )
         .nest("/api", api)
+        // Personas as OpenAI-compatible models (issue 35, docs/openai.md).
+        .merge(openai::routes(&state))
         .merge(console::routes())
         .route(
             "/webhooks/{platform}/{agent}",
@@ -268,12 +271,14 @@ pub(crate) async fn api_share_left(agent: &crate::agent::Agent) -> Result<(), Ap
     );
     Err(match scope {
         BudgetScope::ApiMonth => error,
-        // Until the next UTC day.
-        _ => {
-            let into_day = (crate::clock::now_ms() / 1000).rem_euclid(86_400);
-            error.retry_after((86_400 - into_day) as u64)
-        }
+        _ => error.retry_after(secs_to_utc_midnight()),
     })
+}
+
+/// Seconds until the next UTC day, when a day's budgets start again.
+pub(crate) fn secs_to_utc_midnight() -> u64 {
+    let into_day = (crate::clock::now_ms() / 1000).rem_euclid(86_400);
+    (86_400 - into_day) as u64
 }
 
 /// Serves `router` on `listener` until `stop` is cancelled, then lets the requests in hand

@@ -472,6 +472,7 @@ mod tests {
             is_direct: true,
             mentions_self: false,
             sent_at_ms: 0,
+            client: None,
         };
         assert!(learns_about(&message(Platform::Web, "u-sam", false)));
         assert!(!learns_about(&message(

@@ -132,6 +132,7 @@ mod tests {
             is_direct: false,
             mentions_self: false,
             sent_at_ms: 0,
+            client: None,
         }
     }
 

@@ -179,6 +179,7 @@ pub(crate) mod tests {
             is_direct: false,
             mentions_self: false,
             sent_at_ms: 0,
+            client: None,
         }
     }
 

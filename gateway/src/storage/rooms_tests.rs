@@ -165,6 +165,7 @@ async fn a_command_closes_its_entry_without_memory(ctx: Ctx) {
         is_direct: false,
         mentions_self: false,
         sent_at_ms: 1_000,
+        client: None,
     };
     let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("journaled twice")

@@ -56,6 +56,7 @@ pub(super) async fn say(
         is_direct: true,
         mentions_self: false,
         sent_at_ms: 1_000,
+        client: None,
     };
     let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("{id} was already journaled")

@@ -66,6 +66,7 @@ fn inbound(platform: Platform, room: &str, id: &str, author: &str, text: &str, a
         is_direct: false,
         mentions_self: true,
         sent_at_ms: at,
+        client: None,
     }
 }
 
