@@ -32,7 +32,10 @@ fn available(ready: bool, what: &str) -> Option<()> {
     if ready {
         return Some(());
     }
-    assert!(!in_ci(), "{what} is missing under CI=true: .ci/run installs it");
+    assert!(
+        !in_ci(),
+        "{what} is missing under CI=true: .ci/run installs it"
+    );
     eprintln!("skipping: {what} is not installed (.ci/run installs it)");
     None
 }
@@ -90,11 +93,17 @@ fn check_what_the_model_saw(fake: &FakeOpenAi, seen: &Value, tag: &str) {
     let text = |v: &Value| v.as_str().unwrap().to_string();
     // Real usage: the provider's counts, as the fake reported them.
     assert_eq!(seen["plain"]["usage"]["prompt_tokens"], USAGE.0, "{seen}");
-    assert_eq!(seen["plain"]["usage"]["completion_tokens"], USAGE.1, "{seen}");
+    assert_eq!(
+        seen["plain"]["usage"]["completion_tokens"], USAGE.1,
+        "{seen}"
+    );
     // The stream's chunks join to what the model answered.
     let streamed = replies_with(fake, &format!("{tag} stream:"));
     assert_eq!(streamed.len(), 1);
-    assert_eq!(streamed[0].reply(), Some(text(&seen["stream"]["text"]).as_str()));
+    assert_eq!(
+        streamed[0].reply(),
+        Some(text(&seen["stream"]["text"]).as_str())
+    );
     assert_eq!(seen["stream"]["usage"]["total_tokens"], USAGE.0 + USAGE.1);
 
     // Stateless: the third prompt holds each earlier turn exactly once, the character, a
@@ -102,36 +111,56 @@ fn check_what_the_model_saw(fake: &FakeOpenAi, seen: &Value, tag: &str) {
     let third = replies_with(fake, &format!("{tag} stateless turn 3"));
     assert_eq!(third.len(), 1, "one call for the third turn");
     let prompt = third[0].prompt_text();
-    let replies: Vec<String> = seen["stateless"].as_array().unwrap().iter().map(text).collect();
+    let replies: Vec<String> = seen["stateless"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(text)
+        .collect();
     for earlier in [
         format!("{tag} stateless turn 1 about the harbour office"),
         format!("{tag} stateless turn 2 about the harbour office"),
         replies[0].clone(),
         replies[1].clone(),
     ] {
-        assert_eq!(prompt.matches(&earlier).count(), 1, "`{earlier}` once in:\n{prompt}");
+        assert_eq!(
+            prompt.matches(&earlier).count(),
+            1,
+            "`{earlier}` once in:\n{prompt}"
+        );
     }
     assert!(prompt.contains(BIO), "the character: {prompt}");
     assert!(prompt.contains(PASSAGE), "a knowledge passage: {prompt}");
     let system = third[0].system_prompt().unwrap_or_default();
     let instruction = format!("{tag} app instruction");
     assert_eq!(system.matches(&instruction).count(), 1, "{system}");
-    assert!(system.find(BIO) < system.find(&instruction), "character first: {system}");
+    assert!(
+        system.find(BIO) < system.find(&instruction),
+        "character first: {system}"
+    );
 
     // Stateful: the third turn recalls the first from troupe's memory.
     let third = replies_with(fake, &format!("{tag} stateful turn 3"));
     assert_eq!(third.len(), 1);
     assert!(
-        third[0].prompt_text().contains(&format!("{tag} stateful turn 1")),
+        third[0]
+            .prompt_text()
+            .contains(&format!("{tag} stateful turn 1")),
         "{}",
         third[0].prompt_text()
     );
 
     // The same Idempotency-Key twice: one model call.
-    assert_eq!(replies_with(fake, &format!("{tag} idempotent question")).len(), 1);
+    assert_eq!(
+        replies_with(fake, &format!("{tag} idempotent question")).len(),
+        1
+    );
 
     // The user's budget: three answers, then the SDK's RateLimitError.
-    assert_eq!(seen["budget"], json!({"after": 3, "code": "budget_exhausted"}));
+    assert_eq!(
+        seen["budget"],
+        json!({"after": 3, "code": "budget_exhausted"})
+    );
 }
 
 #[tokio::test]
@@ -153,7 +182,9 @@ async fn the_python_sdk_talks_to_personas_as_models() {
 
 #[tokio::test]
 async fn the_node_sdk_talks_to_personas_as_models() {
-    let node_ready = clients_dir().join("node/node_modules/openai/package.json").exists();
+    let node_ready = clients_dir()
+        .join("node/node_modules/openai/package.json")
+        .exists();
     if available(node_ready, "the `openai` npm package (tests/clients/node)").is_none() {
         return;
     }
@@ -218,7 +249,10 @@ async fn troupe_chat_shows_the_conversation_only() {
     assert_eq!(answers.len(), 2, "{stdout}");
     assert_eq!(
         stdout,
-        format!("> hi\nAda: {}\n> and you?\nAda: {}\n", answers[0], answers[1])
+        format!(
+            "> hi\nAda: {}\n> and you?\nAda: {}\n",
+            answers[0], answers[1]
+        )
     );
     assert_eq!(
         stderr,

@@ -23,6 +23,8 @@ pub(super) async fn openai_errors(request: Request, next: Next) -> Response {
         return response;
     }
     let (mut parts, body) = response.into_parts();
+    // The body is written anew below.
+    parts.headers.remove(header::CONTENT_LENGTH);
     let bytes = axum::body::to_bytes(body, MAX_ERROR_BODY)
         .await
         .unwrap_or_default();
@@ -46,7 +48,6 @@ pub(super) async fn openai_errors(request: Request, next: Next) -> Response {
         "param": null,
         "code": openai_code(status, code.as_deref()),
     }});
-    parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
