@@ -91,7 +91,7 @@ mod tests {
             .layer(axum::middleware::from_fn(openai_errors));
         let response = app
             .oneshot(
-                Request::builder()
+                axum::http::Request::builder()
                     .uri("/")
                     .body(axum::body::Body::empty())
                     .unwrap(),
