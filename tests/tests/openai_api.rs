@@ -134,10 +134,11 @@ fn check_what_the_model_saw(fake: &FakeOpenAi, seen: &Value, tag: &str) {
     let system = third[0].system_prompt().unwrap_or_default();
     let instruction = format!("{tag} app instruction");
     assert_eq!(system.matches(&instruction).count(), 1, "{system}");
-    assert!(
-        system.find(BIO) < system.find(&instruction),
-        "character first: {system}"
-    );
+    let persona_at = system
+        .find("You are Ada")
+        .expect("the persona's system line");
+    let instruction_at = system.find(&instruction).expect("the app's instruction");
+    assert!(persona_at < instruction_at, "the character first: {system}");
 
     // Stateful: the third turn recalls the first from troupe's memory.
     let third = replies_with(fake, &format!("{tag} stateful turn 3"));
