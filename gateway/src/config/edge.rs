@@ -175,7 +175,11 @@ pub(super) fn http_settings(
         api_per_minute: layered.parse("TROUPE_RATE_API_PER_MIN", file.rate_api_per_min, 120)?,
         openai_system: layered.parse(
             "TROUPE_OPENAI_SYSTEM_MESSAGES",
-            None,
+            file.openai_system_messages
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("openai_system_messages: {e}"))?,
             SystemMessages::Instruction,
         )?,
     })

@@ -160,6 +160,7 @@ struct FileConfig {
     http_max_connections: Option<usize>,
     http_max_connections_per_ip: Option<usize>,
     rate_api_per_min: Option<u32>,
+    openai_system_messages: Option<String>,
     rate_user_per_min: Option<u32>,
     rate_room_per_min: Option<u32>,
     rate_agent_per_min: Option<u32>,

@@ -268,6 +268,12 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
             format!("{:?}", e(c).passage_prefix)
         }),
         p("TROUPE_LOG", "\"debug\"", "warn", |c| c.log_filter.clone()),
+        p(
+            "TROUPE_OPENAI_SYSTEM_MESSAGES",
+            "\"refuse\"",
+            "instruction",
+            |c| format!("{:?}", c.http.openai_system),
+        ),
         p("TROUPE_LOG_FORMAT", "\"json\"", "text", |c| {
             c.log_json.to_string()
         }),

@@ -85,9 +85,9 @@ mod tests {
     use axum::routing::get;
     use tower::ServiceExt;
 
-    async fn answer(error: ApiError) -> (StatusCode, Value, Option<HeaderValue>) {
+    async fn answer(error: fn() -> ApiError) -> (StatusCode, Value, Option<HeaderValue>) {
         let app = Router::new()
-            .route("/", get(move || async move { error }))
+            .route("/", get(move || async move { error() }))
             .layer(axum::middleware::from_fn(openai_errors));
         let response = app
             .oneshot(
@@ -108,20 +108,16 @@ mod tests {
 
     #[tokio::test]
     async fn api_errors_become_openais_shape_with_their_status_and_headers() {
-        let (status, body, _) = answer(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "needs a token",
-        ))
-        .await;
+        let (status, body, _) =
+            answer(|| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "needs a token"))
+                .await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
         assert_eq!(body["error"]["type"], "authentication_error");
         assert_eq!(body["error"]["code"], "invalid_api_key");
         assert_eq!(body["error"]["message"], "needs a token");
-        let (status, body, retry) = answer(
-            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "budget_exhausted", "later")
-                .retry_after(9),
-        )
+        let (status, body, retry) = answer(|| {
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "budget_exhausted", "later").retry_after(9)
+        })
         .await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(body["error"]["code"], "budget_exhausted");
