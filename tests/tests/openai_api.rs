@@ -169,6 +169,14 @@ fn check_what_the_model_saw(fake: &FakeOpenAi, seen: &Value, tag: &str) {
     );
 }
 
+/// One client script against a fresh app and fake model, checked against what the model saw.
+async fn a_client_talks_to_personas_as_models(program: &str, script: &str, tag: &str) {
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(&fake).await;
+    let seen = run_client(&app, program, clients_dir().join(script), tag).await;
+    check_what_the_model_saw(&fake, &seen, tag);
+}
+
 #[tokio::test]
 async fn the_python_sdk_talks_to_personas_as_models() {
     let python_ready = std::process::Command::new("python3")
@@ -176,14 +184,9 @@ async fn the_python_sdk_talks_to_personas_as_models() {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if available(python_ready, "the `openai` PyPI package").is_none() {
-        return;
+    if available(python_ready, "the `openai` PyPI package").is_some() {
+        a_client_talks_to_personas_as_models("python3", "python/openai_client.py", "py").await;
     }
-    let fake = FakeOpenAi::start().await;
-    let app = spawn(&fake).await;
-    let script = clients_dir().join("python/openai_client.py");
-    let seen = run_client(&app, "python3", script, "py").await;
-    check_what_the_model_saw(&fake, &seen, "py");
 }
 
 #[tokio::test]
@@ -191,14 +194,9 @@ async fn the_node_sdk_talks_to_personas_as_models() {
     let node_ready = clients_dir()
         .join("node/node_modules/openai/package.json")
         .exists();
-    if available(node_ready, "the `openai` npm package (tests/clients/node)").is_none() {
-        return;
+    if available(node_ready, "the `openai` npm package (tests/clients/node)").is_some() {
+        a_client_talks_to_personas_as_models("node", "node/openai_client.mjs", "js").await;
     }
-    let fake = FakeOpenAi::start().await;
-    let app = spawn(&fake).await;
-    let script = clients_dir().join("node/openai_client.mjs");
-    let seen = run_client(&app, "node", script, "js").await;
-    check_what_the_model_saw(&fake, &seen, "js");
 }
 
 /// `printf 'hi\nand you?\n' | troupe chat --agent Ada`: the banner, two prompts and two
