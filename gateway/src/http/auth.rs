@@ -273,6 +273,16 @@ mod tests {
             scoped_access(&post, "/api/agents/{agent}/messages"),
             Some(Access::Write)
         );
+        // The OpenAI-compatible routes: the handler checks the persona (`Caller::reaches`).
+        assert_eq!(scoped_access(&get, "/v1/models"), Some(Access::Read));
+        assert_eq!(
+            scoped_access(&get, "/v1/models/{model}"),
+            Some(Access::Read)
+        );
+        assert_eq!(
+            scoped_access(&post, "/v1/chat/completions"),
+            Some(Access::Write)
+        );
         for (method, route) in [
             (&get, "/api/agents"),
             (&get, "/metrics"),
@@ -285,6 +295,8 @@ mod tests {
             (&get, "/api/agents/{agent}/knowledge/search"),
             (&post, "/api/agents/{agent}/rooms/{room}/commands"),
             (&Method::DELETE, "/api/agents/{agent}/messages"),
+            (&get, "/v1/chat/completions"),
+            (&post, "/v1/models"),
         ] {
             assert_eq!(scoped_access(method, route), None, "{method} {route}");
         }
