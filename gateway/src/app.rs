@@ -563,6 +563,7 @@ impl App {
             ingress: self.ingress.clone(),
             breakers: self.breakers.clone(),
             spend: self.spend.clone(),
+            agents: self.agents.clone(),
         };
         let events = self
             .persona_events
@@ -661,6 +662,7 @@ struct Drain {
     ingress: Ingress,
     breakers: provider::Breakers,
     spend: crate::spend::Spend,
+    agents: Agents,
 }
 
 impl Drain {
@@ -675,6 +677,11 @@ impl Drain {
         self.ingress.bus().close().await;
         tasks.close();
         tasks.wait().await;
+        // A reply may have started its room's summary or its sender's facts: their model
+        // calls are recorded too.
+        for agent in self.agents.all() {
+            agent.finish_upkeep().await;
+        }
         // The agents are done: no model call is left to record, so the usage ledger
         // writes what it still holds before the process exits (issue 30, finding 9).
         self.spend.close().await;

@@ -146,6 +146,11 @@ impl Agent {
         self.connectors.get(&self.id, platform)
     }
 
+    /// Waits for the memory upkeep its replies started (summaries, facts): at shutdown.
+    pub(crate) async fn finish_upkeep(&self) {
+        self.memory.finish_upkeep().await;
+    }
+
     pub fn mind(&self) -> Arc<Mind> {
         self.mind.read_locked().clone()
     }

@@ -78,6 +78,9 @@ pub(crate) struct Memory {
     calls: Arc<Semaphore>,
     /// Replies per room and per user since their stored state was last checked.
     seen: moka::sync::Cache<Upkeep, u32>,
+    /// The upkeep runs under way, so that shutting down waits for their model calls and
+    /// their usage is recorded before the ledger closes (they are not the bus's tasks).
+    upkeep: tokio_util::task::TaskTracker,
     /// Facts per user as last read, so that a prompt does not cost a query each time: they
     /// change at most once per `facts_every` messages. A write here drops the entry; one
     /// by another replica is seen within `FACTS_CACHE_TTL`.
@@ -118,6 +121,7 @@ impl Memory {
             history_limit: settings.history_limit,
             in_flight: Arc::default(),
             calls: Arc::new(Semaphore::new(BACKGROUND_CALLS)),
+            upkeep: tokio_util::task::TaskTracker::new(),
             seen: moka::sync::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_idle(std::time::Duration::from_secs(24 * 3600))
@@ -205,7 +209,7 @@ impl Memory {
         }
         let memory = self.clone();
         let user_name = inbound.author.name.clone();
-        tokio::spawn(async move {
+        self.upkeep.spawn(async move {
             if summarize {
                 summary::run(&memory, &model, summary_key, &room).await;
             }
@@ -218,6 +222,12 @@ impl Memory {
                 facts::run(&memory, &model, facts_key, who, &user_name).await;
             }
         });
+    }
+
+    /// Waits for the upkeep runs under way (at shutdown, once no reply can start another).
+    pub(crate) async fn finish_upkeep(&self) {
+        self.upkeep.close();
+        self.upkeep.wait().await;
     }
 
     /// Counts one more reply for `key`; true (and back to zero) when `every` have gone by
