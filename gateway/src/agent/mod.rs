@@ -70,6 +70,13 @@ pub struct Mind {
     pub provider: Arc<dyn ModelProvider>,
 }
 
+impl Mind {
+    /// The provider for background work (summaries, facts, post drafts).
+    pub fn background(&self) -> Arc<dyn ModelProvider> {
+        self.provider.clone()
+    }
+}
+
 pub struct Agent {
     pub id: AgentId,
     mind: RwLock<Arc<Mind>>,

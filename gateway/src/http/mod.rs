@@ -26,6 +26,7 @@ mod forwarded;
 mod health;
 mod inspect;
 mod knowledge;
+mod posts;
 mod telegram_link;
 mod usage;
 mod webhooks;
@@ -67,6 +68,8 @@ pub struct AppState {
     pub budget: crate::limits::ApiBudget,
     /// What each connector's receive loop is doing, for `/readyz`.
     pub receivers: crate::supervise::Receivers,
+    /// Post schedules (`posts`).
+    pub posts: crate::posts::Posts,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -84,6 +87,8 @@ pub fn router(state: AppState) -> Router {
             post(commands::post_command),
         )
         .route("/agents/{agent}/usage", get(usage::usage))
+        .route("/agents/{agent}/posts", get(posts::list).post(posts::add))
+        .route("/agents/{agent}/posts/{id}", delete(posts::remove))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .merge(knowledge_routes(&state))
         .merge(console_api_routes())
