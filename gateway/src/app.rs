@@ -312,7 +312,22 @@ impl App {
         if let Some(reason) = provider.unavailable() {
             tracing::warn!(persona = %persona.id, "{reason}");
         }
-        let mind = Mind { persona, provider };
+        // elizaOS's small model, for background work, when the persona names one.
+        let small = provider::small_for_persona(
+            &persona,
+            &self.config.env,
+            self.config.agent.model_timeout,
+            self.config.agent.model_concurrency,
+            &self.breakers,
+        );
+        if let Some(small) = &small {
+            tracing::info!(persona = %persona.id, model = %small.describe(), "background work uses the small model");
+        }
+        let mind = Mind {
+            persona,
+            provider,
+            small,
+        };
         match self.agents.by_id(&mind.persona.id) {
             Some(agent) => {
                 tracing::info!(persona = %mind.persona.id, model = %mind.provider.describe(), "persona reloaded");

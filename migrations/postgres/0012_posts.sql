@@ -43,3 +43,8 @@ CREATE TABLE post_runs (
 );
 CREATE INDEX post_runs_recent ON post_runs (agent_id, id);
 CREATE INDEX post_runs_claimed ON post_runs (state, claimed_until_ms);
+
+-- Spend counts a post's draft as purpose 'post'. 0007 listed the purposes in a CHECK; it
+-- is dropped (as on SQLite, which must rebuild the table to do it): the code's
+-- `spend::Purpose` is the one writer and its only source of names.
+ALTER TABLE usage_records DROP CONSTRAINT IF EXISTS usage_records_purpose_check;

@@ -43,3 +43,32 @@ CREATE TABLE post_runs (
 );
 CREATE INDEX post_runs_recent ON post_runs (agent_id, id);
 CREATE INDEX post_runs_claimed ON post_runs (state, claimed_until_ms);
+
+-- Spend counts a post's draft as purpose 'post'. 0007 listed the purposes in a CHECK;
+-- SQLite cannot change one in place, so the table is rebuilt without it: the code's
+-- `spend::Purpose` is the one writer and its only source of names, and a list here would
+-- have to be rebuilt again by every purpose added later.
+CREATE TABLE usage_records_new (
+    id                INTEGER PRIMARY KEY,
+    agent_id          TEXT    NOT NULL,
+    room              TEXT    NOT NULL,
+    user_key          TEXT    NOT NULL,
+    provider          TEXT    NOT NULL,
+    model             TEXT    NOT NULL,
+    purpose           TEXT    NOT NULL,
+    prompt_tokens     INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    cached_tokens     INTEGER NOT NULL,
+    estimated         BOOLEAN NOT NULL,
+    cost_micros       INTEGER NOT NULL,
+    day               INTEGER NOT NULL,
+    created_at_ms     INTEGER NOT NULL
+);
+INSERT INTO usage_records_new
+    SELECT id, agent_id, room, user_key, provider, model, purpose, prompt_tokens,
+           completion_tokens, cached_tokens, estimated, cost_micros, day, created_at_ms
+    FROM usage_records;
+DROP TABLE usage_records;
+ALTER TABLE usage_records_new RENAME TO usage_records;
+CREATE INDEX usage_records_by_time ON usage_records (created_at_ms);
+CREATE INDEX usage_records_by_agent ON usage_records (agent_id, day);

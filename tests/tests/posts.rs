@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use troupe_e2e::fake_discord::FakeDiscord;
+use troupe_e2e::fake_discord::{APPLICATION_ID, FakeDiscord, TOKEN};
 use troupe_e2e::fake_neynar::FakeNeynar;
 use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, eventually, persona_json};
 
@@ -126,9 +126,9 @@ fn dot(discord: &FakeDiscord, posts: Value, spend: Option<Value>) -> Value {
     character["clients"] = json!(["discord"]);
     character["postExamples"] = json!(["Morning: the kettle is on and the news is in."]);
     character["settings"]["secrets"] = json!({
-        "DISCORD_API_TOKEN": "Bot-token-dot",
+        "DISCORD_API_TOKEN": TOKEN,
         "DISCORD_API_URL": discord.url(),
-        "DISCORD_APPLICATION_ID": "420000000000000001",
+        "DISCORD_APPLICATION_ID": APPLICATION_ID,
     });
     character["settings"]["troupe"] = json!({"posts": posts});
     if let Some(spend) = spend {
@@ -207,9 +207,13 @@ async fn a_persona_over_its_budget_stops_posting() {
     .await;
     assert_eq!(openai.request_count(), 1);
     assert_eq!(discord.sent_messages().len(), 1);
-    let (status, usage) = app.get("/api/agents/Dot/usage?by=day").await;
+    let (status, usage) = app.get("/api/agents/Dot/usage?by=purpose").await;
     assert_eq!(status, 200, "{usage}");
-    assert!(usage.to_string().contains("\"post\""), "spend counts purpose post: {usage}");
+    let rows = usage["rows"].as_array().cloned().unwrap_or_default();
+    assert!(
+        rows.iter().any(|r| r["key"] == "post" && r["tokens"] == 100),
+        "spend counts the post as purpose post: {usage}"
+    );
 }
 
 #[tokio::test]

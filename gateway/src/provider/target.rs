@@ -151,6 +151,25 @@ pub fn resolve_target(persona: &Persona, env: &Env) -> Result<Target, String> {
     Ok(target)
 }
 
+/// The persona's small model, by elizaOS's names (`OPENAI_SMALL_MODEL`,
+/// `SMALL_OPENAI_MODEL`, `ANTHROPIC_SMALL_MODEL`, `OLLAMA_SMALL_MODEL`… then `SMALL_MODEL`),
+/// when one is set and differs from the model replies use: background work (summaries,
+/// facts, post drafts) goes there (issue 34). The same vendor, endpoint and key.
+pub fn small_target(persona: &Persona, env: &Env, large: &Target) -> Option<Target> {
+    let names: &[&str] = match large.vendor {
+        Vendor::OpenAi => &["OPENAI_SMALL_MODEL", "SMALL_OPENAI_MODEL", "SMALL_MODEL"],
+        Vendor::Anthropic => &["ANTHROPIC_SMALL_MODEL", "SMALL_ANTHROPIC_MODEL", "SMALL_MODEL"],
+        Vendor::Ollama => &["OLLAMA_SMALL_MODEL", "SMALL_OLLAMA_MODEL", "SMALL_MODEL"],
+    };
+    let small = names
+        .iter()
+        .find_map(|k| persona.secret(k, env).filter(|v| !v.trim().is_empty()))?;
+    (small.trim() != large.model).then(|| Target {
+        model: small.trim().to_string(),
+        ..large.clone()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
