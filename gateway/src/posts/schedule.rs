@@ -27,9 +27,10 @@ pub const PROMPT_MAX_CHARS: usize = 2_000;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Spec {
-    /// `platform:id`: `discord:<channel>`, `telegram:<chat>`, `farcaster:feed`,
-    /// `farcaster:channel:<name>`.
-    pub room: String,
+    /// `room` in JSON: `platform:id`, `discord:<channel>`, `telegram:<chat>`,
+    /// `farcaster:feed`, `farcaster:channel:<name>`; parsed into a `RoomKey` by `parse`.
+    #[serde(rename = "room")]
+    pub destination: String,
     /// `10s`, `30m`, `6h`, `1d`, `1h30m`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub every: Option<String>,
@@ -181,7 +182,7 @@ fn parse_at(at: &str, timezone: Option<&str>) -> Result<(jiff::civil::Time, jiff
 impl Spec {
     /// Parses and checks the whole schedule.
     pub fn parse(&self) -> Result<Schedule, SpecError> {
-        let room = parse_room(&self.room)?;
+        let room = parse_room(&self.destination)?;
         let jitter = self.jitter.as_deref().map(parse_duration).transpose()?;
         let cadence = match (&self.every, &self.at, &self.interval_min) {
             (Some(every), None, None) => {
@@ -389,7 +390,7 @@ mod tests {
     #[test]
     fn farcaster_intervals_pick_within_min_and_max() {
         let s = Spec {
-            room: "farcaster:feed".into(),
+            destination: "farcaster:feed".into(),
             interval_min: Some("2s".into()),
             interval_max: Some("4s".into()),
             immediately: true,
@@ -403,7 +404,7 @@ mod tests {
             assert!((2_000..=4_000).contains(&n), "{n}");
         }
         let fast = Spec {
-            room: "farcaster:feed".into(),
+            destination: "farcaster:feed".into(),
             interval_min: Some("1s".into()),
             ..Spec::default()
         };

@@ -109,7 +109,7 @@ fn farcaster(persona: &Persona, env: &Env, out: &mut PostSettings) {
         },
     };
     let spec = Spec {
-        room: "farcaster:feed".into(),
+        destination: "farcaster:feed".into(),
         interval_min: Some(min),
         interval_max: Some(max),
         immediately: switch(
@@ -180,7 +180,7 @@ impl PostSettings {
             .wanted
             .iter()
             .map(|w| {
-                let dry = w.spec.room.starts_with("farcaster:") && self.farcaster_dry_run;
+                let dry = w.spec.destination.starts_with("farcaster:") && self.farcaster_dry_run;
                 let when = w
                     .spec
                     .every
@@ -196,7 +196,7 @@ impl PostSettings {
                     });
                 format!(
                     "{} {when}{}",
-                    w.spec.room,
+                    w.spec.destination,
                     if dry { " (FARCASTER_DRY_RUN: kept, not sent)" } else { "" }
                 )
             })
@@ -247,7 +247,7 @@ mod tests {
         );
         assert_eq!(s.wanted.len(), 1, "{:?}", s.problems);
         let spec = &s.wanted[0].spec;
-        assert_eq!(spec.room, "farcaster:feed");
+        assert_eq!(spec.destination, "farcaster:feed");
         assert_eq!(spec.interval_min.as_deref(), Some("2s"));
         assert!(spec.immediately);
         assert_eq!(spec.max_length, Some(100));
