@@ -250,3 +250,178 @@ async fn schedules_are_added_listed_and_removed_through_the_api() {
     assert_eq!(delete(format!("/api/agents/Dot/posts/{id}")).await, 404);
     assert_eq!(delete("/api/agents/Dot/posts/file:0".into()).await, 409);
 }
+
+/// Distinct drafts: no two share enough words to look like a repeat.
+fn distinct_drafts(n: usize) -> Vec<String> {
+    const WORDS: &[&str] = &[
+        "barnacles", "kelp", "anemone", "limpet", "urchin", "periwinkle", "sculpin", "mussel",
+        "whelk", "nudibranch", "chiton", "shrimp", "sponge", "eelgrass", "gull", "plover",
+        "heron", "otter", "seal", "cormorant", "driftwood", "pebble", "sandbar", "estuary",
+    ];
+    (0..n)
+        .map(|i| {
+            let a = WORDS[i % WORDS.len()];
+            let b = WORDS[(i * 7 + 3) % WORDS.len()];
+            format!("Note {i}: {a} beside {b}.")
+        })
+        .collect()
+}
+
+/// Five runs across two replicas on Postgres and NATS, one killed after the second:
+/// every cast is a different run's, none is cast twice, and the runs go on.
+#[tokio::test]
+async fn two_replicas_post_each_run_once_even_when_one_is_killed() {
+    let test = "two_replicas_post_each_run_once_even_when_one_is_killed";
+    let Some(nats) = troupe_e2e::env::nats_url(test) else {
+        return;
+    };
+    if Backend::Postgres.or_skip(test).is_none() {
+        return;
+    }
+    let neynar = FakeNeynar::start().await;
+    let openai = FakeOpenAi::start().await;
+    for d in distinct_drafts(40) {
+        openai.push_reply(d);
+    }
+    let settings = [
+        ("ENABLE_POST", "true"),
+        ("POST_IMMEDIATELY", "true"),
+        ("POST_INTERVAL_MIN", "2s"),
+        ("POST_INTERVAL_MAX", "2s"),
+    ];
+    let options = TestAppOptions::new(Backend::Postgres)
+        .persona_file("fern.json", fern(&neynar, &settings))
+        .openai(&openai)
+        .env("TROUPE_BUS_URL", &nats)
+        .env("TROUPE_BUS_PREFIX", &format!("posts{}", std::process::id()));
+    let a = TestApp::spawn(options).await;
+    let mut b = TestApp::spawn(a.replica_options()).await;
+    if let Err(e) = neynar.try_wait_for_casts(2, WAIT).await {
+        panic!("{e}\n----- a -----\n{}\n----- b -----\n{}", a.logs(), b.logs());
+    }
+    b.kill().await;
+    let casts = match neynar.try_wait_for_casts(5, WAIT).await {
+        Ok(c) => c,
+        Err(e) => panic!("{e}\n----- a -----\n{}\n----- b -----\n{}", a.logs(), b.logs()),
+    };
+    let mut texts: Vec<&str> = casts.iter().map(|c| c.text.as_str()).collect();
+    texts.sort();
+    texts.dedup();
+    assert_eq!(texts.len(), casts.len(), "a post was cast twice: {casts:#?}");
+    // One model call per cast at most: no run was composed twice by the two replicas.
+    let body = posts(&a, "Fern").await;
+    let queued = runs_in(&body, "queued");
+    let mut run_times: Vec<i64> = queued.iter().filter_map(|r| r["runAtMs"].as_i64()).collect();
+    let n = run_times.len();
+    run_times.sort();
+    run_times.dedup();
+    assert_eq!(run_times.len(), n, "a run was queued twice: {body}");
+    assert!(n >= 5, "{body}");
+}
+
+/// Down for five intervals, then started: one catch-up post, then the schedule again.
+#[tokio::test]
+async fn a_gateway_that_was_down_posts_one_catch_up_not_five() {
+    let neynar = FakeNeynar::start().await;
+    let openai = FakeOpenAi::start().await;
+    for d in distinct_drafts(20) {
+        openai.push_reply(d);
+    }
+    let settings = [
+        ("ENABLE_POST", "true"),
+        ("POST_INTERVAL_MIN", "10s"),
+        ("POST_INTERVAL_MAX", "10s"),
+    ];
+    let mut app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("fern.json", fern(&neynar, &settings))
+            .openai(&openai),
+    )
+    .await;
+    eventually("the schedule is stored", WAIT, || async {
+        !posts(&app, "Fern").await["schedules"]
+            .as_array()
+            .is_none_or(|s| s.is_empty())
+    })
+    .await;
+    app.stop().await;
+    // Five intervals pass while it is down: the stored next run is moved 50 s back, as
+    // the clock would have moved on (the test does not wait them out).
+    let url = app.database_url().to_string();
+    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE post_schedules SET next_run_ms = next_run_ms - 50000")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    drop(db);
+    app.start_again().await;
+    if let Err(e) = neynar.try_wait_for_casts(1, WAIT).await {
+        panic!("{e}\n----- troupe output -----\n{}", app.logs());
+    }
+    let body = posts(&app, "Fern").await;
+    let next = body["schedules"][0]["nextRunMs"].as_i64().unwrap();
+    let first = &runs_in(&body, "queued")[0];
+    assert!(
+        next > first["createdAtMs"].as_i64().unwrap(),
+        "the next run is after the catch-up, not another missed one: {body}"
+    );
+    // The next regular run comes one interval later: by then, two casts, not six.
+    if let Err(e) = neynar.try_wait_for_casts(2, WAIT).await {
+        panic!("{e}\n----- troupe output -----\n{}", app.logs());
+    }
+    assert_eq!(neynar.published().len(), 2, "{:#?}", neynar.published());
+    assert_eq!(runs_in(&posts(&app, "Fern").await, "queued").len(), 2);
+}
+
+/// With a small model set, summaries and facts reach the model under its name, replies
+/// under the large one's; spend shows the split by model.
+#[tokio::test]
+async fn background_work_goes_to_the_small_model_and_replies_to_the_large() {
+    use troupe_e2e::fake_openai::{FACTS_TASK, SUMMARY_TASK};
+    let openai = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona("Ada", "Ada keeps the harbour log.")
+            .openai(&openai)
+            .env("OPENAI_SMALL_MODEL", "gpt-4o-nano")
+            .env("OPENAI_LARGE_MODEL", "gpt-4o")
+            .env("TROUPE_HISTORY_LIMIT", "4")
+            .env("TROUPE_MEMORY_SUMMARY_EVERY", "2")
+            .env("TROUPE_MEMORY_FACTS_EVERY", "1"),
+    )
+    .await;
+    for text in ["I am Sam and I sail.", "High tide when?", "And the wind?"] {
+        let (status, body) = app
+            .post_message(
+                "Ada",
+                &json!({"roomId": "harbour", "userId": "u-sam", "userName": "Sam", "text": text}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let is_task = |r: &troupe_e2e::fake_openai::ChatRequestRecord, task: &str| {
+        r.system_prompt().is_some_and(|s| s.starts_with(task))
+    };
+    openai
+        .wait_for_matching(1, WAIT, move |r| is_task(r, SUMMARY_TASK))
+        .await;
+    openai
+        .wait_for_matching(1, WAIT, move |r| is_task(r, FACTS_TASK))
+        .await;
+    for r in openai.requests() {
+        let background = is_task(&r, SUMMARY_TASK) || is_task(&r, FACTS_TASK);
+        let want = if background { "gpt-4o-nano" } else { "gpt-4o" };
+        assert_eq!(r.model, want, "request {} went to {}", r.index, r.model);
+    }
+    eventually("spend shows both models", WAIT, || async {
+        let (_, usage) = app.get("/api/agents/Ada/usage?by=model").await;
+        let keys: Vec<String> = usage["rows"]
+            .as_array()
+            .map(|rows| rows.iter().filter_map(|r| r["key"].as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        keys.contains(&"openai:gpt-4o-nano".to_string()) && keys.contains(&"openai:gpt-4o".to_string())
+    })
+    .await;
+}
