@@ -313,7 +313,7 @@ impl App {
             tracing::warn!(persona = %persona.id, "{reason}");
         }
         // elizaOS's small model, for background work, when the persona names one.
-        let small = provider::small_for_persona(
+        let small = crate::provider::small_for_persona(
             &persona,
             &self.config.env,
             self.config.agent.model_timeout,

@@ -76,16 +76,29 @@ async fn farcaster_casts_arrive_on_schedule_from_the_post_examples() {
         Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
     };
     let texts: Vec<&str> = casts.iter().map(|c| c.text.as_str()).collect();
-    assert_eq!(texts, drafts, "each run casts its own draft, once, in order");
-    assert!(casts.iter().all(|c| c.parent.is_none()), "top-level casts: {casts:#?}");
+    assert_eq!(
+        texts, drafts,
+        "each run casts its own draft, once, in order"
+    );
+    assert!(
+        casts.iter().all(|c| c.parent.is_none()),
+        "top-level casts: {casts:#?}"
+    );
     let first = &openai.requests()[0];
     let prompt = first.prompt_text();
-    assert!(prompt.contains(EXAMPLE), "the post examples are in the prompt:\n{prompt}");
+    assert!(
+        prompt.contains(EXAMPLE),
+        "the post examples are in the prompt:\n{prompt}"
+    );
     assert!(prompt.contains("write in the present tense"), "{prompt}");
     // The second draft's prompt lists the first post as one not to repeat.
     let second = openai.requests()[1].prompt_text();
     assert!(second.contains(drafts[0]), "{second}");
-    assert!(app.logs().contains("will post: farcaster:feed every 2s-4s"), "{}", app.logs());
+    assert!(
+        app.logs().contains("will post: farcaster:feed every 2s-4s"),
+        "{}",
+        app.logs()
+    );
     let body = posts(&app, "Fern").await;
     assert_eq!(body["schedules"][0]["id"], "farcaster", "{body}");
     assert!(runs_in(&body, "queued").len() >= 3, "{body}");
@@ -113,7 +126,10 @@ async fn dry_run_casts_nothing_and_keeps_the_posts_for_the_console() {
     .await;
     let body = posts(&app, "Fern").await;
     let kept = runs_in(&body, "dry_run");
-    assert_eq!(kept[0]["text"], "Kelp forests grow half a metre a day.", "{body}");
+    assert_eq!(
+        kept[0]["text"], "Kelp forests grow half a metre a day.",
+        "{body}"
+    );
     assert!(neynar.published().is_empty(), "{:#?}", neynar.published());
     assert!(app.logs().contains("FARCASTER_DRY_RUN"), "{}", app.logs());
 }
@@ -138,7 +154,8 @@ fn dot(discord: &FakeDiscord, posts: Value, spend: Option<Value>) -> Value {
 }
 
 async fn dot_app(discord: &FakeDiscord, openai: &FakeOpenAi, spend: Option<Value>) -> TestApp {
-    let schedule = json!([{"room": format!("discord:{CHANNEL}"), "every": "10s", "prompt": "the day's news"}]);
+    let schedule =
+        json!([{"room": format!("discord:{CHANNEL}"), "every": "10s", "prompt": "the day's news"}]);
     let app = TestApp::spawn(
         TestAppOptions::new(Backend::Sqlite)
             .persona_file("dot.json", dot(discord, schedule, spend))
@@ -166,7 +183,10 @@ async fn a_discord_schedule_posts_and_a_mute_stops_it() {
     assert_eq!(sent[0].content, "The harbour opens at nine today.");
     assert!(sent[0].reply_to.is_none(), "a post answers nothing");
     let prompt = openai.requests()[0].prompt_text();
-    assert!(prompt.contains("the day's news"), "the schedule's prompt:\n{prompt}");
+    assert!(
+        prompt.contains("the day's news"),
+        "the schedule's prompt:\n{prompt}"
+    );
     let (status, answer) = app
         .post_json(
             &format!("/api/agents/Dot/rooms/discord:{CHANNEL}/commands"),
@@ -181,8 +201,17 @@ async fn a_discord_schedule_posts_and_a_mute_stops_it() {
             .any(|r| r["reason"] == "the room is muted")
     })
     .await;
-    assert_eq!(discord.sent_messages().len(), 1, "{:#?}", discord.sent_messages());
-    assert_eq!(openai.request_count(), 1, "a muted room costs no model call");
+    assert_eq!(
+        discord.sent_messages().len(),
+        1,
+        "{:#?}",
+        discord.sent_messages()
+    );
+    assert_eq!(
+        openai.request_count(),
+        1,
+        "a muted room costs no model call"
+    );
 }
 
 #[tokio::test]
@@ -198,11 +227,13 @@ async fn a_persona_over_its_budget_stops_posting() {
         panic!("{e}\n----- troupe output -----\n{}", app.logs());
     }
     eventually("the next run is skipped over budget", WAIT, || async {
-        runs_in(&posts(&app, "Dot").await, "skipped").iter().any(|r| {
-            r["reason"]
-                .as_str()
-                .is_some_and(|s| s.contains("background share"))
-        })
+        runs_in(&posts(&app, "Dot").await, "skipped")
+            .iter()
+            .any(|r| {
+                r["reason"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("background share"))
+            })
     })
     .await;
     assert_eq!(openai.request_count(), 1);
@@ -211,7 +242,8 @@ async fn a_persona_over_its_budget_stops_posting() {
     assert_eq!(status, 200, "{usage}");
     let rows = usage["rows"].as_array().cloned().unwrap_or_default();
     assert!(
-        rows.iter().any(|r| r["key"] == "post" && r["tokens"] == 100),
+        rows.iter()
+            .any(|r| r["key"] == "post" && r["tokens"] == 100),
         "spend counts the post as purpose post: {usage}"
     );
 }
@@ -254,9 +286,30 @@ async fn schedules_are_added_listed_and_removed_through_the_api() {
 /// Distinct drafts: no two share enough words to look like a repeat.
 fn distinct_drafts(n: usize) -> Vec<String> {
     const WORDS: &[&str] = &[
-        "barnacles", "kelp", "anemone", "limpet", "urchin", "periwinkle", "sculpin", "mussel",
-        "whelk", "nudibranch", "chiton", "shrimp", "sponge", "eelgrass", "gull", "plover",
-        "heron", "otter", "seal", "cormorant", "driftwood", "pebble", "sandbar", "estuary",
+        "barnacles",
+        "kelp",
+        "anemone",
+        "limpet",
+        "urchin",
+        "periwinkle",
+        "sculpin",
+        "mussel",
+        "whelk",
+        "nudibranch",
+        "chiton",
+        "shrimp",
+        "sponge",
+        "eelgrass",
+        "gull",
+        "plover",
+        "heron",
+        "otter",
+        "seal",
+        "cormorant",
+        "driftwood",
+        "pebble",
+        "sandbar",
+        "estuary",
     ];
     (0..n)
         .map(|i| {
@@ -297,21 +350,36 @@ async fn two_replicas_post_each_run_once_even_when_one_is_killed() {
     let a = TestApp::spawn(options).await;
     let mut b = TestApp::spawn(a.replica_options()).await;
     if let Err(e) = neynar.try_wait_for_casts(2, WAIT).await {
-        panic!("{e}\n----- a -----\n{}\n----- b -----\n{}", a.logs(), b.logs());
+        panic!(
+            "{e}\n----- a -----\n{}\n----- b -----\n{}",
+            a.logs(),
+            b.logs()
+        );
     }
     b.kill().await;
     let casts = match neynar.try_wait_for_casts(5, WAIT).await {
         Ok(c) => c,
-        Err(e) => panic!("{e}\n----- a -----\n{}\n----- b -----\n{}", a.logs(), b.logs()),
+        Err(e) => panic!(
+            "{e}\n----- a -----\n{}\n----- b -----\n{}",
+            a.logs(),
+            b.logs()
+        ),
     };
     let mut texts: Vec<&str> = casts.iter().map(|c| c.text.as_str()).collect();
     texts.sort();
     texts.dedup();
-    assert_eq!(texts.len(), casts.len(), "a post was cast twice: {casts:#?}");
+    assert_eq!(
+        texts.len(),
+        casts.len(),
+        "a post was cast twice: {casts:#?}"
+    );
     // One model call per cast at most: no run was composed twice by the two replicas.
     let body = posts(&a, "Fern").await;
     let queued = runs_in(&body, "queued");
-    let mut run_times: Vec<i64> = queued.iter().filter_map(|r| r["runAtMs"].as_i64()).collect();
+    let mut run_times: Vec<i64> = queued
+        .iter()
+        .filter_map(|r| r["runAtMs"].as_i64())
+        .collect();
     let n = run_times.len();
     run_times.sort();
     run_times.dedup();
@@ -419,9 +487,14 @@ async fn background_work_goes_to_the_small_model_and_replies_to_the_large() {
         let (_, usage) = app.get("/api/agents/Ada/usage?by=model").await;
         let keys: Vec<String> = usage["rows"]
             .as_array()
-            .map(|rows| rows.iter().filter_map(|r| r["key"].as_str().map(String::from)).collect())
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|r| r["key"].as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default();
-        keys.contains(&"openai:gpt-4o-nano".to_string()) && keys.contains(&"openai:gpt-4o".to_string())
+        keys.contains(&"openai:gpt-4o-nano".to_string())
+            && keys.contains(&"openai:gpt-4o".to_string())
     })
     .await;
 }

@@ -77,7 +77,8 @@ pub async fn remove(
             format!(
                 "schedule `{id}` comes from the {}; change it there",
                 match source {
-                    crate::storage::ScheduleSource::File => "character file (settings.troupe.posts)",
+                    crate::storage::ScheduleSource::File =>
+                        "character file (settings.troupe.posts)",
                     _ => "persona's settings (ENABLE_POST)",
                 }
             ),

@@ -111,13 +111,23 @@ pub fn compose(persona: &Persona, input: &PostInput<'_>) -> Prompt {
         Some(match name {
             "agentName" => persona.name.clone(),
             "bio" => c.bio.join(" "),
-            "lore" => c.lore.iter().take(10).cloned().collect::<Vec<_>>().join("\n"),
+            "lore" => c
+                .lore
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n"),
             "topics" if !c.topics.is_empty() => {
                 format!("{} is interested in {}", persona.name, c.topics.join(", "))
             }
             "topics" => String::new(),
             "topic" => topic.clone(),
-            "adjective" => c.adjectives.choose(&mut rand::rng()).cloned().unwrap_or_default(),
+            "adjective" => c
+                .adjectives
+                .choose(&mut rand::rng())
+                .cloned()
+                .unwrap_or_default(),
             "characterPostExamples" => lines(&c.post_examples, 50),
             "postDirections" => directions.join("\n"),
             "recentPosts" => lines(input.recent_posts, RECENT_POSTS as usize),
@@ -178,8 +188,14 @@ mod tests {
     #[test]
     fn similar_posts_are_caught_and_different_ones_pass() {
         let recent = vec!["The sea is calm tonight and the stars are out".to_string()];
-        assert!(too_close("the sea is calm tonight, and the stars are out!", &recent));
-        assert!(!too_close("Markets opened higher on strong earnings", &recent));
+        assert!(too_close(
+            "the sea is calm tonight, and the stars are out!",
+            &recent
+        ));
+        assert!(!too_close(
+            "Markets opened higher on strong earnings",
+            &recent
+        ));
         assert!(!too_close("", &recent));
     }
 

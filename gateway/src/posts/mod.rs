@@ -165,10 +165,6 @@ impl Posts {
     pub async fn run(self, shutdown: tokio_util::sync::CancellationToken) {
         runner::Runner { posts: self }.run(shutdown).await
     }
-
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
 }
 
 /// What `Posts::remove` did.

@@ -93,7 +93,11 @@ impl Runner {
     /// Makes one run's post, and records what came of it.
     async fn fire(&self, run: &ClaimedRun, schedule: Option<&Schedule>) {
         let outcome = match schedule {
-            None => Ok(Outcome::Ended(RunEnd::Failed, None, "the schedule does not parse".into())),
+            None => Ok(Outcome::Ended(
+                RunEnd::Failed,
+                None,
+                "the schedule does not parse".into(),
+            )),
             Some(schedule) => self.post(run, schedule).await,
         };
         let store = &self.posts.store;
@@ -144,7 +148,10 @@ impl Runner {
                 user: None,
             };
             if let Admission::Over { scope, .. } = meter.admit(who, Purpose::Post).await? {
-                let reason = format!("over the persona's background share of its {} budget", scope.as_str());
+                let reason = format!(
+                    "over the persona's background share of its {} budget",
+                    scope.as_str()
+                );
                 return ended(RunEnd::Skipped, &reason);
             }
         }
@@ -192,7 +199,11 @@ impl Runner {
         if feed && super::settings::of(&mind.persona, &self.posts.env).farcaster_dry_run {
             tracing::info!(persona = %run.agent_id, room = %run.room, chars = text.chars().count(),
                 "FARCASTER_DRY_RUN: not casting the post; it is kept for the console and GET /api/agents/{{agent}}/posts");
-            return Ok(Outcome::Ended(RunEnd::DryRun, Some(text), "FARCASTER_DRY_RUN".into()));
+            return Ok(Outcome::Ended(
+                RunEnd::DryRun,
+                Some(text),
+                "FARCASTER_DRY_RUN".into(),
+            ));
         }
         self.queue(run, text).await
     }
@@ -200,7 +211,10 @@ impl Runner {
     /// The post into the outbox, with the run settled, then sent.
     async fn queue(&self, run: &ClaimedRun, text: String) -> anyhow::Result<Outcome> {
         let post = Outbound {
-            key: format!("{}:post:{}:{}", run.agent_id, run.schedule_id, run.run_at_ms),
+            key: format!(
+                "{}:post:{}:{}",
+                run.agent_id, run.schedule_id, run.run_at_ms
+            ),
             room: RoomRef::new(run.room.platform, run.room.room.clone()),
             text,
             reply_to: None,
@@ -237,7 +251,9 @@ impl Runner {
                 room: Some(&run.room),
                 user: None,
             };
-            meter.record(who, Purpose::Post, &model, c.tokens(&prompt)).await;
+            meter
+                .record(who, Purpose::Post, &model, c.tokens(&prompt))
+                .await;
         }
         crate::metrics::model_call(
             &model.to_string(),

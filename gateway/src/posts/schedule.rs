@@ -152,7 +152,9 @@ fn parse_room(text: &str) -> Result<RoomKey, SpecError> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'));
     if !id_ok {
-        return err(format!("room `{text}`: the id must be 1-128 characters of letters, digits, - _ : ."));
+        return err(format!(
+            "room `{text}`: the id must be 1-128 characters of letters, digits, - _ : ."
+        ));
     }
     match platform {
         Platform::Web => err("room: the web platform has no room to post to"),
@@ -163,7 +165,10 @@ fn parse_room(text: &str) -> Result<RoomKey, SpecError> {
     }
 }
 
-fn parse_at(at: &str, timezone: Option<&str>) -> Result<(jiff::civil::Time, jiff::tz::TimeZone), SpecError> {
+fn parse_at(
+    at: &str,
+    timezone: Option<&str>,
+) -> Result<(jiff::civil::Time, jiff::tz::TimeZone), SpecError> {
     let time: jiff::civil::Time = at
         .trim()
         .parse()
@@ -223,7 +228,9 @@ impl Spec {
         if let Some(prompt) = &self.prompt
             && prompt.chars().count() > PROMPT_MAX_CHARS
         {
-            return err(format!("prompt is longer than {PROMPT_MAX_CHARS} characters"));
+            return err(format!(
+                "prompt is longer than {PROMPT_MAX_CHARS} characters"
+            ));
         }
         Ok(Schedule {
             room,
@@ -260,12 +267,14 @@ impl Schedule {
     /// The next run strictly after `now_ms`.
     pub fn next_after(&self, now_ms: i64) -> i64 {
         match &self.cadence {
-            Cadence::Every { every, jitter } => {
-                now_ms.saturating_add(ms(*every)).saturating_add(ms(random_upto(*jitter)))
-            }
+            Cadence::Every { every, jitter } => now_ms
+                .saturating_add(ms(*every))
+                .saturating_add(ms(random_upto(*jitter))),
             Cadence::Between { min, max } => {
                 let spread = max.saturating_sub(*min);
-                now_ms.saturating_add(ms(*min)).saturating_add(ms(random_upto(spread)))
+                now_ms
+                    .saturating_add(ms(*min))
+                    .saturating_add(ms(random_upto(spread)))
             }
             Cadence::Daily { time, zone, jitter } => {
                 daily_after(now_ms, *time, zone).saturating_add(ms(random_upto(*jitter)))
@@ -348,34 +357,59 @@ mod tests {
     fn every_or_at_not_both_and_not_neither() {
         let both = serde_json::json!({"room": "discord:1", "every": "1h", "at": "09:00"});
         assert!(spec(both).unwrap_err().0.contains("not both"));
-        assert!(spec(serde_json::json!({"room": "discord:1"})).unwrap_err().0.contains("needs"));
+        assert!(
+            spec(serde_json::json!({"room": "discord:1"}))
+                .unwrap_err()
+                .0
+                .contains("needs")
+        );
         let tz_alone = serde_json::json!({"room": "discord:1", "every": "1h", "timezone": "UTC"});
         assert!(spec(tz_alone).is_err());
     }
 
     #[test]
     fn rooms_are_checked() {
-        for bad in ["discord", "web:x", "myspace:1", "farcaster:0xabc", "discord:a b", "discord:"] {
+        for bad in [
+            "discord",
+            "web:x",
+            "myspace:1",
+            "farcaster:0xabc",
+            "discord:a b",
+            "discord:",
+        ] {
             let r = spec(serde_json::json!({"room": bad, "every": "1h"}));
             assert!(r.is_err(), "{bad}");
         }
-        for good in ["farcaster:feed", "farcaster:channel:memes", "telegram:-100123", "discord:42"] {
-            assert!(spec(serde_json::json!({"room": good, "every": "1h"})).is_ok(), "{good}");
+        for good in [
+            "farcaster:feed",
+            "farcaster:channel:memes",
+            "telegram:-100123",
+            "discord:42",
+        ] {
+            assert!(
+                spec(serde_json::json!({"room": good, "every": "1h"})).is_ok(),
+                "{good}"
+            );
         }
     }
 
     #[test]
     fn unknown_fields_are_refused() {
-        let r = serde_json::from_value::<Spec>(serde_json::json!({"room": "discord:1", "evry": "1h"}));
+        let r =
+            serde_json::from_value::<Spec>(serde_json::json!({"room": "discord:1", "evry": "1h"}));
         assert!(r.is_err());
     }
 
     #[test]
     fn at_runs_daily_in_its_zone() {
-        let s = spec(serde_json::json!({"room": "discord:1", "at": "09:00", "timezone": "Europe/Berlin"}))
-            .unwrap();
+        let s = spec(
+            serde_json::json!({"room": "discord:1", "at": "09:00", "timezone": "Europe/Berlin"}),
+        )
+        .unwrap();
         // 2026-01-15 07:00 UTC = 08:00 Berlin (CET): the run is 08:00 UTC the same day.
-        let now = jiff::Timestamp::from_second(1_768_460_400).unwrap().as_millisecond();
+        let now = jiff::Timestamp::from_second(1_768_460_400)
+            .unwrap()
+            .as_millisecond();
         let next = s.next_after(now);
         let at = jiff::Timestamp::from_millisecond(next).unwrap();
         assert_eq!(at.to_string(), "2026-01-15T08:00:00Z");

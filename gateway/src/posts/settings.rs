@@ -84,7 +84,12 @@ fn farcaster(persona: &Persona, env: &Env, out: &mut PostSettings) {
     let on_farcaster = persona.secret("FARCASTER_FID", env).is_some()
         && persona.secret("FARCASTER_NEYNAR_API_KEY", env).is_some();
     out.farcaster_dry_run = switch(persona, env, &["FARCASTER_DRY_RUN"], &mut out.problems);
-    if !switch(persona, env, &["ENABLE_POST", "ENABLE_CAST"], &mut out.problems) {
+    if !switch(
+        persona,
+        env,
+        &["ENABLE_POST", "ENABLE_CAST"],
+        &mut out.problems,
+    ) {
         return;
     }
     if !on_farcaster {
@@ -103,7 +108,8 @@ fn farcaster(persona: &Persona, env: &Env, out: &mut PostSettings) {
         Some((_, v)) => match v.trim().parse::<usize>() {
             Ok(n) if n > 0 => Some(n),
             _ => {
-                out.problems.push(format!("MAX_CAST_LENGTH is `{v}`; write a positive number"));
+                out.problems
+                    .push(format!("MAX_CAST_LENGTH is `{v}`; write a positive number"));
                 None
             }
         },
@@ -157,7 +163,9 @@ fn file(persona: &Persona, out: &mut PostSettings) {
                 source: ScheduleSource::File,
                 spec,
             }),
-            Err(SpecError(e)) => out.problems.push(format!("settings.troupe.posts[{i}]: {e}")),
+            Err(SpecError(e)) => out
+                .problems
+                .push(format!("settings.troupe.posts[{i}]: {e}")),
         }
     }
 }
@@ -197,7 +205,11 @@ impl PostSettings {
                 format!(
                     "{} {when}{}",
                     w.spec.destination,
-                    if dry { " (FARCASTER_DRY_RUN: kept, not sent)" } else { "" }
+                    if dry {
+                        " (FARCASTER_DRY_RUN: kept, not sent)"
+                    } else {
+                        ""
+                    }
                 )
             })
             .collect();
@@ -209,7 +221,8 @@ impl PostSettings {
 mod tests {
     use super::*;
 
-    fn persona(json: serde_json::Value) -> Persona {
+    fn persona(mut json: serde_json::Value) -> Persona {
+        json["bio"] = serde_json::json!(["Ada keeps the harbour log."]);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ada.json");
         std::fs::write(&path, json.to_string()).unwrap();
@@ -226,14 +239,18 @@ mod tests {
     #[test]
     fn enable_post_is_off_unless_set() {
         let p = persona(serde_json::json!({"name": "Ada"}));
-        let s = of(&p, &env(&[("FARCASTER_FID", "1"), ("FARCASTER_NEYNAR_API_KEY", "k")]));
+        let s = of(
+            &p,
+            &env(&[("FARCASTER_FID", "1"), ("FARCASTER_NEYNAR_API_KEY", "k")]),
+        );
         assert!(s.wanted.is_empty());
         assert!(s.describe().is_none());
     }
 
     #[test]
     fn farcaster_names_become_a_feed_schedule_in_minutes() {
-        let p = persona(serde_json::json!({"name": "Ada", "settings": {"POST_INTERVAL_MIN": "2s"}}));
+        let p =
+            persona(serde_json::json!({"name": "Ada", "settings": {"POST_INTERVAL_MIN": "2s"}}));
         let s = of(
             &p,
             &env(&[
@@ -265,14 +282,20 @@ mod tests {
 
     #[test]
     fn file_schedules_are_read_and_bad_ones_reported() {
-        let p = persona(serde_json::json!({"name": "Ada", "settings": {"troupe": {"posts": [
-            {"room": "discord:42", "every": "6h", "jitter": "30m", "prompt": "news"},
-            {"room": "telegram:-100", "at": "09:00", "timezone": "Europe/Berlin"},
-            {"room": "discord:42", "every": "1s"}
-        ]}}}));
+        let p = persona(
+            serde_json::json!({"name": "Ada", "settings": {"troupe": {"posts": [
+                {"room": "discord:42", "every": "6h", "jitter": "30m", "prompt": "news"},
+                {"room": "telegram:-100", "at": "09:00", "timezone": "Europe/Berlin"},
+                {"room": "discord:42", "every": "1s"}
+            ]}}}),
+        );
         let s = of(&p, &Env::default());
         assert_eq!(s.wanted.len(), 2);
         assert_eq!(s.wanted[1].id, "file:1");
-        assert!(s.problems[0].starts_with("settings.troupe.posts[2]"), "{:?}", s.problems);
+        assert!(
+            s.problems[0].starts_with("settings.troupe.posts[2]"),
+            "{:?}",
+            s.problems
+        );
     }
 }

@@ -158,7 +158,11 @@ pub fn resolve_target(persona: &Persona, env: &Env) -> Result<Target, String> {
 pub fn small_target(persona: &Persona, env: &Env, large: &Target) -> Option<Target> {
     let names: &[&str] = match large.vendor {
         Vendor::OpenAi => &["OPENAI_SMALL_MODEL", "SMALL_OPENAI_MODEL", "SMALL_MODEL"],
-        Vendor::Anthropic => &["ANTHROPIC_SMALL_MODEL", "SMALL_ANTHROPIC_MODEL", "SMALL_MODEL"],
+        Vendor::Anthropic => &[
+            "ANTHROPIC_SMALL_MODEL",
+            "SMALL_ANTHROPIC_MODEL",
+            "SMALL_MODEL",
+        ],
         Vendor::Ollama => &["OLLAMA_SMALL_MODEL", "SMALL_OLLAMA_MODEL", "SMALL_MODEL"],
     };
     let small = names

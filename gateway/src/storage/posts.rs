@@ -176,7 +176,8 @@ const SCHEDULE_COLUMNS: &str =
 /// outbound is JSON text on SQLite, JSONB on Postgres).
 const OUTBOX_SQLITE: &str = "INSERT INTO outbox (agent_id, outbound, created_at_ms, updated_at_ms)
      VALUES ($1, $2, $3, $3) RETURNING id";
-const OUTBOX_POSTGRES: &str = "INSERT INTO outbox (agent_id, outbound, created_at_ms, updated_at_ms)
+const OUTBOX_POSTGRES: &str =
+    "INSERT INTO outbox (agent_id, outbound, created_at_ms, updated_at_ms)
      VALUES ($1, CAST($2 AS JSONB), $3, $3) RETURNING id";
 
 impl Store {
@@ -273,7 +274,7 @@ impl Store {
     pub async fn posts_schedules(&self, agent_id: &AgentId) -> Result<Vec<StoredSchedule>> {
         let sql = format!("SELECT {SCHEDULE_COLUMNS} WHERE agent_id = $1 ORDER BY id");
         let rows: Vec<ScheduleRow> = with_pool!(self, pool => {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(agent_id)
                 .fetch_all(pool)
                 .await
@@ -287,7 +288,7 @@ impl Store {
             "SELECT {SCHEDULE_COLUMNS} WHERE next_run_ms <= $1 ORDER BY next_run_ms LIMIT $2"
         );
         let rows: Vec<ScheduleRow> = with_pool!(self, pool => {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(now_ms)
                 .bind(limit.max(0))
                 .fetch_all(pool)
@@ -525,27 +526,38 @@ impl Store {
             "SELECT id, schedule_id, room, run_at_ms, state, text, reason, created_at_ms
              FROM post_runs WHERE agent_id = $1 {filter} ORDER BY id DESC LIMIT $2"
         );
-        type Row = (i64, String, RoomKey, i64, String, Option<String>, Option<String>, i64);
+        type Row = (
+            i64,
+            String,
+            RoomKey,
+            i64,
+            String,
+            Option<String>,
+            Option<String>,
+            i64,
+        );
         let rows: Vec<Row> = with_pool!(self, pool => {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(agent_id)
                 .bind(limit.max(0))
                 .fetch_all(pool)
                 .await
         })?;
         rows.into_iter()
-            .map(|(id, schedule_id, room, run_at_ms, state, text, reason, created_at_ms)| {
-                Ok(PostRun {
-                    id,
-                    schedule_id,
-                    room,
-                    run_at_ms,
-                    state: RunState::parse(&state)?,
-                    text,
-                    reason,
-                    created_at_ms,
-                })
-            })
+            .map(
+                |(id, schedule_id, room, run_at_ms, state, text, reason, created_at_ms)| {
+                    Ok(PostRun {
+                        id,
+                        schedule_id,
+                        room,
+                        run_at_ms,
+                        state: RunState::parse(&state)?,
+                        text,
+                        reason,
+                        created_at_ms,
+                    })
+                },
+            )
             .collect()
     }
 }

@@ -64,23 +64,60 @@ async fn a_restart_keeps_the_next_run_and_a_change_starts_over(store: Store) {
     put(&store, spec, 1_000).await;
     put(&store, spec, 9_000).await;
     let agent = AgentId::new("ada");
-    assert_eq!(store.posts_schedules(&agent).await.unwrap()[0].next_run_ms, 1_000);
+    assert_eq!(
+        store.posts_schedules(&agent).await.unwrap()[0].next_run_ms,
+        1_000
+    );
     put(&store, r#"{"room":"discord:42","every":"20s"}"#, 9_000).await;
-    assert_eq!(store.posts_schedules(&agent).await.unwrap()[0].next_run_ms, 9_000);
+    assert_eq!(
+        store.posts_schedules(&agent).await.unwrap()[0].next_run_ms,
+        9_000
+    );
     // POST_IMMEDIATELY at a start: only when the last run is old enough.
-    assert!(store.posts_run_now(&agent, "file:0", 5_000, 10_000).await.unwrap());
+    assert!(
+        store
+            .posts_run_now(&agent, "file:0", 5_000, 10_000)
+            .await
+            .unwrap()
+    );
     let s = store.posts_due(5_000, 1).await.unwrap().remove(0);
-    store.posts_claim(&s, 25_000, 5_000, 60_000).await.unwrap().unwrap();
-    assert!(!store.posts_run_now(&agent, "file:0", 6_000, 10_000).await.unwrap());
-    assert_eq!(store.posts_retain(&agent, ScheduleSource::File, &[]).await.unwrap(), 1);
+    store
+        .posts_claim(&s, 25_000, 5_000, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !store
+            .posts_run_now(&agent, "file:0", 6_000, 10_000)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .posts_retain(&agent, ScheduleSource::File, &[])
+            .await
+            .unwrap(),
+        1
+    );
     assert!(store.posts_schedules(&agent).await.unwrap().is_empty());
 }
 
 async fn a_dead_claimers_run_is_taken_over_then_given_up(store: Store) {
     put(&store, r#"{"room":"discord:42","every":"10s"}"#, 1_000).await;
     let s = store.posts_due(1_000, 1).await.unwrap().remove(0);
-    let run = store.posts_claim(&s, 11_000, 1_000, 100).await.unwrap().unwrap();
-    assert!(store.posts_take_over(1_050, 100, 10).await.unwrap().is_empty(), "lease holds");
+    let run = store
+        .posts_claim(&s, 11_000, 1_000, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        store
+            .posts_take_over(1_050, 100, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "lease holds"
+    );
     let mut now = 1_100;
     let mut holder = run;
     for attempt in 2..=RUN_ATTEMPTS {
@@ -88,11 +125,22 @@ async fn a_dead_claimers_run_is_taken_over_then_given_up(store: Store) {
         assert_eq!(taken.len(), 1);
         assert_eq!(taken[0].attempts, attempt);
         // The old holder can no longer settle it.
-        assert!(!store.posts_end(&holder, RunEnd::Skipped, None, "late").await.unwrap());
+        assert!(
+            !store
+                .posts_end(&holder, RunEnd::Skipped, None, "late")
+                .await
+                .unwrap()
+        );
         holder = taken[0].clone();
         now += 100;
     }
-    assert!(store.posts_take_over(now, 100, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .posts_take_over(now, 100, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let recent = store
         .posts_recent(&AgentId::new("ada"), 10, RecentRuns::All)
         .await
@@ -103,19 +151,37 @@ async fn a_dead_claimers_run_is_taken_over_then_given_up(store: Store) {
 async fn only_the_holder_queues_the_post_once(store: Store) {
     put(&store, r#"{"room":"discord:42","every":"10s"}"#, 1_000).await;
     let s = store.posts_due(1_000, 1).await.unwrap().remove(0);
-    let run = store.posts_claim(&s, 11_000, 1_000, 60_000).await.unwrap().unwrap();
+    let run = store
+        .posts_claim(&s, 11_000, 1_000, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
     let post = Outbound {
         key: "ada:post:file:0:1000".into(),
         room: RoomRef::new(Platform::Discord, RoomId::new("42")),
         text: "a thought".into(),
         reply_to: None,
     };
-    let id = store.posts_queue(&run, &post).await.unwrap().expect("queued");
-    assert!(store.posts_queue(&run, &post).await.unwrap().is_none(), "not twice");
-    let claimed = store.outbox_claim_one(id, now_ms(), 1_000).await.unwrap().unwrap();
+    let id = store
+        .posts_queue(&run, &post)
+        .await
+        .unwrap()
+        .expect("queued");
+    assert!(
+        store.posts_queue(&run, &post).await.unwrap().is_none(),
+        "not twice"
+    );
+    let claimed = store
+        .outbox_claim_one(id, now_ms(), 1_000)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(claimed.outbound, post);
     let agent = AgentId::new("ada");
-    let posted = store.posts_recent(&agent, 10, RecentRuns::Posted).await.unwrap();
+    let posted = store
+        .posts_recent(&agent, 10, RecentRuns::Posted)
+        .await
+        .unwrap();
     assert_eq!(posted.len(), 1);
     assert_eq!(posted[0].text.as_deref(), Some("a thought"));
     assert_eq!(posted[0].state, RunState::Queued);
