@@ -262,10 +262,18 @@ async fn schedules_are_added_listed_and_removed_through_the_api() {
         .await;
     assert_eq!(status, 400, "{bad}");
     assert!(bad.to_string().contains("at least 10s"), "{bad}");
+    let (status, bad) = app
+        .post_json(
+            "/api/agents/Dot/posts",
+            &json!({"room": "telegram:-100200", "every": "1h"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 400, "Dot does not run on Telegram: {bad}");
     let (status, added) = app
         .post_json(
             "/api/agents/Dot/posts",
-            &json!({"room": "telegram:-100200", "at": "09:00", "timezone": "Europe/Berlin"}),
+            &json!({"room": format!("discord:{CHANNEL}"), "at": "09:00", "timezone": "Europe/Berlin"}),
             None,
         )
         .await;
@@ -497,4 +505,34 @@ async fn background_work_goes_to_the_small_model_and_replies_to_the_large() {
             && keys.contains(&"openai:gpt-4o".to_string())
     })
     .await;
+}
+
+/// A Telegram group gets the scheduled post, as a plain message (no reply).
+#[tokio::test]
+async fn a_telegram_group_schedule_posts() {
+    use troupe_e2e::fake_telegram::FakeTelegram;
+    let telegram = FakeTelegram::start().await;
+    let openai = FakeOpenAi::start().await;
+    openai.push_reply("Ferry timetable: summer hours start Monday.");
+    let mut character = persona_json("Tess", "Tess runs the island's noticeboard.");
+    character["clients"] = json!(["telegram"]);
+    character["settings"]["secrets"] = json!({
+        "TELEGRAM_BOT_TOKEN": telegram.token(),
+        "TELEGRAM_API_ROOT": telegram.api_root(),
+    });
+    character["settings"]["troupe"] =
+        json!({"posts": [{"room": "telegram:-100777", "every": "10s"}]});
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("tess.json", character)
+            .openai(&openai),
+    )
+    .await;
+    let sent = match telegram.try_wait_for_sent(1, WAIT).await {
+        Ok(s) => s,
+        Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
+    };
+    assert_eq!(sent[0].chat_id, -100777);
+    assert_eq!(sent[0].text, "Ferry timetable: summer hours start Monday.");
+    assert!(sent[0].reply_to_message_id().is_none());
 }

@@ -48,7 +48,7 @@ pub async fn add(
     AgentPath(agent): AgentPath,
     ApiJson(spec): ApiJson<Spec>,
 ) -> Result<(StatusCode, Json<StoredSchedule>), ApiError> {
-    match state.posts.add(&agent.id, spec).await {
+    match state.posts.add(&agent.mind().persona, spec).await {
         Ok(stored) => Ok((StatusCode::CREATED, Json(stored))),
         Err(AddError::Invalid(e)) => Err(ApiError::bad_request(e.to_string())),
         Err(e @ AddError::TooMany) => Err(ApiError::new(

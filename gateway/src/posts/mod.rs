@@ -116,9 +116,12 @@ impl Posts {
         Ok(())
     }
 
-    /// Adds a schedule through the API; returns it as stored.
-    pub async fn add(&self, agent: &AgentId, spec: Spec) -> Result<StoredSchedule, AddError> {
+    /// Adds a schedule through the API; returns it as stored. The room must be on a
+    /// platform the persona runs on: a schedule posts only through its own connectors.
+    pub async fn add(&self, persona: &Persona, spec: Spec) -> Result<StoredSchedule, AddError> {
+        let agent = &persona.id;
         let parsed = spec.parse()?;
+        settings::runs_on(persona, &parsed.room)?;
         let existing = self.store.posts_schedules(agent).await?;
         let api = existing.iter().filter(|s| s.source == ScheduleSource::Api);
         if api.count() >= API_SCHEDULES_MAX {

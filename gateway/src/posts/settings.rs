@@ -156,7 +156,10 @@ fn file(persona: &Persona, out: &mut PostSettings) {
     for (i, item) in items.iter().take(FILE_SCHEDULES_MAX).enumerate() {
         let spec = serde_json::from_value::<Spec>(item.clone())
             .map_err(|e| SpecError(e.to_string()))
-            .and_then(|spec| spec.parse().map(|_| spec));
+            .and_then(|spec| {
+                let parsed = spec.parse()?;
+                runs_on(persona, &parsed.room).map(|_| spec)
+            });
         match spec {
             Ok(spec) => out.wanted.push(Wanted {
                 id: format!("file:{i}"),
@@ -167,6 +170,19 @@ fn file(persona: &Persona, out: &mut PostSettings) {
                 .problems
                 .push(format!("settings.troupe.posts[{i}]: {e}")),
         }
+    }
+}
+
+/// Whether the persona runs on `room`'s platform: a schedule posts only through the
+/// persona's own connectors.
+pub fn runs_on(persona: &Persona, room: &troupe_connectors::RoomKey) -> Result<(), SpecError> {
+    if persona.platforms().contains(&room.platform) {
+        Ok(())
+    } else {
+        Err(SpecError(format!(
+            "room `{room}`: {} does not run on {}; add it to the persona's clients first",
+            persona.name, room.platform
+        )))
     }
 }
 
