@@ -299,17 +299,24 @@ mod tests {
     #[test]
     fn file_schedules_are_read_and_bad_ones_reported() {
         let p = persona(
-            serde_json::json!({"name": "Ada", "settings": {"troupe": {"posts": [
+            serde_json::json!({"name": "Ada", "clients": ["discord", "telegram"],
+                "settings": {"troupe": {"posts": [
                 {"room": "discord:42", "every": "6h", "jitter": "30m", "prompt": "news"},
                 {"room": "telegram:-100", "at": "09:00", "timezone": "Europe/Berlin"},
-                {"room": "discord:42", "every": "1s"}
+                {"room": "discord:42", "every": "1s"},
+                {"room": "farcaster:feed", "every": "1h"}
             ]}}}),
         );
         let s = of(&p, &Env::default());
-        assert_eq!(s.wanted.len(), 2);
+        assert_eq!(s.wanted.len(), 2, "{:?}", s.problems);
         assert_eq!(s.wanted[1].id, "file:1");
         assert!(
             s.problems[0].starts_with("settings.troupe.posts[2]"),
+            "{:?}",
+            s.problems
+        );
+        assert!(
+            s.problems[1].contains("does not run on farcaster"),
             "{:?}",
             s.problems
         );
