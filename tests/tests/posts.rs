@@ -82,7 +82,8 @@ async fn farcaster_casts_arrive_on_schedule_from_the_post_examples() {
     );
     assert!(
         casts.iter().all(|c| c.parent.is_none()),
-        "top-level casts: {casts:#?}"
+        "top-level casts: {casts:#?}\n{}",
+        app.logs()
     );
     let first = &openai.requests()[0];
     let prompt = first.prompt_text();

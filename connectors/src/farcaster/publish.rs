@@ -150,6 +150,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn posts_go_to_the_top_level_of_the_feed_or_a_channel() {
+        use crate::model::{Platform, RoomId, RoomRef};
+        let out = |room: &str, reply_to: Option<&str>| Outbound {
+            key: "k".into(),
+            room: RoomRef::new(Platform::Farcaster, RoomId::new(room)),
+            text: "t".into(),
+            reply_to: reply_to.map(MessageId::new),
+        };
+        assert_eq!(first_parent(&out("feed", None)), (None, None));
+        assert_eq!(
+            first_parent(&out("channel:memes", None)),
+            (None, Some("memes"))
+        );
+        assert_eq!(
+            first_parent(&out("0xroot", None)),
+            (Some("0xroot".into()), None)
+        );
+        assert_eq!(
+            first_parent(&out("0xroot", Some("0xc"))),
+            (Some("0xc".into()), None)
+        );
+    }
+
+    #[test]
     fn idem_is_stable_short_and_distinct() {
         let a = idem_key("reply-1", 0);
         assert_eq!(a, idem_key("reply-1", 0), "the same on a retry");
