@@ -229,12 +229,7 @@ impl App {
         let breakers = provider::Breakers::new(config.provider.clone()).with_scheduler(scheduler);
         let spend = crate::spend::Spend::new(store.clone(), config.spend.clone());
         knowledge.account_with(spend.clone());
-        let posts = crate::posts::Posts::new(
-            store.clone(),
-            agents.clone(),
-            outbox.clone(),
-            Arc::new(config.env.clone()),
-        );
+        let posts = crate::posts::Posts::new(&store, &agents, &outbox, &config.env);
         let app = App {
             spend,
             posts,

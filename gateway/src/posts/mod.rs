@@ -58,12 +58,12 @@ pub enum AddError {
 }
 
 impl Posts {
-    pub fn new(store: Store, agents: Agents, outbox: Outbox, env: Arc<Env>) -> Posts {
+    pub fn new(store: &Store, agents: &Agents, outbox: &Outbox, env: &Env) -> Posts {
         Posts {
-            store,
-            agents,
-            outbox,
-            env,
+            store: store.clone(),
+            agents: agents.clone(),
+            outbox: outbox.clone(),
+            env: Arc::new(env.clone()),
             wake: Arc::new(Notify::new()),
         }
     }

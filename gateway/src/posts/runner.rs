@@ -15,8 +15,8 @@ use super::compose::{self, PostInput};
 use super::schedule::{Schedule, Spec};
 use super::{LEASE_MS, Posts};
 use crate::agent::Mind;
-use crate::spend::{Admission, Purpose, Who};
-use crate::storage::{ClaimedRun, RecentRuns, RoomReads, RunEnd, StoredSchedule};
+use crate::spend::{Admission, Meter, Purpose, Who};
+use crate::storage::{ClaimedRun, RecentRuns, RoomContext, RoomReads, RunEnd, StoredSchedule};
 
 /// The longest wait between two looks at the schedules.
 const POLL: Duration = Duration::from_secs(5);
@@ -31,6 +31,10 @@ const FARCASTER_MAX_LENGTH: usize = 320;
 pub(super) struct Runner {
     pub(super) posts: Posts,
 }
+
+/// What a run that may post goes on with: the persona, its meter, and its room's controls,
+/// recent messages and summary.
+type Admitted = (std::sync::Arc<Mind>, Option<Meter>, RoomContext);
 
 /// How a run ended, for the log.
 enum Outcome {
@@ -122,80 +126,20 @@ impl Runner {
         }
     }
 
+    /// The run's post: checked (`admit`), drafted (`write`), then kept (dry run) or queued.
     async fn post(&self, run: &ClaimedRun, schedule: &Schedule) -> anyhow::Result<Outcome> {
-        let ended = |end, reason: &str| Ok(Outcome::Ended(end, None, reason.to_string()));
-        let Some(agent) = self.posts.agents.by_id(&run.agent_id) else {
-            return ended(RunEnd::Skipped, "the persona is not loaded");
+        let (mind, meter, room) = match self.admit(run).await? {
+            Ok(admitted) => admitted,
+            Err(outcome) => return Ok(outcome),
         };
-        let mind = agent.mind();
-        let store = &self.posts.store;
         let feed = run.room.platform == Platform::Farcaster;
-        let reads = if feed {
-            RoomReads::Controls
-        } else {
-            RoomReads::WindowAndSummary {
-                limit: compose::ROOM_WINDOW,
-            }
-        };
-        let room = store.room_context(&run.agent_id, &run.room, reads).await?;
-        if room.state.muted_at(crate::clock::now_ms()) {
-            return ended(RunEnd::Skipped, "the room is muted");
-        }
-        let meter = agent.meter();
-        if let Some(meter) = &meter {
-            let who = Who {
-                room: Some(&run.room),
-                user: None,
-            };
-            if let Admission::Over { scope, .. } = meter.admit(who, Purpose::Post).await? {
-                let reason = format!(
-                    "over the persona's background share of its {} budget",
-                    scope.as_str()
-                );
-                return ended(RunEnd::Skipped, &reason);
-            }
-        }
-        let recent: Vec<String> = store
-            .posts_recent(&run.agent_id, compose::RECENT_POSTS, RecentRuns::Posted)
+        let text = match self
+            .write(run, schedule, &mind, meter.as_ref(), room)
             .await?
-            .into_iter()
-            .filter_map(|p| p.text)
-            .collect();
-        let messages: Vec<(String, String)> = room
-            .recent
-            .unwrap_or_default()
-            .into_iter()
-            .map(|m| (m.author_name, m.text))
-            .collect();
-        let summary = room.summary.flatten();
-        let max_length = schedule.max_length.unwrap_or(if feed {
-            FARCASTER_MAX_LENGTH
-        } else {
-            DEFAULT_MAX_LENGTH
-        });
-        let mut input = PostInput {
-            platform: run.room.platform,
-            prompt: schedule.prompt.as_deref(),
-            max_length,
-            recent_posts: &recent,
-            room_messages: &messages,
-            summary: summary.as_deref(),
-            rewrite_of: None,
+        {
+            Ok(text) => text,
+            Err(outcome) => return Ok(outcome),
         };
-        let first = self.draft(&mind, meter.as_ref(), run, &input).await?;
-        let text = if compose::too_close(&first, &recent) {
-            input.rewrite_of = Some(&first);
-            let second = self.draft(&mind, meter.as_ref(), run, &input).await?;
-            if compose::too_close(&second, &recent) {
-                return ended(RunEnd::Skipped, "too close to a recent post, twice");
-            }
-            second
-        } else {
-            first
-        };
-        if text.is_empty() {
-            return ended(RunEnd::Failed, "the model wrote nothing");
-        }
         if feed && super::settings::of(&mind.persona, &self.posts.env).farcaster_dry_run {
             tracing::info!(persona = %run.agent_id, room = %run.room, chars = text.chars().count(),
                 "FARCASTER_DRY_RUN: not casting the post; it is kept for the console and GET /api/agents/{{agent}}/posts");
@@ -206,6 +150,94 @@ impl Runner {
             ));
         }
         self.queue(run, text).await
+    }
+
+    /// Whether the run may post: its persona is loaded, its room is not muted, its budget
+    /// has room for background work. The persona, its meter and what the room holds when
+    /// it may; how the run ends when it may not.
+    async fn admit(&self, run: &ClaimedRun) -> anyhow::Result<Result<Admitted, Outcome>> {
+        let skipped = |reason: &str| Ok(Err(Outcome::Ended(RunEnd::Skipped, None, reason.into())));
+        let Some(agent) = self.posts.agents.by_id(&run.agent_id) else {
+            return skipped("the persona is not loaded");
+        };
+        let reads = if run.room.platform == Platform::Farcaster {
+            RoomReads::Controls
+        } else {
+            RoomReads::WindowAndSummary {
+                limit: compose::ROOM_WINDOW,
+            }
+        };
+        let store = &self.posts.store;
+        let room = store.room_context(&run.agent_id, &run.room, reads).await?;
+        if room.state.muted_at(crate::clock::now_ms()) {
+            return skipped("the room is muted");
+        }
+        let meter = agent.meter();
+        if let Some(meter) = &meter {
+            let who = Who {
+                room: Some(&run.room),
+                user: None,
+            };
+            if let Admission::Over { scope, .. } = meter.admit(who, Purpose::Post).await? {
+                return skipped(&format!(
+                    "over the persona's background share of its {} budget",
+                    scope.as_str()
+                ));
+            }
+        }
+        Ok(Ok((agent.mind(), meter, room)))
+    }
+
+    /// The post's text: a draft, rewritten once when it is too close to a recent post.
+    async fn write(
+        &self,
+        run: &ClaimedRun,
+        schedule: &Schedule,
+        mind: &Mind,
+        meter: Option<&Meter>,
+        room: RoomContext,
+    ) -> anyhow::Result<Result<String, Outcome>> {
+        let ended = |end, reason: &str| Ok(Err(Outcome::Ended(end, None, reason.to_string())));
+        let recent: Vec<String> = (self.posts.store)
+            .posts_recent(&run.agent_id, compose::RECENT_POSTS, RecentRuns::Posted)
+            .await?
+            .into_iter()
+            .filter_map(|p| p.text)
+            .collect();
+        let messages: Vec<(String, String)> = (room.recent.unwrap_or_default().into_iter())
+            .map(|m| (m.author_name, m.text))
+            .collect();
+        let summary = room.summary.flatten();
+        let feed = run.room.platform == Platform::Farcaster;
+        let fallback = if feed {
+            FARCASTER_MAX_LENGTH
+        } else {
+            DEFAULT_MAX_LENGTH
+        };
+        let mut input = PostInput {
+            platform: run.room.platform,
+            prompt: schedule.prompt.as_deref(),
+            max_length: schedule.max_length.unwrap_or(fallback),
+            recent_posts: &recent,
+            room_messages: &messages,
+            summary: summary.as_deref(),
+            rewrite_of: None,
+        };
+        let first = self.draft(mind, meter, run, &input).await?;
+        let text = if compose::too_close(&first, &recent) {
+            input.rewrite_of = Some(&first);
+            let second = self.draft(mind, meter, run, &input).await?;
+            if compose::too_close(&second, &recent) {
+                return ended(RunEnd::Skipped, "too close to a recent post, twice");
+            }
+            second
+        } else {
+            first
+        };
+        if text.is_empty() {
+            return ended(RunEnd::Failed, "the model wrote nothing");
+        }
+        Ok(Ok(text))
     }
 
     /// The post into the outbox, with the run settled, then sent.
@@ -236,7 +268,7 @@ impl Runner {
     async fn draft(
         &self,
         mind: &Mind,
-        meter: Option<&crate::spend::Meter>,
+        meter: Option<&Meter>,
         run: &ClaimedRun,
         input: &PostInput<'_>,
     ) -> anyhow::Result<String> {
