@@ -33,6 +33,8 @@ mod prompt;
 pub(crate) mod quote;
 mod secrets;
 mod settings;
+#[cfg(test)]
+pub(crate) mod test_support;
 mod values;
 mod watch;
 

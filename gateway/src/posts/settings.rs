@@ -237,19 +237,11 @@ impl PostSettings {
 mod tests {
     use super::*;
 
+    use crate::persona::test_support::env;
+
     fn persona(mut json: serde_json::Value) -> Persona {
         json["bio"] = serde_json::json!(["Ada keeps the harbour log."]);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ada.json");
-        std::fs::write(&path, json.to_string()).unwrap();
-        crate::persona::load_file(&path).unwrap().persona
-    }
-
-    fn env(pairs: &[(&str, &str)]) -> Env {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        crate::persona::test_support::from_json(json)
     }
 
     #[test]
