@@ -69,7 +69,7 @@ pub async fn remove(
         return Err(ApiError::not_found("no schedule with that id"));
     }
     match state.posts.remove(&agent.id, &id).await {
-        Ok(Removed::Removed) => Ok(StatusCode::NO_CONTENT),
+        Ok(Removed::Gone) => Ok(StatusCode::NO_CONTENT),
         Ok(Removed::NotFound) => Err(ApiError::not_found(format!("no schedule `{id}`"))),
         Ok(Removed::NotFromApi(source)) => Err(ApiError::new(
             StatusCode::CONFLICT,

@@ -159,7 +159,7 @@ impl Posts {
             Some(s) if s.source != ScheduleSource::Api => Ok(Removed::NotFromApi(s.source)),
             Some(_) => {
                 self.store.posts_delete_schedule(agent, id).await?;
-                Ok(Removed::Removed)
+                Ok(Removed::Gone)
             }
         }
     }
@@ -173,7 +173,7 @@ impl Posts {
 /// What `Posts::remove` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removed {
-    Removed,
+    Gone,
     NotFound,
     /// The schedule comes from the character file or the environment.
     NotFromApi(ScheduleSource),
