@@ -95,6 +95,8 @@ pub struct App {
     breakers: provider::Breakers,
     /// Usage accounting and budgets, shared by every agent (issue 16).
     spend: crate::spend::Spend,
+    /// Autonomous posts: the personas' schedules and the loop that runs them (issue 34).
+    pub posts: crate::posts::Posts,
     /// Stops one agent's platform connectors (on reload or removal).
     running: std::sync::Mutex<HashMap<AgentId, CancellationToken>>,
     /// The parent of every connector's token, cancelled at shutdown.
@@ -227,8 +229,10 @@ impl App {
         let breakers = provider::Breakers::new(config.provider.clone()).with_scheduler(scheduler);
         let spend = crate::spend::Spend::new(store.clone(), config.spend.clone());
         knowledge.account_with(spend.clone());
+        let posts = crate::posts::Posts::new(&store, &agents, &outbox, &config.env);
         let app = App {
             spend,
+            posts,
             elector,
             limiter: RateLimiter::new(&config.limits),
             config,
@@ -303,7 +307,22 @@ impl App {
         if let Some(reason) = provider.unavailable() {
             tracing::warn!(persona = %persona.id, "{reason}");
         }
-        let mind = Mind { persona, provider };
+        // elizaOS's small model, for background work, when the persona names one.
+        let small = crate::provider::small_for_persona(
+            &persona,
+            &self.config.env,
+            self.config.agent.model_timeout,
+            self.config.agent.model_concurrency,
+            &self.breakers,
+        );
+        if let Some(small) = &small {
+            tracing::info!(persona = %persona.id, model = %small.describe(), "background work uses the small model");
+        }
+        let mind = Mind {
+            persona,
+            provider,
+            small,
+        };
         match self.agents.by_id(&mind.persona.id) {
             Some(agent) => {
                 tracing::info!(persona = %mind.persona.id, model = %mind.provider.describe(), "persona reloaded");
@@ -327,6 +346,10 @@ impl App {
                 self.agents.insert(Arc::new(agent));
                 self.connectors.insert(&id, Arc::new(WebConnector));
             }
+        }
+        // Its schedules are stored once it can answer: a run due now finds its agent.
+        if let Err(e) = self.posts.load_persona(&persona_for_connectors).await {
+            tracing::error!(persona = %persona_for_connectors.id, error = %e, "cannot store the persona's post schedules");
         }
         self.start_connectors(&persona_for_connectors);
         Ok(())
@@ -549,6 +572,7 @@ impl App {
             tasks.spawn(task);
         }
         tasks.spawn(self.outbox.clone().run(shutdown.child_token()));
+        tasks.spawn(self.posts.clone().run(shutdown.child_token()));
         // The keyword index: built from the database now when missing or behind, then
         // following it (changes made through other replicas).
         tasks.spawn(self.knowledge.clone().follow(shutdown.child_token()));
@@ -607,6 +631,7 @@ impl App {
             elector: self.elector.clone(),
             budget,
             receivers: self.receivers.clone(),
+            posts: self.posts.clone(),
         };
         let router = http::router(state);
         let stop = shutdown.child_token();

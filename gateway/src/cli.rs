@@ -298,12 +298,32 @@ fn check(config: Config, mut files: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
     for d in &report.diagnostics {
         println!("{d}");
     }
-    if report.ok() {
+    let posts_ok = check_posts(&report, &config.env);
+    if report.ok() && posts_ok {
         eprintln!("troupe: {} file(s) checked, no errors", files.len());
         Ok(ExitCode::SUCCESS)
     } else {
         Ok(ExitCode::from(1))
     }
+}
+
+/// Which personas will post on their own, where and how often, and what in their post
+/// settings is wrong (an error: the schedule would not run). `false` when anything is.
+fn check_posts(report: &crate::persona::CheckReport, env: &crate::persona::Env) -> bool {
+    let mut ok = true;
+    for loaded in &report.loaded {
+        let p = &loaded.persona;
+        let posts = crate::posts::settings::of(p, env);
+        for problem in &posts.problems {
+            println!("{}: error: posts: {problem}", p.source.display());
+            ok = false;
+        }
+        match posts.describe() {
+            Some(where_) => eprintln!("troupe: {} will post: {where_}", p.id),
+            None => eprintln!("troupe: {} posts nothing on its own", p.id),
+        }
+    }
+    ok
 }
 
 async fn migrate(config: Config) -> anyhow::Result<ExitCode> {

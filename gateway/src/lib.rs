@@ -17,6 +17,7 @@
 //! - [`registry`]: the running connectors, by persona and platform; filled in by `app`.
 //! - `memory`: room summaries and user facts, kept up in the background.
 //! - [`persona`]: elizaOS character files: loading, checking, prompt composition.
+//! - [`posts`]: autonomous posts on a schedule, claimed once across replicas.
 //! - [`provider`]: model providers (OpenAI-compatible, Anthropic, Ollama) over genai.
 //! - [`spend`]: token and cost accounting, budgets, and the fair model scheduler.
 //! - [`storage`]: SQLite and Postgres through sqlx: journal, memory, outbox.
@@ -55,6 +56,7 @@ pub(crate) mod metrics;
 pub(crate) mod outbox;
 pub(crate) mod outcome;
 pub(crate) mod persona;
+pub(crate) mod posts;
 pub(crate) mod provider;
 pub(crate) mod registry;
 pub(crate) mod rooms;

@@ -85,7 +85,31 @@ async fn parent_author(api: &Neynar, authors: &Authors, hash: &str) -> Option<u6
         .ok()
 }
 
-/// Casts `reply` under `reply.reply_to` (or the thread's root), chunk after chunk.
+/// Where the first cast of a message goes: under the cast it answers, under its thread's
+/// root, or at the top level: `feed` (the account's own feed) and `channel:<name>` (a
+/// channel) are the rooms of autonomous posts (issue 34), which answer nothing.
+fn first_parent(reply: &Outbound) -> (Option<String>, Option<&str>) {
+    if let Some(hash) = &reply.reply_to {
+        return (Some(hash.as_str().to_string()), None);
+    }
+    let id = reply.room.id.as_str();
+    if id == FEED {
+        return (None, None);
+    }
+    if let Some(channel) = id.strip_prefix(CHANNEL_PREFIX) {
+        return (None, Some(channel));
+    }
+    let root = reply.room.send_to.clone().unwrap_or_else(|| id.to_string());
+    (Some(root), None)
+}
+
+/// The room of the account's own feed.
+pub const FEED: &str = "feed";
+/// The prefix of a channel's room (`channel:memes`).
+pub const CHANNEL_PREFIX: &str = "channel:";
+
+/// Casts `reply` under `reply.reply_to` (or the thread's root, or at the top level of the
+/// feed or a channel), chunk after chunk, each later chunk under the one before.
 pub(crate) async fn send(
     api: &Neynar,
     authors: &Authors,
@@ -95,15 +119,11 @@ pub(crate) async fn send(
     reply: &Outbound,
 ) -> Result<Delivery, ConnectorError> {
     let parts = chunks(&reply.text, limit);
-    let mut parent: String = match &reply.reply_to {
-        Some(hash) => hash.as_str().to_string(),
-        None => reply
-            .room
-            .send_to
-            .clone()
-            .unwrap_or_else(|| reply.room.id.as_str().to_string()),
+    let (mut parent, mut channel) = first_parent(reply);
+    let mut parent_fid = match &parent {
+        Some(hash) => parent_author(api, authors, hash).await,
+        None => None,
     };
-    let mut parent_fid = parent_author(api, authors, &parent).await;
     let mut delivery = Delivery::default();
     for (index, text) in parts.iter().enumerate() {
         let idem = idem_key(&reply.key, index);
@@ -111,14 +131,15 @@ pub(crate) async fn send(
             .publish(&PublishCast {
                 signer_uuid: signer.expose(),
                 text,
-                parent: Some(&parent),
+                parent: parent.as_deref(),
                 parent_author_fid: parent_fid,
+                channel_id: channel.take(),
                 idem: &idem,
             })
             .await?;
         authors.remember(&hash, bot.0);
         delivery.message_ids.push(MessageId::new(hash.clone()));
-        parent = hash;
+        parent = Some(hash);
         parent_fid = Some(bot.0);
     }
     Ok(delivery)
@@ -127,6 +148,30 @@ pub(crate) async fn send(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn posts_go_to_the_top_level_of_the_feed_or_a_channel() {
+        use crate::model::{Platform, RoomId, RoomRef};
+        let out = |room: &str, reply_to: Option<&str>| Outbound {
+            key: "k".into(),
+            room: RoomRef::new(Platform::Farcaster, RoomId::new(room)),
+            text: "t".into(),
+            reply_to: reply_to.map(MessageId::new),
+        };
+        assert_eq!(first_parent(&out("feed", None)), (None, None));
+        assert_eq!(
+            first_parent(&out("channel:memes", None)),
+            (None, Some("memes"))
+        );
+        assert_eq!(
+            first_parent(&out("0xroot", None)),
+            (Some("0xroot".into()), None)
+        );
+        assert_eq!(
+            first_parent(&out("0xroot", Some("0xc"))),
+            (Some("0xc".into()), None)
+        );
+    }
 
     #[test]
     fn idem_is_stable_short_and_distinct() {

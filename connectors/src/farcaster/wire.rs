@@ -155,6 +155,9 @@ pub(crate) struct PublishCast<'a> {
     pub parent: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_author_fid: Option<u64>,
+    /// A top-level cast in a channel (Neynar's `channel_id`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel_id: Option<&'a str>,
     pub idem: &'a str,
 }
 

@@ -13,6 +13,7 @@ const pages = {
   chat: () => import('./chat.js'),
   rooms: () => import('./rooms.js'),
   knowledge: () => import('./knowledge.js'),
+  posts: () => import('./posts.js'),
   characters: () => import('./characters.js'),
   health: () => import('./health.js'),
 };

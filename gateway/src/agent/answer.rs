@@ -48,7 +48,7 @@ impl Agent {
                 .await?;
         }
         let model = crate::memory::Model {
-            provider: mind.provider.clone(),
+            provider: mind.background(),
             agent_name: mind.persona.name.clone(),
             meter,
         };

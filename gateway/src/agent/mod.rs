@@ -67,7 +67,18 @@ const STORAGE_WAIT: Duration = Duration::from_secs(120);
 /// What a persona runs with; swapped whole on reload.
 pub struct Mind {
     pub persona: Persona,
+    /// The model replies go to (elizaOS's large model).
     pub provider: Arc<dyn ModelProvider>,
+    /// The small model, when the persona names one (`OPENAI_SMALL_MODEL`…).
+    pub small: Option<Arc<dyn ModelProvider>>,
+}
+
+impl Mind {
+    /// The provider for background work (summaries, facts, post drafts): the small model
+    /// when one is set, else the reply's.
+    pub fn background(&self) -> Arc<dyn ModelProvider> {
+        self.small.clone().unwrap_or_else(|| self.provider.clone())
+    }
 }
 
 pub struct Agent {

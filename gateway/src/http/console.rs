@@ -64,6 +64,7 @@ static ASSETS: &[Asset] = assets![
     "js/chat.js" => JS,
     "js/rooms.js" => JS,
     "js/knowledge.js" => JS,
+    "js/posts.js" => JS,
     "js/characters.js" => JS,
     "js/health.js" => JS,
     "template.json" => JSON,

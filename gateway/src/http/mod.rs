@@ -27,6 +27,7 @@ mod health;
 mod inspect;
 mod knowledge;
 mod openai;
+mod posts;
 mod telegram_link;
 mod usage;
 mod webhooks;
@@ -68,6 +69,8 @@ pub struct AppState {
     pub budget: crate::limits::ApiBudget,
     /// What each connector's receive loop is doing, for `/readyz`.
     pub receivers: crate::supervise::Receivers,
+    /// Post schedules (`posts`).
+    pub posts: crate::posts::Posts,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -85,6 +88,8 @@ pub fn router(state: AppState) -> Router {
             post(commands::post_command),
         )
         .route("/agents/{agent}/usage", get(usage::usage))
+        .route("/agents/{agent}/posts", get(posts::list).post(posts::add))
+        .route("/agents/{agent}/posts/{id}", delete(posts::remove))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .merge(knowledge_routes(&state))
         .merge(console_api_routes())

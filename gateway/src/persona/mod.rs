@@ -33,6 +33,8 @@ mod prompt;
 pub(crate) mod quote;
 mod secrets;
 mod settings;
+#[cfg(test)]
+pub(crate) mod test_support;
 mod values;
 mod watch;
 
@@ -45,7 +47,7 @@ use std::path::PathBuf;
 use troupe_connectors::{AgentId, Platform};
 
 pub use character::Character;
-pub use check::check_files;
+pub use check::{CheckReport, check_files};
 pub use diag::{Diagnostic, Severity};
 pub use knowledge::KnowledgeEntry;
 pub use load::load_dir;
@@ -55,6 +57,7 @@ pub(crate) use load::persona_files;
 pub use load::{load_file, load_file_with};
 pub use paths::LoadOptions;
 pub use prompt::compose;
+pub(crate) use prompt::{render as render_template, system_prompt};
 pub use secrets::{Withheld, token_key};
 pub use watch::{PersonaEvent, watch};
 

@@ -366,7 +366,7 @@ pub(crate) fn system_prompt(persona: &Persona) -> String {
 /// Fills the template. A template line whose placeholders all came out empty is left out,
 /// and so is a blank line that would follow another blank line, so missing sections leave
 /// no holes. Text inside values (a message with blank lines) is never touched.
-fn render(template: &str, value: &dyn Fn(&str) -> Option<String>) -> String {
+pub(crate) fn render(template: &str, value: &dyn Fn(&str) -> Option<String>) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut last_blank = true;
     for line in template.split('\n') {

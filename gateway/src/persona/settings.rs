@@ -275,10 +275,13 @@ fn troupe_settings(v: &Node, d: &mut Diags) -> Option<Vec<Platform>> {
                 }
                 platforms = Some(list);
             }
+            // Schedules of autonomous posts: read and checked by `posts::settings`, which
+            // reports a bad one at load and in `troupe check`.
+            "posts" => {}
             other => d.warn(
                 &m.key_pos,
                 &path,
-                unknown_field_message(other, &["platforms"]),
+                unknown_field_message(other, &["platforms", "posts"]),
             ),
         }
     }

@@ -156,6 +156,21 @@ impl ModelProvider for Instant {
     }
 }
 
+/// The provider for the persona's background work when it names a small model
+/// (`target::small_target`); `None`: background work uses the reply's provider.
+pub fn small_for_persona(
+    persona: &Persona,
+    env: &Env,
+    timeout: Duration,
+    concurrency: usize,
+    breakers: &Breakers,
+) -> Option<Arc<dyn ModelProvider>> {
+    let large = resolve_target(persona, env).ok()?;
+    let small = target::small_target(persona, env, &large)?;
+    let provider = GenaiProvider::new(small, timeout, concurrency).ok()?;
+    Some(Arc::new(provider.with_breaker(breakers)))
+}
+
 /// Builds the provider for a persona: genai when a target resolves, `Unconfigured` otherwise.
 pub fn for_persona(
     persona: &Persona,

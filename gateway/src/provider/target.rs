@@ -151,23 +151,52 @@ pub fn resolve_target(persona: &Persona, env: &Env) -> Result<Target, String> {
     Ok(target)
 }
 
+/// The persona's small model, by elizaOS's names (`OPENAI_SMALL_MODEL`,
+/// `SMALL_OPENAI_MODEL`, `ANTHROPIC_SMALL_MODEL`, `OLLAMA_SMALL_MODEL`… then `SMALL_MODEL`),
+/// when one is set and differs from the model replies use: background work (summaries,
+/// facts, post drafts) goes there (issue 34). The same vendor, endpoint and key.
+pub fn small_target(persona: &Persona, env: &Env, large: &Target) -> Option<Target> {
+    let names: &[&str] = match large.vendor {
+        Vendor::OpenAi => &["OPENAI_SMALL_MODEL", "SMALL_OPENAI_MODEL", "SMALL_MODEL"],
+        Vendor::Anthropic => &[
+            "ANTHROPIC_SMALL_MODEL",
+            "SMALL_ANTHROPIC_MODEL",
+            "SMALL_MODEL",
+        ],
+        Vendor::Ollama => &["OLLAMA_SMALL_MODEL", "SMALL_OLLAMA_MODEL", "SMALL_MODEL"],
+    };
+    let small = names
+        .iter()
+        .find_map(|k| persona.secret(k, env).filter(|v| !v.trim().is_empty()))?;
+    (small.trim() != large.model).then(|| Target {
+        model: small.trim().to_string(),
+        ..large.clone()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
-    fn persona(raw: serde_json::Value) -> Persona {
-        let dir = tempfile::tempdir().unwrap();
-        let path: PathBuf = dir.path().join("p.json");
-        std::fs::write(&path, raw.to_string()).unwrap();
-        crate::persona::load_file(&path).unwrap().persona
-    }
+    use crate::persona::test_support::{env, from_json as persona};
 
-    fn env(pairs: &[(&str, &str)]) -> Env {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    #[test]
+    fn a_small_model_is_the_background_target_when_it_differs() {
+        let p = persona(serde_json::json!({"name": "Ada", "bio": "x", "modelProvider": "openai"}));
+        let e = env(&[
+            ("OPENAI_API_KEY", "k"),
+            ("OPENAI_SMALL_MODEL", "gpt-4o-nano"),
+        ]);
+        let large = resolve_target(&p, &e).unwrap();
+        let small = small_target(&p, &e, &large).unwrap();
+        assert_eq!(
+            (small.model.as_str(), small.base_url),
+            ("gpt-4o-nano", large.base_url)
+        );
+        let same = env(&[("OPENAI_API_KEY", "k"), ("SMALL_MODEL", "gpt-4o-mini")]);
+        assert!(small_target(&p, &same, &resolve_target(&p, &same).unwrap()).is_none());
+        let none = env(&[("OPENAI_API_KEY", "k")]);
+        assert!(small_target(&p, &none, &resolve_target(&p, &none).unwrap()).is_none());
     }
 
     #[test]

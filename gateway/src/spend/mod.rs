@@ -71,6 +71,8 @@ pub enum Purpose {
     Summary,
     Facts,
     Embedding,
+    /// An autonomous post's draft (issue 34): background work, like memory upkeep.
+    Post,
 }
 
 impl Purpose {
@@ -80,6 +82,7 @@ impl Purpose {
             Purpose::Summary => "summary",
             Purpose::Facts => "facts",
             Purpose::Embedding => "embedding",
+            Purpose::Post => "post",
         }
     }
 

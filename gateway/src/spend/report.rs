@@ -1,4 +1,5 @@
-//! Usage reports: the rollups grouped per room, per user or per day since a date, as the
+//! Usage reports: the rollups grouped per room, per user or per day since a date (and the
+//! raw records per model or purpose), as the
 //! API (`GET /api/agents/{agent}/usage`) and the CLI (`troupe usage`) show them.
 
 use serde::Serialize;
@@ -16,7 +17,11 @@ pub fn parse_by(text: &str) -> Result<UsageBy, String> {
         "room" => Ok(UsageBy::Room),
         "user" => Ok(UsageBy::User),
         "day" => Ok(UsageBy::Day),
-        other => Err(format!("`by` must be room, user or day, not `{other}`")),
+        "model" => Ok(UsageBy::Model),
+        "purpose" => Ok(UsageBy::Purpose),
+        other => Err(format!(
+            "`by` must be room, user, day, model or purpose, not `{other}`"
+        )),
     }
 }
 
@@ -108,6 +113,8 @@ pub async fn report(
             UsageBy::Room => "room",
             UsageBy::User => "user",
             UsageBy::Day => "day",
+            UsageBy::Model => "model",
+            UsageBy::Purpose => "purpose",
         },
         since: clock::date_of(since),
         rows,

@@ -16,6 +16,7 @@
 //! - room summaries and user facts: memory beyond the recent window.
 //! - room state: the controls people set from the chat (muted, following, forgotten).
 //! - usage: one record per model call, daily rollups, budget notices (`usage`).
+//! - posts: autonomous post schedules, each run's claim and what came of it (`posts`).
 //!
 //! It does not decide anything: when to retry, what to remember and what to answer belong
 //! to the agent and the delivery worker. Layout:
@@ -75,6 +76,9 @@ mod knowledge_tests;
 mod memory;
 mod outbox;
 mod pgvector;
+mod posts;
+#[cfg(test)]
+mod posts_tests;
 mod rooms;
 #[cfg(test)]
 mod rooms_tests;
@@ -111,6 +115,10 @@ pub use knowledge::{
 };
 pub use memory::{RoomContext, RoomReads};
 pub use pgvector::{HNSW_MAX_DIMENSIONS, PgVector};
+pub use posts::{
+    ClaimedRun, NewSchedule, PostRun, RUN_ATTEMPTS, RecentRuns, RunEnd, RunState, ScheduleSource,
+    StoredSchedule,
+};
 pub use rooms::{RoomControl, RoomState, Speaker};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};

@@ -58,6 +58,11 @@ pub enum UsageBy {
     Room,
     User,
     Day,
+    /// `provider:model`, from the raw records (kept `TROUPE_SPEND_RETENTION_DAYS`): the
+    /// split between a persona's large and small models (issue 34).
+    Model,
+    /// What the calls were for (`reply`, `summary`, `facts`, `post`…), from the raw records.
+    Purpose,
 }
 
 /// One group of `usage_rollup`: a room key, a `platform:user`, or a day number.
@@ -299,6 +304,12 @@ impl Store {
         since: i64,
     ) -> Result<Vec<UsageRow>> {
         let (scope, key, day, order) = match by {
+            UsageBy::Model => {
+                return self
+                    .usage_records_by(agent_id, "provider || ':' || model", since)
+                    .await;
+            }
+            UsageBy::Purpose => return self.usage_records_by(agent_id, "purpose", since).await,
             UsageBy::Room => ("room", "scope_key", "MIN(day)", "cost_micros DESC, key"),
             UsageBy::User => ("user", "scope_key", "MIN(day)", "cost_micros DESC, key"),
             UsageBy::Day => ("agent", "''", "day", "day DESC"),
@@ -322,6 +333,34 @@ impl Store {
             sqlx::query_as::<_, UsageRow>(sqlx::AssertSqlSafe(sql))
                 .bind(agent_id)
                 .bind(scope)
+                .bind(since)
+                .fetch_all(pool)
+                .await
+        })?;
+        Ok(rows)
+    }
+
+    /// The raw records since day `since`, summed per `key` (an expression of the
+    /// record's columns), largest cost first.
+    async fn usage_records_by(
+        &self,
+        agent_id: &AgentId,
+        key: &'static str,
+        since: i64,
+    ) -> Result<Vec<UsageRow>> {
+        let sql = format!(
+            "SELECT {key} AS key, MIN(day) AS day,
+                CAST(COUNT(*) AS BIGINT) AS calls,
+                CAST(SUM(prompt_tokens) AS BIGINT) AS prompt_tokens,
+                CAST(SUM(completion_tokens) AS BIGINT) AS completion_tokens,
+                CAST(SUM(cached_tokens) AS BIGINT) AS cached_tokens,
+                CAST(SUM(cost_micros) AS BIGINT) AS cost_micros
+             FROM usage_records WHERE agent_id = $1 AND day >= $2
+             GROUP BY {key} ORDER BY cost_micros DESC, key LIMIT {USAGE_ROWS_MAX}"
+        );
+        let rows = with_pool!(self, pool => {
+            sqlx::query_as::<_, UsageRow>(sqlx::AssertSqlSafe(sql))
+                .bind(agent_id)
                 .bind(since)
                 .fetch_all(pool)
                 .await
