@@ -26,6 +26,7 @@ mod forwarded;
 mod health;
 mod inspect;
 mod knowledge;
+mod media;
 mod telegram_link;
 mod usage;
 mod webhooks;
