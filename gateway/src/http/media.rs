@@ -13,6 +13,14 @@ use crate::config::{Config, Vision};
 use crate::fetch::Fetcher;
 use crate::media::{self, MediaError};
 
+/// The body `POST /messages` may have: `TROUPE_MAX_BODY_BYTES`, plus one image of
+/// `TROUPE_MEDIA_MAX_BYTES` in base64 (four characters for three bytes). Several inline images
+/// share that room; a link has its own cap each.
+pub fn body_limit(config: &Config) -> usize {
+    let media = config.agent.media.max_bytes.div_ceil(3).saturating_mul(4);
+    config.limits.max_body_bytes.saturating_add(media)
+}
+
 /// One posted image.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
