@@ -199,6 +199,7 @@ mod tests {
         let prompt = Prompt {
             system: "# Knowledge\n\\# Ferries\nThe night ferry leaves at 23:40.\n".into(),
             user: "sam: hello\n    second line".into(),
+            images: Vec::new(),
         };
         assert!(in_prompt(
             &prompt,
@@ -233,6 +234,7 @@ mod tests {
         let prompt = |kept: &[&str]| Prompt {
             system: String::new(),
             user: kept.iter().map(|t| format!("sam: {t}\n")).collect(),
+            images: Vec::new(),
         };
         let exhaustive =
             |p: &Prompt| -> Vec<bool> { recent.iter().map(|m| in_prompt(p, &m.text)).collect() };

@@ -152,6 +152,21 @@ impl ChatRequestRecord {
             .find(|m| m.role == "system")
             .map(|m| m.content.as_str())
     }
+    /// The `image_url` parts of every message, in order: their URLs (a `data:` URL for an
+    /// image sent inline), as OpenAI's chat API carries images (issue 32).
+    pub fn image_urls(&self) -> Vec<String> {
+        let Some(Value::Array(messages)) = self.body.get("messages") else {
+            return Vec::new();
+        };
+        messages
+            .iter()
+            .filter_map(|m| m.get("content").and_then(Value::as_array))
+            .flatten()
+            .filter(|p| p.get("type").and_then(Value::as_str) == Some("image_url"))
+            .filter_map(|p| p.pointer("/image_url/url").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect()
+    }
     /// The text this request was answered with, if it got a 200.
     pub fn reply(&self) -> Option<&str> {
         match &self.outcome {
@@ -571,6 +586,16 @@ fn content_text(content: &Value) -> Result<String, String> {
                         Some(t) => texts.push(t.to_string()),
                         None => return Err("a text content part needs a string 'text'".into()),
                     },
+                    // As OpenAI checks it: an image part carries `image_url.url`.
+                    Some("image_url") => {
+                        if part
+                            .pointer("/image_url/url")
+                            .and_then(Value::as_str)
+                            .is_none()
+                        {
+                            return Err("an image_url content part needs 'image_url.url'".into());
+                        }
+                    }
                     Some(_) => {}
                     None => return Err("each content part needs a 'type'".into()),
                 }

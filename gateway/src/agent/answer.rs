@@ -146,6 +146,8 @@ impl Agent {
         let agent_name = self.mind().persona.name.clone();
         let room = inbound.room.key();
         let outbound = reply.map(|text| self.outbound(inbound, Kind::Reply(journal_id), text));
+        // An image is remembered as a short line, never its bytes (media.rs).
+        let remembered = crate::media::remembered(inbound);
         let handled = HandledMessage {
             journal_id,
             agent_id: &self.id,
@@ -154,7 +156,7 @@ impl Agent {
             inbound: NewMemory {
                 author_id: inbound.author.id.as_str(),
                 author_name: &inbound.author.name,
-                text: &inbound.text,
+                text: &remembered,
                 from_agent: false,
                 created_at_ms: inbound.sent_at_ms,
             },

@@ -274,7 +274,17 @@ impl Agent {
             return Ok(outcome);
         }
         let recall = self.recall(inbound, room).await?;
-        let Composed { prompt, quoted } = self.compose(&mind.persona, inbound, &recall);
+        let Composed { mut prompt, quoted } = self.compose(&mind.persona, inbound, &recall);
+        if !inbound.attachments.is_empty() {
+            // Images go as image parts, or as a line for a model that cannot see them.
+            let model = mind.provider.model();
+            crate::media::attach(
+                &mut prompt,
+                inbound,
+                self.settings.media.vision,
+                &model.model,
+            );
+        }
         // The console's "why" panel (crate::why): what this prompt was made of.
         crate::why::record(
             &self.id,

@@ -44,6 +44,47 @@ pub struct AgentSettings {
     pub bot_turns: u32,
     /// Room summaries and user facts (see docs/memory.md).
     pub memory: MemorySettings,
+    /// Images in messages (`TROUPE_VISION`, `TROUPE_MEDIA_MAX_BYTES`; docs/media.md).
+    pub media: MediaSettings,
+}
+
+/// Whether personas see images: `TROUPE_VISION` (`vision` in troupe.toml).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
+pub enum Vision {
+    /// `off`: images are refused on the API and only named elsewhere.
+    Off,
+    /// `auto` (the default): images go to models known to take them (`media::takes_images`).
+    Auto,
+    /// `on`: every persona's model is sent images (for a vision model the list misses).
+    On,
+}
+
+impl std::str::FromStr for Vision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "false" | "0" => Ok(Vision::Off),
+            "auto" => Ok(Vision::Auto),
+            "on" | "true" | "1" => Ok(Vision::On),
+            other => Err(format!("`{other}` is not one of off, auto, on")),
+        }
+    }
+}
+
+impl TryFrom<String> for Vision {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+/// Images in messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaSettings {
+    pub vision: Vision,
+    /// `TROUPE_MEDIA_MAX_BYTES`, default 10 MiB: the largest image fetched or accepted.
+    pub max_bytes: usize,
 }
 
 /// What agents remember beyond the room's recent window. Each runs as a background model
@@ -96,6 +137,12 @@ pub(super) fn agent_settings(
             .max(1),
         bot_turns: layered.parse("TROUPE_BOT_TURNS", file.bot_turns, 3)?,
         memory: memory_settings(layered, file)?,
+        media: MediaSettings {
+            vision: layered.parse("TROUPE_VISION", file.vision, Vision::Auto)?,
+            max_bytes: layered
+                .parse("TROUPE_MEDIA_MAX_BYTES", file.media_max_bytes, 10 << 20)?
+                .max(1),
+        },
     })
 }
 

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 pub use crate::fetch::FetchSettings;
 use crate::persona::Env;
 
-pub use agent::{AgentSettings, MemorySettings};
+pub use agent::{AgentSettings, MemorySettings, Vision};
 pub use edge::{
     AllowedHosts, ApiCallers, EdgeSettings, HttpSettings, Limits, ScopedToken, SystemMessages,
     TokenName,
@@ -190,6 +190,8 @@ struct FileConfig {
     memory_summary_every: Option<u32>,
     memory_facts_every: Option<u32>,
     memory_facts_per_user: Option<u32>,
+    vision: Option<Vision>,
+    media_max_bytes: Option<usize>,
     // --- knowledge, embeddings and the document worker (knowledge.rs)
     knowledge_allow_paths: Option<Vec<PathBuf>>,
     knowledge_max_file_bytes: Option<usize>,

@@ -205,6 +205,12 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         }),
         n("TROUPE_MAX_ATTEMPTS", |c| c.agent.max_attempts.to_string()),
         n("TROUPE_BOT_TURNS", |c| c.agent.bot_turns.to_string()),
+        p("TROUPE_VISION", "\"off\"", "on", |c| {
+            format!("{:?}", c.agent.media.vision)
+        }),
+        n("TROUPE_MEDIA_MAX_BYTES", |c| {
+            c.agent.media.max_bytes.to_string()
+        }),
         n("TROUPE_KNOWLEDGE_MAX_FILE_BYTES", |c| {
             c.knowledge.max_file_bytes.to_string()
         }),

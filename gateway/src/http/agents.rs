@@ -94,6 +94,10 @@ pub struct PostMessage {
     user_name: Option<String>,
     text: String,
     message_id: Option<String>,
+    /// Images: `{"url": …}` (fetched under the fetch policy) or `{"data": <base64>}`
+    /// (issue 32, docs/media.md).
+    #[serde(default)]
+    attachments: Vec<super::media::PostedImage>,
 }
 
 /// What `POST /messages` answers: the replies, or why there are none.
@@ -148,14 +152,18 @@ pub async fn post_message(
     State(state): State<AppState>,
     AgentPath(agent): AgentPath,
     caller: Caller,
-    ApiJson(body): ApiJson<PostMessage>,
+    ApiJson(mut body): ApiJson<PostMessage>,
 ) -> Result<(StatusCode, Json<MessageAnswer>), ApiError> {
     // Refuse before journaling: a message that cannot be answered is not accepted.
     if let Some(reason) = agent.mind().provider.unavailable() {
         return Err(provider_error(&ProviderError::Unconfigured(reason)));
     }
     super::api_share_left(&agent).await?;
-    let (inbound, room_id) = posted(body, &caller, state.config.limits.max_message_chars)?;
+    let images = std::mem::take(&mut body.attachments);
+    let (mut inbound, room_id) = posted(body, &caller, state.config.limits.max_message_chars)?;
+    if !images.is_empty() {
+        inbound.attachments = super::media::accept(&state.config, images).await?;
+    }
     let message_id = inbound.id.clone();
     // The model has its own deadline; this one only guards against a lost outcome.
     let deadline = state.config.agent.model_timeout + Duration::from_secs(30);

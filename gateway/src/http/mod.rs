@@ -26,6 +26,7 @@ mod forwarded;
 mod health;
 mod inspect;
 mod knowledge;
+mod media;
 mod openai;
 mod posts;
 mod telegram_link;
@@ -77,7 +78,12 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/agents", get(agents::list))
         .route("/agents/{agent}", get(agents::get))
-        .route("/agents/{agent}/messages", post(agents::post_message))
+        .route(
+            "/agents/{agent}/messages",
+            // Room for one image inline in base64 (http/media.rs).
+            post(agents::post_message)
+                .layer(DefaultBodyLimit::max(media::body_limit(&state.config))),
+        )
         .route("/agents/{agent}/rooms", get(agents::rooms))
         .route(
             "/agents/{agent}/rooms/{room}/memories",

@@ -162,7 +162,11 @@ pub(super) fn prompt(
          {name}. Answer with a JSON array of strings and nothing else, for example \
          [\"{name} has a dog named Rex\"]; answer [] when there is nothing new."
     );
-    Prompt { system, user }
+    Prompt {
+        system,
+        user,
+        images: Vec::new(),
+    }
 }
 
 /// Why a model answer was not taken.

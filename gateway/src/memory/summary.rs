@@ -126,7 +126,14 @@ pub(super) fn prompt(
             .map_or_else(|| "(none yet)".to_string(), quote::body),
         lines.join("\n"),
     );
-    (Prompt { system, user }, through)
+    (
+        Prompt {
+            system,
+            user,
+            images: Vec::new(),
+        },
+        through,
+    )
 }
 
 #[cfg(test)]

@@ -265,4 +265,15 @@ pub struct PromptInput<'a> {
 pub struct Prompt {
     pub system: String,
     pub user: String,
+    /// Images the message carries, sent as image parts next to `user` (issue 32,
+    /// `crate::media`); empty for a text message, which then costs nothing more.
+    pub images: Vec<PromptImage>,
+}
+
+/// One image of a prompt: its sniffed type and its bytes in base64, shared (the why panel
+/// keeps a copy of the prompt; the bytes are not copied with it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptImage {
+    pub mime: &'static str,
+    pub base64: std::sync::Arc<str>,
 }

@@ -428,7 +428,11 @@ pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
         let size = sys_len + user.chars().count();
         if size <= input.budget_chars || !counts.shrink(&sampled) {
             if !uses_history || size > input.budget_chars {
-                return Prompt { system, user };
+                return Prompt {
+                    system,
+                    user,
+                    images: Vec::new(),
+                };
             }
             // Each older line adds its length plus one newline to the history section.
             let (mut from, mut total) = (newest, size);
@@ -441,7 +445,11 @@ pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
                 from -= 1;
             }
             let user = filler.fill(&counts, &lines[from..]);
-            return Prompt { system, user };
+            return Prompt {
+                system,
+                user,
+                images: Vec::new(),
+            };
         }
     }
 }

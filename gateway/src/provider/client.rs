@@ -3,7 +3,7 @@
 //! (`breaker.rs`); this file only makes one attempt and classifies its failure.
 
 use async_trait::async_trait;
-use genai::chat::{ChatMessage, ChatOptions, ChatRequest};
+use genai::chat::{ChatOptions, ChatRequest};
 use genai::resolver::{AuthData, Endpoint, ServiceTargetResolver};
 use genai::{ModelIden, ServiceTarget, WebConfig};
 use std::sync::Arc;
@@ -94,7 +94,7 @@ impl GenaiProvider {
         if !prompt.system.trim().is_empty() {
             request = request.with_system(prompt.system.clone());
         }
-        request = request.append_message(ChatMessage::user(prompt.user.clone()));
+        request = request.append_message(super::media::user_message(prompt));
         let options = ChatOptions::default().with_max_tokens(1024);
         let call = self
             .client

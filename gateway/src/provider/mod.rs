@@ -27,6 +27,7 @@
 
 mod breaker;
 mod client;
+mod media;
 mod target;
 
 use async_trait::async_trait;

@@ -1,0 +1,85 @@
+//! Images posted to `POST /api/agents/{agent}/messages` (issue 32): each `attachments` entry
+//! is a link (`{"url": …}`) or the bytes (`{"data": <base64>, "mime": …}`). They are checked
+//! here, before the message is journaled, so a refused image is the caller's clear error and
+//! never a message half taken: the limits, the fetch policy and the type read from the bytes
+//! are `crate::media`'s. `mime` is the caller's claim and only checked against the bytes.
+
+use axum::http::StatusCode;
+use serde::Deserialize;
+use troupe_connectors::Attachment;
+
+use super::error::ApiError;
+use crate::config::{Config, Vision};
+use crate::fetch::Fetcher;
+use crate::media::{self, MediaError};
+
+/// The body `POST /messages` may have: `TROUPE_MAX_BODY_BYTES`, plus one image of
+/// `TROUPE_MEDIA_MAX_BYTES` in base64 (four characters for three bytes). Several inline images
+/// share that room; a link has its own cap each.
+pub fn body_limit(config: &Config) -> usize {
+    let media = config.agent.media.max_bytes.div_ceil(3).saturating_mul(4);
+    config.limits.max_body_bytes.saturating_add(media)
+}
+
+/// One posted image.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostedImage {
+    url: Option<String>,
+    data: Option<String>,
+    mime: Option<String>,
+}
+
+/// The posted images as the message's attachments, or the first refusal.
+pub async fn accept(
+    config: &Config,
+    posted: Vec<PostedImage>,
+) -> Result<Vec<Attachment>, ApiError> {
+    let settings = &config.agent.media;
+    if settings.vision == Vision::Off {
+        return Err(refused(&MediaError::Off));
+    }
+    if posted.len() > media::MAX_IMAGES {
+        return Err(refused(&MediaError::TooMany));
+    }
+    let cap = settings.max_bytes;
+    let fetcher = Fetcher::new(&config.knowledge.fetch);
+    let mut out = Vec::with_capacity(posted.len());
+    for (i, image) in posted.into_iter().enumerate() {
+        let n = i + 1;
+        let bytes = match (image.url, image.data) {
+            (Some(url), None) => media::fetch_image(&fetcher, &url, cap).await,
+            (None, Some(data)) => media::decode_data(&data, cap),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "`attachments[{i}]` must have either `url` or `data`"
+                )));
+            }
+        }
+        .map_err(|e| refused(&e))?;
+        let attachment = media::image_attachment(n, &bytes, cap).map_err(|e| refused(&e))?;
+        if let Some(claimed) = image.mime
+            && attachment.mime.as_deref() != Some(claimed.trim())
+        {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "media_refused",
+                format!(
+                    "`attachments[{i}]` says `{claimed}` but its bytes are {}",
+                    attachment.mime.as_deref().unwrap_or("?")
+                ),
+            ));
+        }
+        out.push(attachment);
+    }
+    Ok(out)
+}
+
+/// A refusal: 413 for a size, 422 otherwise, with the reason.
+fn refused(e: &MediaError) -> ApiError {
+    let status = match e {
+        MediaError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        _ => StatusCode::UNPROCESSABLE_ENTITY,
+    };
+    ApiError::new(status, "media_refused", e.to_string())
+}

@@ -1,0 +1,274 @@
+//! Images in messages, end to end (issue 32): the real `troupe run`, the fake OpenAI (which
+//! records the image parts it is sent) and a small file server on an allow-listed loopback
+//! port (the fetch policy's `TROUPE_FETCH_ALLOW`, as the operator would list an internal
+//! image host).
+//!
+//! A photo posted to the API with "what is in this picture?" reaches a vision model as an
+//! image part (inline or fetched from a link), a text-only model is told an image was sent
+//! that it cannot see, the room remembers a description and not the bytes, and hostile
+//! images (25 MB, a link to an internal address, bytes that are no image) are refused with
+//! a clear reason while the gateway goes on answering.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
+
+const SEER: &str = "Iris";
+const BLIND: &str = "Slate";
+const QUESTION: &str = "what is in this picture?";
+/// A hang guard, not a timing assertion.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A PNG's signature and the start of its header: enough for the type, and never decoded.
+fn png() -> Vec<u8> {
+    let mut b = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+    b.extend_from_slice(b"\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0");
+    b
+}
+
+fn jpeg() -> Vec<u8> {
+    let mut b = vec![0xff, 0xd8, 0xff, 0xe0];
+    b.extend_from_slice(b"\0\x10JFIF\0\x01\x01");
+    b
+}
+
+/// Serves `/cat.jpg`, a 25 MB `/huge.png` and `/notes.txt`; returns its port.
+async fn file_server() -> u16 {
+    use axum::routing::get;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let files = axum::Router::new()
+        .route("/cat.jpg", get(|| async { jpeg() }))
+        .route(
+            "/huge.png",
+            get(|| async {
+                let mut b = png();
+                b.resize(25 << 20, 0);
+                b
+            }),
+        )
+        .route("/notes.txt", get(|| async { "just words" }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, files).await;
+    });
+    port
+}
+
+/// Posts a JSON body of `size` bytes (an image's base64 that goes on and on) over a raw
+/// connection, and returns what the gateway answered. A client that stops at the first
+/// failed write could not read the 413 the gateway sends before the body has all arrived.
+async fn post_huge(app: &TestApp, path: &str, size: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stream = tokio::net::TcpStream::connect(app.addr()).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: {size}\r\nConnection: close\r\n\r\n",
+        app.addr()
+    );
+    let writer = tokio::spawn(async move {
+        write.write_all(head.as_bytes()).await?;
+        write
+            .write_all(br#"{"text":"what is in this picture?","attachments":[{"data":""#)
+            .await?;
+        let chunk = vec![b'A'; 64 * 1024];
+        for _ in 0..size / chunk.len() {
+            write.write_all(&chunk).await?;
+        }
+        std::io::Result::Ok(())
+    });
+    let mut answer = Vec::new();
+    let read_all = async {
+        let mut buf = [0u8; 8192];
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, read_all)
+        .await
+        .expect("the gateway answers an oversized body");
+    writer.abort();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+fn error_text(body: &Value) -> String {
+    body.to_string()
+}
+
+#[tokio::test]
+async fn images_reach_the_model_and_hostile_ones_are_refused() {
+    let openai = FakeOpenAi::start().await;
+    let files = file_server().await;
+    let mut blind = persona_json(BLIND, "Slate answers in plain words.");
+    blind["settings"]["model"] = json!("gpt-3.5-turbo");
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona(SEER, "Iris looks closely at whatever she is shown.")
+            .persona_file("slate.json", blind)
+            .openai(&openai)
+            .env("TROUPE_FETCH_ALLOW", &format!("127.0.0.1:{files}")),
+    )
+    .await;
+
+    // An inline photo reaches the vision model as an image part, with the question.
+    let (status, body) = app
+        .post_message(
+            SEER,
+            &json!({"roomId": "album", "text": QUESTION,
+                    "attachments": [{"data": STANDARD.encode(png()), "mime": "image/png"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let seen = openai.wait_for_requests(1, WAIT).await;
+    let images = seen[0].image_urls();
+    assert_eq!(
+        images,
+        vec![format!("data:image/png;base64,{}", STANDARD.encode(png()))]
+    );
+    assert!(seen[0].last_user_message().unwrap().contains(QUESTION));
+
+    // A link is fetched (under the fetch policy) and its type read from the bytes.
+    let (status, body) = app
+        .post_message(
+            SEER,
+            &json!({"roomId": "album", "text": "and this one?",
+                    "attachments": [{"url": format!("http://127.0.0.1:{files}/cat.jpg")}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let seen = openai.wait_for_requests(2, WAIT).await;
+    let images = seen[1].image_urls();
+    assert_eq!(images.len(), 1, "{images:?}");
+    assert!(
+        images[0].starts_with("data:image/jpeg;base64,"),
+        "{images:?}"
+    );
+
+    // The room remembers a short description, never the bytes.
+    let (status, memories) = app
+        .get(&format!("/api/agents/{SEER}/rooms/album/memories"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{memories}");
+    let remembered = memories.to_string();
+    assert!(
+        remembered.contains("[image: image/png, 1 KB]"),
+        "{remembered}"
+    );
+    assert!(
+        remembered.contains("[image: image/jpeg, 1 KB]"),
+        "{remembered}"
+    );
+    assert!(!remembered.contains("base64"), "{remembered}");
+
+    // A text-only model gets no image part, but is told an image came that it cannot see.
+    let (status, body) = app
+        .post_message(
+            BLIND,
+            &json!({"text": QUESTION, "attachments": [{"data": STANDARD.encode(png())}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let seen = openai.wait_for_requests(3, WAIT).await;
+    assert!(seen[2].image_urls().is_empty());
+    let asked = seen[2].last_user_message().unwrap();
+    assert!(asked.contains("cannot see"), "{asked}");
+
+    // Hostile images: each refused with its reason, before the model is asked.
+    let refusals = [
+        (
+            json!({"url": format!("http://127.0.0.1:{files}/huge.png")}),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "TROUPE_MEDIA_MAX_BYTES",
+        ),
+        (
+            json!({"url": format!("http://127.0.0.1:{}/api/agents", app.addr().port())}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "loopback",
+        ),
+        (
+            json!({"url": "http://169.254.169.254/latest/meta-data/"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "link-local",
+        ),
+        (
+            json!({"url": format!("http://127.0.0.1:{files}/notes.txt")}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "not a PNG, JPEG, GIF or WebP",
+        ),
+        (
+            json!({"data": STANDARD.encode(jpeg()), "mime": "image/png"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "its bytes are image/jpeg",
+        ),
+        (
+            json!({"data": "not base64!"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "not valid base64",
+        ),
+    ];
+    for (attachment, want_status, want_reason) in refusals {
+        let (status, body) = app
+            .post_message(
+                SEER,
+                &json!({"roomId": "hostile", "text": QUESTION, "attachments": [attachment]}),
+            )
+            .await;
+        assert_eq!(status, want_status, "{attachment}: {body}");
+        assert!(
+            error_text(&body).contains(want_reason),
+            "{attachment}: {body}"
+        );
+        assert!(
+            !error_text(&body).contains("/api/agents") && !error_text(&body).contains("meta-data"),
+            "the reason names the host, never the link: {body}"
+        );
+    }
+    // 25 MB inline is over the body limit before any of it is decoded.
+    let answer = post_huge(&app, &format!("/api/agents/{SEER}/messages"), 25 << 20).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("payload_too_large"), "{answer}");
+    assert_eq!(
+        openai.request_count(),
+        3,
+        "no refused image reached the model"
+    );
+
+    // The gateway is unharmed: healthy, and answering the next message.
+    let (status, _) = app.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = app
+        .post_message(SEER, &json!({"roomId": "hostile", "text": "still there?"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let seen = openai.wait_for_requests(4, WAIT).await;
+    assert!(seen[3].image_urls().is_empty());
+}
+
+/// `TROUPE_VISION=off`: an image posted to the API is refused, saying which setting.
+#[tokio::test]
+async fn vision_off_refuses_images_on_the_api() {
+    let openai = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona(SEER, "Iris looks closely at whatever she is shown.")
+            .openai(&openai)
+            .env("TROUPE_VISION", "off"),
+    )
+    .await;
+    let (status, body) = app
+        .post_message(
+            SEER,
+            &json!({"text": QUESTION, "attachments": [{"data": STANDARD.encode(png())}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.to_string().contains("TROUPE_VISION=off"), "{body}");
+    assert_eq!(openai.request_count(), 0);
+}
