@@ -143,6 +143,7 @@ pub fn compose(persona: &Persona, input: &PostInput<'_>) -> Prompt {
     Prompt {
         system: crate::persona::system_prompt(persona),
         user: render_template(post_template(persona, input.platform), &value),
+        images: Vec::new(),
     }
 }
 
