@@ -52,6 +52,7 @@ pub(crate) mod leader;
 pub(crate) mod limits;
 mod memory;
 pub(crate) mod metrics;
+pub(crate) mod models;
 pub(crate) mod outbox;
 pub(crate) mod outcome;
 pub(crate) mod persona;

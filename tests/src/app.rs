@@ -41,6 +41,7 @@ const CLEARED_PREFIXES: &[&str] = &[
     "FARCASTER_",
     "NEYNAR_",
     "CHARACTER.",
+    "HF_",
 ];
 
 /// Which database the app runs on.

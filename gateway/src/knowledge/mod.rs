@@ -44,6 +44,7 @@ mod ingest;
 mod memo;
 mod sandbox;
 mod search;
+mod status;
 mod vectors;
 mod walk;
 
@@ -71,6 +72,7 @@ pub use sandbox::Input;
 pub use sandbox::worker_main;
 use sandbox::{Reader, Worker};
 pub use search::{Hit, Ranking};
+pub use status::SearchMode;
 pub use vectors::{VectorError, VectorIndex, VectorMode, VectorStatus, exact_nearest};
 pub use walk::files_under;
 
@@ -122,10 +124,29 @@ impl From<ExtractError> for KnowledgeError {
 /// one line in the log saying how to get them. A model asked for explicitly but missing is
 /// a warning: troupe still starts, ranking by keywords.
 fn open_embedder(settings: &EmbeddingSettings) -> Option<Embedder> {
+    let missing_local = (settings.api == EmbeddingApi::Local)
+        .then_some(settings.model_dir.as_deref())
+        .flatten()
+        .filter(|dir| !crate::models::installed(dir));
     match Embedder::open(settings) {
         Ok(e) => {
             tracing::info!(model = %e.describe(), "knowledge search is hybrid (keywords and vectors)");
             Some(e)
+        }
+        // One line saying what to run: the model is a download away.
+        Err(_) if missing_local.is_some() => {
+            let dir = missing_local
+                .map(|d| d.display().to_string())
+                .unwrap_or_default();
+            let line = format!(
+                "no local embedding model in {dir}: run `troupe models pull` (or set \
+                 TROUPE_MODELS_AUTO_PULL=true) for hybrid search; knowledge search uses keywords only"
+            );
+            match settings.explicit {
+                true => tracing::warn!("{line}"),
+                false => tracing::info!("{line}"),
+            }
+            None
         }
         Err(why) if settings.explicit => {
             tracing::warn!(error = %why, "no embedding model; knowledge search uses keywords only");
@@ -133,10 +154,8 @@ fn open_embedder(settings: &EmbeddingSettings) -> Option<Embedder> {
         }
         Err(why) => {
             tracing::info!(reason = %why,
-                "knowledge search uses keywords only; for hybrid search put a sentence-transformers \
-                 model (e.g. all-MiniLM-L6-v2: config.json, tokenizer.json, model.safetensors) in \
-                 data/models/all-MiniLM-L6-v2 or TROUPE_EMBEDDING_MODEL_DIR, or set \
-                 TROUPE_EMBEDDING_MODEL for an API (docs/knowledge.md)");
+                "knowledge search uses keywords only; for hybrid search run `troupe models pull`, \
+                 or set TROUPE_EMBEDDING_MODEL for an API (docs/knowledge.md)");
             None
         }
     }
