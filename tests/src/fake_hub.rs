@@ -67,6 +67,8 @@ struct Shared {
     faults: Mutex<Faults>,
     seen: Mutex<Vec<HubRequest>>,
     count: watch::Sender<usize>,
+    /// A file whose GETs wait until [`FakeHub::release`].
+    held: watch::Sender<Option<String>>,
 }
 
 /// The running fake. Dropping it stops it.
@@ -89,6 +91,7 @@ impl FakeHub {
             faults: Mutex::new(Faults::default()),
             seen: Mutex::new(Vec::new()),
             count: watch::Sender::new(0),
+            held: watch::Sender::new(None),
         });
         let app = Router::new().fallback(serve).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -123,6 +126,30 @@ impl FakeHub {
     /// Every request must carry `Authorization: Bearer {token}`, else 401.
     pub fn require_token(&self, token: &str) {
         self.faults().token = Some(token.to_string());
+    }
+
+    /// GETs of `file` wait (their request recorded) until [`FakeHub::release`]: a download
+    /// that is under way for as long as a test needs.
+    pub fn hold(&self, file: &str) {
+        self.shared.held.send_replace(Some(file.to_string()));
+    }
+
+    /// Lets held downloads go on.
+    pub fn release(&self) {
+        self.shared.held.send_replace(None);
+    }
+
+    /// Waits until `file` has been asked for (GET) `n` times.
+    pub async fn wait_for_downloads(&self, file: &str, n: usize) {
+        crate::wait::until_or_report(
+            self,
+            self.shared.count.subscribe(),
+            crate::WAIT,
+            format!("{n} download(s) of {file}"),
+            || (self.downloads_of(file).len() >= n).then_some(()),
+        )
+        .await
+        .unwrap_or_else(|report| panic!("{report}"));
     }
 
     /// The bytes of `file` as served without faults.
@@ -244,6 +271,10 @@ async fn serve(State(shared): State<Arc<Shared>>, request: Request) -> Response 
     if let Some(rest) = uri_path.strip_prefix(&resolve_prefix)
         && let Some((rev, file)) = rest.split_once('/')
     {
+        if request.method() == Method::GET {
+            let mut held = shared.held.subscribe();
+            let _ = held.wait_for(|h| h.as_deref() != Some(file)).await;
+        }
         return resolve(&shared, rev, file, request.method(), &headers);
     }
     error(StatusCode::NOT_FOUND, "Repository not found")

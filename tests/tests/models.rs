@@ -318,3 +318,102 @@ async fn a_new_user_pulls_the_model_and_search_is_hybrid() {
     );
     assert!(app.logs().contains("hybrid"), "{}", app.logs());
 }
+
+/// The paraphrase of the harbour passage: no word in common with any document.
+const PARAPHRASE: &str =
+    "when%20is%20the%20port%20authority%20shut%20at%20the%20end%20of%20the%20week";
+
+/// The sources a search for `q` finds.
+async fn sources(app: &TestApp, q: &str) -> Vec<String> {
+    let (status, found) = app
+        .get(&format!("/api/agents/ada/knowledge/search?q={q}&limit=2"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    found["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|r| r["source"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// `TROUPE_MODELS_AUTO_PULL=true`: the gateway answers with keywords while it pulls, then
+/// turns vectors on and embeds what was stored meanwhile.
+#[tokio::test]
+async fn the_background_pull_turns_vectors_on_and_embeds_what_was_stored() {
+    let Some(hub) = hub().await else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("all-MiniLM-L6-v2");
+    hub.hold(WEIGHTS);
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona("Ada", "A harbour guide.")
+            .env("TROUPE_EMBEDDING_PROVIDER", "local")
+            .env("TROUPE_EMBEDDING_MODEL_DIR", dir.to_str().unwrap())
+            .env("TROUPE_MODELS_AUTO_PULL", "true")
+            .env("HF_ENDPOINT", &hub.url()),
+    )
+    .await;
+    hub.wait_for_downloads(WEIGHTS, 1).await;
+
+    // Meanwhile: documents are accepted and found by their words, not by their meaning.
+    let harbour = "The harbour office closes at five on Fridays.";
+    let goats = "Chamois graze on the high alpine meadows all summer long.";
+    let (status, body) = app
+        .upload(
+            "ada",
+            &[
+                Part::File("harbour.txt", "text/plain", harbour.as_bytes()),
+                Part::File("alps.txt", "text/plain", goats.as_bytes()),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(sources(&app, "harbour%20office").await, vec!["harbour.txt"]);
+    assert!(sources(&app, PARAPHRASE).await.is_empty());
+    assert!(
+        !dir.exists(),
+        "the model was installed before its download finished"
+    );
+
+    hub.release();
+    troupe_e2e::eventually(
+        "the paraphrase finds the harbour passage by its vector",
+        troupe_e2e::WAIT,
+        || async {
+            sources(&app, PARAPHRASE).await.first().map(String::as_str) == Some("harbour.txt")
+        },
+    )
+    .await;
+    assert_installed(&hub, &dir);
+    let logs = app.logs();
+    assert!(logs.contains("pulling it in the background"), "{logs}");
+    assert!(logs.contains("stored chunks embedded"), "{logs}");
+}
+
+/// Without the model and without the pull: one line saying what to run, and keywords.
+#[tokio::test]
+async fn a_missing_local_model_is_one_line_saying_what_to_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("all-MiniLM-L6-v2");
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona("Ada", "A harbour guide.")
+            .env("TROUPE_EMBEDDING_PROVIDER", "local")
+            .env("TROUPE_EMBEDDING_MODEL_DIR", dir.to_str().unwrap()),
+    )
+    .await;
+    // stderr is read beside stdout's `listening` line: wait for the log to catch up.
+    troupe_e2e::eventually("the log says what to run", troupe_e2e::WAIT, || async {
+        app.logs().contains("troupe models pull")
+    })
+    .await;
+    let logs = app.logs();
+    let lines: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("troupe models pull"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{logs}");
+    assert!(lines[0].contains(&dir.display().to_string()), "{logs}");
+    assert!(!dir.exists());
+}

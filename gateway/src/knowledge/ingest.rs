@@ -282,7 +282,7 @@ impl Knowledge {
         } = prepared;
         // The document is searchable by BM25 already; without vectors it is only missing
         // from the vector ranking until `troupe ingest --reembed`.
-        if let Some(embedder) = &self.inner.embedder
+        if let Some(embedder) = self.embedder()
             && let Err(e) = self.embed_chunks(embedder, agent_id, &scope, &chunks).await
         {
             tracing::warn!(document = %id, %source, error = %e,
@@ -487,7 +487,7 @@ impl Knowledge {
         agent_id: &AgentId,
         mut progress: impl FnMut(usize),
     ) -> Result<usize, KnowledgeError> {
-        let Some(embedder) = &self.inner.embedder else {
+        let Some(embedder) = self.embedder() else {
             return Err(KnowledgeError::Embedding(
                 "no embedding model is configured: set TROUPE_EMBEDDING_MODEL (see docs/knowledge.md)"
                     .into(),
@@ -515,6 +515,46 @@ impl Knowledge {
                 .collect();
             done += self.embed_page(embedder, &model, agent_id, &page).await?;
             progress(done);
+        }
+    }
+
+    /// Embeds every stored chunk (of any persona) that has no vector for the configured
+    /// model yet, a page at a time, and lets the vector index take them: after the
+    /// background pull turned vectors on. Unlike [`Knowledge::reembed`] nothing is dropped.
+    /// Returns how many were embedded (0 without an embedder).
+    pub async fn backfill(&self) -> Result<usize, KnowledgeError> {
+        let Some(embedder) = self.embedder() else {
+            return Ok(0);
+        };
+        let model = embedder.model_key();
+        let (mut done, mut after) = (0, 0);
+        loop {
+            let page = self
+                .inner
+                .store
+                .chunks_without_embedding(None, &model, after, EMBED_PAGE)
+                .await?;
+            let Some(last) = page.last() else {
+                self.after_write().await;
+                return Ok(done);
+            };
+            after = last.seq;
+            // A page may hold several personas' chunks; each is embedded (and accounted)
+            // for its own.
+            let mut agents: Vec<&AgentId> = Vec::new();
+            for c in &page {
+                if !agents.contains(&&c.agent_id) {
+                    agents.push(&c.agent_id);
+                }
+            }
+            for agent in agents {
+                let theirs: Vec<_> = page
+                    .iter()
+                    .filter(|c| &c.agent_id == agent)
+                    .map(|c| (c.id.as_str(), &c.scope, c.text.as_str()))
+                    .collect();
+                done += self.embed_page(embedder, &model, agent, &theirs).await?;
+            }
         }
     }
 

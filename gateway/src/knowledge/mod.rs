@@ -33,6 +33,7 @@
 //! indexes in step with the database.
 
 mod analyzer;
+mod autopull;
 mod character;
 mod chunk;
 mod embed;
@@ -170,7 +171,9 @@ pub struct Knowledge {
 struct Inner {
     store: Store,
     settings: KnowledgeSettings,
-    embedder: Option<Embedder>,
+    /// Set at most once: at start, or when a background pull installs the local model
+    /// (`Knowledge::enable_vectors`); empty, search is keywords only.
+    embedder: std::sync::OnceLock<Embedder>,
     /// Fetches chat attachments, under the outbound fetch policy.
     fetcher: crate::fetch::Fetcher,
     /// Who parses documents: the sandboxed worker, or this process in tests.
@@ -179,8 +182,9 @@ struct Inner {
     spend: std::sync::OnceLock<crate::spend::Spend>,
     /// The keyword index, a cache of the database (see `index`).
     index: Arc<KeywordIndex>,
-    /// The vector index of the embedder's model (see `vectors`); `None` without one.
-    vectors: Option<Arc<VectorIndex>>,
+    /// The vector index of the embedder's model (see `vectors`); empty without one. Set
+    /// before `embedder`, so a search that sees an embedder finds its index.
+    vectors: std::sync::OnceLock<Arc<VectorIndex>>,
 }
 
 impl Knowledge {
@@ -216,16 +220,19 @@ impl Knowledge {
         reader: Reader,
         index: Arc<KeywordIndex>,
     ) -> Self {
-        let vectors = embedder
-            .as_ref()
-            .map(|e| VectorIndex::new(e.model_key(), settings.pgvector));
+        let vectors = std::sync::OnceLock::new();
+        let with_model = std::sync::OnceLock::new();
+        if let Some(e) = embedder {
+            let _ = vectors.set(VectorIndex::new(e.model_key(), settings.pgvector));
+            let _ = with_model.set(e);
+        }
         Knowledge {
             inner: Arc::new(Inner {
                 vectors,
                 fetcher: crate::fetch::Fetcher::new(&settings.fetch),
                 store,
                 settings,
-                embedder,
+                embedder: with_model,
                 reader,
                 spend: std::sync::OnceLock::new(),
                 index,
@@ -298,7 +305,25 @@ impl Knowledge {
     }
 
     pub fn embedder(&self) -> Option<&Embedder> {
-        self.inner.embedder.as_ref()
+        self.inner.embedder.get()
+    }
+
+    /// The vector index, once there is an embedder.
+    fn vectors(&self) -> Option<&Arc<VectorIndex>> {
+        self.inner.vectors.get()
+    }
+
+    /// Turns vectors on with `embedder` (the background pull installed the local model):
+    /// from now on documents are embedded as they come and searches are hybrid. False when
+    /// an embedder was already there. The chunks stored before are embedded by
+    /// [`Knowledge::backfill`].
+    pub fn enable_vectors(&self, embedder: Embedder) -> bool {
+        if self.inner.embedder.get().is_some() {
+            return false;
+        }
+        let index = VectorIndex::new(embedder.model_key(), self.inner.settings.pgvector);
+        let _ = self.inner.vectors.set(index);
+        self.inner.embedder.set(embedder).is_ok()
     }
 }
 
