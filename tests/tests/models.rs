@@ -90,13 +90,15 @@ fn assert_installed(hub: &FakeHub, dir: &Path) {
     }
 }
 
-/// Nothing but the model directory itself: no staging directory, no part file beside it.
+/// What is beside the model directory but the pull's lock file (kept: removing it would
+/// race with another process taking it): no staging directory, no part file.
 fn leftovers(parent: &Path) -> Vec<String> {
     std::fs::read_dir(parent)
         .map(|entries| {
             entries
                 .flatten()
                 .map(|e| e.file_name().to_string_lossy().to_string())
+                .filter(|n| !n.ends_with(".pull.lock"))
                 .collect()
         })
         .unwrap_or_default()

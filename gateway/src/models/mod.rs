@@ -210,6 +210,8 @@ pub async fn pull(
 ) -> anyhow::Result<Pulled> {
     let hub = Hub::new(settings)?;
     let snapshot = hub.snapshot(model.repo(), revision).await?;
+    // Replicas sharing a models volume pull one at a time; the others then find it there.
+    let _lock = lock_pull(dir, progress).await?;
     if installed(dir) && recorded_commit(dir).as_deref() == Some(snapshot.commit.as_str()) {
         return Ok(Pulled {
             dir: dir.to_path_buf(),
@@ -303,6 +305,35 @@ fn staging_dir(dir: &Path) -> anyhow::Result<PathBuf> {
         .parent()
         .unwrap_or(Path::new("."))
         .join(format!(".{name}.pull")))
+}
+
+/// Holds `.<name>.pull.lock` beside `dir` (an OS file lock, released when the process
+/// ends, however it ends), waiting for another process's pull if one holds it.
+async fn lock_pull(dir: &Path, progress: &Progress) -> anyhow::Result<std::fs::File> {
+    let path = staging_dir(dir)?.with_extension("pull.lock");
+    if let Some(parent) = path.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            progress.say("another process is pulling this model; waiting for it");
+            tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+                .await?
+                .with_context(|| format!("cannot lock {}", path.display()))
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
 }
 
 /// Makes `staging` hold only files of `commit` (what an earlier pull of it left is kept).
