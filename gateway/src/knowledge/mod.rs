@@ -73,7 +73,7 @@ pub use sandbox::Input;
 pub use sandbox::worker_main;
 use sandbox::{Reader, Worker};
 pub use search::{Hit, Ranking};
-pub use status::SearchMode;
+pub use status::{SearchMode, VectorCoverage};
 pub use vectors::{VectorError, VectorIndex, VectorMode, VectorStatus, exact_nearest};
 pub use walk::files_under;
 

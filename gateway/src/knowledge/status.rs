@@ -40,20 +40,37 @@ impl SearchMode {
                 },
                 why_not: None,
             },
-            Err(_)
-                if embedding.api == EmbeddingApi::Local
-                    && embedding
-                        .model_dir
-                        .as_deref()
-                        .is_some_and(|d| !crate::models::installed(d)) =>
-            {
-                let dir = embedding.model_dir.as_deref().unwrap_or(Path::new(""));
-                SearchMode::keywords(&format!(
-                    "no local embedding model in {}: run `troupe models pull`",
-                    dir.display()
-                ))
-            }
-            Err(why) => SearchMode::keywords(&why),
+            Err(why) => SearchMode::keywords(&why_keywords(settings).unwrap_or(why)),
+        }
+    }
+
+    /// How the running store searches: its embedder (set at start or by the background
+    /// pull), the size of the vectors stored for it (else the local model's config).
+    pub async fn of_running(knowledge: &Knowledge) -> SearchMode {
+        let settings = knowledge.settings();
+        let Some(embedder) = knowledge.embedder() else {
+            let why = why_keywords(settings)
+                .unwrap_or_else(|| "no embedding model could be opened (see the log)".into());
+            return SearchMode::keywords(&why);
+        };
+        let stored = knowledge
+            .inner
+            .store
+            .embedding_dims(&embedder.model_key())
+            .await
+            .ok()
+            .and_then(|dims| dims.first().copied());
+        let local_dir = settings
+            .embedding
+            .as_ref()
+            .filter(|e| e.api == EmbeddingApi::Local)
+            .and_then(|e| e.model_dir.as_deref());
+        SearchMode {
+            hybrid: true,
+            model: Some(embedder.describe()),
+            model_key: Some(embedder.model_key()),
+            dimensions: stored.or_else(|| local_dir.and_then(hidden_size)),
+            why_not: None,
         }
     }
 
@@ -86,6 +103,57 @@ impl std::fmt::Display for SearchMode {
                 self.why_not.as_deref().unwrap_or("no embedding model")
             ),
         }
+    }
+}
+
+/// Why search is keywords only, when the settings tell: no model configured, or the local
+/// model's directory is empty (with what to run, or that it is being pulled).
+fn why_keywords(settings: &KnowledgeSettings) -> Option<String> {
+    let Some(embedding) = &settings.embedding else {
+        return Some("no embedding model (TROUPE_EMBEDDING_PROVIDER=none)".into());
+    };
+    let dir = embedding
+        .model_dir
+        .as_deref()
+        .filter(|d| embedding.api == EmbeddingApi::Local && !crate::models::installed(d))?;
+    Some(match settings.hub.auto_pull {
+        true => format!(
+            "no local embedding model in {} yet: it is being pulled (TROUPE_MODELS_AUTO_PULL)",
+            dir.display()
+        ),
+        false => format!(
+            "no local embedding model in {}: run `troupe models pull`",
+            dir.display()
+        ),
+    })
+}
+
+/// A persona's share of vectors: its chunks, and how many have a vector of the model in use.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VectorCoverage {
+    #[serde(flatten)]
+    pub mode: SearchMode,
+    pub chunks: i64,
+    pub chunks_with_vectors: i64,
+}
+
+impl Knowledge {
+    /// How `agent_id`'s knowledge is searched, and how many of its chunks have vectors.
+    pub async fn coverage(
+        &self,
+        agent_id: &troupe_connectors::AgentId,
+    ) -> Result<VectorCoverage, super::KnowledgeError> {
+        let mode = SearchMode::of_running(self).await;
+        let (chunks, chunks_with_vectors) = match &mode.model_key {
+            Some(model) => self.inner.store.embedding_coverage(agent_id, model).await?,
+            None => (self.chunk_count(agent_id).await? as i64, 0),
+        };
+        Ok(VectorCoverage {
+            mode,
+            chunks,
+            chunks_with_vectors,
+        })
     }
 }
 
