@@ -43,27 +43,7 @@ pub(super) async fn fetch(
         .await
         .map_err(|_| hub.unreachable(&format!("no answer within {ANSWER_WAIT:?}")))?
         .map_err(|e| hub.unreachable(&super::hub::innermost(&e)))?;
-    let status = answer.status();
-    match status.as_u16() {
-        206 => {
-            let starts_at = content_range_start(answer.headers().get("content-range"));
-            if starts_at != Some(have) {
-                bail!(
-                    "{} answered {} from byte {starts_at:?}, not from byte {have} as asked",
-                    hub.endpoint(),
-                    file.name
-                );
-            }
-        }
-        // A server that ignores ranges sends the whole file: start again.
-        200 => have = 0,
-        401 | 403 => bail!(
-            "{} refused {} ({status}): a private or gated model needs HF_TOKEN",
-            hub.endpoint(),
-            file.name
-        ),
-        _ => bail!("{} answered {status} for {}", hub.endpoint(), file.name),
-    }
+    let mut have = starts_at(hub, file, answer.status(), answer.headers(), have)?;
     check_linked_etag(file, answer.headers().get("x-linked-etag"))?;
     let size = match file.size {
         Some(size) => size,
@@ -104,6 +84,38 @@ pub(super) async fn fetch(
         bail!(interrupted(file, have, size, "the connection closed early"));
     }
     Ok(())
+}
+
+/// Where the answer to a request for `file` from byte `have` starts: `have` for a 206
+/// from there, 0 for a 200 (a server that ignores ranges sends the whole file), an error
+/// for a refusal or a range that starts elsewhere.
+fn starts_at(
+    hub: &Hub,
+    file: &HubFile,
+    status: reqwest::StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    have: u64,
+) -> anyhow::Result<u64> {
+    match status.as_u16() {
+        206 => {
+            let from = content_range_start(headers.get("content-range"));
+            if from != Some(have) {
+                bail!(
+                    "{} answered {} from byte {from:?}, not from byte {have} as asked",
+                    hub.endpoint(),
+                    file.name
+                );
+            }
+            Ok(have)
+        }
+        200 => Ok(0),
+        401 | 403 => bail!(
+            "{} refused {} ({status}): a private or gated model needs HF_TOKEN",
+            hub.endpoint(),
+            file.name
+        ),
+        _ => bail!("{} answered {status} for {}", hub.endpoint(), file.name),
+    }
 }
 
 /// What a cut download says: how far it got, and that running again goes on from there.

@@ -220,20 +220,7 @@ pub async fn pull(
             up_to_date: true,
         });
     }
-    let mut files = Vec::new();
-    for name in REQUIRED_FILES {
-        match hub.file(model.repo(), &snapshot, name)? {
-            Some(file) => files.push(file),
-            None => bail!(
-                "{} has no {name}: troupe reads sentence-transformers models with \
-                 safetensors weights",
-                model.repo()
-            ),
-        }
-    }
-    for name in OPTIONAL_FILES {
-        files.extend(hub.file(model.repo(), &snapshot, name)?);
-    }
+    let files = wanted_files(&hub, model, &snapshot)?;
     let staging = staging_dir(dir)?;
     prepare_staging(&staging, &snapshot.commit).await?;
     let total: u64 = files.iter().filter_map(|f| f.size).sum();
@@ -249,30 +236,7 @@ pub async fn pull(
     progress.bar.set_length(total);
     let mut bytes = 0;
     for file in &files {
-        let done = staging.join(file.name);
-        if !done.is_file() {
-            let part = staging.join(format!("{}.part", file.name));
-            download::fetch(&hub, file, &part, &progress.bar).await?;
-            if let Err(why) = download::verify(&part, &file.expected).await {
-                let _ = tokio::fs::remove_file(&part).await;
-                bail!(
-                    "{} from {} is not the file the hub published ({why}); it was deleted \
-                     and nothing was installed",
-                    file.name,
-                    hub.endpoint()
-                );
-            }
-            tokio::fs::rename(&part, &done).await?;
-        } else {
-            progress.bar.inc(file.size.unwrap_or(0));
-        }
-        let size = tokio::fs::metadata(&done).await?.len();
-        bytes += size;
-        progress.say(&format!(
-            "{} ({}) checked",
-            file.name,
-            indicatif::HumanBytes(size)
-        ));
+        bytes += fetch_checked(&hub, file, &staging, progress).await?;
     }
     progress.bar.finish_and_clear();
     let record = Record {
@@ -289,6 +253,64 @@ pub async fn pull(
         bytes,
         up_to_date: false,
     })
+}
+
+/// The files of `snapshot` the loader reads: every required one (its absence is an
+/// error), and the optional ones the repository has.
+fn wanted_files(
+    hub: &Hub,
+    model: &ModelName,
+    snapshot: &hub::Snapshot,
+) -> anyhow::Result<Vec<hub::HubFile>> {
+    let mut files = Vec::new();
+    for name in REQUIRED_FILES {
+        match hub.file(model.repo(), snapshot, name)? {
+            Some(file) => files.push(file),
+            None => bail!(
+                "{} has no {name}: troupe reads sentence-transformers models with \
+                 safetensors weights",
+                model.repo()
+            ),
+        }
+    }
+    for name in OPTIONAL_FILES {
+        files.extend(hub.file(model.repo(), snapshot, name)?);
+    }
+    Ok(files)
+}
+
+/// `file` into `staging`, downloaded (or resumed) and checked, unless an earlier run of
+/// this commit already did; its size. A file that fails its check is deleted.
+async fn fetch_checked(
+    hub: &Hub,
+    file: &hub::HubFile,
+    staging: &Path,
+    progress: &Progress,
+) -> anyhow::Result<u64> {
+    let done = staging.join(file.name);
+    if done.is_file() {
+        progress.bar.inc(file.size.unwrap_or(0));
+    } else {
+        let part = staging.join(format!("{}.part", file.name));
+        download::fetch(hub, file, &part, &progress.bar).await?;
+        if let Err(why) = download::verify(&part, &file.expected).await {
+            let _ = tokio::fs::remove_file(&part).await;
+            bail!(
+                "{} from {} is not the file the hub published ({why}); it was deleted \
+                 and nothing was installed",
+                file.name,
+                hub.endpoint()
+            );
+        }
+        tokio::fs::rename(&part, &done).await?;
+    }
+    let size = tokio::fs::metadata(&done).await?.len();
+    progress.say(&format!(
+        "{} ({}) checked",
+        file.name,
+        indicatif::HumanBytes(size)
+    ));
+    Ok(size)
 }
 
 /// The commit a staging directory's files come from: a resume from another commit starts
