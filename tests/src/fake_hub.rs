@@ -216,11 +216,11 @@ fn collect(root: &Path, dir: &Path, files: &mut BTreeMap<String, File>) {
             .to_string_lossy()
             .replace('\\', "/");
         let lfs = rel.ends_with(".safetensors") || bytes.len() > 10 << 20;
-        let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
+        let sha256 = hex::encode(&sha2::Sha256::digest(&bytes)[..]);
         let mut git = sha1::Sha1::new();
         git.update(format!("blob {}\0", bytes.len()).as_bytes());
         git.update(&bytes);
-        let git_oid = hex::encode(git.finalize());
+        let git_oid = hex::encode(&git.finalize()[..]);
         files.insert(
             rel,
             File {

@@ -190,7 +190,7 @@ fn verify_blocking(path: &Path, expected: &Expected) -> anyhow::Result<()> {
                 }
                 hasher.update(&block[..n]);
             }
-            ("sha256", want, hex::encode(hasher.finalize()))
+            ("sha256", want, hex::encode(&hasher.finalize()[..]))
         }
         Expected::GitBlob(want) => {
             let len = file.metadata()?.len();
@@ -203,7 +203,7 @@ fn verify_blocking(path: &Path, expected: &Expected) -> anyhow::Result<()> {
                 }
                 hasher.update(&block[..n]);
             }
-            ("git blob id", want, hex::encode(hasher.finalize()))
+            ("git blob id", want, hex::encode(&hasher.finalize()[..]))
         }
     };
     if &got != want {
