@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{Embedder, EmbeddingApi, KnowledgeSettings};
+use super::{Embedder, EmbeddingApi, Knowledge, KnowledgeSettings};
 
 /// How retrieval runs with these settings.
 #[derive(Debug, Clone, Serialize)]
