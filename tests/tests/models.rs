@@ -215,9 +215,11 @@ async fn a_file_that_does_not_match_the_hubs_hash_is_refused_and_nothing_install
     let staging = tmp.path().join(".all-MiniLM-L6-v2.pull");
     assert!(!staging.join(WEIGHTS).exists() && !staging.join("model.safetensors.part").exists());
 
-    // A git-kept file is checked by its blob id the same way.
+    // A git-kept file is checked by its blob id the same way (in another directory: the
+    // files this one checked are kept for the next run, and would not be fetched again).
     let hub = self::hub().await.expect("the files are there");
     hub.corrupt("tokenizer.json");
+    let dir = tmp.path().join("other/all-MiniLM-L6-v2");
     let out = pull(&hub.url(), &dir, &[], &[]).await;
     let stderr = text(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
