@@ -638,6 +638,23 @@ impl TestApp {
         (status, body)
     }
 
+    /// The sources (document names) `GET /knowledge/search?q=` finds for `agent`, best
+    /// first, at most `limit`; `q` is put in the URL as it is given (encode it).
+    pub async fn search_sources(&self, agent: &str, q: &str, limit: usize) -> Vec<String> {
+        let (status, found) = self
+            .get(&format!(
+                "/api/agents/{agent}/knowledge/search?q={q}&limit={limit}"
+            ))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{found}");
+        found["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|r| r["source"].as_str().map(str::to_string))
+            .collect()
+    }
+
     /// `GET path` with the configured API token if any; the body as JSON, or a JSON string
     /// holding the raw text when it is not JSON.
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {

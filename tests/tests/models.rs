@@ -297,6 +297,39 @@ async fn a_new_user_pulls_the_model_and_search_is_hybrid() {
         "{said}"
     );
 
+    upload_two_passages(&app).await;
+    // Not one word in common with the harbour passage (nor with the other): keywords
+    // alone find nothing, the model finds it by its meaning.
+    assert_eq!(
+        sources(&app, PARAPHRASE).await.first().map(String::as_str),
+        Some("harbour.txt")
+    );
+    // The persona's view says so: the model, its size, every chunk with its vector.
+    let (status, ada) = app.get("/api/agents/ada").await;
+    assert_eq!(status, StatusCode::OK, "{ada}");
+    let k = &ada["knowledge"];
+    assert_eq!(k["hybrid"], json!(true), "{ada}");
+    assert_eq!(k["model"], json!("local:all-MiniLM-L6-v2"), "{ada}");
+    assert_eq!(k["dimensions"], json!(384), "{ada}");
+    assert_eq!(
+        (k["chunks"].clone(), k["chunksWithVectors"].clone()),
+        (json!(2), json!(2)),
+        "{ada}"
+    );
+    assert!(app.logs().contains("hybrid"), "{}", app.logs());
+}
+
+/// The paraphrase of the harbour passage: no word in common with any document.
+const PARAPHRASE: &str =
+    "when%20is%20the%20port%20authority%20shut%20at%20the%20end%20of%20the%20week";
+
+/// The sources a search for `q` finds.
+async fn sources(app: &TestApp, q: &str) -> Vec<String> {
+    app.search_sources("ada", q, 2).await
+}
+
+/// Uploads the harbour passage and an unrelated one to Ada.
+async fn upload_two_passages(app: &TestApp) {
     let harbour = "The harbour office closes at five on Fridays.";
     let goats = "Chamois graze on the high alpine meadows all summer long.";
     let (status, body) = app
@@ -309,36 +342,6 @@ async fn a_new_user_pulls_the_model_and_search_is_hybrid() {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    // Not one word in common with the harbour passage (nor with the other): keywords
-    // alone find nothing, the model finds it by its meaning.
-    let (status, found) = app
-        .get("/api/agents/ada/knowledge/search?q=when%20is%20the%20port%20authority%20shut%20at%20the%20end%20of%20the%20week&limit=2")
-        .await;
-    assert_eq!(status, StatusCode::OK, "{found}");
-    assert_eq!(
-        found["results"][0]["source"],
-        json!("harbour.txt"),
-        "{found}"
-    );
-    assert!(app.logs().contains("hybrid"), "{}", app.logs());
-}
-
-/// The paraphrase of the harbour passage: no word in common with any document.
-const PARAPHRASE: &str =
-    "when%20is%20the%20port%20authority%20shut%20at%20the%20end%20of%20the%20week";
-
-/// The sources a search for `q` finds.
-async fn sources(app: &TestApp, q: &str) -> Vec<String> {
-    let (status, found) = app
-        .get(&format!("/api/agents/ada/knowledge/search?q={q}&limit=2"))
-        .await;
-    assert_eq!(status, StatusCode::OK, "{found}");
-    found["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .filter_map(|r| r["source"].as_str().map(str::to_string))
-        .collect()
 }
 
 /// `TROUPE_MODELS_AUTO_PULL=true`: the gateway answers with keywords while it pulls, then
@@ -361,24 +364,17 @@ async fn the_background_pull_turns_vectors_on_and_embeds_what_was_stored() {
     hub.wait_for_downloads(WEIGHTS, 1).await;
 
     // Meanwhile: documents are accepted and found by their words, not by their meaning.
-    let harbour = "The harbour office closes at five on Fridays.";
-    let goats = "Chamois graze on the high alpine meadows all summer long.";
-    let (status, body) = app
-        .upload(
-            "ada",
-            &[
-                Part::File("harbour.txt", "text/plain", harbour.as_bytes()),
-                Part::File("alps.txt", "text/plain", goats.as_bytes()),
-            ],
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    upload_two_passages(&app).await;
     assert_eq!(sources(&app, "harbour%20office").await, vec!["harbour.txt"]);
     assert!(sources(&app, PARAPHRASE).await.is_empty());
     assert!(
         !dir.exists(),
         "the model was installed before its download finished"
     );
+    let (_, ada) = app.get("/api/agents/ada").await;
+    assert_eq!(ada["knowledge"]["hybrid"], json!(false), "{ada}");
+    let why = ada["knowledge"]["whyNot"].as_str().unwrap_or_default();
+    assert!(why.contains("being pulled"), "{ada}");
 
     hub.release();
     troupe_e2e::eventually(
@@ -390,6 +386,8 @@ async fn the_background_pull_turns_vectors_on_and_embeds_what_was_stored() {
     )
     .await;
     assert_installed(&hub, &dir);
+    let (_, ada) = app.get("/api/agents/ada").await;
+    assert_eq!(ada["knowledge"]["chunksWithVectors"], json!(2), "{ada}");
     let logs = app.logs();
     assert!(logs.contains("pulling it in the background"), "{logs}");
     assert!(logs.contains("stored chunks embedded"), "{logs}");

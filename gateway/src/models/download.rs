@@ -177,39 +177,33 @@ pub(super) async fn verify(path: &Path, expected: &Expected) -> anyhow::Result<(
 }
 
 fn verify_blocking(path: &Path, expected: &Expected) -> anyhow::Result<()> {
-    use std::io::Read;
     let mut file = std::fs::File::open(path)?;
-    let mut block = vec![0u8; 1 << 20];
     let (kind, want, got) = match expected {
-        Expected::Sha256(want) => {
-            let mut hasher = sha2::Sha256::new();
-            loop {
-                let n = file.read(&mut block)?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&block[..n]);
-            }
-            ("sha256", want, hex::encode(&hasher.finalize()[..]))
-        }
+        Expected::Sha256(want) => ("sha256", want, hex_of(sha2::Sha256::new(), &mut file)?),
         Expected::GitBlob(want) => {
-            let len = file.metadata()?.len();
+            // Git names a blob by SHA-1 of a header (`blob <len>\0`) and the bytes.
             let mut hasher = sha1::Sha1::new();
-            hasher.update(format!("blob {len}\0").as_bytes());
-            loop {
-                let n = file.read(&mut block)?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&block[..n]);
-            }
-            ("git blob id", want, hex::encode(&hasher.finalize()[..]))
+            hasher.update(format!("blob {}\0", file.metadata()?.len()).as_bytes());
+            ("git blob id", want, hex_of(hasher, &mut file)?)
         }
     };
     if &got != want {
         bail!("its {kind} is {got}, not the hub's {want}");
     }
     Ok(())
+}
+
+/// `hasher` fed the rest of `file` a block at a time, as lower-case hex.
+fn hex_of(mut hasher: impl Digest, file: &mut std::fs::File) -> anyhow::Result<String> {
+    use std::io::Read;
+    let mut block = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut block)?;
+        if n == 0 {
+            return Ok(hex::encode(&hasher.finalize()[..]));
+        }
+        hasher.update(&block[..n]);
+    }
 }
 
 #[cfg(test)]
