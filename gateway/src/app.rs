@@ -560,6 +560,8 @@ impl App {
                     .pull_model_in_background(shutdown.child_token()),
             );
         }
+        // Vectors an upload left unfinished at the last stop.
+        self.knowledge.resume_embedding();
         let budget = crate::limits::ApiBudget::new(self.config.http.api_per_minute);
         tasks.spawn(housekeeping(
             self.limiter.clone(),

@@ -37,6 +37,7 @@ mod autopull;
 mod character;
 mod chunk;
 mod embed;
+mod embedjob;
 mod extract;
 mod follow;
 pub mod fusion;
@@ -68,7 +69,7 @@ pub use embed::{Embedder, Profile, Role};
 use extract::ExtractError;
 use index::KeywordIndex;
 pub use index::{IndexError, IndexStatus};
-pub use ingest::{Document, Ingested, Origin, Prepared};
+pub use ingest::{Document, Ingested, Origin, Prepared, Vectors};
 pub use sandbox::Input;
 pub use sandbox::worker_main;
 use sandbox::{Reader, Worker};
@@ -185,6 +186,8 @@ struct Inner {
     /// The vector index of the embedder's model (see `vectors`); empty without one. Set
     /// before `embedder`, so a search that sees an embedder finds its index.
     vectors: std::sync::OnceLock<Arc<VectorIndex>>,
+    /// One embedding job at a time in this process (see `embedjob`).
+    embedding: tokio::sync::Semaphore,
 }
 
 impl Knowledge {
@@ -236,6 +239,7 @@ impl Knowledge {
                 reader,
                 spend: std::sync::OnceLock::new(),
                 index,
+                embedding: tokio::sync::Semaphore::new(1),
             }),
         }
     }
