@@ -655,6 +655,35 @@ impl TestApp {
             .collect()
     }
 
+    /// `agent`'s documents' vectors as `GET …/documents` lists them: `(done, total)`
+    /// summed over its documents (`(0, 0)` when search is keywords only).
+    pub async fn vectors(&self, agent: &str) -> (i64, i64) {
+        let (status, listed) = self.get(&format!("/api/agents/{agent}/documents")).await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        let docs = listed["documents"].as_array().expect("documents").clone();
+        docs.iter().fold((0, 0), |(done, total), d| {
+            let v = &d["vectors"];
+            (
+                done + v["done"].as_i64().unwrap_or(0),
+                total + v["total"].as_i64().unwrap_or(0),
+            )
+        })
+    }
+
+    /// Waits (bounded by `timeout`) until every chunk of `agent`'s documents has its
+    /// vector: uploads answer before their chunks are embedded, in the background.
+    pub async fn wait_for_vectors(&self, agent: &str, timeout: Duration) {
+        eventually(
+            &format!("every chunk of {agent}'s documents to have its vector"),
+            timeout,
+            || async {
+                let (done, total) = self.vectors(agent).await;
+                total > 0 && done == total
+            },
+        )
+        .await;
+    }
+
     /// `GET path` with the configured API token if any; the body as JSON, or a JSON string
     /// holding the raw text when it is not JSON.
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {

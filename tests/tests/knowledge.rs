@@ -513,6 +513,9 @@ async fn with_an_embedding_model_chunks_and_queries_are_embedded(backend: Backen
     )
     .await;
     upload_the_handbook(&app).await;
+    // The upload answers before its chunks are embedded; they follow in the background.
+    app.wait_for_vectors(&AGENT.to_lowercase(), troupe_e2e::WAIT)
+        .await;
     let embedded: Vec<String> = fake
         .embedding_requests()
         .iter()

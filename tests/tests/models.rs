@@ -298,6 +298,7 @@ async fn a_new_user_pulls_the_model_and_search_is_hybrid() {
     );
 
     upload_two_passages(&app).await;
+    app.wait_for_vectors("ada", troupe_e2e::WAIT).await;
     // Not one word in common with the harbour passage (nor with the other): keywords
     // alone find nothing, the model finds it by its meaning.
     assert_eq!(
@@ -418,4 +419,79 @@ async fn a_missing_local_model_is_one_line_saying_what_to_run() {
     assert_eq!(lines.len(), 1, "{logs}");
     assert!(lines[0].contains(&dir.display().to_string()), "{logs}");
     assert!(!dir.exists());
+}
+
+/// An upload answers once its document is stored: keyword search finds it at once, and
+/// its vectors follow in the background, counted in `GET …/documents`, until a paraphrase
+/// finds it too. The document is big enough (hundreds of chunks, embedded a page of 256 at
+/// a time, each page stored at once) that its first page cannot be done by the time the
+/// answer is read back; nothing here measures time.
+#[tokio::test]
+async fn an_upload_answers_before_its_vectors_which_follow_in_the_background() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(backend) = backend.or_skip("an_upload_answers_before_its_vectors") else {
+            continue;
+        };
+        let Some(dir) = minilm_dir() else { return };
+        upload_then_vectors_follow(backend, &dir).await;
+    }
+}
+
+async fn upload_then_vectors_follow(backend: Backend, dir: &Path) {
+    let app = TestApp::spawn(
+        TestAppOptions::new(backend)
+            .persona("Ada", "A harbour guide.")
+            .env("TROUPE_EMBEDDING_PROVIDER", "local")
+            .env("TROUPE_EMBEDDING_MODEL_DIR", dir.to_str().unwrap())
+            .env("TROUPE_KNOWLEDGE_CHUNK_TOKENS", "48")
+            .env("TROUPE_KNOWLEDGE_CHUNK_OVERLAP", "0"),
+    )
+    .await;
+    // A lamp ledger of many entries, with the harbour's hours in the middle: no word of
+    // the paraphrase is in it.
+    let mut ledger = String::new();
+    for i in 0..1200 {
+        if i == 600 {
+            ledger.push_str("The harbour office closes at five on Fridays.\n\n");
+        }
+        ledger.push_str(&format!(
+            "Lamp log {i}: the lighthouse lamp was polished and its brass fittings cleaned with vinegar.\n\n"
+        ));
+    }
+    let goats = "Chamois graze on the high alpine meadows all summer long.";
+    let (status, body) = app
+        .upload(
+            "ada",
+            &[
+                Part::File("ledger.txt", "text/plain", ledger.as_bytes()),
+                Part::File("alps.txt", "text/plain", goats.as_bytes()),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (done, total) = app.vectors("ada").await;
+    assert!(
+        total > 300,
+        "the ledger is too small to prove anything: {total} chunks"
+    );
+    assert!(
+        done < total,
+        "the upload waited for its vectors ({done} of {total})"
+    );
+    // Found by its words at once; not yet by its meaning.
+    assert_eq!(
+        sources(&app, "harbour%20office")
+            .await
+            .first()
+            .map(String::as_str),
+        Some("ledger.txt")
+    );
+    app.wait_for_vectors("ada", std::time::Duration::from_secs(300))
+        .await;
+    assert_eq!(
+        sources(&app, PARAPHRASE).await.first().map(String::as_str),
+        Some("ledger.txt")
+    );
+    let (_, ada) = app.get("/api/agents/ada").await;
+    assert_eq!(ada["knowledge"]["chunksWithVectors"], json!(total), "{ada}");
 }
