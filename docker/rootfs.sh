@@ -23,7 +23,8 @@
 #                                  the migrations with sqlx::migrate! and applies them at
 #                                  start; the files are there to be read)
 #   /tmp (1777)                    temporary files
-#   nonroot: /data, /home/nonroot  the SQLite default and the index; the user's home
+#   nonroot: /data, /home/nonroot  the SQLite default and the index; the user's home;
+#            /models               the local embedding model (`troupe models pull`, a volume)
 set -euo pipefail
 
 bin="${1:?usage: rootfs.sh TROUPE_BINARY OUT_DIR}"
@@ -66,5 +67,5 @@ mkdir -p "$out/app"
 cp -r "$root/personas" "$out/app/personas"
 cp -r "$root/migrations" "$out/app/migrations"
 
-mkdir -p "$out/tmp" "$out/home" "$nonroot/data" "$nonroot/home/nonroot"
+mkdir -p "$out/tmp" "$out/home" "$nonroot/data" "$nonroot/models" "$nonroot/home/nonroot"
 chmod 1777 "$out/tmp"

@@ -576,6 +576,16 @@ impl App {
         // The keyword index: built from the database now when missing or behind, then
         // following it (changes made through other replicas).
         tasks.spawn(self.knowledge.clone().follow(shutdown.child_token()));
+        // The local model, when it is asked for, missing, and TROUPE_MODELS_AUTO_PULL allows.
+        if self.knowledge.wants_model_pull() {
+            tasks.spawn(
+                self.knowledge
+                    .clone()
+                    .pull_model_in_background(shutdown.child_token()),
+            );
+        }
+        // Vectors an upload left unfinished at the last stop.
+        self.knowledge.resume_embedding();
         let budget = crate::limits::ApiBudget::new(self.config.http.api_per_minute);
         tasks.spawn(housekeeping(
             self.limiter.clone(),

@@ -1,4 +1,5 @@
-//! The command line: `troupe run | check | migrate | chat | ingest | bench | usage | extract`.
+//! The command line: `troupe run | check | migrate | chat | ingest | models | bench | usage |
+//! extract`.
 //!
 //! Each subcommand is a small function over the same `Config`; errors go to stderr as one
 //! sentence that says what to do, and the exit code says whether it worked.
@@ -61,6 +62,8 @@ enum Command {
         reembed: bool,
         files: Vec<PathBuf>,
     },
+    /// Local embedding models: `troupe models pull [NAME]` from the Hugging Face Hub.
+    Models(crate::models::ModelsArgs),
     /// Measure the gateway's own per-message cost with a zero-latency model.
     Bench(crate::bench::BenchArgs),
     /// Print what a persona's model calls used and cost, per room, user or day
@@ -138,6 +141,7 @@ pub fn main() -> ExitCode {
                 files,
             } => ingest(config, agent, room, reembed, files).await,
             Command::Bench(args) => crate::bench::run(config, args).await,
+            Command::Models(args) => crate::models::run_cli(&config, args).await,
             Command::Usage {
                 agent,
                 by,
@@ -299,6 +303,11 @@ fn check(config: Config, mut files: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
         println!("{d}");
     }
     let posts_ok = check_posts(&report, &config.env);
+    // On stderr with the summary: stdout holds only the problems, one per line.
+    eprintln!(
+        "troupe: knowledge search: {}",
+        crate::knowledge::SearchMode::of(&config.knowledge)
+    );
     if report.ok() && posts_ok {
         eprintln!("troupe: {} file(s) checked, no errors", files.len());
         Ok(ExitCode::SUCCESS)

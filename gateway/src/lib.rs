@@ -55,6 +55,7 @@ pub(crate) mod limits;
 pub(crate) mod media;
 mod memory;
 pub(crate) mod metrics;
+pub(crate) mod models;
 pub(crate) mod outbox;
 pub(crate) mod outcome;
 pub(crate) mod persona;

@@ -41,6 +41,7 @@ const CLEARED_PREFIXES: &[&str] = &[
     "FARCASTER_",
     "NEYNAR_",
     "CHARACTER.",
+    "HF_",
 ];
 
 /// Which database the app runs on.
@@ -635,6 +636,52 @@ impl TestApp {
             .unwrap_or_else(|e| panic!("{what}: reading the body: {e}"));
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
         (status, body)
+    }
+
+    /// The sources (document names) `GET /knowledge/search?q=` finds for `agent`, best
+    /// first, at most `limit`; `q` is put in the URL as it is given (encode it).
+    pub async fn search_sources(&self, agent: &str, q: &str, limit: usize) -> Vec<String> {
+        let (status, found) = self
+            .get(&format!(
+                "/api/agents/{agent}/knowledge/search?q={q}&limit={limit}"
+            ))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{found}");
+        found["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|r| r["source"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// `agent`'s documents' vectors as `GET …/documents` lists them: `(done, total)`
+    /// summed over its documents (`(0, 0)` when search is keywords only).
+    pub async fn vectors(&self, agent: &str) -> (i64, i64) {
+        let (status, listed) = self.get(&format!("/api/agents/{agent}/documents")).await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        let docs = listed["documents"].as_array().expect("documents").clone();
+        docs.iter().fold((0, 0), |(done, total), d| {
+            let v = &d["vectors"];
+            (
+                done + v["done"].as_i64().unwrap_or(0),
+                total + v["total"].as_i64().unwrap_or(0),
+            )
+        })
+    }
+
+    /// Waits (bounded by `timeout`) until every chunk of `agent`'s documents has its
+    /// vector: uploads answer before their chunks are embedded, in the background.
+    pub async fn wait_for_vectors(&self, agent: &str, timeout: Duration) {
+        eventually(
+            &format!("every chunk of {agent}'s documents to have its vector"),
+            timeout,
+            || async {
+                let (done, total) = self.vectors(agent).await;
+                total > 0 && done == total
+            },
+        )
+        .await;
     }
 
     /// `GET path` with the configured API token if any; the body as JSON, or a JSON string

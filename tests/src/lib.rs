@@ -9,6 +9,8 @@
 //!   replay, drops), recording what the bot sent, with scripted 429s.
 //! - [`fake_neynar`]: Neynar's Farcaster API (notifications, casts, publishing with `idem`)
 //!   with scripted failures per route, and signed `cast.created` webhooks.
+//! - [`fake_hub`]: the Hugging Face Hub's metadata and resolve routes (ranges, LFS
+//!   headers) serving one model directory, with a cut connection, a corrupt file or a token.
 //! - [`fake_telegram`]: the Telegram Bot API (getUpdates long polling with offsets,
 //!   webhooks, sendMessage, leaveChat, files) with scripted 429s and a record of every call.
 //! - [`app`]: [`TestApp`], the `troupe run` child process on a fresh data dir and a fresh
@@ -28,6 +30,7 @@ pub mod app;
 pub mod browser;
 pub mod env;
 pub mod fake_discord;
+pub mod fake_hub;
 pub mod fake_neynar;
 pub mod fake_openai;
 pub mod fake_telegram;

@@ -513,6 +513,9 @@ async fn with_an_embedding_model_chunks_and_queries_are_embedded(backend: Backen
     )
     .await;
     upload_the_handbook(&app).await;
+    // The upload answers before its chunks are embedded; they follow in the background.
+    app.wait_for_vectors(&AGENT.to_lowercase(), troupe_e2e::WAIT)
+        .await;
     let embedded: Vec<String> = fake
         .embedding_requests()
         .iter()
@@ -645,18 +648,7 @@ async fn troupe_ingest_adds_a_directory_and_reembeds(backend: Backend) {
 
 /// The sources `GET /knowledge/search?q=` finds through `app`.
 async fn found_sources(app: &TestApp, q: &str) -> Vec<String> {
-    let (status, found) = app
-        .get(&format!(
-            "/api/agents/{AGENT}/knowledge/search?q={q}&limit=5"
-        ))
-        .await;
-    assert_eq!(status, StatusCode::OK, "{found}");
-    found["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .filter_map(|r| r["source"].as_str().map(str::to_string))
-        .collect()
+    app.search_sources(AGENT, q, 5).await
 }
 
 /// Two replicas on one Postgres database, each with its own keyword index: a document

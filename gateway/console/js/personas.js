@@ -1,4 +1,5 @@
-// Personas: each persona's model, whether its provider is configured, and each platform's
+// Personas: each persona's model, whether its provider is configured, how its knowledge is
+// searched (hybrid or keywords, the embedding model, chunks with vectors), and each platform's
 // connector: its state from /readyz (ok, standby on another replica, error with the last
 // error), or the variable to set; with the Discord invite, Telegram and Farcaster links.
 // Tokens today come from spend accounting (`GET …/usage`, docs/spend.md).
@@ -34,6 +35,22 @@ async function usageToday(agent) {
   } catch { return null; }
 }
 
+// How the persona's knowledge is searched (GET /api/agents/{id}): the embedding model and
+// its size, how many chunks have vectors, and whether search is hybrid or keywords only.
+async function knowledgeRow(agent) {
+  let k;
+  try { k = (await api(`/api/agents/${enc(agent.id)}`)).knowledge; } catch { return null; }
+  if (!k) return null;
+  const counts = `${k.chunksWithVectors} of ${k.chunks} chunks have vectors`;
+  if (!k.hybrid) {
+    return h('div', { class: 'row knowledge' }, 'Knowledge: ', h('span', { class: 'pill warn' }, 'keywords only'), ' ',
+      h('span', { class: 'muted' }, k.whyNot || ''));
+  }
+  const size = k.dimensions ? `, ${k.dimensions} dimensions` : '';
+  return h('div', { class: 'row knowledge' }, 'Knowledge: ', h('span', { class: 'pill ok' }, 'hybrid'), ' ',
+    h('code', {}, k.model), h('span', { class: 'muted' }, `${size}; ${counts}`));
+}
+
 export async function render(root) {
   root.append(h('h1', {}, 'Personas'));
   // /readyz checks every connector (up to seconds on a slow platform): the cards draw
@@ -51,6 +68,7 @@ export async function render(root) {
         agent.modelConfigured ? h('span', { class: 'pill ok' }, 'provider configured') : h('span', { class: 'pill error' }, 'provider not configured')),
       agent.source ? h('div', { class: 'muted' }, 'File: ', agent.source) : null);
     grid.append(card);
+    knowledgeRow(agent).then((row) => { if (row) card.insertBefore(row, card.children[2] || null); });
     const setup = setups[i];
     if (setup instanceof Error) { card.append(errorBox(setup)); return; }
     const table = h('table', {}, h('tr', {}, h('th', {}, 'Platform'), h('th', {}, 'Connector'), h('th', {}, 'Links')));

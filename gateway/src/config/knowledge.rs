@@ -50,6 +50,57 @@ pub struct KnowledgeSettings {
     /// pgvector's HNSW when the extension is available; false keeps the in-process index
     /// (knowledge/vectors.rs).
     pub pgvector: bool,
+    /// Where `troupe models pull` gets the local model (`HF_ENDPOINT`, `HF_TOKEN`,
+    /// `TROUPE_MODELS_AUTO_PULL`).
+    pub hub: HubSettings,
+}
+
+/// The Hugging Face Hub, for `troupe models pull` and the background pull (models/).
+/// `HF_ENDPOINT` and `HF_TOKEN` are the hub's own names, read from the environment only (as
+/// `huggingface_hub` reads them): the token travels with the endpoint it came with.
+#[derive(Debug, Clone)]
+pub struct HubSettings {
+    /// `HF_ENDPOINT`, default `https://huggingface.co`: the hub or a mirror of it.
+    pub endpoint: String,
+    /// `HF_TOKEN`: sent to `endpoint` only (a private or gated model); unset by default.
+    pub token: Option<SecretString>,
+    /// `TROUPE_MODELS_AUTO_PULL` (`models_auto_pull`), default false: when the local model
+    /// is asked for and missing, `troupe run` pulls it in the background.
+    pub auto_pull: bool,
+}
+
+/// The hub's own address.
+pub const DEFAULT_HF_ENDPOINT: &str = "https://huggingface.co";
+
+impl Default for HubSettings {
+    fn default() -> Self {
+        HubSettings {
+            endpoint: DEFAULT_HF_ENDPOINT.to_string(),
+            token: None,
+            auto_pull: false,
+        }
+    }
+}
+
+/// `HF_ENDPOINT` (an http or https URL), `HF_TOKEN` and `TROUPE_MODELS_AUTO_PULL`.
+fn hub_settings(layered: &Layered<'_>, file: &FileConfig) -> anyhow::Result<HubSettings> {
+    let env = layered.env;
+    let endpoint = match var(env, "HF_ENDPOINT") {
+        None => DEFAULT_HF_ENDPOINT.to_string(),
+        Some(raw) => {
+            let parsed = reqwest::Url::parse(raw)
+                .map_err(|e| anyhow::anyhow!("HF_ENDPOINT=`{raw}` is not a URL: {e}"))?;
+            if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+                bail!("HF_ENDPOINT=`{raw}` must be an http:// or https:// URL");
+            }
+            raw.trim_end_matches('/').to_string()
+        }
+    };
+    Ok(HubSettings {
+        endpoint,
+        token: var(env, "HF_TOKEN").map(|t| SecretString::from(t.to_string())),
+        auto_pull: layered.parse("TROUPE_MODELS_AUTO_PULL", file.models_auto_pull, false)?,
+    })
 }
 
 impl Default for KnowledgeSettings {
@@ -69,6 +120,7 @@ impl Default for KnowledgeSettings {
             index_dir: PathBuf::from("data/index"),
             index_poll: Duration::from_millis(500),
             pgvector: true,
+            hub: HubSettings::default(),
         }
     }
 }
@@ -124,6 +176,7 @@ pub(super) fn knowledge_settings(
                 .max(10),
         ),
         pgvector: layered.parse("TROUPE_PGVECTOR", file.pgvector, d.pgvector)?,
+        hub: hub_settings(layered, file)?,
         ..d
     })
 }

@@ -44,7 +44,10 @@ pub use edge::{
     AllowedHosts, ApiCallers, EdgeSettings, HttpSettings, Limits, ScopedToken, SystemMessages,
     TokenName,
 };
-pub use knowledge::{EmbeddingApi, EmbeddingSettings, ExtractSettings, KnowledgeSettings};
+pub use knowledge::{
+    DEFAULT_LOCAL_MODEL_DIR, EmbeddingApi, EmbeddingSettings, ExtractSettings, HubSettings,
+    KnowledgeSettings,
+};
 pub use platforms::{ReceiveSettings, ReplicaSettings};
 pub use spend::ProviderSettings;
 pub use storage::NatsSettings;
@@ -214,6 +217,7 @@ struct FileConfig {
     embedding_query_prefix: Option<String>,
     embedding_passage_prefix: Option<String>,
     embedding_input_type: Option<bool>,
+    models_auto_pull: Option<bool>,
     extract_timeout_secs: Option<u64>,
     extract_memory_mb: Option<u64>,
     extract_workers: Option<usize>,

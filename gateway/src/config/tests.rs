@@ -263,6 +263,9 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         embedding("TROUPE_EMBEDDING_INPUT_TYPE", "true", "false", |c| {
             e(c).input_type.to_string()
         }),
+        p("TROUPE_MODELS_AUTO_PULL", "true", "false", |c| {
+            c.knowledge.hub.auto_pull.to_string()
+        }),
         // The local model's settings hold without an API model named.
         p("TROUPE_EMBEDDING_MODEL_DIR", "\"/m/a\"", "/m/b", |c| {
             format!("{:?}", e(c).model_dir)
@@ -455,5 +458,33 @@ fn every_readme_setting_has_a_toml_key() {
             "{} must win over `{key}` in troupe.toml",
             probe.var
         );
+    }
+}
+
+#[test]
+fn the_hub_endpoint_and_token_come_from_the_environment() {
+    let c = Config::for_test();
+    assert_eq!(c.knowledge.hub.endpoint, "https://huggingface.co");
+    assert!(c.knowledge.hub.token.is_none());
+    let env: Env = [
+        ("HF_ENDPOINT", "https://mirror.example/hf/"),
+        ("HF_TOKEN", " hf_abc "),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let c = Config::from_env(env).unwrap();
+    assert_eq!(c.knowledge.hub.endpoint, "https://mirror.example/hf");
+    use secrecy::ExposeSecret;
+    assert_eq!(
+        c.knowledge.hub.token.as_ref().unwrap().expose_secret(),
+        "hf_abc"
+    );
+    for bad in ["ftp://mirror.example", "not a url", "file:///etc"] {
+        let env: Env = [("HF_ENDPOINT".to_string(), bad.to_string())]
+            .into_iter()
+            .collect();
+        let why = Config::from_env(env).unwrap_err().to_string();
+        assert!(why.contains("HF_ENDPOINT"), "{why}");
     }
 }

@@ -80,8 +80,29 @@ pub async fn list(State(state): State<AppState>) -> Json<AgentList> {
     Json(AgentList { agents })
 }
 
-pub async fn get(AgentPath(agent): AgentPath) -> Json<AgentView> {
-    Json(AgentView::of(&agent))
+/// `GET /api/agents/{agent}`: the persona as listed, and how its knowledge is searched
+/// (the embedding model, its size, how many chunks have vectors, whether search is hybrid).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentDetail {
+    #[serde(flatten)]
+    agent: AgentView,
+    /// `None` when the database could not be asked (logged).
+    knowledge: Option<crate::knowledge::VectorCoverage>,
+}
+
+pub async fn get(State(state): State<AppState>, AgentPath(agent): AgentPath) -> Json<AgentDetail> {
+    let knowledge = match state.knowledge.coverage(&agent.id).await {
+        Ok(coverage) => Some(coverage),
+        Err(e) => {
+            tracing::warn!(agent = %agent.id, error = %e, "could not count the persona's vectors");
+            None
+        }
+    };
+    Json(AgentDetail {
+        agent: AgentView::of(&agent),
+        knowledge,
+    })
 }
 
 #[derive(Debug, Deserialize)]

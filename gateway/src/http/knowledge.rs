@@ -24,6 +24,7 @@ use super::error::ApiError;
 use super::extract::{AgentPath, lenient_room, room_param};
 use crate::knowledge::{
     Document, Hit, Ingested, Input, Knowledge, KnowledgeError, KnowledgeSettings, Origin, Prepared,
+    Vectors,
 };
 
 impl From<KnowledgeError> for ApiError {
@@ -311,6 +312,9 @@ pub struct DocumentView {
     origin: String,
     bytes: i64,
     chunks: i64,
+    /// `{done, total}`: how many of its chunks have a vector (the rest are being embedded
+    /// in the background); `null` when search is keywords only.
+    vectors: Option<Vectors>,
     created_at_ms: i64,
 }
 
@@ -324,6 +328,7 @@ impl DocumentView {
             origin: d.origin.to_string(),
             bytes: d.bytes,
             chunks: d.chunks,
+            vectors: d.vectors,
             created_at_ms: d.created_at_ms,
         })
     }

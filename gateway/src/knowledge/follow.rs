@@ -38,7 +38,7 @@ impl Knowledge {
     async fn index_moved(&self) -> Result<IndexStatus, KnowledgeError> {
         let status = self.inner.index.status();
         crate::metrics::knowledge_index(status.lag, status.rebuilding);
-        if let Some(vectors) = &self.inner.vectors {
+        if let Some(vectors) = self.vectors() {
             vectors.sync(&self.inner.store).await?;
         }
         Ok(status)
@@ -47,7 +47,7 @@ impl Knowledge {
     /// How far the vector index has followed the database, and which path it takes
     /// (pgvector or in-process); `None` without an embedding model.
     pub fn vector_status(&self) -> Option<VectorStatus> {
-        self.inner.vectors.as_ref().map(|v| v.status())
+        self.vectors().map(|v| v.status())
     }
 
     /// Follows the database until `stop`: builds the index at once, then syncs every

@@ -11,11 +11,12 @@ use sha2::{Digest, Sha256};
 
 use troupe_connectors::{AgentId, RoomKey};
 
+use super::embedjob::EmbedJob;
 use super::{Embedder, Input, Knowledge, KnowledgeError, Role, embed, extract};
 use crate::storage::{NewDocument, NewEmbedding, Scope};
 
 /// Chunks embedded per round when filling in vectors.
-const EMBED_PAGE: usize = 256;
+pub(super) const EMBED_PAGE: usize = 256;
 
 /// What [`Knowledge::ingest`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -40,7 +41,17 @@ pub struct Document {
     pub origin: String,
     pub bytes: i64,
     pub chunks: i64,
+    /// How many of its chunks have a vector of the model in use; `None` without one.
+    pub vectors: Option<Vectors>,
     pub created_at_ms: i64,
+}
+
+/// A document's vectors: `done` of its `total` chunks have one. Fewer while the background
+/// job embeds it (an upload answers before).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Vectors {
+    pub done: i64,
+    pub total: i64,
 }
 
 /// Who added a document. Character documents are reconciled with the character file at
@@ -217,9 +228,12 @@ impl Knowledge {
         Ok(())
     }
 
-    /// Stores prepared documents, in order. All or nothing: when one fails, the ones this
-    /// call stored are deleted again before the error is returned (content that was stored
-    /// before the call stays).
+    /// Stores prepared documents, in order, and answers once they are stored: they are
+    /// searchable by keywords at once, and their chunks are embedded afterwards by a
+    /// background job of this process (see `embedjob`), so an upload never waits for its
+    /// vectors. All or nothing: when one fails, the ones this call stored are deleted again
+    /// before the error is returned (content that was stored before the call stays), and
+    /// nothing is embedded.
     pub async fn store_all(
         &self,
         origin: Origin,
@@ -227,9 +241,13 @@ impl Knowledge {
         prepared: Vec<Prepared>,
     ) -> Result<Vec<Ingested>, KnowledgeError> {
         let mut done: Vec<Ingested> = Vec::with_capacity(prepared.len());
+        let mut jobs: Vec<EmbedJob> = Vec::new();
         for p in prepared {
-            match self.store(origin, agent_id, p).await {
-                Ok(ingested) => done.push(ingested),
+            match self.store_only(origin, agent_id, p).await {
+                Ok((ingested, job)) => {
+                    done.push(ingested);
+                    jobs.extend(job);
+                }
                 Err(e) => {
                     for d in done.iter().filter(|d| !d.duplicate) {
                         if let Err(undo) = self
@@ -247,30 +265,50 @@ impl Knowledge {
                 }
             }
         }
+        self.embed_later(agent_id, jobs);
         Ok(done)
     }
 
-    /// Stores one prepared document, and embeds it when an embedding model is set.
+    /// Stores one prepared document, and embeds it before answering when an embedding
+    /// model is set (the CLI, a character's documents and chat attachments wait for their
+    /// vectors; an upload does not, [`Knowledge::store_all`]).
     async fn store(
         &self,
         origin: Origin,
         agent_id: &AgentId,
         prepared: Prepared,
     ) -> Result<Ingested, KnowledgeError> {
+        let (ingested, job) = self.store_only(origin, agent_id, prepared).await?;
+        if let Some(job) = job {
+            self.embed_now(agent_id, job).await;
+        }
+        Ok(ingested)
+    }
+
+    /// Stores one prepared document (searchable by keywords from now on) and embeds
+    /// nothing: its chunks to embed, when an embedding model is set.
+    async fn store_only(
+        &self,
+        origin: Origin,
+        agent_id: &AgentId,
+        prepared: Prepared,
+    ) -> Result<(Ingested, Option<EmbedJob>), KnowledgeError> {
         if let Some(chunks) = prepared.existing {
-            return Ok(Ingested {
+            let ingested = Ingested {
                 document_id: prepared.id,
                 chunks,
                 duplicate: true,
-            });
+            };
+            return Ok((ingested, None));
         }
         let Some(seq) = self.insert(origin, agent_id, &prepared).await? else {
             // Stored by a concurrent upload of the same content in the meantime.
-            return Ok(Ingested {
+            let ingested = Ingested {
                 document_id: prepared.id,
                 chunks: prepared.chunks.len(),
                 duplicate: true,
-            });
+            };
+            return Ok((ingested, None));
         };
         let Prepared {
             id,
@@ -280,14 +318,13 @@ impl Knowledge {
             terms,
             ..
         } = prepared;
-        // The document is searchable by BM25 already; without vectors it is only missing
-        // from the vector ranking until `troupe ingest --reembed`.
-        if let Some(embedder) = &self.inner.embedder
-            && let Err(e) = self.embed_chunks(embedder, agent_id, &scope, &chunks).await
-        {
-            tracing::warn!(document = %id, %source, error = %e,
-                "could not embed the document; it is searchable by keywords only until `troupe ingest --reembed`");
-        }
+        // The chunks to embed are kept apart: the index takes its own in hand.
+        let job = self.embedder().map(|_| EmbedJob {
+            document_id: id.clone(),
+            source: source.clone(),
+            scope: scope.clone(),
+            chunks: chunks.clone(),
+        });
         // The index takes the chunks in hand (they are not read back from the database),
         // and lets them go as it indexes them.
         let count = chunks.len();
@@ -298,11 +335,12 @@ impl Knowledge {
             .map_or_else(|| "agent".to_string(), RoomKey::to_string);
         tracing::info!(agent = %agent_id, document = %id, %source, chunks = count,
             %scope, "document ingested");
-        Ok(Ingested {
+        let ingested = Ingested {
             document_id: id,
             chunks: count,
             duplicate: false,
-        })
+        };
+        Ok((ingested, job))
     }
 
     /// Inserts the document and its chunks: the change's sequence number, or `None` when
@@ -331,7 +369,7 @@ impl Knowledge {
         Ok(inserted)
     }
 
-    async fn embed_chunks(
+    pub(super) async fn embed_chunks(
         &self,
         embedder: &Embedder,
         agent_id: &AgentId,
@@ -442,9 +480,31 @@ impl Knowledge {
     ) -> Result<Vec<Document>, KnowledgeError> {
         let scope = room.map(Scope::new);
         let rows = self.inner.store.documents(agent_id, scope.as_ref()).await?;
+        // Sorted by document id, for a lookup per listed document.
+        let embedded = match self.embedder() {
+            Some(e) => {
+                let mut counts = self
+                    .inner
+                    .store
+                    .embedded_by_document(agent_id, &e.model_key())
+                    .await?;
+                counts.sort_unstable();
+                Some(counts)
+            }
+            None => None,
+        };
+        let vectors_of = |id: &str, total: i64| {
+            embedded.as_ref().map(|counts| Vectors {
+                done: counts
+                    .binary_search_by(|(doc, _)| doc.as_str().cmp(id))
+                    .map_or(0, |i| counts[i].1),
+                total,
+            })
+        };
         Ok(rows
             .into_iter()
             .map(|d| Document {
+                vectors: vectors_of(&d.id, d.chunk_count),
                 room_id: d.scope.into_room(),
                 id: d.id,
                 source: d.source,
@@ -487,7 +547,7 @@ impl Knowledge {
         agent_id: &AgentId,
         mut progress: impl FnMut(usize),
     ) -> Result<usize, KnowledgeError> {
-        let Some(embedder) = &self.inner.embedder else {
+        let Some(embedder) = self.embedder() else {
             return Err(KnowledgeError::Embedding(
                 "no embedding model is configured: set TROUPE_EMBEDDING_MODEL (see docs/knowledge.md)"
                     .into(),
@@ -515,6 +575,46 @@ impl Knowledge {
                 .collect();
             done += self.embed_page(embedder, &model, agent_id, &page).await?;
             progress(done);
+        }
+    }
+
+    /// Embeds every stored chunk (of any persona) that has no vector for the configured
+    /// model yet, a page at a time, and lets the vector index take them: after the
+    /// background pull turned vectors on. Unlike [`Knowledge::reembed`] nothing is dropped.
+    /// Returns how many were embedded (0 without an embedder).
+    pub async fn backfill(&self) -> Result<usize, KnowledgeError> {
+        let Some(embedder) = self.embedder() else {
+            return Ok(0);
+        };
+        let model = embedder.model_key();
+        let (mut done, mut after) = (0, 0);
+        loop {
+            let page = self
+                .inner
+                .store
+                .chunks_without_embedding(None, &model, after, EMBED_PAGE)
+                .await?;
+            let Some(last) = page.last() else {
+                self.after_write().await;
+                return Ok(done);
+            };
+            after = last.seq;
+            // A page may hold several personas' chunks; each is embedded (and accounted)
+            // for its own.
+            let mut agents: Vec<&AgentId> = Vec::new();
+            for c in &page {
+                if !agents.contains(&&c.agent_id) {
+                    agents.push(&c.agent_id);
+                }
+            }
+            for agent in agents {
+                let theirs: Vec<_> = page
+                    .iter()
+                    .filter(|c| &c.agent_id == agent)
+                    .map(|c| (c.id.as_str(), &c.scope, c.text.as_str()))
+                    .collect();
+                done += self.embed_page(embedder, &model, agent, &theirs).await?;
+            }
         }
     }
 

@@ -33,9 +33,11 @@
 //! indexes in step with the database.
 
 mod analyzer;
+mod autopull;
 mod character;
 mod chunk;
 mod embed;
+mod embedjob;
 mod extract;
 mod follow;
 pub mod fusion;
@@ -44,6 +46,7 @@ mod ingest;
 mod memo;
 mod sandbox;
 mod search;
+mod status;
 mod vectors;
 mod walk;
 
@@ -66,11 +69,12 @@ pub use embed::{Embedder, Profile, Role};
 use extract::ExtractError;
 use index::KeywordIndex;
 pub use index::{IndexError, IndexStatus};
-pub use ingest::{Document, Ingested, Origin, Prepared};
+pub use ingest::{Document, Ingested, Origin, Prepared, Vectors};
 pub use sandbox::Input;
 pub use sandbox::worker_main;
 use sandbox::{Reader, Worker};
 pub use search::{Hit, Ranking};
+pub use status::{SearchMode, VectorCoverage};
 pub use vectors::{VectorError, VectorIndex, VectorMode, VectorStatus, exact_nearest};
 pub use walk::files_under;
 
@@ -122,10 +126,29 @@ impl From<ExtractError> for KnowledgeError {
 /// one line in the log saying how to get them. A model asked for explicitly but missing is
 /// a warning: troupe still starts, ranking by keywords.
 fn open_embedder(settings: &EmbeddingSettings) -> Option<Embedder> {
+    let missing_local = (settings.api == EmbeddingApi::Local)
+        .then_some(settings.model_dir.as_deref())
+        .flatten()
+        .filter(|dir| !crate::models::installed(dir));
     match Embedder::open(settings) {
         Ok(e) => {
             tracing::info!(model = %e.describe(), "knowledge search is hybrid (keywords and vectors)");
             Some(e)
+        }
+        // One line saying what to run: the model is a download away.
+        Err(_) if missing_local.is_some() => {
+            let dir = missing_local
+                .map(|d| d.display().to_string())
+                .unwrap_or_default();
+            let line = format!(
+                "no local embedding model in {dir}: run `troupe models pull` (or set \
+                 TROUPE_MODELS_AUTO_PULL=true) for hybrid search; knowledge search uses keywords only"
+            );
+            match settings.explicit {
+                true => tracing::warn!("{line}"),
+                false => tracing::info!("{line}"),
+            }
+            None
         }
         Err(why) if settings.explicit => {
             tracing::warn!(error = %why, "no embedding model; knowledge search uses keywords only");
@@ -133,10 +156,8 @@ fn open_embedder(settings: &EmbeddingSettings) -> Option<Embedder> {
         }
         Err(why) => {
             tracing::info!(reason = %why,
-                "knowledge search uses keywords only; for hybrid search put a sentence-transformers \
-                 model (e.g. all-MiniLM-L6-v2: config.json, tokenizer.json, model.safetensors) in \
-                 data/models/all-MiniLM-L6-v2 or TROUPE_EMBEDDING_MODEL_DIR, or set \
-                 TROUPE_EMBEDDING_MODEL for an API (docs/knowledge.md)");
+                "knowledge search uses keywords only; for hybrid search run `troupe models pull`, \
+                 or set TROUPE_EMBEDDING_MODEL for an API (docs/knowledge.md)");
             None
         }
     }
@@ -151,7 +172,9 @@ pub struct Knowledge {
 struct Inner {
     store: Store,
     settings: KnowledgeSettings,
-    embedder: Option<Embedder>,
+    /// Set at most once: at start, or when a background pull installs the local model
+    /// (`Knowledge::enable_vectors`); empty, search is keywords only.
+    embedder: std::sync::OnceLock<Embedder>,
     /// Fetches chat attachments, under the outbound fetch policy.
     fetcher: crate::fetch::Fetcher,
     /// Who parses documents: the sandboxed worker, or this process in tests.
@@ -160,8 +183,11 @@ struct Inner {
     spend: std::sync::OnceLock<crate::spend::Spend>,
     /// The keyword index, a cache of the database (see `index`).
     index: Arc<KeywordIndex>,
-    /// The vector index of the embedder's model (see `vectors`); `None` without one.
-    vectors: Option<Arc<VectorIndex>>,
+    /// The vector index of the embedder's model (see `vectors`); empty without one. Set
+    /// before `embedder`, so a search that sees an embedder finds its index.
+    vectors: std::sync::OnceLock<Arc<VectorIndex>>,
+    /// One embedding job at a time in this process (see `embedjob`).
+    embedding: tokio::sync::Semaphore,
 }
 
 impl Knowledge {
@@ -197,19 +223,23 @@ impl Knowledge {
         reader: Reader,
         index: Arc<KeywordIndex>,
     ) -> Self {
-        let vectors = embedder
-            .as_ref()
-            .map(|e| VectorIndex::new(e.model_key(), settings.pgvector));
+        let vectors = std::sync::OnceLock::new();
+        let with_model = std::sync::OnceLock::new();
+        if let Some(e) = embedder {
+            let _ = vectors.set(VectorIndex::new(e.model_key(), settings.pgvector));
+            let _ = with_model.set(e);
+        }
         Knowledge {
             inner: Arc::new(Inner {
                 vectors,
                 fetcher: crate::fetch::Fetcher::new(&settings.fetch),
                 store,
                 settings,
-                embedder,
+                embedder: with_model,
                 reader,
                 spend: std::sync::OnceLock::new(),
                 index,
+                embedding: tokio::sync::Semaphore::new(1),
             }),
         }
     }
@@ -279,7 +309,25 @@ impl Knowledge {
     }
 
     pub fn embedder(&self) -> Option<&Embedder> {
-        self.inner.embedder.as_ref()
+        self.inner.embedder.get()
+    }
+
+    /// The vector index, once there is an embedder.
+    fn vectors(&self) -> Option<&Arc<VectorIndex>> {
+        self.inner.vectors.get()
+    }
+
+    /// Turns vectors on with `embedder` (the background pull installed the local model):
+    /// from now on documents are embedded as they come and searches are hybrid. False when
+    /// an embedder was already there. The chunks stored before are embedded by
+    /// [`Knowledge::backfill`].
+    pub fn enable_vectors(&self, embedder: Embedder) -> bool {
+        if self.inner.embedder.get().is_some() {
+            return false;
+        }
+        let index = VectorIndex::new(embedder.model_key(), self.inner.settings.pgvector);
+        let _ = self.inner.vectors.set(index);
+        self.inner.embedder.set(embedder).is_ok()
     }
 }
 

@@ -95,7 +95,7 @@ impl Knowledge {
         }
         let scope = &Scope::new(room);
         let terms = query_terms(query);
-        let embedder = match (&self.inner.embedder, ranking) {
+        let embedder = match (self.embedder(), ranking) {
             (_, Ranking::Keywords) | (None, Ranking::Hybrid) => {
                 return self.keyword_search(agent_id, scope, &terms, limit).await;
             }
@@ -189,7 +189,7 @@ impl Knowledge {
         q: &[f32],
         k: usize,
     ) -> Vec<(String, f32)> {
-        let Some(vectors) = &self.inner.vectors else {
+        let Some(vectors) = self.vectors() else {
             return Vec::new();
         };
         let store = &self.inner.store;

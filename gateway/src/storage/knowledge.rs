@@ -559,6 +559,44 @@ impl Store {
         Ok(seq.unwrap_or(0))
     }
 
+    /// How many of `agent_id`'s chunks there are, and how many of them have a vector of
+    /// `model`: what `GET /api/agents/{agent}` and the console show.
+    pub async fn embedding_coverage(&self, agent_id: &AgentId, model: &str) -> Result<(i64, i64)> {
+        let counts = with_pool!(self, pool => {
+            sqlx::query_as::<_, (i64, i64)>(
+                "SELECT COUNT(*), COUNT(e.chunk_id) FROM chunks c
+                 LEFT JOIN chunk_embeddings e ON e.chunk_id = c.id AND e.model = $2
+                 WHERE c.agent_id = $1",
+            )
+            .bind(agent_id)
+            .bind(model)
+            .fetch_one(pool)
+            .await
+        })?;
+        Ok(counts)
+    }
+
+    /// Per document of `agent_id`, how many of its chunks have a vector of `model` (only
+    /// documents with at least one).
+    pub async fn embedded_by_document(
+        &self,
+        agent_id: &AgentId,
+        model: &str,
+    ) -> Result<Vec<(String, i64)>> {
+        let counts = with_pool!(self, pool => {
+            sqlx::query_as::<_, (String, i64)>(
+                "SELECT c.document_id, COUNT(*) FROM chunks c
+                 JOIN chunk_embeddings e ON e.chunk_id = c.id AND e.model = $2
+                 WHERE c.agent_id = $1 GROUP BY c.document_id",
+            )
+            .bind(agent_id)
+            .bind(model)
+            .fetch_all(pool)
+            .await
+        })?;
+        Ok(counts)
+    }
+
     /// The vector sizes stored for `model`.
     pub async fn embedding_dims(&self, model: &str) -> Result<Vec<usize>> {
         let dims = with_pool!(self, pool => {

@@ -31,8 +31,8 @@ const COALESCE: usize = 256;
 /// The longest input when the directory does not say (`sentence_bert_config.json`).
 const DEFAULT_MAX_TOKENS: usize = 256;
 
-/// The files a model directory must hold.
-pub(super) const REQUIRED_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
+/// The files a model directory must hold (the same list `troupe models pull` fetches).
+use crate::models::REQUIRED_FILES;
 
 type Reply = tokio::sync::oneshot::Sender<Result<(Vec<Vec<f32>>, u64), String>>;
 
