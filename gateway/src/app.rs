@@ -303,7 +303,21 @@ impl App {
         if let Some(reason) = provider.unavailable() {
             tracing::warn!(persona = %persona.id, "{reason}");
         }
-        let mind = Mind { persona, provider };
+        let tools = crate::tools::Toolbox::start(
+            &persona,
+            &self.config.tools,
+            &self.config.personas_dir,
+        )
+        .await
+        .map(Arc::new);
+        if tools.is_some() && !provider.calls_tools() {
+            tracing::warn!(persona = %persona.id, "settings.mcp: this persona's model provider does not call tools; its tools will not be offered");
+        }
+        let mind = Mind {
+            persona,
+            provider,
+            tools,
+        };
         match self.agents.by_id(&mind.persona.id) {
             Some(agent) => {
                 tracing::info!(persona = %mind.persona.id, model = %mind.provider.describe(), "persona reloaded");

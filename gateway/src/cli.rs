@@ -297,7 +297,21 @@ fn check(config: Config, mut files: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
     for d in &report.diagnostics {
         println!("{d}");
     }
-    if report.ok() {
+    // Tools (issue 33): servers the operator's policy refuses, named with the variable.
+    let mut tool_errors = 0;
+    for loaded in &report.loaded {
+        let persona = &loaded.persona;
+        let calls_tools = crate::provider::resolve_target(persona, &config.env).is_ok();
+        let findings = crate::tools::check(persona, &config.tools, calls_tools);
+        for e in &findings.errors {
+            println!("{}: {e}", persona.source.display());
+        }
+        for w in &findings.warnings {
+            println!("{}: warning: {w}", persona.source.display());
+        }
+        tool_errors += findings.errors.len();
+    }
+    if report.ok() && tool_errors == 0 {
         eprintln!("troupe: {} file(s) checked, no errors", files.len());
         Ok(ExitCode::SUCCESS)
     } else {

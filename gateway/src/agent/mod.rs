@@ -19,6 +19,8 @@
 //! - `recall`: what the prompt draws on (`recall`, `thread_context`) and the prompt
 //!   (`compose`).
 //! - `model`: the model call (`complete`), with typing and the model-down notice.
+//! - `tools`: a turn with tools (`tool_turn`): the model's calls run, their results fed
+//!   back, up to `TROUPE_TOOL_MAX_STEPS`.
 //! - `answer`: the reply's room action (`act`), then record and deliver (`answer`, `reply`,
 //!   `record`).
 //! - `outbound`: every message the agent says to a room, and its outbox key, built once.
@@ -39,6 +41,7 @@ mod recall;
 mod resume;
 #[cfg(test)]
 mod tests;
+mod tools;
 mod troupe;
 
 use std::collections::HashMap;
@@ -68,6 +71,8 @@ const STORAGE_WAIT: Duration = Duration::from_secs(120);
 pub struct Mind {
     pub persona: Persona,
     pub provider: Arc<dyn ModelProvider>,
+    /// The persona's tools (issue 33); `None` without MCP servers: nothing on the path.
+    pub tools: crate::tools::Tools,
 }
 
 pub struct Agent {
@@ -268,8 +273,8 @@ impl Agent {
             &recall.hits,
             &prompt,
         );
-        let text = match self.complete(&mind, meter.as_ref(), inbound, &prompt).await {
-            Ok(text) => text,
+        let answer = match self.complete(&mind, meter.as_ref(), inbound, &prompt).await {
+            Ok(answer) => answer,
             Err(error) => {
                 self.store
                     .journal_fail(journal_id, &error.to_string())
@@ -280,9 +285,14 @@ impl Agent {
             }
         };
         let reply = Reply {
-            text,
+            text: answer.text,
             standing,
-            quoted,
+            // A marker in a tool's result is data: the reply cannot act on its echo.
+            quoted: if answer.tool_marker {
+                crate::rooms::actions::Quoted::Marker
+            } else {
+                quoted
+            },
         };
         self.answer(
             &mind,

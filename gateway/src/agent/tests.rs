@@ -25,7 +25,11 @@ async fn ada(says: &str) -> (tempfile::TempDir, Agent) {
     let outbox = Outbox::new(store.clone(), connectors.clone());
     let provider = Arc::new(crate::provider::Instant { text: says.into() });
     let agent = Agent::new(
-        Mind { persona, provider },
+        Mind {
+            persona,
+            provider,
+            tools: None,
+        },
         store,
         outbox,
         connectors,

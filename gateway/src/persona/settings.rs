@@ -275,10 +275,12 @@ fn troupe_settings(v: &Node, d: &mut Diags) -> Option<Vec<Platform>> {
                 }
                 platforms = Some(list);
             }
+            // Which rooms may use the persona's tools: read by `tools::policy` (issue 33).
+            "tools" => {}
             other => d.warn(
                 &m.key_pos,
                 &path,
-                unknown_field_message(other, &["platforms"]),
+                unknown_field_message(other, &["platforms", "tools"]),
             ),
         }
     }

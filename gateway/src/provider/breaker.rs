@@ -377,14 +377,14 @@ impl Breaker {
 
     /// Runs one call through the breaker: bounded retries with backoff while the circuit is
     /// closed, waiting while it is open, the probe when it half-opens.
-    pub(super) async fn call<F, Fut>(
+    pub(super) async fn call<T, F, Fut>(
         &self,
         notice: Option<&dyn OutageNotice>,
         mut attempt: F,
-    ) -> Result<Completion, ProviderError>
+    ) -> Result<T, ProviderError>
     where
         F: FnMut() -> Fut + Send,
-        Fut: std::future::Future<Output = Result<Completion, Failure>> + Send,
+        Fut: std::future::Future<Output = Result<T, Failure>> + Send,
     {
         let s = &self.settings;
         // Only a call with someone to tell waits out an outage: a message from a platform

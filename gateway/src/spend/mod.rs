@@ -71,6 +71,9 @@ pub enum Purpose {
     Summary,
     Facts,
     Embedding,
+    /// A step of a turn with tools that asked for tool calls (issue 33); the step that
+    /// answers is a `Reply`.
+    Tool,
 }
 
 impl Purpose {
@@ -80,12 +83,13 @@ impl Purpose {
             Purpose::Summary => "summary",
             Purpose::Facts => "facts",
             Purpose::Embedding => "embedding",
+            Purpose::Tool => "tool",
         }
     }
 
     /// Background work stops at `background_share` of a budget; replies go to the cap.
     fn background(self) -> bool {
-        self != Purpose::Reply
+        !matches!(self, Purpose::Reply | Purpose::Tool)
     }
 }
 
