@@ -245,6 +245,16 @@ async fn an_opted_in_group_cannot_be_muted_by_a_tool_result_and_destructive_tool
     let last = model.requests().last().cloned().unwrap();
     let result = last.messages.iter().find(|m| m.role == "tool").unwrap();
     assert!(result.content.contains("only the room's admin"), "{}", result.content);
+
+    // `/tools` lists what the room may use, to its admins only, without the model.
+    let calls = model.request_count();
+    telegram.push_message(tg::command(group(), tg::user(ANN, "Ann"), "/tools@tess_bot"));
+    let sent = app.expect(telegram.try_wait_for_sent(3, WAIT).await);
+    assert!(sent[2].text.contains("station.lookup"), "{}", sent[2].text);
+    telegram.push_message(tg::command(group(), tg::user(BEN, "Ben"), "/tools@tess_bot"));
+    let sent = app.expect(telegram.try_wait_for_sent(4, WAIT).await);
+    assert!(!sent[3].text.contains("station."), "{}", sent[3].text);
+    assert_eq!(model.request_count(), calls, "commands never reach the model");
 }
 
 #[tokio::test]

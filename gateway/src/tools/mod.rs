@@ -170,6 +170,18 @@ impl Toolbox {
             .collect()
     }
 
+    /// The names of the tools `room` may use (`/tools`).
+    pub fn names_for(&self, room: &troupe_connectors::RoomKey, kind: policy::RoomKind) -> Vec<String> {
+        if !self.rooms.offered_to(room, kind) {
+            return Vec::new();
+        }
+        self.all()
+            .into_iter()
+            .map(|t| t.spec.name)
+            .filter(|name| self.rooms.allows(name))
+            .collect()
+    }
+
     /// Every tool of every running server, named `<server>.<tool>`.
     pub fn all(&self) -> Vec<Offered> {
         let mut all = Vec::new();

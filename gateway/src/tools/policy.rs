@@ -12,7 +12,7 @@
 //!    (`agent/tools.rs` asks the platform).
 
 use serde_json::Value;
-use troupe_connectors::{Inbound, Platform};
+use troupe_connectors::{Inbound, Platform, RoomKey};
 
 use super::servers::{ServerSpec, Transport};
 use crate::config::ToolSettings;
@@ -62,6 +62,23 @@ pub fn under(url: &str, prefix: &str) -> bool {
     let (path, base) = (url.path(), prefix.path());
     path == base
         || (path.starts_with(base) && (base.ends_with('/') || path[base.len()..].starts_with('/')))
+}
+
+/// Whether a room is a direct conversation (tools by default) or a group (opt-in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoomKind {
+    Direct,
+    Group,
+}
+
+impl RoomKind {
+    pub fn of(inbound: &Inbound) -> RoomKind {
+        if inbound.is_direct {
+            RoomKind::Direct
+        } else {
+            RoomKind::Group
+        }
+    }
 }
 
 /// `settings.troupe.tools`: which rooms may use the persona's tools, and which tools.
@@ -124,10 +141,16 @@ impl RoomPolicy {
 
     /// Whether tools are offered to the model for a message in this room.
     pub fn offered_in(&self, inbound: &Inbound) -> bool {
-        inbound.is_direct
-            || inbound.platform() == Platform::Web
+        self.offered_to(&inbound.room.key(), RoomKind::of(inbound))
+    }
+
+    /// Whether tools are offered in `room`, a room of `kind`: DMs and the HTTP API always,
+    /// a group when it opted in.
+    pub fn offered_to(&self, room: &RoomKey, kind: RoomKind) -> bool {
+        kind == RoomKind::Direct
+            || room.platform == Platform::Web
             || self.groups
-            || self.rooms.contains(&inbound.room.key().to_string())
+            || self.rooms.contains(&room.to_string())
     }
 
     /// Whether the tool named `name` (`server.tool`) may be offered at all.
