@@ -14,7 +14,7 @@ use tokio::time::Instant as Moment;
 use tokio_util::sync::CancellationToken;
 
 use super::target::Target;
-use super::{Completion, OutageNotice, ProviderError};
+use super::{OutageNotice, ProviderError};
 use crate::config::ProviderSettings;
 
 /// One failed attempt, as the retry loop sees it.
@@ -471,6 +471,7 @@ fn jitter(wait: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::Completion;
     use crate::provider::target::Vendor;
     use async_trait::async_trait;
 

@@ -33,6 +33,7 @@ impl ServerName {
         }
     }
 
+    #[cfg(test)]
     pub fn as_str(&self) -> &str {
         &self.0
     }
