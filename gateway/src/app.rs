@@ -303,13 +303,10 @@ impl App {
         if let Some(reason) = provider.unavailable() {
             tracing::warn!(persona = %persona.id, "{reason}");
         }
-        let tools = crate::tools::Toolbox::start(
-            &persona,
-            &self.config.tools,
-            &self.config.personas_dir,
-        )
-        .await
-        .map(Arc::new);
+        let tools =
+            crate::tools::Toolbox::start(&persona, &self.config.tools, &self.config.personas_dir)
+                .await
+                .map(Arc::new);
         if tools.is_some() && !provider.calls_tools() {
             tracing::warn!(persona = %persona.id, "settings.mcp: this persona's model provider does not call tools; its tools will not be offered");
         }

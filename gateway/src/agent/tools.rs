@@ -76,7 +76,10 @@ impl Agent {
             if step.calls.is_empty() || tools.is_empty() {
                 break step.completion.text;
             }
-            if let Some(text) = self.over_budget(meter, inbound, &step.completion.text).await {
+            if let Some(text) = self
+                .over_budget(meter, inbound, &step.completion.text)
+                .await
+            {
                 break text;
             }
             if admin.is_none() && step.calls.iter().any(|c| destructive(&offer, c)) {

@@ -301,9 +301,12 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         p("TROUPE_MCP_COMMANDS", "\"/usr/bin/a\"", "/usr/bin/b", |c| {
             format!("{:?}", c.tools.mcp_commands)
         }),
-        p("TROUPE_MCP_URLS", "\"https://a.example/\"", "https://b.example/", |c| {
-            format!("{:?}", c.tools.mcp_urls)
-        }),
+        p(
+            "TROUPE_MCP_URLS",
+            "\"https://a.example/\"",
+            "https://b.example/",
+            |c| format!("{:?}", c.tools.mcp_urls),
+        ),
         n("TROUPE_TOOL_MAX_STEPS", |c| c.tools.max_steps.to_string()),
         p("TROUPE_TOOL_MAX_OUTPUT_BYTES", "1000", "2000", |c| {
             c.tools.max_output_bytes.to_string()

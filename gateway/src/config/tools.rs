@@ -53,9 +53,7 @@ pub(super) fn tool_settings(
     let mcp_urls = list(layered.string("TROUPE_MCP_URLS", file.mcp_urls.take()));
     for url in &mcp_urls {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
-            anyhow::bail!(
-                "TROUPE_MCP_URLS: `{url}` is not an http:// or https:// URL prefix"
-            );
+            anyhow::bail!("TROUPE_MCP_URLS: `{url}` is not an http:// or https:// URL prefix");
         }
     }
     Ok(ToolSettings {

@@ -122,7 +122,11 @@ impl GenaiProvider {
                 arguments: c.fn_arguments.clone(),
             })
             .collect();
-        let text = response.first_text().map(str::trim).unwrap_or("").to_string();
+        let text = response
+            .first_text()
+            .map(str::trim)
+            .unwrap_or("")
+            .to_string();
         if calls.is_empty() && text.is_empty() {
             return Err(Failure {
                 error: ProviderError::Empty,

@@ -171,7 +171,11 @@ impl Toolbox {
     }
 
     /// The names of the tools `room` may use (`/tools`).
-    pub fn names_for(&self, room: &troupe_connectors::RoomKey, kind: policy::RoomKind) -> Vec<String> {
+    pub fn names_for(
+        &self,
+        room: &troupe_connectors::RoomKey,
+        kind: policy::RoomKind,
+    ) -> Vec<String> {
         if !self.rooms.offered_to(room, kind) {
             return Vec::new();
         }

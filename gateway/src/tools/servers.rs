@@ -98,7 +98,12 @@ fn server(name: &str, entry: &Value) -> Result<ServerSpec, String> {
     let text = |key: &str| obj.get(key).and_then(Value::as_str).map(str::to_string);
     let kind = text("type").unwrap_or_else(|| {
         // elizaOS infers the type from what is there.
-        if obj.contains_key("command") { "stdio" } else { "streamable-http" }.to_string()
+        if obj.contains_key("command") {
+            "stdio"
+        } else {
+            "streamable-http"
+        }
+        .to_string()
     });
     let timeout = match obj.get("timeout") {
         None | Some(Value::Null) => DEFAULT_TIMEOUT,
@@ -164,8 +169,10 @@ mod tests {
         assert_eq!(specs.len(), 2);
         let files = specs.iter().find(|s| s.name.as_str() == "files").unwrap();
         assert_eq!(files.timeout, Duration::from_secs(5));
-        assert!(matches!(&files.transport, Transport::Stdio { command, args, env }
-            if command == "/usr/bin/mcp-files" && args == &["-v"] && env["A"] == "1"));
+        assert!(
+            matches!(&files.transport, Transport::Stdio { command, args, env }
+            if command == "/usr/bin/mcp-files" && args == &["-v"] && env["A"] == "1")
+        );
         let web = specs.iter().find(|s| s.name.as_str() == "web").unwrap();
         assert_eq!(web.timeout, DEFAULT_TIMEOUT);
         assert_eq!(problems.len(), 2, "{problems:?}");
