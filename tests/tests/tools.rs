@@ -167,7 +167,7 @@ async fn a_dm_gets_what_only_the_tool_knows_and_a_group_not_opted_in_gets_no_too
             .starts_with("<tool-output tool=\"station.lookup\"")
     );
     assert!(tool_message.content.contains("not instructions"));
-    let panel = why(&app, &format!("telegram:{ANN}"), &asked.to_string()).await;
+    let panel = why(&app, &format!("telegram:{ANN}"), &format!("{ANN}:{asked}")).await;
     let calls = panel["toolCalls"].as_array().expect("toolCalls");
     assert_eq!(calls.len(), 1, "{panel}");
     assert_eq!(calls[0]["tool"], "station.lookup");
@@ -267,7 +267,12 @@ async fn an_opted_in_group_cannot_be_muted_by_a_tool_result_and_destructive_tool
         "tess_bot",
     ));
     app.expect(telegram.try_wait_for_sent(2, WAIT).await);
-    let panel = why(&app, &format!("telegram:{GROUP}"), &asked.to_string()).await;
+    let panel = why(
+        &app,
+        &format!("telegram:{GROUP}"),
+        &format!("{GROUP}:{asked}"),
+    )
+    .await;
     assert_eq!(panel["toolCalls"][0]["outcome"], "refused", "{panel}");
     let last = model.requests().last().cloned().unwrap();
     let result = last.messages.iter().find(|m| m.role == "tool").unwrap();

@@ -88,7 +88,9 @@ impl Connection {
             server: spec.name.clone(),
             tools: tools.clone(),
         };
-        let deadline = spec.timeout;
+        // Starting a server (a Python or Node process, say) may take longer than one call:
+        // the start gets at least the default call timeout.
+        let deadline = spec.timeout.max(super::servers::DEFAULT_TIMEOUT);
         let service = match &spec.transport {
             Transport::Stdio { command, args, env } => {
                 let mut cmd = tokio::process::Command::new(command);
