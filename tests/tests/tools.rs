@@ -310,7 +310,12 @@ async fn the_loop_stops_at_the_cap_hangs_time_out_floods_are_cut_and_the_server_
     let Some(python) = python() else { return };
     let model = FakeOpenAi::start_with(reads_tool_results()).await;
     let mut character = persona_json("Tess", "Tess keeps the launch codes.");
-    character["settings"]["mcp"] = json!({"servers": {"station": stdio_server(&python, 2)}});
+    // The same server twice: `slow` with a 2 s call timeout, for the tool that hangs;
+    // `station` with the default, for a 10 MB result on a loaded machine.
+    character["settings"]["mcp"] = json!({"servers": {
+        "station": stdio_server(&python, 30),
+        "slow": stdio_server(&python, 2),
+    }});
     let app =
         TestApp::spawn(options(&model, &python, character).env("TROUPE_TOOL_MAX_STEPS", "3")).await;
 
@@ -342,7 +347,7 @@ async fn the_loop_stops_at_the_cap_hangs_time_out_floods_are_cut_and_the_server_
     // A tool that hangs is given up after the server's timeout (2 s here), and a tool that
     // returns 10 MB reaches the model cut to TROUPE_TOOL_MAX_OUTPUT_BYTES (64 KiB).
     model.push(Script::ToolCalls(vec![
-        ("station__hang".into(), json!({})),
+        ("slow__hang".into(), json!({})),
         ("station__flood".into(), json!({})),
         ("station__whereami".into(), json!({})),
     ]));
