@@ -33,6 +33,8 @@ pub enum Command {
     ForgetMe,
     WhoAmI,
     Usage,
+    /// The tools the persona may use in this room (issue 33); for the room's admins.
+    Tools,
     /// A known command with arguments it does not take; `problem` says why.
     Invalid {
         name: &'static str,
@@ -67,6 +69,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("forgetme", "Forget what I learned about you, everywhere"),
     ("whoami", "Which persona this is and which model it uses"),
     ("usage", "Tokens used today in this room and by you"),
+    ("tools", "The tools I may use here (room admins)"),
 ];
 
 impl Command {
@@ -82,6 +85,7 @@ impl Command {
             Command::ForgetMe => "forgetme",
             Command::WhoAmI => "whoami",
             Command::Usage => "usage",
+            Command::Tools => "tools",
             Command::Invalid { name, .. } => name,
             Command::Unknown(word) => word,
         }
@@ -97,6 +101,7 @@ impl Command {
                 | Command::Follow
                 | Command::Unfollow
                 | Command::Forget
+                | Command::Tools
         )
     }
 }
@@ -162,6 +167,7 @@ pub fn parse(text: &str) -> Option<CommandLine> {
         "forgetme" => no_args(Command::ForgetMe, "forgetme"),
         "whoami" => no_args(Command::WhoAmI, "whoami"),
         "usage" => no_args(Command::Usage, "usage"),
+        "tools" => no_args(Command::Tools, "tools"),
         _ => Command::Unknown(name),
     };
     Some(CommandLine { command, to })

@@ -318,10 +318,18 @@ impl App {
         if let Some(small) = &small {
             tracing::info!(persona = %persona.id, model = %small.describe(), "background work uses the small model");
         }
+        let tools =
+            crate::tools::Toolbox::start(&persona, &self.config.tools, &self.config.personas_dir)
+                .await
+                .map(Arc::new);
+        if tools.is_some() && !provider.calls_tools() {
+            tracing::warn!(persona = %persona.id, "settings.mcp: this persona's model provider does not call tools; its tools will not be offered");
+        }
         let mind = Mind {
             persona,
             provider,
             small,
+            tools,
         };
         match self.agents.by_id(&mind.persona.id) {
             Some(agent) => {

@@ -303,17 +303,37 @@ fn check(config: Config, mut files: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
         println!("{d}");
     }
     let posts_ok = check_posts(&report, &config.env);
+    let tools_ok = check_tools(&report, &config);
     // On stderr with the summary: stdout holds only the problems, one per line.
     eprintln!(
         "troupe: knowledge search: {}",
         crate::knowledge::SearchMode::of(&config.knowledge)
     );
-    if report.ok() && posts_ok {
+    if report.ok() && posts_ok && tools_ok {
         eprintln!("troupe: {} file(s) checked, no errors", files.len());
         Ok(ExitCode::SUCCESS)
     } else {
         Ok(ExitCode::from(1))
     }
+}
+
+/// Tools (issue 33): the MCP servers the operator's policy refuses, each named with the
+/// variable to set; `false` when any is.
+fn check_tools(report: &crate::persona::CheckReport, config: &Config) -> bool {
+    let mut errors = 0;
+    for loaded in &report.loaded {
+        let persona = &loaded.persona;
+        let calls_tools = crate::provider::resolve_target(persona, &config.env).is_ok();
+        let findings = crate::tools::check(persona, &config.tools, calls_tools);
+        for e in &findings.errors {
+            println!("{}: {e}", persona.source.display());
+        }
+        for w in &findings.warnings {
+            println!("{}: warning: {w}", persona.source.display());
+        }
+        errors += findings.errors.len();
+    }
+    errors == 0
 }
 
 /// Which personas will post on their own, where and how often, and what in their post

@@ -31,6 +31,7 @@
 //! - [`metrics`]: the Prometheus series behind `GET /metrics`.
 //! - [`http`]: the HTTP API.
 //! - [`web`]: the HTTP API seen as a connector.
+//! - `tools`: MCP servers' tools for personas, with the operator's and the rooms' policy.
 //! - `why`: what went into a recent reply's prompt, for the console's "why" panel.
 //! - `fuzzing` (feature `fuzzing`, hidden): byte-level entry points for the fuzz targets in
 //!   `fuzz/`; not an API.
@@ -67,5 +68,6 @@ pub(crate) mod spend;
 pub mod storage;
 mod supervise;
 mod telemetry;
+pub(crate) mod tools;
 pub(crate) mod web;
 mod why;

@@ -66,6 +66,14 @@ pub fn model_call(
     }
 }
 
+/// One tool call (issue 33): by persona, tool (`server.tool`) and outcome (`ok`, `error`,
+/// `timeout`, `refused`). The tool's name comes from the operator's allowed servers.
+pub fn tool_call(persona: &str, tool: &str, outcome: &'static str) {
+    metrics::counter!("troupe_tool_calls_total", "persona" => persona.to_string(),
+        "tool" => tool.to_string(), "outcome" => outcome)
+    .increment(1);
+}
+
 /// A delivery that will be tried again, or was given up.
 pub fn outbox_retry(gave_up: bool) {
     if gave_up {

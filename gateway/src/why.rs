@@ -46,6 +46,21 @@ pub struct PromptContext {
     pub knowledge: Vec<Passage>,
     /// The prompt's size, system and user message together.
     pub prompt_chars: usize,
+    /// The tool calls of the turn, in order (issue 33); empty without tools.
+    pub tool_calls: Vec<ToolCallView>,
+}
+
+/// One tool call of the turn: the tool, its arguments (the panel is the operator's; logs
+/// never carry them), the result's size, time and outcome.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallView {
+    pub tool: String,
+    pub arguments: String,
+    pub result_bytes: usize,
+    pub truncated: bool,
+    pub elapsed_ms: u64,
+    pub outcome: &'static str,
 }
 
 /// A piece of memory, and whether the prompt holds it.
@@ -165,11 +180,29 @@ pub(crate) fn record(
             })
             .collect(),
         prompt_chars: prompt.system.chars().count() + prompt.user.chars().count(),
+        tool_calls: Vec::new(),
     };
     CONTEXTS.insert(
         (agent.clone(), inbound.room.key(), inbound.id.clone()),
         Arc::new(context),
     );
+}
+
+/// Adds the turn's tool calls to the context recorded for `inbound` (recorded before the
+/// model was called).
+pub(crate) fn record_tools(agent: &AgentId, inbound: &Inbound, calls: Vec<ToolCallView>) {
+    let key = (agent.clone(), inbound.room.key(), inbound.id.clone());
+    if let Some(context) = CONTEXTS.get(&key) {
+        let mut context = (*context).clone();
+        context.tool_calls = calls
+            .into_iter()
+            .map(|mut c| {
+                c.arguments = snippet(&c.arguments);
+                c
+            })
+            .collect();
+        CONTEXTS.insert(key, Arc::new(context));
+    }
 }
 
 /// The context recorded for a message, while it is kept.

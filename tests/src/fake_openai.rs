@@ -44,6 +44,11 @@ pub enum Script {
     Delay(Duration, Box<Script>),
     /// 429 with OpenAI's rate limit body and `retry-after: <seconds>` (issue 16).
     RetryAfter(u64),
+    /// Answer with these tool calls (function name as on the wire, arguments), as OpenAI
+    /// does (`message.tool_calls`, `finish_reason: "tool_calls"`), when the request offers
+    /// tools; a request without `tools` gets the default reply instead, since a model cannot
+    /// call a tool it was not given (issue 33).
+    ToolCalls(Vec<(String, Value)>),
 }
 
 impl Script {
@@ -100,6 +105,8 @@ pub enum Outcome {
     Unauthorized,
     /// Refused: the request does not follow the protocol (400); the reason.
     BadRequest(String),
+    /// 200 with tool calls to these functions.
+    ToolCalls(Vec<String>),
 }
 
 /// One `POST /v1/chat/completions` as the fake received it.
@@ -122,6 +129,21 @@ pub struct ChatRequestRecord {
 }
 
 impl ChatRequestRecord {
+    /// The names of the tools the request offered (`tools[].function.name`); empty when
+    /// it offered none.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.body
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
     /// Every message's content, in order, joined by newlines.
     pub fn prompt_text(&self) -> String {
         self.messages
@@ -642,6 +664,11 @@ fn parse_chat_request(body: &Value) -> Result<(String, Vec<ChatMessage>, bool), 
                 ));
             }
         };
+        if role == "tool" && m.get("tool_call_id").and_then(Value::as_str).is_none() {
+            return Err(format!(
+                "Missing required parameter: 'messages[{i}].tool_call_id'."
+            ));
+        }
         messages.push(ChatMessage {
             role: role.to_string(),
             content,
@@ -717,6 +744,16 @@ async fn chat_completions(
                     };
                     Script::Reply(text)
                 });
+            // A model calls only tools it was given.
+            let script = match script {
+                Script::ToolCalls(_) if record.body.get("tools").is_none() => {
+                    Script::Reply(match &shared.config.default_reply {
+                        Some(f) => f(&record),
+                        None => default_reply_text(&record),
+                    })
+                }
+                script => script,
+            };
             record.outcome = outcome_of(&script);
             Some(script)
         };
@@ -755,6 +792,9 @@ async fn chat_completions(
                     .insert(header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
                 return response;
             }
+            Script::ToolCalls(calls) => {
+                return tool_calls_response(&record, &calls);
+            }
             Script::Reply(text) => {
                 let usage = {
                     let mut inner = shared.lock();
@@ -777,6 +817,7 @@ fn outcome_of(script: &Script) -> Outcome {
         Script::Hang => Outcome::Hang,
         Script::Delay(_, inner) => outcome_of(inner),
         Script::RetryAfter(_) => Outcome::Status(429, Script::rate_limited_body()),
+        Script::ToolCalls(calls) => Outcome::ToolCalls(calls.iter().map(|c| c.0.clone()).collect()),
     }
 }
 
@@ -872,6 +913,37 @@ fn completion_response(
         .collect();
     sse.push(Ok(Event::default().data("[DONE]")));
     Sse::new(futures::stream::iter(sse)).into_response()
+}
+
+/// OpenAI's answer with tool calls (non-streaming): `message.content` null, one
+/// `tool_calls` entry per call with `function.arguments` as a JSON string.
+fn tool_calls_response(record: &ChatRequestRecord, calls: &[(String, Value)]) -> Response {
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| {
+            json!({
+                "id": format!("call_fake{:04}_{i}", record.index),
+                "type": "function",
+                "function": {"name": name, "arguments": args.to_string()},
+            })
+        })
+        .collect();
+    let body = json!({
+        "id": format!("chatcmpl-fake{:06}", record.index),
+        "object": "chat.completion",
+        "created": now_secs(),
+        "model": record.model,
+        "system_fingerprint": "fp_fake",
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": null, "refusal": null, "tool_calls": tool_calls},
+            "logprobs": null,
+            "finish_reason": "tool_calls"
+        }],
+        "usage": usage_json((words(&record.prompt_text()).max(1) as u64, 10)),
+    });
+    (StatusCode::OK, axum::Json(body)).into_response()
 }
 
 /// Splits into pieces of at most three words, keeping the separators, so the pieces

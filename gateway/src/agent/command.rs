@@ -48,7 +48,13 @@ impl Agent {
             Steering::Refused
         };
         let answer = self
-            .run_command(&command, inbound.room.key(), &inbound.author.id, steering)
+            .run_command(
+                &command,
+                inbound.room.key(),
+                &inbound.author.id,
+                steering,
+                crate::tools::policy::RoomKind::of(inbound),
+            )
             .await?;
         let outbound = self.outbound(inbound, Kind::Reply(journal_id), answer.text.clone());
         if let Some(id) = self
@@ -73,9 +79,11 @@ impl Agent {
         room: troupe_connectors::RoomKey,
         user: &troupe_connectors::UserId,
         steering: Steering,
+        kind: crate::tools::policy::RoomKind,
     ) -> anyhow::Result<crate::rooms::Answer> {
         let mind = self.mind();
         let platform = room.platform;
+        let tools = mind.tools.as_ref().map(|t| t.names_for(&room, kind));
         let ctx = crate::rooms::Ctx {
             store: &self.store,
             agent: &self.id,
@@ -88,6 +96,7 @@ impl Agent {
             steering,
             now_ms: crate::clock::now_ms(),
             meter: self.meter(),
+            tools,
         };
         let answer = crate::rooms::run(command, &ctx).await?;
         if answer.effect == crate::rooms::Effect::ForgotFacts {

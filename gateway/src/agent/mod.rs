@@ -19,6 +19,8 @@
 //! - `recall`: what the prompt draws on (`recall`, `thread_context`) and the prompt
 //!   (`compose`).
 //! - `model`: the model call (`complete`), with typing and the model-down notice.
+//! - `tools`: a turn with tools (`tool_turn`): the model's calls run, their results fed
+//!   back, up to `TROUPE_TOOL_MAX_STEPS`.
 //! - `answer`: the reply's room action (`act`), then record and deliver (`answer`, `reply`,
 //!   `record`).
 //! - `outbound`: every message the agent says to a room, and its outbox key, built once.
@@ -39,6 +41,7 @@ mod recall;
 mod resume;
 #[cfg(test)]
 mod tests;
+mod tools;
 mod troupe;
 
 use std::collections::HashMap;
@@ -79,6 +82,8 @@ impl Mind {
     pub fn background(&self) -> Arc<dyn ModelProvider> {
         self.small.clone().unwrap_or_else(|| self.provider.clone())
     }
+    /// The persona's tools (issue 33); `None` without MCP servers: nothing on the path.
+    pub tools: crate::tools::Tools,
 }
 
 pub struct Agent {
@@ -294,8 +299,8 @@ impl Agent {
             &recall.hits,
             &prompt,
         );
-        let (text, origin) = match self.complete(&mind, meter.as_ref(), inbound, &prompt).await {
-            Ok(answered) => answered,
+        let answer = match self.complete(&mind, meter.as_ref(), inbound, &prompt).await {
+            Ok(answer) => answer,
             Err(error) => {
                 self.store
                     .journal_fail(journal_id, &error.to_string())
@@ -306,10 +311,15 @@ impl Agent {
             }
         };
         let reply = Reply {
-            text,
+            text: answer.text,
             standing,
-            quoted,
-            origin,
+            // A marker in a tool's result is data: the reply cannot act on its echo.
+            quoted: if answer.tool_marker {
+                crate::rooms::actions::Quoted::Marker
+            } else {
+                quoted
+            },
+            origin: answer.origin,
         };
         self.answer(
             &mind,

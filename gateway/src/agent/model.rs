@@ -8,7 +8,7 @@ use super::outbound::Kind;
 use super::{Agent, Mind};
 use crate::outcome::Origin;
 use crate::persona::Prompt;
-use crate::provider::{Completion, OutageNotice, ProviderError};
+use crate::provider::{Completion, OutageNotice, ProviderError, Step, ToolRound};
 
 /// The notice a room gets, once per outage, when its message waits for a model provider
 /// that is down (issue 12, faults).
@@ -50,18 +50,54 @@ impl OutageNotice for RoomNotice<'_> {
     }
 }
 
+/// What the turn's model calls answered: the reply's text, and whether a tool result the
+/// model read held a room-control marker (the reply may then be an echo, never an order).
+pub(super) struct Answer {
+    pub(super) text: String,
+    pub(super) tool_marker: bool,
+    /// The tokens the turn's calls used, for the caller (the OpenAI-compatible `usage`).
+    pub(super) origin: Origin,
+}
+
 impl Agent {
     /// Complete: the model call, with the typing indicator on and its metrics. A message
     /// that meets a provider outage waits for the provider to come back, and its room hears
-    /// once per outage; not the Web platform, whose caller sees the wait itself.
+    /// once per outage; not the Web platform, whose caller sees the wait itself. Where the
+    /// persona has tools this room may use, the turn goes through `tools::tool_turn`; a
+    /// persona without tools takes the one call it always took.
     pub(super) async fn complete(
         &self,
         mind: &Mind,
         meter: Option<&crate::spend::Meter>,
         inbound: &Inbound,
         prompt: &Prompt,
-    ) -> Result<(String, Origin), ProviderError> {
+    ) -> Result<Answer, ProviderError> {
         let typing = self.keep_typing(inbound);
+        let result = match super::tools::offer(mind, inbound) {
+            None => self
+                .model_call(mind, meter, inbound, prompt, None)
+                .await
+                .map(|step| Answer {
+                    origin: origin_of(&step.completion, prompt),
+                    text: step.completion.text,
+                    tool_marker: false,
+                }),
+            Some(offer) => self.tool_turn(mind, meter, inbound, prompt, offer).await,
+        };
+        drop(typing);
+        result
+    }
+
+    /// One model call: the scheduler's turn, the provider (with the turn's tools, when
+    /// `round` is given), spend, metrics and the log line.
+    pub(super) async fn model_call(
+        &self,
+        mind: &Mind,
+        meter: Option<&crate::spend::Meter>,
+        inbound: &Inbound,
+        prompt: &Prompt,
+        round: Option<ToolRound<'_>>,
+    ) -> Result<Step, ProviderError> {
         let started = Instant::now();
         let notice = RoomNotice {
             agent: self,
@@ -75,41 +111,56 @@ impl Agent {
             crate::spend::Priority::Reply
         };
         let room = inbound.room.key();
-        let result = crate::spend::Turn::new(priority, &room)
-            .scope(mind.provider.complete_or_wait(prompt, notice))
-            .await;
-        drop(typing);
+        let call = async {
+            match round {
+                None => mind
+                    .provider
+                    .complete_or_wait(prompt, notice)
+                    .await
+                    .map(|completion| Step {
+                        completion,
+                        calls: Vec::new(),
+                    }),
+                Some(round) => mind.provider.step(prompt, round, notice).await,
+            }
+        };
+        let result = crate::spend::Turn::new(priority, &room).scope(call).await;
         // The model, once: the price key of the usage record, and its label for metrics.
         let model = mind.provider.model();
         let label = model.to_string();
-        if let (Some(meter), Ok(c)) = (meter, &result) {
+        if let (Some(meter), Ok(step)) = (meter, &result) {
             let who = crate::spend::Who {
                 room: Some(&room),
                 user: Some((inbound.platform(), &inbound.author.id)),
             };
-            let tokens = c.tokens(prompt);
-            meter
-                .record(who, crate::spend::Purpose::Reply, &model, tokens)
-                .await;
+            let tokens = step.completion.tokens(prompt);
+            // A step that asked for tools is accounted as `tool`; the answer as `reply`.
+            let purpose = if step.calls.is_empty() {
+                crate::spend::Purpose::Reply
+            } else {
+                crate::spend::Purpose::Tool
+            };
+            meter.record(who, purpose, &model, tokens).await;
         }
+        let completion = result.as_ref().ok().map(|s| &s.completion);
         crate::metrics::model_call(
             &label,
             started.elapsed(),
             result.is_ok(),
-            result.as_ref().ok().and_then(|c| c.prompt_tokens),
-            result.as_ref().ok().and_then(|c| c.completion_tokens),
+            completion.and_then(|c| c.prompt_tokens),
+            completion.and_then(|c| c.completion_tokens),
         );
-        let completion = result.inspect_err(|error| {
+        let step = result.inspect_err(|error| {
             tracing::warn!(%error, provider = %label, "model call failed");
         })?;
         tracing::info!(
             model_ms = started.elapsed().as_millis() as u64,
-            prompt_tokens = completion.prompt_tokens,
-            completion_tokens = completion.completion_tokens,
+            prompt_tokens = step.completion.prompt_tokens,
+            completion_tokens = step.completion.completion_tokens,
+            tool_calls = step.calls.len(),
             "model answered"
         );
-        let origin = origin_of(&completion, prompt);
-        Ok((completion.text, origin))
+        Ok(step)
     }
 
     /// Keeps the platform's typing indicator on until the returned guard is cancelled.
@@ -142,7 +193,7 @@ impl Agent {
 const CHARS_PER_TOKEN: usize = 4;
 
 /// The reply's origin: the model, with the tokens it used.
-fn origin_of(completion: &Completion, prompt: &Prompt) -> Origin {
+pub(super) fn origin_of(completion: &Completion, prompt: &Prompt) -> Origin {
     let estimate =
         |chars: usize| u32::try_from(chars.div_ceil(CHARS_PER_TOKEN)).unwrap_or(u32::MAX);
     Origin::Model {
@@ -152,5 +203,26 @@ fn origin_of(completion: &Completion, prompt: &Prompt) -> Origin {
         completion_tokens: completion
             .completion_tokens
             .unwrap_or_else(|| estimate(completion.text.len())),
+    }
+}
+
+/// The tokens of two calls of one turn, together.
+pub(super) fn add_origins(a: Origin, b: Origin) -> Origin {
+    match (a, b) {
+        (
+            Origin::Model {
+                prompt_tokens: p1,
+                completion_tokens: c1,
+            },
+            Origin::Model {
+                prompt_tokens: p2,
+                completion_tokens: c2,
+            },
+        ) => Origin::Model {
+            prompt_tokens: p1.saturating_add(p2),
+            completion_tokens: c1.saturating_add(c2),
+        },
+        (Origin::Model { .. }, _) => a,
+        (_, other) => other,
     }
 }

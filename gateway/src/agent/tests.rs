@@ -29,6 +29,7 @@ async fn ada(says: &str) -> (tempfile::TempDir, Agent) {
             persona,
             provider,
             small: None,
+            tools: None,
         },
         store,
         outbox,

@@ -18,7 +18,8 @@
 //! - `spend`: budgets, prices and the model scheduler, provider retries and the breaker;
 //! - `platforms`: receive loops, replicas and Discord shards;
 //! - `agent`: how agents work, and their memory;
-//! - `telemetry`: logs and OpenTelemetry.
+//! - `telemetry`: logs and OpenTelemetry;
+//! - `tools`: the MCP servers the operator allows, and the tool loop's bounds.
 
 mod agent;
 mod edge;
@@ -27,6 +28,7 @@ mod platforms;
 mod spend;
 mod storage;
 mod telemetry;
+mod tools;
 
 use anyhow::Context;
 use secrecy::SecretString;
@@ -51,6 +53,7 @@ pub use knowledge::{
 pub use platforms::{ReceiveSettings, ReplicaSettings};
 pub use spend::ProviderSettings;
 pub use storage::NatsSettings;
+pub use tools::ToolSettings;
 
 /// Everything the gateway is configured with. Built once at start.
 #[derive(Clone)]
@@ -104,6 +107,8 @@ pub struct Config {
     pub receive: ReceiveSettings,
     /// Issue 30, findings 2 and 8: `TROUPE_ALLOWED_HOSTS`, `TROUPE_HTTP_MAX_CONNECTIONS_PER_IP`.
     pub edge: EdgeSettings,
+    /// Issue 33: `TROUPE_MCP_*`, `TROUPE_TOOL_*` (docs/tools.md).
+    pub tools: ToolSettings,
 }
 
 // Written by hand so that the environment snapshot, which holds every secret, never prints.
@@ -249,6 +254,11 @@ struct FileConfig {
     log_format: Option<String>,
     otel_exporter_otlp_endpoint: Option<String>,
     otel_service_name: Option<String>,
+    // --- tools (tools.rs)
+    mcp_commands: Option<String>,
+    mcp_urls: Option<String>,
+    tool_max_steps: Option<u32>,
+    tool_max_output_bytes: Option<usize>,
 }
 
 impl Config {
@@ -286,6 +296,7 @@ impl Config {
         let (otlp_endpoint, otel_service_name) = telemetry::otel_settings(&layered, &mut file);
         let receive = platforms::receive_settings(&layered, &mut file)?;
         let edge = edge::edge_settings(&layered, &mut file)?;
+        let tools = tools::tool_settings(&layered, &mut file)?;
         Ok(Config {
             http_addr,
             nats,
@@ -318,6 +329,7 @@ impl Config {
             knowledge_allow_paths,
             receive,
             edge,
+            tools,
         })
     }
 

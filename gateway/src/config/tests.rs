@@ -313,6 +313,19 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         p("TROUPE_FETCH_ALLOW", "\"10.0.0.1\"", "10.0.0.2", |c| {
             format!("{:?}", c.knowledge.fetch.allow)
         }),
+        p("TROUPE_MCP_COMMANDS", "\"/usr/bin/a\"", "/usr/bin/b", |c| {
+            format!("{:?}", c.tools.mcp_commands)
+        }),
+        p(
+            "TROUPE_MCP_URLS",
+            "\"https://a.example/\"",
+            "https://b.example/",
+            |c| format!("{:?}", c.tools.mcp_urls),
+        ),
+        n("TROUPE_TOOL_MAX_STEPS", |c| c.tools.max_steps.to_string()),
+        p("TROUPE_TOOL_MAX_OUTPUT_BYTES", "1000", "2000", |c| {
+            c.tools.max_output_bytes.to_string()
+        }),
         n("TROUPE_FETCH_TIMEOUT_SECS", |c| {
             format!("{:?}", c.knowledge.fetch.timeout)
         }),

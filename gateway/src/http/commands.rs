@@ -58,6 +58,7 @@ pub async fn post_command(
                 room,
                 &UserId::new(crate::web::ANONYMOUS_USER),
                 Steering::Allowed,
+                crate::tools::policy::RoomKind::Group,
             )
             .await
             .map_err(ApiError::internal)?;
@@ -72,8 +73,11 @@ pub async fn post_command(
             ));
         }
     };
+    // The operator asks about a room by its key, which does not say whether it is a DM:
+    // the answer is what a group room of that key may use (the API's own rooms: all).
+    let kind = crate::tools::policy::RoomKind::Group;
     let answer = agent
-        .run_command(&line.command, room, &user, Steering::Allowed)
+        .run_command(&line.command, room, &user, Steering::Allowed, kind)
         .await
         .map_err(ApiError::internal)?;
     Ok(Json(CommandAnswer {

@@ -278,10 +278,12 @@ fn troupe_settings(v: &Node, d: &mut Diags) -> Option<Vec<Platform>> {
             // Schedules of autonomous posts: read and checked by `posts::settings`, which
             // reports a bad one at load and in `troupe check`.
             "posts" => {}
+            // Which rooms may use the persona's tools: read by `tools::policy` (issue 33).
+            "tools" => {}
             other => d.warn(
                 &m.key_pos,
                 &path,
-                unknown_field_message(other, &["platforms", "posts"]),
+                unknown_field_message(other, &["platforms", "posts", "tools"]),
             ),
         }
     }

@@ -14,7 +14,7 @@ use tokio::time::Instant as Moment;
 use tokio_util::sync::CancellationToken;
 
 use super::target::Target;
-use super::{Completion, OutageNotice, ProviderError};
+use super::{OutageNotice, ProviderError};
 use crate::config::ProviderSettings;
 
 /// One failed attempt, as the retry loop sees it.
@@ -377,14 +377,14 @@ impl Breaker {
 
     /// Runs one call through the breaker: bounded retries with backoff while the circuit is
     /// closed, waiting while it is open, the probe when it half-opens.
-    pub(super) async fn call<F, Fut>(
+    pub(super) async fn call<T, F, Fut>(
         &self,
         notice: Option<&dyn OutageNotice>,
         mut attempt: F,
-    ) -> Result<Completion, ProviderError>
+    ) -> Result<T, ProviderError>
     where
         F: FnMut() -> Fut + Send,
-        Fut: std::future::Future<Output = Result<Completion, Failure>> + Send,
+        Fut: std::future::Future<Output = Result<T, Failure>> + Send,
     {
         let s = &self.settings;
         // Only a call with someone to tell waits out an outage: a message from a platform
@@ -471,6 +471,7 @@ fn jitter(wait: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::Completion;
     use crate::provider::target::Vendor;
     use async_trait::async_trait;
 

@@ -3,7 +3,7 @@
 //! (`breaker.rs`); this file only makes one attempt and classifies its failure.
 
 use async_trait::async_trait;
-use genai::chat::{ChatOptions, ChatRequest};
+use genai::chat::{ChatOptions, ChatRequest, ChatResponse};
 use genai::resolver::{AuthData, Endpoint, ServiceTargetResolver};
 use genai::{ModelIden, ServiceTarget, WebConfig};
 use std::sync::Arc;
@@ -80,6 +80,23 @@ impl GenaiProvider {
 
     /// One attempt: a permit, the call, its deadline.
     async fn attempt(&self, prompt: &Prompt) -> Result<Completion, Failure> {
+        let response = self.exec(request_of(prompt)).await?;
+        let text = response
+            .first_text()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or(Failure {
+                error: ProviderError::Empty,
+                transient: false,
+            })?
+            .to_string();
+        Ok(completion_of(&response, text))
+    }
+
+    /// Sends one request: the scheduler's turn, a permit, the call, its deadline, and the
+    /// tokens it used charged to the account. Shared by plain replies and tool steps
+    /// (`tools.rs`).
+    pub(super) async fn exec(&self, request: ChatRequest) -> Result<ChatResponse, Failure> {
         // The account's turn first (limits shared across personas, priorities, rooms in
         // turn), then this persona's own concurrency.
         let turn = match &self.account {
@@ -90,11 +107,6 @@ impl GenaiProvider {
             error: ProviderError::Upstream("the provider is shutting down".into()),
             transient: false,
         })?;
-        let mut request = ChatRequest::default();
-        if !prompt.system.trim().is_empty() {
-            request = request.with_system(prompt.system.clone());
-        }
-        request = request.append_message(super::media::user_message(prompt));
         let options = ChatOptions::default().with_max_tokens(1024);
         let call = self
             .client
@@ -122,32 +134,35 @@ impl GenaiProvider {
                 + response.usage.completion_tokens.unwrap_or(0);
             turn.charge(u64::try_from(used).unwrap_or(0));
         }
-        let text = response
-            .first_text()
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or(Failure {
-                error: ProviderError::Empty,
-                transient: false,
-            })?
-            .to_string();
-        Ok(Completion {
-            text,
-            prompt_tokens: response
-                .usage
-                .prompt_tokens
-                .and_then(|t| u32::try_from(t).ok()),
-            completion_tokens: response
-                .usage
-                .completion_tokens
-                .and_then(|t| u32::try_from(t).ok()),
-            cached_tokens: response
-                .usage
-                .prompt_tokens_details
-                .as_ref()
-                .and_then(|d| d.cached_tokens)
-                .and_then(|t| u32::try_from(t).ok()),
-        })
+        Ok(response)
+    }
+
+    pub(super) fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+}
+
+/// The persona's prompt as a chat request: its system message, then the user message.
+pub(super) fn request_of(prompt: &Prompt) -> ChatRequest {
+    let mut request = ChatRequest::default();
+    if !prompt.system.trim().is_empty() {
+        request = request.with_system(prompt.system.clone());
+    }
+    request.append_message(super::media::user_message(prompt))
+}
+
+/// What a response used, with `text` as its answer.
+pub(super) fn completion_of(response: &ChatResponse, text: String) -> Completion {
+    let usage = &response.usage;
+    Completion {
+        text,
+        prompt_tokens: usage.prompt_tokens.and_then(|t| u32::try_from(t).ok()),
+        completion_tokens: usage.completion_tokens.and_then(|t| u32::try_from(t).ok()),
+        cached_tokens: usage
+            .prompt_tokens_details
+            .as_ref()
+            .and_then(|d| d.cached_tokens)
+            .and_then(|t| u32::try_from(t).ok()),
     }
 }
 
@@ -167,6 +182,19 @@ impl ModelProvider for GenaiProvider {
         notice: Option<&dyn OutageNotice>,
     ) -> Result<Completion, ProviderError> {
         self.breaker.call(notice, || self.attempt(prompt)).await
+    }
+
+    fn calls_tools(&self) -> bool {
+        true
+    }
+
+    async fn step(
+        &self,
+        prompt: &Prompt,
+        round: super::ToolRound<'_>,
+        notice: Option<&dyn OutageNotice>,
+    ) -> Result<super::Step, ProviderError> {
+        self.step_with_tools(prompt, round, notice).await
     }
 }
 

@@ -29,6 +29,7 @@ mod breaker;
 mod client;
 mod media;
 mod target;
+mod tools;
 
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -40,6 +41,7 @@ use crate::spend::ModelRef;
 pub use breaker::Breakers;
 pub use client::GenaiProvider;
 pub use target::resolve_target;
+pub use tools::{Exchange, Step, ToolCall, ToolRound, ToolSpec};
 
 /// What the model said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +108,27 @@ pub trait ModelProvider: Send + Sync {
     ) -> Result<Completion, ProviderError> {
         let _ = notice;
         self.complete(prompt).await
+    }
+    /// Whether this provider passes tools to its model (issue 33). One that does not gets
+    /// no tools, and `troupe check` warns.
+    fn calls_tools(&self) -> bool {
+        false
+    }
+    /// One step of a turn with tools (`tools.rs`): the prompt, the tools offered and the
+    /// turn's earlier calls and results; the model answers or asks for calls. A provider
+    /// without tool calling answers the prompt alone.
+    async fn step(
+        &self,
+        prompt: &Prompt,
+        round: ToolRound<'_>,
+        notice: Option<&dyn OutageNotice>,
+    ) -> Result<Step, ProviderError> {
+        let _ = round;
+        let completion = self.complete_or_wait(prompt, notice).await?;
+        Ok(Step {
+            completion,
+            calls: Vec::new(),
+        })
     }
 }
 

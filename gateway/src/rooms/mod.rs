@@ -37,6 +37,8 @@ pub(crate) struct Ctx<'a> {
     pub now_ms: i64,
     /// The persona's spend meter (`/usage`), when spend accounting is on.
     pub meter: Option<crate::spend::Meter>,
+    /// The tools this room may use (`/tools`); `None` when the persona has none.
+    pub tools: Option<Vec<String>>,
 }
 
 /// Whether the sender of a command may steer the room: change it for everyone (mute,

@@ -73,6 +73,9 @@ pub enum Purpose {
     Embedding,
     /// An autonomous post's draft (issue 34): background work, like memory upkeep.
     Post,
+    /// A step of a turn with tools that asked for tool calls (issue 33); the step that
+    /// answers is a `Reply`.
+    Tool,
 }
 
 impl Purpose {
@@ -83,12 +86,13 @@ impl Purpose {
             Purpose::Facts => "facts",
             Purpose::Embedding => "embedding",
             Purpose::Post => "post",
+            Purpose::Tool => "tool",
         }
     }
 
     /// Background work stops at `background_share` of a budget; replies go to the cap.
     fn background(self) -> bool {
-        self != Purpose::Reply
+        !matches!(self, Purpose::Reply | Purpose::Tool)
     }
 }
 

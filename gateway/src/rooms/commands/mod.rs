@@ -6,6 +6,7 @@ mod forget;
 mod forgetme;
 mod help;
 mod mute;
+mod tools;
 mod unknown;
 mod usage;
 mod whoami;
@@ -25,6 +26,7 @@ pub(super) async fn run(command: &Command, ctx: &Ctx<'_>) -> anyhow::Result<Answ
         Command::ForgetMe => forgetme::run(ctx).await,
         Command::WhoAmI => Ok(whoami::run(ctx)),
         Command::Usage => usage::run(ctx).await,
+        Command::Tools => Ok(tools::run(ctx)),
         Command::Invalid { problem, .. } => Ok(unknown::invalid(problem)),
         Command::Unknown(word) => Ok(unknown::unknown(word)),
     }

@@ -1,0 +1,189 @@
+//! A turn with tools (issue 33, docs/tools.md): the model is offered the tools this room may
+//! use; the calls it asks for run (in parallel when it asks for several), their results go
+//! back to it, and this repeats up to `TROUPE_TOOL_MAX_STEPS` model calls that may ask for
+//! tools; at the cap it is called once more without tools, for an answer. Each step is one
+//! model call for spend, budgets and the scheduler (`model_call`), and a budget reached
+//! mid-turn ends the turn with what the persona has.
+//!
+//! Results are data: capped and fenced by the toolbox, never read for room-control markers
+//! (a marker in a result marks the reply as quoting one, so it cannot act). A tool its
+//! server marks destructive runs only for the room's admin. Logs carry the tool, outcome,
+//! size and time of each call, never its arguments; the why panel shows them to the
+//! operator.
+
+use std::sync::Arc;
+
+use troupe_connectors::Inbound;
+
+use super::model::Answer;
+use super::{Agent, Mind};
+use crate::persona::Prompt;
+use crate::provider::{Exchange, ProviderError, ToolCall, ToolRound, ToolSpec};
+use crate::tools::{Called, Offered, Toolbox};
+use crate::why::ToolCallView;
+
+/// What this message's turn may use: the persona's toolbox and the tools its room allows.
+pub(super) struct Offer {
+    toolbox: Arc<Toolbox>,
+    tools: Vec<Offered>,
+}
+
+/// The tools offered for `inbound`, or `None` (no toolbox, a provider without tool calling,
+/// a room not opted in, or no tool allowed): then the turn is the plain one call.
+pub(super) fn offer(mind: &Mind, inbound: &Inbound) -> Option<Offer> {
+    let toolbox = mind.tools.as_ref()?;
+    if !mind.provider.calls_tools() {
+        return None;
+    }
+    let tools = toolbox.offered(inbound);
+    if tools.is_empty() {
+        return None;
+    }
+    Some(Offer {
+        toolbox: toolbox.clone(),
+        tools,
+    })
+}
+
+impl Agent {
+    /// The turn: model steps with tools, then the answer.
+    pub(super) async fn tool_turn(
+        &self,
+        mind: &Mind,
+        meter: Option<&crate::spend::Meter>,
+        inbound: &Inbound,
+        prompt: &Prompt,
+        offer: Offer,
+    ) -> Result<Answer, ProviderError> {
+        let specs: Vec<ToolSpec> = offer.tools.iter().map(|t| t.spec.clone()).collect();
+        let max_steps = offer.toolbox.max_steps();
+        let mut exchanges: Vec<Exchange> = Vec::new();
+        let mut views: Vec<ToolCallView> = Vec::new();
+        let mut marker = false;
+        let mut admin: Option<bool> = None;
+        let mut steps = 0;
+        let mut origin = crate::outcome::Origin::Other;
+        let text = loop {
+            // At the cap the model is asked for an answer, with no tools to call.
+            let tools: &[ToolSpec] = if steps < max_steps { &specs } else { &[] };
+            let round = ToolRound {
+                tools,
+                exchanges: &exchanges,
+            };
+            let step = self
+                .model_call(mind, meter, inbound, prompt, Some(round))
+                .await?;
+            steps += 1;
+            origin = super::model::add_origins(
+                origin,
+                super::model::origin_of(&step.completion, prompt),
+            );
+            if step.calls.is_empty() || tools.is_empty() {
+                break step.completion.text;
+            }
+            if let Some(text) = self
+                .over_budget(meter, inbound, &step.completion.text)
+                .await
+            {
+                break text;
+            }
+            if admin.is_none() && step.calls.iter().any(|c| destructive(&offer, c)) {
+                admin = Some(self.may_steer(inbound).await);
+            }
+            let runs = step
+                .calls
+                .iter()
+                .map(|call| self.run(&offer, call, admin.unwrap_or(false)));
+            let called: Vec<Called> = futures::future::join_all(runs).await;
+            for (call, result) in step.calls.iter().zip(&called) {
+                marker |= result.held_marker;
+                views.push(ToolCallView {
+                    tool: call.name.clone(),
+                    arguments: call.arguments.to_string(),
+                    result_bytes: result.bytes,
+                    truncated: result.truncated,
+                    elapsed_ms: result.elapsed_ms,
+                    outcome: result.outcome.as_str(),
+                });
+            }
+            exchanges.push(Exchange {
+                calls: step.calls,
+                results: called.into_iter().map(|c| c.text).collect(),
+            });
+        };
+        crate::why::record_tools(&self.id, inbound, views);
+        if text.trim().is_empty() {
+            return Err(ProviderError::Empty);
+        }
+        Ok(Answer {
+            text,
+            tool_marker: marker,
+            origin,
+        })
+    }
+
+    /// Runs one call the model asked for, or refuses it: a tool not offered in this room,
+    /// or a destructive one for someone who is not the room's admin.
+    async fn run(&self, offer: &Offer, call: &ToolCall, admin: bool) -> Called {
+        let toolbox = &offer.toolbox;
+        let called = match offer.tools.iter().find(|t| t.spec.name == call.name) {
+            None => toolbox.refused(&call.name, "this tool is not available here"),
+            Some(t) if t.destructive && !admin => toolbox.refused(
+                &call.name,
+                "this tool changes or deletes things; only the room's admin may use it",
+            ),
+            Some(_) => toolbox.call(&call.name, call.arguments.clone()).await,
+        };
+        let outcome = called.outcome.as_str();
+        // The tool's name is logged only when it is one the persona has: a model's made-up
+        // name would otherwise be an unbounded label and a log line a stranger writes.
+        let known = offer.tools.iter().any(|t| t.spec.name == call.name);
+        let tool = if known { call.name.as_str() } else { "unknown" };
+        crate::metrics::tool_call(self.id.as_str(), tool, outcome);
+        tracing::info!(
+            tool,
+            outcome,
+            result_bytes = called.bytes,
+            truncated = called.truncated,
+            elapsed_ms = called.elapsed_ms,
+            "tool called"
+        );
+        called
+    }
+
+    /// Between steps: past a spend budget, the turn ends with what the persona has (the
+    /// text it wrote beside its calls, else the budget's notice).
+    async fn over_budget(
+        &self,
+        meter: Option<&crate::spend::Meter>,
+        inbound: &Inbound,
+        so_far: &str,
+    ) -> Option<String> {
+        let meter = meter?;
+        let room = inbound.room.key();
+        let who = crate::spend::Who {
+            room: Some(&room),
+            user: Some((inbound.platform(), &inbound.author.id)),
+        };
+        match meter.admit(who, crate::spend::Purpose::Tool).await {
+            Ok(crate::spend::Admission::Over { scope, notice }) => {
+                tracing::info!(budget = scope.as_str(), "over budget in a turn with tools");
+                Some(if so_far.trim().is_empty() {
+                    notice.unwrap_or_else(|| {
+                        "I've reached my budget for now, so I'll stop here.".to_string()
+                    })
+                } else {
+                    so_far.to_string()
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+fn destructive(offer: &Offer, call: &ToolCall) -> bool {
+    offer
+        .tools
+        .iter()
+        .any(|t| t.spec.name == call.name && t.destructive)
+}

@@ -1,0 +1,73 @@
+//! Tool settings (issue 33, docs/tools.md): which MCP servers the operator allows
+//! (`TROUPE_MCP_COMMANDS`, `TROUPE_MCP_URLS`) and how far a turn with tools may go
+//! (`TROUPE_TOOL_MAX_STEPS`, `TROUPE_TOOL_MAX_OUTPUT_BYTES`). A character file names its
+//! servers, but only these settings let one run: a file alone never starts a program.
+
+use super::{FileConfig, Layered};
+
+/// Default `TROUPE_TOOL_MAX_OUTPUT_BYTES`: 64 KiB of one tool's result reach the model, about
+/// 16k tokens, enough for a page of data and far from a context window.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolSettings {
+    /// `TROUPE_MCP_COMMANDS`, empty by default: the executables a stdio MCP server may run,
+    /// comma-separated, compared with a server's `command` exactly (write absolute paths).
+    pub mcp_commands: Vec<String>,
+    /// `TROUPE_MCP_URLS`, empty by default: the URL prefixes a Streamable HTTP (or SSE) MCP
+    /// server may live under, comma-separated (`https://mcp.example.org/`).
+    pub mcp_urls: Vec<String>,
+    /// `TROUPE_TOOL_MAX_STEPS`, default 4: model calls that may ask for tools in one turn;
+    /// at the cap the model is called once more without tools, for an answer.
+    pub max_steps: u32,
+    /// `TROUPE_TOOL_MAX_OUTPUT_BYTES`, default 64 KiB: one tool result's size in the prompt.
+    pub max_output_bytes: usize,
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        ToolSettings {
+            mcp_commands: Vec::new(),
+            mcp_urls: Vec::new(),
+            max_steps: 4,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+        }
+    }
+}
+
+fn list(raw: Option<String>) -> Vec<String> {
+    raw.map(|r| {
+        r.split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_string)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+pub(super) fn tool_settings(
+    layered: &Layered<'_>,
+    file: &mut FileConfig,
+) -> anyhow::Result<ToolSettings> {
+    let mcp_urls = list(layered.string("TROUPE_MCP_URLS", file.mcp_urls.take()));
+    for url in &mcp_urls {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            anyhow::bail!("TROUPE_MCP_URLS: `{url}` is not an http:// or https:// URL prefix");
+        }
+    }
+    Ok(ToolSettings {
+        mcp_commands: list(layered.string("TROUPE_MCP_COMMANDS", file.mcp_commands.take())),
+        mcp_urls,
+        max_steps: layered
+            .parse("TROUPE_TOOL_MAX_STEPS", file.tool_max_steps, 4)?
+            .max(1),
+        max_output_bytes: layered
+            .parse(
+                "TROUPE_TOOL_MAX_OUTPUT_BYTES",
+                file.tool_max_output_bytes,
+                DEFAULT_MAX_OUTPUT_BYTES,
+            )?
+            .max(256),
+    })
+}
