@@ -34,7 +34,9 @@ async def hang() -> str:
     return "never"
 
 
-@server.tool(description="Returns the full archive.")
+# Unstructured: the result travels once, as text (a structured one would carry the 10 MB
+# twice, past the client's 16 MiB frame limit, and then nothing arrives but the timeout).
+@server.tool(description="Returns the full archive.", structured_output=False)
 def flood() -> str:
     return "A" * (10 * 1024 * 1024)
 

@@ -74,6 +74,8 @@ pub struct Mind {
     pub provider: Arc<dyn ModelProvider>,
     /// The small model, when the persona names one (`OPENAI_SMALL_MODEL`…).
     pub small: Option<Arc<dyn ModelProvider>>,
+    /// The persona's tools (issue 33); `None` without MCP servers: nothing on the path.
+    pub tools: crate::tools::Tools,
 }
 
 impl Mind {
@@ -82,8 +84,6 @@ impl Mind {
     pub fn background(&self) -> Arc<dyn ModelProvider> {
         self.small.clone().unwrap_or_else(|| self.provider.clone())
     }
-    /// The persona's tools (issue 33); `None` without MCP servers: nothing on the path.
-    pub tools: crate::tools::Tools,
 }
 
 pub struct Agent {

@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 use troupe_connectors::{Inbound, Platform};
 
 use super::outbound::Kind;
+use super::tools::{Answer, origin_of};
 use super::{Agent, Mind};
-use crate::outcome::Origin;
 use crate::persona::Prompt;
-use crate::provider::{Completion, OutageNotice, ProviderError, Step, ToolRound};
+use crate::provider::{OutageNotice, ProviderError, Step, ToolRound};
 
 /// The notice a room gets, once per outage, when its message waits for a model provider
 /// that is down (issue 12, faults).
@@ -48,15 +48,6 @@ impl OutageNotice for RoomNotice<'_> {
             Err(_) => tracing::warn!("telling the room the model is unreachable took too long"),
         }
     }
-}
-
-/// What the turn's model calls answered: the reply's text, and whether a tool result the
-/// model read held a room-control marker (the reply may then be an echo, never an order).
-pub(super) struct Answer {
-    pub(super) text: String,
-    pub(super) tool_marker: bool,
-    /// The tokens the turn's calls used, for the caller (the OpenAI-compatible `usage`).
-    pub(super) origin: Origin,
 }
 
 impl Agent {
@@ -185,44 +176,5 @@ impl Agent {
             });
         }
         token.drop_guard()
-    }
-}
-
-/// One token per this many characters, where the provider reported no count: the spend
-/// ledger's estimate (`spend::accounting`), so `usage` and the ledger agree.
-const CHARS_PER_TOKEN: usize = 4;
-
-/// The reply's origin: the model, with the tokens it used.
-pub(super) fn origin_of(completion: &Completion, prompt: &Prompt) -> Origin {
-    let estimate =
-        |chars: usize| u32::try_from(chars.div_ceil(CHARS_PER_TOKEN)).unwrap_or(u32::MAX);
-    Origin::Model {
-        prompt_tokens: completion
-            .prompt_tokens
-            .unwrap_or_else(|| estimate(prompt.system.len() + prompt.user.len())),
-        completion_tokens: completion
-            .completion_tokens
-            .unwrap_or_else(|| estimate(completion.text.len())),
-    }
-}
-
-/// The tokens of two calls of one turn, together.
-pub(super) fn add_origins(a: Origin, b: Origin) -> Origin {
-    match (a, b) {
-        (
-            Origin::Model {
-                prompt_tokens: p1,
-                completion_tokens: c1,
-            },
-            Origin::Model {
-                prompt_tokens: p2,
-                completion_tokens: c2,
-            },
-        ) => Origin::Model {
-            prompt_tokens: p1.saturating_add(p2),
-            completion_tokens: c1.saturating_add(c2),
-        },
-        (Origin::Model { .. }, _) => a,
-        (_, other) => other,
     }
 }

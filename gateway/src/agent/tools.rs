@@ -15,10 +15,10 @@ use std::sync::Arc;
 
 use troupe_connectors::Inbound;
 
-use super::model::Answer;
 use super::{Agent, Mind};
+use crate::outcome::Origin;
 use crate::persona::Prompt;
-use crate::provider::{Exchange, ProviderError, ToolCall, ToolRound, ToolSpec};
+use crate::provider::{Completion, Exchange, ProviderError, ToolCall, ToolRound, ToolSpec};
 use crate::tools::{Called, Offered, Toolbox};
 use crate::why::ToolCallView;
 
@@ -74,10 +74,7 @@ impl Agent {
                 .model_call(mind, meter, inbound, prompt, Some(round))
                 .await?;
             steps += 1;
-            origin = super::model::add_origins(
-                origin,
-                super::model::origin_of(&step.completion, prompt),
-            );
+            origin = add_origins(origin, origin_of(&step.completion, prompt));
             if step.calls.is_empty() || tools.is_empty() {
                 break step.completion.text;
             }
@@ -187,3 +184,51 @@ fn destructive(offer: &Offer, call: &ToolCall) -> bool {
         .iter()
         .any(|t| t.spec.name == call.name && t.destructive)
 }
+
+/// What the turn's model calls answered: the reply's text, and whether a tool result the
+/// model read held a room-control marker (the reply may then be an echo, never an order).
+pub(super) struct Answer {
+    pub(super) text: String,
+    pub(super) tool_marker: bool,
+    /// The tokens the turn's calls used, for the caller (the OpenAI-compatible `usage`).
+    pub(super) origin: Origin,
+}
+
+/// The reply's origin: the model, with the tokens it used.
+pub(super) fn origin_of(completion: &Completion, prompt: &Prompt) -> Origin {
+    let estimate =
+        |chars: usize| u32::try_from(chars.div_ceil(CHARS_PER_TOKEN)).unwrap_or(u32::MAX);
+    Origin::Model {
+        prompt_tokens: completion
+            .prompt_tokens
+            .unwrap_or_else(|| estimate(prompt.system.len() + prompt.user.len())),
+        completion_tokens: completion
+            .completion_tokens
+            .unwrap_or_else(|| estimate(completion.text.len())),
+    }
+}
+
+/// The tokens of two calls of one turn, together.
+pub(super) fn add_origins(a: Origin, b: Origin) -> Origin {
+    match (a, b) {
+        (
+            Origin::Model {
+                prompt_tokens: p1,
+                completion_tokens: c1,
+            },
+            Origin::Model {
+                prompt_tokens: p2,
+                completion_tokens: c2,
+            },
+        ) => Origin::Model {
+            prompt_tokens: p1.saturating_add(p2),
+            completion_tokens: c1.saturating_add(c2),
+        },
+        (Origin::Model { .. }, _) => a,
+        (_, other) => other,
+    }
+}
+
+/// One token per this many characters, where the provider reported no count: the spend
+/// ledger's estimate (`spend::accounting`), so `usage` and the ledger agree.
+const CHARS_PER_TOKEN: usize = 4;

@@ -650,7 +650,7 @@ mod tests {
     async fn an_error_that_is_not_transient_is_not_retried() {
         let breaker = Breaker::new("test".into(), fast_settings(), CancellationToken::new());
         let attempts = std::sync::atomic::AtomicUsize::new(0);
-        let result = breaker
+        let result: Result<(), ProviderError> = breaker
             .call(None, || {
                 attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 async {

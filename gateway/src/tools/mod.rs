@@ -275,6 +275,9 @@ fn fence(name: &str, outcome: Outcome, text: &str, cut_from: Option<usize>) -> S
     out
 }
 
+/// A shared toolbox, or none.
+pub type Tools = Option<Arc<Toolbox>>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +296,3 @@ mod tests {
         assert!(f.ends_with("</tool-output>"));
     }
 }
-
-/// A shared toolbox, or none.
-pub type Tools = Option<Arc<Toolbox>>;
