@@ -122,6 +122,29 @@ pub enum Origin {
     Other,
 }
 
+impl Origin {
+    /// The tokens of two calls of one turn, together (a turn with tools makes several).
+    pub fn plus(self, other: Origin) -> Origin {
+        match (self, other) {
+            (
+                Origin::Model {
+                    prompt_tokens: p1,
+                    completion_tokens: c1,
+                },
+                Origin::Model {
+                    prompt_tokens: p2,
+                    completion_tokens: c2,
+                },
+            ) => Origin::Model {
+                prompt_tokens: p1.saturating_add(p2),
+                completion_tokens: c1.saturating_add(c2),
+            },
+            (Origin::Model { .. }, _) => self,
+            (_, other) => other,
+        }
+    }
+}
+
 /// How the agent dealt with a message.
 #[derive(Debug, Clone)]
 pub enum Outcome {

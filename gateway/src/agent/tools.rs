@@ -10,6 +10,10 @@
 //! server marks destructive runs only for the room's admin. Logs carry the tool, outcome,
 //! size and time of each call, never its arguments; the why panel shows them to the
 //! operator.
+//!
+//! It also owns what any turn's model calls answered (`Answer`, with its `origin`), which
+//! `model.rs` builds for a turn without tools: kept here so that `model` imports `tools`
+//! and not the other way round.
 
 use std::sync::Arc;
 
@@ -74,7 +78,7 @@ impl Agent {
                 .model_call(mind, meter, inbound, prompt, Some(round))
                 .await?;
             steps += 1;
-            origin = add_origins(origin, origin_of(&step.completion, prompt));
+            origin = origin.plus(origin_of(&step.completion, prompt));
             if step.calls.is_empty() || tools.is_empty() {
                 break step.completion.text;
             }
@@ -205,27 +209,6 @@ pub(super) fn origin_of(completion: &Completion, prompt: &Prompt) -> Origin {
         completion_tokens: completion
             .completion_tokens
             .unwrap_or_else(|| estimate(completion.text.len())),
-    }
-}
-
-/// The tokens of two calls of one turn, together.
-pub(super) fn add_origins(a: Origin, b: Origin) -> Origin {
-    match (a, b) {
-        (
-            Origin::Model {
-                prompt_tokens: p1,
-                completion_tokens: c1,
-            },
-            Origin::Model {
-                prompt_tokens: p2,
-                completion_tokens: c2,
-            },
-        ) => Origin::Model {
-            prompt_tokens: p1.saturating_add(p2),
-            completion_tokens: c1.saturating_add(c2),
-        },
-        (Origin::Model { .. }, _) => a,
-        (_, other) => other,
     }
 }
 
