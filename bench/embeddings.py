@@ -3,6 +3,7 @@
 (all-MiniLM-L6-v2), same texts, same run (docs/benchmarks.md, "Local embeddings").
 
     python3 bench/embeddings.py --troupe target/debug/troupe [--rounds 3] [--texts 512]
+    python3 bench/embeddings.py --troupe before=A --troupe after=B   # two builds, same run
 
 Engines, alternated round by round (A B C C B A …) so the machine's drift falls on all:
 - candle: `troupe bench --embed-texts FILE` with TROUPE_EMBEDDING_PROVIDER=local, the
@@ -205,13 +206,14 @@ def run_troupe(binary, file, threads):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--troupe", required=True, help="the troupe binary to measure")
+    ap.add_argument("--troupe", action="append", required=True,
+                    help="a troupe binary to measure, as PATH (engine `candle`) or LABEL=PATH")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--texts", type=int, default=512, help="short texts (chunk texts: half)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--collection", default=str(Path(__file__).resolve().parents[1].parent
                                                 / "shared/fixtures/retrieval/vaswani/doc-text.trec"))
-    ap.add_argument("--engines", default="candle,ort-f32,ort-int8")
+    ap.add_argument("--engines", default="ort-f32,ort-int8", help="ONNX Runtime engines")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -224,7 +226,8 @@ def main():
     for name, texts in sets.items():
         files[name] = work / f"{name}.txt"
         files[name].write_text("\n".join(t.replace("\n", " ") for t in texts) + "\n")
-    engines = args.engines.split(",")
+    binaries = dict(t.split("=", 1) if "=" in t else ("candle", t) for t in args.troupe)
+    engines = list(binaries) + [e for e in args.engines.split(",") if e]
     ort = {"ort-f32": Ort(f32_path, args.threads), "ort-int8": Ort(int8_model(), args.threads)}
 
     # The two ONNX graphs agree with each other (f32 vs int8): a sanity check of the export.
@@ -240,8 +243,8 @@ def main():
         order = engines if r % 2 == 0 else list(reversed(engines))
         for s, texts in sets.items():
             for e in order:
-                if e == "candle":
-                    rate = run_troupe(args.troupe, files[s], args.threads)
+                if e in binaries:
+                    rate = run_troupe(binaries[e], files[s], args.threads)
                 else:
                     t0 = time.perf_counter()
                     ort[e].embed(texts)
