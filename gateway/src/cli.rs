@@ -131,7 +131,7 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Run => run(config).await,
-            Command::Check { files } => check(config, files),
+            Command::Check { files } => check(config, files).await,
             Command::Migrate => migrate(config).await,
             Command::Chat { agent, room_id } => crate::chat::run(config, &agent, &room_id).await,
             Command::Ingest {
@@ -286,7 +286,7 @@ async fn signal_shutdown(token: CancellationToken) {
     token.cancel();
 }
 
-fn check(config: Config, mut files: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
+async fn check(config: Config, mut files: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
     if files.is_empty() {
         let dir = &config.personas_dir;
         let entries = std::fs::read_dir(dir)
@@ -309,6 +309,13 @@ fn check(config: Config, mut files: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
         "troupe: knowledge search: {}",
         crate::knowledge::SearchMode::of(&config.knowledge)
     );
+    // Per persona: its model, and how many of its chunks have vectors (issue 36).
+    let agents: Vec<AgentId> = report.loaded.iter().map(|l| l.persona.id.clone()).collect();
+    for line in
+        crate::knowledge::check_lines(&config.database_url, &config.knowledge, &agents).await
+    {
+        eprintln!("troupe: {line}");
+    }
     if report.ok() && posts_ok && tools_ok {
         eprintln!("troupe: {} file(s) checked, no errors", files.len());
         Ok(ExitCode::SUCCESS)

@@ -280,20 +280,15 @@ async fn a_new_user_pulls_the_model_and_search_is_hybrid() {
     .await;
 
     // `troupe check` says search is hybrid, with the model and its size.
-    let check = std::process::Command::new(troupe_bin())
-        .arg("check")
-        .current_dir(app.data_dir())
-        .env("TROUPE_PERSONAS", app.data_dir().join("personas"))
-        .env("TROUPE_DATABASE_URL", app.database_url())
-        .env("TROUPE_EMBEDDING_PROVIDER", "local")
-        .env("TROUPE_EMBEDDING_MODEL_DIR", &dir)
-        .output()
-        .expect("run troupe check");
-    let said = format!("{}{}", text(&check.stdout), text(&check.stderr));
-    assert!(check.status.success(), "{said}");
+    let (ok, said) = check(&app, &dir);
+    assert!(ok, "{said}");
     assert!(said.contains("hybrid"), "{said}");
     assert!(
         said.contains("all-MiniLM-L6-v2") && said.contains("384"),
+        "{said}"
+    );
+    assert!(
+        said.contains("ada: knowledge: hybrid") && said.contains("0 of 0 chunks have vectors"),
         "{said}"
     );
 
@@ -318,6 +313,66 @@ async fn a_new_user_pulls_the_model_and_search_is_hybrid() {
         "{ada}"
     );
     assert!(app.logs().contains("hybrid"), "{}", app.logs());
+    // And `troupe check`, beside the running gateway, counts them per persona.
+    let (ok, said) = check(&app, &dir);
+    assert!(ok, "{said}");
+    assert!(
+        said.contains(
+            "ada: knowledge: hybrid (keywords and vectors of local:all-MiniLM-L6-v2, \
+             384 dimensions); 2 of 2 chunks have vectors"
+        ),
+        "{said}"
+    );
+}
+
+/// `troupe check` against the app's personas and database, with the local model in
+/// `model_dir`: whether it passed, and what it said (stdout then stderr).
+fn check(app: &TestApp, model_dir: &Path) -> (bool, String) {
+    let out = std::process::Command::new(troupe_bin())
+        .arg("check")
+        .current_dir(app.data_dir())
+        .env("TROUPE_PERSONAS", app.data_dir().join("personas"))
+        .env("TROUPE_DATABASE_URL", app.database_url())
+        .env("TROUPE_EMBEDDING_PROVIDER", "local")
+        .env("TROUPE_EMBEDDING_MODEL_DIR", model_dir)
+        .output()
+        .expect("run troupe check");
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    (out.status.success(), said)
+}
+
+/// `troupe check` on a fresh machine, before any pull and before any database: it says
+/// per persona that search is keywords only and what to run, and creates nothing.
+#[test]
+fn check_before_the_pull_says_keywords_only_and_creates_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let personas = tmp.path().join("personas");
+    std::fs::create_dir_all(&personas).unwrap();
+    let ada = troupe_e2e::persona_json("Ada", "A harbour guide.");
+    std::fs::write(personas.join("ada.json"), ada.to_string()).unwrap();
+    let model_dir = tmp.path().join("models/all-MiniLM-L6-v2");
+    let db = tmp.path().join("data/troupe.db");
+    let out = std::process::Command::new(troupe_bin())
+        .arg("check")
+        .current_dir(tmp.path())
+        .env("TROUPE_PERSONAS", &personas)
+        .env("TROUPE_DATABASE_URL", format!("sqlite://{}", db.display()))
+        .env("TROUPE_EMBEDDING_PROVIDER", "local")
+        .env("TROUPE_EMBEDDING_MODEL_DIR", &model_dir)
+        .env_remove("TROUPE_MODELS_AUTO_PULL")
+        .output()
+        .expect("run troupe check");
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    let line = said
+        .lines()
+        .find(|l| l.contains("ada: knowledge:"))
+        .unwrap_or_else(|| panic!("no line for ada: {said}"));
+    assert!(line.contains("keywords only"), "{line}");
+    assert!(line.contains("troupe models pull"), "{line}");
+    assert!(line.contains("no database yet"), "{line}");
+    assert!(!db.exists(), "check created the database");
+    assert!(!model_dir.exists());
 }
 
 /// The paraphrase of the harbour passage: no word in common with any document.

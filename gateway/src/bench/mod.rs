@@ -19,7 +19,8 @@
 //! Layout: this file runs the message benchmark; `http` is `--http`; `knowledge` is
 //! `--knowledge-mb`, what knowledge costs; `vectors` is `--vectors`, the vector index
 //! against the exact scan (its generated corpus also feeds the vector index's tests);
-//! `stats` holds what they report (percentiles, resident memory).
+//! `embed` is `--embed-texts`, the embedding model's throughput; `stats` holds what they
+//! report (percentiles, resident memory).
 
 use clap::Args;
 use std::net::SocketAddr;
@@ -37,6 +38,7 @@ use crate::ingress::{Ingress, Outcome};
 use crate::provider::{self, ModelProvider};
 use crate::storage::Backend;
 
+mod embed;
 mod http;
 mod knowledge;
 mod scheduler;
@@ -109,6 +111,13 @@ pub struct BenchArgs {
     /// With `--vectors` on Postgres: false keeps the index in process even where pgvector is.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub pgvector: bool,
+    /// Measure the embedding model instead: embed the texts of this file (one a line) as
+    /// ingestion does, and print chunks per second (see `bench/embed.rs`).
+    #[arg(long)]
+    pub embed_texts: Option<std::path::PathBuf>,
+    /// Timed passes over `--embed-texts`.
+    #[arg(long, default_value_t = 3)]
+    pub embed_rounds: usize,
 }
 
 const PERSONA: &str = r#"{
@@ -126,6 +135,9 @@ const PERSONA: &str = r#"{
 pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.scheduler {
         return scheduler::run().await;
+    }
+    if let Some(file) = &args.embed_texts {
+        return embed::run(&config, file, args.embed_rounds).await;
     }
     if let Some(n) = args.vectors {
         return vectors::run(vectors::VectorBench {

@@ -16,7 +16,7 @@ use super::{Embedder, Input, Knowledge, KnowledgeError, Role, embed, extract};
 use crate::storage::{NewDocument, NewEmbedding, Scope};
 
 /// Chunks embedded per round when filling in vectors.
-pub(super) const EMBED_PAGE: usize = 256;
+pub const EMBED_PAGE: usize = 256;
 
 /// What [`Knowledge::ingest`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

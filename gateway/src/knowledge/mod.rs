@@ -69,12 +69,12 @@ pub use embed::{Embedder, Profile, Role};
 use extract::ExtractError;
 use index::KeywordIndex;
 pub use index::{IndexError, IndexStatus};
-pub use ingest::{Document, Ingested, Origin, Prepared, Vectors};
+pub use ingest::{Document, EMBED_PAGE, Ingested, Origin, Prepared, Vectors};
 pub use sandbox::Input;
 pub use sandbox::worker_main;
 use sandbox::{Reader, Worker};
 pub use search::{Hit, Ranking};
-pub use status::{SearchMode, VectorCoverage};
+pub use status::{SearchMode, VectorCoverage, check_lines};
 pub use vectors::{VectorError, VectorIndex, VectorMode, VectorStatus, exact_nearest};
 pub use walk::files_under;
 

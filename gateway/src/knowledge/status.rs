@@ -1,12 +1,15 @@
 //! How retrieval runs, as `troupe check` and the console say it: the embedding model, the
 //! size of its vectors, and whether search is hybrid or keywords only (and why). Nothing is
-//! loaded to tell: a local model's size is its `config.json`'s `hidden_size`.
+//! loaded to tell: a local model's size is its `config.json`'s `hidden_size`. Per persona,
+//! how many of its chunks have vectors of that model (`troupe check`, `GET /api/agents/{id}`).
 
 use std::path::Path;
 
 use serde::Serialize;
+use troupe_connectors::AgentId;
 
 use super::{Embedder, EmbeddingApi, Knowledge, KnowledgeSettings};
+use crate::storage::Store;
 
 /// How retrieval runs with these settings.
 #[derive(Debug, Clone, Serialize)]
@@ -142,7 +145,7 @@ impl Knowledge {
     /// How `agent_id`'s knowledge is searched, and how many of its chunks have vectors.
     pub async fn coverage(
         &self,
-        agent_id: &troupe_connectors::AgentId,
+        agent_id: &AgentId,
     ) -> Result<VectorCoverage, super::KnowledgeError> {
         let mode = SearchMode::of_running(self).await;
         let (chunks, chunks_with_vectors) = match &mode.model_key {
@@ -162,4 +165,107 @@ fn hidden_size(dir: &Path) -> Option<usize> {
     let raw = std::fs::read(dir.join("config.json")).ok()?;
     let config: serde_json::Value = serde_json::from_slice(&raw).ok()?;
     config["hidden_size"].as_u64().map(|n| n as usize)
+}
+
+impl std::fmt::Display for VectorCoverage {
+    /// `hybrid (keywords and vectors of local:all-MiniLM-L6-v2, 384 dimensions); 2 of 2
+    /// chunks have vectors`, or `keywords only (why); 3 chunks`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.mode.hybrid {
+            true => write!(
+                f,
+                "{}; {} of {} chunks have vectors",
+                self.mode, self.chunks_with_vectors, self.chunks
+            ),
+            false => write!(f, "{}; {} chunks", self.mode, self.chunks),
+        }
+    }
+}
+
+/// How long `troupe check` waits for the database before it says the chunks were not
+/// counted: a check must not hang on an unreachable Postgres.
+const CHECK_DB_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `troupe check`'s view of each persona's knowledge, one line per persona: the embedding
+/// model and its size, whether search is hybrid, and how many of the persona's chunks
+/// have vectors of that model in `database_url`. The counts are left out, with the reason,
+/// when the database cannot be read; a SQLite file that does not exist yet is not created
+/// (a check changes nothing), its personas simply have no chunks.
+pub async fn check_lines(
+    database_url: &str,
+    settings: &KnowledgeSettings,
+    agents: &[AgentId],
+) -> Vec<String> {
+    let mode = SearchMode::of(settings);
+    let store = match open_existing(database_url).await {
+        Ok(store) => store,
+        Err(why) => {
+            return agents
+                .iter()
+                .map(|a| format!("{a}: knowledge: {mode}; chunks not counted: {why}"))
+                .collect();
+        }
+    };
+    let mut lines = Vec::with_capacity(agents.len());
+    for agent in agents {
+        let line = match &store {
+            None => format!("{agent}: knowledge: {mode}; 0 chunks (no database yet)"),
+            Some(store) => match coverage_in(store, &mode, agent).await {
+                Ok(coverage) => format!("{agent}: knowledge: {coverage}"),
+                Err(e) => format!("{agent}: knowledge: {mode}; chunks not counted: {e}"),
+            },
+        };
+        lines.push(line);
+    }
+    if let Some(store) = store {
+        store.close().await;
+    }
+    lines
+}
+
+/// `agent`'s chunks and vectors in `store` for the model of `mode`; the vectors' size from
+/// the stored ones when the settings did not tell (an API model without `dimensions`).
+async fn coverage_in(
+    store: &Store,
+    mode: &SearchMode,
+    agent: &AgentId,
+) -> Result<VectorCoverage, crate::storage::StorageError> {
+    let mut mode = mode.clone();
+    let (chunks, chunks_with_vectors) = match &mode.model_key {
+        Some(key) => {
+            if mode.dimensions.is_none() {
+                mode.dimensions = store.embedding_dims(key).await?.first().copied();
+            }
+            store.embedding_coverage(agent, key).await?
+        }
+        None => (store.embedding_coverage(agent, "").await?.0, 0),
+    };
+    Ok(VectorCoverage {
+        mode,
+        chunks,
+        chunks_with_vectors,
+    })
+}
+
+/// The database at `url`, `None` for a SQLite file that does not exist, or why it could
+/// not be opened (without the URL's password).
+async fn open_existing(url: &str) -> Result<Option<Store>, String> {
+    use std::str::FromStr;
+    if url.starts_with("sqlite:") {
+        let file = sqlx::sqlite::SqliteConnectOptions::from_str(url)
+            .map(|o| o.get_filename().to_path_buf())
+            .map_err(|e| format!("{}: {e}", crate::config::redact_url(url)))?;
+        if !file.exists() {
+            return Ok(None);
+        }
+    }
+    let redacted = crate::config::redact_url(url);
+    match tokio::time::timeout(CHECK_DB_TIMEOUT, Store::connect(url)).await {
+        Ok(Ok(store)) => Ok(Some(store)),
+        Ok(Err(e)) => Err(format!("cannot open the database {redacted}: {e}")),
+        Err(_) => Err(format!(
+            "the database {redacted} did not answer within {}s",
+            CHECK_DB_TIMEOUT.as_secs()
+        )),
+    }
 }

@@ -23,11 +23,17 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{Tokenizer, TruncationParams};
 
-/// Texts run through the model at once. Texts are sorted by length first, so a batch pads
-/// to similar lengths; larger batches gain little on 2 cores and hold more activations.
-const FORWARD_BATCH: usize = 32;
-/// Texts from queued jobs run together at most.
-const COALESCE: usize = 256;
+/// Tokens one forward pass holds at most (its rows × its longest text). Texts are sorted by
+/// length first, so a pass pads little; a pass of short texts takes many of them, one of
+/// long texts few, so every pass's matrix products are of a similar size and short texts
+/// do not pay candle's per-operation cost a few rows at a time. 32 texts of 256 tokens (the
+/// longest MiniLM reads) is the size passes had before, when they were 32 texts whatever
+/// their length; the attention scores of such a pass are 32 × 12 heads × 256² floats.
+const FORWARD_TOKENS: usize = 32 * 256;
+/// Rows of one forward pass at most, however short the texts.
+const FORWARD_ROWS: usize = 256;
+/// Texts from queued jobs run together at most: a page of ingestion comes as one job.
+pub(super) const COALESCE: usize = 256;
 /// The longest input when the directory does not say (`sentence_bert_config.json`).
 const DEFAULT_MAX_TOKENS: usize = 256;
 
@@ -225,11 +231,13 @@ impl Model {
             .tokenizer
             .encode_batch_fast(texts.to_vec(), true)
             .map_err(|e| format!("tokenizing: {e}"))?;
-        // Sorted by length so that each forward batch pads little; answered in input order.
+        // Sorted by length so that each forward pass pads little; answered in input order.
         let mut order: Vec<usize> = (0..encodings.len()).collect();
         order.sort_by_key(|&i| encodings[i].len());
+        let lengths: Vec<usize> = order.iter().map(|&i| encodings[i].len()).collect();
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); encodings.len()];
-        for batch in order.chunks(FORWARD_BATCH) {
+        for pass in passes(&lengths) {
+            let batch = &order[pass];
             let vectors = self
                 .forward(batch.iter().map(|&i| &encodings[i]))
                 .map_err(|e| format!("running the embedding model: {e}"))?;
@@ -278,9 +286,57 @@ impl Model {
     }
 }
 
+/// `lengths` (ascending) cut into forward passes, in order: each as many texts as fit
+/// `FORWARD_TOKENS` padded to its longest (its last), at most `FORWARD_ROWS`, at least one.
+fn passes(lengths: &[usize]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < lengths.len() {
+        let mut end = start + 1;
+        while end < lengths.len()
+            && end - start < FORWARD_ROWS
+            && (end + 1 - start) * lengths[end].max(1) <= FORWARD_TOKENS
+        {
+            end += 1;
+        }
+        out.push(start..end);
+        start = end;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passes_cover_every_text_in_order_within_the_budget() {
+        // Short texts go many to a pass, long ones few; a text longer than the budget
+        // still gets a pass of its own.
+        let mut lengths: Vec<usize> = (0..300).map(|i| 8 + i % 40).collect();
+        lengths.extend([256; 70]);
+        lengths.push(FORWARD_TOKENS + 1);
+        lengths.sort();
+        let cut = passes(&lengths);
+        let mut next = 0;
+        for pass in &cut {
+            assert_eq!(pass.start, next, "{cut:?}");
+            assert!(!pass.is_empty());
+            let rows = pass.len();
+            let width = lengths[pass.end - 1];
+            assert!(rows <= FORWARD_ROWS);
+            assert!(
+                rows == 1 || rows * width <= FORWARD_TOKENS,
+                "{pass:?}: {rows} × {width}"
+            );
+            next = pass.end;
+        }
+        assert_eq!(next, lengths.len());
+        // The 256-token texts go 32 to a pass, as before; the short ones far more.
+        assert!(cut.iter().any(|p| p.len() == 32 && lengths[p.start] == 256));
+        assert!(cut[0].len() > 32, "{cut:?}");
+        assert!(passes(&[]).is_empty());
+    }
 
     #[test]
     fn a_directory_without_weights_is_named_with_what_it_lacks() {

@@ -20,8 +20,8 @@ pub use profile::{Profile, Role};
 
 use crate::config::{EmbeddingApi, EmbeddingSettings};
 
-/// Texts sent per request or model job: large enough to amortise the round trip, small
-/// enough to stay under the providers' per-request input limits with 400-token chunks.
+/// Texts sent per API request: large enough to amortise the round trip, small enough to
+/// stay under the providers' per-request input limits with 400-token chunks.
 const BATCH: usize = 64;
 
 /// A cheap-to-clone handle on one embedding model.
@@ -211,7 +211,7 @@ impl Embedder {
         };
         let todo: Vec<usize> = (0..prefixed.len()).filter(|&i| out[i].is_none()).collect();
         let mut tokens = Some(0u64);
-        for batch in todo.chunks(BATCH) {
+        for batch in todo.chunks(self.batch()) {
             let texts: Vec<&str> = batch.iter().map(|&i| prefixed[i].as_str()).collect();
             let (vectors, used) = self.backend_embed(role, &texts).await?;
             tokens = tokens.zip(used).map(|(a, b)| a + b);
@@ -238,6 +238,17 @@ impl Embedder {
             out.into_iter().map(Option::unwrap_or_default).collect(),
             tokens,
         ))
+    }
+
+    /// Texts per call to the backend: an API's request limit; for the local model a whole
+    /// page of ingestion, so that it sorts all of them by length before cutting its passes
+    /// (64 at a time, each quarter padded on its own).
+    fn batch(&self) -> usize {
+        match &self.inner.backend {
+            Backend::Api(_) => BATCH,
+            #[cfg(feature = "local-embeddings")]
+            Backend::Local(_) => local::COALESCE,
+        }
     }
 
     async fn backend_embed(
