@@ -7,8 +7,8 @@
 //! connector with its own client (no `TROUPE_FETCH_ALLOW` for them), a Farcaster embed under
 //! the fetch policy. Hostile images (25 MB, a link to an internal address) are refused with
 //! their reason given to the persona, and the gateway goes on answering. The journal and the
-//! bus carry references, never the bytes: a 3 MB image posted to the API goes through NATS,
-//! whose default limit for a message is 1 MiB.
+//! bus carry references, never the bytes: an image over NATS's default limit for a message
+//! (1 MiB) posted to the API goes through NATS.
 
 use std::time::Duration;
 
@@ -24,6 +24,9 @@ use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
 const QUESTION: &str = "what is in this picture?";
 /// A hang guard, not a timing assertion.
 const WAIT: Duration = Duration::from_secs(60);
+/// A `TROUPE_FETCH_ALLOW` that leaves loopback refused (the harness allows `127.0.0.1`, where
+/// the fakes serve; TEST-NET-1 is reached by nothing here).
+const NOT_LOOPBACK: &str = "192.0.2.1";
 /// Over `TROUPE_MEDIA_MAX_BYTES`'s default of 10 MiB.
 const HUGE: usize = 25 << 20;
 
@@ -84,10 +87,13 @@ async fn a_telegram_photo_and_image_document_reach_the_model_and_a_huge_one_is_r
         "TELEGRAM_BOT_TOKEN": telegram.token(),
         "TELEGRAM_API_ROOT": telegram.api_root(),
     });
+    // Loopback is not allowed: the file URL is the operator's TELEGRAM_API_ROOT, fetched
+    // by the connector, not under the fetch policy.
     let app = TestApp::spawn(
         TestAppOptions::new(Backend::Sqlite)
             .persona_file("tess.json", character)
-            .openai(&openai),
+            .openai(&openai)
+            .env("TROUPE_FETCH_ALLOW", NOT_LOOPBACK),
     )
     .await;
     let chat = || tg::private_chat(501, "Ann");
@@ -158,12 +164,14 @@ async fn a_discord_attachment_and_image_embed_reach_the_model_and_hostile_ones_a
         "DISCORD_API_URL": discord.url(),
         "DISCORD_APPLICATION_ID": APPLICATION_ID,
     });
-    // No TROUPE_FETCH_ALLOW: the CDN (the fake, on a loopback port) is reached by the
-    // connector's own client, and the image host on loopback stays refused.
+    // Loopback is not allowed (the harness allows it by default): the CDN (the fake, on a
+    // loopback port) is reached by the connector's own client, and the image host on
+    // loopback stays refused.
     let app = TestApp::spawn(
         TestAppOptions::new(Backend::Sqlite)
             .persona_file("dot.json", character)
-            .openai(&openai),
+            .openai(&openai)
+            .env("TROUPE_FETCH_ALLOW", NOT_LOOPBACK),
     )
     .await;
     if let Err(e) = discord.try_wait_for_ready(1, WAIT).await {
@@ -286,11 +294,14 @@ async fn a_farcaster_image_embed_reaches_the_model_and_an_internal_one_is_refuse
     assert!(text.contains("TROUPE_MEDIA_MAX_BYTES"), "{text}");
 }
 
-/// The bus carries the reference: a 3 MB image posted to the API, through NATS (1 MiB
-/// default limit per message), reaches the model whole; the journal row stays small.
+/// The bus carries the reference: an image larger than NATS's default limit for a message
+/// (1 MiB; inline, its base64 alone would be 1.7 MB) posted to the API reaches the model
+/// whole through NATS. 1.25 MB rather than more: the fake OpenAI takes request bodies up to
+/// axum's default 2 MB, and the image's base64 goes to it.
 #[tokio::test]
-async fn a_3_mb_image_goes_through_nats_by_reference() {
-    let Some(nats) = troupe_e2e::env::nats_url("a_3_mb_image_goes_through_nats_by_reference")
+async fn an_image_over_the_nats_limit_goes_through_nats_by_reference() {
+    let Some(nats) =
+        troupe_e2e::env::nats_url("an_image_over_the_nats_limit_goes_through_nats_by_reference")
     else {
         return;
     };
@@ -307,7 +318,7 @@ async fn a_3_mb_image_goes_through_nats_by_reference() {
     )
     .await;
     let mut big = png();
-    big.resize(3 << 20, 7);
+    big.resize(1_250_000, 7);
     let (status, body): (StatusCode, Value) = app
         .post_message(
             "Iris",
