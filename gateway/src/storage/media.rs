@@ -39,3 +39,23 @@ impl Store {
         Ok(row)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{Kind, on_both_backends, run_with_store as run};
+    use super::*;
+
+    on_both_backends!(stored_media_is_read_back_by_its_digest_and_kept_once);
+
+    async fn stored_media_is_read_back_by_its_digest_and_kept_once(store: Store) {
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+        let (_, key) = crate::media::reference(&bytes);
+        assert_eq!(store.media_get(&key).await.unwrap(), None);
+        store.media_put(&key, "image/png", &bytes).await.unwrap();
+        store.media_put(&key, "image/png", &bytes).await.unwrap();
+        assert_eq!(
+            store.media_get(&key).await.unwrap(),
+            Some(("image/png".to_string(), bytes))
+        );
+    }
+}
