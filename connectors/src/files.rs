@@ -85,3 +85,27 @@ pub(crate) async fn read_capped(
     }
     Ok(out)
 }
+
+#[cfg(all(test, feature = "telegram"))]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+    use tokio::io::AsyncWrite;
+
+    #[test]
+    fn a_download_stops_at_the_cap() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut into = Capped {
+            bytes: Vec::new(),
+            cap: 10,
+            over: false,
+        };
+        let mut write = |buf: &[u8]| Pin::new(&mut into).poll_write(&mut cx, buf);
+        assert!(matches!(write(b"0123456"), Poll::Ready(Ok(7))));
+        assert!(matches!(write(b"789"), Poll::Ready(Ok(3))));
+        assert!(matches!(write(b"a"), Poll::Ready(Err(_))));
+        assert!(into.over);
+        assert_eq!(into.bytes, b"0123456789");
+    }
+}
