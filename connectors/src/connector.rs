@@ -252,6 +252,18 @@ pub trait Connector: Send + Sync {
         Vec::new()
     }
 
+    /// Fetches a file `message` carried on this platform (see [`crate::files`]), with the
+    /// connector's own client, at most `cap` bytes. `Ok(None)` when the attachment is not
+    /// this platform's file (a link someone typed): the gateway fetches that under its
+    /// fetch policy. The default knows no files.
+    async fn fetch_file(
+        &self,
+        _attachment: &crate::model::Attachment,
+        _cap: usize,
+    ) -> Result<Option<Vec<u8>>, crate::files::FileError> {
+        Ok(None)
+    }
+
     /// Whether `message`'s author may steer its room (mute, follow, forget: see
     /// `command::Command::steers_room`). In a direct message everyone may; in a group the
     /// platform says (Telegram: an administrator, by `getChatMember`). The default is yes,

@@ -12,6 +12,8 @@
 //! - [`registry`]: builds the connector for a platform from its settings: one match arm per
 //!   platform. It imports the platform modules; they import only `connector`, `model` and
 //!   `split`, so one platform is one module.
+//! - [`files`]: a message's platform files (photos, voice notes) as references, fetched
+//!   by the connector that received them, with its own client; `FileError`.
 //! - [`split`]: splitting a long reply at a platform's length limit on natural boundaries.
 //! - `discord` (feature `discord`, on by default): Discord bots over the gateway WebSocket
 //!   (serenity) and the REST API, with catch-up after downtime and code-fence-aware splitting.
@@ -39,6 +41,7 @@ pub mod connector;
 pub mod discord;
 #[cfg(feature = "farcaster")]
 pub mod farcaster;
+pub mod files;
 #[cfg(all(feature = "discord", feature = "farcaster", feature = "telegram"))]
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

@@ -349,6 +349,7 @@ impl App {
                     self.config.agent.clone(),
                 )
                 .with_knowledge(self.knowledge.clone())
+                .with_fetch(&self.config.knowledge.fetch)
                 .with_spend(self.spend.clone())
                 .with_troupe(&self.agents);
                 self.agents.insert(Arc::new(agent));

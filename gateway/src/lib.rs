@@ -23,7 +23,8 @@
 //! - [`storage`]: SQLite and Postgres through sqlx: journal, memory, outbox.
 //! - [`knowledge`]: documents per agent or room: extraction, chunking, BM25 and vector
 //!   retrieval for the prompt.
-//! - [`media`]: images in messages: their limits, their type, the model's image parts, memory.
+//! - [`media`]: images in messages: their limits, their type, fetching them by reference when
+//!   a message is handled, the model's image parts, memory.
 //! - [`fetch`]: every fetch of a URL a stranger chose (attachments, embeds): the SSRF policy.
 //! - [`limits`]: inbound rate limits, and the HTTP API's budget per caller.
 //! - [`leader`]: which replica runs a receiver its platform allows once (Postgres locks).

@@ -135,6 +135,8 @@ pub struct NewMessage {
     pub dm: bool,
     pub reply_to: Option<String>,
     pub attachments: Vec<Value>,
+    /// Embeds as Discord sends them (e.g. an `image` embed Discord unfurled from a link).
+    pub embeds: Vec<Value>,
 }
 
 impl NewMessage {
@@ -149,6 +151,7 @@ impl NewMessage {
             dm: false,
             reply_to: None,
             attachments: Vec::new(),
+            embeds: Vec::new(),
         }
     }
     /// A direct message in DM channel `channel`.
@@ -177,6 +180,33 @@ impl NewMessage {
             "size": size, "url": format!("https://cdn.example/{filename}"),
             "proxy_url": format!("https://media.example/{filename}")
         }));
+        self
+    }
+}
+
+/// Files on messages (issue 32): attachments whose `url` the fake's CDN serves (see
+/// [`FakeDiscord::add_cdn_file`]), and embeds.
+impl NewMessage {
+    /// An attachment at `url` (a CDN URL from [`FakeDiscord::add_cdn_file`], or any link),
+    /// with the type and size Discord reports.
+    pub fn with_file(mut self, url: &str, filename: &str, content_type: &str, size: u64) -> Self {
+        self.attachments.push(json!({
+            "id": format!("70000000000000{:04}", self.attachments.len() + 1),
+            "filename": filename, "content_type": content_type, "size": size,
+            "url": url, "proxy_url": url
+        }));
+        self
+    }
+
+    /// An `image` embed, as Discord unfurls a picture link: `source` is the link, `proxy` the
+    /// copy on Discord's media proxy (`None` when Discord has none).
+    pub fn with_image_embed(mut self, source: &str, proxy: Option<&str>) -> Self {
+        let mut thumbnail = json!({"url": source, "width": 64, "height": 64});
+        if let Some(proxy) = proxy {
+            thumbnail["proxy_url"] = json!(proxy);
+        }
+        self.embeds
+            .push(json!({"type": "image", "url": source, "thumbnail": thumbnail}));
         self
     }
 }
@@ -264,6 +294,10 @@ struct Inner {
     nonces: HashMap<(String, String), Value>,
     typing: Vec<String>,
     requests: Vec<RequestRecord>,
+    /// The CDN's files by path (`/attachments/...`), and each CDN request: (path, whether it
+    /// carried an `Authorization` header, which the CDN never needs).
+    cdn: HashMap<String, Vec<u8>>,
+    cdn_requests: Vec<(String, bool)>,
     scripted_429: usize,
     /// Refusals for the next message creates: status, Discord's error code, message.
     scripted_errors: std::collections::VecDeque<(u16, u64, String)>,
@@ -367,7 +401,7 @@ impl Inner {
             "id": snowflake(n), "channel_id": new.channel, "author": author,
             "content": content, "timestamp": timestamp(n), "edited_timestamp": null,
             "tts": false, "mention_everyone": false, "mentions": mentions,
-            "mention_roles": [], "attachments": new.attachments, "embeds": [],
+            "mention_roles": [], "attachments": new.attachments, "embeds": new.embeds,
             "pinned": false, "type": if new.reply_to.is_some() { 19 } else { 0 }, "flags": 0,
         });
         if let Some(id) = &new.reply_to {
@@ -494,6 +528,7 @@ impl FakeDiscord {
             .route("/api/v10/webhooks/{app}/{token}", post(follow_up))
             .route("/api/v10/guilds/{guild}/roles", get(guild_roles))
             .route("/gateway-ws", get(gateway_ws))
+            .route("/attachments/{*path}", get(cdn_file))
             .fallback(unmatched)
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -515,6 +550,20 @@ impl FakeDiscord {
     /// `http://127.0.0.1:PORT`: what `DISCORD_API_URL` is set to.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Puts `bytes` on the fake CDN as `filename` and returns its URL (signed-looking, as
+    /// Discord's are: `…/attachments/<channel>/<id>/<filename>?ex=…&hm=…`).
+    pub fn add_cdn_file(&self, filename: &str, bytes: &[u8]) -> String {
+        let mut inner = self.shared.lock();
+        let path = format!("1200/{}/{filename}", 1000 + inner.cdn.len());
+        inner.cdn.insert(path.clone(), bytes.to_vec());
+        format!("{}/attachments/{path}?ex=6a1b2c3d&hm=0f1e2d3c", self.url())
+    }
+
+    /// The CDN requests so far: (path, whether an `Authorization` header came).
+    pub fn cdn_requests(&self) -> Vec<(String, bool)> {
+        self.shared.lock().cdn_requests.clone()
     }
 
     /// A message by someone else, dispatched as MESSAGE_CREATE. Without a session (the bot
@@ -947,6 +996,23 @@ async fn users_me(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Resp
     match caller(&shared, &headers) {
         Some(bot) => with_bucket(StatusCode::OK, bot.user()),
         None => unauthorized(),
+    }
+}
+
+/// The CDN: a file added with [`FakeDiscord::add_cdn_file`], to anyone (its URL is the
+/// secret, as Discord's signed CDN URLs are).
+async fn cdn_file(
+    State(shared): State<Arc<Shared>>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let mut inner = shared.lock();
+    inner
+        .cdn_requests
+        .push((path.clone(), headers.contains_key("authorization")));
+    match inner.cdn.get(&path) {
+        Some(bytes) => (StatusCode::OK, bytes.clone()).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
     }
 }
 

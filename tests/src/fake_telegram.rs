@@ -1300,6 +1300,31 @@ pub mod tg {
         message
     }
 
+    /// A photo with a caption, as Telegram sends it: the sizes smallest first, the largest
+    /// being `file_id` (add its bytes with `FakeTelegram::add_file`) of `size` bytes.
+    pub fn photo(chat: Value, from: Value, caption: &str, file_id: &str, size: u64) -> Value {
+        json!({"chat": chat, "from": from, "caption": caption, "photo": [
+            {"file_id": format!("{file_id}-thumb"), "file_unique_id": format!("t-{file_id}"),
+             "width": 90, "height": 90, "file_size": 1200},
+            {"file_id": file_id, "file_unique_id": format!("u-{file_id}"),
+             "width": 1280, "height": 960, "file_size": size}
+        ]})
+    }
+
+    /// A file sent as a document (uncompressed), with a caption.
+    pub fn document(
+        chat: Value,
+        from: Value,
+        caption: &str,
+        file_id: &str,
+        (file_name, mime_type, size): (&str, &str, u64),
+    ) -> Value {
+        json!({"chat": chat, "from": from, "caption": caption, "document": {
+            "file_id": file_id, "file_unique_id": format!("u-{file_id}"),
+            "file_name": file_name, "mime_type": mime_type, "file_size": size
+        }})
+    }
+
     /// A command message (`/mute 10m`, `/mute@tess_bot`): the text with the
     /// `bot_command` entity Telegram adds over the `/word` it starts with.
     pub fn command(chat: Value, from: Value, text: &str) -> Value {

@@ -11,6 +11,7 @@
 //! by its channel id. The token never reaches a log line or an error.
 
 mod config;
+mod files;
 mod gateway;
 mod interactions;
 mod normalize;
@@ -317,6 +318,14 @@ impl DiscordConnector {
 impl Connector for DiscordConnector {
     fn platform(&self) -> Platform {
         Platform::Discord
+    }
+
+    async fn fetch_file(
+        &self,
+        attachment: &crate::model::Attachment,
+        cap: usize,
+    ) -> Result<Option<Vec<u8>>, crate::files::FileError> {
+        self.download(attachment, cap).await
     }
 
     fn self_id(&self) -> Option<UserId> {

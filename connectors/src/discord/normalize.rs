@@ -11,8 +11,16 @@ use crate::model::{
 /// Message types a person writes: DEFAULT (0) and REPLY (19).
 const USER_MESSAGE_TYPES: [u64; 2] = [0, 19];
 
-/// Attachments worth recording: text, markdown and PDF (what knowledge can read).
+/// Attachments worth recording: text, markdown and PDF (what knowledge can read), and
+/// images (what a persona may see).
 fn readable(att: &wire::Attachment) -> bool {
+    if att
+        .content_type
+        .as_deref()
+        .is_some_and(|m| m.to_ascii_lowercase().starts_with("image/"))
+    {
+        return true;
+    }
     let mime = att
         .content_type
         .as_deref()
@@ -24,6 +32,44 @@ fn readable(att: &wire::Attachment) -> bool {
         || [".txt", ".md", ".markdown", ".pdf"]
             .iter()
             .any(|ext| name.ends_with(ext))
+}
+
+/// An image embed (a picture link Discord unfurled) as an attachment: Discord's proxied copy
+/// when it has one (fetched by the connector, from Discord), else the source link (fetched
+/// by the gateway under its fetch policy).
+fn image_embed(embed: &wire::Embed) -> Option<Attachment> {
+    if embed.kind.as_deref() != Some("image") {
+        return None;
+    }
+    let media = embed.image.as_ref().or(embed.thumbnail.as_ref())?;
+    let url = media
+        .proxy_url
+        .clone()
+        .or_else(|| media.url.clone())
+        .or_else(|| embed.url.clone())
+        .filter(|u| !u.is_empty())?;
+    let source = media
+        .url
+        .as_deref()
+        .or(embed.url.as_deref())
+        .unwrap_or(&url);
+    let name = source
+        .split(['?', '#'])
+        .next()
+        .and_then(|path| path.rsplit('/').find(|s| !s.is_empty()))
+        .unwrap_or("image")
+        .to_string();
+    Some(Attachment {
+        name,
+        mime: Some(
+            media
+                .content_type
+                .clone()
+                .unwrap_or_else(|| "image/*".into()),
+        ),
+        size: None,
+        url: Some(url),
+    })
 }
 
 /// Where a message came from, when the payload does not say (REST messages carry no
@@ -89,6 +135,7 @@ pub(crate) fn to_inbound(msg: &wire::Message, me: Snowflake, place: Place) -> Op
             size: a.size,
             url: a.url.clone(),
         })
+        .chain(msg.embeds.iter().filter_map(image_embed))
         .collect();
     let room = RoomRef::new(Platform::Discord, RoomId::new(channel.to_string()));
     Some(Inbound {
@@ -176,10 +223,40 @@ mod tests {
             .iter()
             .map(|a| a.name.as_str())
             .collect();
-        assert_eq!(names, ["notes.md", "paper.pdf"]);
+        assert_eq!(names, ["notes.md", "paper.pdf", "cat.png"]);
         assert_eq!(inbound.attachments[1].size, Some(99));
         // REST messages have no guild_id: the remembered place decides.
         assert!(!to_inbound(&m, ME, Place::Guild).unwrap().is_direct);
+    }
+
+    #[test]
+    fn image_embeds_are_recorded_by_their_discord_copy() {
+        let m = message(json!({
+            "content": "https://example.com/pics/cat.jpg?s=1",
+            "attachments": [{"filename": "song.mp3", "content_type": "audio/mpeg", "url": "https://cdn/a"}],
+            "embeds": [
+                {"type": "image", "url": "https://example.com/pics/cat.jpg?s=1",
+                 "thumbnail": {"url": "https://example.com/pics/cat.jpg?s=1",
+                               "proxy_url": "https://media.discordapp.net/external/abc/cat.jpg"}},
+                {"type": "rich", "title": "a card", "image": {"url": "https://example.com/card.png"}},
+                {"type": "image", "url": "https://example.com/bare.gif"}
+            ]
+        }));
+        let inbound = to_inbound(&m, ME, Place::FromPayload).unwrap();
+        let got: Vec<_> = inbound
+            .attachments
+            .iter()
+            .map(|a| (a.name.as_str(), a.url.as_deref().unwrap()))
+            .collect();
+        assert_eq!(
+            got,
+            [(
+                "cat.jpg",
+                "https://media.discordapp.net/external/abc/cat.jpg"
+            )],
+            "audio is not recorded, a rich card is not an image, an image embed without a \
+             picture is skipped"
+        );
     }
 
     #[test]

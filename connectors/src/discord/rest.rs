@@ -60,6 +60,11 @@ fn header<'a>(resp: &'a Response, name: &str) -> Option<&'a str> {
 }
 
 impl Rest {
+    /// The HTTP client, for the message files the connector fetches (`super::files`).
+    pub(crate) fn client(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     pub(crate) fn new(settings: Settings) -> Result<Self, ConnectorError> {
         let http = crate::tls::http_client()
             .timeout(TIMEOUT)

@@ -16,6 +16,7 @@ pub(crate) struct Message {
     pub timestamp: Option<String>,
     pub mentions: Vec<User>,
     pub attachments: Vec<Attachment>,
+    pub embeds: Vec<Embed>,
     pub message_reference: Option<MessageReference>,
     pub referenced_message: Option<Box<Message>>,
     pub webhook_id: Option<String>,
@@ -46,6 +47,27 @@ pub(crate) struct Attachment {
     pub content_type: Option<String>,
     pub size: Option<u64>,
     pub url: Option<String>,
+}
+
+/// An embed; the connector reads only image embeds (`type` `image`, a picture link Discord
+/// unfurled), whose picture is in `thumbnail` (or `image`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Embed {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub url: Option<String>,
+    pub image: Option<EmbedMedia>,
+    pub thumbnail: Option<EmbedMedia>,
+}
+
+/// An embed's picture: its source `url`, and `proxy_url` on Discord's media proxy.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct EmbedMedia {
+    pub url: Option<String>,
+    pub proxy_url: Option<String>,
+    pub content_type: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

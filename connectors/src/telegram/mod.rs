@@ -18,6 +18,7 @@ mod commands;
 mod config;
 mod decode;
 mod errors;
+mod files;
 mod normalize;
 mod pace;
 mod receive;
@@ -131,6 +132,14 @@ impl TelegramConnector {
 impl Connector for TelegramConnector {
     fn platform(&self) -> Platform {
         Platform::Telegram
+    }
+
+    async fn fetch_file(
+        &self,
+        attachment: &crate::model::Attachment,
+        cap: usize,
+    ) -> Result<Option<Vec<u8>>, crate::files::FileError> {
+        self.download(attachment, cap).await
     }
 
     async fn run(

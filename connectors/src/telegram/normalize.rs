@@ -9,6 +9,7 @@ use teloxide::types::{
     Chat, ChatMemberUpdated, Message, MessageEntity, MessageEntityKind, Update, UpdateKind, User,
 };
 
+use crate::files::TELEGRAM_FILE;
 use crate::model::{
     Attachment, Inbound, MessageId, Platform, ReplyTo, RoomId, RoomRef, UserId, UserRef,
 };
@@ -235,23 +236,30 @@ impl Utf16Index {
     }
 }
 
-/// Files on the message, recorded by name, type and size (not downloaded).
+/// Files on the message, recorded by name, type and size (not downloaded). Images (a
+/// photo, a document whose type is an image) also carry their file reference
+/// (`telegram-file:<file_id>`, see `crate::files`), which the connector downloads when the
+/// gateway handles the message.
 fn attachments(message: &Message) -> Vec<Attachment> {
     let mut out = Vec::new();
     if let Some(d) = message.document() {
+        let mime = d.mime_type.as_ref().map(ToString::to_string);
+        let image = mime.as_deref().is_some_and(|m| m.starts_with("image/"));
         out.push(Attachment {
             name: d.file_name.clone().unwrap_or_else(|| "document".into()),
-            mime: d.mime_type.as_ref().map(ToString::to_string),
+            mime,
             size: Some(u64::from(d.file.size)),
-            url: None,
+            url: image.then(|| format!("{TELEGRAM_FILE}{}", d.file.id)),
         });
     }
+    // Telegram sends a photo in several sizes, smallest first: the largest is the one a
+    // person saw.
     if let Some(largest) = message.photo().and_then(|sizes| sizes.last()) {
         out.push(Attachment {
             name: "photo.jpg".into(),
             mime: Some("image/jpeg".into()),
             size: Some(u64::from(largest.file.size)),
-            url: None,
+            url: Some(format!("{TELEGRAM_FILE}{}", largest.file.id)),
         });
     }
     if let Some(a) = message.audio() {
@@ -446,6 +454,31 @@ mod tests {
                 to_self: true
             })
         );
+    }
+
+    #[test]
+    fn photos_and_image_documents_carry_their_file_reference() {
+        let mut msg = message(private(42), user(42, "Ann"), "");
+        msg.as_object_mut().unwrap().remove("text");
+        msg["caption"] = json!("what is in this picture?");
+        msg["photo"] = json!([
+            {"file_id": "small", "file_unique_id": "u1", "width": 90, "height": 90, "file_size": 900},
+            {"file_id": "large", "file_unique_id": "u2", "width": 800, "height": 800, "file_size": 90000}
+        ]);
+        let m = inbound(normalize(&msg_update(msg), &me(), &open()));
+        assert_eq!(m.text, "what is in this picture?");
+        assert_eq!(m.attachments.len(), 1);
+        assert_eq!(m.attachments[0].url.as_deref(), Some("telegram-file:large"));
+        assert_eq!(m.attachments[0].size, Some(90000));
+
+        let mut msg = message(private(42), user(42, "Ann"), "");
+        msg.as_object_mut().unwrap().remove("text");
+        msg["document"] = json!({
+            "file_id": "D1", "file_unique_id": "U1", "file_name": "cat.png",
+            "mime_type": "image/png", "file_size": 2048
+        });
+        let m = inbound(normalize(&msg_update(msg), &me(), &open()));
+        assert_eq!(m.attachments[0].url.as_deref(), Some("telegram-file:D1"));
     }
 
     #[test]

@@ -107,6 +107,8 @@ pub struct Agent {
     meter: RwLock<Option<crate::spend::Meter>>,
     /// The personas sharing rooms with this one (`troupe`); `None` answers alone.
     troupe: Option<troupe::Troupe>,
+    /// Fetches the links of images in messages, under the fetch policy (`crate::media`).
+    fetcher: crate::fetch::Fetcher,
 }
 
 impl Agent {
@@ -135,6 +137,7 @@ impl Agent {
             spend: None,
             meter: RwLock::new(None),
             troupe: None,
+            fetcher: crate::fetch::Fetcher::new(&crate::fetch::FetchSettings::default()),
         }
     }
 
@@ -144,6 +147,27 @@ impl Agent {
             Some(spend.meter(&self.mind().persona));
         self.spend = Some(spend);
         self
+    }
+
+    /// Fetches message images under the fetch policy `settings` (`TROUPE_FETCH_*`).
+    pub fn with_fetch(mut self, settings: &crate::fetch::FetchSettings) -> Self {
+        self.fetcher = crate::fetch::Fetcher::new(settings);
+        self
+    }
+
+    /// Adds a message's images to its prompt (see `crate::media`): fetched by reference
+    /// now, so the journal and the bus never carried their bytes.
+    async fn images(&self, mind: &Mind, inbound: &Inbound, prompt: &mut crate::persona::Prompt) {
+        let sources = crate::media::Sources {
+            store: &self.store,
+            connector: self.connector(inbound.platform()),
+            fetcher: &self.fetcher,
+            vision: self.settings.media.vision,
+            cap: self.settings.media.max_bytes,
+        };
+        let model = mind.provider.model();
+        let seen = crate::media::load(inbound, &model.model, &sources).await;
+        crate::media::attach(prompt, seen);
     }
 
     /// Recalls knowledge from `knowledge` for every reply.
@@ -282,13 +306,7 @@ impl Agent {
         let Composed { mut prompt, quoted } = self.compose(&mind.persona, inbound, &recall);
         if !inbound.attachments.is_empty() {
             // Images go as image parts, or as a line for a model that cannot see them.
-            let model = mind.provider.model();
-            crate::media::attach(
-                &mut prompt,
-                inbound,
-                self.settings.media.vision,
-                &model.model,
-            );
+            self.images(&mind, inbound, &mut prompt).await;
         }
         // The console's "why" panel (crate::why): what this prompt was made of.
         crate::why::record(

@@ -183,7 +183,7 @@ pub async fn post_message(
     let images = std::mem::take(&mut body.attachments);
     let (mut inbound, room_id) = posted(body, &caller, state.config.limits.max_message_chars)?;
     if !images.is_empty() {
-        inbound.attachments = super::media::accept(&state.config, images).await?;
+        inbound.attachments = super::media::accept(&state.config, &state.store, images).await?;
     }
     let message_id = inbound.id.clone();
     // The model has its own deadline; this one only guards against a lost outcome.

@@ -3,6 +3,8 @@
 //! here, before the message is journaled, so a refused image is the caller's clear error and
 //! never a message half taken: the limits, the fetch policy and the type read from the bytes
 //! are `crate::media`'s. `mime` is the caller's claim and only checked against the bytes.
+//! An accepted image is stored by the SHA-256 of its bytes (the `media` table) and the
+//! message carries the reference, so neither the journal nor the bus carries the bytes.
 
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -12,6 +14,7 @@ use super::error::ApiError;
 use crate::config::{Config, Vision};
 use crate::fetch::Fetcher;
 use crate::media::{self, MediaError};
+use crate::storage::Store;
 
 /// The body `POST /messages` may have: `TROUPE_MAX_BODY_BYTES`, plus one image of
 /// `TROUPE_MEDIA_MAX_BYTES` in base64 (four characters for three bytes). Several inline images
@@ -33,6 +36,7 @@ pub struct PostedImage {
 /// The posted images as the message's attachments, or the first refusal.
 pub async fn accept(
     config: &Config,
+    store: &Store,
     posted: Vec<PostedImage>,
 ) -> Result<Vec<Attachment>, ApiError> {
     let settings = &config.agent.media;
@@ -57,19 +61,26 @@ pub async fn accept(
             }
         }
         .map_err(|e| refused(&e))?;
-        let attachment = media::image_attachment(n, &bytes, cap).map_err(|e| refused(&e))?;
+        let mime = media::check(&bytes, cap).map_err(|e| refused(&e))?;
         if let Some(claimed) = image.mime
-            && attachment.mime.as_deref() != Some(claimed.trim())
+            && claimed.trim() != mime
         {
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "media_refused",
-                format!(
-                    "`attachments[{i}]` says `{claimed}` but its bytes are {}",
-                    attachment.mime.as_deref().unwrap_or("?")
-                ),
+                format!("`attachments[{i}]` says `{claimed}` but its bytes are {mime}"),
             ));
         }
+        let (reference, key) = media::reference(&bytes);
+        store.media_put(&key, mime, &bytes).await.map_err(|e| {
+            tracing::error!(error = %e, "storing a posted image failed");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_unavailable",
+                "the image could not be stored; try again".to_string(),
+            )
+        })?;
+        let attachment = media::stored_attachment(n, mime, bytes.len(), reference);
         out.push(attachment);
     }
     Ok(out)

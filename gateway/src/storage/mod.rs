@@ -17,6 +17,8 @@
 //! - room state: the controls people set from the chat (muted, following, forgotten).
 //! - usage: one record per model call, daily rollups, budget notices (`usage`).
 //! - posts: autonomous post schedules, each run's claim and what came of it (`posts`).
+//! - media: images posted to the API, by the SHA-256 of their bytes (`media`), so the
+//!   journal and the bus carry a reference, never the bytes.
 //!
 //! It does not decide anything: when to retry, what to remember and what to answer belong
 //! to the agent and the delivery worker. Layout:
@@ -73,6 +75,7 @@ mod journal;
 mod knowledge;
 #[cfg(test)]
 mod knowledge_tests;
+mod media;
 mod memory;
 mod outbox;
 mod pgvector;

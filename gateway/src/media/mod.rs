@@ -8,17 +8,28 @@
 //! decodes an image: the bytes go to the model as they came, so no crafted file can crash a
 //! decoder in this process.
 //!
-//! An accepted image rides in the message's attachment as a `data:` URL, so the journal holds
-//! it (a redelivered message still has its image). The room's memory keeps a short
-//! description instead (`remembered`), never the bytes.
+//! The journal and the bus carry a reference to an image, never its bytes (a large image
+//! would swell every journal row and exceed NATS's 1 MiB payload): an image posted to the
+//! API is stored by the SHA-256 of its bytes (`media:sha256:<hex>`, the `media` table); a
+//! platform's file is the platform's reference (a Telegram file id, a Discord CDN URL); a
+//! Farcaster embed is its link. [`load`] fetches the bytes when the message is handled: a
+//! platform's files through its connector's own client (`Connector::fetch_file`), links
+//! under the fetch policy. The room's memory keeps a short description (`remembered`).
 //!
 //! Which models take images: `TROUPE_VISION=auto` sends images to the models in
 //! [`takes_images`]'s list; `on` sends them to every model, `off` to none. A model that does
 //! not take them gets a line saying an image was sent that it cannot see, so the persona
-//! does not pretend.
+//! does not pretend; an image that could not be taken (too large, an internal address, not
+//! an image) becomes a line giving the reason, so the persona can say so.
+//!
+//! Layout: this file is the policy (limits, types, the prompt lines, the memory line);
+//! `load` fetches a message's images when it is handled.
+
+mod load;
+
+pub use load::{Seen, Sources, load};
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -26,7 +37,7 @@ use troupe_connectors::{Attachment, Inbound};
 
 use crate::config::Vision;
 use crate::fetch::{FetchError, Fetcher};
-use crate::persona::{Prompt, PromptImage};
+use crate::persona::Prompt;
 
 /// At most this many images per message: a model's context and the journal row stay small.
 pub const MAX_IMAGES: usize = 4;
@@ -47,6 +58,10 @@ pub enum MediaError {
     NotAnImage,
     #[error("the image could not be fetched: {0}")]
     Fetch(FetchError),
+    #[error("the image could not be fetched from the platform: {0}")]
+    Platform(String),
+    #[error("the stored image is gone")]
+    Missing,
 }
 
 /// The image type of `bytes`, from their magic number; `None` for anything else.
@@ -74,19 +89,39 @@ pub fn sniff(bytes: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// Checks image bytes and makes them an attachment (`image-<n>.<ext>`, a `data:` URL).
-pub fn image_attachment(n: usize, bytes: &[u8], cap: usize) -> Result<Attachment, MediaError> {
+/// The `url` prefix of an image stored in the `media` table: `media:sha256:<hex>`.
+pub const STORED: &str = "media:sha256:";
+
+/// Checks image bytes against `cap` and returns their type, read from the bytes.
+pub fn check(bytes: &[u8], cap: usize) -> Result<&'static str, MediaError> {
     if bytes.len() > cap {
         return Err(MediaError::TooLarge { cap });
     }
-    let mime = sniff(bytes).ok_or(MediaError::NotAnImage)?;
+    sniff(bytes).ok_or(MediaError::NotAnImage)
+}
+
+/// The reference of stored bytes: `media:sha256:<hex>`, and the hex alone (the row's key).
+pub fn reference(bytes: &[u8]) -> (String, String) {
+    use sha2::Digest;
+    let hex = hex::encode(sha2::Sha256::digest(bytes));
+    (format!("{STORED}{hex}"), hex)
+}
+
+/// The attachment of an image that `check` accepted and the `media` table holds under
+/// `reference` (`image-<n>.<ext>`).
+pub fn stored_attachment(
+    n: usize,
+    mime: &'static str,
+    size: usize,
+    reference: String,
+) -> Attachment {
     let ext = mime.trim_start_matches("image/");
-    Ok(Attachment {
+    Attachment {
         name: format!("image-{n}.{ext}"),
         mime: Some(mime.to_string()),
-        size: Some(bytes.len() as u64),
-        url: Some(format!("data:{mime};base64,{}", STANDARD.encode(bytes))),
-    })
+        size: Some(size as u64),
+        url: Some(reference),
+    }
 }
 
 /// Decodes base64 image data, refusing it before decoding when it cannot fit under `cap`.
@@ -108,16 +143,31 @@ pub async fn fetch_image(fetcher: &Fetcher, url: &str, cap: usize) -> Result<Vec
     })
 }
 
-/// The accepted images of a message: attachments whose `data:` URL this module made.
-fn images(inbound: &Inbound) -> impl Iterator<Item = (&Attachment, &'static str, &str)> {
-    inbound.attachments.iter().filter_map(|a| {
-        let rest = a.url.as_deref()?.strip_prefix("data:")?;
-        let (mime, data) = rest.split_once(";base64,")?;
-        let mime = ["image/png", "image/jpeg", "image/gif", "image/webp"]
-            .into_iter()
-            .find(|m| *m == mime)?;
-        Some((a, mime, data))
-    })
+/// Whether an attachment is an image a persona may be shown: it has a reference and says
+/// it is an image (its type, or its name's extension when no type came). Whether it really
+/// is one is read from its bytes when they are fetched.
+pub fn is_image(a: &Attachment) -> bool {
+    if a.url.is_none() {
+        return false;
+    }
+    match a.mime.as_deref() {
+        Some(mime) => mime.to_ascii_lowercase().starts_with("image/"),
+        None => {
+            let name = a.name.to_ascii_lowercase();
+            [".png", ".jpg", ".jpeg", ".gif", ".webp"]
+                .iter()
+                .any(|ext| name.ends_with(ext))
+        }
+    }
+}
+
+/// The image attachments of a message, at most [`MAX_IMAGES`].
+fn images(inbound: &Inbound) -> impl Iterator<Item = &Attachment> {
+    inbound
+        .attachments
+        .iter()
+        .filter(|a| is_image(a))
+        .take(MAX_IMAGES)
 }
 
 /// Whether a model is known to take images (`TROUPE_VISION=auto`). By name, lower case:
@@ -154,32 +204,41 @@ pub fn takes_images(model: &str) -> bool {
     CONTAINS.iter().any(|c| m.contains(c)) || PREFIXES.iter().any(|p| m.starts_with(p))
 }
 
-/// Adds a message's images to its prompt: as image parts when the model takes them, as a
-/// line saying so when it does not. A message without images is left as it is.
-pub fn attach(prompt: &mut Prompt, inbound: &Inbound, vision: Vision, model: &str) {
-    if inbound.attachments.is_empty() || vision == Vision::Off {
-        return;
-    }
-    let sees = vision == Vision::On || takes_images(model);
-    for (a, mime, data) in images(inbound) {
-        if sees {
-            prompt.images.push(PromptImage {
-                mime,
-                base64: Arc::from(data),
-            });
-        } else {
-            prompt.user.push_str(&format!(
-                "\n(The sender attached an image, {}, that you cannot see: say so if it matters.)",
-                describe(a, mime)
-            ));
-        }
+/// Whether `model` is sent images under `vision`.
+pub fn sees(vision: Vision, model: &str) -> bool {
+    match vision {
+        Vision::Off => false,
+        Vision::On => true,
+        Vision::Auto => takes_images(model),
     }
 }
 
-/// `image/png, 12 KB`.
-fn describe(a: &Attachment, mime: &str) -> String {
-    let kb = a.size.unwrap_or(0).div_ceil(1024);
-    format!("{mime}, {kb} KB")
+/// Adds what [`load`] made of a message's images to its prompt: image parts, a line per
+/// image the model cannot see, a line per image that was refused.
+pub fn attach(prompt: &mut Prompt, seen: Seen) {
+    prompt.images.extend(seen.images);
+    for described in seen.unseen {
+        prompt.user.push_str(&format!(
+            "\n(The sender attached an image, {described}, that you cannot see: say so if it matters.)"
+        ));
+    }
+    for reason in seen.refused {
+        prompt.user.push_str(&format!(
+            "\n(The sender attached an image that was not taken: {reason}. Say so if it matters.)"
+        ));
+    }
+}
+
+/// `image/png, 12 KB`: the type when it is a real one, the size when it is known, else the
+/// file's name.
+fn describe(a: &Attachment) -> String {
+    let mime = a.mime.as_deref().filter(|m| !m.ends_with("/*"));
+    match (mime, a.size) {
+        (Some(mime), Some(size)) => format!("{mime}, {} KB", size.div_ceil(1024)),
+        (Some(mime), None) => mime.to_string(),
+        (None, Some(size)) => format!("{}, {} KB", a.name, size.div_ceil(1024)),
+        (None, None) => a.name.clone(),
+    }
 }
 
 /// The text the room remembers for a message: its text, plus one short line per image
@@ -189,8 +248,8 @@ pub fn remembered(inbound: &Inbound) -> Cow<'_, str> {
         return Cow::Borrowed(&inbound.text);
     }
     let mut text = inbound.text.clone();
-    for (a, mime, _) in images(inbound) {
-        text.push_str(&format!("\n[image: {}]", describe(a, mime)));
+    for a in images(inbound) {
+        text.push_str(&format!("\n[image: {}]", describe(a)));
     }
     Cow::Owned(text)
 }
@@ -213,17 +272,21 @@ mod tests {
     }
 
     #[test]
-    fn an_attachment_is_checked_and_carried_as_data() {
-        let a = image_attachment(1, PNG, 100).unwrap();
+    fn an_image_is_checked_and_carried_by_reference() {
+        assert_eq!(check(PNG, 100).unwrap(), "image/png");
+        let (reference, key) = reference(PNG);
+        assert_eq!(reference, format!("media:sha256:{key}"));
+        assert_eq!(key.len(), 64);
+        let a = stored_attachment(1, "image/png", PNG.len(), reference.clone());
         assert_eq!(a.name, "image-1.png");
-        assert_eq!(a.mime.as_deref(), Some("image/png"));
-        assert!(a.url.unwrap().starts_with("data:image/png;base64,iVBOR"));
+        assert_eq!(a.url.as_deref(), Some(reference.as_str()));
+        assert!(is_image(&a));
         assert!(matches!(
-            image_attachment(1, PNG, 5),
+            check(PNG, 5),
             Err(MediaError::TooLarge { cap: 5 })
         ));
         assert!(matches!(
-            image_attachment(1, b"%PDF-1.7", 100),
+            check(b"%PDF-1.7", 100),
             Err(MediaError::NotAnImage)
         ));
         assert!(matches!(
@@ -231,6 +294,40 @@ mod tests {
             Err(MediaError::TooLarge { .. })
         ));
         assert!(matches!(decode_data("!!", 100), Err(MediaError::BadBase64)));
+    }
+
+    #[test]
+    fn images_are_known_by_type_or_by_name() {
+        let file = |name: &str, mime: Option<&str>, url: Option<&str>| Attachment {
+            name: name.into(),
+            mime: mime.map(Into::into),
+            size: None,
+            url: url.map(Into::into),
+        };
+        assert!(is_image(&file(
+            "photo.jpg",
+            Some("image/jpeg"),
+            Some("telegram-file:x")
+        )));
+        assert!(is_image(&file(
+            "cat.PNG",
+            None,
+            Some("https://e.org/cat.PNG")
+        )));
+        assert!(
+            !is_image(&file("photo.jpg", Some("image/jpeg"), None)),
+            "no reference"
+        );
+        assert!(!is_image(&file(
+            "notes.pdf",
+            Some("application/pdf"),
+            Some("https://e")
+        )));
+        assert!(!is_image(&file(
+            "cat.png",
+            Some("text/plain"),
+            Some("https://e")
+        )));
     }
 
     #[test]
@@ -256,36 +353,64 @@ mod tests {
         ] {
             assert!(!takes_images(m), "{m}");
         }
+        assert!(sees(Vision::On, "gpt-3.5-turbo"));
+        assert!(!sees(Vision::Off, "gpt-4o"));
+        assert!(sees(Vision::Auto, "gpt-4o"));
     }
 
     fn with_image() -> Inbound {
         let mut m = crate::rooms::tests::msg(troupe_connectors::Platform::Web, "what is this?");
-        m.attachments.push(image_attachment(1, PNG, 100).unwrap());
+        let (reference, _) = reference(PNG);
+        m.attachments
+            .push(stored_attachment(1, "image/png", PNG.len(), reference));
         m
     }
 
     #[test]
-    fn images_reach_a_seeing_model_and_a_line_reaches_the_others() {
-        let m = with_image();
+    fn the_prompt_gets_images_and_a_line_for_each_unseen_or_refused_one() {
         let blank = || Prompt {
             system: String::new(),
             user: "what is this?".into(),
             images: Vec::new(),
         };
         let mut p = blank();
-        attach(&mut p, &m, Vision::Auto, "gpt-4o-mini");
+        attach(
+            &mut p,
+            Seen {
+                images: vec![crate::persona::PromptImage {
+                    mime: "image/png",
+                    base64: std::sync::Arc::from("iVBOR"),
+                }],
+                ..Seen::default()
+            },
+        );
         assert_eq!(p.images.len(), 1);
-        assert_eq!(p.images[0].mime, "image/png");
         assert_eq!(p.user, "what is this?");
         let mut p = blank();
-        attach(&mut p, &m, Vision::Auto, "gpt-3.5-turbo");
+        attach(
+            &mut p,
+            Seen {
+                unseen: vec!["image/png, 1 KB".into()],
+                refused: vec![
+                    "huge.png (the image is over 5 bytes (TROUPE_MEDIA_MAX_BYTES))".into(),
+                ],
+                ..Seen::default()
+            },
+        );
         assert!(p.images.is_empty());
-        assert!(p.user.contains("cannot see"), "{}", p.user);
+        assert!(
+            p.user.contains("image/png, 1 KB, that you cannot see"),
+            "{}",
+            p.user
+        );
+        assert!(
+            p.user
+                .contains("not taken: huge.png (the image is over 5 bytes"),
+            "{}",
+            p.user
+        );
         let mut p = blank();
-        attach(&mut p, &m, Vision::On, "gpt-3.5-turbo");
-        assert_eq!(p.images.len(), 1);
-        let mut p = blank();
-        attach(&mut p, &m, Vision::Off, "gpt-4o");
+        attach(&mut p, Seen::default());
         assert_eq!(p, blank());
     }
 
