@@ -299,7 +299,10 @@ impl Agent {
             &recall.hits,
             &prompt,
         );
-        let answer = match self.complete(&mind, meter.as_ref(), inbound, &prompt).await {
+        let answer = match self
+            .complete(&mind, meter.as_ref(), inbound, journal_id, &prompt)
+            .await
+        {
             Ok(answer) => answer,
             Err(error) => {
                 self.store
