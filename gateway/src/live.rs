@@ -58,11 +58,6 @@ impl Live {
     pub fn set(&self, text: &str) {
         self.tx.send_replace(text.to_string());
     }
-
-    /// The text so far.
-    pub fn text(&self) -> String {
-        self.tx.borrow().clone()
-    }
 }
 
 /// What of a reply written so far may be shown before it is whole: everything before its
@@ -152,7 +147,7 @@ mod tests {
         live.restart();
         assert_eq!(*rx.borrow(), "");
         live.set("Hi");
-        assert_eq!(live.text(), "Hi");
+        assert_eq!(*rx.borrow(), "Hi");
     }
 
     #[test]
@@ -169,7 +164,10 @@ mod tests {
         assert!(replies.find(&agent, &message).is_none());
         let (live, guard) = replies.watch(&agent, &message);
         live.push("x");
-        assert_eq!(replies.find(&agent, &message).unwrap().text(), "x");
+        assert_eq!(
+            *replies.find(&agent, &message).unwrap().subscribe().borrow(),
+            "x"
+        );
         drop(guard);
         assert!(replies.find(&agent, &message).is_none());
         assert_eq!(replies.inner.count.load(Ordering::Relaxed), 0);

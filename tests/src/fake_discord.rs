@@ -1612,7 +1612,7 @@ fn edit_in(
     body: &Value,
     path: String,
 ) -> Response {
-    let mut answer = |inner: &mut Inner, status: u16, body: Value| {
+    let answer = |inner: &mut Inner, status: u16, body: Value| {
         inner.requests.push(RequestRecord {
             method: "PATCH",
             path: path.clone(),

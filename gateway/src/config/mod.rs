@@ -54,7 +54,7 @@ pub use knowledge::{
 pub use platforms::{ReceiveSettings, ReplicaSettings};
 pub use spend::ProviderSettings;
 pub use storage::NatsSettings;
-pub use stream::{StreamSettings, Switch};
+pub use stream::Switch;
 pub use tools::ToolSettings;
 
 /// Everything the gateway is configured with. Built once at start.

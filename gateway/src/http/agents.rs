@@ -216,7 +216,7 @@ async fn stream_message(
     deadline: Duration,
     room_id: RoomId,
 ) -> Result<Response, ApiError> {
-    use super::live::{Started, event, event_stream, start};
+    use super::live::{Started, event_stream, start};
     let message_id = inbound.id.clone();
     let (ingress, who) = (state.ingress.clone(), agent.clone());
     let converse = Box::pin(async move { ingress.converse(&who, inbound, deadline).await });

@@ -74,7 +74,7 @@ impl<T: Send + 'static> Streaming<T> {
     /// frames the outcome, given the text already sent.
     pub(super) fn respond(
         self,
-        delta: impl Fn(&str) -> String + Send + 'static,
+        mut delta: impl FnMut(&str) -> String + Send + 'static,
         finish: impl FnOnce(T, &str) -> Vec<String> + Send + 'static,
     ) -> Response {
         let (tx, rx) = mpsc::channel::<String>(32);

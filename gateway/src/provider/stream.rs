@@ -44,7 +44,7 @@ impl GenaiProvider {
             let event = match tokio::time::timeout_at(deadline, stream.next()).await {
                 Err(_) => return Err(self.timed_out()),
                 Ok(None) => break,
-                Ok(Some(Err(e))) => return Err(self.failed(e)),
+                Ok(Some(Err(e))) => return Err(self.failed(inner_error(e))),
                 Ok(Some(Ok(event))) => event,
             };
             match event {
@@ -72,6 +72,28 @@ impl GenaiProvider {
             });
         }
         Ok(completion_with(&usage, text.to_string()))
+    }
+}
+
+/// The HTTP error inside a stream's error. genai reports a refused streamed request (a 429,
+/// a 5xx) as a `WebStream` error wrapping the `HttpError` with its status and headers: the
+/// breaker must see that status to retry, back off and honour `retry-after`, as it does
+/// for a plain call.
+fn inner_error(error: genai::Error) -> genai::Error {
+    match error {
+        genai::Error::WebStream {
+            model_iden,
+            cause,
+            error,
+        } => match error.downcast::<genai::Error>() {
+            Ok(inner) => *inner,
+            Err(error) => genai::Error::WebStream {
+                model_iden,
+                cause,
+                error,
+            },
+        },
+        other => other,
     }
 }
 
