@@ -304,14 +304,7 @@ impl Agent {
             .await
         {
             Ok(answer) => answer,
-            Err(error) => {
-                self.store
-                    .journal_fail(journal_id, &error.to_string())
-                    .await?;
-                return Ok(Outcome::Failed {
-                    error: HandleError::Model(error),
-                });
-            }
+            Err(error) => return self.model_failed(journal_id, error).await,
         };
         let reply = Reply {
             text: answer.text,

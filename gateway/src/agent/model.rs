@@ -77,6 +77,21 @@ impl Agent {
         result
     }
 
+    /// The model call failed: the message is marked failed in the journal (a repost drives
+    /// it again), and the outcome says why.
+    pub(super) async fn model_failed(
+        &self,
+        journal_id: JournalId,
+        error: ProviderError,
+    ) -> anyhow::Result<crate::outcome::Outcome> {
+        self.store
+            .journal_fail(journal_id, &error.to_string())
+            .await?;
+        Ok(crate::outcome::Outcome::Failed {
+            error: crate::outcome::HandleError::Model(error),
+        })
+    }
+
     /// A turn without tools: one model call, shown live where it can be (an HTTP caller
     /// that asked for a stream, a platform that edits messages, `TROUPE_STREAM` on).
     async fn plain_turn(

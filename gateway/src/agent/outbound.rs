@@ -126,8 +126,8 @@ impl Agent {
     }
 }
 
-/// Shows the latest text of `text` as `reply`, then waits `every` (or a 429's wait) before
-/// the next; until `stop`. An error other than a 429 ends the showing: the reply is still
+/// Shows the latest text of `text` as `reply`, from one `every` after the first text on,
+/// then waits `every` (or a 429's wait) before the next; until `stop`. An error other than a 429 ends the showing: the reply is still
 /// delivered whole.
 async fn show(
     connector: Arc<dyn Connector>,
@@ -138,6 +138,9 @@ async fn show(
     typing: tokio_util::sync::DropGuard,
 ) {
     let mut typing = Some(typing);
+    if !first_interval(&mut text, &stop, every).await {
+        return;
+    }
     loop {
         tokio::select! {
             biased;
@@ -171,6 +174,36 @@ async fn show(
             }
         }
     }
+}
+
+/// Waits for the first text, then one interval more: nothing is shown before the model has
+/// written for that long, so an answer that is whole by then is sent whole, with no edit
+/// (typing shows meanwhile). `false`: stopped first.
+async fn first_interval(
+    text: &mut watch::Receiver<String>,
+    stop: &CancellationToken,
+    every: Duration,
+) -> bool {
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return false,
+            changed = text.changed() => if changed.is_err() { return false },
+        }
+        if !crate::live::shown(&text.borrow_and_update())
+            .trim()
+            .is_empty()
+        {
+            break;
+        }
+    }
+    tokio::select! {
+        _ = stop.cancelled() => return false,
+        _ = tokio::time::sleep(every) => {}
+    }
+    // The latest text is shown next, whether or not it changed during the wait.
+    text.mark_changed();
+    true
 }
 
 #[cfg(test)]
