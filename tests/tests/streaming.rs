@@ -127,6 +127,7 @@ async fn a_discord_reply_is_one_message_edited_until_it_is_whole() {
     let first = &edits[0].content;
     assert!(answer.starts_with(first.as_str()), "{first}");
     assert_paced(&edits);
+    assert!(!discord.typing_calls().is_empty(), "typing showed first");
     // The model was asked to stream.
     assert!(openai.requests().iter().any(|r| r.stream));
 }
