@@ -322,3 +322,50 @@ async fn a_telegram_private_reply_streams_as_drafts_then_one_message() {
     assert!(ids.windows(2).all(|w| w[0] == w[1]), "one draft, animated");
     assert_eq!(telegram.calls_to("sendMessage").len(), 1);
 }
+
+#[tokio::test]
+async fn chat_completions_stream_the_models_pieces_as_chunks() {
+    let openai = FakeOpenAi::start().await;
+    let answer = long_answer(30);
+    openai.push(Script::paced(answer.clone(), GAP));
+    let app = on_web(&openai, "on").await;
+
+    let resp = app
+        .client()
+        .post(app.url("/v1/chat/completions"))
+        .json(&json!({
+            "model": AGENT.to_lowercase(),
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "messages": [{"role": "user", "content": "tell me a story"}],
+        }))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(resp.status(), 200);
+    let body = resp.text().await.expect("the stream");
+    let datas: Vec<&str> = body
+        .split("\n\n")
+        .filter_map(|e| e.trim().strip_prefix("data: "))
+        .collect();
+    assert_eq!(datas.last(), Some(&"[DONE]"), "{body}");
+    let chunks: Vec<Value> = datas[..datas.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("a JSON chunk"))
+        .collect();
+    let pieces: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .filter(|p| !p.is_empty())
+        .collect();
+    assert!(pieces.len() > 1, "{body}");
+    assert_eq!(pieces.concat(), answer);
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(
+        chunks.last().unwrap()["usage"]["total_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(openai.requests()[0].stream);
+}
