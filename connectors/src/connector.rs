@@ -229,6 +229,24 @@ pub trait Connector: Send + Sync {
         None
     }
 
+    /// Whether a reply in `room` can be shown while it is written (issue 32): the platform
+    /// edits messages. The gateway then calls `show_live` as the text grows, before `send`.
+    fn shows_live(&self, _room: &RoomRef) -> bool {
+        false
+    }
+
+    /// Shows `reply.text`, the reply written so far: the first call posts it, later calls
+    /// edit what was posted (and post what outgrew a message). A `send` of the same key
+    /// then finishes those messages rather than posting others, also after a restart.
+    /// A `RateLimited` error says how long to wait before showing more.
+    async fn show_live(&self, _reply: &Outbound) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
+    /// Takes back what `show_live` showed of the reply `key`: its turn failed, and no
+    /// reply will finish it. Best effort.
+    async fn drop_live(&self, _key: &str) {}
+
     /// Shows that the persona is composing a reply. Best effort.
     async fn typing(&self, _room: &RoomRef) -> Result<(), ConnectorError> {
         Ok(())

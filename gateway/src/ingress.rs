@@ -129,6 +129,11 @@ impl Ingress {
         &self.bus
     }
 
+    /// The replies callers watch as they are written (`"stream": true` on the API).
+    pub fn live(&self) -> &crate::live::LiveReplies {
+        self.waiters.live()
+    }
+
     /// Writes the message to the journal. Does not publish it.
     pub async fn journal(
         &self,

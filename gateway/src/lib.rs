@@ -25,6 +25,7 @@
 //!   retrieval for the prompt.
 //! - [`media`]: images in messages: their limits, their type, fetching them by reference when
 //!   a message is handled, the model's image parts, memory.
+//! - [`live`]: a reply's text while the model writes it, for those who show it live.
 //! - [`fetch`]: every fetch of a URL a stranger chose (attachments, embeds): the SSRF policy.
 //! - [`limits`]: inbound rate limits, and the HTTP API's budget per caller.
 //! - [`leader`]: which replica runs a receiver its platform allows once (Postgres locks).
@@ -54,6 +55,7 @@ pub(crate) mod ingress;
 pub mod knowledge;
 pub(crate) mod leader;
 pub(crate) mod limits;
+pub(crate) mod live;
 pub(crate) mod media;
 mod memory;
 pub(crate) mod metrics;

@@ -313,9 +313,16 @@ pub struct Waiters {
     inner: Arc<Mutex<HashMap<JournalId, Vec<oneshot::Sender<Outcome>>>>>,
     /// Set once, by a shared bus: where outcomes go for the other replicas.
     relay: Arc<OnceLock<Arc<dyn OutcomeRelay>>>,
+    /// Callers that watch a reply as it is written (`live`).
+    live: crate::live::LiveReplies,
 }
 
 impl Waiters {
+    /// The replies callers watch as they are written (an HTTP stream).
+    pub fn live(&self) -> &crate::live::LiveReplies {
+        &self.live
+    }
+
     pub fn wait(&self, id: JournalId) -> oneshot::Receiver<Outcome> {
         let (tx, rx) = oneshot::channel();
         self.lock().entry(id).or_default().push(tx);

@@ -4,6 +4,7 @@
 //! REST under `/api/v10`: `GET /gateway` and `/gateway/bot` (pointing at the fake's own
 //! `ws://` gateway), `GET /users/@me`, `POST /channels/{id}/messages` (records content and
 //! `message_reference`; 400 over 2,000 characters; honours `nonce` + `enforce_nonce`),
+//! `PATCH` and `DELETE /channels/{id}/messages/{m}` (edits kept in order, issue 32),
 //! `GET /channels/{id}/messages?after=&limit=` (newest first, as Discord answers),
 //! `POST /channels/{id}/typing`. Every answer carries `X-RateLimit-*` headers; scripted 429s
 //! carry Discord's JSON body and `Retry-After`; scripted refusals
@@ -225,6 +226,16 @@ pub struct SentMessage {
     pub nonce: Option<String>,
 }
 
+/// An edit of a message (`PATCH /channels/{c}/messages/{m}`), as the fake took it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edit {
+    pub message_id: String,
+    pub channel: String,
+    pub content: String,
+    /// When it arrived: the edit pace is checked against these.
+    pub at: std::time::Instant,
+}
+
 /// What a REST request was answered.
 #[derive(Debug, Clone)]
 pub struct RequestRecord {
@@ -299,6 +310,12 @@ struct Inner {
     cdn: HashMap<String, Vec<u8>>,
     cdn_requests: Vec<(String, bool)>,
     scripted_429: usize,
+    /// Edits of the bot's messages, in order (issue 32).
+    edits: Vec<Edit>,
+    /// Ids of the bot's messages it deleted, in order.
+    deleted: Vec<String>,
+    /// The next `n` message edits are answered 429.
+    scripted_edit_429: usize,
     /// Refusals for the next message creates: status, Discord's error code, message.
     scripted_errors: std::collections::VecDeque<(u16, u64, String)>,
     rate_limited: usize,
@@ -515,6 +532,10 @@ impl FakeDiscord {
             .route(
                 "/api/v10/channels/{channel}/messages",
                 post(create_message).get(list_messages),
+            )
+            .route(
+                "/api/v10/channels/{channel}/messages/{message}",
+                axum::routing::patch(edit_message).delete(delete_message),
             )
             .route("/api/v10/channels/{channel}/typing", post(typing))
             .route(
@@ -738,6 +759,43 @@ impl FakeDiscord {
     pub fn store_channel_message(&self, new: NewMessage) -> String {
         let m = self.shared.lock().message(&new);
         m["id"].as_str().unwrap_or_default().to_string()
+    }
+
+    /// Every edit of the bot's messages, in order (issue 32).
+    pub fn edits(&self) -> Vec<Edit> {
+        self.shared.lock().edits.clone()
+    }
+
+    /// The ids of the bot's messages it deleted, in order.
+    pub fn deleted(&self) -> Vec<String> {
+        self.shared.lock().deleted.clone()
+    }
+
+    /// The next `n` message edits are answered 429 (retry after 0.5 s).
+    pub fn script_edit_429(&self, n: usize) {
+        self.shared.lock().scripted_edit_429 += n;
+    }
+
+    /// Waits until `check` holds for what the bot sent (messages as they are now, after
+    /// edits) and the edits it made; returns the messages. Wakes on every create, edit and
+    /// delete.
+    pub async fn try_wait_for_state(
+        &self,
+        expected: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&[SentMessage], &[Edit]) -> bool,
+    ) -> Result<Vec<SentMessage>, String> {
+        wait::until_or_report(
+            self,
+            self.shared.sent.subscribe(),
+            timeout,
+            expected,
+            || {
+                let inner = self.shared.lock();
+                check(&inner.sent, &inner.edits).then(|| inner.sent.clone())
+            },
+        )
+        .await
     }
 
     pub fn sent_messages(&self) -> Vec<SentMessage> {
@@ -1587,5 +1645,153 @@ async fn serve_gateway(shared: Arc<Shared>, mut socket: WebSocket) {
                 }
             }
         }
+    }
+}
+
+/// `PATCH /channels/{channel}/messages/{message}`: the bot edits one of its messages'
+/// `content` (at most 2,000 characters); its record in [`FakeDiscord::sent_messages`] then
+/// shows the new text, and the edit is kept in [`FakeDiscord::edits`].
+async fn edit_message(
+    State(shared): State<Arc<Shared>>,
+    Path((channel, message)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let path = format!("/channels/{channel}/messages/{message}");
+    if caller(&shared, &headers).is_none() {
+        record(&shared, "PATCH", path, 401, false);
+        return unauthorized();
+    }
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let response = {
+        let mut inner = shared.lock();
+        edit_in(&mut inner, &channel, &message, &body, path)
+    };
+    shared.sent.send_modify(|_| {});
+    response
+}
+
+fn edit_in(
+    inner: &mut Inner,
+    channel: &str,
+    message: &str,
+    body: &Value,
+    path: String,
+) -> Response {
+    let answer = |inner: &mut Inner, status: u16, body: Value| {
+        inner.requests.push(RequestRecord {
+            method: "PATCH",
+            path: path.clone(),
+            status,
+            authorized: true,
+        });
+        with_bucket(StatusCode::from_u16(status).unwrap_or(StatusCode::OK), body)
+    };
+    if inner.scripted_edit_429 > 0 {
+        inner.scripted_edit_429 -= 1;
+        inner.rate_limited += 1;
+        inner.requests.push(RequestRecord {
+            method: "PATCH",
+            path,
+            status: 429,
+            authorized: true,
+        });
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", "1"), ("x-ratelimit-scope", "user")],
+            axum::Json(json!({"message": "You are being rate limited.", "retry_after": 0.5, "global": false})),
+        )
+            .into_response();
+    }
+    let Some(content) = body["content"].as_str().map(str::to_string) else {
+        return answer(
+            inner,
+            400,
+            json!({"code": 50109, "message": "The request body contains invalid JSON."}),
+        );
+    };
+    if content.trim().is_empty() || content.chars().count() > MAX_CONTENT {
+        return answer(
+            inner,
+            400,
+            json!({"code": 50035, "message": "Invalid Form Body"}),
+        );
+    }
+    let Some(sent) = inner
+        .sent
+        .iter_mut()
+        .find(|m| m.id == message && m.channel == channel)
+    else {
+        return answer(
+            inner,
+            404,
+            json!({"code": 10008, "message": "Unknown Message"}),
+        );
+    };
+    sent.content = content.clone();
+    let mut updated = Value::Null;
+    for m in inner.channels.values_mut().flatten() {
+        if m["id"] == message {
+            m["content"] = json!(content);
+            m["edited_timestamp"] = json!("2026-01-01T00:00:00.000000+00:00");
+            updated = m.clone();
+        }
+    }
+    for m in inner.nonces.values_mut() {
+        if m["id"] == message {
+            *m = updated.clone();
+        }
+    }
+    inner.edits.push(Edit {
+        message_id: message.to_string(),
+        channel: channel.to_string(),
+        content,
+        at: std::time::Instant::now(),
+    });
+    answer(inner, 200, updated)
+}
+
+/// `DELETE /channels/{channel}/messages/{message}`: 204, the message gone from
+/// [`FakeDiscord::sent_messages`] and its id in [`FakeDiscord::deleted`].
+async fn delete_message(
+    State(shared): State<Arc<Shared>>,
+    Path((channel, message)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let path = format!("/channels/{channel}/messages/{message}");
+    if caller(&shared, &headers).is_none() {
+        record(&shared, "DELETE", path, 401, false);
+        return unauthorized();
+    }
+    let found = {
+        let mut inner = shared.lock();
+        let before = inner.sent.len();
+        inner
+            .sent
+            .retain(|m| !(m.id == message && m.channel == channel));
+        let found = inner.sent.len() != before;
+        if found {
+            if let Some(list) = inner.channels.get_mut(&channel) {
+                list.retain(|m| m["id"] != message.as_str());
+            }
+            inner.deleted.push(message.clone());
+        }
+        inner.requests.push(RequestRecord {
+            method: "DELETE",
+            path,
+            status: if found { 204 } else { 404 },
+            authorized: true,
+        });
+        found
+    };
+    shared.sent.send_modify(|_| {});
+    if found {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"code": 10008, "message": "Unknown Message"})),
+        )
+            .into_response()
     }
 }

@@ -49,11 +49,36 @@ pub enum Script {
     /// tools; a request without `tools` gets the default reply instead, since a model cannot
     /// call a tool it was not given (issue 33).
     ToolCalls(Vec<(String, Value)>),
+    /// Answer with this text; a streamed request gets its pieces (about three words each)
+    /// `gap` apart, and with `stall_after: Some(n)` only the first `n` pieces, then nothing
+    /// more until the fake is dropped (a model that stops mid-answer, for a crash
+    /// mid-stream). A request that does not stream gets the whole text (or, stalled, hangs).
+    Paced {
+        text: String,
+        gap: Duration,
+        stall_after: Option<usize>,
+    },
 }
 
 impl Script {
     pub fn reply(text: impl Into<String>) -> Self {
         Script::Reply(text.into())
+    }
+    /// `text`, streamed a piece every `gap` (issue 32).
+    pub fn paced(text: impl Into<String>, gap: Duration) -> Self {
+        Script::Paced {
+            text: text.into(),
+            gap,
+            stall_after: None,
+        }
+    }
+    /// The first `pieces` pieces of `text`, streamed `gap` apart, then a stall.
+    pub fn stalled(text: impl Into<String>, gap: Duration, pieces: usize) -> Self {
+        Script::Paced {
+            text: text.into(),
+            gap,
+            stall_after: Some(pieces),
+        }
     }
     /// 500 with the body OpenAI sends for its own failures.
     pub fn server_error() -> Self {
@@ -334,6 +359,23 @@ impl Shared {
         // A panicking test thread must not hide the records from the others.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The usage reported for answering `record` with `text`, recorded.
+    fn usage_of(&self, record: &ChatRequestRecord, text: &str) -> (u64, u64) {
+        let mut inner = self.lock();
+        let usage = inner
+            .fixed_usage
+            .unwrap_or_else(|| word_usage(record, text));
+        inner.usage.push((record.index, usage.0, usage.1));
+        usage
+    }
+}
+
+/// How a streamed answer is paced ([`Script::Paced`]).
+struct Pace {
+    gap: Duration,
+    stall_after: Option<usize>,
+    shutdown: watch::Receiver<bool>,
 }
 
 /// The running fake. Dropping it stops the server and releases hanging requests.
@@ -796,15 +838,25 @@ async fn chat_completions(
                 return tool_calls_response(&record, &calls);
             }
             Script::Reply(text) => {
-                let usage = {
-                    let mut inner = shared.lock();
-                    let usage = inner
-                        .fixed_usage
-                        .unwrap_or_else(|| word_usage(&record, &text));
-                    inner.usage.push((record.index, usage.0, usage.1));
-                    usage
+                let usage = shared.usage_of(&record, &text);
+                return completion_response(&record, &text, &json, usage, None);
+            }
+            Script::Paced {
+                text,
+                gap,
+                stall_after,
+            } => {
+                if stall_after.is_some() && !record.stream {
+                    let _ = shared.shutdown.subscribe().wait_for(|s| *s).await;
+                    return shutting_down();
+                }
+                let usage = shared.usage_of(&record, &text);
+                let pace = Pace {
+                    gap,
+                    stall_after,
+                    shutdown: shared.shutdown.subscribe(),
                 };
-                return completion_response(&record, &text, &json, usage);
+                return completion_response(&record, &text, &json, usage, Some(pace));
             }
         }
     }
@@ -818,6 +870,7 @@ fn outcome_of(script: &Script) -> Outcome {
         Script::Delay(_, inner) => outcome_of(inner),
         Script::RetryAfter(_) => Outcome::Status(429, Script::rate_limited_body()),
         Script::ToolCalls(calls) => Outcome::ToolCalls(calls.iter().map(|c| c.0.clone()).collect()),
+        Script::Paced { text, .. } => Outcome::Reply(text.clone()),
     }
 }
 
@@ -849,6 +902,7 @@ fn completion_response(
     text: &str,
     request: &Value,
     usage: (u64, u64),
+    pace: Option<Pace>,
 ) -> Response {
     let id = format!("chatcmpl-fake{:06}", record.index);
     let created = now_secs();
@@ -912,7 +966,33 @@ fn completion_response(
         .map(|v| Ok(Event::default().data(v.to_string())))
         .collect();
     sse.push(Ok(Event::default().data("[DONE]")));
-    Sse::new(futures::stream::iter(sse)).into_response()
+    match pace {
+        None => Sse::new(futures::stream::iter(sse)).into_response(),
+        Some(pace) => Sse::new(paced(sse, pace)).into_response(),
+    }
+}
+
+/// The events of a streamed answer, `pace.gap` apart; with `stall_after`, the role and
+/// that many pieces, then nothing until the fake stops (the stream then ends unfinished).
+fn paced(
+    events: Vec<Result<Event, Infallible>>,
+    pace: Pace,
+) -> impl futures::Stream<Item = Result<Event, Infallible>> {
+    let limit = pace.stall_after.map(|n| n + 1);
+    futures::stream::unfold(
+        (events.into_iter().enumerate(), pace, limit),
+        |(mut events, mut pace, limit)| async move {
+            let (i, event) = events.next()?;
+            if limit.is_some_and(|l| i >= l) {
+                let _ = pace.shutdown.wait_for(|s| *s).await;
+                return None;
+            }
+            if i > 0 {
+                tokio::time::sleep(pace.gap).await;
+            }
+            Some((event, (events, pace, limit)))
+        },
+    )
 }
 
 /// OpenAI's answer with tool calls (non-streaming): `message.content` null, one

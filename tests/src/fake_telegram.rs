@@ -918,6 +918,7 @@ async fn method(
         }
         "setwebhook" => set_webhook(&shared, &p),
         "sendmessage" => send_message(&shared, &p),
+        "sendmessagedraft" => send_message_draft(&p),
         "sendchataction" => {
             let Some(chat_id) = int(&p, "chat_id") else {
                 return record(
@@ -1161,6 +1162,25 @@ fn set_webhook(shared: &Shared, p: &Value) -> Response {
         allowed_updates: allowed,
     });
     ok_described(json!(true), "Webhook was set")
+}
+
+/// `sendMessageDraft` (Bot API 10, issue 32): an ephemeral preview in a private chat;
+/// `true`, and the call is kept in [`FakeTelegram::calls`]. A group's chat id, a zero
+/// `draft_id` or a text over 4,096 characters is refused as the Bot API does.
+fn send_message_draft(p: &Value) -> Response {
+    let Some(chat_id) = int(p, "chat_id") else {
+        return api_error(400, "Bad Request: chat_id is empty");
+    };
+    if chat_id <= 0 {
+        return api_error(400, "Bad Request: drafts can be sent only to private chats");
+    }
+    if int(p, "draft_id").unwrap_or(0) == 0 {
+        return api_error(400, "Bad Request: draft_id must be non-zero");
+    }
+    if string(p, "text").unwrap_or_default().chars().count() > MAX_TEXT_CHARS {
+        return api_error(400, "Bad Request: message is too long");
+    }
+    ok(json!(true))
 }
 
 fn send_message(shared: &Shared, p: &Value) -> Response {

@@ -188,7 +188,7 @@ impl Interactions {
 
     /// The follow-up target of a reply to an interaction: (application, token), or the
     /// follow-up already sent.
-    fn target(&self, reply: &Outbound) -> Option<Result<(u64, String), Delivery>> {
+    pub(super) fn target(&self, reply: &Outbound) -> Option<Result<(u64, String), Delivery>> {
         let id = reply.reply_to.as_ref()?;
         if !id.as_str().starts_with(PREFIX) {
             return None;

@@ -130,6 +130,8 @@ pub struct DiscordConnector {
     channel_locks: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     /// Messages already sent of a reply, by outbound key, so a retry resumes after them.
     progress: Mutex<HashMap<String, Vec<MessageId>>>,
+    /// Replies shown live and not yet delivered, by outbound key (`send::Shown`).
+    live: Mutex<HashMap<String, send::Shown>>,
     /// Replies delivered lately, so a second `send` of the same key sends nothing.
     delivered: Mutex<Recent>,
     /// Slash commands received and not yet answered (their follow-up tokens).
@@ -151,6 +153,7 @@ impl DiscordConnector {
             me: watch::Sender::new(None),
             channel_locks: Mutex::new(HashMap::new()),
             progress: Mutex::new(HashMap::new()),
+            live: Mutex::new(HashMap::new()),
             delivered: Mutex::new(Recent::default()),
             interactions: Arc::default(),
         })
@@ -377,6 +380,22 @@ impl Connector for DiscordConnector {
 
     async fn typing(&self, room: &RoomRef) -> Result<(), ConnectorError> {
         self.show_typing(room).await
+    }
+
+    fn shows_live(&self, _room: &RoomRef) -> bool {
+        true
+    }
+
+    async fn show_live(&self, reply: &Outbound) -> Result<(), ConnectorError> {
+        // A slash command's answer is a follow-up, sent whole.
+        if self.interactions.target(reply).is_some() {
+            return Ok(());
+        }
+        self.show(reply).await
+    }
+
+    async fn drop_live(&self, key: &str) {
+        self.unshow(key).await;
     }
 
     async fn healthcheck(&self) -> Result<(), ConnectorError> {

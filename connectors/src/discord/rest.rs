@@ -1,5 +1,6 @@
 //! Discord's REST API, the few routes the connector calls: `GET /users/@me`,
-//! `POST /channels/{id}/messages`, `POST /channels/{id}/typing` and
+//! `POST /channels/{id}/messages`, `PATCH` and `DELETE /channels/{id}/messages/{m}`,
+//! `POST /channels/{id}/typing` and
 //! `GET /channels/{id}/messages?after=`. Over reqwest rather than serenity's `Http`, so that
 //! a 429's `retry_after` (body, or `Retry-After`) and the `X-RateLimit-*` headers reach the
 //! sender, and every failure becomes a typed `ConnectorError` with the token scrubbed.
@@ -161,6 +162,33 @@ impl Rest {
         let path = format!("/channels/{channel}/messages");
         let (resp, bucket) = self.call(Method::POST, &path, Some(body)).await?;
         Ok((Self::json(resp, &path).await?, bucket))
+    }
+
+    /// `PATCH /channels/{id}/messages/{message}`: the message's text replaced (a reply
+    /// shown while it is written, issue 32). Mentions stay as the message was created.
+    pub(crate) async fn edit_message(
+        &self,
+        channel: u64,
+        message: &str,
+        content: &str,
+    ) -> Result<Bucket, CallError> {
+        let path = format!("/channels/{channel}/messages/{message}");
+        let body = serde_json::json!({
+            "content": content,
+            "allowed_mentions": {"parse": ["users"], "replied_user": true},
+        });
+        let (_, bucket) = self.call(Method::PATCH, &path, Some(&body)).await?;
+        Ok(bucket)
+    }
+
+    /// `DELETE /channels/{id}/messages/{message}`: a message of the bot's own.
+    pub(crate) async fn delete_message(
+        &self,
+        channel: u64,
+        message: &str,
+    ) -> Result<(), CallError> {
+        let path = format!("/channels/{channel}/messages/{message}");
+        self.call(Method::DELETE, &path, None).await.map(|_| ())
     }
 
     /// `POST /channels/{id}/typing`.

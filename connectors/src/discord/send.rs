@@ -2,6 +2,11 @@
 //! message a native reply (`message_reference`, `fail_if_not_exists: false`), the rest
 //! following in order, paced per channel, a 429 waited out and the same message sent again.
 //!
+//! A reply shown while it is written (issue 32, `show`) is posted at its first text and
+//! edited as it grows, past 2,000 characters in further messages; its message ids are kept
+//! in the connector's state, so that the reply's delivery, in this run or after a restart,
+//! edits them to the final text and never posts a second copy.
+//!
 //! Replies to one channel never interleave (a lock per channel). What was sent of a reply is
 //! remembered by its outbound key, so that when the outbox retries after an error the reply
 //! continues after the last message that got through, and a reply already delivered is not
@@ -91,28 +96,160 @@ impl DiscordConnector {
         if let Some(done) = lock_recent(&self.delivered).get(&reply.key) {
             return Ok(done);
         }
-        let mut sent: Vec<MessageId> = self
-            .progress
-            .locked()
-            .get(&reply.key)
-            .cloned()
-            .unwrap_or_default();
-        let mut waited = Duration::ZERO;
-        while sent.len() < parts.len() {
-            let index = sent.len();
-            let reply_to = if index == 0 {
-                reply.reply_to.as_ref()
+        // A reply shown live (`show_live`) is finished in its messages, edited to the
+        // final text; otherwise what an earlier attempt sent is resumed after.
+        let live = self.live.locked().remove(&reply.key);
+        let mut shown = match live {
+            Some(live) => live,
+            None => Shown {
+                channel,
+                ids: self
+                    .progress
+                    .locked()
+                    .get(&reply.key)
+                    .cloned()
+                    .unwrap_or_default(),
+                texts: Vec::new(),
+            },
+        };
+        let was_live = !shown.texts.is_empty();
+        let put = self
+            .put_parts(channel, reply, &parts, &mut shown, MAX_RATE_LIMIT_WAIT)
+            .await;
+        if let Err(e) = put {
+            if was_live {
+                self.live.locked().insert(reply.key.clone(), shown);
             } else {
-                None
-            };
-            let body = body(&parts[index], reply_to, channel, nonce(&reply.key, index));
+                self.remember_progress(&reply.key, shown.ids);
+            }
+            return Err(e);
+        }
+        // A live text longer than the final one (a model call that started over) left
+        // messages the reply no longer has.
+        for extra in shown.ids.split_off(parts.len()) {
             self.pacer.wait_turn(channel).await;
-            match self.rest.create_message(channel, &body).await {
-                Ok((message, bucket)) => {
+            if let Err(e) = self.rest.delete_message(channel, extra.as_str()).await {
+                tracing::warn!(channel, error = %ConnectorError::from(e), "could not delete a streamed message");
+            }
+        }
+        if was_live {
+            self.forget_live(&reply.key).await;
+        }
+        self.progress.locked().remove(&reply.key);
+        let delivery = Delivery {
+            message_ids: shown.ids,
+        };
+        lock_recent(&self.delivered).insert(reply.key.clone(), delivery.clone());
+        Ok(delivery)
+    }
+
+    /// Shows the reply written so far (issue 32): its parts posted or edited in place.
+    /// A 429 is not waited out here: the caller shows the latest text once it may.
+    pub(super) async fn show(&self, reply: &Outbound) -> Result<(), ConnectorError> {
+        let channel = channel_of(&reply.room)?;
+        let parts = split_message(&reply.text, MAX_MESSAGE_CHARS);
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let lock = self.channel_lock(channel);
+        let _turn = lock.lock().await;
+        if lock_recent(&self.delivered).get(&reply.key).is_some() {
+            return Ok(());
+        }
+        let known = self.live.locked().remove(&reply.key);
+        let mut shown = match known {
+            Some(shown) => shown,
+            // After a restart: the messages an earlier run showed of this reply.
+            None => Shown {
+                channel,
+                ids: self.saved_live(&reply.key).await,
+                texts: Vec::new(),
+            },
+        };
+        let before = shown.ids.len();
+        let result = self
+            .put_parts(channel, reply, &parts, &mut shown, Duration::ZERO)
+            .await;
+        if shown.ids.len() != before {
+            self.save_live(&reply.key, &shown.ids).await;
+        }
+        let mut live = self.live.locked();
+        if live.len() >= 1024 {
+            live.clear();
+        }
+        live.insert(reply.key.clone(), shown);
+        result
+    }
+
+    /// Deletes what was shown of reply `key` (its turn failed; no reply will finish it).
+    pub(super) async fn unshow(&self, key: &str) {
+        let Some(shown) = self.live.locked().remove(key) else {
+            return;
+        };
+        let channel = shown.channel;
+        for id in &shown.ids {
+            self.pacer.wait_turn(channel).await;
+            if let Err(e) = self.rest.delete_message(channel, id.as_str()).await {
+                tracing::warn!(channel, error = %ConnectorError::from(e), "could not delete a streamed message");
+            }
+        }
+        self.forget_live(key).await;
+    }
+
+    /// Puts each part of a reply in its message: edited where one was shown already (and
+    /// differs), posted otherwise. 429s are waited out up to `patience`.
+    async fn put_parts(
+        &self,
+        channel: u64,
+        reply: &Outbound,
+        parts: &[String],
+        shown: &mut Shown,
+        patience: Duration,
+    ) -> Result<(), ConnectorError> {
+        let mut waited = Duration::ZERO;
+        let mut index = 0;
+        while index < parts.len() {
+            let part = &parts[index];
+            if shown.texts.get(index) == Some(part) {
+                index += 1;
+                continue;
+            }
+            self.pacer.wait_turn(channel).await;
+            let result = match shown.ids.get(index) {
+                Some(id) => self
+                    .rest
+                    .edit_message(channel, id.as_str(), part)
+                    .await
+                    .map(|bucket| (None, bucket)),
+                None => {
+                    let reply_to = if index == 0 {
+                        reply.reply_to.as_ref()
+                    } else {
+                        None
+                    };
+                    let body = body(part, reply_to, channel, nonce(&reply.key, index));
+                    self.rest
+                        .create_message(channel, &body)
+                        .await
+                        .map(|(message, bucket)| (Some(message), bucket))
+                }
+            };
+            match result {
+                Ok((created, bucket)) => {
                     if let Some(wait) = bucket.exhausted_for {
                         self.pacer.hold(channel, wait);
                     }
-                    sent.push(MessageId::new(message.id));
+                    if let Some(message) = created {
+                        shown.ids.push(MessageId::new(message.id));
+                        // A repeated nonce answers the message an earlier run posted,
+                        // with the text it had then: edit it on the next round.
+                        if message.content != *part {
+                            set_text(&mut shown.texts, index, String::new());
+                            continue;
+                        }
+                    }
+                    set_text(&mut shown.texts, index, part.clone());
+                    index += 1;
                 }
                 Err(CallError::RateLimited {
                     retry_after,
@@ -128,21 +265,39 @@ impl DiscordConnector {
                     );
                     self.pacer.hold(channel, retry_after);
                     waited += retry_after;
-                    if waited > MAX_RATE_LIMIT_WAIT {
-                        self.remember_progress(&reply.key, sent);
+                    if waited > patience {
                         return Err(ConnectorError::RateLimited { retry_after });
                     }
                 }
-                Err(CallError::Other(e)) => {
-                    self.remember_progress(&reply.key, sent);
-                    return Err(e);
-                }
+                Err(CallError::Other(e)) => return Err(e),
             }
         }
-        self.progress.locked().remove(&reply.key);
-        let delivery = Delivery { message_ids: sent };
-        lock_recent(&self.delivered).insert(reply.key.clone(), delivery.clone());
-        Ok(delivery)
+        Ok(())
+    }
+
+    /// The messages shown live of reply `key` by an earlier run, from the connector's state.
+    async fn saved_live(&self, key: &str) -> Vec<MessageId> {
+        match self.state.get(&live_state_key(key)).await {
+            Ok(Some(ids)) => ids
+                .split(',')
+                .filter(|id| Snowflake::parse(id).is_some())
+                .map(MessageId::from)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Keeps the messages shown live of reply `key` across a restart, so that a reply
+    /// driven again edits them rather than posting a second copy.
+    async fn save_live(&self, key: &str, ids: &[MessageId]) {
+        let ids: Vec<&str> = ids.iter().map(MessageId::as_str).collect();
+        if let Err(e) = self.state.put(&live_state_key(key), &ids.join(",")).await {
+            tracing::warn!(error = %e, "could not keep a streamed message's id");
+        }
+    }
+
+    async fn forget_live(&self, key: &str) {
+        let _ = self.state.put(&live_state_key(key), "").await;
     }
 
     fn remember_progress(&self, key: &str, sent: Vec<MessageId>) {
@@ -163,6 +318,27 @@ impl DiscordConnector {
             .await
             .map_err(ConnectorError::from)
     }
+}
+
+/// What of a reply is on Discord: its messages' ids and, as far as this run knows, their
+/// texts (empty after a restart: every part is then edited once).
+#[derive(Debug, Default)]
+pub(super) struct Shown {
+    channel: u64,
+    ids: Vec<MessageId>,
+    texts: Vec<String>,
+}
+
+fn set_text(texts: &mut Vec<String>, index: usize, text: String) {
+    if texts.len() <= index {
+        texts.resize(index + 1, String::new());
+    }
+    texts[index] = text;
+}
+
+/// The connector state key of a reply's live messages.
+fn live_state_key(key: &str) -> String {
+    format!("live:{key}")
 }
 
 fn lock_recent(m: &Mutex<Recent>) -> std::sync::MutexGuard<'_, Recent> {

@@ -17,6 +17,7 @@
 mod commands;
 mod config;
 mod decode;
+mod draft;
 mod errors;
 mod files;
 mod normalize;
@@ -175,6 +176,14 @@ impl Connector for TelegramConnector {
 
     async fn typing(&self, room: &RoomRef) -> Result<(), ConnectorError> {
         self.show_typing(room).await
+    }
+
+    fn shows_live(&self, room: &RoomRef) -> bool {
+        draft::is_private(room)
+    }
+
+    async fn show_live(&self, reply: &Outbound) -> Result<(), ConnectorError> {
+        self.draft(reply).await
     }
 
     async fn webhook(&self, request: WebhookRequest) -> WebhookResponse {

@@ -317,16 +317,12 @@ impl Agent {
             &recall.hits,
             &prompt,
         );
-        let answer = match self.complete(&mind, meter.as_ref(), inbound, &prompt).await {
+        let answer = match self
+            .complete(&mind, meter.as_ref(), inbound, journal_id, &prompt)
+            .await
+        {
             Ok(answer) => answer,
-            Err(error) => {
-                self.store
-                    .journal_fail(journal_id, &error.to_string())
-                    .await?;
-                return Ok(Outcome::Failed {
-                    error: HandleError::Model(error),
-                });
-            }
+            Err(error) => return self.model_failed(journal_id, error).await,
         };
         let reply = Reply {
             text: answer.text,

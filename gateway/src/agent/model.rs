@@ -7,8 +7,10 @@ use troupe_connectors::{Inbound, Platform};
 use super::outbound::Kind;
 use super::tools::{Answer, origin_of};
 use super::{Agent, Mind};
+use crate::live::Live;
 use crate::persona::Prompt;
 use crate::provider::{OutageNotice, ProviderError, Step, ToolRound};
+use crate::storage::JournalId;
 
 /// The notice a room gets, once per outage, when its message waits for a model provider
 /// that is down (issue 12, faults).
@@ -61,22 +63,69 @@ impl Agent {
         mind: &Mind,
         meter: Option<&crate::spend::Meter>,
         inbound: &Inbound,
+        journal_id: JournalId,
         prompt: &Prompt,
     ) -> Result<Answer, ProviderError> {
         let typing = self.keep_typing(inbound);
-        let result = match super::tools::offer(mind, inbound) {
-            None => self
-                .model_call(mind, meter, inbound, prompt, None)
-                .await
-                .map(|step| Answer {
-                    origin: origin_of(&step.completion, prompt),
-                    text: step.completion.text,
-                    tool_marker: false,
-                }),
-            Some(offer) => self.tool_turn(mind, meter, inbound, prompt, offer).await,
+        let Some(offer) = super::tools::offer(mind, inbound) else {
+            return self
+                .plain_turn(mind, meter, inbound, journal_id, prompt, typing)
+                .await;
         };
+        let result = self.tool_turn(mind, meter, inbound, prompt, offer).await;
         drop(typing);
         result
+    }
+
+    /// The model call failed: the message is marked failed in the journal (a repost drives
+    /// it again), and the outcome says why.
+    pub(super) async fn model_failed(
+        &self,
+        journal_id: JournalId,
+        error: ProviderError,
+    ) -> anyhow::Result<crate::outcome::Outcome> {
+        self.store
+            .journal_fail(journal_id, &error.to_string())
+            .await?;
+        Ok(crate::outcome::Outcome::Failed {
+            error: crate::outcome::HandleError::Model(error),
+        })
+    }
+
+    /// A turn without tools: one model call, shown live where it can be (an HTTP caller
+    /// that asked for a stream, a platform that edits messages, `TROUPE_STREAM` on).
+    async fn plain_turn(
+        &self,
+        mind: &Mind,
+        meter: Option<&crate::spend::Meter>,
+        inbound: &Inbound,
+        journal_id: JournalId,
+        prompt: &Prompt,
+        typing: tokio_util::sync::DropGuard,
+    ) -> Result<Answer, ProviderError> {
+        let (showing, typing, caller) = if inbound.platform() == Platform::Web {
+            (None, Some(typing), self.live_for(inbound))
+        } else {
+            match self.show_live(inbound, journal_id, typing) {
+                Ok(showing) => (Some(showing), None, None),
+                Err(typing) => (None, Some(typing), None),
+            }
+        };
+        let live = showing.as_ref().map(|s| s.live()).or(caller.as_ref());
+        let result = self
+            .model_call(mind, meter, inbound, prompt, None, live)
+            .await;
+        drop(typing);
+        match (showing, &result) {
+            (Some(showing), Ok(_)) => showing.finish().await,
+            (Some(showing), Err(_)) => showing.abandon().await,
+            (None, _) => {}
+        }
+        result.map(|step| Answer {
+            origin: origin_of(&step.completion, prompt),
+            text: step.completion.text,
+            tool_marker: false,
+        })
     }
 
     /// One model call: the scheduler's turn, the provider (with the turn's tools, when
@@ -88,6 +137,7 @@ impl Agent {
         inbound: &Inbound,
         prompt: &Prompt,
         round: Option<ToolRound<'_>>,
+        live: Option<&Live>,
     ) -> Result<Step, ProviderError> {
         let started = Instant::now();
         let notice = RoomNotice {
@@ -103,16 +153,18 @@ impl Agent {
         };
         let room = inbound.room.key();
         let call = async {
-            match round {
-                None => mind
+            match (round, live) {
+                (Some(round), _) => mind.provider.step(prompt, round, notice).await,
+                (None, None) => mind
                     .provider
                     .complete_or_wait(prompt, notice)
                     .await
-                    .map(|completion| Step {
-                        completion,
-                        calls: Vec::new(),
-                    }),
-                Some(round) => mind.provider.step(prompt, round, notice).await,
+                    .map(Step::answer),
+                (None, Some(live)) => mind
+                    .provider
+                    .complete_live(prompt, notice, live)
+                    .await
+                    .map(Step::answer),
             }
         };
         let result = crate::spend::Turn::new(priority, &room).scope(call).await;
@@ -152,6 +204,15 @@ impl Agent {
             "model answered"
         );
         Ok(step)
+    }
+
+    /// The HTTP caller's `Live` for this message, when it asked for a stream and
+    /// `TROUPE_STREAM` is on.
+    fn live_for(&self, inbound: &Inbound) -> Option<Live> {
+        if !self.settings.stream.on {
+            return None;
+        }
+        self.waiters.live().find(&self.id, &inbound.id)
     }
 
     /// Keeps the platform's typing indicator on until the returned guard is cancelled.

@@ -75,7 +75,7 @@ impl Agent {
                 exchanges: &exchanges,
             };
             let step = self
-                .model_call(mind, meter, inbound, prompt, Some(round))
+                .model_call(mind, meter, inbound, prompt, Some(round), None)
                 .await?;
             steps += 1;
             origin = origin.plus(origin_of(&step.completion, prompt));

@@ -46,6 +46,9 @@ pub struct AgentSettings {
     pub memory: MemorySettings,
     /// Images in messages (`TROUPE_VISION`, `TROUPE_MEDIA_MAX_BYTES`; docs/media.md).
     pub media: MediaSettings,
+    /// Live replies and edits (`TROUPE_STREAM`, `TROUPE_STREAM_EDIT_MS`,
+    /// `TROUPE_EDIT_WINDOW_SECS`; docs/media.md).
+    pub stream: super::stream::StreamSettings,
 }
 
 /// Whether personas see images: `TROUPE_VISION` (`vision` in troupe.toml).
@@ -143,6 +146,7 @@ pub(super) fn agent_settings(
                 .parse("TROUPE_MEDIA_MAX_BYTES", file.media_max_bytes, 10 << 20)?
                 .max(1),
         },
+        stream: super::stream::stream_settings(layered, file)?,
     })
 }
 

@@ -27,6 +27,7 @@ mod knowledge;
 mod platforms;
 mod spend;
 mod storage;
+mod stream;
 mod telemetry;
 mod tools;
 
@@ -53,6 +54,7 @@ pub use knowledge::{
 pub use platforms::{ReceiveSettings, ReplicaSettings};
 pub use spend::ProviderSettings;
 pub use storage::NatsSettings;
+pub use stream::Switch;
 pub use tools::ToolSettings;
 
 /// Everything the gateway is configured with. Built once at start.
@@ -200,6 +202,10 @@ struct FileConfig {
     memory_facts_per_user: Option<u32>,
     vision: Option<Vision>,
     media_max_bytes: Option<usize>,
+    // --- live replies and edits (stream.rs)
+    stream: Option<Switch>,
+    stream_edit_ms: Option<u64>,
+    edit_window_secs: Option<u64>,
     // --- knowledge, embeddings and the document worker (knowledge.rs)
     knowledge_allow_paths: Option<Vec<PathBuf>>,
     knowledge_max_file_bytes: Option<usize>,

@@ -211,6 +211,15 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         n("TROUPE_MEDIA_MAX_BYTES", |c| {
             c.agent.media.max_bytes.to_string()
         }),
+        p("TROUPE_STREAM", "\"off\"", "on", |c| {
+            c.agent.stream.on.to_string()
+        }),
+        p("TROUPE_STREAM_EDIT_MS", "300", "400", |c| {
+            c.agent.stream.edit_every.as_millis().to_string()
+        }),
+        n("TROUPE_EDIT_WINDOW_SECS", |c| {
+            c.agent.stream.edit_window.as_secs().to_string()
+        }),
         n("TROUPE_KNOWLEDGE_MAX_FILE_BYTES", |c| {
             c.knowledge.max_file_bytes.to_string()
         }),

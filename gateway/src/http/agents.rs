@@ -11,6 +11,7 @@
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use troupe_connectors::{
@@ -119,6 +120,9 @@ pub struct PostMessage {
     /// (issue 32, docs/media.md).
     #[serde(default)]
     attachments: Vec<super::media::PostedImage>,
+    /// Answer as server-sent events, the reply shown as it is written (issue 32).
+    #[serde(default)]
+    stream: bool,
 }
 
 /// What `POST /messages` answers: the replies, or why there are none.
@@ -174,13 +178,14 @@ pub async fn post_message(
     AgentPath(agent): AgentPath,
     caller: Caller,
     ApiJson(mut body): ApiJson<PostMessage>,
-) -> Result<(StatusCode, Json<MessageAnswer>), ApiError> {
+) -> Result<Response, ApiError> {
     // Refuse before journaling: a message that cannot be answered is not accepted.
     if let Some(reason) = agent.mind().provider.unavailable() {
         return Err(provider_error(&ProviderError::Unconfigured(reason)));
     }
     super::api_share_left(&agent).await?;
     let images = std::mem::take(&mut body.attachments);
+    let stream = body.stream;
     let (mut inbound, room_id) = posted(body, &caller, state.config.limits.max_message_chars)?;
     if !images.is_empty() {
         inbound.attachments = super::media::accept(&state.config, &state.store, images).await?;
@@ -188,13 +193,75 @@ pub async fn post_message(
     let message_id = inbound.id.clone();
     // The model has its own deadline; this one only guards against a lost outcome.
     let deadline = state.config.agent.model_timeout + Duration::from_secs(30);
+    if stream {
+        return stream_message(&state, &agent.id, inbound, deadline, room_id).await;
+    }
     let answer = state
         .ingress
         .converse(&agent.id, inbound, deadline)
         .await
         .map_err(converse_error)?;
     let answer = message_answer(answer, room_id, message_id)?;
-    Ok((StatusCode::OK, Json(answer)))
+    Ok((StatusCode::OK, Json(answer)).into_response())
+}
+
+/// `POST /messages` with `"stream": true`: `delta` events of the reply as it is written,
+/// then one `reply` event with what the plain call answers (or an `error` event). An
+/// outcome known before any text (an error, a silent persona) is answered as without a
+/// stream; a reply is always an event stream, whole in one `delta` when it did not stream.
+async fn stream_message(
+    state: &AppState,
+    agent: &AgentId,
+    inbound: Inbound,
+    deadline: Duration,
+    room_id: RoomId,
+) -> Result<Response, ApiError> {
+    use super::live::{Started, event_stream, start};
+    let message_id = inbound.id.clone();
+    let (ingress, who) = (state.ingress.clone(), agent.clone());
+    let converse = Box::pin(async move { ingress.converse(&who, inbound, deadline).await });
+    match start(state.ingress.live(), agent, &message_id, converse).await {
+        Started::Live(streaming) => Ok(streaming.respond(stream_delta, move |answer, sent| {
+            let answer = answer
+                .map_err(converse_error)
+                .and_then(|a| message_answer(a, room_id, message_id));
+            stream_end(answer, sent)
+        })),
+        Started::Done(answer) => {
+            // Errors keep their status; a reply is still an event stream.
+            let answer = message_answer(answer.map_err(converse_error)?, room_id, message_id)?;
+            let frames = stream_end(Ok(answer), "").concat();
+            Ok(event_stream(axum::body::Body::from(frames)))
+        }
+    }
+}
+
+/// A `delta` event: the next piece of the reply.
+fn stream_delta(piece: &str) -> String {
+    super::live::event("delta", &serde_json::json!({ "text": piece }))
+}
+
+/// The stream's end: what is left of the reply after `sent`, and the `reply` event with
+/// what the plain call answers; or an `error` event.
+fn stream_end(answer: Result<MessageAnswer, ApiError>, sent: &str) -> Vec<String> {
+    use super::live::{event, rest};
+    match answer {
+        Ok(answer) => {
+            let texts: Vec<&str> = answer.replies.iter().map(|r| r.text.as_str()).collect();
+            let whole = texts.join("\n\n");
+            let mut frames = Vec::new();
+            let left = rest(&whole, sent);
+            if !left.is_empty() {
+                frames.push(stream_delta(left));
+            }
+            frames.push(event("reply", &serde_json::json!(answer)));
+            frames
+        }
+        Err(e) => vec![event(
+            "error",
+            &serde_json::json!({"error": e.error, "detail": e.detail}),
+        )],
+    }
 }
 
 /// The posted message, checked, as the Web connector's `Inbound`, with the Web room it was

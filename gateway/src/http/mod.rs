@@ -26,6 +26,7 @@ mod forwarded;
 mod health;
 mod inspect;
 mod knowledge;
+mod live;
 mod media;
 mod openai;
 mod posts;

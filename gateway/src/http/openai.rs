@@ -157,13 +157,7 @@ async fn chat_completions(
     tracing::debug!(stateful = posted.stateful, "chat completion");
     let message_id = posted.inbound.id.clone();
     let deadline = state.config.agent.model_timeout + Duration::from_secs(30);
-    let answer = state
-        .ingress
-        .converse(&agent.id, posted.inbound, deadline)
-        .await
-        .map_err(super::agents::converse_error)?;
-    let (text, usage, ignored) = answered(answer.outcome)?;
-    let reply = Reply {
+    let reply = |text, usage, ignored| Reply {
         id: format!("chatcmpl-{message_id}"),
         model: agent.id.to_string(),
         created: crate::clock::now_ms() / 1000,
@@ -171,11 +165,69 @@ async fn chat_completions(
         usage,
         ignored,
     };
-    Ok(if stream {
-        reply.stream(include_usage)
-    } else {
-        reply.completion()
-    })
+    if !stream {
+        let answer = state
+            .ingress
+            .converse(&agent.id, posted.inbound, deadline)
+            .await
+            .map_err(super::agents::converse_error)?;
+        let (text, usage, ignored) = answered(answer.outcome)?;
+        return Ok(reply(text, usage, ignored).completion());
+    }
+    let (ingress, who) = (state.ingress.clone(), agent.id.clone());
+    let inbound = posted.inbound;
+    let converse = Box::pin(async move { ingress.converse(&who, inbound, deadline).await });
+    match super::live::start(state.ingress.live(), &agent.id, &message_id, converse).await {
+        super::live::Started::Done(answer) => {
+            let answer = answer.map_err(super::agents::converse_error)?;
+            let (text, usage, ignored) = answered(answer.outcome)?;
+            Ok(reply(text, usage, ignored).stream(include_usage))
+        }
+        super::live::Started::Live(streaming) => {
+            let chunks = response::Chunks {
+                id: format!("chatcmpl-{message_id}"),
+                model: agent.id.to_string(),
+                created: crate::clock::now_ms() / 1000,
+                include_usage,
+            };
+            let first = chunks.clone();
+            let mut role_sent = false;
+            let delta = move |piece: &str| {
+                // The role goes with the first piece: a chunk stream opens with it.
+                let mut frames = String::new();
+                if !std::mem::replace(&mut role_sent, true) {
+                    frames.push_str(&first.role());
+                }
+                frames.push_str(&first.content(piece));
+                frames
+            };
+            Ok(streaming.respond(delta, move |answer, sent| live_end(&chunks, answer, sent)))
+        }
+    }
+}
+
+/// The end of a live stream: what is left of the reply after `sent`, the finish and usage;
+/// or the error, in OpenAI's shape, when the turn failed after it began writing.
+fn live_end(
+    chunks: &response::Chunks,
+    answer: Result<crate::ingress::Answer, crate::ingress::ConverseError>,
+    sent: &str,
+) -> Vec<String> {
+    let outcome = answer
+        .map_err(super::agents::converse_error)
+        .and_then(|a| answered(a.outcome));
+    match outcome {
+        Ok((text, usage, _)) => {
+            let mut frames = Vec::new();
+            let left = super::live::rest(&text, sent);
+            if !left.is_empty() {
+                frames.push(chunks.content(left));
+            }
+            frames.extend(chunks.end(usage));
+            frames
+        }
+        Err(e) => chunks.error(errors::openai_error_value(&e)),
+    }
 }
 
 /// The reply's text and usage for the agent's outcome, or the error a client acts on. A

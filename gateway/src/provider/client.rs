@@ -16,6 +16,9 @@ use super::{Completion, ModelProvider, OutageNotice, ProviderError};
 use crate::config::ProviderSettings;
 use crate::persona::Prompt;
 
+/// The longest answer asked of a model, in tokens.
+pub(super) const MAX_TOKENS: u32 = 1024;
+
 /// A genai client pinned to one target.
 pub struct GenaiProvider {
     client: genai::Client,
@@ -97,36 +100,14 @@ impl GenaiProvider {
     /// tokens it used charged to the account. Shared by plain replies and tool steps
     /// (`tools.rs`).
     pub(super) async fn exec(&self, request: ChatRequest) -> Result<ChatResponse, Failure> {
-        // The account's turn first (limits shared across personas, priorities, rooms in
-        // turn), then this persona's own concurrency.
-        let turn = match &self.account {
-            Some(account) => Some(account.acquire().await),
-            None => None,
-        };
-        let _permit = self.permits.acquire().await.map_err(|_| Failure {
-            error: ProviderError::Upstream("the provider is shutting down".into()),
-            transient: false,
-        })?;
-        let options = ChatOptions::default().with_max_tokens(1024);
+        let (turn, _permit) = self.admit().await?;
+        let options = ChatOptions::default().with_max_tokens(MAX_TOKENS);
         let call = self
             .client
             .exec_chat(&self.target.model, request, Some(&options));
         let response = match tokio::time::timeout(self.timeout, call).await {
-            Err(_) => {
-                return Err(Failure {
-                    error: ProviderError::Timeout(self.timeout),
-                    transient: true,
-                });
-            }
-            Ok(Err(e)) => {
-                let failure = classify(e, self.timeout);
-                if let (ProviderError::RateLimited { retry_after }, Some(account)) =
-                    (&failure.error, &self.account)
-                {
-                    account.back_off(*retry_after);
-                }
-                return Err(failure);
-            }
+            Err(_) => return Err(self.timed_out()),
+            Ok(Err(e)) => return Err(self.failed(e)),
             Ok(Ok(r)) => r,
         };
         if let Some(turn) = &turn {
@@ -135,6 +116,59 @@ impl GenaiProvider {
             turn.charge(u64::try_from(used).unwrap_or(0));
         }
         Ok(response)
+    }
+
+    /// The account's turn first (limits shared across personas, priorities, rooms in
+    /// turn), then this persona's own concurrency. Plain calls and streamed ones alike.
+    pub(super) async fn admit(
+        &self,
+    ) -> Result<
+        (
+            Option<crate::spend::scheduler::Permit>,
+            tokio::sync::SemaphorePermit<'_>,
+        ),
+        Failure,
+    > {
+        let turn = match &self.account {
+            Some(account) => Some(account.acquire().await),
+            None => None,
+        };
+        let permit = self.permits.acquire().await.map_err(|_| Failure {
+            error: ProviderError::Upstream("the provider is shutting down".into()),
+            transient: false,
+        })?;
+        Ok((turn, permit))
+    }
+
+    /// A call past its deadline.
+    pub(super) fn timed_out(&self) -> Failure {
+        Failure {
+            error: ProviderError::Timeout(self.timeout),
+            transient: true,
+        }
+    }
+
+    /// A failed call, classified; a 429 also backs the whole account off.
+    pub(super) fn failed(&self, error: genai::Error) -> Failure {
+        let failure = classify(error, self.timeout);
+        if let (ProviderError::RateLimited { retry_after }, Some(account)) =
+            (&failure.error, &self.account)
+        {
+            account.back_off(*retry_after);
+        }
+        failure
+    }
+
+    pub(super) fn client(&self) -> &genai::Client {
+        &self.client
+    }
+
+    pub(super) fn target(&self) -> &Target {
+        &self.target
+    }
+
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     pub(super) fn breaker(&self) -> &Breaker {
@@ -153,7 +187,11 @@ pub(super) fn request_of(prompt: &Prompt) -> ChatRequest {
 
 /// What a response used, with `text` as its answer.
 pub(super) fn completion_of(response: &ChatResponse, text: String) -> Completion {
-    let usage = &response.usage;
+    completion_with(&response.usage, text)
+}
+
+/// What a call used, from the usage the provider reported, with `text` as its answer.
+pub(super) fn completion_with(usage: &genai::chat::Usage, text: String) -> Completion {
     Completion {
         text,
         prompt_tokens: usage.prompt_tokens.and_then(|t| u32::try_from(t).ok()),
@@ -186,6 +224,17 @@ impl ModelProvider for GenaiProvider {
 
     fn calls_tools(&self) -> bool {
         true
+    }
+
+    async fn complete_live(
+        &self,
+        prompt: &Prompt,
+        notice: Option<&dyn OutageNotice>,
+        live: &crate::live::Live,
+    ) -> Result<Completion, ProviderError> {
+        self.breaker
+            .call(notice, || self.attempt_live(prompt, live))
+            .await
     }
 
     async fn step(

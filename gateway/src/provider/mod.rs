@@ -22,12 +22,13 @@
 //!
 //! Layout: this file holds the surface an agent sees (the trait, its errors, the stand-in
 //! providers, `for_persona`); `target` resolves where a persona's model is called,
-//! `client` is the genai client, `breaker` the retries and circuit breaker every call of an
+//! `client` is the genai client, `stream` its streamed calls, `breaker` the retries and circuit breaker every call of an
 //! account goes through.
 
 mod breaker;
 mod client;
 mod media;
+mod stream;
 mod target;
 mod tools;
 
@@ -108,6 +109,18 @@ pub trait ModelProvider: Send + Sync {
     ) -> Result<Completion, ProviderError> {
         let _ = notice;
         self.complete(prompt).await
+    }
+    /// `complete_or_wait`, showing the answer in `live` as the model writes it (issue 32,
+    /// `TROUPE_STREAM`). A provider that cannot stream shows it whole when it has it.
+    async fn complete_live(
+        &self,
+        prompt: &Prompt,
+        notice: Option<&dyn OutageNotice>,
+        live: &crate::live::Live,
+    ) -> Result<Completion, ProviderError> {
+        let completion = self.complete_or_wait(prompt, notice).await?;
+        live.set(&completion.text);
+        Ok(completion)
     }
     /// Whether this provider passes tools to its model (issue 33). One that does not gets
     /// no tools, and `troupe check` warns.

@@ -12,6 +12,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::http::error::ApiError;
+
 /// The largest error body read back to be reshaped: errors are one line.
 const MAX_ERROR_BODY: usize = 16 * 1024;
 
@@ -53,6 +55,16 @@ pub(super) async fn openai_errors(request: Request, next: Next) -> Response {
         HeaderValue::from_static("application/json"),
     );
     (parts, axum::Json(body)).into_response()
+}
+
+/// An `ApiError` in OpenAI's shape, for an error sent inside a stream that already began.
+pub(super) fn openai_error_value(error: &ApiError) -> Value {
+    json!({"error": {
+        "message": error.detail,
+        "type": kind(error.status),
+        "param": null,
+        "code": openai_code(error.status, Some(error.error)),
+    }})
 }
 
 /// OpenAI's `type` for a status.

@@ -2,13 +2,16 @@
 //! server-sent events of `chat.completion.chunk`s ending with `data: [DONE]`, the last
 //! chunk carrying `usage` when `stream_options.include_usage` asks for it.
 //!
-//! The agent's turn produces the whole reply (it is journaled and recorded before it is
-//! answered, so a retry gets the same one); a stream sends that reply as it is cut into
-//! word-sized deltas, so every client that reads a stream works the same (docs/openai.md).
+//! A reply the model writes live (`http::live`, `TROUPE_STREAM`) is sent as its pieces come;
+//! one that came whole (a retry answered from the journal, a provider that does not
+//! stream, an answer of another replica) is cut into word-sized deltas, so every client
+//! that reads a stream works the same (docs/openai.md).
 
 use axum::body::Body;
-use axum::http::{HeaderValue, header};
+use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
+
+use super::super::live::event_stream;
 use serde::Serialize;
 use serde_json::json;
 
@@ -63,52 +66,82 @@ impl Reply {
     }
 
     /// The reply as server-sent events: the role, the text in word-sized deltas, the
-    /// finish, `usage` when asked for, and `[DONE]`.
+    /// finish, `usage` when asked for, and `[DONE]`. For a reply that was not written live
+    /// (it came whole: a reply recorded before, a provider that does not stream).
     pub(super) fn stream(self, include_usage: bool) -> Response {
-        let mut events = Vec::new();
-        let chunk = |delta: serde_json::Value, finish: Option<&str>| {
-            let mut c = json!({
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.model,
-                "system_fingerprint": null,
-                "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-            });
-            if include_usage {
-                c["usage"] = serde_json::Value::Null;
-            }
-            c
+        let chunks = Chunks {
+            id: self.id.clone(),
+            model: self.model.clone(),
+            created: self.created,
+            include_usage,
         };
-        events.push(chunk(json!({"role": "assistant", "content": ""}), None));
+        let mut frames = vec![chunks.role()];
         for piece in self.text.split_inclusive(char::is_whitespace) {
-            events.push(chunk(json!({"content": piece}), None));
+            frames.push(chunks.content(piece));
         }
-        events.push(chunk(json!({}), Some("stop")));
-        if include_usage {
-            events.push(json!({
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.model,
-                "system_fingerprint": null,
-                "choices": [],
-                "usage": self.usage,
-            }));
+        frames.extend(chunks.end(self.usage));
+        let body = Body::from_stream(futures::stream::iter(
+            frames.into_iter().map(Ok::<_, std::convert::Infallible>),
+        ));
+        with_ignored(event_stream(body), self.ignored.as_deref())
+    }
+}
+
+/// The `chat.completion.chunk` frames of one streamed completion.
+#[derive(Clone)]
+pub(super) struct Chunks {
+    pub(super) id: String,
+    pub(super) model: String,
+    pub(super) created: i64,
+    pub(super) include_usage: bool,
+}
+
+impl Chunks {
+    fn frame(&self, choices: serde_json::Value, usage: Option<serde_json::Value>) -> String {
+        let mut c = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": choices,
+        });
+        if self.include_usage {
+            c["usage"] = usage.unwrap_or(serde_json::Value::Null);
         }
-        let frames = events
-            .into_iter()
-            .map(|e| format!("data: {e}\n\n"))
-            .chain(std::iter::once("data: [DONE]\n\n".to_string()))
-            .map(Ok::<_, std::convert::Infallible>);
-        let mut response = Response::new(Body::from_stream(futures::stream::iter(frames)));
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        with_ignored(response, self.ignored.as_deref())
+        format!("data: {c}\n\n")
+    }
+
+    fn choice(&self, delta: serde_json::Value, finish: Option<&str>) -> String {
+        self.frame(
+            json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]),
+            None,
+        )
+    }
+
+    /// The first chunk: the assistant's role.
+    pub(super) fn role(&self) -> String {
+        self.choice(json!({"role": "assistant", "content": ""}), None)
+    }
+
+    /// A piece of the text.
+    pub(super) fn content(&self, piece: &str) -> String {
+        self.choice(json!({"content": piece}), None)
+    }
+
+    /// The finish, `usage` when asked for, and `[DONE]`.
+    pub(super) fn end(&self, usage: Usage) -> Vec<String> {
+        let mut frames = vec![self.choice(json!({}), Some("stop"))];
+        if self.include_usage {
+            frames.push(self.frame(json!([]), Some(json!(usage))));
+        }
+        frames.push("data: [DONE]\n\n".to_string());
+        frames
+    }
+
+    /// An error after the stream began, in OpenAI's shape (the SDKs raise it), then `[DONE]`.
+    pub(super) fn error(&self, error: serde_json::Value) -> Vec<String> {
+        vec![format!("data: {error}\n\n"), "data: [DONE]\n\n".to_string()]
     }
 }
 
@@ -122,6 +155,7 @@ fn with_ignored(mut response: Response, ignored: Option<&str>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     fn reply() -> Reply {
         Reply {

@@ -1,0 +1,108 @@
+//! Streamed calls (issue 32, `TROUPE_STREAM`): the same call as `client.rs` makes, asked
+//! with `stream: true`, each piece of text shown in the turn's [`Live`] as it arrives. The
+//! scheduler's turn, the permit, the deadline (for the whole stream, not per piece), the
+//! failure's classification and the tokens charged are the plain call's; the breaker
+//! retries a call that failed mid-stream from the start, and the `Live` starts over with it.
+
+use futures::StreamExt;
+use genai::chat::{ChatOptions, ChatStreamEvent};
+
+use super::breaker::Failure;
+use super::client::{GenaiProvider, MAX_TOKENS, completion_with, request_of};
+use super::{Completion, ProviderError};
+use crate::live::Live;
+use crate::persona::Prompt;
+
+impl GenaiProvider {
+    /// One streamed attempt: the answer, shown in `live` as it comes, then whole.
+    pub(super) async fn attempt_live(
+        &self,
+        prompt: &Prompt,
+        live: &Live,
+    ) -> Result<Completion, Failure> {
+        live.restart();
+        let (turn, _permit) = self.admit().await?;
+        // genai asks an OpenAI-compatible server for `stream_options.include_usage` when
+        // usage is captured, so a streamed reply is accounted like a whole one.
+        let options = ChatOptions::default()
+            .with_max_tokens(MAX_TOKENS)
+            .with_capture_usage(true);
+        let deadline = tokio::time::Instant::now() + self.timeout();
+        let call = self.client().exec_chat_stream(
+            &self.target().model,
+            request_of(prompt),
+            Some(&options),
+        );
+        let mut stream = match tokio::time::timeout_at(deadline, call).await {
+            Err(_) => return Err(self.timed_out()),
+            Ok(Err(e)) => return Err(self.failed(e)),
+            Ok(Ok(response)) => response.stream,
+        };
+        let mut text = String::new();
+        let mut usage = genai::chat::Usage::default();
+        loop {
+            let event = match tokio::time::timeout_at(deadline, stream.next()).await {
+                Err(_) => return Err(self.timed_out()),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(self.failed(inner_error(e))),
+                Ok(Some(Ok(event))) => event,
+            };
+            match event {
+                ChatStreamEvent::Chunk(chunk) => {
+                    text.push_str(&chunk.content);
+                    live.push(&chunk.content);
+                }
+                ChatStreamEvent::End(end) => {
+                    if let Some(captured) = end.captured_usage {
+                        usage = captured;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(turn) = &turn {
+            let used = usage.prompt_tokens.unwrap_or(0) + usage.completion_tokens.unwrap_or(0);
+            turn.charge(u64::try_from(used).unwrap_or(0));
+        }
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(Failure {
+                error: ProviderError::Empty,
+                transient: false,
+            });
+        }
+        Ok(completion_with(&usage, text.to_string()))
+    }
+}
+
+/// The HTTP error inside a stream's error. genai reports a refused streamed request (a 429,
+/// a 5xx) as a `WebStream` error wrapping the `HttpError` with its status and headers: the
+/// breaker must see that status to retry, back off and honour `retry-after`, as it does
+/// for a plain call.
+fn inner_error(error: genai::Error) -> genai::Error {
+    match error {
+        genai::Error::WebStream {
+            model_iden,
+            cause,
+            error,
+        } => match error.downcast::<genai::Error>() {
+            Ok(inner) => *inner,
+            Err(error) => genai::Error::WebStream {
+                model_iden,
+                cause,
+                error,
+            },
+        },
+        other => other,
+    }
+}
+
+impl super::Step {
+    /// A step that answered, with no tool calls: what a plain or streamed call returns.
+    pub fn answer(completion: Completion) -> Self {
+        super::Step {
+            completion,
+            calls: Vec::new(),
+        }
+    }
+}
