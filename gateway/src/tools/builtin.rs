@@ -324,12 +324,11 @@ fn text_of_html(html: &str) -> String {
     while i < html.len() {
         let rest = &lower[i..];
         if rest.starts_with('<') {
-            let skip_to = ["script", "style"].iter().find_map(|tag| {
-                rest[1..]
-                    .starts_with(tag)
-                    .then(|| rest.find(&format!("</{tag}")))
-                    .flatten()
-            });
+            // A script's or a style's content is not text: skip to its closing tag.
+            let skip_to = ["script", "style"]
+                .iter()
+                .find(|tag| rest[1..].starts_with(**tag))
+                .and_then(|tag| rest.find(&format!("</{tag}")));
             let from = i + skip_to.unwrap_or(0);
             match lower[from..].find('>') {
                 Some(end) => i = from + end + 1,
