@@ -318,10 +318,14 @@ impl App {
         if let Some(small) = &small {
             tracing::info!(persona = %persona.id, model = %small.describe(), "background work uses the small model");
         }
-        let tools =
-            crate::tools::Toolbox::start(&persona, &self.config.tools, &self.config.personas_dir)
-                .await
-                .map(Arc::new);
+        let tools = crate::tools::Toolbox::start(
+            &persona,
+            &self.config.tools,
+            &self.config.knowledge.fetch,
+            &self.config.personas_dir,
+        )
+        .await
+        .map(Arc::new);
         if tools.is_some() && !provider.calls_tools() {
             tracing::warn!(persona = %persona.id, "settings.mcp: this persona's model provider does not call tools; its tools will not be offered");
         }

@@ -7,7 +7,8 @@ Python SDK (`mcp` on PyPI, pinned in .ci/run).
 Its tools stand for what a test needs a tool to do: know something the model cannot
 (`lookup`), hang (`hang`), return far too much (`flood`), return a room-control marker
 (`status`), and be destructive (`wipe`). It also reports, on request, the environment and
-working directory it runs in (`whereami`), so a test can check what troupe gave it.
+working directory it runs in (`whereami`), so a test can check what troupe gave it, and
+grows a tool at runtime (`grow` adds `extra` and sends `notifications/tools/list_changed`).
 """
 
 import os
@@ -15,7 +16,7 @@ import socket
 import sys
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 
 server = MCPServer(name="troupe-test")
@@ -57,6 +58,18 @@ def wipe() -> str:
 @server.tool(description="Reports this server's environment variable names and working directory.")
 def whereami() -> str:
     return f"cwd={os.getcwd()} env={','.join(sorted(os.environ))}"
+
+
+def extra() -> str:
+    return "The extra tool answers: grown at runtime."
+
+
+@server.tool(description="Adds the `extra` tool and tells the client its tools changed.")
+async def grow(ctx: Context) -> str:
+    if "extra" not in {t.name for t in await server.list_tools()}:
+        server.add_tool(extra, name="extra", description="A tool added at runtime.")
+    await ctx.session.send_tool_list_changed()
+    return "grown"
 
 
 def serve_http() -> None:

@@ -499,3 +499,306 @@ async fn an_eliza_character_with_plugin_mcp_uses_its_streamable_http_server() {
     assert!(status.is_success(), "{body}");
     assert!(troupe_e2e::json_contains_text(&body, SECRET), "{body}");
 }
+
+/// A model that quotes whatever its last tool returned (the data lines inside the fence),
+/// so a test reads in the reply what the tool gave.
+fn echoes_tool_results() -> FakeOpenAiConfig {
+    FakeOpenAiConfig {
+        default_reply: Some(Arc::new(|record: &ChatRequestRecord| {
+            match record.messages.last() {
+                Some(m) if m.role == "tool" => {
+                    let data: Vec<&str> = m
+                        .content
+                        .lines()
+                        .filter(|l| !l.starts_with("<") && !l.starts_with("The text below"))
+                        .collect();
+                    format!("The tool said: {}", data.join(" | "))
+                }
+                _ => default_reply_text(record),
+            }
+        })),
+        ..FakeOpenAiConfig::default()
+    }
+}
+
+/// The tool messages of the newest request: what the model read back.
+fn tool_results(model: &FakeOpenAi) -> Vec<String> {
+    let last = model.requests().last().cloned().expect("a request");
+    last.messages
+        .iter()
+        .filter(|m| m.role == "tool")
+        .map(|m| m.content.clone())
+        .collect()
+}
+
+/// A web page on 127.0.0.1, for `web.fetch`; returns its port.
+async fn web_page() -> u16 {
+    let app = axum::Router::new().route(
+        "/page",
+        axum::routing::get(|| async {
+            (
+                [("content-type", "text/html")],
+                "<!doctype html><html><head><script>var x = '<b>';</script></head>\
+                 <body><h1>Tide tables</h1><p>High water at 06:12, 4.2&nbsp;metres.</p></body></html>",
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    port
+}
+
+const BUILTINS: [&str; 4] = [
+    "knowledge.search",
+    "memory.remember",
+    "memory.forget",
+    "web.fetch",
+];
+
+fn builtin_character() -> Value {
+    let mut c = persona_json(
+        "Tess",
+        "Tess keeps the tide tables of the northern station.",
+    );
+    c["knowledge"] = json!(["The northern station's tide gauge was painted orange in 1987."]);
+    c["settings"]["troupe"] = json!({"tools": {"builtin": BUILTINS}});
+    c
+}
+
+#[tokio::test]
+async fn web_fetch_is_off_until_the_operator_turns_it_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tess.json");
+    std::fs::write(&file, builtin_character().to_string()).unwrap();
+    let check = |web_fetch: Option<&str>| {
+        let mut cmd = std::process::Command::new(troupe_bin());
+        cmd.arg("check")
+            .arg(&file)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin");
+        if let Some(v) = web_fetch {
+            cmd.env("TROUPE_TOOL_WEB_FETCH", v);
+        }
+        cmd.output().unwrap()
+    };
+    let out = check(None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("TROUPE_TOOL_WEB_FETCH"), "{stdout}");
+    let out = check(Some("true"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // At start the log names the variable, and the other built-ins are offered without it.
+    let model = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("tess.json", builtin_character())
+            .openai(&model),
+    )
+    .await;
+    assert!(
+        app.logs().contains("TROUPE_TOOL_WEB_FETCH"),
+        "{}",
+        app.logs()
+    );
+    let (status, body) = app
+        .post_message("tess", &json!({"roomId": "r1", "text": "hello"}))
+        .await;
+    assert!(status.is_success(), "{body}");
+    let mut offered = model.last_request().unwrap().tool_names();
+    offered.sort();
+    assert_eq!(
+        offered,
+        ["knowledge__search", "memory__forget", "memory__remember"]
+    );
+}
+
+#[tokio::test]
+async fn builtins_search_the_knowledge_remember_only_the_speaker_and_fetch_through_the_policy() {
+    let model = FakeOpenAi::start_with(echoes_tool_results()).await;
+    let page = web_page().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("tess.json", builtin_character())
+            .openai(&model)
+            .env("TROUPE_TOOL_WEB_FETCH", "true")
+            .env("TROUPE_FETCH_ALLOW", &format!("127.0.0.1:{page}"))
+            .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
+            // Facts are kept (and recalled), but no extraction runs in this test.
+            .env("TROUPE_MEMORY_FACTS_EVERY", "1000")
+            .env("TROUPE_RATE_API_PER_MIN", "0"),
+    )
+    .await;
+    let ask = |user: &'static str, id: &'static str, text: &'static str| json!({"roomId": "r1", "userId": user, "userName": user, "messageId": id, "text": text});
+
+    // knowledge.search: the persona's own documents, as the model asked.
+    model.push(Script::ToolCalls(vec![(
+        "knowledge__search".into(),
+        json!({"query": "tide gauge painted"}),
+    )]));
+    let (status, body) = app
+        .post_message("tess", &ask("ann", "m1", "What colour is the gauge?"))
+        .await;
+    assert!(status.is_success(), "{body}");
+    assert!(
+        troupe_e2e::json_contains_text(&body, "painted orange in 1987"),
+        "{body}"
+    );
+    assert!(
+        model.requests()[0]
+            .tool_names()
+            .contains(&"knowledge__search".to_string())
+    );
+
+    // memory.remember: the fact is about the speaker, whatever else the model names.
+    model.push(Script::ToolCalls(vec![(
+        "memory__remember".into(),
+        json!({"fact": "prefers green tea", "user": "ben", "userId": "ben"}),
+    )]));
+    // The answer does not repeat the fact, so that only the facts can bring it to a prompt.
+    model.push(Script::reply("Noted."));
+    let (status, body) = app
+        .post_message("tess", &ask("ann", "m2", "I only drink green tea."))
+        .await;
+    assert!(status.is_success(), "{body}");
+    let (status, body) = app
+        .post_message("tess", &ask("ben", "m3", "Hello from Ben."))
+        .await;
+    assert!(status.is_success(), "{body}");
+    let (status, facts) = app.get("/api/agents/tess/rooms/r1/facts").await;
+    assert!(status.is_success(), "{facts}");
+    let facts = facts["facts"].as_array().expect("facts").clone();
+    assert_eq!(facts.len(), 1, "{facts:?}");
+    assert_eq!(facts[0]["userId"], "ann");
+    assert_eq!(facts[0]["fact"], "prefers green tea");
+    // It is recalled for Ann's next prompt, and not for Ben's.
+    let ben_prompt = model.requests().last().unwrap().prompt_text();
+    assert!(!ben_prompt.contains("prefers green tea"), "{ben_prompt}");
+    app.post_message("tess", &ask("ann", "m4", "What do I like?"))
+        .await;
+    let ann_prompt = model.requests().last().unwrap().prompt_text();
+    assert!(ann_prompt.contains("prefers green tea"), "{ann_prompt}");
+
+    // memory.forget, asked for by Ben: only Ben's facts could go, and he has none.
+    model.push(Script::ToolCalls(vec![(
+        "memory__forget".into(),
+        json!({"fact": "green tea"}),
+    )]));
+    app.post_message("tess", &ask("ben", "m5", "Forget the tea thing."))
+        .await;
+    assert!(tool_results(&model)[0].contains("No fact about them matched"));
+    let (_, facts) = app.get("/api/agents/tess/rooms/r1/facts").await;
+    assert_eq!(facts["facts"].as_array().unwrap().len(), 1, "{facts}");
+    // Asked for by Ann, it goes.
+    model.push(Script::ToolCalls(vec![(
+        "memory__forget".into(),
+        json!({"fact": "green tea"}),
+    )]));
+    app.post_message("tess", &ask("ann", "m6", "Forget my tea."))
+        .await;
+    assert!(tool_results(&model)[0].contains("Forgotten: prefers green tea"));
+    let (_, facts) = app.get("/api/agents/tess/rooms/r1/facts").await;
+    assert_eq!(facts["facts"], json!([]), "{facts}");
+
+    // web.fetch: a page the operator allows is read as text; the metadata service is not.
+    model.push(Script::ToolCalls(vec![
+        (
+            "web__fetch".into(),
+            json!({"url": format!("http://127.0.0.1:{page}/page?sig=QUERYSECRET")}),
+        ),
+        (
+            "web__fetch".into(),
+            json!({"url": "http://169.254.169.254/latest/meta-data/"}),
+        ),
+    ]));
+    let (status, body) = app
+        .post_message("tess", &ask("ann", "m7", "Tide tables?"))
+        .await;
+    assert!(status.is_success(), "{body}");
+    let results = tool_results(&model);
+    assert!(
+        results[0].contains("Tide tables High water at 06:12, 4.2 metres."),
+        "{}",
+        results[0]
+    );
+    assert!(!results[0].contains("<p>") && !results[0].contains("var x"));
+    assert!(results[1].contains("link-local"), "{}", results[1]);
+    let panel = why(&app, "r1", "m7").await;
+    assert_eq!(panel["toolCalls"][0]["outcome"], "ok", "{panel}");
+    assert_eq!(panel["toolCalls"][1]["outcome"], "error", "{panel}");
+
+    // Logs name the tools, never what they were given.
+    let logs = app.logs();
+    assert!(logs.contains("web.fetch"), "{logs}");
+    for secret in [
+        "QUERYSECRET",
+        "meta-data",
+        "green tea",
+        "tide gauge painted",
+    ] {
+        assert!(
+            !logs.contains(secret),
+            "`{secret}` reached the logs:\n{logs}"
+        );
+    }
+    let metrics = app
+        .client()
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "troupe_tool_calls_total{persona=\"tess\",tool=\"knowledge.search\",outcome=\"ok\"} 1",
+        "troupe_tool_calls_total{persona=\"tess\",tool=\"memory.forget\",outcome=\"ok\"} 2",
+        "troupe_tool_calls_total{persona=\"tess\",tool=\"web.fetch\",outcome=\"ok\"} 1",
+        "troupe_tool_calls_total{persona=\"tess\",tool=\"web.fetch\",outcome=\"error\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line}\n{metrics}");
+    }
+}
+
+#[tokio::test]
+async fn a_tool_added_at_runtime_is_offered_after_the_servers_notification() {
+    let Some(python) = python() else { return };
+    let model = FakeOpenAi::start_with(reads_tool_results()).await;
+    let mut character = persona_json("Tess", "Tess keeps the launch codes.");
+    character["settings"]["mcp"] = json!({"servers": {"station": stdio_server(&python, 30)}});
+    let app = TestApp::spawn(options(&model, &python, character)).await;
+
+    // `grow` adds `extra` and sends notifications/tools/list_changed.
+    model.push(Script::ToolCalls(vec![("station__grow".into(), json!({}))]));
+    let (status, body) = app
+        .post_message("tess", &json!({"roomId": "r1", "text": "grow"}))
+        .await;
+    assert!(status.is_success(), "{body}");
+    assert!(
+        !model.requests()[0]
+            .tool_names()
+            .contains(&"station__extra".to_string())
+    );
+    // The gateway lists the server's tools again when it is told (its log says so).
+    troupe_e2e::eventually("the gateway re-listed the server's tools", WAIT, || async {
+        app.logs().contains("MCP server's tools changed")
+    })
+    .await;
+
+    let (status, body) = app
+        .post_message("tess", &json!({"roomId": "r1", "text": "anything new?"}))
+        .await;
+    assert!(status.is_success(), "{body}");
+    let offered = model.last_request().unwrap().tool_names();
+    assert!(
+        offered.contains(&"station__extra".to_string()),
+        "{offered:?}"
+    );
+}

@@ -23,7 +23,7 @@ use super::{Agent, Mind};
 use crate::outcome::Origin;
 use crate::persona::Prompt;
 use crate::provider::{Completion, Exchange, ProviderError, ToolCall, ToolRound, ToolSpec};
-use crate::tools::{Called, Offered, Toolbox};
+use crate::tools::{Called, Offered, Toolbox, builtin};
 use crate::why::ToolCallView;
 
 /// What this message's turn may use: the persona's toolbox and the tools its room allows.
@@ -67,6 +67,7 @@ impl Agent {
         let mut admin: Option<bool> = None;
         let mut steps = 0;
         let mut origin = crate::outcome::Origin::Other;
+        let ctx = self.builtin_context(inbound);
         let text = loop {
             // At the cap the model is asked for an answer, with no tools to call.
             let tools: &[ToolSpec] = if steps < max_steps { &specs } else { &[] };
@@ -94,7 +95,7 @@ impl Agent {
             let runs = step
                 .calls
                 .iter()
-                .map(|call| self.run(&offer, call, admin.unwrap_or(false)));
+                .map(|call| self.run(&offer, call, admin.unwrap_or(false), &ctx));
             let called: Vec<Called> = futures::future::join_all(runs).await;
             for (call, result) in step.calls.iter().zip(&called) {
                 marker |= result.held_marker;
@@ -125,7 +126,13 @@ impl Agent {
 
     /// Runs one call the model asked for, or refuses it: a tool not offered in this room,
     /// or a destructive one for someone who is not the room's admin.
-    async fn run(&self, offer: &Offer, call: &ToolCall, admin: bool) -> Called {
+    async fn run(
+        &self,
+        offer: &Offer,
+        call: &ToolCall,
+        admin: bool,
+        ctx: &builtin::Context<'_>,
+    ) -> Called {
         let toolbox = &offer.toolbox;
         let called = match offer.tools.iter().find(|t| t.spec.name == call.name) {
             None => toolbox.refused(&call.name, "this tool is not available here"),
@@ -133,7 +140,7 @@ impl Agent {
                 &call.name,
                 "this tool changes or deletes things; only the room's admin may use it",
             ),
-            Some(_) => toolbox.call(&call.name, call.arguments.clone()).await,
+            Some(_) => toolbox.call(&call.name, call.arguments.clone(), ctx).await,
         };
         let outcome = called.outcome.as_str();
         // The tool's name is logged only when it is one the persona has: a model's made-up
@@ -150,6 +157,20 @@ impl Agent {
             "tool called"
         );
         called
+    }
+
+    /// What the built-in tools may touch for this message: the persona's stores, and the
+    /// speaker (the only subject of `memory.*`) and room (the scope of `knowledge.search`).
+    fn builtin_context<'a>(&'a self, inbound: &'a Inbound) -> builtin::Context<'a> {
+        let memory = &self.settings.memory;
+        builtin::Context {
+            agent_id: &self.id,
+            inbound,
+            store: &self.store,
+            knowledge: self.knowledge.as_ref(),
+            memory: &self.memory,
+            facts_keep: (memory.facts_every > 0).then_some(i64::from(memory.facts_per_user)),
+        }
     }
 
     /// Between steps: past a spend budget, the turn ends with what the persona has (the

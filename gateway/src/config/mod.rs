@@ -265,6 +265,7 @@ struct FileConfig {
     mcp_urls: Option<String>,
     tool_max_steps: Option<u32>,
     tool_max_output_bytes: Option<usize>,
+    tool_web_fetch: Option<bool>,
 }
 
 impl Config {

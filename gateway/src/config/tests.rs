@@ -335,6 +335,9 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         p("TROUPE_TOOL_MAX_OUTPUT_BYTES", "1000", "2000", |c| {
             c.tools.max_output_bytes.to_string()
         }),
+        p("TROUPE_TOOL_WEB_FETCH", "true", "false", |c| {
+            c.tools.web_fetch.to_string()
+        }),
         n("TROUPE_FETCH_TIMEOUT_SECS", |c| {
             format!("{:?}", c.knowledge.fetch.timeout)
         }),

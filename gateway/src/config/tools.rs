@@ -1,7 +1,9 @@
 //! Tool settings (issue 33, docs/tools.md): which MCP servers the operator allows
 //! (`TROUPE_MCP_COMMANDS`, `TROUPE_MCP_URLS`) and how far a turn with tools may go
-//! (`TROUPE_TOOL_MAX_STEPS`, `TROUPE_TOOL_MAX_OUTPUT_BYTES`). A character file names its
-//! servers, but only these settings let one run: a file alone never starts a program.
+//! (`TROUPE_TOOL_MAX_STEPS`, `TROUPE_TOOL_MAX_OUTPUT_BYTES`), and whether the built-in
+//! `web.fetch` may run at all (`TROUPE_TOOL_WEB_FETCH`). A character file names its servers
+//! and built-ins, but only these settings let one run: a file alone never starts a program
+//! nor sends the gateway fetching.
 
 use super::{FileConfig, Layered};
 
@@ -22,6 +24,10 @@ pub struct ToolSettings {
     pub max_steps: u32,
     /// `TROUPE_TOOL_MAX_OUTPUT_BYTES`, default 64 KiB: one tool result's size in the prompt.
     pub max_output_bytes: usize,
+    /// `TROUPE_TOOL_WEB_FETCH`, off by default: whether a persona that turns on the built-in
+    /// `web.fetch` gets it. A model choosing URLs to fetch is a stranger choosing them, so
+    /// the operator decides; the fetch policy (`TROUPE_FETCH_ALLOW`…) applies either way.
+    pub web_fetch: bool,
 }
 
 impl Default for ToolSettings {
@@ -31,6 +37,7 @@ impl Default for ToolSettings {
             mcp_urls: Vec::new(),
             max_steps: 4,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            web_fetch: false,
         }
     }
 }
@@ -69,5 +76,6 @@ pub(super) fn tool_settings(
                 DEFAULT_MAX_OUTPUT_BYTES,
             )?
             .max(256),
+        web_fetch: layered.parse("TROUPE_TOOL_WEB_FETCH", file.tool_web_fetch, false)?,
     })
 }

@@ -359,7 +359,7 @@ impl Memory {
 
 /// Whether facts are learned about the author: not about bots, nor about the API's
 /// anonymous caller, who stands for everyone who gave no `userId`.
-fn learns_about(inbound: &Inbound) -> bool {
+pub(crate) fn learns_about(inbound: &Inbound) -> bool {
     let anonymous = inbound.platform() == troupe_connectors::Platform::Web
         && inbound.author.id.as_str() == crate::web::ANONYMOUS_USER;
     !inbound.author.is_bot && !anonymous

@@ -29,6 +29,7 @@
 //! - `knowledge`: documents, chunks, their change sequence, vectors (keyword ranking is
 //!   `knowledge::index`'s, not this module's);
 //! - `fact_ids`: facts by id, for the console's "delete this fact";
+//! - `told_facts`: a fact a user told the persona to remember or forget (the memory tools);
 //! - `summaries`: room summaries and user facts, which only move forward;
 //! - `rooms`: room controls, forgetting, and closing a command's journal entry;
 //! - `engine`: on SQLite, the thread with its own connection that runs the message path;
@@ -93,6 +94,7 @@ mod summaries_tests;
 pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
+mod told_facts;
 mod usage;
 #[cfg(test)]
 mod usage_tests;

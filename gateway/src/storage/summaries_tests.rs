@@ -29,6 +29,7 @@ on_both_backends!(
     racing_extractions_store_one,
     a_rooms_facts_are_about_its_users,
     a_fact_is_deleted_by_its_id,
+    a_told_fact_is_its_speakers_only,
 );
 
 /// Journals and records one message of `author` in `room` (with a reply from the agent
@@ -415,4 +416,72 @@ async fn a_fact_is_deleted_by_its_id(store: Store) {
     let left = store.room_facts_with_ids(&AGENT, &R1).await.unwrap();
     let left: Vec<&str> = left.iter().map(|f| f.fact.as_str()).collect();
     assert_eq!(left, ["sam flies kites"]);
+}
+
+/// Facts told through the memory tools (storage/told_facts.rs): about one user, capped
+/// with the learned ones, not moving the extraction position, and forgotten by words for
+/// that user only.
+async fn a_told_fact_is_its_speakers_only(store: Store) {
+    let (sam, kim) = (UserId::new("sam"), UserId::new("kim"));
+    let (sam_w, kim_w) = (who(Platform::Web, &sam), who(Platform::Web, &kim));
+    assert!(
+        store
+            .remember_user_fact(sam_w, "Keeps bees", &R1, 2, 10)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .remember_user_fact(sam_w, "Keeps bees", &R1, 2, 11)
+            .await
+            .unwrap()
+    );
+    store
+        .remember_user_fact(kim_w, "keeps bees too", &R1, 2, 12)
+        .await
+        .unwrap();
+    store
+        .remember_user_fact(sam_w, "flies kites", &R1, 2, 13)
+        .await
+        .unwrap();
+    store
+        .remember_user_fact(sam_w, "likes rain", &R1, 2, 14)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.user_facts(sam_w, 10).await.unwrap(),
+        ["likes rain", "flies kites"],
+        "the newest two are kept"
+    );
+    assert_eq!(store.fact_progress(sam_w).await.unwrap(), 0);
+    // Words of a fact forget it, for this user only; an exact reading wins over words.
+    assert_eq!(
+        store.forget_user_fact(sam_w, "KITES").await.unwrap(),
+        ["flies kites"]
+    );
+    assert!(
+        store
+            .forget_user_fact(sam_w, "bees")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.user_facts(kim_w, 10).await.unwrap(),
+        ["keeps bees too"]
+    );
+    assert!(
+        store
+            .forget_user_fact(kim_w, "  ")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .forget_user_fact(kim_w, "Keeps Bees Too")
+            .await
+            .unwrap(),
+        ["keeps bees too"]
+    );
 }

@@ -1,14 +1,16 @@
 //! Tools (issue 33, docs/tools.md): what a persona may do beyond talking, with the operator
 //! in control. A persona's `Toolbox` holds its running MCP servers (`mcp`), started at load
-//! only where the operator allows them (`policy::permitted`), and its room policy
-//! (`policy::RoomPolicy`). The agent asks it which tools a message's room may use
+//! only where the operator allows them (`policy::permitted`), the built-in tools it turned
+//! on (`builtin`), and its room policy (`policy::RoomPolicy`). The agent asks it which tools a message's room may use
 //! (`offered`) and has it run the calls the model asks for (`call`); every result comes
 //! back capped to `TROUPE_TOOL_MAX_OUTPUT_BYTES` and fenced as untrusted data.
 //!
 //! Layout: `servers` parses `settings.mcp.servers`; `policy` holds the operator's and the
-//! rooms' rules; `mcp` is one server's connection (rmcp). A persona with no server gets no
-//! toolbox at all, so its messages cost nothing new.
+//! rooms' rules; `mcp` is one server's connection (rmcp); `builtin` is troupe's own tools.
+//! A persona with no server and no built-in gets no toolbox at all, so its messages cost
+//! nothing new.
 
+pub mod builtin;
 mod mcp;
 pub mod policy;
 pub mod servers;
@@ -21,9 +23,11 @@ use std::time::Instant;
 use serde_json::Value;
 use troupe_connectors::Inbound;
 
-use crate::config::ToolSettings;
+use crate::config::{FetchSettings, ToolSettings};
+use crate::fetch::Fetcher;
 use crate::persona::Persona;
 use crate::provider::ToolSpec;
+use builtin::Builtin;
 use mcp::{CallError, Connection};
 use policy::RoomPolicy;
 use servers::ServerName;
@@ -72,9 +76,12 @@ pub struct Called {
     pub held_marker: bool,
 }
 
-/// A persona's tools: its running servers and its room policy.
+/// A persona's tools: its running servers, its built-ins and its room policy.
 pub struct Toolbox {
     servers: BTreeMap<ServerName, Connection>,
+    builtins: Vec<Builtin>,
+    /// For `web.fetch`, when it is on.
+    fetcher: Option<Fetcher>,
     rooms: RoomPolicy,
     max_output_bytes: usize,
     max_steps: u32,
@@ -95,12 +102,16 @@ pub fn check(persona: &Persona, settings: &ToolSettings, calls_tools: bool) -> F
     findings.errors.extend(problems);
     let (_, problems) = RoomPolicy::of(&persona.raw);
     findings.errors.extend(problems);
+    let (builtins, problems) = builtin::builtins_of(&persona.raw, settings);
+    findings.errors.extend(problems);
     for spec in &specs {
-        if let Err(refusal) = policy::permitted(spec, settings) {
+        if let Some(refusal) = shadows(spec, &builtins) {
+            findings.errors.push(refusal);
+        } else if let Err(refusal) = policy::permitted(spec, settings) {
             findings.errors.push(refusal);
         }
     }
-    if !specs.is_empty() && !calls_tools {
+    if (!specs.is_empty() || !builtins.is_empty()) && !calls_tools {
         findings.warnings.push(
             "settings.mcp: this persona's model provider does not call tools; its tools will not be offered"
                 .into(),
@@ -109,20 +120,37 @@ pub fn check(persona: &Persona, settings: &ToolSettings, calls_tools: bool) -> F
     findings
 }
 
+/// A server named like a namespace of the persona's built-ins (`memory`, say) would make
+/// two tools of one name: the built-in wins, and the server is refused.
+fn shadows(spec: &servers::ServerSpec, builtins: &[Builtin]) -> Option<String> {
+    let name = spec.name.to_string();
+    builtins.iter().any(|b| b.namespace() == name).then(|| {
+        format!(
+            "MCP server `{name}`: the name is taken by the built-in tools `{name}.*` this persona turns on; rename the server"
+        )
+    })
+}
+
 impl Toolbox {
     /// Starts the persona's servers the operator allows, each within its timeout; a server
     /// refused or failing is logged (with the variable to set) and left out. `None` when the
-    /// persona names no server: no toolbox, nothing on the message path.
+    /// persona names no server and turns on no built-in: no toolbox, nothing on the message
+    /// path.
     pub async fn start(
         persona: &Persona,
         settings: &ToolSettings,
+        fetch: &FetchSettings,
         personas_dir: &Path,
     ) -> Option<Toolbox> {
         let (specs, problems) = servers::servers_of(&persona.raw);
         for p in problems {
             tracing::warn!(persona = %persona.id, "{p}");
         }
-        if specs.is_empty() {
+        let (builtins, problems) = builtin::builtins_of(&persona.raw, settings);
+        for p in problems {
+            tracing::error!(persona = %persona.id, "{p}");
+        }
+        if specs.is_empty() && builtins.is_empty() {
             return None;
         }
         let (rooms, problems) = RoomPolicy::of(&persona.raw);
@@ -131,7 +159,9 @@ impl Toolbox {
         }
         let mut servers = BTreeMap::new();
         for spec in specs {
-            if let Err(refusal) = policy::permitted(&spec, settings) {
+            let refused =
+                shadows(&spec, &builtins).map_or_else(|| policy::permitted(&spec, settings), Err);
+            if let Err(refusal) = refused {
                 tracing::error!(persona = %persona.id, "{refusal}");
                 continue;
             }
@@ -146,8 +176,13 @@ impl Toolbox {
                 }
             }
         }
+        let fetcher = builtins
+            .contains(&Builtin::WebFetch)
+            .then(|| Fetcher::new(fetch));
         Some(Toolbox {
             servers,
+            builtins,
+            fetcher,
             rooms,
             max_output_bytes: settings.max_output_bytes,
             max_steps: settings.max_steps,
@@ -186,9 +221,17 @@ impl Toolbox {
             .collect()
     }
 
-    /// Every tool of every running server, named `<server>.<tool>`.
+    /// The built-ins turned on, then every tool of every running server, named
+    /// `<server>.<tool>`.
     pub fn all(&self) -> Vec<Offered> {
-        let mut all = Vec::new();
+        let mut all: Vec<Offered> = self
+            .builtins
+            .iter()
+            .map(|b| Offered {
+                spec: b.spec(),
+                destructive: false,
+            })
+            .collect();
         for (server, conn) in &self.servers {
             for tool in conn.tools().iter() {
                 all.push(Offered {
@@ -204,17 +247,28 @@ impl Toolbox {
         all
     }
 
-    /// Runs one call of `name` (`<server>.<tool>`). The caller has decided it may run.
-    pub async fn call(&self, name: &str, arguments: Value) -> Called {
+    /// Runs one call of `name` (a built-in, or `<server>.<tool>`) for the message of `ctx`.
+    /// The caller has decided it may run.
+    pub(crate) async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &builtin::Context<'_>,
+    ) -> Called {
         let started = Instant::now();
-        let found = name.split_once('.').and_then(|(server, tool)| {
-            let server = ServerName::parse(server).ok()?;
-            Some((self.servers.get(&server)?, tool))
-        });
-        let Some((conn, tool)) = found else {
-            return self.refused(name, "no such tool");
+        let result = if let Some(b) = Builtin::parse(name).filter(|b| self.builtins.contains(b)) {
+            builtin::run(b, &arguments, ctx, self.fetcher.as_ref()).await
+        } else {
+            let found = name.split_once('.').and_then(|(server, tool)| {
+                let server = ServerName::parse(server).ok()?;
+                Some((self.servers.get(&server)?, tool))
+            });
+            let Some((conn, tool)) = found else {
+                return self.refused(name, "no such tool");
+            };
+            conn.call(tool, arguments).await
         };
-        let (outcome, raw) = match conn.call(tool, arguments).await {
+        let (outcome, raw) = match result {
             Ok(text) => (Outcome::Ok, text),
             Err(CallError::Timeout(d)) => (
                 Outcome::Timeout,

@@ -103,7 +103,7 @@ impl RoomPolicy {
         };
         let Some(obj) = v.as_object() else {
             problems.push(
-                "settings.troupe.tools: expected an object {\"groups\", \"rooms\", \"allow\"}"
+                "settings.troupe.tools: expected an object {\"groups\", \"rooms\", \"allow\", \"builtin\"}"
                     .into(),
             );
             return (policy, problems);
@@ -123,9 +123,10 @@ impl RoomPolicy {
             list
         };
         for key in obj.keys() {
-            if !matches!(key.as_str(), "groups" | "rooms" | "allow") {
+            // `builtin` is read by `tools::builtin`: which of troupe's own tools are on.
+            if !matches!(key.as_str(), "groups" | "rooms" | "allow" | "builtin") {
                 problems.push(format!(
-                    "settings.troupe.tools.{key}: unknown field; use groups, rooms or allow"
+                    "settings.troupe.tools.{key}: unknown field; use groups, rooms, allow or builtin"
                 ));
             }
         }
