@@ -395,3 +395,41 @@ async fn multipart_image_parts_reach_the_model_and_hostile_ones_are_refused() {
     let seen = openai.wait_for_requests(2, WAIT).await;
     assert!(seen[1].image_urls().is_empty());
 }
+
+/// `TROUPE_VISION_MODEL`: a text-only persona's images are described by the vision model
+/// (sent the image part), and the persona's own model gets the description, no image.
+#[tokio::test]
+async fn a_vision_model_describes_images_for_a_text_only_persona() {
+    const SEEN: &str = "A grey cat asleep on a red chair.";
+    let openai = FakeOpenAi::start().await;
+    let mut blind = persona_json(BLIND, "Slate answers in plain words.");
+    blind["settings"]["model"] = json!("gpt-3.5-turbo");
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("slate.json", blind)
+            .openai(&openai)
+            .env("TROUPE_VISION_MODEL", "gpt-4o-mini"),
+    )
+    .await;
+    openai.push_reply(SEEN);
+    let (status, body) = app
+        .post_message(
+            BLIND,
+            &json!({"text": QUESTION, "attachments": [{"data": STANDARD.encode(png())}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let seen = openai.wait_for_requests(2, WAIT).await;
+    // First the vision model, with the image part.
+    assert_eq!(seen[0].model, "gpt-4o-mini");
+    assert_eq!(
+        seen[0].image_urls(),
+        vec![format!("data:image/png;base64,{}", STANDARD.encode(png()))]
+    );
+    // Then the persona's own model: the description, no image, not "cannot see" alone.
+    assert_eq!(seen[1].model, "gpt-3.5-turbo");
+    assert!(seen[1].image_urls().is_empty());
+    let asked = seen[1].last_user_message().unwrap();
+    assert!(asked.contains(SEEN), "{asked}");
+    assert!(asked.contains(QUESTION), "{asked}");
+}

@@ -174,6 +174,20 @@ pub fn small_target(persona: &Persona, env: &Env, large: &Target) -> Option<Targ
     })
 }
 
+/// The vision model for a persona whose own model is text-only (issue 32): the same vendor
+/// and endpoint as `large`, the model named by `TROUPE_VISION_MODEL` or elizaOS's
+/// `IMAGE_VISION_MODEL` (the character's settings or the environment).
+pub fn vision_target(persona: &Persona, env: &Env, large: &Target) -> Option<Target> {
+    let names = ["TROUPE_VISION_MODEL", "IMAGE_VISION_MODEL"];
+    let vision = names
+        .iter()
+        .find_map(|k| persona.secret(k, env).filter(|v| !v.trim().is_empty()))?;
+    (vision.trim() != large.model).then(|| Target {
+        model: vision.trim().to_string(),
+        ..large.clone()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
