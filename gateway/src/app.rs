@@ -318,7 +318,7 @@ impl App {
         if let Some(small) = &small {
             tracing::info!(persona = %persona.id, model = %small.describe(), "background work uses the small model");
         }
-        // A vision model describes images for a text-only persona (media::describe).
+        // A vision model describes images for a text-only persona (media::vision).
         let vision = crate::provider::vision_for_persona(
             &persona,
             &self.config.env,

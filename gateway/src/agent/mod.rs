@@ -172,7 +172,7 @@ impl Agent {
             && !crate::media::sees(sources.vision, &model.model)
         {
             let meter = self.meter();
-            crate::media::describe::images_described(
+            crate::media::vision::images_described(
                 inbound,
                 vision,
                 meter.as_ref(),

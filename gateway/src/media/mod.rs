@@ -29,7 +29,7 @@ mod load;
 
 pub use load::{Seen, Sources, load};
 
-pub mod describe;
+pub mod vision;
 
 use std::borrow::Cow;
 

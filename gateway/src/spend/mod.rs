@@ -77,7 +77,7 @@ pub enum Purpose {
     /// answers is a `Reply`.
     Tool,
     /// A separate vision model describing a message's images for a text-only persona
-    /// (issue 32, `media::describe`): part of the reply, like `Tool`.
+    /// (issue 32, `media::vision`): part of the reply, like `Tool`.
     Vision,
 }
 
