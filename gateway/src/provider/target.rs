@@ -195,6 +195,20 @@ mod tests {
     use crate::persona::test_support::{env, from_json as persona};
 
     #[test]
+    fn a_vision_model_is_named_by_troupe_or_elizaos_setting() {
+        let p = persona(serde_json::json!({"name": "Ada", "bio": "x", "modelProvider": "openai"}));
+        let e = env(&[("OPENAI_API_KEY", "k"), ("IMAGE_VISION_MODEL", "gpt-4o")]);
+        let large = resolve_target(&p, &e).unwrap();
+        let vision = vision_target(&p, &e, &large).unwrap();
+        assert_eq!(
+            (vision.model.as_str(), vision.base_url),
+            ("gpt-4o", large.base_url)
+        );
+        let none = env(&[("OPENAI_API_KEY", "k")]);
+        assert!(vision_target(&p, &none, &resolve_target(&p, &none).unwrap()).is_none());
+    }
+
+    #[test]
     fn a_small_model_is_the_background_target_when_it_differs() {
         let p = persona(serde_json::json!({"name": "Ada", "bio": "x", "modelProvider": "openai"}));
         let e = env(&[
