@@ -318,6 +318,14 @@ impl App {
         if let Some(small) = &small {
             tracing::info!(persona = %persona.id, model = %small.describe(), "background work uses the small model");
         }
+        // A vision model describes images for a text-only persona (media::vision).
+        let vision = crate::provider::vision_for_persona(
+            &persona,
+            &self.config.env,
+            self.config.agent.model_timeout,
+            self.config.agent.model_concurrency,
+            &self.breakers,
+        );
         let tools = crate::tools::Toolbox::start(
             &persona,
             &self.config.tools,
@@ -333,6 +341,7 @@ impl App {
             persona,
             provider,
             small,
+            vision,
             tools,
         };
         match self.agents.by_id(&mind.persona.id) {

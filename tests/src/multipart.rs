@@ -10,6 +10,10 @@ pub enum Part<'a> {
     Room(&'a str),
     /// A `file` field: its file name, content type and bytes.
     File(&'a str, &'a str, &'a [u8]),
+    /// Any text field: its name and value (`text` on `POST /messages`).
+    Text(&'a str, &'a str),
+    /// An `image` field of `POST /messages`: its file name, content type and bytes.
+    Image(&'a str, &'a str, &'a [u8]),
 }
 
 /// The boundary between the fields; no test file holds it.
@@ -26,21 +30,38 @@ pub fn body(parts: &[Part<'_>]) -> Vec<u8> {
                 )
                 .as_bytes(),
             ),
-            Part::File(name, content_type, bytes) => {
-                body.extend_from_slice(
-                    format!(
-                        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; \
-                         filename=\"{name}\"\r\nContent-Type: {content_type}\r\n\r\n"
-                    )
-                    .as_bytes(),
-                );
-                body.extend_from_slice(bytes);
-                body.extend_from_slice(b"\r\n");
+            Part::Text(name, value) => body.extend_from_slice(
+                format!(
+                    "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+                )
+                .as_bytes(),
+            ),
+            Part::File(name, content_type, bytes) => file(&mut body, "file", name, content_type, bytes),
+            Part::Image(name, content_type, bytes) => {
+                file(&mut body, "image", name, content_type, bytes)
             }
         }
     }
     body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
     body
+}
+
+/// One file field: its head, its bytes.
+fn file(body: &mut Vec<u8>, field: &str, name: &str, content_type: &str, bytes: &[u8]) {
+    body.extend_from_slice(
+        format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{field}\"; \
+             filename=\"{name}\"\r\nContent-Type: {content_type}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(b"\r\n");
+}
+
+/// The `Content-Type` of a body made by [`body`].
+pub fn content_type() -> String {
+    format!("multipart/form-data; boundary={BOUNDARY}")
 }
 
 /// `request` carrying `parts` as its multipart body.

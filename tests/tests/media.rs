@@ -15,6 +15,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use troupe_e2e::multipart::{self, Part};
 use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
 
 const SEER: &str = "Iris";
@@ -62,19 +63,23 @@ async fn file_server() -> u16 {
 /// connection, and returns what the gateway answered. A client that stops at the first
 /// failed write could not read the 413 the gateway sends before the body has all arrived.
 async fn post_huge(app: &TestApp, path: &str, size: usize) -> String {
+    let start = br#"{"text":"what is in this picture?","attachments":[{"data":""#;
+    post_raw(app, path, "application/json", start.to_vec(), size).await
+}
+
+/// Posts a body of `start` then `A`s, `size` bytes said in `Content-Length`, of `kind`.
+async fn post_raw(app: &TestApp, path: &str, kind: &str, start: Vec<u8>, size: usize) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let stream = tokio::net::TcpStream::connect(app.addr()).await.unwrap();
     let (mut read, mut write) = stream.into_split();
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {kind}\r\n\
          Content-Length: {size}\r\nConnection: close\r\n\r\n",
         app.addr()
     );
     let writer = tokio::spawn(async move {
         write.write_all(head.as_bytes()).await?;
-        write
-            .write_all(br#"{"text":"what is in this picture?","attachments":[{"data":""#)
-            .await?;
+        write.write_all(&start).await?;
         let chunk = vec![b'A'; 64 * 1024];
         for _ in 0..size / chunk.len() {
             write.write_all(&chunk).await?;
@@ -271,4 +276,160 @@ async fn vision_off_refuses_images_on_the_api() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(body.to_string().contains("TROUPE_VISION=off"), "{body}");
     assert_eq!(openai.request_count(), 0);
+}
+
+/// Posts `parts` as `multipart/form-data` to the persona's `/messages`.
+async fn post_form(app: &TestApp, agent: &str, parts: &[Part<'_>]) -> (StatusCode, Value) {
+    let url = app.url(&format!("/api/agents/{agent}/messages"));
+    let response = multipart::attach(app.client().post(url), parts)
+        .send()
+        .await
+        .expect("an answer");
+    let status = response.status();
+    let body = response.json().await.expect("a JSON answer");
+    (status, body)
+}
+
+/// The same photo as a multipart file part (a browser form, `curl -F image=@cat.png`):
+/// the same checks, stored the same way, seen by the model as an image part.
+#[tokio::test]
+async fn multipart_image_parts_reach_the_model_and_hostile_ones_are_refused() {
+    let openai = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona(SEER, "Iris looks closely at whatever she is shown.")
+            .openai(&openai),
+    )
+    .await;
+    let photo = png();
+    let (status, body) = post_form(
+        &app,
+        SEER,
+        &[
+            Part::Text("roomId", "form"),
+            Part::Text("text", QUESTION),
+            Part::Image("cat.png", "image/png", &photo),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let seen = openai.wait_for_requests(1, WAIT).await;
+    assert_eq!(
+        seen[0].image_urls(),
+        vec![format!("data:image/png;base64,{}", STANDARD.encode(png()))]
+    );
+    assert!(seen[0].last_user_message().unwrap().contains(QUESTION));
+    let (status, memories) = app
+        .get(&format!("/api/agents/{SEER}/rooms/form/memories"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{memories}");
+    assert!(
+        memories.to_string().contains("[image: image/png, 1 KB]"),
+        "{memories}"
+    );
+
+    // Hostile parts, each refused with its reason before the model is asked.
+    let words = b"just words".to_vec();
+    let five: Vec<Part<'_>> = std::iter::once(Part::Text("text", QUESTION))
+        .chain((0..5).map(|_| Part::Image("cat.png", "image/png", &photo)))
+        .collect();
+    let refusals: [(Vec<Part<'_>>, StatusCode, &str); 4] = [
+        (
+            vec![
+                Part::Text("text", QUESTION),
+                Part::Image("notes.png", "image/png", &words),
+            ],
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "not a PNG, JPEG, GIF or WebP",
+        ),
+        (five, StatusCode::UNPROCESSABLE_ENTITY, "at most 4 images"),
+        (
+            vec![
+                Part::Text("text", QUESTION),
+                Part::Image("cat.png", "image/jpeg", &photo),
+            ],
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "its bytes are image/png",
+        ),
+        (
+            vec![Part::Text("txt", QUESTION)],
+            StatusCode::BAD_REQUEST,
+            "txt",
+        ),
+    ];
+    for (parts, want_status, want_reason) in refusals {
+        let (status, body) = post_form(&app, SEER, &parts).await;
+        assert_eq!(status, want_status, "{want_reason}: {body}");
+        assert!(body.to_string().contains(want_reason), "{body}");
+    }
+
+    // A 25 MB part: refused with a clear 413 before it has all arrived.
+    let kind = multipart::content_type();
+    let boundary = kind.split("boundary=").nth(1).unwrap();
+    let start = multipart::body(&[
+        Part::Text("text", QUESTION),
+        Part::Image("huge.png", "image/png", &photo),
+    ]);
+    // The body up to the image's bytes; the rest of the 25 MB follows as `A`s.
+    let cut = start.len() - format!("\r\n--{boundary}--\r\n").len();
+    let start = start[..cut].to_vec();
+    let answer = post_raw(
+        &app,
+        &format!("/api/agents/{SEER}/messages"),
+        &kind,
+        start,
+        25 << 20,
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("TROUPE_MEDIA_MAX_BYTES"), "{answer}");
+    assert_eq!(
+        openai.request_count(),
+        1,
+        "no refused image reached the model"
+    );
+
+    // The gateway is unharmed.
+    let (status, body) = post_form(&app, SEER, &[Part::Text("text", "still there?")]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let seen = openai.wait_for_requests(2, WAIT).await;
+    assert!(seen[1].image_urls().is_empty());
+}
+
+/// `TROUPE_VISION_MODEL`: a text-only persona's images are described by the vision model
+/// (sent the image part), and the persona's own model gets the description, no image.
+#[tokio::test]
+async fn a_vision_model_describes_images_for_a_text_only_persona() {
+    const SEEN: &str = "A grey cat asleep on a red chair.";
+    let openai = FakeOpenAi::start().await;
+    let mut blind = persona_json(BLIND, "Slate answers in plain words.");
+    blind["settings"]["model"] = json!("gpt-3.5-turbo");
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("slate.json", blind)
+            .openai(&openai)
+            .env("TROUPE_VISION_MODEL", "gpt-4o-mini"),
+    )
+    .await;
+    openai.push_reply(SEEN);
+    let (status, body) = app
+        .post_message(
+            BLIND,
+            &json!({"text": QUESTION, "attachments": [{"data": STANDARD.encode(png())}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let seen = openai.wait_for_requests(2, WAIT).await;
+    // First the vision model, with the image part.
+    assert_eq!(seen[0].model, "gpt-4o-mini");
+    assert_eq!(
+        seen[0].image_urls(),
+        vec![format!("data:image/png;base64,{}", STANDARD.encode(png()))]
+    );
+    // Then the persona's own model: the description, no image, not "cannot see" alone.
+    assert_eq!(seen[1].model, "gpt-3.5-turbo");
+    assert!(seen[1].image_urls().is_empty());
+    let asked = seen[1].last_user_message().unwrap();
+    assert!(asked.contains(SEEN), "{asked}");
+    assert!(asked.contains(QUESTION), "{asked}");
 }

@@ -74,6 +74,8 @@ pub struct Mind {
     pub provider: Arc<dyn ModelProvider>,
     /// The small model, when the persona names one (`OPENAI_SMALL_MODEL`…).
     pub small: Option<Arc<dyn ModelProvider>>,
+    /// The vision model describing images for a text-only persona (`TROUPE_VISION_MODEL`).
+    pub vision: Option<Arc<dyn ModelProvider>>,
     /// The persona's tools (issue 33); `None` without MCP servers: nothing on the path.
     pub tools: crate::tools::Tools,
 }
@@ -166,6 +168,20 @@ impl Agent {
             cap: self.settings.media.max_bytes,
         };
         let model = mind.provider.model();
+        if let Some(vision) = &mind.vision
+            && !crate::media::sees(sources.vision, &model.model)
+        {
+            let meter = self.meter();
+            crate::media::vision::images_described(
+                inbound,
+                vision,
+                meter.as_ref(),
+                &sources,
+                prompt,
+            )
+            .await;
+            return;
+        }
         let seen = crate::media::load(inbound, &model.model, &sources).await;
         crate::media::attach(prompt, seen);
     }

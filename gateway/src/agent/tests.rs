@@ -29,6 +29,7 @@ async fn ada(says: &str) -> (tempfile::TempDir, Agent) {
             persona,
             provider,
             small: None,
+            vision: None,
             tools: None,
         },
         store,

@@ -20,7 +20,7 @@ use troupe_connectors::{
 
 use super::AppState;
 use super::auth::Caller;
-use super::error::{ApiError, ApiJson};
+use super::error::ApiError;
 use super::extract::{AgentPath, RoomPath, lenient_room};
 use crate::agent::Agent;
 use crate::bus::BusError;
@@ -177,14 +177,16 @@ pub async fn post_message(
     State(state): State<AppState>,
     AgentPath(agent): AgentPath,
     caller: Caller,
-    ApiJson(mut body): ApiJson<PostMessage>,
+    posted_body: super::media_form::MessageBody<PostMessage>,
 ) -> Result<Response, ApiError> {
+    let (mut body, parts) = (posted_body.body, posted_body.parts);
     // Refuse before journaling: a message that cannot be answered is not accepted.
     if let Some(reason) = agent.mind().provider.unavailable() {
         return Err(provider_error(&ProviderError::Unconfigured(reason)));
     }
     super::api_share_left(&agent).await?;
-    let images = std::mem::take(&mut body.attachments);
+    let mut images = std::mem::take(&mut body.attachments);
+    images.extend(parts);
     let stream = body.stream;
     let (mut inbound, room_id) = posted(body, &caller, state.config.limits.max_message_chars)?;
     if !images.is_empty() {

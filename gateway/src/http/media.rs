@@ -31,6 +31,23 @@ pub struct PostedImage {
     url: Option<String>,
     data: Option<String>,
     mime: Option<String>,
+    /// A multipart file part's bytes (http/media_form.rs); never in JSON.
+    #[serde(skip)]
+    bytes: Option<Vec<u8>>,
+}
+
+impl PostedImage {
+    /// A multipart file part, `mime` its part's `Content-Type` (a claim, as in JSON).
+    pub fn bytes(bytes: Vec<u8>, mime: Option<String>) -> Self {
+        // `application/octet-stream` is what a client says when it does not know.
+        let mime = mime.filter(|m| m.trim() != "application/octet-stream");
+        PostedImage {
+            url: None,
+            data: None,
+            mime,
+            bytes: Some(bytes),
+        }
+    }
 }
 
 /// The posted images as the message's attachments, or the first refusal.
@@ -51,9 +68,10 @@ pub async fn accept(
     let mut out = Vec::with_capacity(posted.len());
     for (i, image) in posted.into_iter().enumerate() {
         let n = i + 1;
-        let bytes = match (image.url, image.data) {
-            (Some(url), None) => media::fetch_image(&fetcher, &url, cap).await,
-            (None, Some(data)) => media::decode_data(&data, cap),
+        let bytes = match (image.url, image.data, image.bytes) {
+            (Some(url), None, None) => media::fetch_image(&fetcher, &url, cap).await,
+            (None, Some(data), None) => media::decode_data(&data, cap),
+            (None, None, Some(bytes)) => Ok(bytes),
             _ => {
                 return Err(ApiError::bad_request(format!(
                     "`attachments[{i}]` must have either `url` or `data`"
@@ -87,7 +105,7 @@ pub async fn accept(
 }
 
 /// A refusal: 413 for a size, 422 otherwise, with the reason.
-fn refused(e: &MediaError) -> ApiError {
+pub(super) fn refused(e: &MediaError) -> ApiError {
     let status = match e {
         MediaError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         _ => StatusCode::UNPROCESSABLE_ENTITY,

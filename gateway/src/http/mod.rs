@@ -28,6 +28,7 @@ mod inspect;
 mod knowledge;
 mod live;
 mod media;
+mod media_form;
 mod openai;
 mod posts;
 mod telegram_link;

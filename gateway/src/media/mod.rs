@@ -29,6 +29,8 @@ mod load;
 
 pub use load::{Seen, Sources, load};
 
+pub mod vision;
+
 use std::borrow::Cow;
 
 use base64::Engine;

@@ -208,6 +208,20 @@ pub fn small_for_persona(
     Some(Arc::new(provider.with_breaker(breakers)))
 }
 
+/// The provider of the persona's vision model (`target::vision_target`), when one is named.
+pub fn vision_for_persona(
+    persona: &Persona,
+    env: &Env,
+    timeout: Duration,
+    concurrency: usize,
+    breakers: &Breakers,
+) -> Option<Arc<dyn ModelProvider>> {
+    let large = resolve_target(persona, env).ok()?;
+    let vision = target::vision_target(persona, env, &large)?;
+    let provider = GenaiProvider::new(vision, timeout, concurrency).ok()?;
+    Some(Arc::new(provider.with_breaker(breakers)))
+}
+
 /// Builds the provider for a persona: genai when a target resolves, `Unconfigured` otherwise.
 pub fn for_persona(
     persona: &Persona,

@@ -174,11 +174,39 @@ pub fn small_target(persona: &Persona, env: &Env, large: &Target) -> Option<Targ
     })
 }
 
+/// The vision model for a persona whose own model is text-only (issue 32): the same vendor
+/// and endpoint as `large`, the model named by `TROUPE_VISION_MODEL` or elizaOS's
+/// `IMAGE_VISION_MODEL` (the character's settings or the environment).
+pub fn vision_target(persona: &Persona, env: &Env, large: &Target) -> Option<Target> {
+    let names = ["TROUPE_VISION_MODEL", "IMAGE_VISION_MODEL"];
+    let vision = names
+        .iter()
+        .find_map(|k| persona.secret(k, env).filter(|v| !v.trim().is_empty()))?;
+    (vision.trim() != large.model).then(|| Target {
+        model: vision.trim().to_string(),
+        ..large.clone()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use crate::persona::test_support::{env, from_json as persona};
+
+    #[test]
+    fn a_vision_model_is_named_by_troupe_or_elizaos_setting() {
+        let p = persona(serde_json::json!({"name": "Ada", "bio": "x", "modelProvider": "openai"}));
+        let e = env(&[("OPENAI_API_KEY", "k"), ("IMAGE_VISION_MODEL", "gpt-4o")]);
+        let large = resolve_target(&p, &e).unwrap();
+        let vision = vision_target(&p, &e, &large).unwrap();
+        assert_eq!(
+            (vision.model.as_str(), vision.base_url),
+            ("gpt-4o", large.base_url)
+        );
+        let none = env(&[("OPENAI_API_KEY", "k")]);
+        assert!(vision_target(&p, &none, &resolve_target(&p, &none).unwrap()).is_none());
+    }
 
     #[test]
     fn a_small_model_is_the_background_target_when_it_differs() {

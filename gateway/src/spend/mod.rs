@@ -76,6 +76,9 @@ pub enum Purpose {
     /// A step of a turn with tools that asked for tool calls (issue 33); the step that
     /// answers is a `Reply`.
     Tool,
+    /// A separate vision model describing a message's images for a text-only persona
+    /// (issue 32, `media::vision`): part of the reply, like `Tool`.
+    Vision,
 }
 
 impl Purpose {
@@ -87,12 +90,13 @@ impl Purpose {
             Purpose::Embedding => "embedding",
             Purpose::Post => "post",
             Purpose::Tool => "tool",
+            Purpose::Vision => "vision",
         }
     }
 
     /// Background work stops at `background_share` of a budget; replies go to the cap.
     fn background(self) -> bool {
-        !matches!(self, Purpose::Reply | Purpose::Tool)
+        !matches!(self, Purpose::Reply | Purpose::Tool | Purpose::Vision)
     }
 }
 
