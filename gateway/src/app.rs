@@ -290,19 +290,9 @@ impl App {
         Ok(())
     }
 
-    /// Adds a persona, or swaps in a new version of one that runs.
-    async fn upsert_persona(&self, loaded: Loaded) -> anyhow::Result<()> {
-        for w in &loaded.warnings {
-            tracing::warn!("{w}");
-        }
-        let persona = loaded.persona;
-        let persona_for_connectors = persona.clone();
-        self.store.upsert_agent(&persona.id, &persona.name).await?;
-        // The character's `knowledge` entries, before the persona answers anything.
-        self.knowledge.load_character(&persona).await;
-        if let Err(e) = self.spend.check(&persona) {
-            tracing::warn!(persona = %persona.id, "settings.spend: {e}; using the config's budgets and prices");
-        }
+    /// What a persona thinks with: its model provider, its small and vision models (when it
+    /// names them) and its tools, each refusal or limit logged once here.
+    async fn mind_for(&self, persona: Persona) -> Mind {
         let provider = (self.providers)(&persona, &self.config, &self.breakers);
         if let Some(reason) = provider.unavailable() {
             tracing::warn!(persona = %persona.id, "{reason}");
@@ -337,13 +327,29 @@ impl App {
         if tools.is_some() && !provider.calls_tools() {
             tracing::warn!(persona = %persona.id, "settings.mcp: this persona's model provider does not call tools; its tools will not be offered");
         }
-        let mind = Mind {
+        Mind {
             persona,
             provider,
             small,
             vision,
             tools,
-        };
+        }
+    }
+
+    /// Adds a persona, or swaps in a new version of one that runs.
+    async fn upsert_persona(&self, loaded: Loaded) -> anyhow::Result<()> {
+        for w in &loaded.warnings {
+            tracing::warn!("{w}");
+        }
+        let persona = loaded.persona;
+        let persona_for_connectors = persona.clone();
+        self.store.upsert_agent(&persona.id, &persona.name).await?;
+        // The character's `knowledge` entries, before the persona answers anything.
+        self.knowledge.load_character(&persona).await;
+        if let Err(e) = self.spend.check(&persona) {
+            tracing::warn!(persona = %persona.id, "settings.spend: {e}; using the config's budgets and prices");
+        }
+        let mind = self.mind_for(persona).await;
         match self.agents.by_id(&mind.persona.id) {
             Some(agent) => {
                 tracing::info!(persona = %mind.persona.id, model = %mind.provider.describe(), "persona reloaded");
