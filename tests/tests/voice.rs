@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use troupe_e2e::fake_discord::{APPLICATION_ID, Author, FakeDiscord, NewMessage, TOKEN};
 use troupe_e2e::fake_openai_audio::Heard;
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
 use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
@@ -149,4 +150,48 @@ async fn with_transcription_off_a_voice_note_is_not_sent_and_the_persona_told_wh
     let (text, _) = asked(&openai, &app, 0).await;
     assert!(text.contains("TROUPE_TRANSCRIBE=off"), "{text}");
     assert!(openai.audio().requests().is_empty(), "nothing was sent");
+}
+
+#[tokio::test]
+async fn a_discord_voice_message_is_transcribed_and_answered() {
+    let discord = FakeDiscord::start().await;
+    let openai = FakeOpenAi::start().await;
+    let mut character = persona_json("Dot", "Dot listens to voice messages and answers them.");
+    character["clients"] = json!(["discord"]);
+    character["settings"]["secrets"] = json!({
+        "DISCORD_API_TOKEN": TOKEN,
+        "DISCORD_API_URL": discord.url(),
+        "DISCORD_APPLICATION_ID": APPLICATION_ID,
+    });
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("dot.json", character)
+            .openai(&openai),
+    )
+    .await;
+    if let Err(e) = discord.try_wait_for_ready(1, WAIT).await {
+        panic!("{e}\n----- troupe output -----\n{}", app.logs());
+    }
+    let note = ogg(4000);
+    let url = discord.add_cdn_file("voice-message.ogg", &note);
+    openai
+        .audio()
+        .push(Heard::Text("can you hear me, Dot?".into()));
+    discord.send_message_create(
+        NewMessage::dm("420000000000000001", Author::person("alice"), "").with_file(
+            &url,
+            "voice-message.ogg",
+            "audio/ogg",
+            note.len() as u64,
+        ),
+    );
+    let (text, _) = asked(&openai, &app, 0).await;
+    assert!(
+        text.contains("[voice, transcribed] can you hear me, Dot?"),
+        "{text}"
+    );
+    let heard = openai.audio().requests();
+    assert_eq!(heard.len(), 1);
+    assert_eq!(heard[0].file, note);
+    assert_eq!(heard[0].file_name.as_deref(), Some("voice-message.ogg"));
 }
