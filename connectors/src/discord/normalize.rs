@@ -276,7 +276,7 @@ mod tests {
     fn image_embeds_are_recorded_by_their_discord_copy() {
         let m = message(json!({
             "content": "https://example.com/pics/cat.jpg?s=1",
-            "attachments": [{"filename": "song.mp3", "content_type": "audio/mpeg", "url": "https://cdn/a"}],
+            "attachments": [{"filename": "app.exe", "content_type": "application/octet-stream", "url": "https://cdn/a"}],
             "embeds": [
                 {"type": "image", "url": "https://example.com/pics/cat.jpg?s=1",
                  "thumbnail": {"url": "https://example.com/pics/cat.jpg?s=1",
@@ -297,7 +297,7 @@ mod tests {
                 "cat.jpg",
                 "https://media.discordapp.net/external/abc/cat.jpg"
             )],
-            "audio is not recorded, a rich card is not an image, an image embed without a \
+            "a program is not recorded, a rich card is not an image, an image embed without a \
              picture is skipped"
         );
     }
