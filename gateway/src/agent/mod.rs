@@ -183,7 +183,9 @@ impl Agent {
             vision: self.settings.media.vision,
             cap: self.settings.media.max_bytes,
         };
-        // The persona's own provider and key (its secrets fall back to the environment).
+        // The persona's own provider and key: its secrets fall back to the environment, as
+        // when its provider was built (only for a message with files).
+        #[allow(clippy::disallowed_methods)]
         let env: crate::persona::Env = std::env::vars().collect();
         let hearing = crate::media::voice::Hearing {
             sources: &sources,

@@ -164,8 +164,7 @@ async fn transcribe(
     mime: &str,
     bytes: Vec<u8>,
 ) -> Result<String, String> {
-    troupe_connectors::tls::install_crypto_provider();
-    let client = reqwest::Client::builder()
+    let client = troupe_connectors::tls::http_client()
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .build()
