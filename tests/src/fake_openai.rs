@@ -383,6 +383,7 @@ pub struct FakeOpenAi {
     addr: SocketAddr,
     shared: Arc<Shared>,
     server: JoinHandle<()>,
+    audio: crate::fake_openai_audio::FakeAudio,
 }
 
 impl FakeOpenAi {
@@ -398,13 +399,15 @@ impl FakeOpenAi {
             chat_count: watch::Sender::new(0),
             shutdown: watch::Sender::new(false),
         });
+        let audio = crate::fake_openai_audio::FakeAudio::default();
         let app = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
             .route("/v1/embeddings", post(embeddings))
             .route("/v1/models", get(list_models))
             .route("/v1/models/{id}", get(get_model))
             .fallback(unmatched)
-            .with_state(shared.clone());
+            .with_state(shared.clone())
+            .merge(crate::fake_openai_audio::router(audio.clone()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the fake OpenAI server");
@@ -416,7 +419,13 @@ impl FakeOpenAi {
             addr,
             shared,
             server,
+            audio,
         }
+    }
+
+    /// The audio route (`/v1/audio/transcriptions`): its script and what it saw.
+    pub fn audio(&self) -> &crate::fake_openai_audio::FakeAudio {
+        &self.audio
     }
 
     pub fn addr(&self) -> SocketAddr {

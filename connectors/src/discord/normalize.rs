@@ -11,13 +11,26 @@ use crate::model::{
 /// Message types a person writes: DEFAULT (0) and REPLY (19).
 const USER_MESSAGE_TYPES: [u64; 2] = [0, 19];
 
-/// Attachments worth recording: text, markdown and PDF (what knowledge can read), and
-/// images (what a persona may see).
+/// An attachment's flag for a voice message (Discord's `IS_VOICE_MESSAGE`).
+const IS_VOICE_MESSAGE: u64 = 1 << 13;
+
+/// Whether an attachment is a voice message or audio (transcribed by the gateway).
+fn is_audio(att: &wire::Attachment) -> bool {
+    att.flags.is_some_and(|f| f & IS_VOICE_MESSAGE != 0)
+        || att
+            .content_type
+            .as_deref()
+            .is_some_and(|m| m.to_ascii_lowercase().starts_with("audio/"))
+}
+
+/// Attachments worth recording: text, markdown and PDF (what knowledge can read), images
+/// (what a persona may see) and audio (what it may hear, transcribed).
 fn readable(att: &wire::Attachment) -> bool {
-    if att
-        .content_type
-        .as_deref()
-        .is_some_and(|m| m.to_ascii_lowercase().starts_with("image/"))
+    if is_audio(att)
+        || att
+            .content_type
+            .as_deref()
+            .is_some_and(|m| m.to_ascii_lowercase().starts_with("image/"))
     {
         return true;
     }
@@ -131,7 +144,11 @@ pub(crate) fn to_inbound(msg: &wire::Message, me: Snowflake, place: Place) -> Op
         .filter(|a| readable(a))
         .map(|a| Attachment {
             name: a.filename.clone(),
-            mime: a.content_type.clone(),
+            // A voice message is Ogg Opus; one flagged without a type is still audio.
+            mime: match &a.content_type {
+                None if is_audio(a) => Some("audio/ogg".into()),
+                other => other.clone(),
+            },
             size: a.size,
             url: a.url.clone(),
         })
@@ -230,10 +247,36 @@ mod tests {
     }
 
     #[test]
+    fn voice_messages_and_audio_are_recorded_as_audio() {
+        let m = message(json!({
+            "content": "",
+            "flags": 8192,
+            "attachments": [
+                {"filename": "voice-message.ogg", "size": 40, "url": "https://cdn/v", "flags": 8192},
+                {"filename": "song.mp3", "content_type": "audio/mpeg", "size": 50, "url": "https://cdn/s"},
+                {"filename": "clip.bin", "size": 5, "url": "https://cdn/b"}
+            ]
+        }));
+        let inbound = to_inbound(&m, ME, Place::FromPayload).unwrap();
+        let got: Vec<_> = inbound
+            .attachments
+            .iter()
+            .map(|a| (a.name.as_str(), a.mime.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("voice-message.ogg", Some("audio/ogg")),
+                ("song.mp3", Some("audio/mpeg"))
+            ]
+        );
+    }
+
+    #[test]
     fn image_embeds_are_recorded_by_their_discord_copy() {
         let m = message(json!({
             "content": "https://example.com/pics/cat.jpg?s=1",
-            "attachments": [{"filename": "song.mp3", "content_type": "audio/mpeg", "url": "https://cdn/a"}],
+            "attachments": [{"filename": "app.exe", "content_type": "application/octet-stream", "url": "https://cdn/a"}],
             "embeds": [
                 {"type": "image", "url": "https://example.com/pics/cat.jpg?s=1",
                  "thumbnail": {"url": "https://example.com/pics/cat.jpg?s=1",
@@ -254,7 +297,7 @@ mod tests {
                 "cat.jpg",
                 "https://media.discordapp.net/external/abc/cat.jpg"
             )],
-            "audio is not recorded, a rich card is not an image, an image embed without a \
+            "a program is not recorded, a rich card is not an image, an image embed without a \
              picture is skipped"
         );
     }

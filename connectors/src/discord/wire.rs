@@ -47,6 +47,8 @@ pub(crate) struct Attachment {
     pub content_type: Option<String>,
     pub size: Option<u64>,
     pub url: Option<String>,
+    /// Attachment flags; `IS_VOICE_MESSAGE` (1 << 13) marks a voice message.
+    pub flags: Option<u64>,
 }
 
 /// An embed; the connector reads only image embeds (`type` `image`, a picture link Discord

@@ -237,7 +237,7 @@ impl Utf16Index {
 }
 
 /// Files on the message, recorded by name, type and size (not downloaded). Images (a
-/// photo, a document whose type is an image) also carry their file reference
+/// photo, a document whose type is an image) and audio (a voice note, an audio file) also carry their file reference
 /// (`telegram-file:<file_id>`, see `crate::files`), which the connector downloads when the
 /// gateway handles the message.
 fn attachments(message: &Message) -> Vec<Attachment> {
@@ -267,7 +267,8 @@ fn attachments(message: &Message) -> Vec<Attachment> {
             name: a.file_name.clone().unwrap_or_else(|| "audio".into()),
             mime: a.mime_type.as_ref().map(ToString::to_string),
             size: Some(u64::from(a.file.size)),
-            url: None,
+            // Audio and voice notes are fetched too, to be transcribed (gateway media::voice).
+            url: Some(format!("{TELEGRAM_FILE}{}", a.file.id)),
         });
     }
     if let Some(v) = message.video() {
@@ -283,7 +284,7 @@ fn attachments(message: &Message) -> Vec<Attachment> {
             name: "voice.ogg".into(),
             mime: v.mime_type.as_ref().map(ToString::to_string),
             size: Some(u64::from(v.file.size)),
-            url: None,
+            url: Some(format!("{TELEGRAM_FILE}{}", v.file.id)),
         });
     }
     out

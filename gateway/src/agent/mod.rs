@@ -186,6 +186,33 @@ impl Agent {
         crate::media::attach(prompt, seen);
     }
 
+    /// `inbound` with its voice notes transcribed into its text (`crate::media::voice`),
+    /// or `None` when it carries no audio: nothing is done for a message without files.
+    async fn hear(&self, mind: &Mind, inbound: &Inbound) -> Option<Inbound> {
+        if inbound.attachments.is_empty() {
+            return None;
+        }
+        let sources = crate::media::Sources {
+            store: &self.store,
+            connector: self.connector(inbound.platform()),
+            fetcher: &self.fetcher,
+            vision: self.settings.media.vision,
+            cap: self.settings.media.max_bytes,
+        };
+        // The persona's own provider and key: its secrets fall back to the environment, as
+        // when its provider was built (only for a message with files).
+        #[allow(clippy::disallowed_methods)]
+        let env: crate::persona::Env = std::env::vars().collect();
+        let hearing = crate::media::voice::Hearing {
+            sources: &sources,
+            target: crate::provider::resolve_target(&mind.persona, &env).ok(),
+            on: self.settings.media.transcribe,
+            model: &self.settings.media.transcribe_model,
+            timeout: self.settings.model_timeout,
+        };
+        crate::media::voice::hear(inbound, &hearing).await
+    }
+
     /// Recalls knowledge from `knowledge` for every reply.
     pub fn with_knowledge(mut self, knowledge: crate::knowledge::Knowledge) -> Self {
         self.knowledge = Some(knowledge);
@@ -318,6 +345,9 @@ impl Agent {
         if let Some(outcome) = self.spend_cap(meter.as_ref(), journal_id, inbound).await? {
             return Ok(outcome);
         }
+        // A voice note's transcript is the message's text from here on (memory too).
+        let heard = self.hear(&mind, inbound).await;
+        let inbound = heard.as_ref().unwrap_or(inbound);
         let recall = self.recall(inbound, room).await?;
         let Composed { mut prompt, quoted } = self.compose(&mind.persona, inbound, &recall);
         if !inbound.attachments.is_empty() {

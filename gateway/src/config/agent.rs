@@ -88,6 +88,11 @@ pub struct MediaSettings {
     pub vision: Vision,
     /// `TROUPE_MEDIA_MAX_BYTES`, default 10 MiB: the largest image fetched or accepted.
     pub max_bytes: usize,
+    /// `TROUPE_TRANSCRIBE`, default on: voice notes and audio are transcribed (media::voice).
+    pub transcribe: bool,
+    /// `TROUPE_TRANSCRIBE_MODEL`, default `whisper-1`: the model of the persona's provider
+    /// asked for transcripts (`POST {base}/audio/transcriptions`).
+    pub transcribe_model: String,
 }
 
 /// What agents remember beyond the room's recent window. Each runs as a background model
@@ -145,6 +150,14 @@ pub(super) fn agent_settings(
             max_bytes: layered
                 .parse("TROUPE_MEDIA_MAX_BYTES", file.media_max_bytes, 10 << 20)?
                 .max(1),
+            transcribe: layered
+                .parse("TROUPE_TRANSCRIBE", file.transcribe, super::Switch(true))?
+                .0,
+            transcribe_model: layered.parse(
+                "TROUPE_TRANSCRIBE_MODEL",
+                file.transcribe_model.clone(),
+                "whisper-1".to_string(),
+            )?,
         },
         stream: super::stream::stream_settings(layered, file)?,
     })

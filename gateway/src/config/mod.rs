@@ -202,6 +202,8 @@ struct FileConfig {
     memory_facts_per_user: Option<u32>,
     vision: Option<Vision>,
     media_max_bytes: Option<usize>,
+    transcribe: Option<Switch>,
+    transcribe_model: Option<String>,
     // --- live replies and edits (stream.rs)
     stream: Option<Switch>,
     stream_edit_ms: Option<u64>,

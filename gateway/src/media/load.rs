@@ -71,11 +71,19 @@ pub async fn load(inbound: &Inbound, model: &str, sources: &Sources<'_>) -> Seen
 
 /// One image's type and bytes.
 async fn one(a: &Attachment, sources: &Sources<'_>) -> Result<(&'static str, Vec<u8>), MediaError> {
+    let bytes = bytes(a, sources).await?;
+    let mime = check(&bytes, sources.cap)?;
+    Ok((mime, bytes))
+}
+
+/// The bytes of one attachment (an image, or audio for `super::voice`), from where its
+/// reference points, under `TROUPE_MEDIA_MAX_BYTES`; their type is not checked here.
+pub(super) async fn bytes(a: &Attachment, sources: &Sources<'_>) -> Result<Vec<u8>, MediaError> {
     let cap = sources.cap;
     let url = a.url.as_deref().unwrap_or_default();
     let bytes = if let Some(hex) = url.strip_prefix(STORED) {
         let stored = sources.store.media_get(hex).await.map_err(|e| {
-            tracing::error!(error = %e, "reading a stored image failed");
+            tracing::error!(error = %e, "reading a stored file failed");
             MediaError::Missing
         })?;
         stored.ok_or(MediaError::Missing)?.1
@@ -96,6 +104,8 @@ async fn one(a: &Attachment, sources: &Sources<'_>) -> Result<(&'static str, Vec
             None => fetch_image(sources.fetcher, url, cap).await?,
         }
     };
-    let mime = check(&bytes, cap)?;
-    Ok((mime, bytes))
+    if bytes.len() > cap {
+        return Err(MediaError::TooLarge { cap });
+    }
+    Ok(bytes)
 }

@@ -23,9 +23,10 @@
 //! an image) becomes a line giving the reason, so the persona can say so.
 //!
 //! Layout: this file is the policy (limits, types, the prompt lines, the memory line);
-//! `load` fetches a message's images when it is handled.
+//! `load` fetches a message's images when it is handled; `voice` transcribes its voice notes.
 
 mod load;
+pub mod voice;
 
 pub use load::{Seen, Sources, load};
 

@@ -41,7 +41,7 @@ use crate::spend::ModelRef;
 
 pub use breaker::Breakers;
 pub use client::GenaiProvider;
-pub use target::resolve_target;
+pub use target::{Target, Vendor, resolve_target};
 pub use tools::{Exchange, Step, ToolCall, ToolRound, ToolSpec};
 
 /// What the model said.

@@ -1,0 +1,281 @@
+//! Voice in (issue 32): a voice note or audio file a message carries is transcribed, and
+//! the transcript becomes the message's text, marked `[voice, transcribed] …` in the
+//! prompt and in the room's memory, so the persona answers what was said and remembers that
+//! it was heard, not read.
+//!
+//! The audio is fetched by reference when the message is handled, like an image
+//! (`super::load`): a platform's file through its connector, a stored file from the `media`
+//! table, a link under the fetch policy; always under `TROUPE_MEDIA_MAX_BYTES`. The gateway
+//! never decodes audio: the bytes go to the persona's own provider, an OpenAI-compatible
+//! `POST {base}/audio/transcriptions` (multipart: `file`, `model`), with the persona's key
+//! and `TROUPE_TRANSCRIBE_MODEL` (default `whisper-1`; faster-whisper servers, LocalAI and
+//! Groq speak the same API). Only an OpenAI-compatible provider is asked: Anthropic has no
+//! such endpoint. The call is bounded by `TROUPE_MODEL_TIMEOUT_SECS` and its answer by
+//! [`MAX_TRANSCRIPT_BYTES`].
+//!
+//! A voice note that could not be heard (too large, the provider failed or has no such
+//! endpoint, `TROUPE_TRANSCRIBE=off`) becomes a line saying so and why, never a failed
+//! message: the persona can ask for text instead.
+
+use std::time::Duration;
+
+use troupe_connectors::{Attachment, Inbound};
+
+use super::Sources;
+use crate::provider::{Target, Vendor};
+
+/// At most this many voice notes or audio files per message are transcribed.
+pub const MAX_VOICE: usize = 2;
+
+/// The largest transcription answer read: a transcript of 25 MB of audio is far smaller.
+pub const MAX_TRANSCRIPT_BYTES: usize = 256 << 10;
+
+/// The mark a transcript carries in the prompt and in memory.
+pub const HEARD: &str = "[voice, transcribed]";
+
+/// Whether an attachment is audio that may be transcribed: it has a reference and says it
+/// is audio (its type, or its name's extension when no type came).
+pub fn is_voice(a: &Attachment) -> bool {
+    if a.url.is_none() {
+        return false;
+    }
+    match a.mime.as_deref() {
+        Some(mime) if !mime.ends_with("/*") => mime.to_ascii_lowercase().starts_with("audio/"),
+        _ => {
+            let name = a.name.to_ascii_lowercase();
+            [
+                ".ogg", ".oga", ".opus", ".mp3", ".m4a", ".wav", ".webm", ".flac",
+            ]
+            .iter()
+            .any(|ext| name.ends_with(ext))
+        }
+    }
+}
+
+/// How a message's voice notes are heard.
+pub struct Hearing<'a> {
+    pub sources: &'a Sources<'a>,
+    /// The persona's model target (`None`: no provider is configured).
+    pub target: Option<Target>,
+    /// `TROUPE_TRANSCRIBE`.
+    pub on: bool,
+    /// `TROUPE_TRANSCRIBE_MODEL`.
+    pub model: &'a str,
+    /// `TROUPE_MODEL_TIMEOUT_SECS`.
+    pub timeout: Duration,
+}
+
+/// `inbound` with its voice notes heard: a line per voice note appended to its text (the
+/// transcript, or why it could not be heard). `None` when it carries no audio, so a
+/// message without audio is not copied.
+pub async fn hear(inbound: &Inbound, hearing: &Hearing<'_>) -> Option<Inbound> {
+    let voices: Vec<&Attachment> = inbound
+        .attachments
+        .iter()
+        .filter(|a| is_voice(a))
+        .take(MAX_VOICE)
+        .collect();
+    if voices.is_empty() {
+        return None;
+    }
+    let mut heard = inbound.clone();
+    for a in voices {
+        let line = match one(a, hearing).await {
+            Ok(text) => format!("{HEARD} {text}"),
+            Err(why) => {
+                tracing::warn!(attachment = %a.name, "voice note not heard: {why}");
+                format!("[voice note, could not be heard: {why}]")
+            }
+        };
+        if !heard.text.trim().is_empty() {
+            heard.text.push('\n');
+        }
+        heard.text.push_str(&line);
+    }
+    Some(heard)
+}
+
+/// One voice note's transcript; the error is the reason, for the persona (no URL, no key).
+async fn one(a: &Attachment, hearing: &Hearing<'_>) -> Result<String, String> {
+    if !hearing.on {
+        return Err("transcription is turned off here (TROUPE_TRANSCRIBE=off)".into());
+    }
+    let target = match &hearing.target {
+        Some(t) if t.vendor == Vendor::OpenAi => t,
+        _ => return Err("the persona's model provider does not transcribe audio".into()),
+    };
+    let bytes = super::load::bytes(a, hearing.sources)
+        .await
+        .map_err(|e| e.to_string().replace("image", "audio"))?;
+    let mime = a
+        .mime
+        .clone()
+        .filter(|m| m.starts_with("audio/"))
+        .unwrap_or_else(|| "application/octet-stream".into());
+    transcribe(
+        target,
+        hearing.model,
+        hearing.timeout,
+        &a.name,
+        &mime,
+        bytes,
+    )
+    .await
+}
+
+/// The boundary of the multipart body; random so no audio file can hold it by chance.
+fn boundary() -> String {
+    format!("troupe-voice-{:032x}", rand::random::<u128>())
+}
+
+/// The `multipart/form-data` body of a transcription request: `model`, then `file`.
+pub fn form(boundary: &str, model: &str, name: &str, mime: &str, bytes: &[u8]) -> Vec<u8> {
+    // The name is the sender's: only a safe subset goes into the header.
+    let name: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        .take(64)
+        .collect();
+    let name = if name.is_empty() {
+        "voice.ogg".into()
+    } else {
+        name
+    };
+    let mut body = Vec::with_capacity(bytes.len() + 512);
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n{model}\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
+             Content-Type: {mime}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    body
+}
+
+/// Asks `target`'s `/audio/transcriptions` for the transcript of `bytes`.
+async fn transcribe(
+    target: &Target,
+    model: &str,
+    timeout: Duration,
+    name: &str,
+    mime: &str,
+    bytes: Vec<u8>,
+) -> Result<String, String> {
+    let client = troupe_connectors::tls::http_client()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .build()
+        .map_err(|_| "the transcription client could not be built".to_string())?;
+    let url = format!(
+        "{}/audio/transcriptions",
+        target.base_url.trim_end_matches('/')
+    );
+    let boundary = boundary();
+    let mut request = client
+        .post(url)
+        .header(
+            reqwest::header::CONTENT_TYPE,
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(form(&boundary, model, name, mime, &bytes));
+    if let Some(key) = &target.api_key {
+        request = request.bearer_auth(key);
+    }
+    // reqwest's error text names the URL: say only what kind of failure it was.
+    let failed = |e: reqwest::Error| {
+        if e.is_timeout() {
+            "the transcription timed out".to_string()
+        } else {
+            "the transcription request failed (network)".to_string()
+        }
+    };
+    let mut response = request.send().await.map_err(failed)?;
+    let status = response.status();
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(failed)? {
+        if body.len() + chunk.len() > MAX_TRANSCRIPT_BYTES {
+            return Err("the transcription answer was too large".into());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    if !status.is_success() {
+        return Err(format!("the transcription was answered {status}"));
+    }
+    read_transcript(&body)
+}
+
+/// The `text` of a transcription answer (`{"text": "…"}`).
+pub fn read_transcript(body: &[u8]) -> Result<String, String> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        text: String,
+    }
+    let answer: Answer = serde_json::from_slice(body)
+        .map_err(|_| "the transcription answer was not understood".to_string())?;
+    let text = answer.text.trim();
+    if text.is_empty() {
+        return Err("nothing was said (an empty transcript)".into());
+    }
+    Ok(text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, mime: Option<&str>) -> Attachment {
+        Attachment {
+            name: name.into(),
+            mime: mime.map(Into::into),
+            size: Some(10),
+            url: Some("telegram-file:v".into()),
+        }
+    }
+
+    #[test]
+    fn audio_is_known_by_type_or_by_name() {
+        assert!(is_voice(&file("voice.ogg", Some("audio/ogg"))));
+        assert!(is_voice(&file("voice.ogg", None)));
+        assert!(is_voice(&file("song.mp3", Some("audio/mpeg"))));
+        assert!(!is_voice(&file("cat.png", Some("image/png"))));
+        assert!(!is_voice(&file("notes.pdf", None)));
+        let mut unfetched = file("voice.ogg", Some("audio/ogg"));
+        unfetched.url = None;
+        assert!(!is_voice(&unfetched));
+    }
+
+    #[test]
+    fn the_form_carries_the_model_and_the_file_with_a_safe_name() {
+        let body = form(
+            "B",
+            "whisper-1",
+            "my \"voice\"\r\n.ogg",
+            "audio/ogg",
+            b"OggS",
+        );
+        let text = String::from_utf8(body).unwrap();
+        assert!(text.starts_with("--B\r\n"), "{text}");
+        assert!(
+            text.contains("name=\"model\"\r\n\r\nwhisper-1\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("filename=\"myvoice.ogg\""), "{text}");
+        assert!(
+            text.contains("Content-Type: audio/ogg\r\n\r\nOggS\r\n--B--\r\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_transcript_is_read_and_a_bad_answer_is_a_reason() {
+        assert_eq!(
+            read_transcript(br#"{"text":" hello there "}"#).unwrap(),
+            "hello there"
+        );
+        assert!(read_transcript(br#"{"text":""}"#).is_err());
+        assert!(read_transcript(b"<html>").is_err());
+    }
+}

@@ -1,0 +1,197 @@
+//! Voice in, end to end (issue 32): the real `troupe run`, the fake Telegram (a voice note
+//! and its file behind `getFile`) and the fake OpenAI, whose audio route
+//! (`/v1/audio/transcriptions`, tests/src/fake_openai_audio.rs) answers a scripted
+//! transcript and records what it was sent.
+//!
+//! A voice note's transcript is the message's text: the model is asked about what was
+//! said, marked as transcribed, and the room remembers it so. A transcription that fails is
+//! a line telling the persona the voice note could not be heard, and the message is still
+//! answered.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use troupe_e2e::fake_discord::{APPLICATION_ID, Author, FakeDiscord, NewMessage, TOKEN};
+use troupe_e2e::fake_openai_audio::Heard;
+use troupe_e2e::fake_telegram::{FakeTelegram, tg};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
+
+/// A hang guard, not a timing assertion.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The first bytes of an Ogg Opus file; the gateway never decodes them.
+fn ogg(len: usize) -> Vec<u8> {
+    let mut bytes = b"OggS\0\x02".to_vec();
+    bytes.resize(len, 7);
+    bytes
+}
+
+/// A voice note as Telegram sends it (no text, no caption). The fake numbers only messages
+/// with text, so a voice note brings its own id, `id` (the fake numbers on after it).
+fn voice(chat: Value, from: Value, (id, file_id): (i64, &str), size: usize) -> Value {
+    json!({"chat": chat, "from": from, "message_id": id, "voice": {
+        "file_id": file_id, "file_unique_id": format!("u-{file_id}"),
+        "duration": 3, "mime_type": "audio/ogg", "file_size": size
+    }})
+}
+
+async fn telegram_app(
+    telegram: &FakeTelegram,
+    openai: &FakeOpenAi,
+    env: &[(&str, &str)],
+) -> TestApp {
+    let mut character = persona_json("Vera", "Vera listens to voice notes and answers them.");
+    character["clients"] = json!(["telegram"]);
+    character["settings"]["secrets"] = json!({
+        "TELEGRAM_BOT_TOKEN": telegram.token(),
+        "TELEGRAM_API_ROOT": telegram.api_root(),
+    });
+    let mut options = TestAppOptions::new(Backend::Sqlite)
+        .persona_file("vera.json", character)
+        .openai(openai);
+    for (k, v) in env {
+        options = options.env(k, v);
+    }
+    TestApp::spawn(options).await
+}
+
+/// The prompt of chat request `n` (0-based): its last user message and the whole text.
+async fn asked(openai: &FakeOpenAi, app: &TestApp, n: usize) -> (String, String) {
+    let seen = match openai.try_wait_for_requests(n + 1, WAIT).await {
+        Ok(seen) => seen,
+        Err(e) => panic!("{e}\n----- troupe output -----\n{}", app.logs()),
+    };
+    let last = seen[n].last_user_message().unwrap_or_default().to_string();
+    (last, seen[n].prompt_text())
+}
+
+#[tokio::test]
+async fn a_telegram_voice_note_is_transcribed_answered_and_remembered_as_heard() {
+    let telegram = FakeTelegram::start().await;
+    let openai = FakeOpenAi::start().await;
+    let app = telegram_app(&telegram, &openai, &[]).await;
+    let chat = || tg::private_chat(601, "Ann");
+    let ann = || tg::user(601, "Ann");
+
+    let note = ogg(3000);
+    telegram.add_file("V-1", "voice/file_1.oga", &note);
+    openai
+        .audio()
+        .push(Heard::Text("what's the weather like on Mars?".into()));
+    telegram.push_message(voice(chat(), ann(), (100, "V-1"), note.len()));
+    let (text, _) = asked(&openai, &app, 0).await;
+    assert!(
+        text.contains("[voice, transcribed] what's the weather like on Mars?"),
+        "{text}"
+    );
+    let heard = openai.audio().requests();
+    assert_eq!(heard.len(), 1, "one transcription request");
+    assert_eq!(heard[0].model.as_deref(), Some("whisper-1"));
+    assert_eq!(heard[0].file, note, "the voice note's bytes, as sent");
+    assert_eq!(heard[0].content_type.as_deref(), Some("audio/ogg"));
+    assert_eq!(heard[0].api_key.as_deref(), openai.api_key());
+    assert_eq!(telegram.calls_to("getFile").len(), 1);
+
+    // The room remembers the transcript, marked as heard: it is in the next prompt's history.
+    telegram.push_message(tg::text(chat(), ann(), "and on Venus?"));
+    let (text, whole) = asked(&openai, &app, 1).await;
+    assert!(text.contains("and on Venus?"), "{text}");
+    assert!(
+        whole.contains("[voice, transcribed] what's the weather like on Mars?"),
+        "{whole}"
+    );
+    assert_eq!(
+        openai.audio().requests().len(),
+        1,
+        "a text message is not transcribed"
+    );
+
+    // A failed transcription is a line for the persona, never a failed message.
+    telegram.add_file("V-2", "voice/file_2.oga", &ogg(2000));
+    openai.audio().push(Heard::Status(500));
+    telegram.push_message(voice(chat(), ann(), (200, "V-2"), 2000));
+    let (text, _) = asked(&openai, &app, 2).await;
+    assert!(text.contains("could not be heard"), "{text}");
+    assert!(text.contains("answered 500"), "{text}");
+    assert!(
+        !app.logs().contains(telegram.token()),
+        "the bot token reached the logs"
+    );
+}
+
+#[tokio::test]
+async fn a_voice_note_over_the_media_cap_is_refused_unfetched_and_the_persona_told_why() {
+    let telegram = FakeTelegram::start().await;
+    let openai = FakeOpenAi::start().await;
+    let app = telegram_app(&telegram, &openai, &[("TROUPE_MEDIA_MAX_BYTES", "1000")]).await;
+    let chat = || tg::private_chat(602, "Bo");
+    let bo = || tg::user(602, "Bo");
+    telegram.add_file("V-big", "voice/file_3.oga", &ogg(5000));
+    telegram.push_message(voice(chat(), bo(), (100, "V-big"), 5000));
+    let (text, _) = asked(&openai, &app, 0).await;
+    assert!(text.contains("could not be heard"), "{text}");
+    assert!(text.contains("TROUPE_MEDIA_MAX_BYTES"), "{text}");
+    assert!(openai.audio().requests().is_empty(), "nothing was sent");
+    assert!(
+        telegram.calls_to("getFile").is_empty(),
+        "refused from the announced size"
+    );
+}
+
+#[tokio::test]
+async fn with_transcription_off_a_voice_note_is_not_sent_and_the_persona_told_why() {
+    let telegram = FakeTelegram::start().await;
+    let openai = FakeOpenAi::start().await;
+    let app = telegram_app(&telegram, &openai, &[("TROUPE_TRANSCRIBE", "off")]).await;
+    let chat = || tg::private_chat(603, "Cy");
+    let cy = || tg::user(603, "Cy");
+    telegram.add_file("V-3", "voice/file_4.oga", &ogg(500));
+    telegram.push_message(voice(chat(), cy(), (100, "V-3"), 500));
+    let (text, _) = asked(&openai, &app, 0).await;
+    assert!(text.contains("TROUPE_TRANSCRIBE=off"), "{text}");
+    assert!(openai.audio().requests().is_empty(), "nothing was sent");
+}
+
+#[tokio::test]
+async fn a_discord_voice_message_is_transcribed_and_answered() {
+    let discord = FakeDiscord::start().await;
+    let openai = FakeOpenAi::start().await;
+    let mut character = persona_json("Dot", "Dot listens to voice messages and answers them.");
+    character["clients"] = json!(["discord"]);
+    character["settings"]["secrets"] = json!({
+        "DISCORD_API_TOKEN": TOKEN,
+        "DISCORD_API_URL": discord.url(),
+        "DISCORD_APPLICATION_ID": APPLICATION_ID,
+    });
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("dot.json", character)
+            .openai(&openai),
+    )
+    .await;
+    if let Err(e) = discord.try_wait_for_ready(1, WAIT).await {
+        panic!("{e}\n----- troupe output -----\n{}", app.logs());
+    }
+    let note = ogg(4000);
+    let url = discord.add_cdn_file("voice-message.ogg", &note);
+    openai
+        .audio()
+        .push(Heard::Text("can you hear me, Dot?".into()));
+    discord.send_message_create(
+        NewMessage::dm("420000000000000001", Author::person("alice"), "").with_file(
+            &url,
+            "voice-message.ogg",
+            "audio/ogg",
+            note.len() as u64,
+        ),
+    );
+    let (text, _) = asked(&openai, &app, 0).await;
+    assert!(
+        text.contains("[voice, transcribed] can you hear me, Dot?"),
+        "{text}"
+    );
+    let heard = openai.audio().requests();
+    assert_eq!(heard.len(), 1);
+    assert_eq!(heard[0].file, note);
+    assert_eq!(heard[0].file_name.as_deref(), Some("voice-message.ogg"));
+}
