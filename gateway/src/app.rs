@@ -327,7 +327,10 @@ impl App {
         if tools.is_some() && !provider.calls_tools() {
             tracing::warn!(persona = %persona.id, "settings.mcp: this persona's model provider does not call tools; its tools will not be offered");
         }
+        // Voice notes go to the persona's own provider and key (media::voice).
+        let hearing = crate::provider::resolve_target(&persona, &self.config.env).ok();
         Mind {
+            hearing,
             persona,
             provider,
             small,

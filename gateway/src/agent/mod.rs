@@ -78,6 +78,9 @@ pub struct Mind {
     pub vision: Option<Arc<dyn ModelProvider>>,
     /// The persona's tools (issue 33); `None` without MCP servers: nothing on the path.
     pub tools: crate::tools::Tools,
+    /// Where voice notes are transcribed: the persona's own provider and key, resolved with
+    /// the provider (`media::voice`); `None` when they do not resolve.
+    pub hearing: Option<crate::provider::Target>,
 }
 
 impl Mind {
@@ -199,13 +202,9 @@ impl Agent {
             vision: self.settings.media.vision,
             cap: self.settings.media.max_bytes,
         };
-        // The persona's own provider and key: its secrets fall back to the environment, as
-        // when its provider was built (only for a message with files).
-        #[allow(clippy::disallowed_methods)]
-        let env: crate::persona::Env = std::env::vars().collect();
         let hearing = crate::media::voice::Hearing {
             sources: &sources,
-            target: crate::provider::resolve_target(&mind.persona, &env).ok(),
+            target: mind.hearing.clone(),
             on: self.settings.media.transcribe,
             model: &self.settings.media.transcribe_model,
             timeout: self.settings.model_timeout,

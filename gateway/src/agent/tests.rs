@@ -31,6 +31,7 @@ async fn ada(says: &str) -> (tempfile::TempDir, Agent) {
             small: None,
             vision: None,
             tools: None,
+            hearing: None,
         },
         store,
         outbox,
