@@ -202,10 +202,8 @@ pub fn small_for_persona(
     concurrency: usize,
     breakers: &Breakers,
 ) -> Option<Arc<dyn ModelProvider>> {
-    let large = resolve_target(persona, env).ok()?;
-    let small = target::small_target(persona, env, &large)?;
-    let provider = GenaiProvider::new(small, timeout, concurrency).ok()?;
-    Some(Arc::new(provider.with_breaker(breakers)))
+    let pick = target::small_target;
+    beside_persona(persona, env, pick, timeout, concurrency, breakers)
 }
 
 /// The provider of the persona's vision model (`target::vision_target`), when one is named.
@@ -216,9 +214,23 @@ pub fn vision_for_persona(
     concurrency: usize,
     breakers: &Breakers,
 ) -> Option<Arc<dyn ModelProvider>> {
+    let pick = target::vision_target;
+    beside_persona(persona, env, pick, timeout, concurrency, breakers)
+}
+
+/// A second model on the persona's own provider and credentials, named by `pick` from the
+/// reply's target (the small model, the vision model); `None` when none is named.
+fn beside_persona(
+    persona: &Persona,
+    env: &Env,
+    pick: fn(&Persona, &Env, &Target) -> Option<Target>,
+    timeout: Duration,
+    concurrency: usize,
+    breakers: &Breakers,
+) -> Option<Arc<dyn ModelProvider>> {
     let large = resolve_target(persona, env).ok()?;
-    let vision = target::vision_target(persona, env, &large)?;
-    let provider = GenaiProvider::new(vision, timeout, concurrency).ok()?;
+    let other = pick(persona, env, &large)?;
+    let provider = GenaiProvider::new(other, timeout, concurrency).ok()?;
     Some(Arc::new(provider.with_breaker(breakers)))
 }
 

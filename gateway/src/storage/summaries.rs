@@ -36,6 +36,16 @@ pub struct RoomUserFact {
     pub created_at_ms: i64,
 }
 
+/// Keeps a user's newest `$4` facts ($1 agent, $2 platform, $3 user) and deletes the rest:
+/// run after every write of facts, learned (`record_user_facts`) or told
+/// (`remember_user_fact`), in the same transaction.
+pub(super) const TRIM_USER_FACTS: &str = "DELETE FROM user_facts
+     WHERE agent_id = $1 AND platform = $2 AND user_id = $3
+       AND id NOT IN (SELECT id FROM user_facts
+                      WHERE agent_id = $1 AND platform = $2 AND user_id = $3
+                      ORDER BY created_at_ms DESC, id DESC
+                      LIMIT $4)";
+
 /// Whose facts: a platform user, as one agent knows them.
 #[derive(Debug, Clone, Copy)]
 pub struct FactSubject<'a> {
@@ -296,14 +306,7 @@ impl Store {
                     .execute(&mut *tx)
                     .await?;
                 }
-                sqlx::query(
-                    "DELETE FROM user_facts
-                     WHERE agent_id = $1 AND platform = $2 AND user_id = $3
-                       AND id NOT IN (SELECT id FROM user_facts
-                                      WHERE agent_id = $1 AND platform = $2 AND user_id = $3
-                                      ORDER BY created_at_ms DESC, id DESC
-                                      LIMIT $4)",
-                )
+                sqlx::query(TRIM_USER_FACTS)
                 .bind(who.agent_id)
                 .bind(who.platform)
                 .bind(who.user_id)

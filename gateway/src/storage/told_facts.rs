@@ -40,14 +40,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-                sqlx::query(
-                    "DELETE FROM user_facts
-                     WHERE agent_id = $1 AND platform = $2 AND user_id = $3
-                       AND id NOT IN (SELECT id FROM user_facts
-                                      WHERE agent_id = $1 AND platform = $2 AND user_id = $3
-                                      ORDER BY created_at_ms DESC, id DESC
-                                      LIMIT $4)",
-                )
+                sqlx::query(super::summaries::TRIM_USER_FACTS)
                 .bind(who.agent_id)
                 .bind(who.platform)
                 .bind(who.user_id)
