@@ -625,6 +625,48 @@ fn metrics_match_hand_computed_values() {
     assert_eq!(ndcg_at(&ranked, &HashSet::new(), 10), 0.0);
 }
 
+/// A passage longer than the model reads is embedded whole: its end counts in its vector
+/// (with the model's first 256 tokens only, it did not). That a passage that fits is its
+/// own single window is window.rs's unit test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_a_long_passage_counts_in_its_vector() {
+    use troupe::knowledge::Role;
+    let Some(windowed) = local_embedder().await else {
+        eprintln!("skipped: no local embedding model here");
+        return;
+    };
+    let truncating = windowed.clone().truncating();
+    assert_eq!(truncating.model_key(), LOCAL_MODEL);
+    let harbour = [
+        "The harbour authority schedules berths for container ships a week in advance.",
+        "Cranes unload the containers onto trucks that queue at the customs gate.",
+        "Pilots board incoming vessels at the outer buoy and guide them past the breakwater.",
+        "Tugboats push the largest ships into their berths against the tide.",
+        "Dock workers check the seals of refrigerated containers every night.",
+        "The port's warehouses store grain, timber and steel coils before export.",
+    ]
+    .join(" ");
+    // About 400 of the model's tokens of harbour logistics, then one sentence on a cat.
+    let long = format!(
+        "{} The lighthouse keeper's grey tabby cat sleeps every afternoon curled up on the \
+         warm lamp housing at the very top of the tower.",
+        vec![harbour.as_str(); 5].join(" ")
+    );
+    let query = "where does the tabby cat nap in the lighthouse";
+    let [q] = &windowed.embed(Role::Query, &[query]).await.expect("query")[..] else {
+        panic!("one vector");
+    };
+    let cosine = |v: &[f32]| v.iter().zip(q).map(|(a, b)| a * b).sum::<f32>();
+    let whole = windowed.embed(Role::Passage, &[&long]).await.expect("windows");
+    let start = truncating.embed(Role::Passage, &[&long]).await.expect("truncated");
+    let (whole, start) = (cosine(&whole[0]), cosine(&start[0]));
+    println!("cat query against the long passage: windows {whole:.3}, first 256 tokens {start:.3}");
+    assert!(
+        whole > start + 0.05,
+        "read by windows, the passage's last sentence must count: {whole:.3} against {start:.3}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vaswani_on_sqlite() {
     let Some(dir) = collection_dir() else {
