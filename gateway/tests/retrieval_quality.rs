@@ -527,7 +527,10 @@ async fn compare_windows(
     );
     let agent = troupe_connectors::AgentId::new(AGENT);
     let started = Instant::now();
-    let n = old.reembed(&agent, |_| {}).await.expect("re-embed, truncating");
+    let n = old
+        .reembed(&agent, |_| {})
+        .await
+        .expect("re-embed, truncating");
     println!(
         "vaswani {label}: {n} chunks embedded again, truncated, in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -657,8 +660,14 @@ async fn the_end_of_a_long_passage_counts_in_its_vector() {
         panic!("one vector");
     };
     let cosine = |v: &[f32]| v.iter().zip(q).map(|(a, b)| a * b).sum::<f32>();
-    let whole = windowed.embed(Role::Passage, &[&long]).await.expect("windows");
-    let start = truncating.embed(Role::Passage, &[&long]).await.expect("truncated");
+    let whole = windowed
+        .embed(Role::Passage, &[&long])
+        .await
+        .expect("windows");
+    let start = truncating
+        .embed(Role::Passage, &[&long])
+        .await
+        .expect("truncated");
     let (whole, start) = (cosine(&whole[0]), cosine(&start[0]));
     println!("cat query against the long passage: windows {whole:.3}, first 256 tokens {start:.3}");
     assert!(
