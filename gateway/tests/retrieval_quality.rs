@@ -653,7 +653,7 @@ async fn the_end_of_a_long_passage_counts_in_its_vector() {
     let long = format!(
         "{} The lighthouse keeper's grey tabby cat sleeps every afternoon curled up on the \
          warm lamp housing at the very top of the tower.",
-        vec![harbour.as_str(); 5].join(" ")
+        [harbour.as_str(); 5].join(" ")
     );
     let query = "where does the tabby cat nap in the lighthouse";
     let [q] = &windowed.embed(Role::Query, &[query]).await.expect("query")[..] else {
