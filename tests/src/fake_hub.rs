@@ -176,6 +176,35 @@ impl FakeHub {
     }
 }
 
+/// Runs `BIN models pull ARGS` (`BIN` a troupe executable) with `HF_ENDPOINT` =
+/// `endpoint`, the model directory `model_dir`, `extra` environment, and none of this
+/// process's `TROUPE_*` or `HF_*` settings: what a user's pull from that hub does.
+#[allow(clippy::disallowed_methods)] // reads this process's settings to keep them out
+pub async fn pull(
+    bin: &Path,
+    endpoint: &str,
+    model_dir: &Path,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> std::process::Output {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.arg("models").arg("pull").args(args);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("TROUPE_") || key.starts_with("HF_") || key == "HUGGING_FACE_HUB_TOKEN" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("HF_ENDPOINT", endpoint)
+        .env("TROUPE_EMBEDDING_MODEL_DIR", model_dir)
+        .env("NO_PROXY", "127.0.0.1")
+        .env("no_proxy", "127.0.0.1")
+        .env("NO_COLOR", "1");
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    cmd.output().await.expect("run troupe models pull")
+}
+
 impl Diagnose for FakeHub {
     fn diagnostics(&self) -> String {
         crate::wait::lines(

@@ -55,22 +55,7 @@ async fn hub() -> Option<FakeHub> {
 /// Runs `troupe models pull ARGS` with `HF_ENDPOINT` = `endpoint`, the model directory
 /// `model_dir`, and `extra` environment.
 async fn pull(endpoint: &str, model_dir: &Path, args: &[&str], extra: &[(&str, &str)]) -> Output {
-    let mut cmd = tokio::process::Command::new(troupe_bin());
-    cmd.arg("models").arg("pull").args(args);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("TROUPE_") || key.starts_with("HF_") || key == "HUGGING_FACE_HUB_TOKEN" {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("HF_ENDPOINT", endpoint)
-        .env("TROUPE_EMBEDDING_MODEL_DIR", model_dir)
-        .env("NO_PROXY", "127.0.0.1")
-        .env("no_proxy", "127.0.0.1")
-        .env("NO_COLOR", "1");
-    for (k, v) in extra {
-        cmd.env(k, v);
-    }
-    cmd.output().await.expect("run troupe models pull")
+    troupe_e2e::fake_hub::pull(&troupe_bin(), endpoint, model_dir, args, extra).await
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -16,12 +16,14 @@
 //! the caller, as for every embedder.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, OnceLock, mpsc};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{Tokenizer, TruncationParams};
+
+use super::window::Windower;
 
 /// Tokens one forward pass holds at most (its rows × its longest text). Texts are sorted by
 /// length first, so a pass pads little; a pass of short texts takes many of them, one of
@@ -52,6 +54,11 @@ struct Job {
 pub(super) struct Local {
     dir: PathBuf,
     jobs: mpsc::Sender<Job>,
+    /// The model's longest input, in its tokens (special tokens included).
+    max_tokens: usize,
+    /// Cuts long texts into what the model reads (`window`): its tokenizer, read at the
+    /// first call (a load failure is kept, like the model thread's).
+    windower: Arc<OnceLock<Result<Windower, String>>>,
 }
 
 impl std::fmt::Debug for Local {
@@ -75,7 +82,37 @@ impl Local {
         Ok(Local {
             dir: dir.to_path_buf(),
             jobs,
+            max_tokens: max_tokens(dir, None),
+            windower: Arc::new(OnceLock::new()),
         })
+    }
+
+    /// The model's longest input, in its tokens.
+    pub(super) fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    /// Each text as the windows the model reads whole (`window`): `[text]` when it fits
+    /// with `prefix` before it. Tokenizing is CPU work, so it runs on the blocking pool.
+    pub(super) async fn windows(
+        &self,
+        prefix: String,
+        texts: Vec<String>,
+    ) -> Result<Vec<Vec<String>>, String> {
+        let (dir, max, cell) = (self.dir.clone(), self.max_tokens, self.windower.clone());
+        tokio::task::spawn_blocking(move || {
+            let windower = cell
+                .get_or_init(|| {
+                    Tokenizer::from_file(dir.join("tokenizer.json"))
+                        .map_err(|e| format!("{}/tokenizer.json: {e}", dir.display()))
+                        .and_then(|t| Windower::new(t, max))
+                })
+                .as_ref()
+                .map_err(Clone::clone)?;
+            texts.iter().map(|t| windower.windows(&prefix, t)).collect()
+        })
+        .await
+        .map_err(|e| format!("cutting texts into the model's windows: {e}"))?
     }
 
     /// One vector per text (not yet unit length), and the tokens the model read.
@@ -185,12 +222,7 @@ impl Model {
         };
         let config: Config = serde_json::from_str(&read("config.json")?)
             .map_err(|e| format!("{}/config.json is not a BERT config: {e}", dir.display()))?;
-        let max_tokens = read("sentence_bert_config.json")
-            .ok()
-            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-            .and_then(|v| v["max_seq_length"].as_u64())
-            .map_or(DEFAULT_MAX_TOKENS, |n| n as usize)
-            .clamp(8, config.max_position_embeddings);
+        let max_tokens = max_tokens(dir, Some(config.max_position_embeddings));
         let pooling = match read("1_Pooling/config.json")
             .ok()
             .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
@@ -284,6 +316,28 @@ impl Model {
         };
         pooled.to_vec2::<f32>()
     }
+}
+
+/// The longest input of the model in `dir`: `sentence_bert_config.json`'s
+/// `max_seq_length` (else 256), at most its position embeddings (`positions`, else read from
+/// `config.json` when it can be).
+fn max_tokens(dir: &Path, positions: Option<usize>) -> usize {
+    let json = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+    };
+    let positions = positions
+        .or_else(|| {
+            json("config.json")
+                .and_then(|v| v["max_position_embeddings"].as_u64())
+                .map(|n| n as usize)
+        })
+        .unwrap_or(usize::MAX);
+    json("sentence_bert_config.json")
+        .and_then(|v| v["max_seq_length"].as_u64())
+        .map_or(DEFAULT_MAX_TOKENS, |n| n as usize)
+        .clamp(8, positions.max(8))
 }
 
 /// `lengths` (ascending) cut into forward passes, in order: each as many texts as fit

@@ -3,13 +3,16 @@
 //!
 //! It owns what every backend shares: the model profile's query and passage prefixes
 //! (`profile`), batching, unit length (so cosine similarity is a dot product), the name
-//! stored with each vector, and an optional memo of vectors by text for evaluations that
-//! embed one corpus into several stores.
+//! stored with each vector, what a local model reads of a long text (its windows, pooled:
+//! `window`), and an optional memo of vectors by text for evaluations that embed one corpus
+//! into several stores.
 
 mod api;
 #[cfg(feature = "local-embeddings")]
 mod local;
 mod profile;
+#[cfg(feature = "local-embeddings")]
+mod window;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -35,7 +38,11 @@ struct Inner {
     backend: Backend,
     model: String,
     profile: Profile,
-    /// Vectors by the exact text embedded (prefix included), when memoised.
+    /// Whether a local model reads a long text as its windows, pooled (`window`), rather
+    /// than its first `max_tokens` only. On, except for evaluations of the difference.
+    windows: bool,
+    /// Vectors by the exact text the model read (prefix included; a window of a long
+    /// text), when memoised.
     memo: Option<Arc<Memo>>,
 }
 
@@ -82,9 +89,23 @@ impl Embedder {
                 backend,
                 model: settings.model.clone(),
                 profile,
+                windows: true,
                 memo: None,
             }),
         })
+    }
+
+    /// This embedder with a local model reading only the first `max_tokens` of a long
+    /// text, as before windows: to measure what windows change (gateway/tests/
+    /// retrieval_quality.rs). Its vectors are stored under the model's plain name, apart
+    /// from the windowed ones; the memo, if any, is shared (a text longer than a window is
+    /// never a window, so the two never disagree on a text).
+    pub fn truncating(self) -> Embedder {
+        let mut inner = (*self.inner).clone();
+        inner.windows = false;
+        Embedder {
+            inner: Arc::new(inner),
+        }
     }
 
     /// This embedder, remembering every vector by its text: the same text is embedded once
@@ -153,11 +174,18 @@ impl Embedder {
     }
 
     /// The name stored with each vector: the model, and the size when one was asked for
-    /// (the same model cut to another size gives vectors that do not compare).
+    /// (the same model cut to another size gives vectors that do not compare); for a local
+    /// model reading long texts by windows, `#w` and the window (`all-MiniLM-L6-v2#w256`),
+    /// so that vectors stored when it read only a text's start are not mixed with these:
+    /// the backfill at start embeds every chunk again under the new name.
     pub fn model_key(&self) -> String {
         match &self.inner.backend {
             Backend::Api(api) if api.dimensions().is_some() => {
                 format!("{}@{}", self.inner.model, api.dimensions().unwrap_or(0))
+            }
+            #[cfg(feature = "local-embeddings")]
+            Backend::Local(local) if self.inner.windows => {
+                format!("{}#w{}", self.inner.model, local.max_tokens())
             }
             _ => self.inner.model.clone(),
         }
@@ -198,21 +226,56 @@ impl Embedder {
         role: Role,
         texts: &[&str],
     ) -> Result<(Vec<Vec<f32>>, Option<u64>), String> {
-        let prefixed: Vec<String> = texts
+        let windows = self.windows(role, texts).await?;
+        let mut unique: Vec<&str> = windows.iter().flatten().map(String::as_str).collect();
+        unique.sort_unstable();
+        unique.dedup();
+        let (vectors, tokens) = self.embed_read(role, &unique).await?;
+        let by_text: HashMap<&str, Vec<f32>> = unique.into_iter().zip(vectors).collect();
+        let pooled = windows
             .iter()
-            .map(|t| self.inner.profile.apply(role, t))
+            .map(|w| pooled(w.iter().filter_map(|t| by_text.get(t.as_str()))))
             .collect();
+        Ok((pooled, tokens))
+    }
+
+    /// Each text as the model reads it, with the role's prefix: a local model's windows
+    /// (`window`), or the whole text.
+    async fn windows(&self, role: Role, texts: &[&str]) -> Result<Vec<Vec<String>>, String> {
+        let profile = &self.inner.profile;
+        match &self.inner.backend {
+            #[cfg(feature = "local-embeddings")]
+            Backend::Local(local) if self.inner.windows => {
+                let owned = texts.iter().map(|t| t.to_string()).collect();
+                let cut = local
+                    .windows(profile.prefix(role).to_string(), owned)
+                    .await?;
+                Ok(cut
+                    .into_iter()
+                    .map(|w| w.iter().map(|t| profile.apply(role, t)).collect())
+                    .collect())
+            }
+            _ => Ok(texts.iter().map(|t| vec![profile.apply(role, t)]).collect()),
+        }
+    }
+
+    /// One unit vector per text the model reads whole (prefixed), through the memo.
+    async fn embed_read(
+        &self,
+        role: Role,
+        prefixed: &[&str],
+    ) -> Result<(Vec<Vec<f32>>, Option<u64>), String> {
         let mut out: Vec<Option<Vec<f32>>> = match &self.inner.memo {
             Some(memo) => {
                 let memo = memo.locked();
-                prefixed.iter().map(|t| memo.get(t).cloned()).collect()
+                prefixed.iter().map(|t| memo.get(*t).cloned()).collect()
             }
             None => vec![None; prefixed.len()],
         };
         let todo: Vec<usize> = (0..prefixed.len()).filter(|&i| out[i].is_none()).collect();
         let mut tokens = Some(0u64);
         for batch in todo.chunks(self.batch()) {
-            let texts: Vec<&str> = batch.iter().map(|&i| prefixed[i].as_str()).collect();
+            let texts: Vec<&str> = batch.iter().map(|&i| prefixed[i]).collect();
             let (vectors, used) = self.backend_embed(role, &texts).await?;
             tokens = tokens.zip(used).map(|(a, b)| a + b);
             if vectors.len() != batch.len() {
@@ -230,7 +293,7 @@ impl Embedder {
             let mut memo = memo.locked();
             for &i in &todo {
                 if let Some(v) = &out[i] {
-                    memo.insert(prefixed[i].clone(), v.clone());
+                    memo.insert(prefixed[i].to_string(), v.clone());
                 }
             }
         }
@@ -283,6 +346,20 @@ fn local_backend(dir: Option<&Path>) -> Result<Backend, String> {
     }
 }
 
+/// The unit mean of a text's window vectors: the one vector itself when it fits one window.
+fn pooled<'v>(mut vectors: impl Iterator<Item = &'v Vec<f32>>) -> Vec<f32> {
+    let Some(first) = vectors.next() else {
+        return Vec::new();
+    };
+    let mut sum = first.clone();
+    let mut more = false;
+    for v in vectors {
+        more = true;
+        sum.iter_mut().zip(v).for_each(|(s, x)| *s += x);
+    }
+    if more { normalized(sum) } else { sum }
+}
+
 /// `v` scaled to unit length (a zero vector stays zero).
 pub(crate) fn normalized(mut v: Vec<f32>) -> Vec<f32> {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -323,5 +400,14 @@ mod tests {
         assert_eq!(from_bytes(&to_bytes(&v)), v);
         assert!((dot(&v, &v) - 1.0).abs() < 1e-6);
         assert_eq!(normalized(vec![0.0, 0.0]), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn windows_pool_to_their_unit_mean() {
+        let (a, b) = (vec![1.0, 0.0], vec![0.0, 1.0]);
+        assert_eq!(pooled([&a].into_iter()), a);
+        let mean = pooled([&a, &b].into_iter());
+        assert!((mean[0] - mean[1]).abs() < 1e-6 && (dot(&mean, &mean) - 1.0).abs() < 1e-6);
+        assert!(pooled(std::iter::empty()).is_empty());
     }
 }
