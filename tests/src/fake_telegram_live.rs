@@ -105,6 +105,20 @@ impl FakeTelegram {
             })
     }
 
+    /// Waits until at least `n` edits were accepted; returns them all.
+    pub async fn try_wait_for_edits(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Edit>, String> {
+        self.shared
+            .wait_for(timeout, |i| {
+                (i.live.edits.len() >= n).then(|| i.live.edits.clone())
+            })
+            .await
+            .ok_or_else(|| crate::wait::report(self, format!("{n} edit(s)"), timeout))
+    }
+
     /// Waits until at least `n` voice notes were sent.
     pub async fn try_wait_for_voices(
         &self,
