@@ -57,7 +57,7 @@ pub mod tls;
 pub use connector::{
     Accepted, Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, ContextLine,
     Delivery, InboundSink, Lookup, MemoryState, Receiving, SELF_ID_KEY, Shard, SinkError,
-    WebhookRequest, WebhookResponse, panic_message,
+    VoiceNote, WebhookRequest, WebhookResponse, panic_message,
 };
 pub use model::{
     AgentId, Attachment, BadRoomKey, ClientContext, ClientTurn, Inbound, MessageId, Outbound,

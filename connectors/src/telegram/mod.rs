@@ -12,7 +12,7 @@
 //! Layout: [`config`] parses the settings, [`commands`] registers the command menu and checks
 //! admins, [`normalize`] maps updates, [`receive`] polls and
 //! answers webhooks, [`send`] delivers replies, [`draft`] and [`stream_edit`]
-//! show them while they are written, [`pace`] keeps within the rate limits,
+//! show them while they are written, [`voice`] sends voice notes, [`pace`] keeps within the rate limits,
 //! [`errors`] maps teloxide's errors.
 
 mod commands;
@@ -26,6 +26,7 @@ mod pace;
 mod receive;
 mod send;
 mod stream_edit;
+mod voice;
 
 /// The normalizer, for `crate::fuzzing` (the fuzz targets and their corpus replay) only.
 #[cfg(any(test, feature = "fuzzing"))]
@@ -181,6 +182,13 @@ impl Connector for TelegramConnector {
 
     async fn typing(&self, room: &RoomRef) -> Result<(), ConnectorError> {
         self.show_typing(room).await
+    }
+
+    async fn send_voice(
+        &self,
+        note: &crate::connector::VoiceNote,
+    ) -> Result<Option<MessageId>, ConnectorError> {
+        self.deliver_voice(note).await.map(Some)
     }
 
     /// Private chats see a draft (`draft`), groups one message edited (`stream_edit`).

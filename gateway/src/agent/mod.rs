@@ -39,6 +39,7 @@ mod model;
 mod outbound;
 mod recall;
 mod resume;
+mod speak;
 #[cfg(test)]
 mod tests;
 mod tools;
@@ -81,6 +82,8 @@ pub struct Mind {
     /// Where voice notes are transcribed: the persona's own provider and key, resolved with
     /// the provider (`media::voice`); `None` when they do not resolve.
     pub hearing: Option<crate::provider::Target>,
+    /// The persona's voice for answering voice notes (`media::speech`); `None`: text only.
+    pub speaking: Option<crate::media::speech::Speaking>,
 }
 
 impl Mind {
