@@ -201,7 +201,13 @@ pub(super) fn send_voice(shared: &Shared, p: &Value) -> Response {
     let Some(chat_id) = int(p, "chat_id") else {
         return api_error(400, "Bad Request: chat_id is empty");
     };
-    let voice = match p.get("voice").and_then(|v| v.get("base64")?.as_str()) {
+    // The file is the `voice` part, or (as teloxide sends it) the part `voice` names with
+    // `attach://<name>`, which the Bot API accepts for any upload.
+    let part = match p.get("voice") {
+        Some(Value::String(s)) => s.strip_prefix("attach://").and_then(|name| p.get(name)),
+        other => other,
+    };
+    let voice = match part.and_then(|v| v.get("base64")?.as_str()) {
         Some(data) => match base64::engine::general_purpose::STANDARD.decode(data) {
             Ok(bytes) if !bytes.is_empty() => bytes,
             _ => return api_error(400, "Bad Request: file must be non-empty"),
