@@ -271,3 +271,47 @@ async fn a_telegram_voice_note_is_answered_by_voice_and_text() {
     );
     assert_eq!(openai.audio().speech_requests().len(), 2);
 }
+
+#[tokio::test]
+async fn audio_posted_to_the_api_is_transcribed_and_answered() {
+    use base64::Engine;
+    let openai = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona("Vera", "Vera listens to voice notes and answers them.")
+            .openai(&openai),
+    )
+    .await;
+    openai
+        .audio()
+        .push(Heard::Text("how far is the moon?".into()));
+    openai.push_reply("About 384,000 km.");
+    let note = ogg(2500);
+    let data = base64::engine::general_purpose::STANDARD.encode(&note);
+    let (status, body) = app
+        .post_message(
+            "Vera",
+            &json!({"text": "(voice)", "attachments": [{"data": data, "mime": "audio/ogg"}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["replies"][0]["text"], "About 384,000 km.", "{body}");
+    let heard = openai.audio().requests();
+    assert_eq!(heard.len(), 1, "one transcription request");
+    assert_eq!(heard[0].file, note, "the posted bytes, as sent");
+    assert_eq!(heard[0].content_type.as_deref(), Some("audio/ogg"));
+    let (text, _) = asked(&openai, &app, 0).await;
+    assert!(
+        text.contains("[voice, transcribed] how far is the moon?"),
+        "{text}"
+    );
+
+    // Bytes that are neither an image nor audio are still refused, with the reason.
+    let (status, body) = app
+        .post_message(
+            "Vera",
+            &json!({"text": "(voice)", "attachments": [{"data": "aGVsbG8gd29ybGQ="}]}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+}

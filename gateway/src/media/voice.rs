@@ -52,6 +52,39 @@ pub fn is_voice(a: &Attachment) -> bool {
     }
 }
 
+/// The type of audio bytes posted to the API, read from their magic number (as images'
+/// are): Ogg (Opus or Vorbis), MP3, WAV, FLAC, WebM, MP4/M4A. `None`: not audio known here.
+pub fn sniff_audio(bytes: &[u8]) -> Option<&'static str> {
+    let at = |from: usize, magic: &[u8]| bytes.get(from..from + magic.len()) == Some(magic);
+    if at(0, b"OggS") {
+        Some("audio/ogg")
+    } else if at(0, b"ID3") || (bytes.len() > 2 && bytes[0] == 0xff && bytes[1] & 0xe0 == 0xe0) {
+        Some("audio/mpeg")
+    } else if at(0, b"RIFF") && at(8, b"WAVE") {
+        Some("audio/wav")
+    } else if at(0, b"fLaC") {
+        Some("audio/flac")
+    } else if at(0, &[0x1a, 0x45, 0xdf, 0xa3]) {
+        Some("audio/webm")
+    } else if at(4, b"ftyp") {
+        Some("audio/mp4")
+    } else {
+        None
+    }
+}
+
+/// The file name extension for an audio type `sniff_audio` gave.
+pub fn audio_extension(mime: &str) -> &'static str {
+    match mime {
+        "audio/ogg" => "ogg",
+        "audio/mpeg" => "mp3",
+        "audio/wav" => "wav",
+        "audio/flac" => "flac",
+        "audio/webm" => "webm",
+        _ => "m4a",
+    }
+}
+
 /// How a message's voice notes are heard.
 pub struct Hearing<'a> {
     pub sources: &'a Sources<'a>,
@@ -267,6 +300,17 @@ mod tests {
             text.contains("Content-Type: audio/ogg\r\n\r\nOggS\r\n--B--\r\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn audio_is_known_by_its_bytes() {
+        assert_eq!(sniff_audio(b"OggS\0\x02rest"), Some("audio/ogg"));
+        assert_eq!(sniff_audio(b"ID3\x04"), Some("audio/mpeg"));
+        assert_eq!(sniff_audio(b"RIFF\0\0\0\0WAVEfmt "), Some("audio/wav"));
+        assert_eq!(sniff_audio(b"\0\0\0\x20ftypM4A "), Some("audio/mp4"));
+        assert_eq!(sniff_audio(b"\x89PNG\r\n"), None);
+        assert_eq!(sniff_audio(b""), None);
+        assert_eq!(audio_extension("audio/mpeg"), "mp3");
     }
 
     #[test]
