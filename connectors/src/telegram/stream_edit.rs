@@ -208,42 +208,15 @@ impl TelegramConnector {
 
     /// The messages shown live of reply `key` by an earlier run, from the connector's state.
     async fn saved_live(&self, key: &str) -> Vec<MessageId> {
-        match self.state.get(&live_state_key(key)).await {
-            Ok(Some(ids)) => ids
-                .split(',')
-                .filter(|id| reply_target(&MessageId::from(*id)).is_some())
-                .map(MessageId::from)
-                .collect(),
-            _ => Vec::new(),
-        }
+        let valid = |id: &str| reply_target(&MessageId::from(id)).is_some();
+        crate::shown::saved(&*self.state, key, valid).await
     }
 
-    /// Keeps the messages shown live of reply `key` across a restart.
     async fn save_live(&self, key: &str, ids: &[MessageId]) {
-        let ids: Vec<&str> = ids.iter().map(MessageId::as_str).collect();
-        if let Err(e) = self.state.put(&live_state_key(key), &ids.join(",")).await {
-            tracing::warn!(error = %e, "could not keep a streamed message's id");
-        }
+        crate::shown::save(&*self.state, key, ids).await;
     }
 
     async fn forget_live(&self, key: &str) {
-        let _ = self.state.put(&live_state_key(key), "").await;
-    }
-}
-
-/// The connector state key of a reply's live messages.
-fn live_state_key(key: &str) -> String {
-    format!("live:{key}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn saved_ids_round_trip_through_the_state_key() {
-        assert_eq!(live_state_key("ada:1"), "live:ada:1");
-        let id = MessageId::from("-1005:42");
-        assert_eq!(reply_target(&id), Some(42));
+        crate::shown::forget(&*self.state, key).await;
     }
 }

@@ -23,6 +23,7 @@
 //!   back, up to `TROUPE_TOOL_MAX_STEPS`.
 //! - `answer`: the reply's room action (`act`), then record and deliver (`answer`, `reply`,
 //!   `record`).
+//! - `speak`: a voice note answered by a voice note too (`media::speech`), before the text.
 //! - `outbound`: every message the agent says to a room, and its outbox key, built once.
 //!
 //! An agent holds only the handles it uses: replies leave through the outbox, and what a

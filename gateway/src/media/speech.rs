@@ -98,33 +98,15 @@ pub async fn speak(
     if input.trim().is_empty() {
         return Err("nothing to say".into());
     }
-    let client = troupe_connectors::tls::http_client()
-        .timeout(timeout)
-        .connect_timeout(timeout.min(Duration::from_secs(10)))
-        .build()
-        .map_err(|_| "the speech client could not be built".to_string())?;
-    let url = format!(
-        "{}/audio/speech",
-        speaking.target.base_url.trim_end_matches('/')
-    );
     let body = serde_json::json!({
         "model": speaking.target.model,
         "input": input,
         "voice": speaking.voice,
         "response_format": "opus",
     });
-    let mut request = client.post(url).json(&body);
-    if let Some(key) = &speaking.target.api_key {
-        request = request.bearer_auth(key);
-    }
-    // reqwest's error text names the URL: say only what kind of failure it was.
-    let failed = |e: reqwest::Error| {
-        if e.is_timeout() {
-            "the speech request timed out".to_string()
-        } else {
-            "the speech request failed (network)".to_string()
-        }
-    };
+    let request =
+        super::voice::provider_request(&speaking.target, "/audio/speech", timeout)?.json(&body);
+    let failed = super::voice::failure("the speech");
     let mut response = request.send().await.map_err(failed)?;
     let status = response.status();
     if !status.is_success() {

@@ -197,34 +197,14 @@ async fn transcribe(
     mime: &str,
     bytes: Vec<u8>,
 ) -> Result<String, String> {
-    let client = troupe_connectors::tls::http_client()
-        .timeout(timeout)
-        .connect_timeout(timeout.min(Duration::from_secs(10)))
-        .build()
-        .map_err(|_| "the transcription client could not be built".to_string())?;
-    let url = format!(
-        "{}/audio/transcriptions",
-        target.base_url.trim_end_matches('/')
-    );
     let boundary = boundary();
-    let mut request = client
-        .post(url)
+    let request = provider_request(target, "/audio/transcriptions", timeout)?
         .header(
             reqwest::header::CONTENT_TYPE,
             format!("multipart/form-data; boundary={boundary}"),
         )
         .body(form(&boundary, model, name, mime, &bytes));
-    if let Some(key) = &target.api_key {
-        request = request.bearer_auth(key);
-    }
-    // reqwest's error text names the URL: say only what kind of failure it was.
-    let failed = |e: reqwest::Error| {
-        if e.is_timeout() {
-            "the transcription timed out".to_string()
-        } else {
-            "the transcription request failed (network)".to_string()
-        }
-    };
+    let failed = failure("the transcription");
     let mut response = request.send().await.map_err(failed)?;
     let status = response.status();
     let mut body = Vec::new();
@@ -238,6 +218,38 @@ async fn transcribe(
         return Err(format!("the transcription was answered {status}"));
     }
     read_transcript(&body)
+}
+
+/// A `POST {base}{path}` to the persona's provider `target`, with its key, bounded by
+/// `timeout` (transcription here, speech in `super::speech`).
+pub(super) fn provider_request(
+    target: &Target,
+    path: &str,
+    timeout: Duration,
+) -> Result<reqwest::RequestBuilder, String> {
+    let client = troupe_connectors::tls::http_client()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .build()
+        .map_err(|_| "the HTTP client could not be built".to_string())?;
+    let url = format!("{}{path}", target.base_url.trim_end_matches('/'));
+    let request = client.post(url);
+    Ok(match &target.api_key {
+        Some(key) => request.bearer_auth(key),
+        None => request,
+    })
+}
+
+/// How a failed request to the provider is told: reqwest's error text names the URL, so
+/// only what kind of failure it was.
+pub(super) fn failure(what: &'static str) -> impl Fn(reqwest::Error) -> String {
+    move |e: reqwest::Error| {
+        if e.is_timeout() {
+            format!("{what} timed out")
+        } else {
+            format!("{what} request failed (network)")
+        }
+    }
 }
 
 /// The `text` of a transcription answer (`{"text": "…"}`).
