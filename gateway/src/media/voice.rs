@@ -242,7 +242,7 @@ pub(super) fn provider_request(
 
 /// How a failed request to the provider is told: reqwest's error text names the URL, so
 /// only what kind of failure it was.
-pub(super) fn failure(what: &'static str) -> impl Fn(reqwest::Error) -> String {
+pub(super) fn failure(what: &'static str) -> impl Fn(reqwest::Error) -> String + Copy {
     move |e: reqwest::Error| {
         if e.is_timeout() {
             format!("{what} timed out")
