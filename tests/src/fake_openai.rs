@@ -844,7 +844,7 @@ async fn chat_completions(
                 return response;
             }
             Script::ToolCalls(calls) => {
-                return tool_calls_response(&record, &calls);
+                return tool_calls_response(&record, &calls, &json);
             }
             Script::Reply(text) => {
                 let usage = shared.usage_of(&record, &text);
@@ -933,23 +933,13 @@ fn completion_response(
         return (StatusCode::OK, axum::Json(body)).into_response();
     }
 
-    let include_usage = request
-        .pointer("/stream_options/include_usage")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let frame = ChunkFrame::new(record, request);
+    let include_usage = frame.include_usage;
     let chunk = |delta: Value, finish: Value| {
-        let mut c = json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": record.model,
-            "system_fingerprint": "fp_fake",
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        });
-        if include_usage {
-            c["usage"] = Value::Null;
-        }
-        c
+        frame.chunk(
+            json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]),
+            Value::Null,
+        )
     };
     let mut events = vec![chunk(
         json!({"role": "assistant", "content": "", "refusal": null}),
@@ -960,15 +950,7 @@ fn completion_response(
     }
     events.push(chunk(json!({}), json!("stop")));
     if include_usage {
-        events.push(json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": record.model,
-            "system_fingerprint": "fp_fake",
-            "choices": [],
-            "usage": usage_json(usage),
-        }));
+        events.push(frame.chunk(json!([]), usage_json(usage)));
     }
     let mut sse: Vec<Result<Event, Infallible>> = events
         .into_iter()
@@ -1006,13 +988,22 @@ fn paced(
 
 /// OpenAI's answer with tool calls (non-streaming): `message.content` null, one
 /// `tool_calls` entry per call with `function.arguments` as a JSON string.
-fn tool_calls_response(record: &ChatRequestRecord, calls: &[(String, Value)]) -> Response {
+fn tool_calls_response(
+    record: &ChatRequestRecord,
+    calls: &[(String, Value)],
+    request: &Value,
+) -> Response {
+    let id = |i: usize| format!("call_fake{:04}_{i}", record.index);
+    let usage = (words(&record.prompt_text()).max(1) as u64, 10);
+    if record.stream {
+        return streamed_tool_calls(record, calls, request, usage);
+    }
     let tool_calls: Vec<Value> = calls
         .iter()
         .enumerate()
         .map(|(i, (name, args))| {
             json!({
-                "id": format!("call_fake{:04}_{i}", record.index),
+                "id": id(i),
                 "type": "function",
                 "function": {"name": name, "arguments": args.to_string()},
             })
@@ -1030,9 +1021,94 @@ fn tool_calls_response(record: &ChatRequestRecord, calls: &[(String, Value)]) ->
             "logprobs": null,
             "finish_reason": "tool_calls"
         }],
-        "usage": usage_json((words(&record.prompt_text()).max(1) as u64, 10)),
+        "usage": usage_json(usage),
     });
     (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+/// What every chunk of one streamed answer shares; `usage` is on each chunk (null until
+/// the last) only when the request asked for `stream_options.include_usage`.
+struct ChunkFrame<'a> {
+    id: String,
+    created: u64,
+    model: &'a str,
+    include_usage: bool,
+}
+
+impl<'a> ChunkFrame<'a> {
+    fn new(record: &'a ChatRequestRecord, request: &Value) -> Self {
+        ChunkFrame {
+            id: format!("chatcmpl-fake{:06}", record.index),
+            created: now_secs(),
+            model: &record.model,
+            include_usage: request
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        }
+    }
+
+    fn chunk(&self, choices: Value, usage: Value) -> Value {
+        let mut c = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "fp_fake",
+            "choices": choices,
+        });
+        if self.include_usage {
+            c["usage"] = usage;
+        }
+        c
+    }
+}
+
+/// OpenAI's streamed tool calls: a role chunk, then per call a chunk with its `index`,
+/// `id`, `type` and name and an empty `arguments`, then the arguments in pieces (chunks
+/// carrying only `index` and `function.arguments`), then `finish_reason: "tool_calls"`,
+/// the usage chunk when asked for, and `[DONE]`.
+fn streamed_tool_calls(
+    record: &ChatRequestRecord,
+    calls: &[(String, Value)],
+    request: &Value,
+    usage: (u64, u64),
+) -> Response {
+    let frame = ChunkFrame::new(record, request);
+    let include_usage = frame.include_usage;
+    let chunk = |choices: Value, usage: Value| frame.chunk(choices, usage);
+    let choice = |delta: Value, finish: Value| json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]);
+    let mut events = vec![chunk(
+        choice(
+            json!({"role": "assistant", "content": null, "refusal": null}),
+            Value::Null,
+        ),
+        Value::Null,
+    )];
+    for (i, (name, args)) in calls.iter().enumerate() {
+        let head = json!({"tool_calls": [{"index": i, "id": format!("call_fake{:04}_{i}", record.index),
+            "type": "function", "function": {"name": name, "arguments": ""}}]});
+        events.push(chunk(choice(head, Value::Null), Value::Null));
+        let args = args.to_string();
+        let cut = args
+            .char_indices()
+            .nth(args.chars().count() / 2)
+            .map_or(0, |(at, _)| at);
+        for piece in [&args[..cut], &args[cut..]] {
+            let delta = json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]});
+            events.push(chunk(choice(delta, Value::Null), Value::Null));
+        }
+    }
+    events.push(chunk(choice(json!({}), json!("tool_calls")), Value::Null));
+    if include_usage {
+        events.push(chunk(json!([]), usage_json(usage)));
+    }
+    let mut sse: Vec<Result<Event, Infallible>> = events
+        .into_iter()
+        .map(|v| Ok(Event::default().data(v.to_string())))
+        .collect();
+    sse.push(Ok(Event::default().data("[DONE]")));
+    Sse::new(futures::stream::iter(sse)).into_response()
 }
 
 /// Splits into pieces of at most three words, keeping the separators, so the pieces

@@ -408,7 +408,9 @@ async fn a_vision_model_describes_images_for_a_text_only_persona() {
         TestAppOptions::new(Backend::Sqlite)
             .persona_file("slate.json", blind)
             .openai(&openai)
-            .env("TROUPE_VISION_MODEL", "gpt-4o-mini"),
+            .env("TROUPE_VISION_MODEL", "gpt-4o-mini")
+            .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
+            .env("TROUPE_MEMORY_FACTS_EVERY", "0"),
     )
     .await;
     openai.push_reply(SEEN);
@@ -432,4 +434,21 @@ async fn a_vision_model_describes_images_for_a_text_only_persona() {
     let asked = seen[1].last_user_message().unwrap();
     assert!(asked.contains(SEEN), "{asked}");
     assert!(asked.contains(QUESTION), "{asked}");
+
+    // The room remembers the description, not the image: the next turn's prompt has what
+    // the image showed, and no image part, and the vision model is not asked again.
+    let (status, body) = app
+        .post_message(BLIND, &json!({"text": "and what colour was the chair?"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let seen = openai.wait_for_requests(3, WAIT).await;
+    let vision_calls = seen.iter().filter(|r| r.model == "gpt-4o-mini").count();
+    assert_eq!(vision_calls, 1, "no second vision call");
+    assert_eq!(seen[2].model, "gpt-3.5-turbo");
+    assert!(seen[2].image_urls().is_empty());
+    let history = seen[2].prompt_text();
+    assert!(
+        history.contains(&format!("[images described: {SEEN}]")),
+        "{history}"
+    );
 }

@@ -239,6 +239,15 @@ async fn post_streamed(app: &TestApp, text: &str) -> (String, Vec<(String, Value
     (kind, events)
 }
 
+/// The texts of the `delta` events, in order.
+fn deltas(events: &[(String, Value)]) -> Vec<&str> {
+    events
+        .iter()
+        .filter(|(n, _)| n == "delta")
+        .map(|(_, d)| d["text"].as_str().unwrap())
+        .collect()
+}
+
 #[tokio::test]
 async fn the_api_streams_the_reply_as_events_and_ends_with_the_whole_answer() {
     let openai = FakeOpenAi::start().await;
@@ -248,11 +257,7 @@ async fn the_api_streams_the_reply_as_events_and_ends_with_the_whole_answer() {
 
     let (kind, events) = post_streamed(&app, "tell me a story").await;
     assert_eq!(kind, "text/event-stream");
-    let deltas: Vec<&str> = events
-        .iter()
-        .filter(|(n, _)| n == "delta")
-        .map(|(_, d)| d["text"].as_str().unwrap())
-        .collect();
+    let deltas = deltas(&events);
     assert!(deltas.len() > 1, "the answer came in pieces: {events:#?}");
     assert_eq!(deltas.concat(), answer);
     let (last, reply) = events.last().unwrap();
@@ -368,4 +373,59 @@ async fn chat_completions_stream_the_models_pieces_as_chunks() {
             > 0
     );
     assert!(openai.requests()[0].stream);
+}
+
+#[tokio::test]
+async fn a_tool_turn_streams_the_text_written_after_its_last_tool_step() {
+    let openai = FakeOpenAi::start().await;
+    // The first step asks for a tool, streamed as OpenAI streams calls; the answer after it
+    // streams in pieces.
+    openai.push(Script::ToolCalls(vec![(
+        "knowledge__search".into(),
+        json!({"query": "lamp oil"}),
+    )]));
+    let answer = long_answer(30);
+    openai.push(Script::paced(answer.clone(), GAP));
+    let mut character = persona_json(AGENT, "Dot keeps the lighthouse.");
+    character["knowledge"] = json!(["The lighthouse lamp burns colza oil, delivered each March."]);
+    character["settings"]["troupe"] = json!({"tools": {"builtin": ["knowledge.search"]}});
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("dot.json", character)
+            .openai(&openai)
+            .env("TROUPE_STREAM", "on")
+            .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
+            .env("TROUPE_MEMORY_FACTS_EVERY", "0"),
+    )
+    .await;
+
+    let (_, events) = post_streamed(&app, "what oil does the lamp burn?").await;
+    let deltas = deltas(&events);
+    assert!(deltas.len() > 1, "the answer came in pieces: {events:#?}");
+    assert_eq!(
+        deltas.concat(),
+        answer,
+        "only the answer after the tool step"
+    );
+    let (last, reply) = events.last().unwrap();
+    assert_eq!(last, "reply");
+    assert_eq!(reply["replies"][0]["text"], answer.as_str());
+    let requests = openai.requests();
+    assert_eq!(requests.len(), 2, "one tool step, one answer");
+    assert!(requests.iter().all(|r| r.stream), "both steps streamed");
+    assert!(
+        requests[0]
+            .tool_names()
+            .contains(&"knowledge__search".to_string())
+    );
+    let read_back: Vec<&str> = requests[1]
+        .messages
+        .iter()
+        .filter(|m| m.role == "tool")
+        .map(|m| m.content.as_str())
+        .collect();
+    assert!(
+        read_back.iter().any(|t| t.contains("colza oil")),
+        "the streamed call ran with its arguments: {read_back:?}"
+    );
 }

@@ -165,8 +165,14 @@ impl Agent {
     }
 
     /// Adds a message's images to its prompt (see `crate::media`): fetched by reference
-    /// now, so the journal and the bus never carried their bytes.
-    async fn images(&self, mind: &Mind, inbound: &Inbound, prompt: &mut crate::persona::Prompt) {
+    /// now, so the journal and the bus never carried their bytes. Returns what a separate
+    /// vision model said they show, when one described them.
+    async fn images(
+        &self,
+        mind: &Mind,
+        inbound: &Inbound,
+        prompt: &mut crate::persona::Prompt,
+    ) -> Option<String> {
         let sources = crate::media::Sources {
             store: &self.store,
             connector: self.connector(inbound.platform()),
@@ -179,7 +185,7 @@ impl Agent {
             && !crate::media::sees(sources.vision, &model.model)
         {
             let meter = self.meter();
-            crate::media::vision::images_described(
+            return crate::media::vision::images_described(
                 inbound,
                 vision,
                 meter.as_ref(),
@@ -187,10 +193,10 @@ impl Agent {
                 prompt,
             )
             .await;
-            return;
         }
         let seen = crate::media::load(inbound, &model.model, &sources).await;
         crate::media::attach(prompt, seen);
+        None
     }
 
     /// `inbound` with its voice notes transcribed into its text (`crate::media::voice`),
@@ -353,10 +359,14 @@ impl Agent {
         let inbound = heard.as_ref().unwrap_or(inbound);
         let recall = self.recall(inbound, room).await?;
         let Composed { mut prompt, quoted } = self.compose(&mind.persona, inbound, &recall);
-        if !inbound.attachments.is_empty() {
-            // Images go as image parts, or as a line for a model that cannot see them.
-            self.images(&mind, inbound, &mut prompt).await;
-        }
+        // Images go as image parts, or as a line for a model that cannot see them; what a
+        // vision model said they show is remembered with the message.
+        let described = match inbound.attachments.is_empty() {
+            true => None,
+            false => self.images(&mind, inbound, &mut prompt).await,
+        };
+        let described = described.map(|d| crate::media::described(inbound, &d));
+        let inbound = described.as_ref().unwrap_or(inbound);
         // The console's "why" panel (crate::why): what this prompt was made of.
         crate::why::record(
             &self.id,

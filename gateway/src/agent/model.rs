@@ -57,7 +57,9 @@ impl Agent {
     /// that meets a provider outage waits for the provider to come back, and its room hears
     /// once per outage; not the Web platform, whose caller sees the wait itself. Where the
     /// persona has tools this room may use, the turn goes through `tools::tool_turn`; a
-    /// persona without tools takes the one call it always took.
+    /// persona without tools takes the one call it always took. Either is shown live where
+    /// it can be (an HTTP caller that asked for a stream, a platform that edits messages,
+    /// `TROUPE_STREAM` on): with tools, the text written after the last tool step.
     pub(super) async fn complete(
         &self,
         mind: &Mind,
@@ -67,13 +69,36 @@ impl Agent {
         prompt: &Prompt,
     ) -> Result<Answer, ProviderError> {
         let typing = self.keep_typing(inbound);
-        let Some(offer) = super::tools::offer(mind, inbound) else {
-            return self
-                .plain_turn(mind, meter, inbound, journal_id, prompt, typing)
-                .await;
+        let offer = super::tools::offer(mind, inbound);
+        let (showing, typing, caller) = if inbound.platform() == Platform::Web {
+            (None, Some(typing), self.live_for(inbound))
+        } else {
+            match self.show_live(inbound, journal_id, typing) {
+                Ok(showing) => (Some(showing), None, None),
+                Err(typing) => (None, Some(typing), None),
+            }
         };
-        let result = self.tool_turn(mind, meter, inbound, prompt, offer).await;
+        let live = showing.as_ref().map(|s| s.live()).or(caller.as_ref());
+        let result = match offer {
+            Some(offer) => {
+                self.tool_turn(mind, meter, inbound, prompt, offer, live)
+                    .await
+            }
+            None => self
+                .model_call(mind, meter, inbound, prompt, None, live)
+                .await
+                .map(|step| Answer {
+                    origin: origin_of(&step.completion, prompt),
+                    text: step.completion.text,
+                    tool_marker: false,
+                }),
+        };
         drop(typing);
+        match (showing, &result) {
+            (Some(showing), Ok(_)) => showing.finish().await,
+            (Some(showing), Err(_)) => showing.abandon().await,
+            (None, _) => {}
+        }
         result
     }
 
@@ -89,42 +114,6 @@ impl Agent {
             .await?;
         Ok(crate::outcome::Outcome::Failed {
             error: crate::outcome::HandleError::Model(error),
-        })
-    }
-
-    /// A turn without tools: one model call, shown live where it can be (an HTTP caller
-    /// that asked for a stream, a platform that edits messages, `TROUPE_STREAM` on).
-    async fn plain_turn(
-        &self,
-        mind: &Mind,
-        meter: Option<&crate::spend::Meter>,
-        inbound: &Inbound,
-        journal_id: JournalId,
-        prompt: &Prompt,
-        typing: tokio_util::sync::DropGuard,
-    ) -> Result<Answer, ProviderError> {
-        let (showing, typing, caller) = if inbound.platform() == Platform::Web {
-            (None, Some(typing), self.live_for(inbound))
-        } else {
-            match self.show_live(inbound, journal_id, typing) {
-                Ok(showing) => (Some(showing), None, None),
-                Err(typing) => (None, Some(typing), None),
-            }
-        };
-        let live = showing.as_ref().map(|s| s.live()).or(caller.as_ref());
-        let result = self
-            .model_call(mind, meter, inbound, prompt, None, live)
-            .await;
-        drop(typing);
-        match (showing, &result) {
-            (Some(showing), Ok(_)) => showing.finish().await,
-            (Some(showing), Err(_)) => showing.abandon().await,
-            (None, _) => {}
-        }
-        result.map(|step| Answer {
-            origin: origin_of(&step.completion, prompt),
-            text: step.completion.text,
-            tool_marker: false,
         })
     }
 
@@ -154,7 +143,10 @@ impl Agent {
         let room = inbound.room.key();
         let call = async {
             match (round, live) {
-                (Some(round), _) => mind.provider.step(prompt, round, notice).await,
+                (Some(round), None) => mind.provider.step(prompt, round, notice).await,
+                (Some(round), Some(live)) => {
+                    mind.provider.step_live(prompt, round, notice, live).await
+                }
                 (None, None) => mind
                     .provider
                     .complete_or_wait(prompt, notice)

@@ -3,7 +3,9 @@
 //! back to it, and this repeats up to `TROUPE_TOOL_MAX_STEPS` model calls that may ask for
 //! tools; at the cap it is called once more without tools, for an answer. Each step is one
 //! model call for spend, budgets and the scheduler (`model_call`), and a budget reached
-//! mid-turn ends the turn with what the persona has.
+//! mid-turn ends the turn with what the persona has. Every step streams where the turn is
+//! shown live; a step that asks for tools takes its text back, so what is shown is the
+//! text written after the last tool step.
 //!
 //! Results are data: capped and fenced by the toolbox, never read for room-control markers
 //! (a marker in a result marks the reply as quoting one, so it cannot act). A tool its
@@ -20,6 +22,7 @@ use std::sync::Arc;
 use troupe_connectors::Inbound;
 
 use super::{Agent, Mind};
+use crate::live::Live;
 use crate::outcome::Origin;
 use crate::persona::Prompt;
 use crate::provider::{Completion, Exchange, ProviderError, ToolCall, ToolRound, ToolSpec};
@@ -58,6 +61,7 @@ impl Agent {
         inbound: &Inbound,
         prompt: &Prompt,
         offer: Offer,
+        live: Option<&Live>,
     ) -> Result<Answer, ProviderError> {
         let specs: Vec<ToolSpec> = offer.tools.iter().map(|t| t.spec.clone()).collect();
         let max_steps = offer.toolbox.max_steps();
@@ -76,7 +80,7 @@ impl Agent {
                 exchanges: &exchanges,
             };
             let step = self
-                .model_call(mind, meter, inbound, prompt, Some(round), None)
+                .model_call(mind, meter, inbound, prompt, Some(round), live)
                 .await?;
             steps += 1;
             origin = origin.plus(origin_of(&step.completion, prompt));

@@ -259,6 +259,17 @@ pub fn remembered(inbound: &Inbound) -> Cow<'_, str> {
     Cow::Owned(text)
 }
 
+/// `inbound` with the vision model's description of its images added to its text, so the
+/// room remembers what the images showed (a few sentences, never the bytes) and a later
+/// turn can talk about them. The prompt of this turn already has it.
+pub fn described(inbound: &Inbound, description: &str) -> Inbound {
+    let mut described = inbound.clone();
+    described
+        .text
+        .push_str(&format!("\n[images described: {description}]"));
+    described
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -243,7 +243,18 @@ impl ModelProvider for GenaiProvider {
         round: super::ToolRound<'_>,
         notice: Option<&dyn OutageNotice>,
     ) -> Result<super::Step, ProviderError> {
-        self.step_with_tools(prompt, round, notice).await
+        self.step_with_tools(prompt, round, notice, None).await
+    }
+
+    async fn step_live(
+        &self,
+        prompt: &Prompt,
+        round: super::ToolRound<'_>,
+        notice: Option<&dyn OutageNotice>,
+        live: &crate::live::Live,
+    ) -> Result<super::Step, ProviderError> {
+        self.step_with_tools(prompt, round, notice, Some(live))
+            .await
     }
 }
 

@@ -143,6 +143,22 @@ pub trait ModelProvider: Send + Sync {
             calls: Vec::new(),
         })
     }
+    /// `step`, showing the step's text in `live` as the model writes it; a step that ends
+    /// asking for tools takes its text back, so what stays is the answer after the last
+    /// tool step. A provider that cannot stream shows an answer whole when it has it.
+    async fn step_live(
+        &self,
+        prompt: &Prompt,
+        round: ToolRound<'_>,
+        notice: Option<&dyn OutageNotice>,
+        live: &crate::live::Live,
+    ) -> Result<Step, ProviderError> {
+        let step = self.step(prompt, round, notice).await?;
+        if step.calls.is_empty() {
+            live.set(&step.completion.text);
+        }
+        Ok(step)
+    }
 }
 
 /// Who hears that a call waits for its provider to come back: the room of the message.

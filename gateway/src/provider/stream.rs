@@ -3,15 +3,26 @@
 //! scheduler's turn, the permit, the deadline (for the whole stream, not per piece), the
 //! failure's classification and the tokens charged are the plain call's; the breaker
 //! retries a call that failed mid-stream from the start, and the `Live` starts over with it.
+//! A step of a turn with tools streams the same way (`tools.rs`): its text is shown as it
+//! comes, and a step that ends asking for tools takes its text back, so what stays shown is
+//! the text written after the last tool step.
 
 use futures::StreamExt;
-use genai::chat::{ChatOptions, ChatStreamEvent};
+use genai::chat::{ChatOptions, ChatRequest, ChatStreamEvent};
 
 use super::breaker::Failure;
 use super::client::{GenaiProvider, MAX_TOKENS, completion_with, request_of};
 use super::{Completion, ProviderError};
 use crate::live::Live;
 use crate::persona::Prompt;
+
+/// What one streamed call returned: the text (shown as it came), the tool calls it asked
+/// for (a step of a turn with tools), and the tokens it used.
+pub(super) struct Streamed {
+    pub text: String,
+    pub calls: Vec<genai::chat::ToolCall>,
+    pub usage: genai::chat::Usage,
+}
 
 impl GenaiProvider {
     /// One streamed attempt: the answer, shown in `live` as it comes, then whole.
@@ -20,26 +31,47 @@ impl GenaiProvider {
         prompt: &Prompt,
         live: &Live,
     ) -> Result<Completion, Failure> {
+        let streamed = self.stream_chat(request_of(prompt), live).await?;
+        let text = streamed.text.trim();
+        if text.is_empty() {
+            return Err(Failure {
+                error: ProviderError::Empty,
+                transient: false,
+            });
+        }
+        Ok(completion_with(&streamed.usage, text.to_string()))
+    }
+
+    /// Sends `request` with `stream: true`: each piece of text goes to `live` as it
+    /// arrives (which starts empty), tool calls are gathered whole, and the tokens used are
+    /// charged to the account at the end.
+    pub(super) async fn stream_chat(
+        &self,
+        request: ChatRequest,
+        live: &Live,
+    ) -> Result<Streamed, Failure> {
         live.restart();
         let (turn, _permit) = self.admit().await?;
         // genai asks an OpenAI-compatible server for `stream_options.include_usage` when
         // usage is captured, so a streamed reply is accounted like a whole one.
         let options = ChatOptions::default()
             .with_max_tokens(MAX_TOKENS)
-            .with_capture_usage(true);
+            .with_capture_usage(true)
+            .with_capture_tool_calls(true);
         let deadline = tokio::time::Instant::now() + self.timeout();
-        let call = self.client().exec_chat_stream(
-            &self.target().model,
-            request_of(prompt),
-            Some(&options),
-        );
+        let call = self
+            .client()
+            .exec_chat_stream(&self.target().model, request, Some(&options));
         let mut stream = match tokio::time::timeout_at(deadline, call).await {
             Err(_) => return Err(self.timed_out()),
             Ok(Err(e)) => return Err(self.failed(e)),
             Ok(Ok(response)) => response.stream,
         };
-        let mut text = String::new();
-        let mut usage = genai::chat::Usage::default();
+        let mut streamed = Streamed {
+            text: String::new(),
+            calls: Vec::new(),
+            usage: genai::chat::Usage::default(),
+        };
         loop {
             let event = match tokio::time::timeout_at(deadline, stream.next()).await {
                 Err(_) => return Err(self.timed_out()),
@@ -49,29 +81,26 @@ impl GenaiProvider {
             };
             match event {
                 ChatStreamEvent::Chunk(chunk) => {
-                    text.push_str(&chunk.content);
+                    streamed.text.push_str(&chunk.content);
                     live.push(&chunk.content);
                 }
                 ChatStreamEvent::End(end) => {
+                    if let Some(calls) = end.captured_tool_calls() {
+                        streamed.calls = calls.into_iter().cloned().collect();
+                    }
                     if let Some(captured) = end.captured_usage {
-                        usage = captured;
+                        streamed.usage = captured;
                     }
                 }
                 _ => {}
             }
         }
         if let Some(turn) = &turn {
+            let usage = &streamed.usage;
             let used = usage.prompt_tokens.unwrap_or(0) + usage.completion_tokens.unwrap_or(0);
             turn.charge(u64::try_from(used).unwrap_or(0));
         }
-        let text = text.trim();
-        if text.is_empty() {
-            return Err(Failure {
-                error: ProviderError::Empty,
-                transient: false,
-            });
-        }
-        Ok(completion_with(&usage, text.to_string()))
+        Ok(streamed)
     }
 }
 

@@ -13,8 +13,9 @@ use genai::chat::{ChatMessage, ChatRequest, Tool, ToolResponse};
 use serde_json::Value;
 
 use super::breaker::Failure;
-use super::client::{GenaiProvider, completion_of, request_of};
+use super::client::{GenaiProvider, completion_of, completion_with, request_of};
 use super::{Completion, OutageNotice, ProviderError};
+use crate::live::Live;
 use crate::persona::Prompt;
 
 /// One tool offered to the model.
@@ -105,50 +106,83 @@ fn request(prompt: &Prompt, round: ToolRound<'_>) -> ChatRequest {
     request
 }
 
+/// The calls the model asked for, named as troupe names them where the step offered them.
+fn calls_of<'c>(
+    round: ToolRound<'_>,
+    calls: impl IntoIterator<Item = &'c genai::chat::ToolCall>,
+) -> Vec<ToolCall> {
+    calls
+        .into_iter()
+        .map(|c| ToolCall {
+            id: c.call_id.clone(),
+            name: round
+                .tools
+                .iter()
+                .find(|t| wire_name(&t.name) == c.fn_name)
+                .map(|t| t.name.clone())
+                .unwrap_or_else(|| c.fn_name.clone()),
+            arguments: c.fn_arguments.clone(),
+        })
+        .collect()
+}
+
+/// A step that neither asked for a tool nor wrote anything failed.
+fn step_of(completion: Completion, calls: Vec<ToolCall>) -> Result<Step, Failure> {
+    if calls.is_empty() && completion.text.is_empty() {
+        return Err(Failure {
+            error: ProviderError::Empty,
+            transient: false,
+        });
+    }
+    Ok(Step { completion, calls })
+}
+
 impl GenaiProvider {
     async fn attempt_step(&self, prompt: &Prompt, round: ToolRound<'_>) -> Result<Step, Failure> {
         let response = self.exec(request(prompt, round)).await?;
-        let calls: Vec<ToolCall> = response
-            .tool_calls()
-            .into_iter()
-            .map(|c| ToolCall {
-                id: c.call_id.clone(),
-                name: round
-                    .tools
-                    .iter()
-                    .find(|t| wire_name(&t.name) == c.fn_name)
-                    .map(|t| t.name.clone())
-                    .unwrap_or_else(|| c.fn_name.clone()),
-                arguments: c.fn_arguments.clone(),
-            })
-            .collect();
-        let text = response
-            .first_text()
-            .map(str::trim)
-            .unwrap_or("")
-            .to_string();
-        if calls.is_empty() && text.is_empty() {
-            return Err(Failure {
-                error: ProviderError::Empty,
-                transient: false,
-            });
-        }
-        Ok(Step {
-            completion: completion_of(&response, text),
-            calls,
-        })
+        let calls = calls_of(round, response.tool_calls());
+        let text = response.first_text().map(str::trim).unwrap_or("");
+        step_of(completion_of(&response, text.to_string()), calls)
     }
 
-    /// One step of a turn with tools, through the account's breaker like any call.
+    /// A streamed step: its text is shown in `live` as it comes; a step that ends asking
+    /// for tools takes it back (what the model wrote before a call is not the answer).
+    async fn attempt_step_live(
+        &self,
+        prompt: &Prompt,
+        round: ToolRound<'_>,
+        live: &Live,
+    ) -> Result<Step, Failure> {
+        let streamed = self.stream_chat(request(prompt, round), live).await?;
+        let calls = calls_of(round, &streamed.calls);
+        if !calls.is_empty() {
+            live.restart();
+        }
+        let text = streamed.text.trim().to_string();
+        step_of(completion_with(&streamed.usage, text), calls)
+    }
+
+    /// One step of a turn with tools, through the account's breaker like any call; shown
+    /// in `live` as it is written when one is given.
     pub(super) async fn step_with_tools(
         &self,
         prompt: &Prompt,
         round: ToolRound<'_>,
         notice: Option<&dyn OutageNotice>,
+        live: Option<&Live>,
     ) -> Result<Step, ProviderError> {
-        self.breaker()
-            .call(notice, || self.attempt_step(prompt, round))
-            .await
+        match live {
+            None => {
+                self.breaker()
+                    .call(notice, || self.attempt_step(prompt, round))
+                    .await
+            }
+            Some(live) => {
+                self.breaker()
+                    .call(notice, || self.attempt_step_live(prompt, round, live))
+                    .await
+            }
+        }
     }
 }
 
