@@ -203,6 +203,18 @@ pub struct ContextLine {
 /// (see [`Connector::self_id`]).
 pub const SELF_ID_KEY: &str = "self_id";
 
+/// A voice note answering a voice note (issue 32, voice out): Opus in an Ogg container,
+/// made by the gateway (`media::speech`).
+#[derive(Debug, Clone)]
+pub struct VoiceNote {
+    pub room: RoomRef,
+    /// The message it answers (the voice note that came in).
+    pub reply_to: Option<MessageId>,
+    pub audio: Vec<u8>,
+    /// Its length, from the Ogg pages (zero when they did not say).
+    pub duration: Duration,
+}
+
 /// One platform account. Implementations live in this crate, one module per platform; the
 /// gateway's `Web` connector lives in the gateway because it answers HTTP callers.
 #[async_trait]
@@ -246,6 +258,12 @@ pub trait Connector: Send + Sync {
     /// Takes back what `show_live` showed of the reply `key`: its turn failed, and no
     /// reply will finish it. Best effort.
     async fn drop_live(&self, _key: &str) {}
+
+    /// Sends a voice note (before the reply's text, which the outbox delivers as usual).
+    /// `Ok(None)`: this platform sends no voice notes, the default.
+    async fn send_voice(&self, _note: &VoiceNote) -> Result<Option<MessageId>, ConnectorError> {
+        Ok(None)
+    }
 
     /// Shows that the persona is composing a reply. Best effort.
     async fn typing(&self, _room: &RoomRef) -> Result<(), ConnectorError> {

@@ -10,10 +10,12 @@
 //!   platform is built from (`ConnectorSettings`, `Lookup`) and answers (`Built`,
 //!   `Receiving`, `Shard`).
 //! - [`registry`]: builds the connector for a platform from its settings: one match arm per
-//!   platform. It imports the platform modules; they import only `connector`, `model` and
-//!   `split`, so one platform is one module.
+//!   platform. It imports the platform modules; they import only `connector`, `model`,
+//!   `split` and `shown`, so one platform is one module.
 //! - [`files`]: a message's platform files (photos, voice notes) as references, fetched
 //!   by the connector that received them, with its own client; `FileError`.
+//! - `shown`: the ids of a reply's messages shown while it was written (Discord, Telegram),
+//!   kept in the connector's state so a restart finishes them instead of posting again.
 //! - [`split`]: splitting a long reply at a platform's length limit on natural boundaries.
 //! - `discord` (feature `discord`, on by default): Discord bots over the gateway WebSocket
 //!   (serenity) and the REST API, with catch-up after downtime and code-fence-aware splitting.
@@ -48,6 +50,8 @@ pub mod files;
 pub mod fuzzing;
 pub mod model;
 pub mod registry;
+#[cfg(any(feature = "discord", feature = "telegram"))]
+mod shown;
 pub mod split;
 pub mod sync;
 #[cfg(feature = "telegram")]
@@ -57,7 +61,7 @@ pub mod tls;
 pub use connector::{
     Accepted, Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, ContextLine,
     Delivery, InboundSink, Lookup, MemoryState, Receiving, SELF_ID_KEY, Shard, SinkError,
-    WebhookRequest, WebhookResponse, panic_message,
+    VoiceNote, WebhookRequest, WebhookResponse, panic_message,
 };
 pub use model::{
     AgentId, Attachment, BadRoomKey, ClientContext, ClientTurn, Inbound, MessageId, Outbound,

@@ -329,8 +329,10 @@ impl App {
         }
         // Voice notes go to the persona's own provider and key (media::voice).
         let hearing = crate::provider::resolve_target(&persona, &self.config.env).ok();
+        let speaking = crate::media::speech::speaking(&persona, &self.config.env, hearing.as_ref());
         Mind {
             hearing,
+            speaking,
             persona,
             provider,
             small,

@@ -7,12 +7,16 @@
 //! said, marked as transcribed, and the room remembers it so. A transcription that fails is
 //! a line telling the persona the voice note could not be heard, and the message is still
 //! answered.
+//!
+//! Voice out (`TROUPE_SPEECH_MODEL`): a voice note is answered with a voice note made by the
+//! fake's `/v1/audio/speech` (its bytes sent with `sendVoice`) and the text as a message; a
+//! text message gets text only; a failed speech request still sends the text.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_e2e::fake_discord::{APPLICATION_ID, Author, FakeDiscord, NewMessage, TOKEN};
-use troupe_e2e::fake_openai_audio::Heard;
+use troupe_e2e::fake_openai_audio::{Heard, speech_ogg};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
 use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
 
@@ -194,4 +198,120 @@ async fn a_discord_voice_message_is_transcribed_and_answered() {
     assert_eq!(heard.len(), 1);
     assert_eq!(heard[0].file, note);
     assert_eq!(heard[0].file_name.as_deref(), Some("voice-message.ogg"));
+}
+
+#[tokio::test]
+async fn a_telegram_voice_note_is_answered_by_voice_and_text() {
+    let telegram = FakeTelegram::start().await;
+    let openai = FakeOpenAi::start().await;
+    let app = telegram_app(
+        &telegram,
+        &openai,
+        &[
+            ("TROUPE_SPEECH_MODEL", "tts-1"),
+            ("TROUPE_SPEECH_VOICE", "nova"),
+        ],
+    )
+    .await;
+    let chat = || tg::private_chat(602, "Bo");
+    let bo = || tg::user(602, "Bo");
+
+    telegram.add_file("V-9", "voice/file_9.oga", &ogg(1500));
+    openai.push_reply("Mars is cold and dusty today.");
+    telegram.push_message(voice(chat(), bo(), (300, "V-9"), 1500));
+    let voices = app.expect(telegram.try_wait_for_voices(1, WAIT).await);
+    let sent = app.expect(telegram.try_wait_for_sent(1, WAIT).await);
+    assert_eq!(
+        sent[0].text, "Mars is cold and dusty today.",
+        "the text too"
+    );
+    assert_eq!(
+        voices[0].voice,
+        speech_ogg(),
+        "the bytes the speech route made"
+    );
+    assert_eq!(
+        voices[0].duration,
+        Some(2),
+        "the length read from the Ogg pages"
+    );
+    assert_eq!(voices[0].reply_to_message_id, Some(300));
+    let spoken = openai.audio().speech_requests();
+    assert_eq!(spoken.len(), 1);
+    assert_eq!(spoken[0].model.as_deref(), Some("tts-1"));
+    assert_eq!(spoken[0].voice.as_deref(), Some("nova"));
+    assert_eq!(spoken[0].response_format.as_deref(), Some("opus"));
+    assert_eq!(
+        spoken[0].input.as_deref(),
+        Some("Mars is cold and dusty today.")
+    );
+    assert_eq!(spoken[0].api_key.as_deref(), openai.api_key());
+
+    // A typed message is answered in text only.
+    openai.push_reply("Venus is hotter.");
+    telegram.push_message(tg::text(chat(), bo(), "and Venus?"));
+    app.expect(telegram.try_wait_for_sent(2, WAIT).await);
+    assert_eq!(
+        openai.audio().speech_requests().len(),
+        1,
+        "no speech for text"
+    );
+
+    // A speech request that fails still sends the text.
+    telegram.add_file("V-10", "voice/file_10.oga", &ogg(1500));
+    openai.audio().fail_next_speech(500);
+    openai.push_reply("Jupiter is big.");
+    telegram.push_message(voice(chat(), bo(), (400, "V-10"), 1500));
+    let sent = app.expect(telegram.try_wait_for_sent(3, WAIT).await);
+    assert_eq!(sent[2].text, "Jupiter is big.");
+    assert_eq!(
+        telegram.voices().len(),
+        1,
+        "no voice note when speech failed"
+    );
+    assert_eq!(openai.audio().speech_requests().len(), 2);
+}
+
+#[tokio::test]
+async fn audio_posted_to_the_api_is_transcribed_and_answered() {
+    use base64::Engine;
+    let openai = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona("Vera", "Vera listens to voice notes and answers them.")
+            .openai(&openai),
+    )
+    .await;
+    openai
+        .audio()
+        .push(Heard::Text("how far is the moon?".into()));
+    openai.push_reply("About 384,000 km.");
+    let note = ogg(2500);
+    let data = base64::engine::general_purpose::STANDARD.encode(&note);
+    let (status, body) = app
+        .post_message(
+            "Vera",
+            &json!({"text": "(voice)", "attachments": [{"data": data, "mime": "audio/ogg"}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["replies"][0]["text"], "About 384,000 km.", "{body}");
+    let heard = openai.audio().requests();
+    assert_eq!(heard.len(), 1, "one transcription request");
+    assert_eq!(heard[0].file, note, "the posted bytes, as sent");
+    assert_eq!(heard[0].content_type.as_deref(), Some("audio/ogg"));
+    let (text, _) = asked(&openai, &app, 0).await;
+    assert!(
+        text.contains("[voice, transcribed] how far is the moon?"),
+        "{text}"
+    );
+
+    // Bytes that are neither an image nor audio are still refused, with the reason.
+    let (status, body) = app
+        .post_message(
+            "Vera",
+            &json!({"text": "(voice)", "attachments": [{"data": "aGVsbG8gd29ybGQ="}]}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
 }

@@ -277,27 +277,17 @@ impl DiscordConnector {
 
     /// The messages shown live of reply `key` by an earlier run, from the connector's state.
     async fn saved_live(&self, key: &str) -> Vec<MessageId> {
-        match self.state.get(&live_state_key(key)).await {
-            Ok(Some(ids)) => ids
-                .split(',')
-                .filter(|id| Snowflake::parse(id).is_some())
-                .map(MessageId::from)
-                .collect(),
-            _ => Vec::new(),
-        }
+        crate::shown::saved(&*self.state, key, |id| Snowflake::parse(id).is_some()).await
     }
 
     /// Keeps the messages shown live of reply `key` across a restart, so that a reply
     /// driven again edits them rather than posting a second copy.
     async fn save_live(&self, key: &str, ids: &[MessageId]) {
-        let ids: Vec<&str> = ids.iter().map(MessageId::as_str).collect();
-        if let Err(e) = self.state.put(&live_state_key(key), &ids.join(",")).await {
-            tracing::warn!(error = %e, "could not keep a streamed message's id");
-        }
+        crate::shown::save(&*self.state, key, ids).await;
     }
 
     async fn forget_live(&self, key: &str) {
-        let _ = self.state.put(&live_state_key(key), "").await;
+        crate::shown::forget(&*self.state, key).await;
     }
 
     fn remember_progress(&self, key: &str, sent: Vec<MessageId>) {
@@ -334,11 +324,6 @@ fn set_text(texts: &mut Vec<String>, index: usize, text: String) {
         texts.resize(index + 1, String::new());
     }
     texts[index] = text;
-}
-
-/// The connector state key of a reply's live messages.
-fn live_state_key(key: &str) -> String {
-    format!("live:{key}")
 }
 
 fn lock_recent(m: &Mutex<Recent>) -> std::sync::MutexGuard<'_, Recent> {

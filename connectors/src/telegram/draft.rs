@@ -2,7 +2,7 @@
 //! (Bot API 10) streams an ephemeral preview of the message, and the reply's delivery
 //! (`sendMessage`) persists it. A draft is never a message: a gateway that stops mid-stream
 //! leaves nothing to finish or delete, and the reply driven again at the next start is
-//! sent once. Groups get the whole reply (edits of a posted message are not done yet).
+//! sent once. Groups get one message edited as it grows (`stream_edit`).
 //!
 //! teloxide 0.17 predates the method, so its payload is declared here and sent through
 //! teloxide's own JSON request, with the bot's token, API root and error handling.

@@ -11,7 +11,8 @@
 //!
 //! Layout: [`config`] parses the settings, [`commands`] registers the command menu and checks
 //! admins, [`normalize`] maps updates, [`receive`] polls and
-//! answers webhooks, [`send`] delivers replies, [`pace`] keeps within the rate limits,
+//! answers webhooks, [`send`] delivers replies, [`draft`] and [`stream_edit`]
+//! show them while they are written, [`voice`] sends voice notes, [`pace`] keeps within the rate limits,
 //! [`errors`] maps teloxide's errors.
 
 mod commands;
@@ -24,6 +25,8 @@ mod normalize;
 mod pace;
 mod receive;
 mod send;
+mod stream_edit;
+mod voice;
 
 /// The normalizer, for `crate::fuzzing` (the fuzz targets and their corpus replay) only.
 #[cfg(any(test, feature = "fuzzing"))]
@@ -79,6 +82,8 @@ pub struct TelegramConnector {
     chat_locks: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
     /// Parts of a reply already sent, by outbound key, so a retry resumes after them.
     progress: Mutex<HashMap<String, Vec<MessageId>>>,
+    /// Group replies shown live and not yet delivered, by outbound key (`stream_edit`).
+    shown: Mutex<HashMap<String, stream_edit::Shown>>,
     /// Replies delivered lately, so a second `send` of the same key sends nothing.
     delivered: Mutex<Recent>,
     /// When `getUpdates` last answered, for `/readyz` (see [`Connector::quiet_for`]).
@@ -102,6 +107,7 @@ impl TelegramConnector {
             live: RwLock::new(None),
             chat_locks: Mutex::new(HashMap::new()),
             progress: Mutex::new(HashMap::new()),
+            shown: Mutex::new(HashMap::new()),
             delivered: Mutex::new(Recent::default()),
             clock: Mutex::default(),
             in_hand: Mutex::default(),
@@ -178,12 +184,28 @@ impl Connector for TelegramConnector {
         self.show_typing(room).await
     }
 
+    async fn send_voice(
+        &self,
+        note: &crate::connector::VoiceNote,
+    ) -> Result<Option<MessageId>, ConnectorError> {
+        self.deliver_voice(note).await.map(Some)
+    }
+
+    /// Private chats see a draft (`draft`), groups one message edited (`stream_edit`).
     fn shows_live(&self, room: &RoomRef) -> bool {
-        draft::is_private(room)
+        send::Target::of(room).is_ok()
     }
 
     async fn show_live(&self, reply: &Outbound) -> Result<(), ConnectorError> {
-        self.draft(reply).await
+        if draft::is_private(&reply.room) {
+            self.draft(reply).await
+        } else {
+            self.show_edits(reply).await
+        }
+    }
+
+    async fn drop_live(&self, key: &str) {
+        self.unshow(key).await;
     }
 
     async fn webhook(&self, request: WebhookRequest) -> WebhookResponse {

@@ -57,7 +57,7 @@ impl Target {
 }
 
 /// The Telegram message id in a normalized `chat:message` id.
-fn reply_target(id: &MessageId) -> Option<i32> {
+pub(super) fn reply_target(id: &MessageId) -> Option<i32> {
     id.as_str().rsplit(':').next()?.trim().parse().ok()
 }
 
@@ -73,6 +73,13 @@ impl TelegramConnector {
         if let Some(done) = self.delivered.locked().get(&reply.key) {
             return Ok(done);
         }
+        // A group reply shown live (`stream_edit`) is finished in its messages.
+        if let Some(done) = self
+            .finish_shown(&mut target, reply, &parts, MAX_RATE_LIMIT_WAIT)
+            .await
+        {
+            return done;
+        }
         let mut sent = self
             .progress
             .locked()
@@ -87,7 +94,13 @@ impl TelegramConnector {
                 None
             };
             let id = match self
-                .send_part(&mut target, part, reply_to, &mut waited)
+                .send_part(
+                    &mut target,
+                    part,
+                    reply_to,
+                    &mut waited,
+                    MAX_RATE_LIMIT_WAIT,
+                )
                 .await
             {
                 Ok(id) => id,
@@ -112,7 +125,7 @@ impl TelegramConnector {
         Ok(delivery)
     }
 
-    fn chat_lock(&self, chat: i64) -> Arc<tokio::sync::Mutex<()>> {
+    pub(super) fn chat_lock(&self, chat: i64) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.chat_locks.locked();
         if locks.len() > 1024 {
             locks.retain(|_, l| Arc::strong_count(l) > 1);
@@ -120,13 +133,14 @@ impl TelegramConnector {
         locks.entry(chat).or_default().clone()
     }
 
-    /// Sends one part until Telegram takes it, waiting out 429s.
-    async fn send_part(
+    /// Sends one part until Telegram takes it, waiting out 429s up to `patience` in all.
+    pub(super) async fn send_part(
         &self,
         target: &mut Target,
         text: &str,
         reply_to: Option<i32>,
         waited: &mut Duration,
+        patience: Duration,
     ) -> Result<MessageId, ConnectorError> {
         loop {
             self.pacer.wait_turn(target.chat).await;
@@ -146,7 +160,7 @@ impl TelegramConnector {
             match &error {
                 RequestError::RetryAfter(seconds) => {
                     let wait = seconds.duration().max(Duration::from_secs(1));
-                    if *waited + wait > MAX_RATE_LIMIT_WAIT {
+                    if *waited + wait > patience {
                         tracing::warn!(retry_after = ?wait, "Telegram keeps rate limiting; the outbox will retry the rest of the reply");
                         return Err(ConnectorError::RateLimited { retry_after: wait });
                     }

@@ -39,6 +39,8 @@ impl Agent {
                 reason: crate::outcome::WhyNot::Muted,
             });
         };
+        // A voice note is answered by voice too, before the text (`speak`).
+        self.speak(mind, meter.as_ref(), inbound, &text).await;
         self.reply(journal_id, inbound, text.clone()).await?;
         self.share_in_web_room(journal_id, inbound, &text).await?;
         if inbound.platform() != Platform::Web {

@@ -23,6 +23,7 @@
 //!   back, up to `TROUPE_TOOL_MAX_STEPS`.
 //! - `answer`: the reply's room action (`act`), then record and deliver (`answer`, `reply`,
 //!   `record`).
+//! - `speak`: a voice note answered by a voice note too (`media::speech`), before the text.
 //! - `outbound`: every message the agent says to a room, and its outbox key, built once.
 //!
 //! An agent holds only the handles it uses: replies leave through the outbox, and what a
@@ -39,6 +40,7 @@ mod model;
 mod outbound;
 mod recall;
 mod resume;
+mod speak;
 #[cfg(test)]
 mod tests;
 mod tools;
@@ -81,6 +83,8 @@ pub struct Mind {
     /// Where voice notes are transcribed: the persona's own provider and key, resolved with
     /// the provider (`media::voice`); `None` when they do not resolve.
     pub hearing: Option<crate::provider::Target>,
+    /// The persona's voice for answering voice notes (`media::speech`); `None`: text only.
+    pub speaking: Option<crate::media::speech::Speaking>,
 }
 
 impl Mind {

@@ -32,6 +32,7 @@ async fn ada(says: &str) -> (tempfile::TempDir, Agent) {
             vision: None,
             tools: None,
             hearing: None,
+            speaking: None,
         },
         store,
         outbox,

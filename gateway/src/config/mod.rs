@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 pub use crate::fetch::FetchSettings;
 use crate::persona::Env;
 
-pub use agent::{AgentSettings, MemorySettings, Vision};
+pub use agent::{AgentSettings, MediaSettings, MemorySettings, Vision};
 pub use edge::{
     AllowedHosts, ApiCallers, EdgeSettings, HttpSettings, Limits, ScopedToken, SystemMessages,
     TokenName,

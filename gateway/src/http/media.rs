@@ -5,13 +5,15 @@
 //! are `crate::media`'s. `mime` is the caller's claim and only checked against the bytes.
 //! An accepted image is stored by the SHA-256 of its bytes (the `media` table) and the
 //! message carries the reference, so neither the journal nor the bus carries the bytes.
+//! Audio (Ogg, MP3, WAV, FLAC, WebM, M4A, by its bytes) is taken the same way and stored
+//! the same way: the message's voice note, transcribed when it is handled (`media::voice`).
 
 use axum::http::StatusCode;
 use serde::Deserialize;
 use troupe_connectors::Attachment;
 
 use super::error::ApiError;
-use crate::config::{Config, Vision};
+use crate::config::{Config, MediaSettings, Vision};
 use crate::fetch::Fetcher;
 use crate::media::{self, MediaError};
 use crate::storage::Store;
@@ -57,9 +59,6 @@ pub async fn accept(
     posted: Vec<PostedImage>,
 ) -> Result<Vec<Attachment>, ApiError> {
     let settings = &config.agent.media;
-    if settings.vision == Vision::Off {
-        return Err(refused(&MediaError::Off));
-    }
     if posted.len() > media::MAX_IMAGES {
         return Err(refused(&MediaError::TooMany));
     }
@@ -68,6 +67,10 @@ pub async fn accept(
     let mut out = Vec::with_capacity(posted.len());
     for (i, image) in posted.into_iter().enumerate() {
         let n = i + 1;
+        // A link is an image: with images off it is refused before anything is fetched.
+        if image.url.is_some() && settings.vision == Vision::Off {
+            return Err(refused(&MediaError::Off));
+        }
         let bytes = match (image.url, image.data, image.bytes) {
             (Some(url), None, None) => media::fetch_image(&fetcher, &url, cap).await,
             (None, Some(data), None) => media::decode_data(&data, cap),
@@ -79,7 +82,7 @@ pub async fn accept(
             }
         }
         .map_err(|e| refused(&e))?;
-        let mime = media::check(&bytes, cap).map_err(|e| refused(&e))?;
+        let (mime, audio) = kind_of(&bytes, i, settings)?;
         if let Some(claimed) = image.mime
             && claimed.trim() != mime
         {
@@ -98,10 +101,40 @@ pub async fn accept(
                 "the image could not be stored; try again".to_string(),
             )
         })?;
-        let attachment = media::stored_attachment(n, mime, bytes.len(), reference);
+        let mut attachment = media::stored_attachment(n, mime, bytes.len(), reference);
+        if audio {
+            attachment.name = format!("audio-{n}.{}", media::voice::audio_extension(mime));
+        }
         out.push(attachment);
     }
     Ok(out)
+}
+
+/// The type of posted bytes, read from them, and whether they are audio: an image (unless
+/// `TROUPE_VISION=off`), or audio, a voice note to transcribe (issue 32; unless
+/// `TROUPE_TRANSCRIBE=off`).
+fn kind_of(
+    bytes: &[u8],
+    i: usize,
+    settings: &MediaSettings,
+) -> Result<(&'static str, bool), ApiError> {
+    let cap = settings.max_bytes;
+    let audio = match media::check(bytes, cap) {
+        Err(MediaError::NotAnImage) => media::voice::sniff_audio(bytes),
+        _ => None,
+    };
+    match audio {
+        Some(mime) if !settings.transcribe => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "media_refused",
+            format!(
+                "`attachments[{i}]` is {mime}, and audio is not transcribed here (TROUPE_TRANSCRIBE=off)"
+            ),
+        )),
+        Some(mime) => Ok((mime, true)),
+        None if settings.vision == Vision::Off => Err(refused(&MediaError::Off)),
+        None => Ok((media::check(bytes, cap).map_err(|e| refused(&e))?, false)),
+    }
 }
 
 /// A refusal: 413 for a size, 422 otherwise, with the reason.

@@ -1,8 +1,8 @@
 //! `POST /api/agents/{agent}/messages` as `multipart/form-data` (issue 32): what a browser
 //! form or `curl -F` sends. Text fields are the JSON body's fields by the same names
 //! (`text`, `roomId`, `userId`, `userName`, `messageId`, `stream`), so they go through the
-//! very same parsing and checks; each file part (`image`, or any part with a file name) is
-//! one image, read here up to `TROUPE_MEDIA_MAX_BYTES` and at most `media::MAX_IMAGES`, then
+//! very same parsing and checks; each file part (`image`, `audio`, or any part with a file name) is
+//! one image or audio file, read here up to `TROUPE_MEDIA_MAX_BYTES` and at most `media::MAX_IMAGES`, then
 //! checked and stored exactly as a JSON `{data}` image is (http/media.rs). Any other
 //! `Content-Type` is read as JSON, as before.
 
@@ -61,7 +61,7 @@ async fn read_form<T: DeserializeOwned>(
     let mut parts = Vec::new();
     while let Some(mut field) = multipart.next_field().await.map_err(form_error)? {
         let name = field.name().unwrap_or("").to_string();
-        if name == "image" || field.file_name().is_some() {
+        if name == "image" || name == "audio" || field.file_name().is_some() {
             if parts.len() == MAX_IMAGES {
                 return Err(refused(&MediaError::TooMany));
             }

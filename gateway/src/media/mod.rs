@@ -23,9 +23,11 @@
 //! an image) becomes a line giving the reason, so the persona can say so.
 //!
 //! Layout: this file is the policy (limits, types, the prompt lines, the memory line);
-//! `load` fetches a message's images when it is handled; `voice` transcribes its voice notes.
+//! `load` fetches a message's images when it is handled; `voice` transcribes its voice notes;
+//! `speech` answers a voice note with one.
 
 mod load;
+pub mod speech;
 pub mod voice;
 
 pub use load::{Seen, Sources, load};

@@ -52,6 +52,39 @@ pub fn is_voice(a: &Attachment) -> bool {
     }
 }
 
+/// The type of audio bytes posted to the API, read from their magic number (as images'
+/// are): Ogg (Opus or Vorbis), MP3, WAV, FLAC, WebM, MP4/M4A. `None`: not audio known here.
+pub fn sniff_audio(bytes: &[u8]) -> Option<&'static str> {
+    let at = |from: usize, magic: &[u8]| bytes.get(from..from + magic.len()) == Some(magic);
+    if at(0, b"OggS") {
+        Some("audio/ogg")
+    } else if at(0, b"ID3") || (bytes.len() > 2 && bytes[0] == 0xff && bytes[1] & 0xe0 == 0xe0) {
+        Some("audio/mpeg")
+    } else if at(0, b"RIFF") && at(8, b"WAVE") {
+        Some("audio/wav")
+    } else if at(0, b"fLaC") {
+        Some("audio/flac")
+    } else if at(0, &[0x1a, 0x45, 0xdf, 0xa3]) {
+        Some("audio/webm")
+    } else if at(4, b"ftyp") {
+        Some("audio/mp4")
+    } else {
+        None
+    }
+}
+
+/// The file name extension for an audio type `sniff_audio` gave.
+pub fn audio_extension(mime: &str) -> &'static str {
+    match mime {
+        "audio/ogg" => "ogg",
+        "audio/mpeg" => "mp3",
+        "audio/wav" => "wav",
+        "audio/flac" => "flac",
+        "audio/webm" => "webm",
+        _ => "m4a",
+    }
+}
+
 /// How a message's voice notes are heard.
 pub struct Hearing<'a> {
     pub sources: &'a Sources<'a>,
@@ -164,34 +197,14 @@ async fn transcribe(
     mime: &str,
     bytes: Vec<u8>,
 ) -> Result<String, String> {
-    let client = troupe_connectors::tls::http_client()
-        .timeout(timeout)
-        .connect_timeout(timeout.min(Duration::from_secs(10)))
-        .build()
-        .map_err(|_| "the transcription client could not be built".to_string())?;
-    let url = format!(
-        "{}/audio/transcriptions",
-        target.base_url.trim_end_matches('/')
-    );
     let boundary = boundary();
-    let mut request = client
-        .post(url)
+    let request = provider_request(target, "/audio/transcriptions", timeout)?
         .header(
             reqwest::header::CONTENT_TYPE,
             format!("multipart/form-data; boundary={boundary}"),
         )
         .body(form(&boundary, model, name, mime, &bytes));
-    if let Some(key) = &target.api_key {
-        request = request.bearer_auth(key);
-    }
-    // reqwest's error text names the URL: say only what kind of failure it was.
-    let failed = |e: reqwest::Error| {
-        if e.is_timeout() {
-            "the transcription timed out".to_string()
-        } else {
-            "the transcription request failed (network)".to_string()
-        }
-    };
+    let failed = failure("the transcription");
     let mut response = request.send().await.map_err(failed)?;
     let status = response.status();
     let mut body = Vec::new();
@@ -205,6 +218,38 @@ async fn transcribe(
         return Err(format!("the transcription was answered {status}"));
     }
     read_transcript(&body)
+}
+
+/// A `POST {base}{path}` to the persona's provider `target`, with its key, bounded by
+/// `timeout` (transcription here, speech in `super::speech`).
+pub(super) fn provider_request(
+    target: &Target,
+    path: &str,
+    timeout: Duration,
+) -> Result<reqwest::RequestBuilder, String> {
+    let client = troupe_connectors::tls::http_client()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .build()
+        .map_err(|_| "the HTTP client could not be built".to_string())?;
+    let url = format!("{}{path}", target.base_url.trim_end_matches('/'));
+    let request = client.post(url);
+    Ok(match &target.api_key {
+        Some(key) => request.bearer_auth(key),
+        None => request,
+    })
+}
+
+/// How a failed request to the provider is told: reqwest's error text names the URL, so
+/// only what kind of failure it was.
+pub(super) fn failure(what: &'static str) -> impl Fn(reqwest::Error) -> String + Copy {
+    move |e: reqwest::Error| {
+        if e.is_timeout() {
+            format!("{what} timed out")
+        } else {
+            format!("{what} request failed (network)")
+        }
+    }
 }
 
 /// The `text` of a transcription answer (`{"text": "…"}`).
@@ -267,6 +312,17 @@ mod tests {
             text.contains("Content-Type: audio/ogg\r\n\r\nOggS\r\n--B--\r\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn audio_is_known_by_its_bytes() {
+        assert_eq!(sniff_audio(b"OggS\0\x02rest"), Some("audio/ogg"));
+        assert_eq!(sniff_audio(b"ID3\x04"), Some("audio/mpeg"));
+        assert_eq!(sniff_audio(b"RIFF\0\0\0\0WAVEfmt "), Some("audio/wav"));
+        assert_eq!(sniff_audio(b"\0\0\0\x20ftypM4A "), Some("audio/mp4"));
+        assert_eq!(sniff_audio(b"\x89PNG\r\n"), None);
+        assert_eq!(sniff_audio(b""), None);
+        assert_eq!(audio_extension("audio/mpeg"), "mp3");
     }
 
     #[test]

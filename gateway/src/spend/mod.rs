@@ -79,6 +79,8 @@ pub enum Purpose {
     /// A separate vision model describing a message's images for a text-only persona
     /// (issue 32, `media::vision`): part of the reply, like `Tool`.
     Vision,
+    /// A reply said aloud for a voice note (issue 32, `media::speech`): part of the reply.
+    Speech,
 }
 
 impl Purpose {
@@ -91,12 +93,16 @@ impl Purpose {
             Purpose::Post => "post",
             Purpose::Tool => "tool",
             Purpose::Vision => "vision",
+            Purpose::Speech => "speech",
         }
     }
 
     /// Background work stops at `background_share` of a budget; replies go to the cap.
     fn background(self) -> bool {
-        !matches!(self, Purpose::Reply | Purpose::Tool | Purpose::Vision)
+        !matches!(
+            self,
+            Purpose::Reply | Purpose::Tool | Purpose::Vision | Purpose::Speech
+        )
     }
 }
 
