@@ -10,6 +10,9 @@
 //! characters, scripted 429s with `parameters.retry_after`, and scripted refusals
 //! ([`FakeTelegram::refuse_next_send`]).
 //!
+//! `editMessageText` and `deleteMessage` act on the bot's own messages (issue 32), and
+//! [`FakeTelegram::push_edit`] queues an `edited_message` as a sender's edit.
+//!
 //! Tests drive it with [`FakeTelegram::push_update`] and the builders in [`tg`], and read
 //! what the bot did with [`FakeTelegram::sent_messages`], [`FakeTelegram::left_chats`] and
 //! [`FakeTelegram::set_webhook_info`]. Waiting is notification-based, never a sleep (see
@@ -77,6 +80,14 @@ impl SentMessage {
             .as_ref()
             .and_then(|r| int(r, "message_id"))
     }
+}
+
+/// An `editMessageText` that changed one of the bot's messages (issue 32).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EditedText {
+    pub chat_id: i64,
+    pub message_id: i64,
+    pub text: String,
 }
 
 /// A `sendChatAction` call.
@@ -148,6 +159,8 @@ struct Inner {
     /// When set, `getUpdates` answers this Bot API error (`error_code`, `description`)
     /// instead of updates: a Bot API that has gone wrong, so polling never succeeds.
     failing_polls: Option<(u16, String)>,
+    /// The bot's edits of its messages (`editMessageText`), in order.
+    edited: Vec<EditedText>,
 }
 
 /// A scripted sendMessage error.
@@ -412,6 +425,52 @@ impl FakeTelegram {
         self.try_wait_for_sent(n, timeout)
             .await
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// An edit of message `message_id` of `chat_id` by its sender (issue 32): the stored
+    /// message with `text` and `edit_date` `after_secs` after its `date`, queued as an
+    /// `edited_message` update (dropped when the bot did not ask for edits, as Telegram
+    /// does). Returns the update id; `None` when the fake has no such message.
+    pub fn push_edit(
+        &self,
+        chat_id: i64,
+        message_id: i64,
+        text: &str,
+        after_secs: i64,
+    ) -> Option<i64> {
+        let mut edited = self
+            .shared
+            .lock()
+            .messages
+            .get(&(chat_id, message_id))
+            .cloned()?;
+        let date = edited["date"].as_i64().unwrap_or_default();
+        edited["text"] = json!(text);
+        edited["edit_date"] = json!(date + after_secs);
+        Some(self.push_update(json!({ "edited_message": edited })))
+    }
+
+    /// The bot's `editMessageText` calls that changed a message, in order.
+    pub fn edited_texts(&self) -> Vec<EditedText> {
+        self.shared.lock().edited.clone()
+    }
+
+    /// Waits until the bot made at least `n` edits; returns them all.
+    pub async fn try_wait_for_edits(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<EditedText>, String> {
+        self.shared
+            .wait_for(timeout, |i| (i.edited.len() >= n).then(|| i.edited.clone()))
+            .await
+            .ok_or_else(|| {
+                let expected = format!(
+                    "the fake Telegram API to get {n} edit(s) (it got {})",
+                    self.edited_texts().len()
+                );
+                wait::report(self, expected, timeout)
+            })
     }
 
     /// The next `count` sendMessage calls get 429 with `retry_after` seconds.
@@ -919,6 +978,8 @@ async fn method(
         "setwebhook" => set_webhook(&shared, &p),
         "sendmessage" => send_message(&shared, &p),
         "sendmessagedraft" => send_message_draft(&p),
+        "editmessagetext" => edit_message_text(&shared, &p),
+        "deletemessage" => delete_message(&shared, &p),
         "sendchataction" => {
             let Some(chat_id) = int(&p, "chat_id") else {
                 return record(
@@ -1260,6 +1321,65 @@ fn send_message(shared: &Shared, p: &Value) -> Response {
         parse_mode: string(p, "parse_mode"),
     });
     ok(message)
+}
+
+/// `editMessageText` of a chat message (inline messages are not faked): only the bot's
+/// own message can be edited; the same text again is Telegram's 400 "message is not
+/// modified". A sent message's record shows its text as it is now.
+fn edit_message_text(shared: &Shared, p: &Value) -> Response {
+    let (Some(chat_id), Some(message_id)) = (int(p, "chat_id"), int(p, "message_id")) else {
+        return api_error(400, "Bad Request: message to edit not found");
+    };
+    let text = string(p, "text").unwrap_or_default();
+    if text.trim().is_empty() {
+        return api_error(400, "Bad Request: message text is empty");
+    }
+    if text.chars().count() > MAX_TEXT_CHARS {
+        return api_error(400, "Bad Request: MESSAGE_TOO_LONG");
+    }
+    let bot_id = shared.bot_id;
+    let mut inner = shared.lock();
+    let Some(message) = inner.messages.get_mut(&(chat_id, message_id)) else {
+        return api_error(400, "Bad Request: message to edit not found");
+    };
+    if message["from"]["id"].as_i64() != Some(bot_id) {
+        return api_error(400, "Bad Request: message can't be edited");
+    }
+    if message["text"].as_str() == Some(text.as_str()) {
+        return api_error(
+            400,
+            "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message",
+        );
+    }
+    message["text"] = json!(text);
+    message["edit_date"] = json!(now());
+    let message = message.clone();
+    for sent in inner.sent.iter_mut() {
+        if sent.chat_id == chat_id && sent.message_id == message_id {
+            sent.text = text.clone();
+        }
+    }
+    inner.edited.push(EditedText {
+        chat_id,
+        message_id,
+        text,
+    });
+    ok(message)
+}
+
+/// `deleteMessage` of the bot's own message: gone from the chat and from the sent record.
+fn delete_message(shared: &Shared, p: &Value) -> Response {
+    let (Some(chat_id), Some(message_id)) = (int(p, "chat_id"), int(p, "message_id")) else {
+        return api_error(400, "Bad Request: message to delete not found");
+    };
+    let mut inner = shared.lock();
+    if inner.messages.remove(&(chat_id, message_id)).is_none() {
+        return api_error(400, "Bad Request: message to delete not found");
+    }
+    inner
+        .sent
+        .retain(|m| !(m.chat_id == chat_id && m.message_id == message_id));
+    ok(json!(true))
 }
 
 /// Builders for the updates tests push: users, chats, messages, mentions, membership.

@@ -1,6 +1,7 @@
 //! Receiving: serenity's gateway connection (identify, heartbeats, reconnect and resume)
 //! with the intents GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES and MESSAGE_CONTENT, every
-//! MESSAGE_CREATE normalized and handed to the sink, and catch-up at each READY.
+//! MESSAGE_CREATE normalized and handed to the sink (MESSAGE_UPDATE and MESSAGE_DELETE too:
+//! `edits`), and catch-up at each READY.
 //!
 //! Catch-up: the connector remembers, in its `ConnectorState`, the channels it has seen and
 //! the last message id in each. At READY (a new session: after a start, or when a session
@@ -13,7 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serenity::all::{Context, EventHandler, GatewayIntents, Message, Ready, ResumedEvent};
+use serenity::all::{
+    ChannelId, Context, EventHandler, GatewayIntents, GuildId, Message, MessageId,
+    MessageUpdateEvent, Ready, ResumedEvent,
+};
 use tokio::sync::watch;
 
 use super::normalize::{self, Place};
@@ -73,7 +77,7 @@ pub(crate) struct Receiver {
 }
 
 impl Receiver {
-    async fn me(&self) -> Option<Snowflake> {
+    pub(super) async fn me(&self) -> Option<Snowflake> {
         let mut rx = self.me.subscribe();
         match tokio::time::timeout(IDENTITY_WAIT, rx.wait_for(Option::is_some)).await {
             Ok(Ok(me)) => *me,
@@ -274,6 +278,34 @@ impl EventHandler for Handler {
             Some(msg) => self.0.live(msg).await,
             None => tracing::debug!("skipping an unreadable Discord message"),
         }
+    }
+
+    async fn message_update(
+        &self,
+        _ctx: Context,
+        _old: Option<Message>,
+        _new: Option<Message>,
+        event: MessageUpdateEvent,
+    ) {
+        // Back to JSON, as for MESSAGE_CREATE: one normalizer for every message.
+        let parsed = serde_json::to_value(&event)
+            .ok()
+            .and_then(super::edits::parse_update);
+        if let Some(msg) = parsed {
+            self.0.edited(msg).await;
+        }
+    }
+
+    async fn message_delete(
+        &self,
+        _ctx: Context,
+        channel: ChannelId,
+        message: MessageId,
+        guild: Option<GuildId>,
+    ) {
+        self.0
+            .deleted(channel.get(), message.get(), guild.is_none())
+            .await;
     }
 }
 

@@ -11,13 +11,15 @@
 //!
 //! Layout: [`config`] parses the settings, [`commands`] registers the command menu and checks
 //! admins, [`normalize`] maps updates, [`receive`] polls and
-//! answers webhooks, [`send`] delivers replies, [`pace`] keeps within the rate limits,
+//! answers webhooks, [`send`] delivers replies ([`edits`]: in earlier messages, for an edited
+//! question), [`pace`] keeps within the rate limits,
 //! [`errors`] maps teloxide's errors.
 
 mod commands;
 mod config;
 mod decode;
 mod draft;
+mod edits;
 mod errors;
 mod files;
 mod normalize;
