@@ -39,6 +39,11 @@ fn unix_ms(raw: &str) -> Option<i64> {
 pub(crate) fn edit_to_inbound(msg: &wire::Message, me: Snowflake) -> Option<Inbound> {
     let edited_at_ms = unix_ms(msg.edited_timestamp.as_deref()?)?;
     let mut inbound = normalize::to_inbound(msg, me, Place::FromPayload)?;
+    // A bot's edits are its reply streaming (another persona's, say): following each one
+    // would answer every few words again.
+    if inbound.author.is_bot {
+        return None;
+    }
     let of = inbound.id.clone();
     inbound.revises = Some(Revision {
         of: of.clone(),
@@ -171,6 +176,8 @@ mod tests {
         assert!(edit_to_inbound(&unfurled, ME).is_none());
         let own = update(json!({"author": {"id": "900", "username": "dot", "bot": true}}));
         assert!(edit_to_inbound(&own.unwrap(), ME).is_none());
+        let bot = update(json!({"author": {"id": "6", "username": "other", "bot": true}}));
+        assert!(edit_to_inbound(&bot.unwrap(), ME).is_none());
         assert!(parse_update(json!("text")).is_none());
     }
 

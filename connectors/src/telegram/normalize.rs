@@ -173,6 +173,8 @@ fn from_edit(message: &Message, me: &BotIdentity, policy: &GroupPolicy) -> Event
         return Event::Skip("an edited message without an edit date");
     };
     match from_message(message, me, policy) {
+        // A bot's edits are its reply streaming: following each would answer it again.
+        Event::Message(inbound) if inbound.author.is_bot => Event::Skip("a bot's edit"),
         Event::Message(mut inbound) => {
             let of = inbound.id.clone();
             let edited_at_ms = edited_at.timestamp_millis();

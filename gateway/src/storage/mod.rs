@@ -85,6 +85,8 @@ mod posts;
 #[cfg(test)]
 mod posts_tests;
 mod revisions;
+#[cfg(test)]
+mod revisions_tests;
 mod rooms;
 #[cfg(test)]
 mod rooms_tests;
