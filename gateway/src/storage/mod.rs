@@ -313,6 +313,9 @@ pub enum ReplyStart {
 }
 
 /// The reply that `Store::record_handled_as` recorded.
+// One per reply, returned once and taken apart at once: boxing the entry would cost every
+// reply an allocation to save a move of a few hundred bytes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum RecordedReply {
     /// Inserted by this call, claimed for the caller's lease (attempts = 1): deliver it
