@@ -3,12 +3,10 @@
 //! like any message (journaled, once). The persona's own messages, partial updates that
 //! change no text (an embed unfurled: no `edited_timestamp`, or no `content`) and payloads
 //! without usable ids give nothing. Whether an edit is followed (the window, whether the
-//! persona answered) is the gateway's decision, not this module's.
+//! persona answered) is the gateway's decision, not this module's; `gateway` hands them on.
 
-use super::gateway::Receiver;
 use super::normalize::{self, Place};
 use super::wire::{self, Snowflake};
-use crate::connector::Accepted;
 use crate::model::{
     Change, Inbound, MessageId, Platform, Revision, RoomId, RoomRef, UserId, UserRef,
 };
@@ -94,40 +92,6 @@ pub(crate) fn parse_update(mut value: serde_json::Value) -> Option<wire::Message
         return None;
     }
     normalize::parse(value)
-}
-
-impl Receiver {
-    /// A MESSAGE_UPDATE from the gateway.
-    pub(crate) async fn edited(&self, msg: wire::Message) {
-        let Some(me) = self.me().await else {
-            return;
-        };
-        if let Some(inbound) = edit_to_inbound(&msg, me) {
-            self.hand_revision(inbound).await;
-        }
-    }
-
-    /// A MESSAGE_DELETE from the gateway.
-    pub(crate) async fn deleted(&self, channel: u64, message: u64, direct: bool) {
-        self.hand_revision(delete_to_inbound(channel, message, direct))
-            .await;
-    }
-
-    /// Hands an edit or a delete to the sink. One the gateway cannot take now is lost with
-    /// a log line: catch-up fetches new messages, not changes.
-    async fn hand_revision(&self, inbound: Inbound) {
-        let (room, id) = (inbound.room.id.clone(), inbound.id.clone());
-        match self.sink.accept(inbound).await {
-            Ok(Accepted::New) => {
-                tracing::debug!(channel = %room, event = %id, "Discord edit or delete journaled");
-            }
-            Ok(Accepted::Duplicate) => {}
-            Err(e) => {
-                tracing::warn!(channel = %room, event = %id, error = %e,
-                    "could not journal a Discord edit or delete; it is not followed");
-            }
-        }
-    }
 }
 
 #[cfg(test)]

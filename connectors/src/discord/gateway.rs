@@ -77,7 +77,7 @@ pub(crate) struct Receiver {
 }
 
 impl Receiver {
-    pub(super) async fn me(&self) -> Option<Snowflake> {
+    async fn me(&self) -> Option<Snowflake> {
         let mut rx = self.me.subscribe();
         match tokio::time::timeout(IDENTITY_WAIT, rx.wait_for(Option::is_some)).await {
             Ok(Ok(me)) => *me,
@@ -232,6 +232,41 @@ impl Receiver {
                 channels,
                 "caught up on Discord messages sent while away"
             );
+        }
+    }
+}
+
+/// Edits and deletes (issue 32), normalized by `edits`.
+impl Receiver {
+    /// A MESSAGE_UPDATE from the gateway.
+    pub(crate) async fn edited(&self, msg: wire::Message) {
+        let Some(me) = self.me().await else {
+            return;
+        };
+        if let Some(inbound) = super::edits::edit_to_inbound(&msg, me) {
+            self.hand_revision(inbound).await;
+        }
+    }
+
+    /// A MESSAGE_DELETE from the gateway.
+    pub(crate) async fn deleted(&self, channel: u64, message: u64, direct: bool) {
+        self.hand_revision(super::edits::delete_to_inbound(channel, message, direct))
+            .await;
+    }
+
+    /// Hands an edit or a delete to the sink. One the gateway cannot take now is lost with
+    /// a log line: catch-up fetches new messages, not changes.
+    async fn hand_revision(&self, inbound: crate::model::Inbound) {
+        let (room, id) = (inbound.room.id.clone(), inbound.id.clone());
+        match self.sink.accept(inbound).await {
+            Ok(Accepted::New) => {
+                tracing::debug!(channel = %room, event = %id, "Discord edit or delete journaled");
+            }
+            Ok(Accepted::Duplicate) => {}
+            Err(e) => {
+                tracing::warn!(channel = %room, event = %id, error = %e,
+                    "could not journal a Discord edit or delete; it is not followed");
+            }
         }
     }
 }
