@@ -165,6 +165,7 @@ fn reply_to(message: &Inbound, key: &str) -> Outbound {
         room: message.room.clone(),
         text: format!("reply {key}"),
         reply_to: Some(message.id.clone()),
+        replaces: Vec::new(),
     }
 }
 

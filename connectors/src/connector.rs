@@ -265,6 +265,17 @@ pub trait Connector: Send + Sync {
         Ok(None)
     }
 
+    /// Deletes the persona's own messages `ids` in `room`: the reply to a question that was
+    /// deleted (issue 32). A message gone already is not an error. The default deletes
+    /// nothing, for a platform whose messages cannot be taken back (a cast, the API).
+    async fn delete_messages(
+        &self,
+        _room: &RoomRef,
+        _ids: &[MessageId],
+    ) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
     /// Shows that the persona is composing a reply. Best effort.
     async fn typing(&self, _room: &RoomRef) -> Result<(), ConnectorError> {
         Ok(())

@@ -64,6 +64,6 @@ pub use connector::{
     VoiceNote, WebhookRequest, WebhookResponse, panic_message,
 };
 pub use model::{
-    AgentId, Attachment, BadRoomKey, ClientContext, ClientTurn, Inbound, MessageId, Outbound,
-    Platform, ReplyTo, RoomId, RoomKey, RoomRef, TurnSpeaker, UserId, UserRef,
+    AgentId, Attachment, BadRoomKey, Change, ClientContext, ClientTurn, Inbound, MessageId,
+    Outbound, Platform, ReplyTo, Revision, RoomId, RoomKey, RoomRef, TurnSpeaker, UserId, UserRef,
 };

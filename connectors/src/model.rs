@@ -397,6 +397,47 @@ pub struct Inbound {
     /// What an API client sent along with the message; `None` on every platform.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<Box<ClientContext>>,
+    /// Set when this event changes an earlier message rather than saying a new one (issue
+    /// 32: an edit or a delete); `None` for every new message. Its `id` is then the event's
+    /// own (`{message}:edit:{ms}`, `{message}:delete`), so the journal takes each once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revises: Option<Revision>,
+}
+
+/// What an edit or a delete does to an earlier message of the same room (issue 32).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revision {
+    /// The platform's id of the message edited or deleted.
+    pub of: MessageId,
+    pub change: Change,
+    /// The persona's reply to `of` on the platform, which a re-run's reply is put in (edited
+    /// in place). Filled by the gateway when it handles the edit, never by a connector.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reply: Vec<MessageId>,
+}
+
+/// The kind of a [`Revision`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Change {
+    /// The message now reads as the event's text (and attachments); the event's
+    /// `sent_at_ms` is when it was edited, `original_sent_at_ms` when it was first sent: the
+    /// edit window is measured between the two, the platform's own clock.
+    Edit { original_sent_at_ms: i64 },
+    /// The message was deleted.
+    Delete,
+}
+
+impl Revision {
+    /// The journal id of an edit of `of` made at `edited_at_ms`: each edit is its own event.
+    pub fn edit_id(of: &MessageId, edited_at_ms: i64) -> MessageId {
+        MessageId::new(format!("{of}:edit:{edited_at_ms}"))
+    }
+
+    /// The journal id of the delete of `of`.
+    pub fn delete_id(of: &MessageId) -> MessageId {
+        MessageId::new(format!("{of}:delete"))
+    }
 }
 
 impl Inbound {
@@ -414,6 +455,10 @@ pub struct Outbound {
     pub text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<MessageId>,
+    /// The messages this reply is put in, edited in place rather than posted: the earlier
+    /// answer to a question that was edited (issue 32). Empty for every other reply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<MessageId>,
 }
 
 #[cfg(test)]

@@ -55,6 +55,7 @@ pub async fn run(config: Config, agent: &AgentId, room_id: &RoomId) -> anyhow::R
             mentions_self: false,
             sent_at_ms: crate::clock::now_ms(),
             client: None,
+            revises: None,
         };
         match ingress.converse(&agent.id, inbound, deadline).await {
             Ok(answer) => match answer.outcome {

@@ -21,7 +21,7 @@
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
-use troupe_connectors::{Accepted, AgentId, Inbound, InboundSink, SinkError};
+use troupe_connectors::{Accepted, AgentId, Change, Inbound, InboundSink, Revision, SinkError};
 
 use crate::bus::{Bus, BusError, Delivery, Envelope};
 use crate::storage::{
@@ -404,6 +404,19 @@ impl InboundSink for AgentSink {
         );
         match journaled? {
             JournalInsert::Inserted(id) => {
+                // A delete stops the reply to its message if it is being made (issue 32):
+                // the room's order would hand the delete to the agent only after it.
+                if let Some(Revision {
+                    of,
+                    change: Change::Delete,
+                    ..
+                }) = &message.revises
+                {
+                    self.ingress
+                        .waiters
+                        .turns()
+                        .cancel(&self.agent, &message.room.key(), of);
+                }
                 self.ingress
                     .publish(id, &self.agent, message, Delivery::First, FIRST_ATTEMPT)
                     .await
@@ -469,6 +482,7 @@ mod tests {
             mentions_self: true,
             sent_at_ms: 1,
             client: None,
+            revises: None,
         }
     }
 

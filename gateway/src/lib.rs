@@ -33,6 +33,7 @@
 //! - [`metrics`]: the Prometheus series behind `GET /metrics`.
 //! - [`http`]: the HTTP API.
 //! - [`web`]: the HTTP API seen as a connector.
+//! - [`turns`]: the turns in flight a delete of their message cancels (issue 32).
 //! - `tools`: MCP servers' tools for personas, with the operator's and the rooms' policy.
 //! - `why`: what went into a recent reply's prompt, for the console's "why" panel.
 //! - `fuzzing` (feature `fuzzing`, hidden): byte-level entry points for the fuzz targets in
@@ -72,5 +73,6 @@ pub mod storage;
 mod supervise;
 mod telemetry;
 pub(crate) mod tools;
+pub(crate) mod turns;
 pub(crate) mod web;
 mod why;

@@ -84,6 +84,14 @@ pub fn outbox_retry(gave_up: bool) {
 }
 
 /// An error worth an alert: `storage`, `connector`, `bus`.
+/// An edit or a delete of a message (issue 32), by what came of it: `rerun`, `too_late`,
+/// `unknown`, `deleted`.
+pub fn revision(platform: Platform, change: &'static str, outcome: &'static str) {
+    metrics::counter!("troupe_revisions_total", "platform" => platform.as_str(),
+        "change" => change, "outcome" => outcome)
+    .increment(1);
+}
+
 pub fn error(kind: &'static str) {
     metrics::counter!("troupe_errors_total", "kind" => kind).increment(1);
 }

@@ -45,6 +45,15 @@ pub enum WhyNot {
     /// Another persona of the troupe answers it (the room's arbiter, `rooms::arbiter`).
     #[serde(rename = "another persona of the troupe answers it")]
     OtherPersona,
+    /// An edit made after `TROUPE_EDIT_WINDOW_SECS` (issue 32): the first answer stands.
+    #[serde(rename = "the edit came after the edit window")]
+    EditTooLate,
+    /// An edit or a delete of a message the persona never received.
+    #[serde(rename = "an edit or delete of a message the persona never received")]
+    UnknownMessage,
+    /// The message was deleted: its reply was taken back, nothing is said.
+    #[serde(rename = "the message was deleted")]
+    Deleted,
 }
 
 impl WhyNot {
@@ -58,6 +67,9 @@ impl WhyNot {
             WhyNot::BotTurns => "too many bot messages in a row in this room",
             WhyNot::OverBudget => "the persona's spend budget is used up",
             WhyNot::OtherPersona => "another persona of the troupe answers it",
+            WhyNot::EditTooLate => "the edit came after the edit window",
+            WhyNot::UnknownMessage => "an edit or delete of a message the persona never received",
+            WhyNot::Deleted => "the message was deleted",
         }
     }
 }
@@ -315,12 +327,19 @@ pub struct Waiters {
     relay: Arc<OnceLock<Arc<dyn OutcomeRelay>>>,
     /// Callers that watch a reply as it is written (`live`).
     live: crate::live::LiveReplies,
+    /// Turns a delete of their message cancels (`turns`, issue 32).
+    turns: crate::turns::TurnsInFlight,
 }
 
 impl Waiters {
     /// The replies callers watch as they are written (an HTTP stream).
     pub fn live(&self) -> &crate::live::LiveReplies {
         &self.live
+    }
+
+    /// The turns in flight, for a delete to cancel (issue 32).
+    pub fn turns(&self) -> &crate::turns::TurnsInFlight {
+        &self.turns
     }
 
     pub fn wait(&self, id: JournalId) -> oneshot::Receiver<Outcome> {

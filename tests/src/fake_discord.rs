@@ -22,7 +22,9 @@
 //! the missed dispatches replayed in order, then RESUMED; INVALID_SESSION (op 9) for an
 //! unknown session. Dispatches carry an incrementing `s`. A test can drop the connection
 //! (the TCP connection just ends, and new connections wait until it allows them), ask for a
-//! RECONNECT (op 7), or invalidate the session.
+//! RECONNECT (op 7), or invalidate the session. A test can edit or delete a message it
+//! sent (issue 32): MESSAGE_UPDATE with the whole message and `edited_timestamp`, and
+//! MESSAGE_DELETE with `id`, `channel_id` and `guild_id`, as Discord dispatches them.
 //!
 //! Several bots ([`FakeDiscord::add_bot`]): each has its own token, user and gateway session,
 //! as several applications in one guild do. REST calls act as the bot whose token they carry
@@ -604,6 +606,72 @@ impl FakeDiscord {
             inner.dispatch("MESSAGE_CREATE", m);
         }
         id
+    }
+
+    /// An edit of message `id` by its author (issue 32): its text becomes `content` (the
+    /// mentions it had are kept), edited `after_secs` seconds after it was sent. Dispatched
+    /// as MESSAGE_UPDATE with the whole message and `edited_timestamp`, as Discord sends an
+    /// edit of the text. `false` when the fake has no such message.
+    pub fn send_message_update(&self, id: &str, content: &str, after_secs: u64) -> bool {
+        let mut inner = self.shared.lock();
+        let dm_channels = inner.dm_channels.clone();
+        let Some(m) = inner
+            .channels
+            .values_mut()
+            .flatten()
+            .find(|m| m["id"] == id)
+        else {
+            return false;
+        };
+        let prefix: String = m["mentions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|u| format!("<@{}> ", u["id"].as_str().unwrap_or_default()))
+            .collect();
+        let n = id
+            .parse::<u64>()
+            .map(|s| ((s >> 22) + DISCORD_EPOCH_MS).saturating_sub(BASE_UNIX_MS) / 1000)
+            .unwrap_or(0);
+        m["content"] = json!(format!("{prefix}{content}"));
+        m["edited_timestamp"] = json!(timestamp(n + after_secs));
+        let mut m = m.clone();
+        let channel = m["channel_id"].as_str().unwrap_or_default().to_string();
+        if dm_channels.contains(&channel) {
+            inner.dispatch_to(Which::Primary, "MESSAGE_UPDATE", m);
+        } else {
+            m["guild_id"] = json!(GUILD_ID);
+            m["member"] = json!({"roles": [], "joined_at": "2026-01-01T00:00:00+00:00",
+                "deaf": false, "mute": false, "nick": null});
+            inner.dispatch("MESSAGE_UPDATE", m);
+        }
+        true
+    }
+
+    /// Message `id` deleted by its author (issue 32): removed from its channel and
+    /// dispatched as MESSAGE_DELETE (`id`, `channel_id`, and `guild_id` in a guild), as
+    /// Discord sends it. `false` when the fake has no such message.
+    pub fn send_message_delete(&self, id: &str) -> bool {
+        let mut inner = self.shared.lock();
+        let Some(channel) = inner
+            .channels
+            .iter()
+            .find(|(_, ms)| ms.iter().any(|m| m["id"] == id))
+            .map(|(c, _)| c.clone())
+        else {
+            return false;
+        };
+        if let Some(ms) = inner.channels.get_mut(&channel) {
+            ms.retain(|m| m["id"] != id);
+        }
+        if inner.dm_channels.contains(&channel) {
+            let d = json!({"id": id, "channel_id": channel});
+            inner.dispatch_to(Which::Primary, "MESSAGE_DELETE", d);
+        } else {
+            let d = json!({"id": id, "channel_id": channel, "guild_id": GUILD_ID});
+            inner.dispatch("MESSAGE_DELETE", d);
+        }
+        true
     }
 
     /// Holds `bot`'s dispatches from now on: they wait, in order, until

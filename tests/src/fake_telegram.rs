@@ -10,6 +10,9 @@
 //! characters, scripted 429s with `parameters.retry_after`, and scripted refusals
 //! ([`FakeTelegram::refuse_next_send`]).
 //!
+//! `editMessageText` and `deleteMessage` act on the bot's own messages (issue 32), and
+//! [`FakeTelegram::push_edit`] queues an `edited_message` as a sender's edit.
+//!
 //! Tests drive it with [`FakeTelegram::push_update`] and the builders in [`tg`], and read
 //! what the bot did with [`FakeTelegram::sent_messages`], [`FakeTelegram::left_chats`] and
 //! [`FakeTelegram::set_webhook_info`]. Waiting is notification-based, never a sleep (see
@@ -419,6 +422,29 @@ impl FakeTelegram {
         self.try_wait_for_sent(n, timeout)
             .await
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// An edit of message `message_id` of `chat_id` by its sender (issue 32): the stored
+    /// message with `text` and `edit_date` `after_secs` after its `date`, queued as an
+    /// `edited_message` update (dropped when the bot did not ask for edits, as Telegram
+    /// does). Returns the update id; `None` when the fake has no such message.
+    pub fn push_edit(
+        &self,
+        chat_id: i64,
+        message_id: i64,
+        text: &str,
+        after_secs: i64,
+    ) -> Option<i64> {
+        let mut edited = self
+            .shared
+            .lock()
+            .messages
+            .get(&(chat_id, message_id))
+            .cloned()?;
+        let date = edited["date"].as_i64().unwrap_or_default();
+        edited["text"] = json!(text);
+        edited["edit_date"] = json!(date + after_secs);
+        Some(self.push_update(json!({ "edited_message": edited })))
     }
 
     /// The next `count` sendMessage calls get 429 with `retry_after` seconds.

@@ -1,6 +1,7 @@
 //! Receiving: serenity's gateway connection (identify, heartbeats, reconnect and resume)
 //! with the intents GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES and MESSAGE_CONTENT, every
-//! MESSAGE_CREATE normalized and handed to the sink, and catch-up at each READY.
+//! MESSAGE_CREATE normalized and handed to the sink (MESSAGE_UPDATE and MESSAGE_DELETE too:
+//! `edits`), and catch-up at each READY.
 //!
 //! Catch-up: the connector remembers, in its `ConnectorState`, the channels it has seen and
 //! the last message id in each. At READY (a new session: after a start, or when a session
@@ -13,7 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serenity::all::{Context, EventHandler, GatewayIntents, Message, Ready, ResumedEvent};
+use serenity::all::{
+    ChannelId, Context, EventHandler, GatewayIntents, GuildId, Message, MessageId,
+    MessageUpdateEvent, Ready, ResumedEvent,
+};
 use tokio::sync::watch;
 
 use super::normalize::{self, Place};
@@ -232,6 +236,41 @@ impl Receiver {
     }
 }
 
+/// Edits and deletes (issue 32), normalized by `edits`.
+impl Receiver {
+    /// A MESSAGE_UPDATE from the gateway.
+    pub(crate) async fn edited(&self, msg: wire::Message) {
+        let Some(me) = self.me().await else {
+            return;
+        };
+        if let Some(inbound) = super::edits::edit_to_inbound(&msg, me) {
+            self.hand_revision(inbound).await;
+        }
+    }
+
+    /// A MESSAGE_DELETE from the gateway.
+    pub(crate) async fn deleted(&self, channel: u64, message: u64, direct: bool) {
+        self.hand_revision(super::edits::delete_to_inbound(channel, message, direct))
+            .await;
+    }
+
+    /// Hands an edit or a delete to the sink. One the gateway cannot take now is lost with
+    /// a log line: catch-up fetches new messages, not changes.
+    async fn hand_revision(&self, inbound: crate::model::Inbound) {
+        let (room, id) = (inbound.room.id.clone(), inbound.id.clone());
+        match self.sink.accept(inbound).await {
+            Ok(Accepted::New) => {
+                tracing::debug!(channel = %room, event = %id, "Discord edit or delete journaled");
+            }
+            Ok(Accepted::Duplicate) => {}
+            Err(e) => {
+                tracing::warn!(channel = %room, event = %id, error = %e,
+                    "could not journal a Discord edit or delete; it is not followed");
+            }
+        }
+    }
+}
+
 /// serenity's event handler: a thin shim onto [`Receiver`].
 pub(crate) struct Handler(pub Arc<Receiver>);
 
@@ -274,6 +313,34 @@ impl EventHandler for Handler {
             Some(msg) => self.0.live(msg).await,
             None => tracing::debug!("skipping an unreadable Discord message"),
         }
+    }
+
+    async fn message_update(
+        &self,
+        _ctx: Context,
+        _old: Option<Message>,
+        _new: Option<Message>,
+        event: MessageUpdateEvent,
+    ) {
+        // Back to JSON, as for MESSAGE_CREATE: one normalizer for every message.
+        let parsed = serde_json::to_value(&event)
+            .ok()
+            .and_then(super::edits::parse_update);
+        if let Some(msg) = parsed {
+            self.0.edited(msg).await;
+        }
+    }
+
+    async fn message_delete(
+        &self,
+        _ctx: Context,
+        channel: ChannelId,
+        message: MessageId,
+        guild: Option<GuildId>,
+    ) {
+        self.0
+            .deleted(channel.get(), message.get(), guild.is_none())
+            .await;
     }
 }
 

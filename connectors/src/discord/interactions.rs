@@ -127,6 +127,7 @@ impl SlashCommand {
             mentions_self: true,
             sent_at_ms,
             client: None,
+            revises: None,
         }
     }
 

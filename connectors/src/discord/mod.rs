@@ -4,13 +4,14 @@
 //! It owns everything Discord-shaped: the settings (`DISCORD_API_TOKEN`,
 //! `DISCORD_APPLICATION_ID`, `DISCORD_API_URL`) and the invite URL ([`config`]), Discord's
 //! JSON ([`wire`]), turning messages into `Inbound` ([`normalize`]), the gateway session and
-//! catch-up after downtime ([`gateway`]), the REST calls ([`rest`]), splitting replies
+//! catch-up after downtime ([`gateway`]), edits and deletes of messages ([`edits`]), the REST calls ([`rest`]), splitting replies
 //! around code blocks ([`split`]), per-channel pacing ([`pace`]) and delivery ([`send`]),
 //! and the application (slash) commands ([`interactions`]).
 //! serenity's types stay in here. Each DM, guild channel and thread is its own room, named
 //! by its channel id. The token never reaches a log line or an error.
 
 mod config;
+mod edits;
 mod files;
 mod gateway;
 mod interactions;
@@ -380,6 +381,14 @@ impl Connector for DiscordConnector {
 
     async fn typing(&self, room: &RoomRef) -> Result<(), ConnectorError> {
         self.show_typing(room).await
+    }
+
+    async fn delete_messages(
+        &self,
+        room: &RoomRef,
+        ids: &[MessageId],
+    ) -> Result<(), ConnectorError> {
+        self.delete_sent(room, ids).await
     }
 
     fn shows_live(&self, _room: &RoomRef) -> bool {

@@ -170,6 +170,7 @@ pub(crate) fn to_inbound(msg: &wire::Message, me: Snowflake, place: Place) -> Op
         mentions_self,
         sent_at_ms: id.unix_ms(),
         client: None,
+        revises: None,
     })
 }
 

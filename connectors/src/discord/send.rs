@@ -103,12 +103,14 @@ impl DiscordConnector {
             Some(live) => live,
             None => Shown {
                 channel,
+                // An edited question's answer goes in the earlier reply's messages
+                // (issue 32): they are edited, as a retry edits what it had sent.
                 ids: self
                     .progress
                     .locked()
                     .get(&reply.key)
                     .cloned()
-                    .unwrap_or_default(),
+                    .unwrap_or_else(|| reply.replaces.clone()),
                 texts: Vec::new(),
             },
         };
@@ -194,6 +196,23 @@ impl DiscordConnector {
             }
         }
         self.forget_live(key).await;
+    }
+
+    /// Deletes the persona's messages `ids` in `room` (the reply to a deleted question),
+    /// paced as any call to the channel. A message gone already (404) is not an error.
+    pub(super) async fn delete_sent(
+        &self,
+        room: &RoomRef,
+        ids: &[MessageId],
+    ) -> Result<(), ConnectorError> {
+        let channel = channel_of(room)?;
+        for id in ids {
+            self.pacer.wait_turn(channel).await;
+            if let Err(e) = self.rest.delete_message(channel, id.as_str()).await {
+                return Err(ConnectorError::from(e));
+            }
+        }
+        Ok(())
     }
 
     /// Puts each part of a reply in its message: edited where one was shown already (and

@@ -14,6 +14,8 @@ pub(crate) struct Message {
     pub author: Option<User>,
     pub content: String,
     pub timestamp: Option<String>,
+    /// When the text was last edited (MESSAGE_UPDATE); `None` for a message never edited.
+    pub edited_timestamp: Option<String>,
     pub mentions: Vec<User>,
     pub attachments: Vec<Attachment>,
     pub embeds: Vec<Embed>,

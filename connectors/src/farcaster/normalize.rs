@@ -131,6 +131,7 @@ pub(crate) fn to_inbound(cast: &Cast, bot: Fid, hint: Hint) -> Result<Option<Inb
         mentions_self: mentions(cast, bot) || hint.mentioned,
         sent_at_ms,
         client: None,
+        revises: None,
     }))
 }
 

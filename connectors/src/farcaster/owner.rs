@@ -119,6 +119,7 @@ mod tests {
             mentions_self: true,
             sent_at_ms: 0,
             client: None,
+            revises: None,
         }
     }
 

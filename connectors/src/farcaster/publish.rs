@@ -157,6 +157,7 @@ mod tests {
             room: RoomRef::new(Platform::Farcaster, RoomId::new(room)),
             text: "t".into(),
             reply_to: reply_to.map(MessageId::new),
+            replaces: Vec::new(),
         };
         assert_eq!(first_parent(&out("feed", None)), (None, None));
         assert_eq!(

@@ -11,14 +11,16 @@
 //!
 //! Layout: [`config`] parses the settings, [`commands`] registers the command menu and checks
 //! admins, [`normalize`] maps updates, [`receive`] polls and
-//! answers webhooks, [`send`] delivers replies, [`draft`] and [`stream_edit`]
-//! show them while they are written, [`voice`] sends voice notes, [`pace`] keeps within the rate limits,
+//! answers webhooks, [`send`] delivers replies ([`edits`]: in earlier messages, for an edited
+//! question), [`draft`] and [`stream_edit`] show them while they are written, [`voice`] sends
+//! voice notes, [`pace`] keeps within the rate limits,
 //! [`errors`] maps teloxide's errors.
 
 mod commands;
 mod config;
 mod decode;
 mod draft;
+mod edits;
 mod errors;
 mod files;
 mod normalize;

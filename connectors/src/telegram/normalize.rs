@@ -1,5 +1,6 @@
 //! Turning one Telegram update into what the connector does with it: hand an `Inbound` to
-//! the sink, leave a group the persona may not be in, or skip it.
+//! the sink, leave a group the persona may not be in, or skip it. An `edited_message` is an
+//! `Inbound` that revises the message it edits (issue 32).
 //!
 //! Pure: no I/O, so every rule is a unit test. teloxide's types are read here and go no
 //! further. Platform input is never trusted: a missing sender, an entity whose offsets do
@@ -11,7 +12,8 @@ use teloxide::types::{
 
 use crate::files::TELEGRAM_FILE;
 use crate::model::{
-    Attachment, Inbound, MessageId, Platform, ReplyTo, RoomId, RoomRef, UserId, UserRef,
+    Attachment, Change, Inbound, MessageId, Platform, ReplyTo, Revision, RoomId, RoomRef, UserId,
+    UserRef,
 };
 
 /// Who the bot is, from `getMe`: needed to recognise mentions, replies and its own messages.
@@ -59,7 +61,7 @@ pub(crate) fn normalize(update: &Update, me: &BotIdentity, policy: &GroupPolicy)
     match &update.kind {
         UpdateKind::Message(message) => from_message(message, me, policy),
         UpdateKind::MyChatMember(change) => from_membership(change, policy),
-        UpdateKind::EditedMessage(_) => Event::Skip("edited message"),
+        UpdateKind::EditedMessage(message) => from_edit(message, me, policy),
         UpdateKind::ChannelPost(_) | UpdateKind::EditedChannelPost(_) => {
             Event::Skip("channel post")
         }
@@ -160,7 +162,35 @@ fn from_message(message: &Message, me: &BotIdentity, policy: &GroupPolicy) -> Ev
         mentions_self: mentions(text, entities, me),
         sent_at_ms: message.date.timestamp_millis(),
         client: None,
+        revises: None,
     }))
+}
+
+/// An `edited_message` (issue 32): the message as it now reads, as an edit of it made at
+/// its `edit_date`. Whether it is followed (the window) is the gateway's decision.
+fn from_edit(message: &Message, me: &BotIdentity, policy: &GroupPolicy) -> Event {
+    let Some(edited_at) = message.edit_date() else {
+        return Event::Skip("an edited message without an edit date");
+    };
+    match from_message(message, me, policy) {
+        // A bot's edits are its reply streaming: following each would answer it again.
+        Event::Message(inbound) if inbound.author.is_bot => Event::Skip("a bot's edit"),
+        Event::Message(mut inbound) => {
+            let of = inbound.id.clone();
+            let edited_at_ms = edited_at.timestamp_millis();
+            inbound.revises = Some(Revision {
+                of: of.clone(),
+                change: Change::Edit {
+                    original_sent_at_ms: inbound.sent_at_ms,
+                },
+                reply: Vec::new(),
+            });
+            inbound.id = Revision::edit_id(&of, edited_at_ms);
+            inbound.sent_at_ms = edited_at_ms;
+            Event::Message(inbound)
+        }
+        other => other,
+    }
 }
 
 /// Telegram message ids are unique per chat only: the normalized id is `chat:message`.
@@ -367,6 +397,28 @@ mod tests {
         assert_eq!(m.text, "hello");
         assert_eq!(m.sent_at_ms, 1_700_000_000_000);
         assert!(!m.mentions_self);
+    }
+
+    #[test]
+    fn an_edited_message_revises_its_message_at_its_edit_date() {
+        let mut edited = message(private(42), user(42, "Ann"), "hello again");
+        edited["edit_date"] = json!(1_700_000_030);
+        let m = inbound(normalize(
+            &update(json!({"update_id": 2, "edited_message": edited})),
+            &me(),
+            &open(),
+        ));
+        let revision = m.revises.expect("an edit");
+        assert_eq!(revision.of.as_str(), "42:10");
+        assert_eq!(
+            revision.change,
+            Change::Edit {
+                original_sent_at_ms: 1_700_000_000_000
+            }
+        );
+        assert_eq!(m.id.as_str(), "42:10:edit:1700000030000");
+        assert_eq!(m.sent_at_ms, 1_700_000_030_000);
+        assert_eq!(m.text, "hello again");
     }
 
     #[test]

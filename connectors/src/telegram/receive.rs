@@ -35,8 +35,13 @@ const OFFSET_KEY: &str = "getUpdates.offset";
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 
 /// The update kinds asked for: messages, and the bot's own membership (to leave groups).
-fn allowed_updates() -> [AllowedUpdate; 2] {
-    [AllowedUpdate::Message, AllowedUpdate::MyChatMember]
+fn allowed_updates() -> [AllowedUpdate; 3] {
+    // Edits are followed (issue 32): an edited question is answered again.
+    [
+        AllowedUpdate::Message,
+        AllowedUpdate::EditedMessage,
+        AllowedUpdate::MyChatMember,
+    ]
 }
 
 /// 1 s, 2 s, 4 s … 30 s.

@@ -57,7 +57,7 @@ impl Target {
 }
 
 /// The Telegram message id in a normalized `chat:message` id.
-pub(super) fn reply_target(id: &MessageId) -> Option<i32> {
+pub(super) fn message_number(id: &MessageId) -> Option<i32> {
     id.as_str().rsplit(':').next()?.trim().parse().ok()
 }
 
@@ -89,20 +89,28 @@ impl TelegramConnector {
         let mut waited = Duration::ZERO;
         for (index, part) in parts.iter().enumerate().skip(sent.len()) {
             let reply_to = if index == 0 {
-                reply.reply_to.as_ref().and_then(reply_target)
+                reply.reply_to.as_ref().and_then(message_number)
             } else {
                 None
             };
-            let id = match self
-                .send_part(
-                    &mut target,
-                    part,
-                    reply_to,
-                    &mut waited,
-                    MAX_RATE_LIMIT_WAIT,
-                )
-                .await
-            {
+            // The answer to an edited question goes in the earlier reply's messages.
+            let put = match reply.replaces.get(index) {
+                Some(earlier) => self
+                    .edit_part(&target, earlier, part, MAX_RATE_LIMIT_WAIT, &mut waited)
+                    .await
+                    .map(|()| earlier.clone()),
+                None => {
+                    self.send_part(
+                        &mut target,
+                        part,
+                        reply_to,
+                        &mut waited,
+                        MAX_RATE_LIMIT_WAIT,
+                    )
+                    .await
+                }
+            };
+            let id = match put {
                 Ok(id) => id,
                 Err(e) => {
                     if !e.is_retryable() {
@@ -116,6 +124,9 @@ impl TelegramConnector {
             self.progress
                 .locked()
                 .insert(reply.key.clone(), sent.clone());
+        }
+        if let Some(unneeded) = reply.replaces.get(parts.len()..) {
+            self.delete_parts(target.chat, unneeded).await;
         }
         self.progress.locked().remove(&reply.key);
         let delivery = Delivery { message_ids: sent };
@@ -233,9 +244,9 @@ mod tests {
 
     #[test]
     fn reply_targets() {
-        assert_eq!(reply_target(&MessageId::new("-1005:42")), Some(42));
-        assert_eq!(reply_target(&MessageId::new("42")), Some(42));
-        assert_eq!(reply_target(&MessageId::new("x")), None);
+        assert_eq!(message_number(&MessageId::new("-1005:42")), Some(42));
+        assert_eq!(message_number(&MessageId::new("42")), Some(42));
+        assert_eq!(message_number(&MessageId::new("x")), None);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use teloxide::{ApiError, RequestError};
 
 use super::TelegramConnector;
 use super::errors;
-use super::send::{MAX_MESSAGE_CHARS, Target, reply_target};
+use super::send::{MAX_MESSAGE_CHARS, Target, message_number};
 use crate::connector::{ConnectorError, Delivery};
 use crate::model::{MessageId, Outbound};
 use crate::split::{chars, split_text};
@@ -119,7 +119,7 @@ impl TelegramConnector {
     }
 
     async fn delete_shown(&self, chat: i64, id: &MessageId) {
-        let Some(message) = reply_target(id) else {
+        let Some(message) = message_number(id) else {
             return;
         };
         self.pacer.wait_turn(chat).await;
@@ -154,7 +154,7 @@ impl TelegramConnector {
                 }
                 None => {
                     let reply_to = match index {
-                        0 => reply.reply_to.as_ref().and_then(reply_target),
+                        0 => reply.reply_to.as_ref().and_then(message_number),
                         _ => None,
                     };
                     let id = self
@@ -171,9 +171,10 @@ impl TelegramConnector {
         Ok(())
     }
 
-    /// Edits one shown message to `text`, waiting out 429s up to `patience`. An edit that
-    /// changes nothing (the text is already there, after a restart) is done.
-    async fn edit_part(
+    /// Edits one of the bot's messages to `text`, waiting out 429s up to `patience`: a
+    /// message shown live, or an earlier reply whose question was edited (`send`). An edit
+    /// that changes nothing (the text is already there, after a restart) is done.
+    pub(super) async fn edit_part(
         &self,
         target: &Target,
         id: &MessageId,
@@ -181,7 +182,7 @@ impl TelegramConnector {
         patience: Duration,
         waited: &mut Duration,
     ) -> Result<(), ConnectorError> {
-        let message = reply_target(id)
+        let message = message_number(id)
             .ok_or_else(|| ConnectorError::Fatal(format!("`{id}` is not a Telegram message")))?;
         loop {
             self.pacer.wait_turn(target.chat).await;
@@ -208,7 +209,7 @@ impl TelegramConnector {
 
     /// The messages shown live of reply `key` by an earlier run, from the connector's state.
     async fn saved_live(&self, key: &str) -> Vec<MessageId> {
-        let valid = |id: &str| reply_target(&MessageId::from(id)).is_some();
+        let valid = |id: &str| message_number(&MessageId::from(id)).is_some();
         crate::shown::saved(&*self.state, key, valid).await
     }
 

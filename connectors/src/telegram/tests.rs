@@ -208,6 +208,7 @@ async fn a_long_reply_goes_in_order_threaded_into_the_topic() {
         room: topic.clone(),
         text,
         reply_to: Some(MessageId::new("-100900:1")),
+        replaces: Vec::new(),
     };
     let delivery = c.send(&reply).await.unwrap();
     let sent = fake.sent_messages();
@@ -252,6 +253,7 @@ async fn a_429_storm_delivers_every_part_once_in_order() {
             room: room("42"),
             text,
             reply_to: None,
+            replaces: Vec::new(),
         })
         .await
         .unwrap();
@@ -273,6 +275,7 @@ async fn a_long_429_hands_the_rest_to_the_outbox_which_resumes_after_the_sent_pa
         room: room("42"),
         text: format!("{}\n{}", "x".repeat(4090), "y".repeat(100)),
         reply_to: None,
+        replaces: Vec::new(),
     };
     let err = c.send(&reply).await.unwrap_err();
     assert!(
@@ -432,6 +435,7 @@ async fn errors_are_typed_and_never_show_the_token() {
             room: room("42"),
             text: "hi".into(),
             reply_to: None,
+            replaces: Vec::new(),
         })
         .await
         .unwrap_err();

@@ -13,7 +13,7 @@ use teloxide::types::{ChatId, InputFile, MessageId as TgMessageId, ReplyParamete
 use super::TelegramConnector;
 use super::errors;
 use super::normalize::message_id;
-use super::send::{Target, reply_target};
+use super::send::{Target, message_number};
 use crate::connector::{ConnectorError, VoiceNote};
 use crate::model::MessageId;
 
@@ -35,7 +35,7 @@ impl TelegramConnector {
         if let Some(topic) = target.topic {
             request = request.message_thread_id(ThreadId(TgMessageId(topic)));
         }
-        if let Some(to) = note.reply_to.as_ref().and_then(reply_target) {
+        if let Some(to) = note.reply_to.as_ref().and_then(message_number) {
             request = request.reply_parameters(
                 ReplyParameters::new(TgMessageId(to)).allow_sending_without_reply(),
             );

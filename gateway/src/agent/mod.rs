@@ -25,6 +25,7 @@
 //!   `record`).
 //! - `speak`: a voice note answered by a voice note too (`media::speech`), before the text.
 //! - `outbound`: every message the agent says to a room, and its outbox key, built once.
+//! - `edit`: an edit or a delete of an earlier message (`revise`), before the path.
 //!
 //! An agent holds only the handles it uses: replies leave through the outbox, and what a
 //! platform knows beyond the message comes from its connector in the registry
@@ -35,6 +36,7 @@ mod answer;
 mod arbitrate;
 mod command;
 pub mod decide;
+mod edit;
 mod limits;
 mod model;
 mod outbound;
@@ -335,6 +337,12 @@ impl Agent {
         {
             return Ok(outcome);
         }
+        // An edit or a delete (issue 32): one check for every other message.
+        let edited = match self.revised(journal_id, inbound).await? {
+            Ok(edited) => edited,
+            Err(outcome) => return Ok(outcome),
+        };
+        let inbound = edited.as_ref().unwrap_or(inbound);
         let mind = self.mind();
         if let Some(outcome) = self.command(&mind, journal_id, inbound).await? {
             return Ok(outcome);
@@ -377,11 +385,11 @@ impl Agent {
             &prompt,
         );
         let answer = match self
-            .complete(&mind, meter.as_ref(), inbound, journal_id, &prompt)
-            .await
+            .complete_unless_deleted(&mind, meter.as_ref(), inbound, journal_id, &prompt)
+            .await?
         {
             Ok(answer) => answer,
-            Err(error) => return self.model_failed(journal_id, error).await,
+            Err(outcome) => return Ok(outcome),
         };
         let reply = Reply {
             text: answer.text,

@@ -48,7 +48,24 @@ impl Agent {
             key: outbox_key(&self.id, inbound, kind),
             room: inbound.room.clone(),
             text,
-            reply_to: Some(inbound.id.clone()),
+            // An edit is answered as its message: the reply threads to the message itself.
+            reply_to: Some(
+                inbound
+                    .revises
+                    .as_ref()
+                    .map_or(&inbound.id, |r| &r.of)
+                    .clone(),
+            ),
+            // The re-run of an edited question puts its answer in the earlier reply's
+            // messages.
+            replaces: match kind {
+                Kind::Reply(_) => inbound
+                    .revises
+                    .as_ref()
+                    .map(|r| r.reply.clone())
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            },
         }
     }
 }
@@ -95,8 +112,9 @@ impl Agent {
         journal_id: JournalId,
         typing: tokio_util::sync::DropGuard,
     ) -> Result<Showing, tokio_util::sync::DropGuard> {
-        // Streaming off: one check, nothing looked up or spawned.
-        if !self.settings.stream.on {
+        // Streaming off: one check, nothing looked up or spawned. The re-run of an edited
+        // question is not streamed: its answer replaces the earlier one in one edit.
+        if !self.settings.stream.on || inbound.revises.is_some() {
             return Err(typing);
         }
         let connector = match self.connector(inbound.platform()) {

@@ -481,6 +481,7 @@ fn message(run_id: &str, room: usize, n: usize) -> Inbound {
         mentions_self: false,
         sent_at_ms: crate::clock::now_ms(),
         client: None,
+        revises: None,
     }
 }
 

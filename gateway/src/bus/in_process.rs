@@ -202,6 +202,7 @@ mod tests {
                 mentions_self: false,
                 sent_at_ms: 0,
                 client: None,
+                revises: None,
             },
         }
     }

@@ -307,6 +307,7 @@ fn posted(
         mentions_self: false,
         sent_at_ms: crate::clock::now_ms(),
         client: None,
+        revises: None,
     };
     Ok((inbound, room_id))
 }

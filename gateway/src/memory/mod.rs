@@ -483,6 +483,7 @@ mod tests {
             mentions_self: false,
             sent_at_ms: 0,
             client: None,
+            revises: None,
         };
         assert!(learns_about(&message(Platform::Web, "u-sam", false)));
         assert!(!learns_about(&message(

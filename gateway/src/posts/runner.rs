@@ -250,6 +250,7 @@ impl Runner {
             room: RoomRef::new(run.room.platform, run.room.room.clone()),
             text,
             reply_to: None,
+            replaces: Vec::new(),
         };
         let Some(outbox_id) = self.posts.store.posts_queue(run, &post).await? else {
             tracing::warn!(schedule = %run.schedule_id, "posts: the run was taken over while composing; not posting it here");

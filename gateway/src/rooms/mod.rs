@@ -182,6 +182,7 @@ pub(crate) mod tests {
             mentions_self: false,
             sent_at_ms: 0,
             client: None,
+            revises: None,
         }
     }
 

@@ -94,6 +94,7 @@ async fn a_present_persona_overhears_once_and_an_absent_one_not_at_all(store: St
         mentions_self: false,
         sent_at_ms: 1,
         client: None,
+        revises: None,
     };
     let line = |text: &'static str, author: &'static str| NewMemory {
         author_id: author,

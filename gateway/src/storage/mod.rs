@@ -32,6 +32,7 @@
 //! - `told_facts`: a fact a user told the persona to remember or forget (the memory tools);
 //! - `summaries`: room summaries and user facts, which only move forward;
 //! - `rooms`: room controls, forgetting, and closing a command's journal entry;
+//! - `revisions`: the exchange an edit or a delete refers to, and dropping it from memory;
 //! - `engine`: on SQLite, the thread with its own connection that runs the message path;
 //! - `writer`: on Postgres, the task that batches `journal_insert`, `record_handled` and
 //!   `outbox_delivered` into shared transactions (group commit).
@@ -83,6 +84,9 @@ mod pgvector;
 mod posts;
 #[cfg(test)]
 mod posts_tests;
+mod revisions;
+#[cfg(test)]
+mod revisions_tests;
 mod rooms;
 #[cfg(test)]
 mod rooms_tests;
@@ -124,6 +128,7 @@ pub use posts::{
     ClaimedRun, NewSchedule, PostRun, RUN_ATTEMPTS, RecentRuns, RunEnd, RunState, ScheduleSource,
     StoredSchedule,
 };
+pub use revisions::Exchange;
 pub use rooms::{RoomControl, RoomState, Speaker};
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};
@@ -308,6 +313,9 @@ pub enum ReplyStart {
 }
 
 /// The reply that `Store::record_handled_as` recorded.
+// One per reply, returned once and taken apart at once: boxing the entry would cost every
+// reply an allocation to save a move of a few hundred bytes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum RecordedReply {
     /// Inserted by this call, claimed for the caller's lease (attempts = 1): deliver it

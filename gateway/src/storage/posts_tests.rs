@@ -161,6 +161,7 @@ async fn only_the_holder_queues_the_post_once(store: Store) {
         room: RoomRef::new(Platform::Discord, RoomId::new("42")),
         text: "a thought".into(),
         reply_to: None,
+        replaces: Vec::new(),
     };
     let id = store
         .posts_queue(&run, &post)

@@ -166,6 +166,7 @@ async fn a_command_closes_its_entry_without_memory(ctx: Ctx) {
         mentions_self: false,
         sent_at_ms: 1_000,
         client: None,
+        revises: None,
     };
     let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("journaled twice")
@@ -175,6 +176,7 @@ async fn a_command_closes_its_entry_without_memory(ctx: Ctx) {
         room: msg.room.clone(),
         text: "Okay, quiet.".into(),
         reply_to: Some(msg.id.clone()),
+        replaces: Vec::new(),
     };
     let queued = store.record_command(jid, &AGENT, &answer).await.unwrap();
     assert!(queued.is_some());

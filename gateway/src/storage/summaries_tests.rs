@@ -58,6 +58,7 @@ pub(super) async fn say(
         mentions_self: false,
         sent_at_ms: 1_000,
         client: None,
+        revises: None,
     };
     let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("{id} was already journaled")
@@ -77,6 +78,7 @@ pub(super) async fn say(
                 room: msg.room.clone(),
                 text: "noted".into(),
                 reply_to: Some(msg.id.clone()),
+                replaces: Vec::new(),
             },
         )
     });

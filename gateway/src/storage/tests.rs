@@ -67,6 +67,7 @@ fn inbound(platform: Platform, room: &str, id: &str, author: &str, text: &str, a
         mentions_self: true,
         sent_at_ms: at,
         client: None,
+        revises: None,
     }
 }
 
@@ -76,6 +77,7 @@ fn outbound_for(msg: &Inbound, text: &str) -> Outbound {
         room: msg.room.clone(),
         text: text.to_string(),
         reply_to: Some(msg.id.clone()),
+        replaces: Vec::new(),
     }
 }
 
@@ -1716,6 +1718,7 @@ async fn give_up_apologises_once_per_room(ctx: Ctx) {
         room: msg.room.clone(),
         text: "Sorry.".into(),
         reply_to: Some(msg.id.clone()),
+        replaces: Vec::new(),
     };
     let msgs = [m("7", "7:1"), m("7", "7:2"), m("8", "8:1")];
     let mut ids = Vec::new();

@@ -150,6 +150,7 @@ pub(super) fn posted(
         mentions_self: false,
         sent_at_ms: crate::clock::now_ms(),
         client: (client != ClientContext::default()).then(|| Box::new(client)),
+        revises: None,
     };
     Ok(Posted { inbound, stateful })
 }
