@@ -61,5 +61,5 @@ pub use connector::{
 };
 pub use model::{
     AgentId, Attachment, BadRoomKey, ClientContext, ClientTurn, Inbound, MessageId, Outbound,
-    Platform, ReplyTo, RoomId, RoomKey, RoomRef, TurnSpeaker, UserId, UserRef,
+    Platform, Reaction, ReplyTo, RoomId, RoomKey, RoomRef, TurnSpeaker, UserId, UserRef,
 };

@@ -22,6 +22,7 @@ mod errors;
 mod files;
 mod normalize;
 mod pace;
+mod reactions;
 mod receive;
 mod send;
 
@@ -176,6 +177,25 @@ impl Connector for TelegramConnector {
 
     async fn typing(&self, room: &RoomRef) -> Result<(), ConnectorError> {
         self.show_typing(room).await
+    }
+
+    async fn add_reaction(
+        &self,
+        _room: &RoomRef,
+        message: &MessageId,
+        emoji: &str,
+    ) -> Result<(), ConnectorError> {
+        self.own_reaction(message, Some(emoji)).await
+    }
+
+    /// Telegram has no "take back this one": the bot's list is set to none.
+    async fn remove_reaction(
+        &self,
+        _room: &RoomRef,
+        message: &MessageId,
+        _emoji: &str,
+    ) -> Result<(), ConnectorError> {
+        self.own_reaction(message, None).await
     }
 
     fn shows_live(&self, room: &RoomRef) -> bool {

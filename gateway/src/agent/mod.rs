@@ -24,12 +24,14 @@
 //! - `answer`: the reply's room action (`act`), then record and deliver (`answer`, `reply`,
 //!   `record`).
 //! - `outbound`: every message the agent says to a room, and its outbox key, built once.
+//! - `ack`: the acknowledgement reaction while a reply is made (`TROUPE_ACK_REACTION`).
 //!
 //! An agent holds only the handles it uses: replies leave through the outbox, and what a
 //! platform knows beyond the message comes from its connector in the registry
 //! (`registry::Connectors`). Its persona and model provider sit behind a lock so that a hot
 //! reload swaps them between two messages without a restart.
 
+mod ack;
 mod answer;
 mod arbitrate;
 mod command;
@@ -344,6 +346,8 @@ impl Agent {
         if let Some(outcome) = self.spend_cap(meter.as_ref(), journal_id, inbound).await? {
             return Ok(outcome);
         }
+        // Taken back when this turn returns, whichever way (ack.rs).
+        let _ack = self.acknowledge(inbound);
         // A voice note's transcript is the message's text from here on (memory too).
         let heard = self.hear(&mind, inbound).await;
         let inbound = heard.as_ref().unwrap_or(inbound);
