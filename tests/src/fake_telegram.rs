@@ -32,6 +32,9 @@ use tokio::task::JoinHandle;
 
 use crate::wait::{self, Diagnose};
 
+#[path = "fake_telegram_reactions.rs"]
+mod reactions;
+
 /// Telegram's limit on a message's text, in characters.
 pub const MAX_TEXT_CHARS: usize = 4096;
 
@@ -919,6 +922,7 @@ async fn method(
         "setwebhook" => set_webhook(&shared, &p),
         "sendmessage" => send_message(&shared, &p),
         "sendmessagedraft" => send_message_draft(&p),
+        "setmessagereaction" => reactions::set_message_reaction(&p),
         "sendchataction" => {
             let Some(chat_id) = int(&p, "chat_id") else {
                 return record(
