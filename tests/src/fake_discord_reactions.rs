@@ -162,4 +162,3 @@ fn current(log: &[OwnReaction], message: &str) -> Vec<String> {
     }
     on
 }
-

@@ -15,7 +15,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use troupe_e2e::fake_discord::{APPLICATION_ID, Author, FakeDiscord, NewMessage, TOKEN};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
-use troupe_e2e::{Backend, FakeOpenAi, Gate, Script, TestApp, TestAppOptions, eventually, persona_json};
+use troupe_e2e::{
+    Backend, FakeOpenAi, Gate, Script, TestApp, TestAppOptions, eventually, persona_json,
+};
 
 /// A hang guard, not a timing assertion.
 const WAIT: Duration = Duration::from_secs(60);
@@ -29,7 +31,9 @@ async fn metrics(app: &TestApp) -> String {
 /// The room's history through the console's API.
 async fn history(app: &TestApp, agent: &str, room: &str) -> Vec<Value> {
     let (status, body) = app
-        .get(&format!("/api/agents/{agent}/rooms/{room}/memories?limit=50"))
+        .get(&format!(
+            "/api/agents/{agent}/rooms/{room}/memories?limit=50"
+        ))
         .await;
     assert_eq!(status, 200, "{body}");
     body["messages"].as_array().cloned().unwrap_or_default()
@@ -68,7 +72,10 @@ async fn discord_acknowledges_while_answering_and_records_a_thumbs_up_on_the_rep
     }
     let channel = "410000000000000007";
     let gate = Gate::new();
-    openai.push(Script::Gated(gate.clone(), Box::new(Script::reply("Forty-two."))));
+    openai.push(Script::Gated(
+        gate.clone(),
+        Box::new(Script::reply("Forty-two.")),
+    ));
     let question = discord.send_message_create(
         NewMessage::guild(channel, Author::person("alice"), "what is the answer?").mentioning_bot(),
     );
@@ -83,7 +90,11 @@ async fn discord_acknowledges_while_answering_and_records_a_thumbs_up_on_the_rep
         panic!("{e}\n----- troupe output -----\n{}", app.logs());
     }
     assert_eq!(discord.reactions_on(&question), vec!["👀".to_string()]);
-    assert!(discord.sent_messages().is_empty(), "{:?}", discord.sent_messages());
+    assert!(
+        discord.sent_messages().is_empty(),
+        "{:?}",
+        discord.sent_messages()
+    );
 
     // The reply is sent, then the 👀 is taken back.
     gate.open();
@@ -102,10 +113,16 @@ async fn discord_acknowledges_while_answering_and_records_a_thumbs_up_on_the_rep
         .map(|r| format!("{} {}", r.method, r.path))
         .collect();
     let put = order.iter().position(|r| r.starts_with("PUT")).unwrap();
-    let post = order.iter().position(|r| r.starts_with("POST /channels/")).unwrap();
+    let post = order
+        .iter()
+        .position(|r| r.starts_with("POST /channels/"))
+        .unwrap();
     let delete = order.iter().position(|r| r.starts_with("DELETE")).unwrap();
     assert!(put < post && post < delete, "{order:?}");
-    assert!(order[put].ends_with("/reactions/%F0%9F%91%80/@me"), "{order:?}");
+    assert!(
+        order[put].ends_with("/reactions/%F0%9F%91%80/@me"),
+        "{order:?}"
+    );
 
     // 👍 on the question (not a reply) is ignored; 👍 on the reply is feedback.
     discord.send_reaction(channel, &question, Author::person("bob"), "👍", true);
@@ -119,16 +136,25 @@ async fn discord_acknowledges_while_answering_and_records_a_thumbs_up_on_the_rep
     assert!(
         lines
             .lines()
-            .any(|l| l.starts_with("troupe_feedback_total{") && l.contains("value=\"up\"") && l.ends_with(" 1")),
+            .any(|l| l.starts_with("troupe_feedback_total{")
+                && l.contains("value=\"up\"")
+                && l.ends_with(" 1")),
         "{lines}"
     );
     let (status, why) = app
-        .get(&format!("/api/agents/Dot/rooms/{room}/messages/{question}/why"))
+        .get(&format!(
+            "/api/agents/Dot/rooms/{room}/messages/{question}/why"
+        ))
         .await;
     assert_eq!(status, 200, "{why}");
     assert_eq!(why["feedback"], json!({"up": 1, "down": 0}));
     let asked = history(&app, "Dot", &room).await;
-    assert!(asked.iter().all(|m| m["fromAgent"] == true || m.get("feedback").is_none()), "{asked:?}");
+    assert!(
+        asked
+            .iter()
+            .all(|m| m["fromAgent"] == true || m.get("feedback").is_none()),
+        "{asked:?}"
+    );
 
     // Taking the 👍 back takes the feedback back.
     discord.send_reaction(channel, &sent[0].id, Author::person("alice"), "👍", false);
@@ -157,7 +183,10 @@ async fn telegram_acknowledges_while_answering_and_a_reaction_on_a_non_reply_is_
     .await;
     let (chat, ann) = (|| tg::private_chat(501, "Ann"), || tg::user(501, "Ann"));
     let gate = Gate::new();
-    openai.push(Script::Gated(gate.clone(), Box::new(Script::reply("Forty-two."))));
+    openai.push(Script::Gated(
+        gate.clone(),
+        Box::new(Script::reply("Forty-two.")),
+    ));
     let question = telegram.push_message(tg::text(chat(), ann(), "what is the answer?"));
 
     // While the model is held: the 👀 is on the question, and nothing is sent.
@@ -176,7 +205,10 @@ async fn telegram_acknowledges_while_answering_and_a_reaction_on_a_non_reply_is_
         .map(|c| c.method.to_ascii_lowercase())
         .filter(|m| m == "sendmessage" || m == "setmessagereaction")
         .collect();
-    assert_eq!(order, ["setmessagereaction", "sendmessage", "setmessagereaction"]);
+    assert_eq!(
+        order,
+        ["setmessagereaction", "sendmessage", "setmessagereaction"]
+    );
     // The bot asked for reactions.
     let polls = telegram.calls_to("getUpdates");
     let asked = &polls.last().unwrap().params["allowed_updates"];
@@ -200,12 +232,20 @@ async fn telegram_acknowledges_while_answering_and_a_reaction_on_a_non_reply_is_
     let lines = metrics(&app).await;
     for value in ["up", "down"] {
         assert!(
-            lines.lines().any(|l| l.starts_with("troupe_feedback_total{")
-                && l.contains(&format!("value=\"{value}\""))
-                && l.ends_with(" 1")),
+            lines
+                .lines()
+                .any(|l| l.starts_with("troupe_feedback_total{")
+                    && l.contains(&format!("value=\"{value}\""))
+                    && l.ends_with(" 1")),
             "{lines}"
         );
     }
     let messages = history(&app, "Tess", room).await;
-    assert!(messages.iter().filter(|m| m["fromAgent"] == false).all(|m| m.get("feedback").is_none()), "{messages:?}");
+    assert!(
+        messages
+            .iter()
+            .filter(|m| m["fromAgent"] == false)
+            .all(|m| m.get("feedback").is_none()),
+        "{messages:?}"
+    );
 }

@@ -182,3 +182,93 @@ impl Store {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{Kind, on_both_backends, run_with_store as run};
+    use super::super::tests::{exchange, inbound};
+    use super::*;
+
+    on_both_backends!(feedback_is_one_per_person_per_reply_and_found_from_the_question);
+
+    async fn feedback_is_one_per_person_per_reply_and_found_from_the_question(store: Store) {
+        let agent = AgentId::new("fb");
+        let question = inbound(Platform::Discord, "c1", "q1", "ann", "ping", 1_000);
+        let (_, outbox) = exchange(&store, &agent, &question, Some("pong")).await;
+        store
+            .outbox_delivered(outbox.unwrap(), &["r1".to_string()])
+            .await
+            .unwrap();
+        let find = |id: &'static str| {
+            let (store, agent) = (store.clone(), agent.clone());
+            async move {
+                store
+                    .reply_message(&agent, Platform::Discord, "c1", &MessageId::new(id))
+                    .await
+                    .unwrap()
+            }
+        };
+        let reply = find("r1").await.expect("the delivered reply is known");
+        assert_eq!(reply.room.to_string(), "discord:c1");
+        assert_eq!(find("q1").await, None, "the question is no reply");
+        let message = MessageId::new("r1");
+        let give = |user: &'static str, value: i32| {
+            let (store, agent, reply, message) =
+                (store.clone(), agent.clone(), reply.clone(), message.clone());
+            async move {
+                store
+                    .feedback_set(&NewFeedback {
+                        agent_id: &agent,
+                        reply: &reply,
+                        message: &message,
+                        user: &UserId::new(user),
+                        value,
+                        at_ms: 2_000,
+                    })
+                    .await
+                    .unwrap()
+            }
+        };
+        assert!(give("ann", 1).await);
+        assert!(!give("ann", 1).await, "the same again changes nothing");
+        assert!(give("ann", -1).await, "the latest wins");
+        assert!(give("bob", 1).await);
+        let room = reply.room.clone();
+        let tally = store
+            .feedback_on_reply_to(&agent, &room, &MessageId::new("q1"))
+            .await
+            .unwrap();
+        assert_eq!(tally, FeedbackTally { up: 1, down: 1 });
+        let replies: Vec<i64> = store
+            .recent_messages(&agent, &room, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.from_agent)
+            .map(|m| m.id)
+            .collect();
+        let by_message = store.room_feedback(&agent, &room).await.unwrap();
+        assert_eq!(
+            by_message,
+            vec![(replies[0], FeedbackTally { up: 1, down: 1 })]
+        );
+        let ann = UserId::new("ann");
+        assert!(
+            !store
+                .feedback_clear(&agent, &reply, &message, &ann, 1)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .feedback_clear(&agent, &reply, &message, &ann, -1)
+                .await
+                .unwrap()
+        );
+        let tally = store
+            .feedback_on_reply_to(&agent, &room, &MessageId::new("q1"))
+            .await
+            .unwrap();
+        assert_eq!(tally, FeedbackTally { up: 1, down: 0 });
+    }
+}
