@@ -21,7 +21,10 @@ async fn a_rooms_history_shows_an_image_a_transcript_and_feedback() {
     let fake = FakeOpenAi::start().await;
     let app = TestApp::spawn(
         TestAppOptions::new(Backend::Sqlite)
-            .persona_file("ada.json", persona_json("Ada", "Ada keeps the harbour office."))
+            .persona_file(
+                "ada.json",
+                persona_json("Ada", "Ada keeps the harbour office."),
+            )
             .openai(&fake)
             .env("TROUPE_RATE_API_PER_MIN", "0"),
     )
@@ -60,25 +63,44 @@ async fn a_rooms_history_shows_an_image_a_transcript_and_feedback() {
         .await;
     assert_eq!(status, 200, "{memories}");
     let messages = memories["messages"].as_array().unwrap();
-    let pictured = messages.iter().find(|m| m["images"].is_array()).expect("a message with an image");
+    let pictured = messages
+        .iter()
+        .find(|m| m["images"].is_array())
+        .expect("a message with an image");
     assert_eq!(pictured["images"], json!([{"n": 0, "mime": "image/png"}]));
-    assert!(messages.iter().any(|m| m["transcribed"] == true), "{memories}");
+    assert!(
+        messages.iter().any(|m| m["transcribed"] == true),
+        "{memories}"
+    );
     let reply = messages.iter().find(|m| m["fromAgent"] == true).unwrap();
     assert_eq!(reply["feedback"], json!({"up": 1, "down": 0}));
     let id = pictured["id"].as_i64().unwrap();
     let image = app
         .client()
-        .get(app.url(&format!("/api/agents/{AGENT}/rooms/web:console/history/{id}/images/0")))
+        .get(app.url(&format!(
+            "/api/agents/{AGENT}/rooms/web:console/history/{id}/images/0"
+        )))
         .send()
         .await
         .unwrap();
     assert_eq!(image.status(), 200);
-    let header = |name: &str| image.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let header = |name: &str| {
+        image
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
     assert_eq!(header("content-type").as_deref(), Some("image/png"));
     assert_eq!(header("x-content-type-options").as_deref(), Some("nosniff"));
-    assert_eq!(header("content-security-policy").as_deref(), Some("default-src 'none'; sandbox"));
+    assert_eq!(
+        header("content-security-policy").as_deref(),
+        Some("default-src 'none'; sandbox")
+    );
     let (status, _) = app
-        .get(&format!("/api/agents/{AGENT}/rooms/web:console/history/{id}/images/1"))
+        .get(&format!(
+            "/api/agents/{AGENT}/rooms/web:console/history/{id}/images/1"
+        ))
         .await;
     assert_eq!(status, 404);
 
@@ -105,8 +127,20 @@ async fn a_rooms_history_shows_an_image_a_transcript_and_feedback() {
         .await;
     assert_eq!(seen["src"], "data:image/png;base64,");
     assert_eq!(seen["width"], 8);
-    assert!(seen["transcript"].as_str().unwrap().contains("is the ferry on time?"), "{seen}");
-    assert!(!seen["transcript"].as_str().unwrap().contains("[voice, transcribed]"), "{seen}");
+    assert!(
+        seen["transcript"]
+            .as_str()
+            .unwrap()
+            .contains("is the ferry on time?"),
+        "{seen}"
+    );
+    assert!(
+        !seen["transcript"]
+            .as_str()
+            .unwrap()
+            .contains("[voice, transcribed]"),
+        "{seen}"
+    );
     assert_eq!(seen["feedback"], "👍 1 · 👎 0");
     if let Some(dir) = screenshots_dir() {
         browser.screenshot(&dir, "rooms-media").await;
