@@ -13,7 +13,6 @@ use teloxide::types::{ChatId, MessageReactionUpdated, ReactionType};
 
 use super::TelegramConnector;
 use super::errors;
-use super::normalize::message_id;
 use crate::connector::ConnectorError;
 use crate::model::{MessageId, Platform, Reaction, RoomId, RoomRef, UserId, UserRef};
 
@@ -39,7 +38,9 @@ pub(crate) fn from_update(update: &MessageReactionUpdated) -> Vec<Reaction> {
     let chat = update.chat.id.0;
     let make = |emoji: &str, added: bool| Reaction {
         room: RoomRef::new(Platform::Telegram, RoomId::new(chat.to_string())),
-        message: message_id(chat, update.message_id.0),
+        // The normalized `chat:message` id (`normalize::message_id`, which imports this
+        // module: spelt here so that the two do not import each other).
+        message: MessageId::new(format!("{chat}:{}", update.message_id.0)),
         user: UserRef {
             id: UserId::new(user.id.0.to_string()),
             name: user.full_name().chars().take(100).collect(),
