@@ -12,7 +12,7 @@
 //! so that a platform imports only this module and `model`, and `registry` imports the
 //! platforms: no module imports one that imports it back.
 
-use crate::model::{AgentId, Inbound, MessageId, Outbound, Platform, RoomRef, UserId};
+use crate::model::{AgentId, Inbound, MessageId, Outbound, Platform, Reaction, RoomRef, UserId};
 use crate::sync::Locked;
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
@@ -60,6 +60,14 @@ impl SinkError {
 #[async_trait]
 pub trait InboundSink: Send + Sync {
     async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError>;
+
+    /// A reaction on a message (issue 32): the gateway records 👍/👎 on a persona's reply
+    /// as feedback and ignores the rest. Not journaled: a lost reaction is lost, so a
+    /// connector acknowledges it whatever this answers. The default ignores it.
+    async fn react(&self, reaction: Reaction) -> Result<(), SinkError> {
+        let _ = reaction;
+        Ok(())
+    }
 }
 
 /// A small persistent key-value store a connector may keep its position in (a Farcaster
@@ -272,6 +280,28 @@ pub trait Connector: Send + Sync {
         &self,
         _room: &RoomRef,
         _ids: &[MessageId],
+    ) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
+    /// Puts the persona's own `emoji` reaction on `message` in `room` (the acknowledgement
+    /// while a reply is made, `TROUPE_ACK_REACTION`). Best effort: the caller logs a failure
+    /// and goes on. The default, for a platform without reactions, does nothing.
+    async fn add_reaction(
+        &self,
+        _room: &RoomRef,
+        _message: &MessageId,
+        _emoji: &str,
+    ) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
+    /// Takes back the persona's own `emoji` reaction on `message`. Best effort.
+    async fn remove_reaction(
+        &self,
+        _room: &RoomRef,
+        _message: &MessageId,
+        _emoji: &str,
     ) -> Result<(), ConnectorError> {
         Ok(())
     }

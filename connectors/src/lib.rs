@@ -65,5 +65,6 @@ pub use connector::{
 };
 pub use model::{
     AgentId, Attachment, BadRoomKey, Change, ClientContext, ClientTurn, Inbound, MessageId,
-    Outbound, Platform, ReplyTo, Revision, RoomId, RoomKey, RoomRef, TurnSpeaker, UserId, UserRef,
+    Outbound, Platform, Reaction, ReplyTo, Revision, RoomId, RoomKey, RoomRef, TurnSpeaker, UserId,
+    UserRef,
 };

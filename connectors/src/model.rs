@@ -461,6 +461,41 @@ pub struct Outbound {
     pub replaces: Vec<MessageId>,
 }
 
+/// A reaction someone added to a message or took back (issue 32, docs/media.md "Reactions
+/// and feedback"). Hostile input like any message: the connector bounds the emoji and
+/// drops custom emoji; the gateway decides what it means (only 👍 and 👎 on a persona's own
+/// reply count, as feedback).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reaction {
+    /// The chat or channel the message is in, as the platform names it.
+    pub room: RoomRef,
+    /// The message reacted to.
+    pub message: MessageId,
+    /// Who reacted.
+    pub user: UserRef,
+    /// The emoji, a Unicode one only (at most [`Reaction::MAX_EMOJI_BYTES`]).
+    pub emoji: String,
+    /// Added (true) or taken back (false).
+    pub added: bool,
+    pub at_ms: i64,
+}
+
+impl Reaction {
+    /// The longest emoji a connector hands over: a Unicode emoji with its modifiers and
+    /// joiners fits many times over; anything longer is not an emoji.
+    pub const MAX_EMOJI_BYTES: usize = 64;
+
+    /// Whether `emoji` may be handed over: 1 to `MAX_EMOJI_BYTES` bytes, no letters, digits,
+    /// spaces or control characters (a Unicode emoji has none of them).
+    pub fn plausible_emoji(emoji: &str) -> bool {
+        !emoji.is_empty()
+            && emoji.len() <= Self::MAX_EMOJI_BYTES
+            && !emoji
+                .chars()
+                .any(|c| c.is_control() || c.is_whitespace() || c.is_ascii_alphanumeric())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

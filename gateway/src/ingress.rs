@@ -436,6 +436,20 @@ impl InboundSink for AgentSink {
             JournalInsert::Duplicate(..) => Ok(Accepted::Duplicate),
         }
     }
+
+    /// A reaction: feedback when it is 👍/👎 on this persona's reply (`crate::feedback`).
+    async fn react(&self, reaction: troupe_connectors::Reaction) -> Result<(), SinkError> {
+        match crate::feedback::take(&self.ingress.store, &self.agent, &reaction).await {
+            Ok(taken) => {
+                tracing::debug!(?taken, message = %reaction.message, "reaction taken");
+                Ok(())
+            }
+            Err(e) => {
+                crate::metrics::error("storage");
+                Err(refused_by_storage(e))
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@
 //!   retrieval for the prompt.
 //! - [`media`]: images in messages: their limits, their type, fetching them by reference when
 //!   a message is handled, the model's image parts, memory.
+//! - `feedback`: 👍/👎 on a persona's reply, recorded as feedback (issue 32).
 //! - [`live`]: a reply's text while the model writes it, for those who show it live.
 //! - [`fetch`]: every fetch of a URL a stranger chose (attachments, embeds): the SSRF policy.
 //! - [`limits`]: inbound rate limits, and the HTTP API's budget per caller.
@@ -47,6 +48,7 @@ pub(crate) mod chat;
 pub mod cli;
 mod clock;
 pub(crate) mod config;
+pub(crate) mod feedback;
 pub(crate) mod fetch;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

@@ -167,3 +167,11 @@ pub fn knowledge_index(lag: i64, rebuilding: bool) {
 pub fn extract_worker_started() {
     metrics::counter!("troupe_extract_workers_started_total").increment(1);
 }
+
+/// A 👍 (`up`) or 👎 (`down`) recorded on a persona's reply (issue 32; docs/media.md
+/// "Reactions and feedback"): counted when recorded, a change of mind counting again.
+pub fn feedback(persona: &troupe_connectors::AgentId, value: &'static str) {
+    metrics::counter!("troupe_feedback_total", "persona" => persona.to_string(),
+        "value" => value)
+    .increment(1);
+}

@@ -50,6 +50,10 @@ use tokio::sync::{mpsc, watch};
 
 use crate::wait::{self, Diagnose};
 
+#[path = "fake_discord_reactions.rs"]
+mod reactions;
+pub use reactions::OwnReaction;
+
 /// The bot's token as the tests configure it.
 pub const TOKEN: &str = "t0k3n";
 /// The bot's user id.
@@ -318,6 +322,8 @@ struct Inner {
     deleted: Vec<String>,
     /// The next `n` message edits are answered 429.
     scripted_edit_429: usize,
+    /// The bot's own reactions, put and taken back, in order (`reactions`).
+    own_reactions: Vec<reactions::OwnReaction>,
     /// Refusals for the next message creates: status, Discord's error code, message.
     scripted_errors: std::collections::VecDeque<(u16, u64, String)>,
     rate_limited: usize,
@@ -538,6 +544,10 @@ impl FakeDiscord {
             .route(
                 "/api/v10/channels/{channel}/messages/{message}",
                 axum::routing::patch(edit_message).delete(delete_message),
+            )
+            .route(
+                "/api/v10/channels/{channel}/messages/{message}/reactions/{emoji}/@me",
+                axum::routing::put(reactions::own_reaction).delete(reactions::own_reaction),
             )
             .route("/api/v10/channels/{channel}/typing", post(typing))
             .route(

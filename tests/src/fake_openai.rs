@@ -31,6 +31,37 @@ use crate::wait::{self, Diagnose};
 pub const SUMMARY_TASK: &str = "You keep the running summary of a conversation";
 pub const FACTS_TASK: &str = "You extract lasting facts about one person";
 
+/// A gate a test opens when it is ready for the model to answer ([`Script::Gated`]): the
+/// test looks at what the gateway does while a reply is being made, then lets it finish.
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<watch::Sender<bool>>);
+
+impl Gate {
+    pub fn new() -> Self {
+        Gate(Arc::new(watch::Sender::new(false)))
+    }
+    /// Lets every request waiting at this gate go on.
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+    async fn passed(&self) {
+        let mut open = self.0.subscribe();
+        let _ = open.wait_for(|o| *o).await;
+    }
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PartialEq for Gate {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// What the fake does with one chat completion request. Consumed one per request, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Script {
@@ -42,6 +73,8 @@ pub enum Script {
     Hang,
     /// Wait, then do the inner script.
     Delay(Duration, Box<Script>),
+    /// Wait until the test opens the gate, then do the inner script.
+    Gated(Gate, Box<Script>),
     /// 429 with OpenAI's rate limit body and `retry-after: <seconds>` (issue 16).
     RetryAfter(u64),
     /// Answer with these tool calls (function name as on the wire, arguments), as OpenAI
@@ -830,6 +863,14 @@ async fn chat_completions(
                 }
                 script = *inner;
             }
+            Script::Gated(gate, inner) => {
+                let mut shutdown = shared.shutdown.subscribe();
+                tokio::select! {
+                    _ = gate.passed() => {}
+                    _ = shutdown.wait_for(|s| *s) => return shutting_down(),
+                }
+                script = *inner;
+            }
             Script::Hang => {
                 let mut shutdown = shared.shutdown.subscribe();
                 let _ = shutdown.wait_for(|s| *s).await;
@@ -876,7 +917,7 @@ fn outcome_of(script: &Script) -> Outcome {
         Script::Reply(t) => Outcome::Reply(t.clone()),
         Script::Status(c, b) => Outcome::Status(*c, b.clone()),
         Script::Hang => Outcome::Hang,
-        Script::Delay(_, inner) => outcome_of(inner),
+        Script::Delay(_, inner) | Script::Gated(_, inner) => outcome_of(inner),
         Script::RetryAfter(_) => Outcome::Status(429, Script::rate_limited_body()),
         Script::ToolCalls(calls) => Outcome::ToolCalls(calls.iter().map(|c| c.0.clone()).collect()),
         Script::Paced { text, .. } => Outcome::Reply(text.clone()),

@@ -39,6 +39,8 @@ use crate::wait::{self, Diagnose};
 #[path = "fake_telegram_live.rs"]
 mod live;
 pub use live::{Edit, VoiceSent};
+#[path = "fake_telegram_reactions.rs"]
+mod reactions;
 
 /// Telegram's limit on a message's text, in characters.
 pub const MAX_TEXT_CHARS: usize = 4096;
@@ -961,6 +963,7 @@ async fn method(
         "editmessagetext" => live::edit_message_text(&shared, &p),
         "deletemessage" => live::delete_message(&shared, &p),
         "sendvoice" => live::send_voice(&shared, &p),
+        "setmessagereaction" => reactions::set_message_reaction(&p),
         "sendchataction" => {
             let Some(chat_id) = int(&p, "chat_id") else {
                 return record(

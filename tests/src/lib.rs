@@ -45,7 +45,7 @@ pub use app::{
     try_post_message,
 };
 pub use fake_openai::{
-    ChatMessage, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, Outcome, Script,
+    ChatMessage, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, Gate, Outcome, Script,
 };
 pub use services::{PrivateNats, PrivatePostgres};
 pub use wait::{Diagnose, WAIT};

@@ -23,13 +23,15 @@ pub(crate) const DEFAULT_API_URL: &str = "https://discord.com";
 /// The permissions the bot asks for in its invite, one bit each (Discord's permission
 /// flags), and no more than the connector uses: it reads channels and their history (the
 /// catch-up after a restart reads `GET /channels/{id}/messages`), and posts plain-text
-/// replies, in threads too. It sends no embeds, files or reactions, so it asks for none of
-/// those; slash commands come with the `applications.commands` scope, and Message Content
+/// replies, in threads too, and puts its acknowledgement reaction on a message it is
+/// answering (`TROUPE_ACK_REACTION`, docs/media.md). It sends no embeds or files, so it asks
+/// for neither; slash commands come with the `applications.commands` scope, and Message Content
 /// is an intent set in the developer portal, not a permission. This list is the one fact:
 /// the log line at start, `GET /api/agents/{agent}/setup` (the console) and docs/discord.md
 /// all show [`invite_url`].
 pub(crate) const PERMISSIONS: &[(&str, u64)] = &[
     ("View Channels", 1 << 10),
+    ("Add Reactions", 1 << 6),
     ("Send Messages", 1 << 11),
     ("Read Message History", 1 << 16),
     ("Send Messages in Threads", 1 << 38),
@@ -245,7 +247,7 @@ mod tests {
         assert_eq!(permission_integer(), 274_877_975_552);
         assert_eq!(
             invite_url(42),
-            "https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&permissions=274877975552"
+            "https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&permissions=274877975616"
         );
     }
 

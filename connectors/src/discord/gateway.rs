@@ -1,7 +1,8 @@
 //! Receiving: serenity's gateway connection (identify, heartbeats, reconnect and resume)
-//! with the intents GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES and MESSAGE_CONTENT, every
-//! MESSAGE_CREATE normalized and handed to the sink (MESSAGE_UPDATE and MESSAGE_DELETE too:
-//! `edits`), and catch-up at each READY.
+//! with the intents GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES, MESSAGE_CONTENT and the two
+//! message-reaction intents, every MESSAGE_CREATE normalized and handed to the sink
+//! (MESSAGE_UPDATE and MESSAGE_DELETE too: `edits`), every MESSAGE_REACTION_ADD/REMOVE
+//! handed over as a reaction (`super::reactions`), and catch-up at each READY.
 //!
 //! Catch-up: the connector remembers, in its `ConnectorState`, the channels it has seen and
 //! the last message id in each. At READY (a new session: after a start, or when a session
@@ -50,6 +51,8 @@ pub(crate) fn intents() -> GatewayIntents {
         | GatewayIntents::GUILD_MESSAGES
         | GatewayIntents::DIRECT_MESSAGES
         | GatewayIntents::MESSAGE_CONTENT
+        | GatewayIntents::GUILD_MESSAGE_REACTIONS
+        | GatewayIntents::DIRECT_MESSAGE_REACTIONS
 }
 
 /// What the connector remembers of one channel.
@@ -177,6 +180,18 @@ impl Receiver {
         }
     }
 
+    /// A MESSAGE_REACTION_ADD (`added`) or REMOVE. Not journaled: a reaction the sink
+    /// cannot take now is lost, and logged.
+    pub(crate) async fn reacted(&self, event: &serenity::all::Reaction, added: bool) {
+        let me = *self.me.borrow();
+        let Some(reaction) = super::reactions::to_reaction(event, added, me) else {
+            return;
+        };
+        if let Err(e) = self.sink.react(reaction).await {
+            tracing::warn!(error = %e, "could not take a Discord reaction; it is dropped");
+        }
+    }
+
     /// Fetches what was said while the connector was away, in every remembered channel.
     pub(crate) async fn catch_up(&self, me: Snowflake) {
         let remembered: Vec<(u64, Seen)> = match self.load().await.as_ref() {
@@ -297,6 +312,14 @@ impl EventHandler for Handler {
             )
             .await;
         }
+    }
+
+    async fn reaction_add(&self, _ctx: Context, reaction: serenity::all::Reaction) {
+        self.0.reacted(&reaction, true).await;
+    }
+
+    async fn reaction_remove(&self, _ctx: Context, reaction: serenity::all::Reaction) {
+        self.0.reacted(&reaction, false).await;
     }
 
     async fn resume(&self, _ctx: Context, _: ResumedEvent) {

@@ -17,6 +17,7 @@ mod gateway;
 mod interactions;
 mod normalize;
 mod pace;
+mod reactions;
 mod rest;
 mod send;
 mod split;
@@ -389,6 +390,32 @@ impl Connector for DiscordConnector {
         ids: &[MessageId],
     ) -> Result<(), ConnectorError> {
         self.delete_sent(room, ids).await
+    }
+
+    async fn add_reaction(
+        &self,
+        room: &RoomRef,
+        message: &MessageId,
+        emoji: &str,
+    ) -> Result<(), ConnectorError> {
+        let channel = send::channel_of(room)?;
+        self.rest
+            .own_reaction(channel, message, emoji, true)
+            .await
+            .map_err(ConnectorError::from)
+    }
+
+    async fn remove_reaction(
+        &self,
+        room: &RoomRef,
+        message: &MessageId,
+        emoji: &str,
+    ) -> Result<(), ConnectorError> {
+        let channel = send::channel_of(room)?;
+        self.rest
+            .own_reaction(channel, message, emoji, false)
+            .await
+            .map_err(ConnectorError::from)
     }
 
     fn shows_live(&self, _room: &RoomRef) -> bool {

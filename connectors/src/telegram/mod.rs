@@ -25,6 +25,7 @@ mod errors;
 mod files;
 mod normalize;
 mod pace;
+mod reactions;
 mod receive;
 mod send;
 mod stream_edit;
@@ -191,6 +192,25 @@ impl Connector for TelegramConnector {
         note: &crate::connector::VoiceNote,
     ) -> Result<Option<MessageId>, ConnectorError> {
         self.deliver_voice(note).await.map(Some)
+    }
+
+    async fn add_reaction(
+        &self,
+        _room: &RoomRef,
+        message: &MessageId,
+        emoji: &str,
+    ) -> Result<(), ConnectorError> {
+        self.own_reaction(message, Some(emoji)).await
+    }
+
+    /// Telegram has no "take back this one": the bot's list is set to none.
+    async fn remove_reaction(
+        &self,
+        _room: &RoomRef,
+        message: &MessageId,
+        _emoji: &str,
+    ) -> Result<(), ConnectorError> {
+        self.own_reaction(message, None).await
     }
 
     /// Private chats see a draft (`draft`), groups one message edited (`stream_edit`).

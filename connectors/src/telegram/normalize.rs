@@ -52,6 +52,8 @@ pub(crate) enum Event {
     Message(Box<Inbound>),
     /// The bot is in a group it may not be in: leave it, hand nothing on.
     Leave { chat: i64 },
+    /// Reactions added or taken back (`super::reactions`): hand them to the sink.
+    Reactions(Vec<crate::model::Reaction>),
     /// Nothing to do; the reason is for the debug log.
     Skip(&'static str),
 }
@@ -61,6 +63,7 @@ pub(crate) fn normalize(update: &Update, me: &BotIdentity, policy: &GroupPolicy)
     match &update.kind {
         UpdateKind::Message(message) => from_message(message, me, policy),
         UpdateKind::MyChatMember(change) => from_membership(change, policy),
+        UpdateKind::MessageReaction(r) => Event::Reactions(super::reactions::from_update(r)),
         UpdateKind::EditedMessage(message) => from_edit(message, me, policy),
         UpdateKind::ChannelPost(_) | UpdateKind::EditedChannelPost(_) => {
             Event::Skip("channel post")

@@ -34,13 +34,15 @@ const OFFSET_KEY: &str = "getUpdates.offset";
 /// The header Telegram puts the webhook's secret token in.
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 
-/// The update kinds asked for: messages, and the bot's own membership (to leave groups).
-fn allowed_updates() -> [AllowedUpdate; 3] {
-    // Edits are followed (issue 32): an edited question is answered again.
+/// The update kinds asked for: messages and their edits (an edited question is answered
+/// again, issue 32), the bot's own membership (to leave groups), and reactions (feedback on
+/// replies, issue 32; Telegram sends them in groups only where the bot is an administrator).
+fn allowed_updates() -> [AllowedUpdate; 4] {
     [
         AllowedUpdate::Message,
         AllowedUpdate::EditedMessage,
         AllowedUpdate::MyChatMember,
+        AllowedUpdate::MessageReaction,
     ]
 }
 
@@ -524,6 +526,16 @@ impl TelegramConnector {
                 }
             }
             Event::Leave { chat } => self.leave(chat).await,
+            Event::Reactions(reactions) => {
+                // Not journaled: a reaction the sink cannot take now is dropped, never
+                // asked for again (it would hold up the messages behind it).
+                for reaction in reactions {
+                    if let Err(e) = sink.react(reaction).await {
+                        tracing::warn!(update_id = update.id.0, error = %e,
+                            "could not take a Telegram reaction; it is dropped");
+                    }
+                }
+            }
             Event::Skip(why) => tracing::debug!(update_id = update.id.0, why, "update skipped"),
         }
         Ok(())

@@ -126,3 +126,18 @@ export function newId() {
   const b = crypto.getRandomValues(new Uint8Array(16));
   return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 }
+
+// An image the API serves behind the token (a room's history), as a `data:` URL: an `<img>`
+// cannot send the token, and the console's Content-Security-Policy takes images from the
+// console's own origin and `data:` only.
+export async function imageData(path) {
+  const response = await fetch(path, { headers: headers() });
+  if (!response.ok) throw new ApiError(response.status, await parse(response));
+  const blob = await response.blob();
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(blob);
+  });
+}

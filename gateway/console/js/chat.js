@@ -25,6 +25,8 @@ function whyPanel(why) {
     h('h3', {}, `Recent messages (${why.history.length})`),
     h('ul', {}, why.history.map((m) => h('li', { class: m.inPrompt ? '' : 'muted' }, h('strong', {}, m.authorName, ': '), m.text))),
     h('p', { class: 'muted' }, `Prompt: ${why.promptChars} characters.`),
+    // 👍/👎 people put on the reply on Discord or Telegram (docs/media.md).
+    why.feedback ? h('p', { class: 'feedback' }, `Feedback: 👍 ${why.feedback.up} · 👎 ${why.feedback.down}`) : null,
   ];
 }
 

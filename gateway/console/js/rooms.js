@@ -1,9 +1,12 @@
 // Rooms: every room a persona has talked in, on any platform, with its recent messages,
 // its summary and the facts learned about its users. A fact can be deleted here, and the
 // room steered (mute, follow, forget) through the same commands people type in the chat
-// (`POST …/rooms/{room}/commands`, docs/rooms.md).
+// (`POST …/rooms/{room}/commands`, docs/rooms.md). The history shows a voice note's
+// transcript marked as one, the images posted with a message (fetched behind the token from
+// the gateway's own store, never from a link a stranger chose), and the 👍/👎 on the
+// persona's replies (docs/console.md).
 
-import { api, enc } from './api.js';
+import { api, enc, imageData } from './api.js';
 import { h, clear, errorBox, when } from './dom.js';
 import { setParam } from './route.js';
 import { choosePersona } from './picker.js';
@@ -32,6 +35,27 @@ function controls(panel, agent, room, base) {
     status);
 }
 
+const HEARD = '[voice, transcribed]';
+
+// One message of the history, with its extras.
+function messageView(m, base) {
+  const transcript = m.transcribed ? m.text.slice(HEARD.length).trimStart() : m.text;
+  const images = (m.images || []).map((img) => {
+    const el = h('img', { class: 'thumb', alt: `image ${img.n + 1} (${img.mime || 'image'})` });
+    imageData(`${base}/history/${m.id}/images/${img.n}`)
+      .then((url) => { el.src = url; })
+      .catch(() => el.replaceWith(h('span', { class: 'muted' }, '(image not available)')));
+    return h('div', {}, el);
+  });
+  return h('div', { class: m.fromAgent ? 'msg agent' : 'msg user', dataset: { message: m.id } },
+    h('div', { class: 'who' }, `${m.authorName} · ${when(m.createdAtMs)}`),
+    m.transcribed ? h('span', { class: 'badge transcribed', title: 'a voice note, transcribed' }, '🎤 transcribed') : null,
+    m.transcribed ? ' ' : null,
+    transcript,
+    images,
+    m.feedback ? h('div', { class: 'feedback', title: 'reactions on this reply' }, `👍 ${m.feedback.up} · 👎 ${m.feedback.down}`) : null);
+}
+
 async function showRoom(panel, agent, room) {
   clear(panel, h('p', { class: 'muted' }, 'Loading…'));
   const base = `/api/agents/${enc(agent)}/rooms/${enc(room)}`;
@@ -57,8 +81,7 @@ async function showRoom(panel, agent, room) {
     h('h3', {}, `Facts (${facts.facts.length})`),
     facts.facts.length ? factList : h('p', { class: 'muted', id: 'no-facts' }, 'No facts about the people here.'),
     h('h3', {}, 'Recent messages'),
-    h('div', { class: 'log' }, memories.messages.map((m) => h('div', { class: m.fromAgent ? 'msg agent' : 'msg user' },
-      h('div', { class: 'who' }, `${m.authorName} · ${when(m.createdAtMs)}`), m.text))));
+    h('div', { class: 'log' }, memories.messages.map((m) => messageView(m, base))));
 }
 
 export async function render(root, params) {

@@ -25,6 +25,7 @@
 //!   `record`).
 //! - `speak`: a voice note answered by a voice note too (`media::speech`), before the text.
 //! - `outbound`: every message the agent says to a room, and its outbox key, built once.
+//! - `ack`: the acknowledgement reaction while a reply is made (`TROUPE_ACK_REACTION`).
 //! - `edit`: an edit or a delete of an earlier message (`revise`), before the path.
 //!
 //! An agent holds only the handles it uses: replies leave through the outbox, and what a
@@ -32,6 +33,7 @@
 //! (`registry::Connectors`). Its persona and model provider sit behind a lock so that a hot
 //! reload swaps them between two messages without a restart.
 
+mod ack;
 mod answer;
 mod arbitrate;
 mod command;
@@ -201,6 +203,22 @@ impl Agent {
         None
     }
 
+    /// The message's images in `prompt`: image parts, or a line for a model that cannot
+    /// see them. Returns `inbound` with what a vision model said they show, when one
+    /// described them, so that the room remembers it; `None` for a message without files.
+    async fn see(
+        &self,
+        mind: &Mind,
+        inbound: &Inbound,
+        prompt: &mut crate::persona::Prompt,
+    ) -> Option<Inbound> {
+        if inbound.attachments.is_empty() {
+            return None;
+        }
+        let description = self.images(mind, inbound, prompt).await?;
+        Some(crate::media::described(inbound, &description))
+    }
+
     /// `inbound` with its voice notes transcribed into its text (`crate::media::voice`),
     /// or `None` when it carries no audio: nothing is done for a message without files.
     async fn hear(&self, mind: &Mind, inbound: &Inbound) -> Option<Inbound> {
@@ -362,18 +380,14 @@ impl Agent {
         if let Some(outcome) = self.spend_cap(meter.as_ref(), journal_id, inbound).await? {
             return Ok(outcome);
         }
+        // Taken back when this turn returns, whichever way (ack.rs).
+        let _ack = self.acknowledge(inbound);
         // A voice note's transcript is the message's text from here on (memory too).
         let heard = self.hear(&mind, inbound).await;
         let inbound = heard.as_ref().unwrap_or(inbound);
         let recall = self.recall(inbound, room).await?;
         let Composed { mut prompt, quoted } = self.compose(&mind.persona, inbound, &recall);
-        // Images go as image parts, or as a line for a model that cannot see them; what a
-        // vision model said they show is remembered with the message.
-        let described = match inbound.attachments.is_empty() {
-            true => None,
-            false => self.images(&mind, inbound, &mut prompt).await,
-        };
-        let described = described.map(|d| crate::media::described(inbound, &d));
+        let described = self.see(&mind, inbound, &mut prompt).await;
         let inbound = described.as_ref().unwrap_or(inbound);
         // The console's "why" panel (crate::why): what this prompt was made of.
         crate::why::record(

@@ -49,6 +49,10 @@ pub struct AgentSettings {
     /// Live replies and edits (`TROUPE_STREAM`, `TROUPE_STREAM_EDIT_MS`,
     /// `TROUPE_EDIT_WINDOW_SECS`; docs/media.md).
     pub stream: super::stream::StreamSettings,
+    /// `TROUPE_ACK_REACTION` (e.g. 👀), unset by default: the persona's reaction on a message
+    /// while it makes the reply, taken back once the reply is sent (Discord, Telegram;
+    /// docs/media.md "Reactions and feedback").
+    pub ack_reaction: Option<String>,
 }
 
 /// Whether personas see images: `TROUPE_VISION` (`vision` in troupe.toml).
@@ -160,7 +164,24 @@ pub(super) fn agent_settings(
             )?,
         },
         stream: super::stream::stream_settings(layered, file)?,
+        ack_reaction: ack_reaction(
+            layered.string("TROUPE_ACK_REACTION", file.ack_reaction.clone()),
+        )?,
     })
+}
+
+/// `TROUPE_ACK_REACTION`: one Unicode emoji, or unset. It goes into a Discord URL path and a
+/// Telegram request, so anything else is refused at start.
+fn ack_reaction(raw: Option<String>) -> anyhow::Result<Option<String>> {
+    let Some(raw) = raw else { return Ok(None) };
+    let emoji = raw.trim();
+    if !troupe_connectors::Reaction::plausible_emoji(emoji) {
+        anyhow::bail!(
+            "TROUPE_ACK_REACTION must be one Unicode emoji such as 👀 (Telegram takes only its \
+             reaction emoji), not `{raw}`; unset it to react with nothing"
+        );
+    }
+    Ok(Some(emoji.to_string()))
 }
 
 /// `TROUPE_MEMORY_*`: summaries and facts.

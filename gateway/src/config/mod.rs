@@ -208,6 +208,7 @@ struct FileConfig {
     stream: Option<Switch>,
     stream_edit_ms: Option<u64>,
     edit_window_secs: Option<u64>,
+    ack_reaction: Option<String>,
     // --- knowledge, embeddings and the document worker (knowledge.rs)
     knowledge_allow_paths: Option<Vec<PathBuf>>,
     knowledge_max_file_bytes: Option<usize>,

@@ -220,6 +220,9 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         n("TROUPE_EDIT_WINDOW_SECS", |c| {
             c.agent.stream.edit_window.as_secs().to_string()
         }),
+        p("TROUPE_ACK_REACTION", "\"👀\"", "👍", |c| {
+            c.agent.ack_reaction.clone().unwrap_or_default()
+        }),
         n("TROUPE_KNOWLEDGE_MAX_FILE_BYTES", |c| {
             c.knowledge.max_file_bytes.to_string()
         }),

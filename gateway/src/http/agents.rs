@@ -529,6 +529,9 @@ pub struct MessageView {
     created_at_ms: i64,
     #[serde(flatten)]
     deprecated: LegacyMessage,
+    /// Transcript, images and feedback (issue 32; `super::history`).
+    #[serde(flatten)]
+    extras: super::history::Extras,
 }
 
 /// Deprecated snake_case copies, until the next release.
@@ -590,10 +593,13 @@ pub async fn memories(
     // What the agent remembers beyond the recent messages (docs/memory.md).
     let summary = state.store.room_summary(&agent.id, &room).await?;
     let facts = state.store.room_user_facts(&agent.id, &room).await?;
+    let mut extras =
+        super::history::PageExtras::of(&state.store, &agent.id, &room, &messages).await?;
     let messages = messages
         .into_iter()
         .map(|m| {
             Ok(MessageView {
+                extras: extras.take(m.id, &m.text),
                 id: m.id,
                 room: m.room.clone(),
                 deprecated: LegacyMessage {

@@ -18,18 +18,36 @@ use super::extract::{AgentPath, RoomPath};
 use crate::storage::IdentifiedFact;
 use crate::why::PromptContext;
 
+/// The "why" panel of a reply: its prompt's context, and the 👍/👎 people put on it
+/// (issue 32; `crate::feedback`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WhyView {
+    #[serde(flatten)]
+    context: PromptContext,
+    feedback: crate::storage::FeedbackTally,
+}
+
 /// `GET /api/agents/{agent}/rooms/{room}/messages/{messageId}/why`.
 pub async fn why(
+    State(state): State<AppState>,
     AgentPath(agent): AgentPath,
     RoomPath(room): RoomPath,
     Path(params): Path<std::collections::HashMap<String, String>>,
-) -> Result<Json<PromptContext>, ApiError> {
+) -> Result<Json<WhyView>, ApiError> {
     let raw = params.get("message").map(String::as_str).unwrap_or("");
     if raw.is_empty() || raw.len() > 200 {
         return Err(ApiError::bad_request("`messageId` must be 1 to 200 bytes"));
     }
-    match crate::why::lookup(&agent.id, &room, &MessageId::new(raw)) {
-        Some(context) => Ok(Json((*context).clone())),
+    let message = MessageId::new(raw);
+    match crate::why::lookup(&agent.id, &room, &message) {
+        Some(context) => Ok(Json(WhyView {
+            context: (*context).clone(),
+            feedback: state
+                .store
+                .feedback_on_reply_to(&agent.id, &room, &message)
+                .await?,
+        })),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_recorded",

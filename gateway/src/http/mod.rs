@@ -24,6 +24,7 @@ pub mod error;
 mod extract;
 mod forwarded;
 mod health;
+mod history;
 mod inspect;
 mod knowledge;
 mod live;
@@ -172,6 +173,10 @@ fn console_api_routes() -> Router<AppState> {
         .route(
             "/agents/{agent}/rooms/{room}/messages/{message}/why",
             get(inspect::why),
+        )
+        .route(
+            "/agents/{agent}/rooms/{room}/history/{id}/images/{n}",
+            get(history::image),
         )
         .route("/agents/{agent}/rooms/{room}/facts", get(inspect::facts))
         .route("/agents/{agent}/facts/{id}", delete(inspect::delete_fact))

@@ -73,6 +73,8 @@ mod arbiter;
 mod arbiter_tests;
 mod engine;
 mod fact_ids;
+mod feedback;
+mod history;
 mod journal;
 mod knowledge;
 #[cfg(test)]
@@ -117,6 +119,8 @@ use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
 pub use arbiter::Floor;
 pub use fact_ids::IdentifiedFact;
+pub use feedback::{FeedbackTally, NewFeedback, ReplyMessage};
+pub use history::StoredImage;
 pub use journal::{UnfinishedPage, dedupe_caller, same_dedupe_key};
 pub use knowledge::{
     DocumentRow, EmbeddingChange, IndexChunk, NewDocument, NewEmbedding, Scope, ScoredChunk,

@@ -49,7 +49,14 @@ on_both_backends!(
 
 // ---- fixtures ----
 
-fn inbound(platform: Platform, room: &str, id: &str, author: &str, text: &str, at: i64) -> Inbound {
+pub(super) fn inbound(
+    platform: Platform,
+    room: &str,
+    id: &str,
+    author: &str,
+    text: &str,
+    at: i64,
+) -> Inbound {
     let mut room = RoomRef::new(platform, RoomId::new(room));
     room.name = Some(format!("#{}", room.id));
     Inbound {
@@ -114,7 +121,7 @@ fn handled<'a>(
 }
 
 /// Journals `msg` for `agent` and records it as handled, with a reply when `reply` is set.
-async fn exchange(
+pub(super) async fn exchange(
     store: &Store,
     agent: &AgentId,
     msg: &Inbound,
