@@ -242,9 +242,10 @@ mod tests {
 
     #[test]
     fn permission_integer_is_the_documented_one() {
-        // View Channels, Send Messages, Read Message History, Send Messages in Threads
-        // (see docs/discord.md): what the connector uses, nothing more.
-        assert_eq!(permission_integer(), 274_877_975_552);
+        // View Channels, Send Messages, Add Reactions (the acknowledgement), Read Message
+        // History, Send Messages in Threads (see docs/discord.md): what the connector uses,
+        // nothing more.
+        assert_eq!(permission_integer(), 274_877_975_616);
         assert_eq!(
             invite_url(42),
             "https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&permissions=274877975616"

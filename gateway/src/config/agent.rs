@@ -97,6 +97,10 @@ pub struct MediaSettings {
     /// `TROUPE_TRANSCRIBE_MODEL`, default `whisper-1`: the model of the persona's provider
     /// asked for transcripts (`POST {base}/audio/transcriptions`).
     pub transcribe_model: String,
+    /// `TROUPE_MEDIA_KEEP_DAYS`, default 30: images and audio posted to the API are kept
+    /// this long in the `media` table (for the console's history), then deleted; 0 keeps
+    /// them for ever.
+    pub keep_days: u32,
 }
 
 /// What agents remember beyond the room's recent window. Each runs as a background model
@@ -162,6 +166,7 @@ pub(super) fn agent_settings(
                 file.transcribe_model.clone(),
                 "whisper-1".to_string(),
             )?,
+            keep_days: layered.parse("TROUPE_MEDIA_KEEP_DAYS", file.media_keep_days, 30)?,
         },
         stream: super::stream::stream_settings(layered, file)?,
         ack_reaction: ack_reaction(

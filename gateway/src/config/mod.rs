@@ -202,6 +202,7 @@ struct FileConfig {
     memory_facts_per_user: Option<u32>,
     vision: Option<Vision>,
     media_max_bytes: Option<usize>,
+    media_keep_days: Option<u32>,
     transcribe: Option<Switch>,
     transcribe_model: Option<String>,
     // --- live replies and edits (stream.rs)

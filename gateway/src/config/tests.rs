@@ -211,6 +211,9 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         n("TROUPE_MEDIA_MAX_BYTES", |c| {
             c.agent.media.max_bytes.to_string()
         }),
+        n("TROUPE_MEDIA_KEEP_DAYS", |c| {
+            c.agent.media.keep_days.to_string()
+        }),
         p("TROUPE_STREAM", "\"off\"", "on", |c| {
             c.agent.stream.on.to_string()
         }),

@@ -26,6 +26,20 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes what was stored before `before_ms`; returns how many were deleted. A message
+    /// still waiting for its turn that refers to a deleted file is told the file is gone,
+    /// like one whose platform file expired.
+    pub async fn media_prune(&self, before_ms: i64) -> Result<u64> {
+        let deleted = with_pool!(self, pool => {
+            sqlx::query("DELETE FROM media WHERE created_at_ms < $1")
+                .bind(before_ms)
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected())
+        })?;
+        Ok(deleted)
+    }
+
     /// The type and bytes stored under `sha256`, if any.
     pub async fn media_get(&self, sha256: &str) -> Result<Option<(String, Vec<u8>)>> {
         let row = with_pool!(self, pool => {
@@ -46,6 +60,36 @@ mod tests {
     use super::*;
 
     on_both_backends!(stored_media_is_read_back_by_its_digest_and_kept_once);
+    on_both_backends!(pruning_deletes_only_what_was_stored_before_the_cut);
+
+    async fn pruning_deletes_only_what_was_stored_before_the_cut(store: Store) {
+        let (_, old) = crate::media::reference(b"old bytes");
+        store
+            .media_put(&old, "image/png", b"old bytes")
+            .await
+            .unwrap();
+        let cut = now_ms() + 1;
+        // Stored after the cut: a later time than any `now_ms()` before it.
+        let (_, new) = crate::media::reference(b"new bytes");
+        with_pool!(&store, pool => {
+            sqlx::query(
+                "INSERT INTO media (sha256, mime, size, bytes, created_at_ms) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(&new)
+            .bind("image/png")
+            .bind(9_i64)
+            .bind(&b"new bytes"[..])
+            .bind(cut + 1)
+            .execute(pool)
+            .await
+            .map(|_| ())
+        })
+        .unwrap();
+        assert_eq!(store.media_prune(cut).await.unwrap(), 1);
+        assert_eq!(store.media_get(&old).await.unwrap(), None);
+        assert!(store.media_get(&new).await.unwrap().is_some());
+        assert_eq!(store.media_prune(cut).await.unwrap(), 0);
+    }
 
     async fn stored_media_is_read_back_by_its_digest_and_kept_once(store: Store) {
         let bytes: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
