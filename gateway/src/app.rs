@@ -308,14 +308,19 @@ impl App {
         if let Some(small) = &small {
             tracing::info!(persona = %persona.id, model = %small.describe(), "background work uses the small model");
         }
-        // A vision model describes images for a text-only persona (media::vision).
+        // A vision model describes images for a text-only persona (media::vision); an
+        // unknown or unconfigured imageVisionModelProvider is logged, as modelProvider is.
         let vision = crate::provider::vision_for_persona(
             &persona,
             &self.config.env,
             self.config.agent.model_timeout,
             self.config.agent.model_concurrency,
             &self.breakers,
-        );
+        )
+        .unwrap_or_else(|reason| {
+            tracing::warn!(persona = %persona.id, "{reason}; images are not described for it");
+            None
+        });
         let tools = crate::tools::Toolbox::start(
             &persona,
             &self.config.tools,

@@ -398,22 +398,23 @@ async fn multipart_image_parts_reach_the_model_and_hostile_ones_are_refused() {
 
 /// `TROUPE_VISION_MODEL`: a text-only persona's images are described by the vision model
 /// (sent the image part), and the persona's own model gets the description, no image.
-#[tokio::test]
-async fn a_vision_model_describes_images_for_a_text_only_persona() {
-    const SEEN: &str = "A grey cat asleep on a red chair.";
-    let openai = FakeOpenAi::start().await;
-    let mut blind = persona_json(BLIND, "Slate answers in plain words.");
-    blind["settings"]["model"] = json!("gpt-3.5-turbo");
-    let app = TestApp::spawn(
-        TestAppOptions::new(Backend::Sqlite)
-            .persona_file("slate.json", blind)
-            .openai(&openai)
-            .env("TROUPE_VISION_MODEL", "gpt-4o-mini")
-            .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
-            .env("TROUPE_MEMORY_FACTS_EVERY", "0"),
-    )
-    .await;
-    openai.push_reply(SEEN);
+/// `character` (Slate) on a text-only model (`gpt-3.5-turbo`), served with the OpenAI
+/// provider at `openai`, memory upkeep off (no model calls but the turn's), and `env`.
+async fn blind_app(mut character: Value, openai: &FakeOpenAi, env: &[(&str, &str)]) -> TestApp {
+    character["settings"]["model"] = json!("gpt-3.5-turbo");
+    let mut options = TestAppOptions::new(Backend::Sqlite)
+        .persona_file("slate.json", character)
+        .openai(openai)
+        .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
+        .env("TROUPE_MEMORY_FACTS_EVERY", "0");
+    for (k, v) in env {
+        options = options.env(k, v);
+    }
+    TestApp::spawn(options).await
+}
+
+/// Asks Slate [`QUESTION`] with [`png`] attached, on the API; the answer is a 200.
+async fn ask_with_an_image(app: &TestApp) {
     let (status, body) = app
         .post_message(
             BLIND,
@@ -421,6 +422,17 @@ async fn a_vision_model_describes_images_for_a_text_only_persona() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+#[tokio::test]
+async fn a_vision_model_describes_images_for_a_text_only_persona() {
+    const SEEN: &str = "A grey cat asleep on a red chair.";
+    let openai = FakeOpenAi::start().await;
+    let blind = persona_json(BLIND, "Slate answers in plain words.");
+    let vision = ("TROUPE_VISION_MODEL", "gpt-4o-mini");
+    let app = blind_app(blind, &openai, &[vision]).await;
+    openai.push_reply(SEEN);
+    ask_with_an_image(&app).await;
     let seen = openai.wait_for_requests(2, WAIT).await;
     // First the vision model, with the image part.
     assert_eq!(seen[0].model, "gpt-4o-mini");
@@ -450,5 +462,47 @@ async fn a_vision_model_describes_images_for_a_text_only_persona() {
     assert!(
         history.contains(&format!("[images described: {SEEN}]")),
         "{history}"
+    );
+}
+
+/// elizaOS's `imageVisionModelProvider`: a persona talking through its own endpoint (the
+/// file's `OPENAI_BASE_URL`, with the file's own key) has its images described on the
+/// provider the operator configured (the environment's endpoint, with the environment's
+/// key), by that provider's default vision model; the file picks the provider, never where
+/// it is.
+#[tokio::test]
+async fn image_vision_model_provider_sends_the_image_to_the_operators_provider() {
+    const SEEN: &str = "A lighthouse at dusk.";
+    let own = FakeOpenAi::start().await;
+    let operator = FakeOpenAi::start().await;
+    let mut blind = persona_json(BLIND, "Slate answers in plain words.");
+    blind["settings"]["secrets"] = json!({
+        "OPENAI_BASE_URL": own.base_url(),
+        "OPENAI_API_KEY": own.api_key().unwrap(),
+    });
+    blind["imageVisionModelProvider"] = json!("openai");
+    let app = blind_app(blind, &operator, &[]).await;
+    operator.push_reply(SEEN);
+    ask_with_an_image(&app).await;
+    let described = operator.wait_for_requests(1, WAIT).await;
+    assert_eq!(described[0].model, "gpt-4o-mini", "the provider's default");
+    assert_eq!(
+        described[0].authorization,
+        Some(format!("Bearer {}", operator.api_key().unwrap())),
+        "the operator's key for the operator's provider"
+    );
+    assert_eq!(
+        described[0].image_urls(),
+        vec![format!("data:image/png;base64,{}", STANDARD.encode(png()))]
+    );
+    let answered = own.wait_for_requests(1, WAIT).await;
+    assert_eq!(answered[0].model, "gpt-3.5-turbo");
+    assert!(answered[0].image_urls().is_empty());
+    let asked = answered[0].last_user_message().unwrap();
+    assert!(asked.contains(SEEN), "{asked}");
+    assert_eq!(
+        operator.request_count(),
+        1,
+        "the reply is the persona's own"
     );
 }

@@ -38,6 +38,11 @@ pub struct Character {
     pub system: Option<String>,
     /// `modelProvider` as written (v0). 1.x derives it from a provider plugin instead.
     pub model_provider: Option<String>,
+    /// `imageVisionModelProvider` as written (elizaOS v0): the provider that describes
+    /// images when it differs from `modelProvider` (issue 32). It names a provider the
+    /// operator configured; its endpoint and key are never the file's
+    /// (`provider::target::vision_target`).
+    pub image_vision_model_provider: Option<String>,
     /// A string bio is kept as a one-item list: sampling three items of a one-item list gives
     /// back the whole string, which is what elizaOS does with a string bio.
     pub bio: Vec<String>,
@@ -90,6 +95,7 @@ const USED_FIELDS: &[&str] = &[
     "username",
     "system",
     "modelProvider",
+    "imageVisionModelProvider",
     "templates",
     "bio",
     "lore",
@@ -111,7 +117,6 @@ const USED_FIELDS: &[&str] = &[
 const IGNORED_FIELDS: &[&str] = &[
     "email",
     "imageModelProvider",
-    "imageVisionModelProvider",
     "modelEndpointOverride",
     "postProcessors",
     "twitterProfile",
@@ -223,6 +228,7 @@ fn field(c: &mut Character, m: &Member, cwd: &Path, policy: &Policy, d: &mut Dia
         "username" => c.username = string(v, key, d),
         "system" => c.system = string(v, key, d),
         "modelProvider" => c.model_provider = string(v, key, d),
+        "imageVisionModelProvider" => c.image_vision_model_provider = string(v, key, d),
         "lore" => c.lore = string_list(v, key, d),
         "postExamples" => c.post_examples = string_list(v, key, d),
         "topics" => c.topics = string_list(v, key, d),

@@ -129,6 +129,17 @@ impl Persona {
             })
     }
 
+    /// `imageVisionModelProvider`, lower-cased: the provider a vision model is called on
+    /// when it is not the persona's own (`provider::target::vision_target`).
+    pub fn image_vision_model_provider(&self) -> Option<String> {
+        self.character
+            .image_vision_model_provider
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_ascii_lowercase)
+    }
+
     /// `settings.model`.
     pub fn model_name(&self) -> Option<String> {
         self.character

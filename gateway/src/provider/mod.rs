@@ -222,16 +222,24 @@ pub fn small_for_persona(
     beside_persona(persona, env, pick, timeout, concurrency, breakers)
 }
 
-/// The provider of the persona's vision model (`target::vision_target`), when one is named.
+/// The provider of the persona's vision model (`target::vision_target`), when one is named:
+/// a model of its own provider, or one on the provider its `imageVisionModelProvider` names.
+/// The error (an unknown or unconfigured provider) is for the operator's log.
 pub fn vision_for_persona(
     persona: &Persona,
     env: &Env,
     timeout: Duration,
     concurrency: usize,
     breakers: &Breakers,
-) -> Option<Arc<dyn ModelProvider>> {
-    let pick = target::vision_target;
-    beside_persona(persona, env, pick, timeout, concurrency, breakers)
+) -> Result<Option<Arc<dyn ModelProvider>>, String> {
+    let Ok(large) = resolve_target(persona, env) else {
+        return Ok(None);
+    };
+    let Some(vision) = target::vision_target(persona, env, &large)? else {
+        return Ok(None);
+    };
+    let provider = GenaiProvider::new(vision, timeout, concurrency)?;
+    Ok(Some(Arc::new(provider.with_breaker(breakers))))
 }
 
 /// A second model on the persona's own provider and credentials, named by `pick` from the

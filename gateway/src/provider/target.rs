@@ -1,5 +1,7 @@
 //! Target resolution: which vendor, base URL, key and model a persona's calls go to, from
-//! its `modelProvider`, its `settings.model` and its secrets. Nothing here calls a model.
+//! its `modelProvider`, its `settings.model` and its secrets, and for its vision model
+//! from `imageVisionModelProvider` and the operator's environment. Nothing here calls a
+//! model.
 
 use genai::adapter::AdapterKind;
 
@@ -30,6 +32,15 @@ impl Vendor {
             Vendor::OpenAi => AdapterKind::OpenAI,
             Vendor::Anthropic => AdapterKind::Anthropic,
             Vendor::Ollama => AdapterKind::Ollama,
+        }
+    }
+
+    /// What the operator sets to configure this vendor (for error messages).
+    fn credential(self) -> &'static str {
+        match self {
+            Vendor::OpenAi => "OPENAI_API_KEY (or OPENAI_BASE_URL)",
+            Vendor::Anthropic => "ANTHROPIC_API_KEY",
+            Vendor::Ollama => "OLLAMA_SERVER_URL",
         }
     }
 
@@ -174,18 +185,103 @@ pub fn small_target(persona: &Persona, env: &Env, large: &Target) -> Option<Targ
     })
 }
 
-/// The vision model for a persona whose own model is text-only (issue 32): the same vendor
-/// and endpoint as `large`, the model named by `TROUPE_VISION_MODEL` or elizaOS's
-/// `IMAGE_VISION_MODEL` (the character's settings or the environment).
-pub fn vision_target(persona: &Persona, env: &Env, large: &Target) -> Option<Target> {
+/// The vision model for a persona whose own model is text-only (issue 32): the model named
+/// by `TROUPE_VISION_MODEL` or elizaOS's `IMAGE_VISION_MODEL` (the character's settings or
+/// the environment), on the persona's own provider and endpoint; or, when the character
+/// names elizaOS's `imageVisionModelProvider`, on that provider as the operator configured
+/// it (`operator_endpoint`), with [`default_vision_model`] when no model is named.
+/// `Ok(None)`: no vision model. The error (an unknown or unconfigured provider) is the
+/// sentence the operator needs; the persona then has no vision model.
+pub fn vision_target(
+    persona: &Persona,
+    env: &Env,
+    large: &Target,
+) -> Result<Option<Target>, String> {
     let names = ["TROUPE_VISION_MODEL", "IMAGE_VISION_MODEL"];
-    let vision = names
+    let named = names
         .iter()
-        .find_map(|k| persona.secret(k, env).filter(|v| !v.trim().is_empty()))?;
-    (vision.trim() != large.model).then(|| Target {
-        model: vision.trim().to_string(),
-        ..large.clone()
-    })
+        .find_map(|k| persona.secret(k, env).filter(|v| !v.trim().is_empty()))
+        .map(|v| v.trim().to_string());
+    let Some(provider) = persona.image_vision_model_provider() else {
+        return Ok(named.filter(|m| *m != large.model).map(|model| Target {
+            model,
+            ..large.clone()
+        }));
+    };
+    let vendor = Vendor::parse(&provider).ok_or_else(|| {
+        format!(
+            "persona `{}` asks for imageVisionModelProvider `{provider}`, which troupe does not \
+             support; use openai, anthropic or ollama",
+            persona.name
+        )
+    })?;
+    let (base_url, api_key) = operator_endpoint(vendor, env).ok_or_else(|| {
+        format!(
+            "persona `{}` asks for imageVisionModelProvider `{provider}`, which is not \
+             configured: set {} in the environment",
+            persona.name,
+            vendor.credential()
+        )
+    })?;
+    let model = named.unwrap_or_else(|| default_vision_model(vendor).to_string());
+    let vision = Target {
+        vendor,
+        base_url,
+        api_key,
+        model,
+    };
+    let same = vision.vendor == large.vendor
+        && vision.base_url == large.base_url
+        && vision.model == large.model;
+    Ok((!same).then_some(vision))
+}
+
+/// The vision model called on `vendor` when `imageVisionModelProvider` names it and neither
+/// `TROUPE_VISION_MODEL` nor `IMAGE_VISION_MODEL` is set: a small model of that vendor that
+/// takes images (docs/media.md).
+pub fn default_vision_model(vendor: Vendor) -> &'static str {
+    match vendor {
+        Vendor::OpenAi => "gpt-4o-mini",
+        Vendor::Anthropic => "claude-haiku-4-5",
+        Vendor::Ollama => "llama3.2-vision",
+    }
+}
+
+/// `vendor`'s endpoint and key as the operator set them: the process environment only,
+/// never a character file. A file may pick a provider the operator configured, not point
+/// one somewhere else or borrow its key for its own endpoint (issue 30, finding 1).
+/// `None`: the operator did not configure it.
+fn operator_endpoint(vendor: Vendor, env: &Env) -> Option<(String, Option<String>)> {
+    let var = |k: &str| {
+        env.get(k)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    match vendor {
+        Vendor::OpenAi => {
+            let (base, key) = (var("OPENAI_BASE_URL"), var("OPENAI_API_KEY"));
+            if base.is_none() && key.is_none() {
+                return None;
+            }
+            Some((
+                base.unwrap_or_else(|| "https://api.openai.com/v1".into()),
+                key,
+            ))
+        }
+        Vendor::Anthropic => {
+            let key = var("ANTHROPIC_API_KEY")?;
+            let base = var("ANTHROPIC_BASE_URL").or_else(|| var("ANTHROPIC_API_URL"));
+            Some((
+                base.unwrap_or_else(|| "https://api.anthropic.com/v1".into()),
+                Some(key),
+            ))
+        }
+        Vendor::Ollama => {
+            let base = var("OLLAMA_SERVER_URL").or_else(|| var("OLLAMA_API_ENDPOINT"))?;
+            Some((base, None))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -199,13 +295,84 @@ mod tests {
         let p = persona(serde_json::json!({"name": "Ada", "bio": "x", "modelProvider": "openai"}));
         let e = env(&[("OPENAI_API_KEY", "k"), ("IMAGE_VISION_MODEL", "gpt-4o")]);
         let large = resolve_target(&p, &e).unwrap();
-        let vision = vision_target(&p, &e, &large).unwrap();
+        let vision = vision_target(&p, &e, &large).unwrap().unwrap();
         assert_eq!(
             (vision.model.as_str(), vision.base_url),
             ("gpt-4o", large.base_url)
         );
         let none = env(&[("OPENAI_API_KEY", "k")]);
-        assert!(vision_target(&p, &none, &resolve_target(&p, &none).unwrap()).is_none());
+        let large = resolve_target(&p, &none).unwrap();
+        assert!(vision_target(&p, &none, &large).unwrap().is_none());
+    }
+
+    /// elizaOS's `imageVisionModelProvider`: another provider, with the operator's endpoint
+    /// and key for it, and its default vision model unless one is named.
+    #[test]
+    fn image_vision_model_provider_picks_another_configured_provider() {
+        let p = persona(
+            serde_json::json!({"name": "Ada", "bio": "x", "modelProvider": "openai",
+            "imageVisionModelProvider": "Anthropic", "settings": {"model": "gpt-3.5-turbo"}}),
+        );
+        let e = env(&[
+            ("OPENAI_API_KEY", "sk-openai"),
+            ("ANTHROPIC_API_KEY", "sk-ant"),
+            ("ANTHROPIC_BASE_URL", "http://claude.internal/v1"),
+        ]);
+        let large = resolve_target(&p, &e).unwrap();
+        let vision = vision_target(&p, &e, &large).unwrap().unwrap();
+        assert_eq!(vision.vendor, Vendor::Anthropic);
+        assert_eq!(vision.base_url, "http://claude.internal/v1");
+        assert_eq!(vision.api_key.as_deref(), Some("sk-ant"));
+        assert_eq!(vision.model, "claude-haiku-4-5");
+        let named = env(&[
+            ("OPENAI_API_KEY", "sk-openai"),
+            ("ANTHROPIC_API_KEY", "sk-ant"),
+            ("TROUPE_VISION_MODEL", "claude-sonnet-4-5"),
+        ]);
+        let vision = vision_target(&p, &named, &large).unwrap().unwrap();
+        assert_eq!(
+            (vision.model.as_str(), vision.base_url.as_str()),
+            ("claude-sonnet-4-5", "https://api.anthropic.com/v1")
+        );
+    }
+
+    #[test]
+    fn image_vision_model_provider_unknown_or_unconfigured_is_a_clear_error() {
+        let ask = |provider: &str| {
+            persona(
+                serde_json::json!({"name": "Ada", "bio": "x", "modelProvider": "openai",
+                "imageVisionModelProvider": provider}),
+            )
+        };
+        let e = env(&[("OPENAI_API_KEY", "k")]);
+        let p = ask("myspace");
+        let err = vision_target(&p, &e, &resolve_target(&p, &e).unwrap()).unwrap_err();
+        assert!(err.contains("imageVisionModelProvider `myspace`"), "{err}");
+        let p = ask("anthropic");
+        let err = vision_target(&p, &e, &resolve_target(&p, &e).unwrap()).unwrap_err();
+        assert!(err.contains("ANTHROPIC_API_KEY"), "{err}");
+    }
+
+    /// The file picks a provider; the endpoint and key are the operator's, never the
+    /// file's, and the file's own endpoint never gets the operator's key.
+    #[test]
+    fn the_vision_provider_is_never_pointed_by_the_file() {
+        let p = persona(
+            serde_json::json!({"name": "Own", "bio": "x", "modelProvider": "openai",
+            "imageVisionModelProvider": "openai",
+            "settings": {"model": "gpt-3.5-turbo", "secrets": {
+                "OPENAI_BASE_URL": "http://mine.example/v1", "OPENAI_API_KEY": "sk-own"}}}),
+        );
+        let e = env(&[
+            ("OPENAI_API_KEY", "sk-operator"),
+            ("OPENAI_BASE_URL", "http://operator.example/v1"),
+        ]);
+        let large = resolve_target(&p, &e).unwrap();
+        assert_eq!(large.base_url, "http://mine.example/v1");
+        let vision = vision_target(&p, &e, &large).unwrap().unwrap();
+        assert_eq!(vision.base_url, "http://operator.example/v1");
+        assert_eq!(vision.api_key.as_deref(), Some("sk-operator"));
+        assert_eq!(vision.model, "gpt-4o-mini");
     }
 
     #[test]
