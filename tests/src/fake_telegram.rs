@@ -262,6 +262,18 @@ impl FakeTelegram {
     pub fn api_root(&self) -> String {
         format!("http://{}", self.addr)
     }
+    /// A character (`persona_json`) on Telegram through this fake: `clients` and the
+    /// bot's token and API root in its secrets.
+    pub fn persona(&self, name: &str, bio: &str) -> Value {
+        let mut character = crate::persona_json(name, bio);
+        character["clients"] = json!(["telegram"]);
+        character["settings"]["secrets"] = json!({
+            "TELEGRAM_BOT_TOKEN": self.token(),
+            "TELEGRAM_API_ROOT": self.api_root(),
+        });
+        character
+    }
+
     pub fn token(&self) -> &str {
         &self.shared.config.token
     }

@@ -3,10 +3,16 @@
 //! authenticated `…/history/{id}/images/{n}` route, with its type, `nosniff` and a
 //! Content-Security-Policy), a voice note's transcript is marked as transcribed, and the
 //! 👍/👎 on a reply are shown on it. (console.rs is near its size limit, so this is its own
-//! file, with the same harness.)
+//! file, with the same harness.) An image from a platform (a Telegram photo, fetched when
+//! its message is handled) is kept the same way and served the same way.
 
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 use troupe_e2e::browser::{Browser, screenshots_dir};
+use troupe_e2e::fake_telegram::{FakeTelegram, tg};
 use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
 
 const AGENT: &str = "ada";
@@ -146,4 +152,65 @@ async fn a_rooms_history_shows_an_image_a_transcript_and_feedback() {
         browser.screenshot(&dir, "rooms-media").await;
     }
     browser.quit().await;
+}
+
+/// A Telegram photo is fetched when its message is handled (`getFile`, then the file URL)
+/// and kept like a posted image: the room's history lists it on the message, and the image
+/// route serves the very bytes Telegram had, with their type.
+#[tokio::test]
+async fn a_telegram_photo_is_kept_and_served_in_the_history() {
+    const WAIT: Duration = Duration::from_secs(60);
+    let telegram = FakeTelegram::start().await;
+    let openai = FakeOpenAi::start().await;
+    let character = telegram.persona("Ada", "Ada keeps the harbour office.");
+    let options = TestAppOptions::new(Backend::Sqlite).persona_file("ada.json", character);
+    let app = TestApp::spawn(options.openai(&openai)).await;
+    let photo = STANDARD.decode(PNG_B64).unwrap();
+    telegram.add_file("P-harbour", "photos/file_1.png", &photo);
+    let (chat, sam) = (tg::private_chat(701, "Sam"), tg::user(701, "Sam"));
+    let question = "what is in this picture?";
+    telegram.push_message(tg::photo(
+        chat,
+        sam,
+        question,
+        "P-harbour",
+        photo.len() as u64,
+    ));
+    if let Err(e) = telegram.try_wait_for_sent(1, WAIT).await {
+        panic!("{e}\n----- troupe output -----\n{}", app.logs());
+    }
+
+    let room = format!("/api/agents/{AGENT}/rooms/telegram:701");
+    let (status, memories) = app.get(&format!("{room}/memories")).await;
+    assert_eq!(status, 200, "{memories}");
+    let messages = memories["messages"].as_array().unwrap();
+    let pictured = messages
+        .iter()
+        .find(|m| m["images"].is_array())
+        .unwrap_or_else(|| panic!("a message with an image: {memories}"));
+    assert!(
+        pictured["text"].as_str().unwrap().contains(question),
+        "{pictured}"
+    );
+    assert_eq!(pictured["images"], json!([{"n": 0, "mime": "image/png"}]));
+    let id = pictured["id"].as_i64().unwrap();
+    let image = app
+        .client()
+        .get(app.url(&format!("{room}/history/{id}/images/0")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(image.status(), 200);
+    let content_type = image.headers().get("content-type").cloned();
+    assert_eq!(content_type.unwrap(), "image/png");
+    assert_eq!(
+        image.bytes().await.unwrap().to_vec(),
+        photo,
+        "the same bytes"
+    );
+    assert_eq!(
+        telegram.calls_to("getFile").len(),
+        1,
+        "fetched once, for the model"
+    );
 }

@@ -169,20 +169,23 @@ impl Agent {
     }
 
     /// Adds a message's images to its prompt (see `crate::media`): fetched by reference
-    /// now, so the journal and the bus never carried their bytes. Returns what a separate
-    /// vision model said they show, when one described them.
+    /// now, so the journal and the bus never carried their bytes, and kept for the
+    /// console's history under journal entry `journal`. Returns what a separate vision
+    /// model said they show, when one described them.
     async fn images(
         &self,
         mind: &Mind,
+        journal: JournalId,
         inbound: &Inbound,
         prompt: &mut crate::persona::Prompt,
     ) -> Option<String> {
+        let keep = crate::media::keep::Keep {
+            journal,
+            keep_days: self.settings.media.keep_days,
+        };
         let sources = crate::media::Sources {
-            store: &self.store,
-            connector: self.connector(inbound.platform()),
-            fetcher: &self.fetcher,
-            vision: self.settings.media.vision,
-            cap: self.settings.media.max_bytes,
+            keep: Some(keep),
+            ..self.sources(inbound)
         };
         let model = mind.provider.model();
         if let Some(vision) = &mind.vision
@@ -209,13 +212,14 @@ impl Agent {
     async fn see(
         &self,
         mind: &Mind,
+        journal: JournalId,
         inbound: &Inbound,
         prompt: &mut crate::persona::Prompt,
     ) -> Option<Inbound> {
         if inbound.attachments.is_empty() {
             return None;
         }
-        let description = self.images(mind, inbound, prompt).await?;
+        let description = self.images(mind, journal, inbound, prompt).await?;
         Some(crate::media::described(inbound, &description))
     }
 
@@ -225,13 +229,7 @@ impl Agent {
         if inbound.attachments.is_empty() {
             return None;
         }
-        let sources = crate::media::Sources {
-            store: &self.store,
-            connector: self.connector(inbound.platform()),
-            fetcher: &self.fetcher,
-            vision: self.settings.media.vision,
-            cap: self.settings.media.max_bytes,
-        };
+        let sources = self.sources(inbound);
         let hearing = crate::media::voice::Hearing {
             sources: &sources,
             target: mind.hearing.clone(),
@@ -240,6 +238,18 @@ impl Agent {
             timeout: self.settings.model_timeout,
         };
         crate::media::voice::hear(inbound, &hearing).await
+    }
+
+    /// Where `inbound`'s files come from (`crate::media::Sources`); nothing kept.
+    fn sources(&self, inbound: &Inbound) -> crate::media::Sources<'_> {
+        crate::media::Sources {
+            store: &self.store,
+            connector: self.connector(inbound.platform()),
+            fetcher: &self.fetcher,
+            vision: self.settings.media.vision,
+            cap: self.settings.media.max_bytes,
+            keep: None,
+        }
     }
 
     /// Recalls knowledge from `knowledge` for every reply.
@@ -387,7 +397,7 @@ impl Agent {
         let inbound = heard.as_ref().unwrap_or(inbound);
         let recall = self.recall(inbound, room).await?;
         let Composed { mut prompt, quoted } = self.compose(&mind.persona, inbound, &recall);
-        let described = self.see(&mind, inbound, &mut prompt).await;
+        let described = self.see(&mind, journal_id, inbound, &mut prompt).await;
         let inbound = described.as_ref().unwrap_or(inbound);
         // The console's "why" panel (crate::why): what this prompt was made of.
         crate::why::record(

@@ -89,8 +89,9 @@ impl PageExtras {
 }
 
 /// `GET /api/agents/{agent}/rooms/{room}/history/{id}/images/{n}`: the `n`th image of
-/// message `id` of the room, as it was stored when posted. The type is the one read from the
-/// bytes at upload (PNG, JPEG, GIF or WebP); the response may not be sniffed into anything
+/// message `id` of the room, as it was stored when posted or fetched from its platform
+/// (`media::keep`). The type is the one read from the bytes when stored (PNG, JPEG, GIF or
+/// WebP); the response may not be sniffed into anything
 /// else, runs no script and loads nothing (`Content-Security-Policy: default-src 'none';
 /// sandbox`), and is private to the caller.
 pub async fn image(
@@ -108,8 +109,9 @@ pub async fn image(
     let n = usize::try_from(n).map_err(|_| ApiError::bad_request("no image has that number"))?;
     let Some((mime, bytes)) = state.store.history_image(&agent.id, &room, id, n).await? else {
         return Err(ApiError::not_found(
-            "no stored image there: the message has no such image, or it came from a platform \
-             (only images posted to the API are kept)",
+            "no stored image there: the message has no such image, or its copy is not kept (a \
+             platform image the persona never fetched, or one pruned after \
+             TROUPE_MEDIA_KEEP_DAYS)",
         ));
     };
     if !matches!(

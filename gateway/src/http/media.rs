@@ -108,40 +108,9 @@ pub async fn accept(
         out.push(attachment);
     }
     if !out.is_empty() {
-        prune_now_and_then(store, settings.keep_days);
+        media::keep::prune_now_and_then(store, settings.keep_days);
     }
     Ok(out)
-}
-
-/// When stored media was last pruned (ms since the epoch): at most once an hour, by the
-/// request that stores media then, in a task of its own so that the request does not wait.
-static PRUNED_AT_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
-const PRUNE_EVERY_MS: i64 = 3_600_000;
-
-/// Deletes media stored more than `keep_days` ago (`TROUPE_MEDIA_KEEP_DAYS`; 0 keeps all).
-fn prune_now_and_then(store: &Store, keep_days: u32) {
-    use std::sync::atomic::Ordering;
-    if keep_days == 0 {
-        return;
-    }
-    let now = crate::clock::now_ms();
-    let last = PRUNED_AT_MS.load(Ordering::Relaxed);
-    if now - last < PRUNE_EVERY_MS
-        || PRUNED_AT_MS
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-    {
-        return;
-    }
-    let store = store.clone();
-    let before = now - i64::from(keep_days) * 86_400_000;
-    tokio::spawn(async move {
-        match store.media_prune(before).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(deleted = n, keep_days, "pruned old stored media"),
-            Err(error) => tracing::warn!(%error, "could not prune old stored media"),
-        }
-    });
 }
 
 /// The type of posted bytes, read from them, and whether they are audio: an image (unless

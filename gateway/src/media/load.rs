@@ -6,7 +6,8 @@
 //! capped at `TROUPE_MEDIA_MAX_BYTES` and bounded in time (the fetch policy's timeout, the
 //! connectors' clients' timeouts), and the type is read from the bytes. A failure is a
 //! reason for the prompt and a log line naming the file, never its URL (a platform's file
-//! URL may carry its token).
+//! URL may carry its token). An image fetched from a platform or a link is then kept for
+//! the console's history (`super::keep`).
 
 use std::sync::Arc;
 
@@ -41,6 +42,8 @@ pub struct Sources<'a> {
     pub vision: Vision,
     /// `TROUPE_MEDIA_MAX_BYTES`.
     pub cap: usize,
+    /// Where fetched images are kept for the history; `None` keeps nothing.
+    pub keep: Option<super::keep::Keep>,
 }
 
 /// The images of `inbound` for a prompt to `model`: fetched when the model takes images,
@@ -73,6 +76,9 @@ pub async fn load(inbound: &Inbound, model: &str, sources: &Sources<'_>) -> Seen
 async fn one(a: &Attachment, sources: &Sources<'_>) -> Result<(&'static str, Vec<u8>), MediaError> {
     let bytes = bytes(a, sources).await?;
     let mime = check(&bytes, sources.cap)?;
+    if let Some(keep) = sources.keep {
+        super::keep::keep(sources.store, keep, a, mime, &bytes).await;
+    }
     Ok((mime, bytes))
 }
 

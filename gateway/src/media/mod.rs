@@ -23,9 +23,11 @@
 //! an image) becomes a line giving the reason, so the persona can say so.
 //!
 //! Layout: this file is the policy (limits, types, the prompt lines, the memory line);
-//! `load` fetches a message's images when it is handled; `voice` transcribes its voice notes;
-//! `speech` answers a voice note with one.
+//! `load` fetches a message's images when it is handled; `keep` stores what was fetched,
+//! for the console's history; `voice` transcribes its voice notes; `speech` answers a voice
+//! note with one.
 
+pub mod keep;
 mod load;
 pub mod speech;
 pub mod voice;

@@ -40,6 +40,7 @@ pub async fn images_described(
         fetcher: sources.fetcher,
         vision: Vision::On,
         cap: sources.cap,
+        keep: sources.keep,
     };
     let model = vision.model();
     let seen = load(inbound, &model.model, &on).await;
