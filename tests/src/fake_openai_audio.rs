@@ -1,8 +1,10 @@
 //! The fake OpenAI's audio routes (issue 32), as OpenAI documents them:
 //!
 //! - voice in, `POST /v1/audio/transcriptions` (multipart `file` and `model`, answered
-//!   `{"text": "…"}`): a scripted transcript, or a scripted error status; each request is
-//!   recorded (the model, the file's name, size, bytes and content type, the bearer key).
+//!   `{"text": "…"}`, with `"usage": {"type": "duration", "seconds": …}` as `whisper-1`
+//!   reports it when the script gives the seconds): a scripted transcript, or a scripted
+//!   error status; each request is recorded (the model, the file's name, size, bytes and
+//!   content type, the bearer key).
 //! - voice out, `POST /v1/audio/speech` (JSON `model`, `input`, `voice`, `response_format`,
 //!   answered with the audio bytes): [`speech_ogg`] (a small Ogg Opus file, two seconds by
 //!   its pages) or a scripted error status; each request is recorded.
@@ -33,6 +35,8 @@ pub struct TranscriptionRecord {
 #[derive(Debug, Clone)]
 pub enum Heard {
     Text(String),
+    /// A transcript and the audio's duration in seconds, reported in `usage`.
+    Timed(String, f64),
     Status(u16),
 }
 
@@ -162,6 +166,11 @@ async fn transcriptions(
     };
     match answer.unwrap_or_else(|| Heard::Text(DEFAULT_TRANSCRIPT.into())) {
         Heard::Text(text) => Json(json!({ "text": text })).into_response(),
+        Heard::Timed(text, seconds) => Json(json!({
+            "text": text,
+            "usage": {"type": "duration", "seconds": seconds}
+        }))
+        .into_response(),
         Heard::Status(status) => error(status, "scripted failure"),
     }
 }

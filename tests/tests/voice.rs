@@ -123,6 +123,43 @@ async fn a_telegram_voice_note_is_transcribed_answered_and_remembered_as_heard()
     );
 }
 
+/// A transcription is a model call in spend: one record with the purpose `transcribe`, in
+/// the seconds the provider reported (ten prompt tokens a second), at `whisper-1`'s price
+/// ($10 a million: $0.006 a minute). With a budget set, the record is written before the
+/// reply's call is made, so it is there once the model has been asked.
+#[tokio::test]
+async fn a_transcription_is_recorded_in_spend_as_transcribe() {
+    let telegram = FakeTelegram::start().await;
+    let openai = FakeOpenAi::start().await;
+    let budget = ("TROUPE_SPEND_PERSONA_PER_DAY", "1000000 tokens");
+    let app = telegram_app(&telegram, &openai, &[budget]).await;
+    let chat = || tg::private_chat(604, "Di");
+    let di = || tg::user(604, "Di");
+    telegram.add_file("V-4", "voice/file_5.oga", &ogg(3000));
+    openai
+        .audio()
+        .push(Heard::Timed("how far is the moon?".into(), 2.4));
+    telegram.push_message(voice(chat(), di(), (100, "V-4"), 3000));
+    let (text, _) = asked(&openai, &app, 0).await;
+    assert!(text.contains("how far is the moon?"), "{text}");
+    let (status, usage) = app.get("/api/agents/Vera/usage?by=purpose").await;
+    assert_eq!(status, 200, "{usage}");
+    let rows = usage["rows"].as_array().cloned().unwrap_or_default();
+    let heard: Vec<&Value> = rows.iter().filter(|r| r["key"] == "transcribe").collect();
+    assert_eq!(heard.len(), 1, "{usage}");
+    assert_eq!(heard[0]["calls"], 1, "{usage}");
+    assert_eq!(
+        heard[0]["promptTokens"], 30,
+        "3 s (2.4, rounded up): {usage}"
+    );
+    assert_eq!(heard[0]["costMicros"], 300, "{usage}");
+    let (_, by_model) = app.get("/api/agents/Vera/usage?by=model").await;
+    assert!(
+        by_model.to_string().contains("openai:whisper-1"),
+        "{by_model}"
+    );
+}
+
 #[tokio::test]
 async fn a_voice_note_over_the_media_cap_is_refused_unfetched_and_the_persona_told_why() {
     let telegram = FakeTelegram::start().await;

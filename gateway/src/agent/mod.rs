@@ -225,7 +225,13 @@ impl Agent {
 
     /// `inbound` with its voice notes transcribed into its text (`crate::media::voice`),
     /// or `None` when it carries no audio: nothing is done for a message without files.
-    async fn hear(&self, mind: &Mind, inbound: &Inbound) -> Option<Inbound> {
+    /// Each transcription is admitted by and recorded in `meter` (purpose `transcribe`).
+    async fn hear(
+        &self,
+        mind: &Mind,
+        meter: Option<&crate::spend::Meter>,
+        inbound: &Inbound,
+    ) -> Option<Inbound> {
         if inbound.attachments.is_empty() {
             return None;
         }
@@ -236,6 +242,7 @@ impl Agent {
             on: self.settings.media.transcribe,
             model: &self.settings.media.transcribe_model,
             timeout: self.settings.model_timeout,
+            meter,
         };
         crate::media::voice::hear(inbound, &hearing).await
     }
@@ -393,7 +400,7 @@ impl Agent {
         // Taken back when this turn returns, whichever way (ack.rs).
         let _ack = self.acknowledge(inbound);
         // A voice note's transcript is the message's text from here on (memory too).
-        let heard = self.hear(&mind, inbound).await;
+        let heard = self.hear(&mind, meter.as_ref(), inbound).await;
         let inbound = heard.as_ref().unwrap_or(inbound);
         let recall = self.recall(inbound, room).await?;
         let Composed { mut prompt, quoted } = self.compose(&mind.persona, inbound, &recall);

@@ -13,9 +13,14 @@
 //! such endpoint. The call is bounded by `TROUPE_MODEL_TIMEOUT_SECS` and its answer by
 //! [`MAX_TRANSCRIPT_BYTES`].
 //!
+//! Each transcription is a model call in spend (purpose `transcribe`): admitted by the
+//! persona's budgets first, recorded after in audio seconds, the duration the provider
+//! reports (`usage` or `duration`) or one estimated from the transcript (`Tokens::audio`),
+//! or the tokens a token-billed model reports.
+//!
 //! A voice note that could not be heard (too large, the provider failed or has no such
-//! endpoint, `TROUPE_TRANSCRIBE=off`) becomes a line saying so and why, never a failed
-//! message: the persona can ask for text instead.
+//! endpoint, a spend budget reached, `TROUPE_TRANSCRIBE=off`) becomes a line saying so and
+//! why, never a failed message: the persona can ask for text instead.
 
 use std::time::Duration;
 
@@ -23,6 +28,7 @@ use troupe_connectors::{Attachment, Inbound};
 
 use super::Sources;
 use crate::provider::{Target, Vendor};
+use crate::spend::{Admission, Meter, ModelRef, Purpose, Tokens, Who};
 
 /// At most this many voice notes or audio files per message are transcribed.
 pub const MAX_VOICE: usize = 2;
@@ -96,6 +102,8 @@ pub struct Hearing<'a> {
     pub model: &'a str,
     /// `TROUPE_MODEL_TIMEOUT_SECS`.
     pub timeout: Duration,
+    /// The persona's spend meter: each transcription is admitted and recorded.
+    pub meter: Option<&'a Meter>,
 }
 
 /// `inbound` with its voice notes heard: a line per voice note appended to its text (the
@@ -113,7 +121,7 @@ pub async fn hear(inbound: &Inbound, hearing: &Hearing<'_>) -> Option<Inbound> {
     }
     let mut heard = inbound.clone();
     for a in voices {
-        let line = match one(a, hearing).await {
+        let line = match one(a, inbound, hearing).await {
             Ok(text) => format!("{HEARD} {text}"),
             Err(why) => {
                 tracing::warn!(attachment = %a.name, "voice note not heard: {why}");
@@ -129,7 +137,7 @@ pub async fn hear(inbound: &Inbound, hearing: &Hearing<'_>) -> Option<Inbound> {
 }
 
 /// One voice note's transcript; the error is the reason, for the persona (no URL, no key).
-async fn one(a: &Attachment, hearing: &Hearing<'_>) -> Result<String, String> {
+async fn one(a: &Attachment, inbound: &Inbound, hearing: &Hearing<'_>) -> Result<String, String> {
     if !hearing.on {
         return Err("transcription is turned off here (TROUPE_TRANSCRIBE=off)".into());
     }
@@ -137,6 +145,12 @@ async fn one(a: &Attachment, hearing: &Hearing<'_>) -> Result<String, String> {
         Some(t) if t.vendor == Vendor::OpenAi => t,
         _ => return Err("the persona's model provider does not transcribe audio".into()),
     };
+    let room = inbound.room.key();
+    let who = Who {
+        room: Some(&room),
+        user: Some((inbound.platform(), &inbound.author.id)),
+    };
+    admit(hearing.meter, who).await?;
     let bytes = super::load::bytes(a, hearing.sources)
         .await
         .map_err(|e| e.to_string().replace("image", "audio"))?;
@@ -145,15 +159,31 @@ async fn one(a: &Attachment, hearing: &Hearing<'_>) -> Result<String, String> {
         .clone()
         .filter(|m| m.starts_with("audio/"))
         .unwrap_or_else(|| "application/octet-stream".into());
-    transcribe(
-        target,
-        hearing.model,
-        hearing.timeout,
-        &a.name,
-        &mime,
-        bytes,
-    )
-    .await
+    let request = (a.name.as_str(), mime.as_str(), bytes);
+    let (text, used) = transcribe(target, hearing.model, hearing.timeout, request).await?;
+    if let Some(meter) = hearing.meter {
+        let model = ModelRef::new("openai", hearing.model);
+        meter.record(who, Purpose::Transcribe, &model, used).await;
+    }
+    Ok(text)
+}
+
+/// Whether the persona's budgets allow one more transcription; the refusal is the reason.
+async fn admit(meter: Option<&Meter>, who: Who<'_>) -> Result<(), String> {
+    let Some(meter) = meter else {
+        return Ok(());
+    };
+    match meter.admit(who, Purpose::Transcribe).await {
+        Ok(Admission::Go) => Ok(()),
+        Ok(Admission::Over { scope, .. }) => Err(format!(
+            "the persona's spend budget ({}) is reached, so it was not transcribed",
+            scope.as_str()
+        )),
+        Err(error) => {
+            tracing::error!(%error, "could not read the spend budgets");
+            Err("the spend budgets could not be checked".into())
+        }
+    }
 }
 
 /// The boundary of the multipart body; random so no audio file can hold it by chance.
@@ -188,15 +218,14 @@ pub fn form(boundary: &str, model: &str, name: &str, mime: &str, bytes: &[u8]) -
     body
 }
 
-/// Asks `target`'s `/audio/transcriptions` for the transcript of `bytes`.
+/// Asks `target`'s `/audio/transcriptions` for the transcript of the file `(name, type,
+/// bytes)`, and what the call used.
 async fn transcribe(
     target: &Target,
     model: &str,
     timeout: Duration,
-    name: &str,
-    mime: &str,
-    bytes: Vec<u8>,
-) -> Result<String, String> {
+    (name, mime, bytes): (&str, &str, Vec<u8>),
+) -> Result<(String, Tokens), String> {
     let boundary = boundary();
     let request = provider_request(target, "/audio/transcriptions", timeout)?
         .header(
@@ -252,11 +281,32 @@ pub(super) fn failure(what: &'static str) -> impl Fn(reqwest::Error) -> String +
     }
 }
 
-/// The `text` of a transcription answer (`{"text": "…"}`).
-pub fn read_transcript(body: &[u8]) -> Result<String, String> {
+/// How a transcription answer reports its use (OpenAI's `usage`: audio seconds for
+/// `whisper-1`, tokens for the gpt-4o transcribe models).
+#[derive(serde::Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum Usage {
+    Duration {
+        seconds: f64,
+    },
+    Tokens {
+        input_tokens: u32,
+        output_tokens: u32,
+    },
+}
+
+/// The `text` of a transcription answer (`{"text": "…"}`), and what it used: the tokens or
+/// seconds of its `usage`, else its `duration` (`verbose_json`, faster-whisper servers),
+/// else seconds estimated from the text (`Tokens::audio`). A `usage` not understood is
+/// not an error: the text is what matters.
+pub fn read_transcript(body: &[u8]) -> Result<(String, Tokens), String> {
     #[derive(serde::Deserialize)]
     struct Answer {
         text: String,
+        #[serde(default)]
+        usage: Option<serde_json::Value>,
+        #[serde(default)]
+        duration: Option<f64>,
     }
     let answer: Answer = serde_json::from_slice(body)
         .map_err(|_| "the transcription answer was not understood".to_string())?;
@@ -264,7 +314,20 @@ pub fn read_transcript(body: &[u8]) -> Result<String, String> {
     if text.is_empty() {
         return Err("nothing was said (an empty transcript)".into());
     }
-    Ok(text.to_string())
+    let usage = answer.usage.and_then(|u| serde_json::from_value(u).ok());
+    let used = match usage {
+        Some(Usage::Tokens {
+            input_tokens,
+            output_tokens,
+        }) => Tokens {
+            prompt: Some(input_tokens),
+            completion: Some(output_tokens),
+            ..Tokens::default()
+        },
+        Some(Usage::Duration { seconds }) => Tokens::audio(Some(seconds), 0),
+        None => Tokens::audio(answer.duration, text.chars().count()),
+    };
+    Ok((text.to_string(), used))
 }
 
 #[cfg(test)]
@@ -327,11 +390,26 @@ mod tests {
 
     #[test]
     fn a_transcript_is_read_and_a_bad_answer_is_a_reason() {
-        assert_eq!(
-            read_transcript(br#"{"text":" hello there "}"#).unwrap(),
-            "hello there"
-        );
+        let (text, used) = read_transcript(br#"{"text":" hello there "}"#).unwrap();
+        assert_eq!(text, "hello there");
+        assert_eq!(used, Tokens::audio(None, 11), "estimated from the text");
         assert!(read_transcript(br#"{"text":""}"#).is_err());
         assert!(read_transcript(b"<html>").is_err());
+    }
+
+    #[test]
+    fn a_transcription_reports_its_seconds_or_its_tokens() {
+        let read = |body: &str| read_transcript(body.as_bytes()).unwrap().1;
+        let seconds = read(r#"{"text":"hi","usage":{"type":"duration","seconds":9}}"#);
+        assert_eq!(seconds.prompt, Some(90));
+        let tokens = read(
+            r#"{"text":"hi","usage":{"type":"tokens","input_tokens":14,"output_tokens":45,
+                "total_tokens":59,"input_token_details":{"text_tokens":0,"audio_tokens":14}}}"#,
+        );
+        assert_eq!((tokens.prompt, tokens.completion), (Some(14), Some(45)));
+        let verbose = read(r#"{"text":"hi","duration":2.5,"language":"english"}"#);
+        assert_eq!(verbose.prompt, Some(30));
+        let odd = read(r#"{"text":"hi","usage":{"type":"minutes","n":1}}"#);
+        assert_eq!(odd, Tokens::audio(None, 2));
     }
 }

@@ -33,6 +33,44 @@ fn estimate(chars: usize) -> u64 {
     chars.div_ceil(CHARS_PER_TOKEN) as u64
 }
 
+/// A second of transcribed audio counts as this many prompt tokens, so that the price
+/// table (dollars per million tokens) prices audio too: `whisper-1` at $10 per million is
+/// OpenAI's $0.006 a minute (docs/spend.md).
+pub const AUDIO_TOKENS_PER_SECOND: u64 = 10;
+
+/// Speech runs at about this many characters of transcript a second (150 words a
+/// minute): the estimate of a transcription's length when the provider reports none.
+const TRANSCRIPT_CHARS_PER_SECOND: usize = 15;
+
+impl Tokens {
+    /// A transcription's use, in audio seconds ([`AUDIO_TOKENS_PER_SECOND`] prompt tokens
+    /// each, rounded up to the second): the duration the provider reported, else estimated
+    /// from the transcript's length (at least one second; the record says `estimated`).
+    pub fn audio(seconds: Option<f64>, transcript_chars: usize) -> Tokens {
+        let estimated = || {
+            transcript_chars
+                .div_ceil(TRANSCRIPT_CHARS_PER_SECOND)
+                .max(1)
+        };
+        match seconds.filter(|s| s.is_finite() && *s >= 0.0) {
+            Some(s) => {
+                let tokens = (s.ceil() as u64).saturating_mul(AUDIO_TOKENS_PER_SECOND);
+                Tokens {
+                    prompt: Some(u32::try_from(tokens).unwrap_or(u32::MAX)),
+                    completion: Some(0),
+                    ..Tokens::default()
+                }
+            }
+            None => Tokens {
+                prompt: None,
+                completion: Some(0),
+                prompt_chars: estimated() * AUDIO_TOKENS_PER_SECOND as usize * CHARS_PER_TOKEN,
+                ..Tokens::default()
+            },
+        }
+    }
+}
+
 /// Raw records are pruned at most this often.
 const PRUNE_EVERY_MS: i64 = 3_600_000;
 

@@ -81,6 +81,9 @@ pub enum Purpose {
     Vision,
     /// A reply said aloud for a voice note (issue 32, `media::speech`): part of the reply.
     Speech,
+    /// A voice note transcribed (issue 32, `media::voice`): part of the reply, counted in
+    /// audio seconds (`Tokens::audio`).
+    Transcribe,
 }
 
 impl Purpose {
@@ -94,6 +97,7 @@ impl Purpose {
             Purpose::Tool => "tool",
             Purpose::Vision => "vision",
             Purpose::Speech => "speech",
+            Purpose::Transcribe => "transcribe",
         }
     }
 
@@ -101,7 +105,11 @@ impl Purpose {
     fn background(self) -> bool {
         !matches!(
             self,
-            Purpose::Reply | Purpose::Tool | Purpose::Vision | Purpose::Speech
+            Purpose::Reply
+                | Purpose::Tool
+                | Purpose::Vision
+                | Purpose::Speech
+                | Purpose::Transcribe
         )
     }
 }

@@ -69,6 +69,11 @@ const DEFAULTS: &[(&str, Price)] = &[
     ("text-embedding-3-small", Price::new(0.02, 0.02, 0.0)),
     ("text-embedding-3-large", Price::new(0.13, 0.13, 0.0)),
     ("text-embedding-ada-002", Price::new(0.10, 0.10, 0.0)),
+    // Transcription: an audio second is `AUDIO_TOKENS_PER_SECOND` (10) prompt tokens, so
+    // $10 per million is $0.006 a minute; the gpt-4o ones report their own tokens.
+    ("whisper-1", Price::new(10.0, 10.0, 0.0)),
+    ("gpt-4o-transcribe", Price::new(6.0, 6.0, 10.0)),
+    ("gpt-4o-mini-transcribe", Price::new(3.0, 3.0, 5.0)),
 ];
 
 /// A price table: the defaults with overrides on top.

@@ -271,3 +271,46 @@ async fn closing_writes_every_queued_record() {
     spend.close().await;
     assert_eq!(meter.persona_today().await.unwrap().day.used_tokens, 300);
 }
+
+/// Issue 32: a transcription is counted in audio seconds, at ten prompt tokens each, so the
+/// price table prices it (`whisper-1`: $0.006 a minute); without a reported duration the
+/// seconds are estimated from the transcript, and a budget counts them like any call.
+#[tokio::test]
+async fn a_transcription_is_counted_in_audio_seconds_and_priced() {
+    let minute = Tokens::audio(Some(59.2), 0);
+    assert_eq!((minute.prompt, minute.completion), (Some(600), Some(0)));
+    let guessed = Tokens::audio(None, 45);
+    assert_eq!(guessed.prompt, None, "estimated");
+    assert_eq!(
+        guessed.prompt_chars.div_ceil(4),
+        30,
+        "45 characters: 3 seconds"
+    );
+    assert_eq!(Tokens::audio(None, 0).prompt_chars.div_ceil(4), 10);
+    assert_eq!(Tokens::audio(Some(f64::NAN), 15).prompt, None);
+    let prices = Prices::defaults();
+    assert_eq!(prices.cost_micros("openai", "whisper-1", 600, 0, 0), 6_000);
+
+    let (_db, spend) = spend(SpendSettings::default()).await;
+    let meter = spend.meter(&persona(serde_json::json!({"personaPerDay": "600 tokens"})));
+    let room = RoomKey::new(Platform::Telegram, RoomId::new("r1"));
+    let user = UserId::new("u1");
+    let who = Who {
+        room: Some(&room),
+        user: Some((Platform::Telegram, &user)),
+    };
+    assert_eq!(
+        meter.admit(who, Purpose::Transcribe).await.unwrap(),
+        Admission::Go
+    );
+    let whisper = ModelRef::new("openai", "whisper-1");
+    meter
+        .record(who, Purpose::Transcribe, &whisper, minute)
+        .await;
+    let today = meter.persona_today().await.unwrap();
+    assert_eq!((today.day.used_tokens, today.day.used_micros), (600, 6_000));
+    assert!(matches!(
+        meter.admit(who, Purpose::Transcribe).await.unwrap(),
+        Admission::Over { notice: None, .. }
+    ));
+}
