@@ -165,7 +165,7 @@ mod tests {
     #[test]
     fn a_packet_over_two_pages_counts_once_where_it_ends() {
         // 300 bytes: 255 on the first page (granule -1: no packet ends there), 45 on the
-        // next; then a second of small packets.
+        // next, which ends it at 100 ms; then a 60-byte packet over the next 100 ms.
         let mut first = page(u64::MAX, &[]);
         first[26] = 1;
         first.push(255);
