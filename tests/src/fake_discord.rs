@@ -6,7 +6,8 @@
 //! `message_reference`; 400 over 2,000 characters; honours `nonce` + `enforce_nonce`),
 //! `PATCH` and `DELETE /channels/{id}/messages/{m}` (edits kept in order, issue 32),
 //! `GET /channels/{id}/messages?after=&limit=` (newest first, as Discord answers),
-//! `POST /channels/{id}/typing`. Every answer carries `X-RateLimit-*` headers; scripted 429s
+//! `POST /channels/{id}/typing`. Messages with files, voice messages among them, are in
+//! `fake_discord_voice.rs`. Every answer carries `X-RateLimit-*` headers; scripted 429s
 //! carry Discord's JSON body and `Retry-After`; scripted refusals
 //! ([`FakeDiscord::refuse_next_send`]) carry its error body.
 //!
@@ -53,6 +54,9 @@ use crate::wait::{self, Diagnose};
 #[path = "fake_discord_reactions.rs"]
 mod reactions;
 pub use reactions::OwnReaction;
+#[path = "fake_discord_voice.rs"]
+mod voice;
+pub use voice::Upload;
 
 /// The bot's token as the tests configure it.
 pub const TOKEN: &str = "t0k3n";
@@ -324,6 +328,8 @@ struct Inner {
     scripted_edit_429: usize,
     /// The bot's own reactions, put and taken back, in order (`reactions`).
     own_reactions: Vec<reactions::OwnReaction>,
+    /// Messages with files (voice messages), in order (`voice`).
+    uploads: Vec<voice::Upload>,
     /// Refusals for the next message creates: status, Discord's error code, message.
     scripted_errors: std::collections::VecDeque<(u16, u64, String)>,
     rate_limited: usize,
@@ -1390,6 +1396,9 @@ async fn create_message(
         record(&shared, "POST", path, 401, false);
         return unauthorized();
     };
+    if voice::is_multipart(&headers) {
+        return voice::create_with_files(&shared, &channel, &sender, &headers, body).await;
+    }
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(_) => {
@@ -1404,42 +1413,8 @@ async fn create_message(
         }
     };
     let mut inner = shared.lock();
-    if inner.scripted_429 > 0 {
-        inner.scripted_429 -= 1;
-        inner.rate_limited += 1;
-        inner.requests.push(RequestRecord {
-            method: "POST",
-            path,
-            status: 429,
-            authorized: true,
-        });
-        return (
-            StatusCode::TOO_MANY_REQUESTS,
-            [
-                ("retry-after", "1"),
-                ("x-ratelimit-limit", "5"),
-                ("x-ratelimit-remaining", "0"),
-                ("x-ratelimit-reset-after", "0.500"),
-                ("x-ratelimit-bucket", "f4k3b0ck37"),
-                ("x-ratelimit-scope", "user"),
-            ],
-            axum::Json(json!({"message": "You are being rate limited.", "retry_after": 0.5, "global": false})),
-        )
-            .into_response();
-    }
-    if let Some((status, code, message)) = inner.scripted_errors.pop_front() {
-        inner.requests.push(RequestRecord {
-            method: "POST",
-            path,
-            status,
-            authorized: true,
-        });
-        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
-        return (
-            status,
-            axum::Json(json!({"code": code, "message": message})),
-        )
-            .into_response();
+    if let Some(refused) = inner.scripted_refusal(&path) {
+        return refused;
     }
     let content = body["content"].as_str().unwrap_or_default().to_string();
     let len = content.chars().count();
@@ -1458,49 +1433,15 @@ async fn create_message(
         };
         return (StatusCode::BAD_REQUEST, axum::Json(answer)).into_response();
     }
-    let nonce = match &body["nonce"] {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    };
-    if body["enforce_nonce"] == true
-        && let Some(nonce) = &nonce
-        && let Some(existing) = inner.nonces.get(&(channel.clone(), nonce.clone())).cloned()
-    {
-        inner.requests.push(RequestRecord {
-            method: "POST",
-            path,
-            status: 200,
-            authorized: true,
-        });
+    if let Some(existing) = inner.repeated_nonce(&channel, &body, &path) {
         return with_bucket(StatusCode::OK, existing);
     }
     let reference = &body["message_reference"];
     let reply_to = reference["message_id"].as_str().map(str::to_string);
-    inner.next_message += 1;
-    let n = inner.next_message;
-    let referenced = reply_to.as_deref().and_then(|id| inner.find(id));
-    let mut message = json!({
-        "id": snowflake(n), "channel_id": channel, "author": sender.user(),
-        "content": content, "timestamp": timestamp(n), "edited_timestamp": null, "tts": false,
-        "mention_everyone": false, "mentions": [], "mention_roles": [], "attachments": [],
-        "embeds": [], "pinned": false, "type": if reply_to.is_some() { 19 } else { 0 }, "flags": 0,
-    });
-    if let Some(id) = &reply_to {
-        message["message_reference"] = json!({"type": 0, "message_id": id, "channel_id": channel});
-        message["referenced_message"] = referenced.unwrap_or(Value::Null);
-    }
-    if let Some(nonce) = &nonce {
-        message["nonce"] = json!(nonce);
-        inner
-            .nonces
-            .insert((channel.clone(), nonce.clone()), message.clone());
-    }
-    inner
-        .channels
-        .entry(channel.clone())
-        .or_default()
-        .push(message.clone());
+    let mut message = inner.new_message(&channel, &sender, reply_to.as_deref());
+    message["content"] = json!(content);
+    let nonce = nonce_of(&body);
+    inner.publish(&channel, &sender, &mut message, nonce.as_deref());
     let id = message["id"].as_str().unwrap_or_default().to_string();
     inner.sent.push(SentMessage {
         id,
@@ -1518,24 +1459,135 @@ async fn create_message(
         authorized: true,
     });
     let count = inner.sent.len();
-    // The bot's own message is dispatched to it too, as Discord does; in a guild channel,
-    // to every other bot as well (a DM is the sender's only).
-    let mut echo = message.clone();
-    let dm = inner.dm_channels.contains(&channel);
-    if !dm {
-        echo["guild_id"] = json!(GUILD_ID);
-    }
-    if dm {
-        let which = inner
-            .bot_by_token(&sender.token)
-            .map_or(Which::Primary, |(w, _)| w);
-        inner.dispatch_to(which, "MESSAGE_CREATE", echo);
-    } else {
-        inner.dispatch("MESSAGE_CREATE", echo);
-    }
     drop(inner);
     shared.sent.send_replace(count);
     with_bucket(StatusCode::OK, message)
+}
+
+/// A message create's `nonce`, as a string.
+fn nonce_of(body: &Value) -> Option<String> {
+    match &body["nonce"] {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// What every message create shares: scripted 429s and refusals, nonces, the message
+/// object, and its place in the channel with its MESSAGE_CREATE echo.
+impl Inner {
+    /// A scripted 429 or refusal for the next message create, recorded.
+    fn scripted_refusal(&mut self, path: &str) -> Option<Response> {
+        if self.scripted_429 > 0 {
+            self.scripted_429 -= 1;
+            self.rate_limited += 1;
+            self.requests.push(RequestRecord {
+                method: "POST",
+                path: path.to_string(),
+                status: 429,
+                authorized: true,
+            });
+            return Some(
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [
+                        ("retry-after", "1"),
+                        ("x-ratelimit-limit", "5"),
+                        ("x-ratelimit-remaining", "0"),
+                        ("x-ratelimit-reset-after", "0.500"),
+                        ("x-ratelimit-bucket", "f4k3b0ck37"),
+                        ("x-ratelimit-scope", "user"),
+                    ],
+                    axum::Json(json!({"message": "You are being rate limited.", "retry_after": 0.5, "global": false})),
+                )
+                    .into_response(),
+            );
+        }
+        let (status, code, message) = self.scripted_errors.pop_front()?;
+        self.requests.push(RequestRecord {
+            method: "POST",
+            path: path.to_string(),
+            status,
+            authorized: true,
+        });
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+        Some(
+            (
+                status,
+                axum::Json(json!({"code": code, "message": message})),
+            )
+                .into_response(),
+        )
+    }
+
+    /// The message an earlier create with the same `nonce` made, when `enforce_nonce` is
+    /// set: Discord answers it and creates nothing (the request is recorded as a 200).
+    fn repeated_nonce(&mut self, channel: &str, body: &Value, path: &str) -> Option<Value> {
+        if body["enforce_nonce"] != true {
+            return None;
+        }
+        let nonce = nonce_of(body)?;
+        let existing = self.nonces.get(&(channel.to_string(), nonce)).cloned()?;
+        self.requests.push(RequestRecord {
+            method: "POST",
+            path: path.to_string(),
+            status: 200,
+            authorized: true,
+        });
+        Some(existing)
+    }
+
+    /// A new message object by `sender` in `channel`, without content yet; a reply to
+    /// `reply_to` when given.
+    fn new_message(&mut self, channel: &str, sender: &FakeBot, reply_to: Option<&str>) -> Value {
+        self.next_message += 1;
+        let n = self.next_message;
+        let referenced = reply_to.and_then(|id| self.find(id));
+        let mut message = json!({
+            "id": snowflake(n), "channel_id": channel, "author": sender.user(),
+            "content": "", "timestamp": timestamp(n), "edited_timestamp": null, "tts": false,
+            "mention_everyone": false, "mentions": [], "mention_roles": [], "attachments": [],
+            "embeds": [], "pinned": false, "type": if reply_to.is_some() { 19 } else { 0 }, "flags": 0,
+        });
+        if let Some(id) = reply_to {
+            message["message_reference"] =
+                json!({"type": 0, "message_id": id, "channel_id": channel});
+            message["referenced_message"] = referenced.unwrap_or(Value::Null);
+        }
+        message
+    }
+
+    /// Puts `message` in `channel` (under its `nonce`, if any) and dispatches it, as Discord
+    /// does: to its sender too; in a guild channel to every other bot as well (a DM is the
+    /// sender's only).
+    fn publish(
+        &mut self,
+        channel: &str,
+        sender: &FakeBot,
+        message: &mut Value,
+        nonce: Option<&str>,
+    ) {
+        if let Some(nonce) = nonce {
+            message["nonce"] = json!(nonce);
+            self.nonces
+                .insert((channel.to_string(), nonce.to_string()), message.clone());
+        }
+        self.channels
+            .entry(channel.to_string())
+            .or_default()
+            .push(message.clone());
+        let mut message = message.clone();
+        let dm = self.dm_channels.iter().any(|c| c == channel);
+        if dm {
+            let which = self
+                .bot_by_token(&sender.token)
+                .map_or(Which::Primary, |(w, _)| w);
+            self.dispatch_to(which, "MESSAGE_CREATE", message);
+        } else {
+            message["guild_id"] = json!(GUILD_ID);
+            self.dispatch("MESSAGE_CREATE", message);
+        }
+    }
 }
 
 async fn list_messages(
@@ -1793,6 +1845,17 @@ fn edit_in(
             inner,
             400,
             json!({"code": 50035, "message": "Invalid Form Body"}),
+        );
+    }
+    if inner
+        .uploads
+        .iter()
+        .any(|u| u.id == message && u.is_voice_message())
+    {
+        return answer(
+            inner,
+            400,
+            json!({"code": 50162, "message": "Voice messages cannot be edited."}),
         );
     }
     let Some(sent) = inner

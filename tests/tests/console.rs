@@ -215,7 +215,7 @@ async fn a_reply_shows_the_uploaded_passage_in_its_why_panel() {
     assert_eq!(
         card["invite"],
         "https://discord.com/oauth2/authorize?client_id=123456789012345678\
-         &scope=bot%20applications.commands&permissions=274877975616"
+         &scope=bot%20applications.commands&permissions=70643622186048"
     );
     assert_eq!(card["farcaster"], "https://farcaster.xyz/~/profiles/4242");
     assert_cards_hold_their_tables(&browser).await;

@@ -10,7 +10,10 @@
 //!
 //! Voice out (`TROUPE_SPEECH_MODEL`): a voice note is answered with a voice note made by the
 //! fake's `/v1/audio/speech` (its bytes sent with `sendVoice`) and the text as a message; a
-//! text message gets text only; a failed speech request still sends the text.
+//! text message gets text only; a failed speech request still sends the text. On Discord
+//! the voice note is a voice message (flag 8192, one Ogg attachment with `duration_secs`
+//! and `waveform`, tests/src/fake_discord_voice.rs) before the text; a refused upload still
+//! sends the text.
 
 use std::time::Duration;
 
@@ -18,7 +21,7 @@ use serde_json::{Value, json};
 use troupe_e2e::fake_discord::{APPLICATION_ID, Author, FakeDiscord, NewMessage, TOKEN};
 use troupe_e2e::fake_openai_audio::{Heard, speech_ogg};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
-use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
+use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, persona_json};
 
 /// A hang guard, not a timing assertion.
 const WAIT: Duration = Duration::from_secs(60);
@@ -193,10 +196,7 @@ async fn with_transcription_off_a_voice_note_is_not_sent_and_the_persona_told_wh
     assert!(openai.audio().requests().is_empty(), "nothing was sent");
 }
 
-#[tokio::test]
-async fn a_discord_voice_message_is_transcribed_and_answered() {
-    let discord = FakeDiscord::start().await;
-    let openai = FakeOpenAi::start().await;
+async fn discord_app(discord: &FakeDiscord, openai: &FakeOpenAi, env: &[(&str, &str)]) -> TestApp {
     let mut character = persona_json("Dot", "Dot listens to voice messages and answers them.");
     character["clients"] = json!(["discord"]);
     character["settings"]["secrets"] = json!({
@@ -204,28 +204,42 @@ async fn a_discord_voice_message_is_transcribed_and_answered() {
         "DISCORD_API_URL": discord.url(),
         "DISCORD_APPLICATION_ID": APPLICATION_ID,
     });
-    let app = TestApp::spawn(
-        TestAppOptions::new(Backend::Sqlite)
-            .persona_file("dot.json", character)
-            .openai(&openai),
-    )
-    .await;
+    let mut options = TestAppOptions::new(Backend::Sqlite)
+        .persona_file("dot.json", character)
+        .openai(openai);
+    for (k, v) in env {
+        options = options.env(k, v);
+    }
+    let app = TestApp::spawn(options).await;
     if let Err(e) = discord.try_wait_for_ready(1, WAIT).await {
         panic!("{e}\n----- troupe output -----\n{}", app.logs());
     }
-    let note = ogg(4000);
-    let url = discord.add_cdn_file("voice-message.ogg", &note);
-    openai
-        .audio()
-        .push(Heard::Text("can you hear me, Dot?".into()));
+    app
+}
+
+/// A Discord voice message from `author` in the DM `channel`: its Ogg file on the fake CDN.
+fn discord_voice(discord: &FakeDiscord, channel: &str, author: &str, note: &[u8]) -> String {
+    let url = discord.add_cdn_file("voice-message.ogg", note);
     discord.send_message_create(
-        NewMessage::dm("420000000000000001", Author::person("alice"), "").with_file(
+        NewMessage::dm(channel, Author::person(author), "").with_file(
             &url,
             "voice-message.ogg",
             "audio/ogg",
             note.len() as u64,
         ),
-    );
+    )
+}
+
+#[tokio::test]
+async fn a_discord_voice_message_is_transcribed_and_answered() {
+    let discord = FakeDiscord::start().await;
+    let openai = FakeOpenAi::start().await;
+    let app = discord_app(&discord, &openai, &[]).await;
+    let note = ogg(4000);
+    openai
+        .audio()
+        .push(Heard::Text("can you hear me, Dot?".into()));
+    discord_voice(&discord, "420000000000000001", "alice", &note);
     let (text, _) = asked(&openai, &app, 0).await;
     assert!(
         text.contains("[voice, transcribed] can you hear me, Dot?"),
@@ -351,4 +365,102 @@ async fn audio_posted_to_the_api_is_transcribed_and_answered() {
         )
         .await;
     assert_eq!(status, 422, "{body}");
+}
+
+#[tokio::test]
+async fn a_discord_voice_message_is_answered_by_a_voice_message_and_text() {
+    let discord = FakeDiscord::start().await;
+    let openai = FakeOpenAi::start().await;
+    let app = discord_app(
+        &discord,
+        &openai,
+        &[
+            ("TROUPE_SPEECH_MODEL", "tts-1"),
+            ("TROUPE_STREAM_EDIT_MS", "100"),
+        ],
+    )
+    .await;
+    let channel = "420000000000000007";
+
+    // Written slowly enough to be streamed, were it not answered by voice.
+    openai.audio().push(Heard::Text("how cold is Mars?".into()));
+    openai.push(Script::paced(
+        "Mars is cold and dusty today.",
+        Duration::from_millis(200),
+    ));
+    let asked_id = discord_voice(&discord, channel, "alice", &ogg(3000));
+    let voices = app.expect(discord.try_wait_for_voice_messages(1, WAIT).await);
+    let sent = app.expect(discord.try_wait_for_sent(1, WAIT).await);
+    let voice = &voices[0];
+    assert_eq!(voice.flags, 8192, "IS_VOICE_MESSAGE, nothing else");
+    assert_eq!(voice.content, "", "a voice message has no content");
+    assert_eq!(voice.filename, "voice-message.ogg");
+    assert_eq!(voice.content_type.as_deref(), Some("audio/ogg"));
+    assert_eq!(voice.bytes, speech_ogg(), "the bytes the speech route made");
+    let duration = voice.duration_secs.unwrap_or_default();
+    assert!(
+        (duration - 2.0).abs() < 0.01,
+        "the length read from the Ogg pages: {duration}"
+    );
+    let waveform = voice.waveform.clone().unwrap_or_default();
+    assert!(
+        (1..=256).contains(&waveform.len()),
+        "a waveform of 1 to 256 points: {waveform:?}"
+    );
+    assert_eq!(
+        voice.reply_to.as_deref(),
+        Some(asked_id.as_str()),
+        "a reply"
+    );
+    assert_eq!(voice.replied_user, Some(false), "the text pings, not both");
+    assert_eq!(
+        sent[0].content, "Mars is cold and dusty today.",
+        "the text too"
+    );
+    assert_eq!(sent[0].reply_to.as_deref(), Some(asked_id.as_str()));
+    let order = |id: &str| id.parse::<u64>().unwrap_or(u64::MAX);
+    assert!(
+        order(&voice.id) < order(&sent[0].id),
+        "the voice message goes before the text"
+    );
+    assert_eq!(discord.uploads().len(), 1, "one voice message");
+    assert!(
+        discord.edits().is_empty(),
+        "a reply answered by voice is not streamed: {:?}",
+        discord.edits()
+    );
+    assert_eq!(openai.audio().speech_requests().len(), 1);
+
+    // An upload Discord refuses (the bot lacks Send Voice Messages there) still sends the
+    // text, and nothing is said twice.
+    discord.refuse_next_send(403, 50013, "Missing Permissions");
+    openai.audio().push(Heard::Text("and Venus?".into()));
+    openai.push_reply("Venus is hotter.");
+    discord_voice(&discord, channel, "alice", &ogg(2000));
+    let sent = app.expect(discord.try_wait_for_sent(2, WAIT).await);
+    assert_eq!(sent[1].content, "Venus is hotter.");
+    assert_eq!(
+        openai.audio().speech_requests().len(),
+        2,
+        "the speech was made"
+    );
+    assert_eq!(
+        discord.uploads().len(),
+        1,
+        "the refused upload left nothing"
+    );
+    let refused = discord
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.status == 403)
+        .count();
+    assert_eq!(refused, 1, "the voice message was tried once, not retried");
+    assert!(
+        app.logs().contains("the voice note could not be sent"),
+        "the refusal is logged"
+    );
+    assert!(
+        !app.logs().contains(TOKEN),
+        "the bot token reached the logs"
+    );
 }

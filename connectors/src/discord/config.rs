@@ -24,8 +24,10 @@ pub(crate) const DEFAULT_API_URL: &str = "https://discord.com";
 /// flags), and no more than the connector uses: it reads channels and their history (the
 /// catch-up after a restart reads `GET /channels/{id}/messages`), and posts plain-text
 /// replies, in threads too, and puts its acknowledgement reaction on a message it is
-/// answering (`TROUPE_ACK_REACTION`, docs/media.md). It sends no embeds or files, so it asks
-/// for neither; slash commands come with the `applications.commands` scope, and Message Content
+/// answering (`TROUPE_ACK_REACTION`, docs/media.md). A voice note is answered with a voice
+/// message (`super::voice`, issue 32): a file upload flagged `IS_VOICE_MESSAGE`, which
+/// Discord allows only with Attach Files and Send Voice Messages. It sends no embeds, so it
+/// does not ask for Embed Links; slash commands come with the `applications.commands` scope, and Message Content
 /// is an intent set in the developer portal, not a permission. This list is the one fact:
 /// the log line at start, `GET /api/agents/{agent}/setup` (the console) and docs/discord.md
 /// all show [`invite_url`].
@@ -35,6 +37,8 @@ pub(crate) const PERMISSIONS: &[(&str, u64)] = &[
     ("Send Messages", 1 << 11),
     ("Read Message History", 1 << 16),
     ("Send Messages in Threads", 1 << 38),
+    ("Attach Files", 1 << 15),
+    ("Send Voice Messages", 1 << 46),
 ];
 
 /// The integer in the invite URL: every bit of [`PERMISSIONS`].
@@ -243,12 +247,12 @@ mod tests {
     #[test]
     fn permission_integer_is_the_documented_one() {
         // View Channels, Send Messages, Add Reactions (the acknowledgement), Read Message
-        // History, Send Messages in Threads (see docs/discord.md): what the connector uses,
-        // nothing more.
-        assert_eq!(permission_integer(), 274_877_975_616);
+        // History, Send Messages in Threads, Attach Files and Send Voice Messages (voice
+        // out; see docs/discord.md): what the connector uses, nothing more.
+        assert_eq!(permission_integer(), 70_643_622_186_048);
         assert_eq!(
             invite_url(42),
-            "https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&permissions=274877975616"
+            "https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&permissions=70643622186048"
         );
     }
 

@@ -6,6 +6,7 @@
 //! JSON ([`wire`]), turning messages into `Inbound` ([`normalize`]), the gateway session and
 //! catch-up after downtime ([`gateway`]), edits and deletes of messages ([`edits`]), the REST calls ([`rest`]), splitting replies
 //! around code blocks ([`split`]), per-channel pacing ([`pace`]) and delivery ([`send`]),
+//! voice messages answering voice notes ([`voice`], their preview in [`waveform`]),
 //! and the application (slash) commands ([`interactions`]).
 //! serenity's types stay in here. Each DM, guild channel and thread is its own room, named
 //! by its channel id. The token never reaches a log line or an error.
@@ -21,6 +22,8 @@ mod reactions;
 mod rest;
 mod send;
 mod split;
+mod voice;
+mod waveform;
 mod wire;
 
 /// The normalizer, for `crate::fuzzing` (the fuzz targets and their corpus replay) only.
@@ -382,6 +385,14 @@ impl Connector for DiscordConnector {
 
     async fn typing(&self, room: &RoomRef) -> Result<(), ConnectorError> {
         self.show_typing(room).await
+    }
+
+    /// A Discord voice message (see [`voice`]), before the reply's text.
+    async fn send_voice(
+        &self,
+        note: &crate::connector::VoiceNote,
+    ) -> Result<Option<MessageId>, ConnectorError> {
+        self.deliver_voice(note).await.map(Some)
     }
 
     async fn delete_messages(

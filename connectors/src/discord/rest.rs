@@ -1,7 +1,7 @@
 //! Discord's REST API, the few routes the connector calls: `GET /users/@me`,
 //! `POST /channels/{id}/messages`, `PATCH` and `DELETE /channels/{id}/messages/{m}`,
 //! `POST /channels/{id}/typing` and
-//! `GET /channels/{id}/messages?after=`. Over reqwest rather than serenity's `Http`, so that
+//! `GET /channels/{id}/messages?after=` (and the multipart message of `super::voice`). Over reqwest rather than serenity's `Http`, so that
 //! a 429's `retry_after` (body, or `Retry-After`) and the `X-RateLimit-*` headers reach the
 //! sender, and every failure becomes a typed `ConnectorError` with the token scrubbed.
 
@@ -85,13 +85,29 @@ impl Rest {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(Response, Bucket), CallError> {
-        let mut req = self
-            .http
-            .request(method.clone(), self.settings.endpoint(path))
-            .header("Authorization", self.settings.token.header());
+        let mut req = self.request(method.clone(), path);
         if let Some(body) = body {
             req = req.json(body);
         }
+        self.answer(req, method, path).await
+    }
+
+    /// A request to `path` with the bot's token, for a body [`Self::call`] does not make
+    /// (the multipart upload of a voice message, `super::voice`); sent with [`Self::answer`].
+    pub(super) fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, self.settings.endpoint(path))
+            .header("Authorization", self.settings.token.header())
+    }
+
+    /// Sends `req` and reads what Discord answered: the bucket of a success, or the typed
+    /// error (a 429's wait, a refusal), the token scrubbed.
+    pub(super) async fn answer(
+        &self,
+        req: reqwest::RequestBuilder,
+        method: Method,
+        path: &str,
+    ) -> Result<(Response, Bucket), CallError> {
         let resp = req.send().await.map_err(|e| {
             let text = self.settings.token.scrub(&e.without_url().to_string());
             CallError::Other(ConnectorError::Transient(format!(
@@ -135,7 +151,7 @@ impl Rest {
         }))
     }
 
-    async fn json<T: serde::de::DeserializeOwned>(
+    pub(super) async fn json<T: serde::de::DeserializeOwned>(
         resp: Response,
         path: &str,
     ) -> Result<T, CallError> {

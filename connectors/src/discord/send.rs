@@ -42,7 +42,7 @@ pub(crate) fn channel_of(room: &RoomRef) -> Result<u64, ConnectorError> {
 }
 
 /// A short, stable nonce for part `index` of the reply `key` (Discord allows 25 characters).
-fn nonce(key: &str, index: usize) -> String {
+pub(super) fn nonce(key: &str, index: usize) -> String {
     // FNV-1a, 64 bits: stable across processes, unlike std's hasher.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in key.bytes() {
@@ -77,7 +77,7 @@ fn body(
 }
 
 impl DiscordConnector {
-    fn channel_lock(&self, channel: u64) -> Arc<tokio::sync::Mutex<()>> {
+    pub(super) fn channel_lock(&self, channel: u64) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.channel_locks.locked();
         if locks.len() > 4096 {
             locks.retain(|_, l| Arc::strong_count(l) > 1);

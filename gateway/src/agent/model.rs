@@ -70,8 +70,14 @@ impl Agent {
     ) -> Result<Answer, ProviderError> {
         let typing = self.keep_typing(inbound);
         let offer = super::tools::offer(mind, inbound);
+        // A voice note answered by voice is not shown live: its voice note goes before its
+        // text (`speak`), and is made from the whole text anyway. A persona without a
+        // voice pays one `Option` check.
+        let by_voice = mind.speaking.is_some() && crate::media::speech::came_as_voice(inbound);
         let (showing, typing, caller) = if inbound.platform() == Platform::Web {
             (None, Some(typing), self.live_for(inbound))
+        } else if by_voice {
+            (None, Some(typing), None)
         } else {
             match self.show_live(inbound, journal_id, typing) {
                 Ok(showing) => (Some(showing), None, None),
