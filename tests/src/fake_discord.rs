@@ -148,6 +148,8 @@ pub struct NewMessage {
     pub attachments: Vec<Value>,
     /// Embeds as Discord sends them (e.g. an `image` embed Discord unfurled from a link).
     pub embeds: Vec<Value>,
+    /// Message flags (`IS_VOICE_MESSAGE`, 1 << 13, for a voice message).
+    pub flags: u64,
 }
 
 impl NewMessage {
@@ -163,6 +165,7 @@ impl NewMessage {
             reply_to: None,
             attachments: Vec::new(),
             embeds: Vec::new(),
+            flags: 0,
         }
     }
     /// A direct message in DM channel `channel`.
@@ -206,6 +209,19 @@ impl NewMessage {
             "filename": filename, "content_type": content_type, "size": size,
             "url": url, "proxy_url": url
         }));
+        self
+    }
+
+    /// A voice message, as Discord's clients post one: the message flagged
+    /// `IS_VOICE_MESSAGE` (1 << 13), its one attachment the Ogg recording at `url` with its
+    /// `duration_secs` and `waveform`.
+    pub fn as_voice_message(mut self, url: &str, size: u64, duration_secs: f64) -> Self {
+        self.flags |= 1 << 13;
+        self = self.with_file(url, "voice-message.ogg", "audio/ogg", size);
+        if let Some(last) = self.attachments.last_mut() {
+            last["duration_secs"] = json!(duration_secs);
+            last["waveform"] = json!("AAAAAAAAAAAA");
+        }
         self
     }
 
@@ -433,7 +449,8 @@ impl Inner {
             "content": content, "timestamp": timestamp(n), "edited_timestamp": null,
             "tts": false, "mention_everyone": false, "mentions": mentions,
             "mention_roles": [], "attachments": new.attachments, "embeds": new.embeds,
-            "pinned": false, "type": if new.reply_to.is_some() { 19 } else { 0 }, "flags": 0,
+            "pinned": false, "type": if new.reply_to.is_some() { 19 } else { 0 },
+            "flags": new.flags,
         });
         if let Some(id) = &new.reply_to {
             m["message_reference"] =

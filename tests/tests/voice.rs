@@ -221,11 +221,10 @@ async fn discord_app(discord: &FakeDiscord, openai: &FakeOpenAi, env: &[(&str, &
 fn discord_voice(discord: &FakeDiscord, channel: &str, author: &str, note: &[u8]) -> String {
     let url = discord.add_cdn_file("voice-message.ogg", note);
     discord.send_message_create(
-        NewMessage::dm(channel, Author::person(author), "").with_file(
+        NewMessage::dm(channel, Author::person(author), "").as_voice_message(
             &url,
-            "voice-message.ogg",
-            "audio/ogg",
             note.len() as u64,
+            2.0,
         ),
     )
 }

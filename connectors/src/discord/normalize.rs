@@ -11,12 +11,14 @@ use crate::model::{
 /// Message types a person writes: DEFAULT (0) and REPLY (19).
 const USER_MESSAGE_TYPES: [u64; 2] = [0, 19];
 
-/// An attachment's flag for a voice message (Discord's `IS_VOICE_MESSAGE`).
+/// A message's flag for a voice message (Discord's `IS_VOICE_MESSAGE`): its one attachment
+/// is the recording.
 const IS_VOICE_MESSAGE: u64 = 1 << 13;
 
-/// Whether an attachment is a voice message or audio (transcribed by the gateway).
-fn is_audio(att: &wire::Attachment) -> bool {
-    att.flags.is_some_and(|f| f & IS_VOICE_MESSAGE != 0)
+/// Whether an attachment is a voice message's recording or audio (transcribed by the
+/// gateway). `voice` is whether its message is flagged `IS_VOICE_MESSAGE`.
+fn is_audio(att: &wire::Attachment, voice: bool) -> bool {
+    voice
         || att
             .content_type
             .as_deref()
@@ -25,8 +27,8 @@ fn is_audio(att: &wire::Attachment) -> bool {
 
 /// Attachments worth recording: text, markdown and PDF (what knowledge can read), images
 /// (what a persona may see) and audio (what it may hear, transcribed).
-fn readable(att: &wire::Attachment) -> bool {
-    if is_audio(att)
+fn readable(att: &wire::Attachment, voice: bool) -> bool {
+    if is_audio(att, voice)
         || att
             .content_type
             .as_deref()
@@ -138,15 +140,16 @@ pub(crate) fn to_inbound(msg: &wire::Message, me: Snowflake, place: Place) -> Op
         .or_else(|| author.global_name.clone())
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(|| author.username.clone());
+    let voice = msg.flags.is_some_and(|f| f & IS_VOICE_MESSAGE != 0);
     let attachments = msg
         .attachments
         .iter()
-        .filter(|a| readable(a))
+        .filter(|a| readable(a, voice))
         .map(|a| Attachment {
             name: a.filename.clone(),
             // A voice message is Ogg Opus; one flagged without a type is still audio.
             mime: match &a.content_type {
-                None if is_audio(a) => Some("audio/ogg".into()),
+                None if is_audio(a, voice) => Some("audio/ogg".into()),
                 other => other.clone(),
             },
             size: a.size,
@@ -253,7 +256,16 @@ mod tests {
             "content": "",
             "flags": 8192,
             "attachments": [
-                {"filename": "voice-message.ogg", "size": 40, "url": "https://cdn/v", "flags": 8192},
+                {"filename": "voice-message.ogg", "size": 40, "url": "https://cdn/v"}
+            ]
+        }));
+        let voice = to_inbound(&m, ME, Place::FromPayload).unwrap();
+        assert_eq!(voice.attachments[0].mime.as_deref(), Some("audio/ogg"));
+        // Without the message's flag, an untyped file is not audio; a typed one is.
+        let m = message(json!({
+            "content": "",
+            "attachments": [
+                {"filename": "voice-message.ogg", "size": 40, "url": "https://cdn/v"},
                 {"filename": "song.mp3", "content_type": "audio/mpeg", "size": 50, "url": "https://cdn/s"},
                 {"filename": "clip.bin", "size": 5, "url": "https://cdn/b"}
             ]
@@ -264,13 +276,7 @@ mod tests {
             .iter()
             .map(|a| (a.name.as_str(), a.mime.as_deref()))
             .collect();
-        assert_eq!(
-            got,
-            [
-                ("voice-message.ogg", Some("audio/ogg")),
-                ("song.mp3", Some("audio/mpeg"))
-            ]
-        );
+        assert_eq!(got, [("song.mp3", Some("audio/mpeg"))]);
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub(crate) struct Message {
     #[serde(rename = "type")]
     pub kind: Option<u64>,
     pub member: Option<Member>,
+    /// Message flags; `IS_VOICE_MESSAGE` (1 << 13) marks a voice message (a message flag,
+    /// not an attachment's: Discord's attachment flags are clip, thumbnail, spoiler…).
+    pub flags: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -49,8 +52,6 @@ pub(crate) struct Attachment {
     pub content_type: Option<String>,
     pub size: Option<u64>,
     pub url: Option<String>,
-    /// Attachment flags; `IS_VOICE_MESSAGE` (1 << 13) marks a voice message.
-    pub flags: Option<u64>,
 }
 
 /// An embed; the connector reads only image embeds (`type` `image`, a picture link Discord
