@@ -208,7 +208,7 @@ impl Bert {
     pub(super) fn load(vb: VarBuilder, config: &Config) -> Result<Bert> {
         let vb = model_root(vb, config);
         let h = config.hidden_size;
-        if config.num_attention_heads == 0 || h % config.num_attention_heads != 0 {
+        if config.num_attention_heads == 0 || !h.is_multiple_of(config.num_attention_heads) {
             candle_core::bail!(
                 "hidden_size {h} is not a multiple of num_attention_heads {}",
                 config.num_attention_heads
@@ -456,7 +456,7 @@ mod tests {
         assert_eq!(cut[0], 0..GROUP_SCORES / (16 * 16));
         // Any order is covered, one text alone included.
         assert_eq!(groups(&[256, 5, 256]), [0..1, 1..2, 2..3]);
-        assert_eq!(groups(&[7]), [0..1]);
+        assert_eq!(groups(&[7]), vec![0..1]);
         assert!(groups(&[]).is_empty());
     }
 
