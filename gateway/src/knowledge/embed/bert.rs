@@ -460,6 +460,95 @@ mod tests {
         assert!(groups(&[]).is_empty());
     }
 
+    /// A tiny BERT's tensors (hidden 4, 2 heads, 1 layer), named as `transformers` saves
+    /// them under `prefix`, its LayerNorms as `weight`/`bias` or the older `gamma`/`beta`.
+    fn tiny(prefix: &str, old_norms: bool) -> (std::collections::HashMap<String, Tensor>, Config) {
+        let config: Config = serde_json::from_value(serde_json::json!({
+            "vocab_size": 10, "hidden_size": 4, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "intermediate_size": 8, "hidden_act": "gelu",
+            "max_position_embeddings": 8, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
+            "model_type": "bert"
+        }))
+        .unwrap();
+        let (scale, shift) = if old_norms {
+            ("gamma", "beta")
+        } else {
+            ("weight", "bias")
+        };
+        let mut shapes: Vec<(String, Vec<usize>)> = vec![
+            ("embeddings.word_embeddings.weight".into(), vec![10, 4]),
+            ("embeddings.position_embeddings.weight".into(), vec![8, 4]),
+            ("embeddings.token_type_embeddings.weight".into(), vec![2, 4]),
+        ];
+        let layer = "encoder.layer.0";
+        for (name, out, inp) in [
+            ("attention.self.query", 4, 4),
+            ("attention.self.key", 4, 4),
+            ("attention.self.value", 4, 4),
+            ("attention.output.dense", 4, 4),
+            ("intermediate.dense", 8, 4),
+            ("output.dense", 4, 8),
+        ] {
+            shapes.push((format!("{layer}.{name}.weight"), vec![out, inp]));
+            shapes.push((format!("{layer}.{name}.bias"), vec![out]));
+        }
+        for norm in [
+            "embeddings",
+            "encoder.layer.0.attention.output",
+            "encoder.layer.0.output",
+        ] {
+            shapes.push((format!("{norm}.LayerNorm.{scale}"), vec![4]));
+            shapes.push((format!("{norm}.LayerNorm.{shift}"), vec![4]));
+        }
+        let tensors = shapes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, shape))| {
+                let n: usize = shape.iter().product();
+                // Deterministic, different for every tensor and element.
+                let values: Vec<f32> = (0..n)
+                    .map(|j| ((i * 31 + j * 7) % 13) as f32 / 13.0 - 0.4)
+                    .collect();
+                let t = Tensor::from_vec(values, shape, &Device::Cpu).unwrap();
+                (format!("{prefix}{name}"), t)
+            })
+            .collect();
+        (tensors, config)
+    }
+
+    fn run(prefix: &str, old_norms: bool) -> Vec<Vec<f32>> {
+        let (tensors, config) = tiny(prefix, old_norms);
+        let vb = VarBuilder::from_tensors(tensors, candle_core::DType::F32, &Device::Cpu);
+        let bert = Bert::load(vb, &config).expect("loads");
+        let texts: [&[u32]; 2] = [&[1, 2, 3], &[4, 5]];
+        bert.forward(&texts).unwrap().to_vec2().unwrap()
+    }
+
+    #[test]
+    fn checkpoints_load_with_or_without_a_prefix_and_old_norm_names() {
+        let plain = run("", false);
+        assert_eq!((plain.len(), plain[0].len()), (5, 4), "one row a token");
+        assert!(plain.iter().flatten().all(|x| x.is_finite()));
+        assert_eq!(run("bert.", false), plain);
+        assert_eq!(run("", true), plain);
+        // A checkpoint missing a tensor is an error naming it, not a panic.
+        let (mut tensors, config) = tiny("", false);
+        tensors.remove("encoder.layer.0.output.dense.bias");
+        let vb = VarBuilder::from_tensors(tensors, candle_core::DType::F32, &Device::Cpu);
+        let err = Bert::load(vb, &config).err().expect("an error").to_string();
+        assert!(err.contains("output.dense.bias"), "{err}");
+    }
+
+    #[test]
+    fn activations_parse_by_their_transformers_names() {
+        let act = |name: &str| serde_json::from_value::<Activation>(serde_json::json!(name));
+        assert_eq!(act("gelu").unwrap(), Activation::Gelu);
+        assert_eq!(act("gelu_new").unwrap(), Activation::GeluTanh);
+        assert_eq!(act("gelu_pytorch_tanh").unwrap(), Activation::GeluTanh);
+        assert_eq!(act("relu").unwrap(), Activation::Relu);
+        assert!(act("swish").is_err());
+    }
+
     #[test]
     fn a_group_spreads_gathers_and_masks_its_padding() {
         let group = Group::new(3, &[2, 3], &Device::Cpu).unwrap();
