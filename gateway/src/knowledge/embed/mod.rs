@@ -1,5 +1,6 @@
 //! Embeddings: text to unit-length vectors, through an API (`api`: OpenAI-compatible or
-//! Ollama) or in this process (`local`: candle, feature `local-embeddings`).
+//! Ollama) or in this process (`local`: candle, feature `local-embeddings`, running `bert`,
+//! troupe's own BERT forward).
 //!
 //! It owns what every backend shares: the model profile's query and passage prefixes
 //! (`profile`), batching, unit length (so cosine similarity is a dot product), the name
@@ -8,6 +9,8 @@
 //! into several stores.
 
 mod api;
+#[cfg(feature = "local-embeddings")]
+mod bert;
 #[cfg(feature = "local-embeddings")]
 mod local;
 mod profile;
