@@ -50,10 +50,7 @@ impl Agent {
             return Ok(None);
         };
         let room = inbound.room.key();
-        let who = crate::spend::Who {
-            room: Some(&room),
-            user: Some((inbound.platform(), &inbound.author.id)),
-        };
+        let who = crate::spend::Who::sender(&room, inbound);
         let crate::spend::Admission::Over { scope, notice } =
             meter.admit(who, crate::spend::Purpose::Reply).await?
         else {

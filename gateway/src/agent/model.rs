@@ -170,10 +170,7 @@ impl Agent {
         let model = mind.provider.model();
         let label = model.to_string();
         if let (Some(meter), Ok(step)) = (meter, &result) {
-            let who = crate::spend::Who {
-                room: Some(&room),
-                user: Some((inbound.platform(), &inbound.author.id)),
-            };
+            let who = crate::spend::Who::sender(&room, inbound);
             let tokens = step.completion.tokens(prompt);
             // A step that asked for tools is accounted as `tool`; the answer as `reply`.
             let purpose = if step.calls.is_empty() {

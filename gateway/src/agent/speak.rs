@@ -42,10 +42,7 @@ impl Agent {
         };
         if let Some(meter) = meter {
             let room = inbound.room.key();
-            let who = Who {
-                room: Some(&room),
-                user: Some((inbound.platform(), &inbound.author.id)),
-            };
+            let who = Who::sender(&room, inbound);
             let model = ModelRef::new("openai", speaking.target.model.clone());
             let said = text.chars().take(speech::MAX_INPUT_CHARS).count();
             let tokens = Tokens {

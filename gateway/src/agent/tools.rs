@@ -187,10 +187,7 @@ impl Agent {
     ) -> Option<String> {
         let meter = meter?;
         let room = inbound.room.key();
-        let who = crate::spend::Who {
-            room: Some(&room),
-            user: Some((inbound.platform(), &inbound.author.id)),
-        };
+        let who = crate::spend::Who::sender(&room, inbound);
         match meter.admit(who, crate::spend::Purpose::Tool).await {
             Ok(crate::spend::Admission::Over { scope, notice }) => {
                 tracing::info!(budget = scope.as_str(), "over budget in a turn with tools");

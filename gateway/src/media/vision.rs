@@ -85,10 +85,7 @@ async fn ask(
         .await;
     let model = vision.model();
     if let (Some(meter), Ok(completion)) = (meter, &result) {
-        let who = Who {
-            room: Some(&room),
-            user: Some((inbound.platform(), &inbound.author.id)),
-        };
+        let who = Who::sender(&room, inbound);
         meter
             .record(who, Purpose::Vision, &model, completion.tokens(prompt))
             .await;

@@ -146,10 +146,7 @@ async fn one(a: &Attachment, inbound: &Inbound, hearing: &Hearing<'_>) -> Result
         _ => return Err("the persona's model provider does not transcribe audio".into()),
     };
     let room = inbound.room.key();
-    let who = Who {
-        room: Some(&room),
-        user: Some((inbound.platform(), &inbound.author.id)),
-    };
+    let who = Who::sender(&room, inbound);
     admit(hearing.meter, who).await?;
     let bytes = super::load::bytes(a, hearing.sources)
         .await

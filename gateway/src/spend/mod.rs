@@ -339,6 +339,16 @@ pub struct Who<'a> {
     pub user: Option<(Platform, &'a UserId)>,
 }
 
+impl<'a> Who<'a> {
+    /// A call made for `inbound`'s author in its room (`room`, the room's key).
+    pub fn sender(room: &'a RoomKey, inbound: &'a troupe_connectors::Inbound) -> Who<'a> {
+        Who {
+            room: Some(room),
+            user: Some((inbound.platform(), &inbound.author.id)),
+        }
+    }
+}
+
 /// What `Meter::admit` decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
