@@ -12,36 +12,13 @@
 //! (granule 0: `OpusHead`, `OpusTags`) are not audio. Bad bytes give a short or flat
 //! waveform, never a panic.
 
+use crate::ogg::pages;
+
 /// Points in a waveform at most (Discord's clients downsample to this).
 const MAX_POINTS: usize = 256;
 
 /// The time one point covers at least: 100 ms of 48 kHz samples.
 const POINT_SAMPLES: u64 = 4_800;
-
-/// One Ogg page's header: the granule position and the lacing values.
-struct Page<'a> {
-    granule: u64,
-    lacing: &'a [u8],
-}
-
-/// The pages of `ogg`, until the bytes stop looking like one.
-fn pages(ogg: &[u8]) -> impl Iterator<Item = Page<'_>> {
-    let mut at = 0usize;
-    std::iter::from_fn(move || {
-        // A page: "OggS", version, flags, granule (8 LE), serial, sequence, crc, count,
-        // then `count` lacing values and the body they add up to.
-        let page = ogg.get(at..)?;
-        if page.len() < 27 || !page.starts_with(b"OggS") {
-            return None;
-        }
-        let granule = u64::from_le_bytes(page[6..14].try_into().ok()?);
-        let count = usize::from(page[26]);
-        let lacing = page.get(27..27 + count)?;
-        let body: usize = lacing.iter().map(|&l| usize::from(l)).sum();
-        at += 27 + count + body;
-        Some(Page { granule, lacing })
-    })
-}
 
 /// The waveform of an Ogg Opus voice note: 1 to 256 points, the loudest stretch at 255.
 pub(crate) fn waveform(ogg: &[u8]) -> Vec<u8> {

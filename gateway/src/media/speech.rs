@@ -9,7 +9,8 @@
 //! Telegram shows as a voice note and Discord plays as a voice message. It is bounded by
 //! `TROUPE_MODEL_TIMEOUT_SECS` and `TROUPE_MEDIA_MAX_BYTES`, and must start with the Ogg
 //! magic (`OggS`): anything else is refused, never passed on. The gateway does not decode
-//! the audio; it reads only the Ogg pages' headers for the duration the platforms show.
+//! the audio; it reads only the Ogg pages' headers for the duration the platforms show
+//! (`troupe_connectors::ogg`).
 //!
 //! Speech is best effort: when it fails the text is still sent, as without it.
 
@@ -129,77 +130,6 @@ pub async fn speak(
     if !audio.starts_with(b"OggS") {
         return Err("the speech is not Ogg audio (response_format \"opus\" was asked for)".into());
     }
-    let duration = ogg_opus_duration(&audio);
+    let duration = troupe_connectors::ogg::opus_duration(&audio);
     Ok(Spoken { audio, duration })
-}
-
-/// The length of an Ogg Opus stream, from its pages' headers only: the last page's granule
-/// position (48 kHz samples) less the pre-skip in the `OpusHead` packet. Zero when the
-/// headers do not say (a platform then shows no length); never a panic on bad bytes.
-pub fn ogg_opus_duration(ogg: &[u8]) -> Duration {
-    let pre_skip = ogg
-        .windows(8)
-        .position(|w| w == b"OpusHead")
-        .and_then(|at| ogg.get(at + 10..at + 12))
-        .map_or(0, |b| u64::from(u16::from_le_bytes([b[0], b[1]])));
-    let mut last_granule = 0u64;
-    let mut at = 0;
-    while let Some(page) = ogg.get(at..) {
-        // A page: "OggS", version, flags, granule (8 LE), serial, sequence, crc, segments.
-        if page.len() < 27 || !page.starts_with(b"OggS") {
-            break;
-        }
-        let granule = u64::from_le_bytes(page[6..14].try_into().unwrap_or([0; 8]));
-        if granule != u64::MAX {
-            last_granule = granule;
-        }
-        let segments = usize::from(page[26]);
-        let Some(table) = page.get(27..27 + segments) else {
-            break;
-        };
-        let body: usize = table.iter().map(|&s| usize::from(s)).sum();
-        at += 27 + segments + body;
-    }
-    Duration::from_micros(
-        last_granule
-            .saturating_sub(pre_skip)
-            .saturating_mul(1_000_000)
-            / 48_000,
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// One Ogg page with `granule` and a body of `body`.
-    fn page(granule: u64, body: &[u8]) -> Vec<u8> {
-        let mut p = b"OggS\0\0".to_vec();
-        p.extend_from_slice(&granule.to_le_bytes());
-        p.extend_from_slice(&[0; 12]);
-        p.push(1);
-        p.push(u8::try_from(body.len()).unwrap());
-        p.extend_from_slice(body);
-        p
-    }
-
-    #[test]
-    fn the_duration_is_read_from_the_pages() {
-        let mut head = b"OpusHead\x01\x01".to_vec();
-        head.extend_from_slice(&312u16.to_le_bytes());
-        let mut ogg = page(0, &head);
-        ogg.extend(page(0, b"OpusTags"));
-        ogg.extend(page(48_000 + 312, b"audio"));
-        ogg.extend(page(2 * 48_000 + 312, b"audio"));
-        assert_eq!(ogg_opus_duration(&ogg), Duration::from_secs(2));
-    }
-
-    #[test]
-    fn bad_bytes_have_no_duration_and_no_panic() {
-        assert_eq!(ogg_opus_duration(b""), Duration::ZERO);
-        assert_eq!(ogg_opus_duration(b"OggS\0\0\xff"), Duration::ZERO);
-        let mut cut = page(96_000, b"audio");
-        cut.truncate(30);
-        assert_eq!(ogg_opus_duration(&cut), Duration::from_secs(2));
-    }
 }
