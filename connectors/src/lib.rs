@@ -11,9 +11,11 @@
 //!   `Receiving`, `Shard`).
 //! - [`registry`]: builds the connector for a platform from its settings: one match arm per
 //!   platform. It imports the platform modules; they import only `connector`, `model`,
-//!   `split`, `shown` and `ogg`, so one platform is one module.
+//!   `split`, `shown`, `ogg` and `multipart`, so one platform is one module.
 //! - [`files`]: a message's platform files (photos, voice notes) as references, fetched
 //!   by the connector that received them, with its own client; `FileError`.
+//! - [`multipart`]: `multipart/form-data` bodies for audio uploads, with a boundary checked
+//!   against the bytes.
 //! - [`ogg`]: an Ogg stream's page headers (a voice note's length, its packets over time),
 //!   read without decoding the audio.
 //! - `shown`: the ids of a reply's messages shown while it was written (Discord, Telegram),
@@ -51,6 +53,7 @@ pub mod files;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod model;
+pub mod multipart;
 pub mod ogg;
 pub mod registry;
 #[cfg(any(feature = "discord", feature = "telegram"))]

@@ -37,6 +37,7 @@ use super::waveform::waveform;
 use super::wire::{self, Snowflake};
 use crate::connector::{ConnectorError, VoiceNote};
 use crate::model::MessageId;
+use crate::multipart::{self, Part, boundary};
 
 /// The message flag of a voice message.
 pub(crate) const IS_VOICE_MESSAGE: u64 = 1 << 13;
@@ -73,36 +74,24 @@ fn payload(note: &VoiceNote, channel: u64) -> Value {
     body
 }
 
-/// A boundary that does not occur in `audio` (checked, not hoped for).
-fn boundary(audio: &[u8]) -> String {
-    let mut salt = audio.len() as u64;
-    loop {
-        let candidate = format!("troupe-voice-{salt:016x}");
-        if !audio
-            .windows(candidate.len())
-            .any(|w| w == candidate.as_bytes())
-        {
-            return candidate;
-        }
-        salt = salt.wrapping_mul(0x0100_0000_01b3).wrapping_add(1);
-    }
-}
-
 /// The `multipart/form-data` body: `payload_json`, then `files[0]`.
 fn form(boundary: &str, payload: &Value, audio: &[u8]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(audio.len() + 1024);
-    body.extend_from_slice(
-        format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"payload_json\"\r\n\
-             Content-Type: application/json\r\n\r\n{payload}\r\n\
-             --{boundary}\r\nContent-Disposition: form-data; name=\"files[0]\"; \
-             filename=\"{FILE_NAME}\"\r\nContent-Type: audio/ogg\r\n\r\n"
-        )
-        .as_bytes(),
-    );
-    body.extend_from_slice(audio);
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    body
+    let payload = payload.to_string();
+    let parts = [
+        Part {
+            name: "payload_json",
+            filename: None,
+            content_type: Some("application/json"),
+            body: payload.as_bytes(),
+        },
+        Part {
+            name: "files[0]",
+            filename: Some(FILE_NAME),
+            content_type: Some("audio/ogg"),
+            body: audio,
+        },
+    ];
+    multipart::form(boundary, &parts)
 }
 
 impl Rest {

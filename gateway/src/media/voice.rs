@@ -24,6 +24,7 @@
 
 use std::time::Duration;
 
+use troupe_connectors::multipart::{self, Part};
 use troupe_connectors::{Attachment, Inbound};
 
 use super::Sources;
@@ -183,11 +184,6 @@ async fn admit(meter: Option<&Meter>, who: Who<'_>) -> Result<(), String> {
     }
 }
 
-/// The boundary of the multipart body; random so no audio file can hold it by chance.
-fn boundary() -> String {
-    format!("troupe-voice-{:032x}", rand::random::<u128>())
-}
-
 /// The `multipart/form-data` body of a transcription request: `model`, then `file`.
 pub fn form(boundary: &str, model: &str, name: &str, mime: &str, bytes: &[u8]) -> Vec<u8> {
     // The name is the sender's: only a safe subset goes into the header.
@@ -201,18 +197,21 @@ pub fn form(boundary: &str, model: &str, name: &str, mime: &str, bytes: &[u8]) -
     } else {
         name
     };
-    let mut body = Vec::with_capacity(bytes.len() + 512);
-    body.extend_from_slice(
-        format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n{model}\r\n\
-             --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
-             Content-Type: {mime}\r\n\r\n"
-        )
-        .as_bytes(),
-    );
-    body.extend_from_slice(bytes);
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    body
+    let parts = [
+        Part {
+            name: "model",
+            filename: None,
+            content_type: None,
+            body: model.as_bytes(),
+        },
+        Part {
+            name: "file",
+            filename: Some(&name),
+            content_type: Some(mime),
+            body: bytes,
+        },
+    ];
+    multipart::form(boundary, &parts)
 }
 
 /// Asks `target`'s `/audio/transcriptions` for the transcript of the file `(name, type,
@@ -223,7 +222,7 @@ async fn transcribe(
     timeout: Duration,
     (name, mime, bytes): (&str, &str, Vec<u8>),
 ) -> Result<(String, Tokens), String> {
-    let boundary = boundary();
+    let boundary = multipart::boundary(&bytes);
     let request = provider_request(target, "/audio/transcriptions", timeout)?
         .header(
             reqwest::header::CONTENT_TYPE,
