@@ -107,57 +107,36 @@ pub fn resolve_target(persona: &Persona, env: &Env) -> Result<Target, String> {
         return Err(format!("persona `{}`: {}", persona.name, w.message()));
     }
     let model = persona.model_name();
-    let target = match vendor {
-        Vendor::OpenAi => {
-            let api_key = secret("OPENAI_API_KEY");
-            let base_url = secret("OPENAI_BASE_URL");
-            if api_key.is_none() && base_url.is_none() {
-                return Err(format!(
-                    "no model provider is configured for persona `{}`: set OPENAI_API_KEY \
-                     (or OPENAI_BASE_URL for a local OpenAI-compatible server, or \
-                     ANTHROPIC_API_KEY / OLLAMA_SERVER_URL with a matching modelProvider)",
-                    persona.name
-                ));
-            }
-            Target {
-                vendor,
-                base_url: base_url.unwrap_or_else(|| "https://api.openai.com/v1".into()),
-                api_key,
-                model: model
-                    .or_else(|| {
-                        first(&["OPENAI_LARGE_MODEL", "LARGE_OPENAI_MODEL", "OPENAI_MODEL"])
-                    })
-                    .unwrap_or_else(|| "gpt-4o-mini".into()),
-            }
-        }
-        Vendor::Anthropic => {
-            let api_key = secret("ANTHROPIC_API_KEY").ok_or_else(|| {
-                format!(
-                    "persona `{}` uses modelProvider anthropic: set ANTHROPIC_API_KEY",
-                    persona.name
-                )
-            })?;
-            Target {
-                vendor,
-                base_url: secret("ANTHROPIC_BASE_URL")
-                    .or_else(|| secret("ANTHROPIC_API_URL"))
-                    .unwrap_or_else(|| "https://api.anthropic.com/v1".into()),
-                api_key: Some(api_key),
-                model: model
-                    .or_else(|| first(&["ANTHROPIC_LARGE_MODEL", "LARGE_ANTHROPIC_MODEL"]))
-                    .unwrap_or_else(|| "claude-3-5-haiku-latest".into()),
-            }
-        }
-        Vendor::Ollama => Target {
-            vendor,
-            base_url: secret("OLLAMA_SERVER_URL")
-                .or_else(|| secret("OLLAMA_API_ENDPOINT"))
-                .unwrap_or_else(|| "http://localhost:11434".into()),
-            api_key: None,
-            model: model
-                .or_else(|| first(&["OLLAMA_LARGE_MODEL", "LARGE_OLLAMA_MODEL", "OLLAMA_MODEL"]))
-                .unwrap_or_else(|| "llama3.2".into()),
-        },
+    let Some((base_url, api_key)) = endpoint(vendor, secret) else {
+        return Err(match vendor {
+            Vendor::Anthropic => format!(
+                "persona `{}` uses modelProvider anthropic: set ANTHROPIC_API_KEY",
+                persona.name
+            ),
+            _ => format!(
+                "no model provider is configured for persona `{}`: set OPENAI_API_KEY \
+                 (or OPENAI_BASE_URL for a local OpenAI-compatible server, or \
+                 ANTHROPIC_API_KEY / OLLAMA_SERVER_URL with a matching modelProvider)",
+                persona.name
+            ),
+        });
+    };
+    let model = match vendor {
+        Vendor::OpenAi => model
+            .or_else(|| first(&["OPENAI_LARGE_MODEL", "LARGE_OPENAI_MODEL", "OPENAI_MODEL"]))
+            .unwrap_or_else(|| "gpt-4o-mini".into()),
+        Vendor::Anthropic => model
+            .or_else(|| first(&["ANTHROPIC_LARGE_MODEL", "LARGE_ANTHROPIC_MODEL"]))
+            .unwrap_or_else(|| "claude-3-5-haiku-latest".into()),
+        Vendor::Ollama => model
+            .or_else(|| first(&["OLLAMA_LARGE_MODEL", "LARGE_OLLAMA_MODEL", "OLLAMA_MODEL"]))
+            .unwrap_or_else(|| "llama3.2".into()),
+    };
+    let target = Target {
+        vendor,
+        base_url,
+        api_key,
+        model,
     };
     Ok(target)
 }
@@ -247,17 +226,14 @@ pub fn default_vision_model(vendor: Vendor) -> &'static str {
     }
 }
 
-/// `vendor`'s endpoint and key as the operator set them: the process environment only,
-/// never a character file. A file may pick a provider the operator configured, not point
-/// one somewhere else or borrow its key for its own endpoint (issue 30, finding 1).
-/// `None`: the operator did not configure it.
-fn operator_endpoint(vendor: Vendor, env: &Env) -> Option<(String, Option<String>)> {
-    let var = |k: &str| {
-        env.get(k)
-            .map(|v| v.trim())
-            .filter(|v| !v.is_empty())
-            .map(str::to_string)
-    };
+/// `vendor`'s endpoint and key as `var` gives them (the persona's secrets, or the
+/// operator's environment alone): `None` when the vendor is not configured there (OpenAI:
+/// neither a key nor a base URL; Anthropic: no key). Ollama needs no key, and its server is
+/// `OLLAMA_SERVER_URL`, else the local default.
+fn endpoint(
+    vendor: Vendor,
+    var: impl Fn(&str) -> Option<String>,
+) -> Option<(String, Option<String>)> {
     match vendor {
         Vendor::OpenAi => {
             let (base, key) = (var("OPENAI_BASE_URL"), var("OPENAI_API_KEY"));
@@ -277,11 +253,34 @@ fn operator_endpoint(vendor: Vendor, env: &Env) -> Option<(String, Option<String
                 Some(key),
             ))
         }
-        Vendor::Ollama => {
-            let base = var("OLLAMA_SERVER_URL").or_else(|| var("OLLAMA_API_ENDPOINT"))?;
-            Some((base, None))
-        }
+        Vendor::Ollama => Some((
+            var("OLLAMA_SERVER_URL")
+                .or_else(|| var("OLLAMA_API_ENDPOINT"))
+                .unwrap_or_else(|| "http://localhost:11434".into()),
+            None,
+        )),
     }
+}
+
+/// `vendor`'s endpoint and key as the operator set them: the process environment only,
+/// never a character file. A file may pick a provider the operator configured, not point
+/// one somewhere else or borrow its key for its own endpoint (issue 30, finding 1).
+/// `None`: the operator did not configure it (for Ollama, no `OLLAMA_SERVER_URL`).
+fn operator_endpoint(vendor: Vendor, env: &Env) -> Option<(String, Option<String>)> {
+    let var = |k: &str| {
+        env.get(k)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    if vendor == Vendor::Ollama
+        && var("OLLAMA_SERVER_URL")
+            .or_else(|| var("OLLAMA_API_ENDPOINT"))
+            .is_none()
+    {
+        return None;
+    }
+    endpoint(vendor, var)
 }
 
 #[cfg(test)]
