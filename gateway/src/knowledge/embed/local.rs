@@ -396,13 +396,12 @@ mod tests {
         }
     }
 
-    fn unit(v: &[f32]) -> Vec<f32> {
-        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.iter().map(|x| x / norm).collect()
-    }
-
     fn cosine(a: &[f32], b: &[f32]) -> f32 {
-        unit(a).iter().zip(unit(b)).map(|(x, y)| x * y).sum()
+        let (a, b) = (
+            super::super::normalized(a.to_vec()),
+            super::super::normalized(b.to_vec()),
+        );
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
     }
 
     /// The forward is the model: the vectors of texts of 5 to 256 tokens (the last cut at
