@@ -55,7 +55,7 @@ struct Source {
 /// Every production `.rs` file of the gateway and the connectors, stripped.
 fn production_sources() -> Vec<Source> {
     let mut out = Vec::new();
-    for krate in ["gateway", "connectors"] {
+    for krate in ["gateway", "connectors", "encoder"] {
         let src = repo().join(krate).join("src");
         let files = rust_files(&src);
         let test_only = test_only_files(&files);

@@ -1,17 +1,18 @@
 //! The in-process embedding model: a BERT sentence encoder (all-MiniLM-L6-v2,
-//! multilingual-e5-small…) run on the CPU by candle, from a sentence-transformers model
+//! multilingual-e5-small…) run on the CPU, in-process, from a sentence-transformers model
 //! directory (`config.json`, `tokenizer.json`, `model.safetensors`, optionally
 //! `sentence_bert_config.json` and `1_Pooling/config.json`).
 //!
 //! The model runs on one dedicated thread that owns it: a forward pass is hundreds of
 //! milliseconds of CPU, which must never run on an async worker. The thread loads the
 //! weights at its first job (so a persona that never searches vectors never pays the
-//! ~90 MB), then answers jobs in order; candle's matrix products use every core inside a
-//! job. It ends when the last handle is dropped.
+//! ~90 MB), then answers jobs in order; the forward uses every core inside a job (rayon's
+//! pool). It ends when the last handle is dropped.
 //!
-//! The forward pass is `bert`'s (troupe's own, on candle's tensors: packed tokens, fused
-//! q/k/v, candle-nn's fused softmax and layer norm), not candle-transformers' `BertModel`,
-//! which computes the same vectors at under half the speed (docs/benchmarks.md).
+//! The forward pass is the encoder crate's (troupe's own: packed tokens, no padding, fused
+//! q/k/v, on plain buffers with vectorised element-wise steps and gemm's products), not
+//! candle-transformers' `BertModel`, which computes the same vectors at a quarter of ONNX
+//! Runtime's speed (docs/benchmarks.md). candle reads the checkpoint.
 //!
 //! What it computes is what sentence-transformers computes for these models: WordPiece (or
 //! SentencePiece) tokens with the special tokens, cut at the model's `max_seq_length`; the
@@ -26,15 +27,15 @@ use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use tokenizers::{Tokenizer, TruncationParams};
 
-use super::bert::{self, Bert, Config};
 use super::window::Windower;
+use troupe_encoder::{self as bert, Bert, Config};
 
-/// Tokens one forward pass holds at most (its rows × its longest text). Texts are sorted by
-/// length first, so a pass pads little; a pass of short texts takes many of them, one of
-/// long texts few, so every pass's matrix products are of a similar size and short texts
-/// do not pay candle's per-operation cost a few rows at a time. 32 texts of 256 tokens (the
-/// longest MiniLM reads) is the size passes had before, when they were 32 texts whatever
-/// their length; the attention scores of such a pass are 32 × 12 heads × 256² floats.
+/// Tokens one forward pass holds at most (its rows × its longest text, which bounds its
+/// packed tokens). Texts are sorted by length first: a pass of short texts takes many of
+/// them, one of long texts few, so every pass's matrix products are of a similar size and
+/// short texts do not pay each step's fixed cost (gemm's packing, rayon's tasks) a few rows
+/// at a time. 32 texts of 256 tokens (the longest MiniLM reads): the pass's widest buffer,
+/// the feed-forward's 1,536 floats a token, is then 48 MB.
 const FORWARD_TOKENS: usize = 32 * 256;
 /// Rows of one forward pass at most, however short the texts.
 const FORWARD_ROWS: usize = 256;
@@ -294,11 +295,11 @@ impl Model {
         let ids: Vec<&[u32]> = batch.map(|e| e.get_ids()).collect();
         let lengths: Vec<usize> = ids.iter().map(|t| t.len()).collect();
         let hidden = self.bert.forward(&ids)?;
-        let pooled = match self.pooling {
-            Pooling::Cls => bert::first_rows(&hidden, &lengths)?,
-            Pooling::Mean => bert::mean_rows(&hidden, &lengths)?,
-        };
-        pooled.to_vec2::<f32>()
+        let width = self.bert.hidden();
+        Ok(match self.pooling {
+            Pooling::Cls => bert::first_rows(&hidden, width, &lengths),
+            Pooling::Mean => bert::mean_rows(&hidden, width, &lengths),
+        })
     }
 }
 

@@ -10,8 +10,6 @@
 
 mod api;
 #[cfg(feature = "local-embeddings")]
-mod bert;
-#[cfg(feature = "local-embeddings")]
 mod local;
 mod profile;
 #[cfg(feature = "local-embeddings")]

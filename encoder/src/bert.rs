@@ -1,0 +1,453 @@
+//! troupe's own forward pass of a BERT encoder (all-MiniLM-L6-v2, multilingual-e5-small…),
+//! from the weights of a sentence-transformers or Hugging Face BERT checkpoint. It owns the
+//! wiring of one pass: tokens in, last hidden states out. The arithmetic is kernels.rs's;
+//! what is read and how it is pooled is local.rs's.
+//!
+//! It exists because candle-transformers' `BertModel` computed the same model at 0.24× the
+//! speed of ONNX Runtime on short texts, and a first version of this module on candle's
+//! tensors at 0.36× (docs/benchmarks.md, "Local embeddings"). What it does differently:
+//! - **Packed tokens, no padding anywhere.** A pass is its texts' tokens, one row each
+//!   (`Σ lengths` rows, not `rows × longest`): every linear layer, GELU and layer norm runs
+//!   on real tokens only, and attention runs text by text, each on its own rows of the q/k/v
+//!   product, read in place with their strides: no mask, no spreading into a padded layout.
+//! - **One GEMM per linear layer**, over weights transposed once at load; q, k and v are one
+//!   product (a `(hidden, 3·hidden)` weight), with the 1/√d of the scores folded into q's
+//!   weight and bias. The bias and the residual are written into the output first and the
+//!   product added to them, so neither is a pass of its own.
+//! - **Four buffers a pass**, reused layer after layer, instead of a fresh tensor for every
+//!   operation.
+//!
+//! The weights' names are those of `transformers`' `BertModel`, with or without the `bert.`
+//! (or `<model_type>.`) prefix a checkpoint trained with a head carries, and LayerNorm's
+//! `weight`/`bias` or the older `gamma`/`beta`, as candle-transformers accepts. candle reads
+//! the checkpoint (its safetensors loader and `VarBuilder`); nothing of the pass is candle's.
+
+use candle_core::{Result, Tensor};
+use candle_nn::VarBuilder;
+use serde::Deserialize;
+
+use crate::kernels;
+
+/// The fields of a BERT `config.json` this forward uses.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Config {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    pub hidden_act: Activation,
+    pub max_position_embeddings: usize,
+    pub type_vocab_size: usize,
+    pub layer_norm_eps: f64,
+    #[serde(default)]
+    pub model_type: Option<String>,
+}
+
+/// The feed-forward activation, by the names `transformers` gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Activation {
+    /// The exact form, `x·Φ(x)` with erf: BERT's `gelu`.
+    #[serde(rename = "gelu")]
+    Gelu,
+    /// The tanh approximation.
+    #[serde(alias = "gelu_new", alias = "gelu_pytorch_tanh", alias = "gelu_fast")]
+    #[serde(rename = "geluapproximate")]
+    GeluTanh,
+    #[serde(rename = "relu")]
+    Relu,
+}
+
+impl Activation {
+    fn apply(self, xs: &mut [f32]) {
+        match self {
+            Activation::Gelu => kernels::gelu_erf(xs),
+            Activation::GeluTanh => kernels::gelu_tanh(xs),
+            Activation::Relu => kernels::relu(xs),
+        }
+    }
+}
+
+/// A `y = x·W + b` layer, `W` stored `(in, out)`, row-major.
+struct Linear {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl Linear {
+    /// `xs·W + b`, plus `residual` when given, into `out`.
+    fn forward(&self, out: &mut Vec<f32>, xs: &[f32], residual: Option<&[f32]>) {
+        kernels::linear(out, xs, &self.weight, &self.bias, residual)
+    }
+}
+
+struct Norm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    eps: f32,
+}
+
+impl Norm {
+    fn apply(&self, xs: &mut [f32]) {
+        kernels::layer_norm(xs, &self.weight, &self.bias, self.eps)
+    }
+}
+
+struct Layer {
+    /// q, k and v in one: `(hidden, 3·hidden)`, q's columns scaled by 1/√d.
+    qkv: Linear,
+    attention_out: Linear,
+    attention_norm: Norm,
+    intermediate: Linear,
+    output: Linear,
+    output_norm: Norm,
+}
+
+/// The encoder: embeddings, then `num_hidden_layers` layers.
+pub struct Bert {
+    /// `(vocab, hidden)`.
+    word_embeddings: Vec<f32>,
+    /// Position embeddings with token type 0's embedding added, `(positions, hidden)`:
+    /// every text troupe embeds is one segment, so the two tables are one lookup.
+    positions: Vec<f32>,
+    embeddings_norm: Norm,
+    layers: Vec<Layer>,
+    heads: usize,
+    hidden: usize,
+    activation: Activation,
+}
+
+/// The buffers of one pass besides the hidden states, reused by every layer.
+#[derive(Default)]
+struct Buffers {
+    qkv: Vec<f32>,
+    context: Vec<f32>,
+    attended: Vec<f32>,
+    inner: Vec<f32>,
+}
+
+impl Bert {
+    /// The encoder of `config` from `vb` (the checkpoint's tensors, f32).
+    pub fn load(vb: VarBuilder, config: &Config) -> Result<Bert> {
+        let vb = model_root(vb, config);
+        let h = config.hidden_size;
+        if config.num_attention_heads == 0 || !h.is_multiple_of(config.num_attention_heads) {
+            candle_core::bail!(
+                "hidden_size {h} is not a multiple of num_attention_heads {}",
+                config.num_attention_heads
+            );
+        }
+        let emb = vb.pp("embeddings");
+        let word_embeddings = emb.get((config.vocab_size, h), "word_embeddings.weight")?;
+        let position = emb.get(
+            (config.max_position_embeddings, h),
+            "position_embeddings.weight",
+        )?;
+        let types = emb.get(
+            (config.type_vocab_size.max(1), h),
+            "token_type_embeddings.weight",
+        )?;
+        let positions = position.broadcast_add(&types.narrow(0, 0, 1)?)?;
+        let eps = config.layer_norm_eps as f32;
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| load_layer(vb.pp(format!("encoder.layer.{i}")), config))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Bert {
+            word_embeddings: values(&word_embeddings)?,
+            positions: values(&positions)?,
+            embeddings_norm: load_norm(emb.pp("LayerNorm"), h, eps)?,
+            layers,
+            heads: config.num_attention_heads,
+            hidden: h,
+            activation: config.hidden_act,
+        })
+    }
+
+    /// The width of a hidden state.
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+
+    /// The last hidden states of `texts` (token ids, none empty), packed: `(Σ lengths,
+    /// hidden)` row-major, text after text in the order given, each its own tokens in order.
+    pub fn forward(&self, texts: &[&[u32]]) -> Result<Vec<f32>> {
+        let h = self.hidden;
+        let (vocab, most) = (self.word_embeddings.len() / h, self.positions.len() / h);
+        let lengths: Vec<usize> = texts.iter().map(|t| t.len()).collect();
+        if lengths.iter().any(|&n| n == 0 || n > most) {
+            candle_core::bail!("every text needs 1 to {most} tokens, got lengths {lengths:?}");
+        }
+        if let Some(id) = texts
+            .iter()
+            .flat_map(|t| t.iter())
+            .find(|&&id| id as usize >= vocab)
+        {
+            candle_core::bail!("token id {id} is outside the model's vocabulary of {vocab}");
+        }
+        let mut xs = Vec::with_capacity(lengths.iter().sum::<usize>() * h);
+        for text in texts {
+            for (at, &id) in text.iter().enumerate() {
+                let word = &self.word_embeddings[id as usize * h..][..h];
+                let position = &self.positions[at * h..][..h];
+                xs.extend(word.iter().zip(position).map(|(w, p)| w + p));
+            }
+        }
+        self.embeddings_norm.apply(&mut xs);
+        let mut buffers = Buffers::default();
+        for layer in &self.layers {
+            self.layer(layer, &mut xs, &lengths, &mut buffers);
+        }
+        Ok(xs)
+    }
+
+    /// One encoder layer: `xs` in, its output in `xs`.
+    fn layer(&self, layer: &Layer, xs: &mut Vec<f32>, lengths: &[usize], b: &mut Buffers) {
+        layer.qkv.forward(&mut b.qkv, xs, None);
+        kernels::attention(&mut b.context, &b.qkv, lengths, self.heads, self.hidden);
+        layer
+            .attention_out
+            .forward(&mut b.attended, &b.context, Some(xs));
+        layer.attention_norm.apply(&mut b.attended);
+        layer.intermediate.forward(&mut b.inner, &b.attended, None);
+        self.activation.apply(&mut b.inner);
+        layer.output.forward(xs, &b.inner, Some(&b.attended));
+        layer.output_norm.apply(xs);
+    }
+}
+
+/// A tensor's values, row-major.
+fn values(t: &Tensor) -> Result<Vec<f32>> {
+    t.flatten_all()?.to_vec1::<f32>()
+}
+
+/// `vb` at the encoder's root: the checkpoint's names with no prefix, or under `bert.` or
+/// `<model_type>.` (a checkpoint saved with a task head), whichever holds the embeddings.
+fn model_root<'a>(vb: VarBuilder<'a>, config: &Config) -> VarBuilder<'a> {
+    let probe = "embeddings.word_embeddings.weight";
+    if vb.contains_tensor(probe) {
+        return vb;
+    }
+    let prefixes = std::iter::once("bert").chain(config.model_type.as_deref());
+    for prefix in prefixes {
+        let under = vb.pp(prefix);
+        if under.contains_tensor(probe) {
+            return under;
+        }
+    }
+    // Not found: loading names the missing tensor.
+    vb
+}
+
+fn load_layer(vb: VarBuilder, config: &Config) -> Result<Layer> {
+    let h = config.hidden_size;
+    let scale = 1.0 / ((h / config.num_attention_heads) as f64).sqrt();
+    let attention = vb.pp("attention");
+    let own = attention.pp("self");
+    let (q_w, q_b) = raw_linear(own.pp("query"), h, h)?;
+    let (k_w, k_b) = raw_linear(own.pp("key"), h, h)?;
+    let (v_w, v_b) = raw_linear(own.pp("value"), h, h)?;
+    // Scores are q·k/√d: scaling q's weight and bias once here is the same product.
+    let qkv = Linear {
+        weight: values(&Tensor::cat(&[(q_w * scale)?, k_w, v_w], 0)?.t()?)?,
+        bias: values(&Tensor::cat(&[(q_b * scale)?, k_b, v_b], 0)?)?,
+    };
+    let eps = config.layer_norm_eps as f32;
+    let i = config.intermediate_size;
+    Ok(Layer {
+        qkv,
+        attention_out: load_linear(attention.pp("output.dense"), h, h)?,
+        attention_norm: load_norm(attention.pp("output.LayerNorm"), h, eps)?,
+        intermediate: load_linear(vb.pp("intermediate.dense"), h, i)?,
+        output: load_linear(vb.pp("output.dense"), i, h)?,
+        output_norm: load_norm(vb.pp("output.LayerNorm"), h, eps)?,
+    })
+}
+
+/// A checkpoint's linear layer as stored: weight `(out, in)`, bias `(out)`.
+fn raw_linear(vb: VarBuilder, inputs: usize, outputs: usize) -> Result<(Tensor, Tensor)> {
+    Ok((
+        vb.get((outputs, inputs), "weight")?,
+        vb.get(outputs, "bias")?,
+    ))
+}
+
+fn load_linear(vb: VarBuilder, inputs: usize, outputs: usize) -> Result<Linear> {
+    let (weight, bias) = raw_linear(vb, inputs, outputs)?;
+    Ok(Linear {
+        weight: values(&weight.t()?)?,
+        bias: values(&bias)?,
+    })
+}
+
+/// A LayerNorm's scale and shift, as `weight`/`bias` or the older `gamma`/`beta`.
+fn load_norm(vb: VarBuilder, size: usize, eps: f32) -> Result<Norm> {
+    let pick = |names: [&'static str; 2]| {
+        names
+            .into_iter()
+            .find(|n| vb.contains_tensor(n))
+            .unwrap_or(names[0])
+    };
+    Ok(Norm {
+        weight: values(&vb.get(size, pick(["weight", "gamma"]))?)?,
+        bias: values(&vb.get(size, pick(["bias", "beta"]))?)?,
+        eps,
+    })
+}
+
+/// The mean of each text's rows of packed `hidden` states (`width` floats a row): one
+/// vector a text.
+pub fn mean_rows(hidden: &[f32], width: usize, lengths: &[usize]) -> Vec<Vec<f32>> {
+    let mut rows = hidden.chunks_exact(width);
+    lengths
+        .iter()
+        .map(|&n| {
+            let mut mean = vec![0f32; width];
+            for row in rows.by_ref().take(n) {
+                mean.iter_mut().zip(row).for_each(|(m, x)| *m += x);
+            }
+            mean.iter_mut().for_each(|m| *m /= n.max(1) as f32);
+            mean
+        })
+        .collect()
+}
+
+/// Each text's first row of packed `hidden` states (its `[CLS]` token).
+pub fn first_rows(hidden: &[f32], width: usize, lengths: &[usize]) -> Vec<Vec<f32>> {
+    let mut at = 0;
+    lengths
+        .iter()
+        .map(|&n| {
+            let row = hidden[at * width..][..width].to_vec();
+            at += n;
+            row
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// A tiny BERT's tensors (hidden 4, 2 heads, 1 layer), named as `transformers` saves
+    /// them under `prefix`, its LayerNorms as `weight`/`bias` or the older `gamma`/`beta`.
+    fn tiny(prefix: &str, old_norms: bool) -> (std::collections::HashMap<String, Tensor>, Config) {
+        let config: Config = serde_json::from_value(serde_json::json!({
+            "vocab_size": 10, "hidden_size": 4, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "intermediate_size": 8, "hidden_act": "gelu",
+            "max_position_embeddings": 8, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
+            "model_type": "bert"
+        }))
+        .unwrap();
+        let (scale, shift) = if old_norms {
+            ("gamma", "beta")
+        } else {
+            ("weight", "bias")
+        };
+        let mut shapes: Vec<(String, Vec<usize>)> = vec![
+            ("embeddings.word_embeddings.weight".into(), vec![10, 4]),
+            ("embeddings.position_embeddings.weight".into(), vec![8, 4]),
+            ("embeddings.token_type_embeddings.weight".into(), vec![2, 4]),
+        ];
+        let layer = "encoder.layer.0";
+        for (name, out, inp) in [
+            ("attention.self.query", 4, 4),
+            ("attention.self.key", 4, 4),
+            ("attention.self.value", 4, 4),
+            ("attention.output.dense", 4, 4),
+            ("intermediate.dense", 8, 4),
+            ("output.dense", 4, 8),
+        ] {
+            shapes.push((format!("{layer}.{name}.weight"), vec![out, inp]));
+            shapes.push((format!("{layer}.{name}.bias"), vec![out]));
+        }
+        for norm in [
+            "embeddings",
+            "encoder.layer.0.attention.output",
+            "encoder.layer.0.output",
+        ] {
+            shapes.push((format!("{norm}.LayerNorm.{scale}"), vec![4]));
+            shapes.push((format!("{norm}.LayerNorm.{shift}"), vec![4]));
+        }
+        let tensors = shapes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, shape))| {
+                let n: usize = shape.iter().product();
+                // Deterministic, different for every tensor and element.
+                let values: Vec<f32> = (0..n)
+                    .map(|j| ((i * 31 + j * 7) % 13) as f32 / 13.0 - 0.4)
+                    .collect();
+                let t = Tensor::from_vec(values, shape, &Device::Cpu).unwrap();
+                (format!("{prefix}{name}"), t)
+            })
+            .collect();
+        (tensors, config)
+    }
+
+    fn run(prefix: &str, old_norms: bool) -> Vec<Vec<f32>> {
+        let (tensors, config) = tiny(prefix, old_norms);
+        let vb = VarBuilder::from_tensors(tensors, candle_core::DType::F32, &Device::Cpu);
+        let bert = Bert::load(vb, &config).expect("loads");
+        let texts: [&[u32]; 2] = [&[1, 2, 3], &[4, 5]];
+        let hidden = bert.forward(&texts).unwrap();
+        hidden.chunks(bert.hidden()).map(|r| r.to_vec()).collect()
+    }
+
+    #[test]
+    fn checkpoints_load_with_or_without_a_prefix_and_old_norm_names() {
+        let plain = run("", false);
+        assert_eq!((plain.len(), plain[0].len()), (5, 4), "one row a token");
+        assert!(plain.iter().flatten().all(|x| x.is_finite()));
+        assert_eq!(run("bert.", false), plain);
+        assert_eq!(run("", true), plain);
+        // A checkpoint missing a tensor is an error naming it, not a panic.
+        let (mut tensors, config) = tiny("", false);
+        tensors.remove("encoder.layer.0.output.dense.bias");
+        let vb = VarBuilder::from_tensors(tensors, candle_core::DType::F32, &Device::Cpu);
+        let err = Bert::load(vb, &config).err().expect("an error").to_string();
+        assert!(err.contains("output.dense.bias"), "{err}");
+    }
+
+    #[test]
+    fn bad_token_ids_and_lengths_are_errors_not_panics() {
+        let (tensors, config) = tiny("", false);
+        let vb = VarBuilder::from_tensors(tensors, candle_core::DType::F32, &Device::Cpu);
+        let bert = Bert::load(vb, &config).unwrap();
+        let err = bert.forward(&[&[1, 10]]).unwrap_err().to_string();
+        assert!(
+            err.contains("token id 10") && err.contains("vocabulary of 10"),
+            "{err}"
+        );
+        let err = bert.forward(&[&[1], &[]]).unwrap_err().to_string();
+        assert!(err.contains("1 to 8 tokens"), "{err}");
+        assert!(bert.forward(&[&[1; 9]]).is_err());
+    }
+
+    #[test]
+    fn pooling_takes_each_texts_own_rows() {
+        // Three texts of 1, 2 and 3 rows of width 2.
+        let hidden = [
+            1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0,
+        ];
+        let lengths = [1, 2, 3];
+        assert_eq!(
+            mean_rows(&hidden, 2, &lengths),
+            [vec![1.0, 2.0], vec![4.0, 5.0], vec![9.0, 10.0]]
+        );
+        assert_eq!(
+            first_rows(&hidden, 2, &lengths),
+            [vec![1.0, 2.0], vec![3.0, 4.0], vec![7.0, 8.0]]
+        );
+    }
+
+    #[test]
+    fn activations_parse_by_their_transformers_names() {
+        let act = |name: &str| serde_json::from_value::<Activation>(serde_json::json!(name));
+        assert_eq!(act("gelu").unwrap(), Activation::Gelu);
+        assert_eq!(act("gelu_new").unwrap(), Activation::GeluTanh);
+        assert_eq!(act("gelu_pytorch_tanh").unwrap(), Activation::GeluTanh);
+        assert_eq!(act("relu").unwrap(), Activation::Relu);
+        assert!(act("swish").is_err());
+    }
+}

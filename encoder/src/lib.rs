@@ -1,0 +1,12 @@
+//! The forward pass of a BERT sentence encoder (all-MiniLM-L6-v2, multilingual-e5-small…)
+//! on the CPU: token ids in, last hidden states out, and the poolings sentence-transformers
+//! applies to them. The gateway's local embedder (gateway/src/knowledge/embed/local.rs)
+//! tokenizes, batches and normalises around it.
+//!
+//! - `bert`: the model's wiring, loaded from a checkpoint's tensors;
+//! - `kernels`: its arithmetic on plain buffers (gemm's products, vectorised steps).
+
+mod bert;
+mod kernels;
+
+pub use bert::{Activation, Bert, Config, first_rows, mean_rows};
