@@ -131,6 +131,15 @@ impl Bert {
     pub fn load(vb: VarBuilder, config: &Config) -> Result<Bert> {
         let vb = model_root(vb, config);
         let h = config.hidden_size;
+        let sizes = [
+            ("vocab_size", config.vocab_size),
+            ("hidden_size", h),
+            ("intermediate_size", config.intermediate_size),
+            ("max_position_embeddings", config.max_position_embeddings),
+        ];
+        if let Some((name, _)) = sizes.iter().find(|(_, size)| *size == 0) {
+            candle_core::bail!("config.json: {name} is 0; a BERT model needs at least 1");
+        }
         if config.num_attention_heads == 0 || !h.is_multiple_of(config.num_attention_heads) {
             candle_core::bail!(
                 "hidden_size {h} is not a multiple of num_attention_heads {}",
@@ -407,6 +416,23 @@ mod tests {
         let vb = VarBuilder::from_tensors(tensors, candle_core::DType::F32, &Device::Cpu);
         let err = Bert::load(vb, &config).err().expect("an error").to_string();
         assert!(err.contains("output.dense.bias"), "{err}");
+    }
+
+    #[test]
+    fn a_config_with_a_size_of_zero_is_an_error_naming_it() {
+        type Set = fn(&mut Config);
+        let zero: [(&str, Set); 3] = [
+            ("hidden_size", |c| c.hidden_size = 0),
+            ("intermediate_size", |c| c.intermediate_size = 0),
+            ("vocab_size", |c| c.vocab_size = 0),
+        ];
+        for (field, set) in zero {
+            let (tensors, mut config) = tiny("", false);
+            set(&mut config);
+            let vb = VarBuilder::from_tensors(tensors, candle_core::DType::F32, &Device::Cpu);
+            let err = Bert::load(vb, &config).err().expect("an error").to_string();
+            assert!(err.contains(field), "{err}");
+        }
     }
 
     #[test]
