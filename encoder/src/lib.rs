@@ -4,9 +4,13 @@
 //! tokenizes, batches and normalises around it.
 //!
 //! - `bert`: the model's wiring, loaded from a checkpoint's tensors;
-//! - `kernels`: its arithmetic on plain buffers (gemm's products, vectorised steps).
+//! - `kernels`: its arithmetic on plain buffers (gemm's products, attention, the
+//!   element-wise steps), parallel over the cores;
+//! - `math`: the element-wise functions, once over `simd`'s vectors (AVX-512, AVX2, floats).
 
 mod bert;
 mod kernels;
+mod math;
+mod simd;
 
 pub use bert::{Activation, Bert, Config, first_rows, mean_rows};
