@@ -165,9 +165,9 @@ pub(crate) fn attention(
 /// Attention of one text of `n` tokens: `qkv` `(n, 3·hidden)`, `out` `(n, hidden)`.
 /// `scratch` is the task's, reused text after text.
 ///
-/// Plain loops rather than gemm: a head's products are `n × 32` by `32 × n`, too small for
-/// gemm's packing and tiles to pay (they took a fifth of a pass on short texts), and as
-/// loops over contiguous rows they vectorise with the soft-max between them.
+/// Not gemm: a head's products are `n × 32` by `32 × n`, too small for gemm's packing and
+/// tiles to pay (they took a fifth of a pass on short texts); as `axpy`s over contiguous
+/// rows (math.rs) they run in whole vectors, with the soft-max between them.
 fn text_attention(
     out: &mut [f32],
     qkv: &[f32],

@@ -26,9 +26,9 @@ use std::sync::{Arc, OnceLock, mpsc};
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use tokenizers::{Tokenizer, TruncationParams};
+use troupe_encoder::{Bert, Config, first_rows, mean_rows};
 
 use super::window::Windower;
-use troupe_encoder::{self as bert, Bert, Config};
 
 /// Tokens one forward pass holds at most (its rows × its longest text, which bounds its
 /// packed tokens). Texts are sorted by length first: a pass of short texts takes many of
@@ -297,8 +297,8 @@ impl Model {
         let hidden = self.bert.forward(&ids)?;
         let width = self.bert.hidden();
         Ok(match self.pooling {
-            Pooling::Cls => bert::first_rows(&hidden, width, &lengths),
-            Pooling::Mean => bert::mean_rows(&hidden, width, &lengths),
+            Pooling::Cls => first_rows(&hidden, width, &lengths),
+            Pooling::Mean => mean_rows(&hidden, width, &lengths),
         })
     }
 }
