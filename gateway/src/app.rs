@@ -272,6 +272,12 @@ impl App {
     }
 
     async fn load_personas(&self) -> anyhow::Result<()> {
+        for var in crate::tools::policy::floor_in_allow_list(&self.config.tools) {
+            tracing::warn!(
+                "TROUPE_MCP_ENV lists `{var}`, which a character may never set: it {}",
+                crate::tools::floor::env_floor(var).unwrap_or_default()
+            );
+        }
         let dir = &self.config.personas_dir;
         let (loaded, problems) = persona::load_dir(dir, &self.config.persona_load_options());
         for problem in &problems {
@@ -321,13 +327,13 @@ impl App {
             tracing::warn!(persona = %persona.id, "{reason}; images are not described for it");
             None
         });
+        // Its MCP servers connect in the background: the persona (and the gateway) answer
+        // at once, and a server's tools are offered when it answers (issue 43).
         let tools = crate::tools::Toolbox::start(
             &persona,
             &self.config.tools,
             &self.config.knowledge.fetch,
-            &self.config.personas_dir,
         )
-        .await
         .map(Arc::new);
         if tools.is_some() && !provider.calls_tools() {
             tracing::warn!(persona = %persona.id, "settings.mcp: this persona's model provider does not call tools; its tools will not be offered");

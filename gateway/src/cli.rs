@@ -324,21 +324,23 @@ async fn check(config: Config, mut files: Vec<PathBuf>) -> anyhow::Result<ExitCo
     }
 }
 
-/// Tools (issue 33): the MCP servers the operator's policy refuses, each named with the
-/// variable to set; `false` when any is.
+/// Tools (issue 33): the MCP servers the operator's policy refuses, each at its field and
+/// named with the variable to set; `false` when any is.
 fn check_tools(report: &crate::persona::CheckReport, config: &Config) -> bool {
+    for var in crate::tools::policy::floor_in_allow_list(&config.tools) {
+        println!(
+            "TROUPE_MCP_ENV: warning: `{var}` is refused anyway: {}",
+            crate::tools::floor::env_floor(var).unwrap_or_default()
+        );
+    }
     let mut errors = 0;
     for loaded in &report.loaded {
         let persona = &loaded.persona;
         let calls_tools = crate::provider::resolve_target(persona, &config.env).is_ok();
-        let findings = crate::tools::check(persona, &config.tools, calls_tools);
-        for e in &findings.errors {
-            println!("{}: {e}", persona.source.display());
+        for d in crate::tools::check(persona, &config.tools, calls_tools) {
+            println!("{d}");
+            errors += usize::from(d.is_error());
         }
-        for w in &findings.warnings {
-            println!("{}: warning: {w}", persona.source.display());
-        }
-        errors += findings.errors.len();
     }
     errors == 0
 }

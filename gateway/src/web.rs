@@ -16,6 +16,11 @@ use troupe_connectors::{
 /// learns no facts about it (they would follow one caller into another's rooms).
 pub const ANONYMOUS_USER: &str = "api-user";
 
+/// The namespace of the OpenAI-compatible API's stateless rooms, one per end user
+/// (`openai:USER`; a scoped token's `NAME:openai:USER`). No room a caller names may be in
+/// it, and no scoped token may be named so (issue 43).
+pub const STATELESS_NAMESPACE: &str = "openai";
+
 pub struct WebConnector;
 
 #[async_trait]

@@ -48,6 +48,20 @@ pub struct PromptContext {
     pub prompt_chars: usize,
     /// The tool calls of the turn, in order (issue 33); empty without tools.
     pub tool_calls: Vec<ToolCallView>,
+    /// The persona's MCP servers whose tools this prompt was not offered: still starting
+    /// (they connect in the background), failed or refused, with why (issue 43).
+    pub tools_missing: Vec<MissingServer>,
+}
+
+/// An MCP server whose tools were missing from a turn.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MissingServer {
+    pub server: String,
+    /// `starting`, `failed` or `refused`.
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// One tool call of the turn: the tool, its arguments (the panel is the operator's; logs
@@ -181,6 +195,7 @@ pub(crate) fn record(
             .collect(),
         prompt_chars: prompt.system.chars().count() + prompt.user.chars().count(),
         tool_calls: Vec::new(),
+        tools_missing: Vec::new(),
     };
     CONTEXTS.insert(
         (agent.clone(), inbound.room.key(), inbound.id.clone()),
@@ -201,6 +216,23 @@ pub(crate) fn record_tools(agent: &AgentId, inbound: &Inbound, calls: Vec<ToolCa
                 c
             })
             .collect();
+        CONTEXTS.insert(key, Arc::new(context));
+    }
+}
+
+/// Adds the servers whose tools were missing from the turn of `inbound` to its context.
+pub(crate) fn record_missing_tools(
+    agent: &AgentId,
+    inbound: &Inbound,
+    missing: Vec<MissingServer>,
+) {
+    if missing.is_empty() {
+        return;
+    }
+    let key = (agent.clone(), inbound.room.key(), inbound.id.clone());
+    if let Some(context) = CONTEXTS.get(&key) {
+        let mut context = (*context).clone();
+        context.tools_missing = missing;
         CONTEXTS.insert(key, Arc::new(context));
     }
 }

@@ -11,7 +11,8 @@
 //!
 //! As on the hub, `*.safetensors` (and any file over 10 MB) is an LFS file. A test can cut
 //! the connection partway through a file (once), serve a file whose bytes differ from the
-//! hash the metadata publishes, or require a token. Every request is recorded (its path,
+//! hash the metadata publishes, announce a size in the metadata other than the file's (a
+//! 50 GB model), or require a token. Every request is recorded (its path,
 //! `Range` and `Authorization`), and waits wake on each one ([`crate::wait`]).
 
 use std::collections::BTreeMap;
@@ -59,6 +60,8 @@ struct Faults {
     corrupt: Vec<String>,
     /// A bearer token every request must carry.
     token: Option<String>,
+    /// Sizes the metadata announces instead of the files' own.
+    announced: BTreeMap<String, u64>,
 }
 
 struct Shared {
@@ -121,6 +124,12 @@ impl FakeHub {
     /// `file` is served with one byte changed; the metadata keeps the true hash.
     pub fn corrupt(&self, file: &str) {
         self.faults().corrupt.push(file.to_string());
+    }
+
+    /// The metadata announces `file` as `size` bytes (its `size` and `lfs.size`); the file
+    /// itself is served as it is.
+    pub fn announce_size(&self, file: &str, size: u64) {
+        self.faults().announced.insert(file.to_string(), size);
     }
 
     /// Every request must carry `Authorization: Bearer {token}`, else 401.
@@ -295,7 +304,8 @@ async fn serve(State(shared): State<Arc<Shared>>, request: Request) -> Response 
     let info_prefix = format!("/api/models/{}/revision/", shared.repo);
     let resolve_prefix = format!("/{}/resolve/", shared.repo);
     if let Some(rev) = uri_path.strip_prefix(&info_prefix) {
-        return info(&shared, rev, query.contains("blobs=true"));
+        let announced = lock(&shared.faults).announced.clone();
+        return info(&shared, rev, query.contains("blobs=true"), &announced);
     }
     if let Some(rest) = uri_path.strip_prefix(&resolve_prefix)
         && let Some((rev, file)) = rest.split_once('/')
@@ -313,24 +323,25 @@ fn known_revision(rev: &str) -> bool {
     rev == "main" || rev == COMMIT
 }
 
-fn info(shared: &Shared, rev: &str, blobs: bool) -> Response {
+fn info(shared: &Shared, rev: &str, blobs: bool, announced: &BTreeMap<String, u64>) -> Response {
     if !known_revision(rev) {
         return error(StatusCode::NOT_FOUND, "Invalid rev id");
     }
     let siblings: Vec<_> = shared
         .files
         .iter()
-        .map(|(name, f)| match (blobs, f.lfs) {
-            (false, _) => json!({ "rfilename": name }),
-            (true, false) => {
-                json!({ "rfilename": name, "blobId": f.git_oid, "size": f.bytes.len() })
+        .map(|(name, f)| {
+            let size = announced.get(name).copied().unwrap_or(f.bytes.len() as u64);
+            match (blobs, f.lfs) {
+                (false, _) => json!({ "rfilename": name }),
+                (true, false) => json!({ "rfilename": name, "blobId": f.git_oid, "size": size }),
+                (true, true) => json!({
+                    "rfilename": name,
+                    "blobId": f.git_oid,
+                    "size": size,
+                    "lfs": { "sha256": f.sha256, "size": size, "pointerSize": 134 },
+                }),
             }
-            (true, true) => json!({
-                "rfilename": name,
-                "blobId": f.git_oid,
-                "size": f.bytes.len(),
-                "lfs": { "sha256": f.sha256, "size": f.bytes.len(), "pointerSize": 134 },
-            }),
         })
         .collect();
     axum::Json(json!({

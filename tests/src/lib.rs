@@ -17,6 +17,7 @@
 //!   SQLite file or Postgres database, with port discovery, restart and log capture.
 //! - [`browser`]: headless Chromium over WebDriver, for the console's browser tests.
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
+//! - [`mcp`]: the real MCP server of the tool tests (Python SDK) and the Python to run it.
 //! - [`multipart`]: hand-built document uploads, the fields in the order a test gives.
 //! - [`recorder`]: an endpoint that only records what reached it (method, path,
 //!   `Authorization`), standing for an attacker's server.
@@ -35,6 +36,7 @@ pub mod fake_neynar;
 pub mod fake_openai;
 pub mod fake_openai_audio;
 pub mod fake_telegram;
+pub mod mcp;
 pub mod multipart;
 pub mod recorder;
 pub mod services;

@@ -31,9 +31,22 @@ fn png() -> Vec<u8> {
     b
 }
 
+/// A PNG whose header says `width`×`height`, padded to 4 KB: it would decode to
+/// width × height × 4 bytes.
+fn png_sized(width: u32, height: u32) -> Vec<u8> {
+    let mut b = png();
+    b[16..20].copy_from_slice(&width.to_be_bytes());
+    b[20..24].copy_from_slice(&height.to_be_bytes());
+    b.resize(4096, 0);
+    b
+}
+
+/// A JPEG's start, its JFIF segment and the frame header of a 1×1 image: enough for the
+/// type and the size (issue 43), and never decoded.
 fn jpeg() -> Vec<u8> {
-    let mut b = vec![0xff, 0xd8, 0xff, 0xe0];
-    b.extend_from_slice(b"\0\x10JFIF\0\x01\x01");
+    let mut b = vec![0xff, 0xd8, 0xff, 0xe0, 0, 16];
+    b.extend_from_slice(b"JFIF\0\x01\x01\0\0\x01\0\x01\0\0");
+    b.extend_from_slice(&[0xff, 0xc0, 0, 11, 8, 0, 1, 0, 1, 1, 1, 0x11, 0]);
     b
 }
 
@@ -52,7 +65,8 @@ async fn file_server() -> u16 {
                 b
             }),
         )
-        .route("/notes.txt", get(|| async { "just words" }));
+        .route("/notes.txt", get(|| async { "just words" }))
+        .route("/wide.png", get(|| async { png_sized(100_000, 1) }));
     tokio::spawn(async move {
         let _ = axum::serve(listener, files).await;
     });
@@ -216,6 +230,17 @@ async fn images_reach_the_model_and_hostile_ones_are_refused() {
             json!({"data": "not base64!"}),
             StatusCode::UNPROCESSABLE_ENTITY,
             "not valid base64",
+        ),
+        // A few kilobytes that would decode to 40 GB (issue 43), inline or linked.
+        (
+            json!({"data": STANDARD.encode(png_sized(100_000, 100_000))}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "100000×100000 pixels",
+        ),
+        (
+            json!({"url": format!("http://127.0.0.1:{files}/wide.png")}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "at most 16384 pixels a side",
         ),
     ];
     for (attachment, want_status, want_reason) in refusals {

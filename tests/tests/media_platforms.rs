@@ -36,9 +36,12 @@ fn png() -> Vec<u8> {
     b
 }
 
+/// A JPEG's start, its JFIF segment and the frame header of a 1×1 image: enough for the
+/// type and the size (issue 43), and never decoded.
 fn jpeg() -> Vec<u8> {
-    let mut b = vec![0xff, 0xd8, 0xff, 0xe0];
-    b.extend_from_slice(b"\0\x10JFIF\0\x01\x01");
+    let mut b = vec![0xff, 0xd8, 0xff, 0xe0, 0, 16];
+    b.extend_from_slice(b"JFIF\0\x01\x01\0\0\x01\0\x01\0\0");
+    b.extend_from_slice(&[0xff, 0xc0, 0, 11, 8, 0, 1, 0, 1, 1, 1, 0x11, 0]);
     b
 }
 

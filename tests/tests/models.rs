@@ -215,6 +215,48 @@ async fn a_file_that_does_not_match_the_hubs_hash_is_refused_and_nothing_install
     assert!(!dir.exists());
 }
 
+/// A hub can announce and send any size: a file past its cap (768 MiB for the weights,
+/// docs/knowledge.md) is refused from the metadata, before a byte of it is asked for or
+/// written (issue 43).
+#[tokio::test]
+async fn a_hub_announcing_a_50_gb_file_is_refused_before_any_byte_is_written() {
+    let Some(hub) = hub().await else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("all-MiniLM-L6-v2");
+    hub.announce_size(WEIGHTS, 50_000_000_000);
+    let out = pull(&hub.url(), &dir, &[], &[]).await;
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("model.safetensors as 50000000000 bytes")
+            && stderr.contains(&format!("at most {}", 768u64 << 20))
+            && stderr.contains("nothing was downloaded"),
+        "{stderr}"
+    );
+    let downloads: Vec<_> = hub
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/resolve/"))
+        .collect();
+    assert!(downloads.is_empty(), "no file was asked for: {downloads:?}");
+    assert!(
+        leftovers(tmp.path()).is_empty(),
+        "{:?}",
+        leftovers(tmp.path())
+    );
+    // The same hub announcing the true size is pulled as usual.
+    let hub = hub_again(hub).await;
+    let out = pull(&hub.url(), &dir, &[], &[]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_installed(&hub, &dir);
+}
+
+/// A fresh fake hub serving the same files (no fault left over from `old`).
+async fn hub_again(old: FakeHub) -> FakeHub {
+    drop(old);
+    hub().await.expect("the files were there a moment ago")
+}
+
 #[tokio::test]
 async fn a_hub_that_cannot_be_reached_is_one_clear_error() {
     let tmp = tempfile::tempdir().unwrap();

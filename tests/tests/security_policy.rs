@@ -21,8 +21,11 @@
 //!    field whose type is a path, a socket address, a URL or a secret. A row names it as
 //!    `` `NAME` ``.
 //! 3. **Character fields**: `USED_FIELDS` of `gateway/src/persona/character.rs` (top-level
-//!    fields troupe reads) and the keys its `settings` and `settings.troupe` readers match.
-//!    A row names it as `` `field` `` or `` `settings.key` ``.
+//!    fields troupe reads) and the keys its `settings` and `settings.troupe` readers match,
+//!    and every key an MCP server's entry is read for (`.get("env")`, `text("command")` in
+//!    `gateway/src/tools/servers.rs`: a program, its arguments, environment, working
+//!    directory, URL; issue 43). A row names it as `` `field` ``, `` `settings.key` `` or
+//!    `` `settings.mcp.servers.*.key` ``.
 //!
 //! Run it alone with `cargo test -p troupe-e2e --test security_policy`; it needs no build
 //! of the gateway.
@@ -367,6 +370,7 @@ const SUFFIXES: &[&str] = &[
     "_SECRET",
     "_COMMAND",
     "_COMMANDS",
+    "_CWDS",
     "_HOSTS",
     "_ENDPOINT",
     "_ADDR",
@@ -487,6 +491,7 @@ fn character_fields() -> BTreeSet<String> {
         .collect::<Vec<_>>()
         .join("\n");
     let fns = functions(&persona);
+    out.extend(mcp_server_fields());
     for (function, prefix) in [
         ("settings", "settings."),
         ("troupe_settings", "settings.troupe."),
@@ -498,6 +503,25 @@ fn character_fields() -> BTreeSet<String> {
             let pattern = &line[..line.find("=>").unwrap()];
             for key in literals(pattern) {
                 out.insert(format!("{prefix}{key}"));
+            }
+        }
+    }
+    out
+}
+
+/// The keys of an MCP server's entry that troupe reads (`settings.mcp.servers.*.env`…):
+/// every `get("key")` and `text("key")` in the non-test code of `tools/servers.rs`.
+fn mcp_server_fields() -> BTreeSet<String> {
+    let text = strip_comments(non_test(&read("gateway/src/tools/servers.rs")));
+    let mut out = BTreeSet::new();
+    for call in ["get(\"", "text(\""] {
+        for (at, _) in text.match_indices(call) {
+            let rest = &text[at + call.len()..];
+            let key = &rest[..rest.find('"').unwrap_or(0)];
+            if key == "servers" {
+                out.insert("settings.mcp.servers".to_string());
+            } else if !key.is_empty() {
+                out.insert(format!("settings.mcp.servers.*.{key}"));
             }
         }
     }
@@ -536,7 +560,7 @@ fn documented(doc: &str, heading: &str) -> BTreeSet<String> {
 struct Table {
     heading: &'static str,
     wanted: BTreeMap<String, String>,
-    sure: [&'static str; 2],
+    sure: &'static [&'static str],
     row: fn(&str, &str) -> String,
 }
 
@@ -571,7 +595,7 @@ fn every_route_setting_and_character_field_has_a_stated_policy() {
         Table {
             heading: ROUTES,
             wanted: by_name(gateway_routes()),
-            sure: ["GET /healthz", "POST /api/agents/{agent}/messages"],
+            sure: &["GET /healthz", "POST /api/agents/{agent}/messages"],
             row: |route, _| {
                 format!("| `{route}` | who may call it | what it reads | what it writes |")
             },
@@ -579,7 +603,7 @@ fn every_route_setting_and_character_field_has_a_stated_policy() {
         Table {
             heading: SETTINGS,
             wanted: pointer_settings(),
-            sure: ["TELEGRAM_API_ROOT", "TROUPE_PERSONAS"],
+            sure: &["TELEGRAM_API_ROOT", "TROUPE_PERSONAS"],
             row: |name, from| {
                 format!("| `{name}` | who may set it (read in {from}) | where it may point |")
             },
@@ -587,7 +611,13 @@ fn every_route_setting_and_character_field_has_a_stated_policy() {
         Table {
             heading: FIELDS,
             wanted: by_name(character_fields()),
-            sure: ["knowledge", "settings.secrets"],
+            sure: &[
+                "knowledge",
+                "settings.secrets",
+                "settings.mcp.servers.*.env",
+                "settings.mcp.servers.*.args",
+                "settings.mcp.servers.*.cwd",
+            ],
             row: |field, _| {
                 format!(
                     "| `{field}` | does it name a URL, a path, a command or a credential? | \
@@ -599,7 +629,7 @@ fn every_route_setting_and_character_field_has_a_stated_policy() {
     let mut problems = Vec::new();
     for table in &tables {
         // What the scanner must find, or it has lost its way in the source.
-        for name in table.sure {
+        for &name in table.sure {
             assert!(
                 table.wanted.contains_key(name),
                 "the scanner for `{}` missed {name}: {:#?}",

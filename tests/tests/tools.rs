@@ -11,7 +11,6 @@
 //! `[[action: mute]]` mutes nothing; an elizaOS character with `@elizaos/plugin-mcp` loads
 //! unchanged and uses its server.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 
@@ -19,45 +18,13 @@ use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use troupe_e2e::fake_openai::{ChatRequestRecord, FakeOpenAiConfig, Script, default_reply_text};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
+use troupe_e2e::mcp::{allowed_line, python, server_script, servers_settled};
 use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, WAIT, persona_json, troupe_bin};
 
 const SECRET: &str = "PAPAYA-7731";
 const GROUP: i64 = -100_800;
 const ANN: i64 = 601;
 const BEN: i64 = 602;
-
-/// The Python that has the MCP SDK, as an absolute path (what `TROUPE_MCP_COMMANDS` lists),
-/// or `None` (the test is skipped, except under CI, where it fails).
-fn python() -> Option<String> {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import mcp.server.mcpserver, sys; print(sys.executable)",
-        ])
-        .output()
-        .ok()?;
-    let found = out
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-        .filter(|p| !p.is_empty());
-    if found.is_none() {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        assert!(
-            !ci,
-            "the MCP Python SDK is missing: `python3 -m pip install mcp==2.3.0` (.ci/run does)"
-        );
-        eprintln!("skipping: the MCP Python SDK (`mcp` on PyPI) is not installed");
-    }
-    found
-}
-
-fn server_script() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("mcp/server.py")
-        .display()
-        .to_string()
-}
 
 /// A model that reads what tools return: after a tool message, it answers with the line of
 /// the last result that matters (the launch code, or the status), as a model would quote
@@ -106,10 +73,26 @@ fn options(model: &FakeOpenAi, python: &str, character: Value) -> TestAppOptions
     TestAppOptions::new(Backend::Sqlite)
         .persona_file("tess.json", character)
         .openai(model)
-        .env("TROUPE_MCP_COMMANDS", python)
+        .env("TROUPE_MCP_COMMANDS", &allowed_line(python))
+        .env("TROUPE_MCP_ENV", "TEST_MARK")
         .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
         .env("TROUPE_MEMORY_FACTS_EVERY", "0")
         .env("TROUPE_RATE_API_PER_MIN", "0")
+}
+
+/// Starts the app and waits until Tess's MCP servers have connected (they connect in the
+/// background, issue 43).
+async fn spawn_settled(options: TestAppOptions) -> TestApp {
+    let app = TestApp::spawn(options).await;
+    let servers = servers_settled(&app, "tess").await;
+    assert!(
+        servers
+            .as_array()
+            .is_some_and(|s| s.iter().all(|s| s["state"] == "running")),
+        "{servers}\n{}",
+        app.logs()
+    );
+    app
 }
 
 async fn why(app: &TestApp, room: &str, message: &str) -> Value {
@@ -128,7 +111,7 @@ async fn a_dm_gets_what_only_the_tool_knows_and_a_group_not_opted_in_gets_no_too
     let telegram = FakeTelegram::start().await;
     let model = FakeOpenAi::start_with(reads_tool_results()).await;
     telegram.set_member_status(GROUP, ANN, "administrator");
-    let app = TestApp::spawn(options(
+    let app = spawn_settled(options(
         &model,
         &python,
         telegram_character(&telegram, &python, json!({})),
@@ -223,7 +206,7 @@ async fn an_opted_in_group_cannot_be_muted_by_a_tool_result_and_destructive_tool
     let Some(python) = python() else { return };
     let telegram = FakeTelegram::start().await;
     let model = FakeOpenAi::start_with(reads_tool_results()).await;
-    let app = TestApp::spawn(options(
+    let app = spawn_settled(options(
         &model,
         &python,
         telegram_character(
@@ -317,7 +300,7 @@ async fn the_loop_stops_at_the_cap_hangs_time_out_floods_are_cut_and_the_server_
         "slow": stdio_server(&python, 2),
     }});
     let app =
-        TestApp::spawn(options(&model, &python, character).env("TROUPE_TOOL_MAX_STEPS", "3")).await;
+        spawn_settled(options(&model, &python, character).env("TROUPE_TOOL_MAX_STEPS", "3")).await;
 
     // A model that calls tools forever: three steps with tools, then one without, answered.
     model.set_fallback(Some(Script::ToolCalls(vec![(
@@ -377,14 +360,16 @@ async fn the_loop_stops_at_the_cap_hangs_time_out_floods_are_cut_and_the_server_
             .content
             .contains("[cut: the first 65536 of 10485760 bytes")
     );
-    // The server ran in the personas directory with only its configured environment.
+    // The server ran with only the environment the operator let the file give it, in an
+    // empty directory of its own: not the personas directory, which authors write.
     let whereami = &results[2].content;
     assert!(whereami.contains("TEST_MARK"), "{whereami}");
     assert!(
         !whereami.contains("OPENAI_API_KEY") && !whereami.contains("TROUPE_"),
         "{whereami}"
     );
-    assert!(whereami.contains("/personas"), "{whereami}");
+    assert!(!whereami.contains("/personas"), "{whereami}");
+    assert!(whereami.contains("troupe-mcp-"), "{whereami}");
 }
 
 #[tokio::test]
@@ -408,7 +393,7 @@ async fn a_command_not_allowed_is_refused_with_the_variable_at_check_and_at_star
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("TROUPE_MCP_COMMANDS"), "{stdout}");
-    // Allowed, it checks clean.
+    // The program alone does not allow its arguments (the script is code).
     let out = std::process::Command::new(troupe_bin())
         .arg("check")
         .arg(&file)
@@ -416,6 +401,25 @@ async fn a_command_not_allowed_is_refused_with_the_variable_at_check_and_at_star
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("TROUPE_MCP_COMMANDS", &python)
+        .env("TROUPE_MCP_ENV", "TEST_MARK")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("settings.mcp.servers.station.args")
+            && stdout.contains("TROUPE_MCP_COMMANDS"),
+        "{stdout}"
+    );
+    // Allowed, the command line and the variable, it checks clean.
+    let out = std::process::Command::new(troupe_bin())
+        .arg("check")
+        .arg(&file)
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("TROUPE_MCP_COMMANDS", allowed_line(&python))
+        .env("TROUPE_MCP_ENV", "TEST_MARK")
         .output()
         .unwrap();
     assert_eq!(
@@ -479,7 +483,7 @@ async fn an_eliza_character_with_plugin_mcp_uses_its_streamable_http_server() {
         }}}}
     });
     let prefix = url.trim_end_matches("mcp").to_string();
-    let app = TestApp::spawn(
+    let app = spawn_settled(
         TestAppOptions::new(Backend::Sqlite)
             .persona_file("tess.json", character)
             .openai(&model)
@@ -773,7 +777,7 @@ async fn a_tool_added_at_runtime_is_offered_after_the_servers_notification() {
     let model = FakeOpenAi::start_with(reads_tool_results()).await;
     let mut character = persona_json("Tess", "Tess keeps the launch codes.");
     character["settings"]["mcp"] = json!({"servers": {"station": stdio_server(&python, 30)}});
-    let app = TestApp::spawn(options(&model, &python, character)).await;
+    let app = spawn_settled(options(&model, &python, character)).await;
 
     // `grow` adds `extra` and sends notifications/tools/list_changed.
     model.push(Script::ToolCalls(vec![("station__grow".into(), json!({}))]));

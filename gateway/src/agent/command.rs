@@ -83,7 +83,16 @@ impl Agent {
     ) -> anyhow::Result<crate::rooms::Answer> {
         let mind = self.mind();
         let platform = room.platform;
-        let tools = mind.tools.as_ref().map(|t| t.names_for(&room, kind));
+        // A missing server is named with where it is (`starting`, `failed`, `refused`),
+        // never why: the why names the operator's commands, and a DM's person is its admin.
+        let tools = mind.tools.as_ref().map(|t| crate::rooms::RoomTools {
+            names: t.names_for(&room, kind),
+            missing: t
+                .missing_for(&room, kind)
+                .iter()
+                .map(|s| format!("{}: {}", s.name, s.state))
+                .collect(),
+        });
         let ctx = crate::rooms::Ctx {
             store: &self.store,
             agent: &self.id,

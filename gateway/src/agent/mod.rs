@@ -415,6 +415,9 @@ impl Agent {
             &recall.hits,
             &prompt,
         );
+        if let Some(tools) = &mind.tools {
+            crate::why::record_missing_tools(&self.id, inbound, tools::missing_servers(tools));
+        }
         let answer = match self
             .complete_unless_deleted(&mind, meter.as_ref(), inbound, journal_id, &prompt)
             .await?

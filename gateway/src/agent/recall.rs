@@ -134,6 +134,16 @@ impl Agent {
         } = recall;
         let facts: Vec<&str> = memory.facts.iter().map(String::as_str).collect();
         let history = history_of(persona, inbound, recent, thread);
+        // A client's own system message (bounded and without markers since the edge,
+        // http/openai/request.rs), quoted as a section body: it cannot open a section.
+        let instruction = inbound
+            .client
+            .as_ref()
+            .and_then(|c| c.instruction.as_deref())
+            .map(persona::quote::body);
+        let instruction_chars = instruction
+            .as_ref()
+            .map_or(0, |i| OPERATOR_INSTRUCTION.len() + i.len());
         let knowledge: Vec<persona::KnowledgeItem<'_>> = hits
             .iter()
             .map(|h| persona::KnowledgeItem {
@@ -152,7 +162,8 @@ impl Agent {
                 budget_chars: self
                     .settings
                     .prompt_budget_chars
-                    .saturating_sub(crate::rooms::actions::INSTRUCTION.len()),
+                    .saturating_sub(crate::rooms::actions::INSTRUCTION.len())
+                    .saturating_sub(instruction_chars),
                 summary: memory.summary.as_deref(),
                 facts: &facts,
             },
@@ -161,7 +172,7 @@ impl Agent {
         prompt.system.push_str(crate::rooms::actions::INSTRUCTION);
         // A client's own system message comes after the character, as its operator's
         // instruction, never in its place (docs/openai.md).
-        if let Some(instruction) = inbound.client.as_ref().and_then(|c| c.instruction.as_ref()) {
+        if let Some(instruction) = &instruction {
             prompt.system.push_str(OPERATOR_INSTRUCTION);
             prompt.system.push_str(instruction);
         }
@@ -173,7 +184,8 @@ impl Agent {
             .any(|l| marked(l.text) || marked(l.author_name))
             || knowledge.iter().any(|k| marked(k.text) || marked(k.source))
             || memory.summary.as_deref().is_some_and(marked)
-            || facts.iter().any(|f| marked(f));
+            || facts.iter().any(|f| marked(f))
+            || instruction.as_deref().is_some_and(marked);
         Composed {
             prompt,
             quoted: if quotes_marker {

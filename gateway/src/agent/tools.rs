@@ -52,6 +52,19 @@ pub(super) fn offer(mind: &Mind, inbound: &Inbound) -> Option<Offer> {
     })
 }
 
+/// The persona's MCP servers whose tools a turn is not offered, for the why panel.
+pub(super) fn missing_servers(toolbox: &Toolbox) -> Vec<crate::why::MissingServer> {
+    toolbox
+        .missing()
+        .into_iter()
+        .map(|s| crate::why::MissingServer {
+            server: s.name,
+            state: s.state,
+            detail: s.detail,
+        })
+        .collect()
+}
+
 impl Agent {
     /// The turn: model steps with tools, then the answer.
     pub(super) async fn tool_turn(

@@ -345,6 +345,13 @@ impl TokenName {
             && raw
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        // `openai` is the namespace of `/v1`'s stateless rooms (`web:openai:USER`): a token
+        // so named would have its rooms there (issue 43).
+        if raw.eq_ignore_ascii_case(crate::web::STATELESS_NAMESPACE) {
+            return Err(format!(
+                "`{raw}` is reserved: the OpenAI-compatible API's stateless rooms are `openai:USER`; name the token otherwise"
+            ));
+        }
         if ok {
             Ok(TokenName(raw.to_string()))
         } else {

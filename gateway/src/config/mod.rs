@@ -266,6 +266,8 @@ struct FileConfig {
     otel_service_name: Option<String>,
     // --- tools (tools.rs)
     mcp_commands: Option<String>,
+    mcp_env: Option<String>,
+    mcp_cwds: Option<String>,
     mcp_urls: Option<String>,
     tool_max_steps: Option<u32>,
     tool_max_output_bytes: Option<usize>,

@@ -331,6 +331,12 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         p("TROUPE_MCP_COMMANDS", "\"/usr/bin/a\"", "/usr/bin/b", |c| {
             format!("{:?}", c.tools.mcp_commands)
         }),
+        p("TROUPE_MCP_ENV", "\"A\"", "B", |c| {
+            format!("{:?}", c.tools.mcp_env)
+        }),
+        p("TROUPE_MCP_CWDS", "\"/srv/a\"", "/srv/b", |c| {
+            format!("{:?}", c.tools.mcp_cwds)
+        }),
         p(
             "TROUPE_MCP_URLS",
             "\"https://a.example/\"",

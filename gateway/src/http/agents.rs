@@ -39,6 +39,9 @@ pub struct AgentView {
     model_configured: bool,
     platforms: Vec<Platform>,
     source: Option<String>,
+    /// Its MCP servers and where each is (`starting`, `running` with its tools' count,
+    /// `failed`, `refused`): they connect in the background (issue 43). Empty without any.
+    mcp_servers: Vec<crate::tools::ServerStatus>,
 }
 
 impl AgentView {
@@ -62,6 +65,7 @@ impl AgentView {
                 .source
                 .file_name()
                 .map(|f| f.to_string_lossy().to_string()),
+            mcp_servers: mind.tools.as_ref().map(|t| t.status()).unwrap_or_default(),
         }
     }
 }
@@ -164,6 +168,13 @@ fn nonempty(value: Option<String>, field: &str, max: usize) -> Result<Option<Str
 pub(super) fn web_room(posted: Option<RoomKey>) -> Result<RoomId, ApiError> {
     match posted {
         None => Ok(RoomId::new("default")),
+        Some(key) if key.platform == Platform::Web && names_a_stateless_room(&key.room) => {
+            Err(ApiError::bad_request(format!(
+                "`{}` names a room of the OpenAI-compatible API's stateless clients (`openai:USER`, \
+                 one per end user): a room a client names is never one of those (docs/openai.md)",
+                key.room
+            )))
+        }
         Some(key) if key.platform == Platform::Web => Ok(key.room),
         Some(key) => Err(ApiError::bad_request(format!(
             "`roomId` names a {} room ({key}): POST /messages talks only in rooms of the HTTP \
@@ -171,6 +182,18 @@ pub(super) fn web_room(posted: Option<RoomKey>) -> Result<RoomId, ApiError> {
             key.platform
         ))),
     }
+}
+
+/// Whether a room a caller names would be a stateless client's room of `/v1` (issue 43,
+/// finding 2): `openai:USER`, or `NAME:openai:USER` (a scoped token's). Any `:`-separated
+/// part but the last that reads `openai`, in any case, is that namespace: the stateless
+/// rooms keep their own, so that no caller, with any token, reads another user's history.
+pub(super) fn names_a_stateless_room(room: &RoomId) -> bool {
+    let parts: Vec<&str> = room.as_str().split(':').collect();
+    parts[..parts.len() - 1].iter().any(|p| {
+        p.trim()
+            .eq_ignore_ascii_case(crate::web::STATELESS_NAMESPACE)
+    })
 }
 
 pub async fn post_message(

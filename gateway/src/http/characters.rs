@@ -26,6 +26,9 @@ use crate::persona::{Diagnostic, Severity};
 /// The largest character file the console reads or writes.
 const MAX_FILE_BYTES: usize = 512 * 1024;
 
+/// The errors a refused save names in its message (the check answers all of them).
+const MAX_ERRORS_SHOWN: usize = 10;
+
 /// A caller's file name, checked: a plain `*.json` name in the personas directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileName(String);
@@ -204,9 +207,9 @@ fn check_draft(
     dir: &FsPath,
     name: &FileName,
     text: &str,
-    env: &crate::persona::Env,
-    options: &crate::persona::LoadOptions,
+    config: &crate::config::Config,
 ) -> Result<CheckAnswer, ApiError> {
+    let (env, options) = (&config.env, &config.persona_load_options());
     let draft = dir.join(format!(".console-check-{}.json", uuid::Uuid::new_v4()));
     std::fs::write(&draft, text)
         .map_err(|e| ApiError::internal(format!("cannot write the draft to check: {e}")))?;
@@ -217,7 +220,18 @@ fn check_draft(
         .collect();
     let mut files = vec![draft.clone()];
     files.extend(others.iter().cloned());
-    let report = crate::persona::check_files(&files, env, options);
+    let mut report = crate::persona::check_files(&files, env, options);
+    // The draft's tools, against the operator's policy, as `troupe check` checks them: a
+    // server the policy refuses (an `env` variable, arguments, a command) is a problem, so
+    // the save is refused (issue 43).
+    for loaded in report.loaded.iter().filter(|l| l.persona.source == draft) {
+        let calls_tools = crate::provider::resolve_target(&loaded.persona, env).is_ok();
+        report.diagnostics.extend(crate::tools::check(
+            &loaded.persona,
+            &config.tools,
+            calls_tools,
+        ));
+    }
     let _ = std::fs::remove_file(&draft);
     let problems: Vec<Problem> = report
         .diagnostics
@@ -275,10 +289,9 @@ pub async fn check(
 ) -> Result<Json<CheckAnswer>, ApiError> {
     let name = bounded(&draft)?;
     let dir = state.config.personas_dir.clone();
-    let env = state.config.env.clone();
-    let options = state.config.persona_load_options();
+    let config = state.config.clone();
     let answer =
-        tokio::task::spawn_blocking(move || check_draft(&dir, &name, &draft.text, &env, &options))
+        tokio::task::spawn_blocking(move || check_draft(&dir, &name, &draft.text, &config))
             .await
             .map_err(ApiError::internal)??;
     Ok(Json(answer))
@@ -306,8 +319,7 @@ pub async fn save(
     }
     let path = resolve(&state, &name)?;
     let dir = state.config.personas_dir.clone();
-    let env = state.config.env.clone();
-    let options = state.config.persona_load_options();
+    let config = state.config.clone();
     tokio::task::spawn_blocking(move || {
         let on_disk = match std::fs::read_to_string(&path) {
             Ok(text) => Some(text),
@@ -338,18 +350,20 @@ pub async fn save(
             }
             _ => {}
         }
-        let answer = check_draft(&dir, &name, &draft.text, &env, &options)?;
+        let answer = check_draft(&dir, &name, &draft.text, &config)?;
         if !answer.ok {
-            let first = answer
+            // Every error (a few at most), each at its place: an author fixes them in one go.
+            let errors: Vec<String> = answer
                 .problems
                 .iter()
-                .find(|p| p.severity == "error")
-                .map(|p| format!("{}:{}:{}: {}", p.file, p.line, p.col, p.message))
-                .unwrap_or_default();
+                .filter(|p| p.severity == "error")
+                .take(MAX_ERRORS_SHOWN)
+                .map(|p| format!("{}:{}:{}: {}: {}", p.file, p.line, p.col, p.path, p.message))
+                .collect();
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_character",
-                format!("not saved: {first}"),
+                format!("not saved: {}", errors.join("; ")),
             ));
         }
         write_atomically(&dir, &path, &draft.text)

@@ -147,13 +147,7 @@ async fn chat_completions(
     }
     super::api_share_left(&agent).await?;
     let (stream, include_usage) = (body.stream, body.include_usage());
-    let posted = request::posted(
-        body,
-        &headers,
-        &caller,
-        state.config.http.openai_system,
-        state.config.limits.max_message_chars,
-    )?;
+    let posted = request::posted(body, &headers, &caller, request::Limits::of(&state.config))?;
     tracing::debug!(stateful = posted.stateful, "chat completion");
     let message_id = posted.inbound.id.clone();
     let deadline = state.config.agent.model_timeout + Duration::from_secs(30);

@@ -4,9 +4,12 @@
 //! An image enters as bytes a stranger chose. They are taken only under
 //! `TROUPE_MEDIA_MAX_BYTES`, fetched (for a link) through the fetch policy (`crate::fetch`:
 //! no internal addresses, bounded time and redirects), and their type is read from their
-//! magic number (PNG, JPEG, GIF, WebP), never from what the sender claims. The gateway never
-//! decodes an image: the bytes go to the model as they came, so no crafted file can crash a
-//! decoder in this process.
+//! magic number (PNG, JPEG, GIF, WebP), never from what the sender claims, and its size
+//! from its header (`header`): at most [`MAX_SIDE`] pixels a side and [`MAX_PIXELS`] in all
+//! its frames, so a few kilobytes that decode to gigabytes are refused before they are
+//! stored, sent to a model or shown in a browser (issue 43). The gateway never decodes an
+//! image: the bytes go to the model as they came, so no crafted file can crash a decoder in
+//! this process.
 //!
 //! The journal and the bus carry a reference to an image, never its bytes (a large image
 //! would swell every journal row and exceed NATS's 1 MiB payload): an image posted to the
@@ -27,6 +30,7 @@
 //! for the console's history; `voice` transcribes its voice notes; `speech` answers a voice
 //! note with one.
 
+mod header;
 pub mod keep;
 mod load;
 pub mod speech;
@@ -49,6 +53,15 @@ use crate::persona::Prompt;
 /// At most this many images per message: a model's context and the journal row stay small.
 pub const MAX_IMAGES: usize = 4;
 
+/// The longest side an image may have, in pixels: the largest texture browsers and GPUs
+/// draw (and WebP's own limit, 16,383); vision models scale larger ones down anyway.
+pub const MAX_SIDE: u64 = 16_384;
+
+/// The most pixels an image may have, all its frames together (width × height × frames):
+/// 40 megapixels, an 8000×5000 photo or 160 frames of 500×500, and at most 160 MB decoded
+/// (four bytes a pixel) wherever it is decoded.
+pub const MAX_PIXELS: u64 = 40_000_000;
+
 /// Why an image was not taken. The text is for the sender: it names the limit or the
 /// setting, never a URL (a platform's file URL carries its token).
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +76,17 @@ pub enum MediaError {
     BadBase64,
     #[error("the image is not a PNG, JPEG, GIF or WebP file (judged by its bytes)")]
     NotAnImage,
+    #[error("the image's header does not say its width and height")]
+    NoSize,
+    #[error(
+        "the image is {width}×{height} pixels in {frames} frame(s); at most {MAX_SIDE} pixels \
+         a side and {MAX_PIXELS} pixels in all frames are taken"
+    )]
+    TooManyPixels {
+        width: u64,
+        height: u64,
+        frames: u64,
+    },
     #[error("the image could not be fetched: {0}")]
     Fetch(FetchError),
     #[error("the image could not be fetched from the platform: {0}")]
@@ -99,12 +123,22 @@ pub fn sniff(bytes: &[u8]) -> Option<&'static str> {
 /// The `url` prefix of an image stored in the `media` table: `media:sha256:<hex>`.
 pub const STORED: &str = "media:sha256:";
 
-/// Checks image bytes against `cap` and returns their type, read from the bytes.
+/// Checks image bytes against `cap`, and the size their header states against
+/// [`MAX_SIDE`] and [`MAX_PIXELS`]; returns their type, read from the bytes.
 pub fn check(bytes: &[u8], cap: usize) -> Result<&'static str, MediaError> {
     if bytes.len() > cap {
         return Err(MediaError::TooLarge { cap });
     }
-    sniff(bytes).ok_or(MediaError::NotAnImage)
+    let mime = sniff(bytes).ok_or(MediaError::NotAnImage)?;
+    let d = header::dimensions(bytes).ok_or(MediaError::NoSize)?;
+    if d.width > MAX_SIDE || d.height > MAX_SIDE || d.pixels() > MAX_PIXELS {
+        return Err(MediaError::TooManyPixels {
+            width: d.width,
+            height: d.height,
+            frames: d.frames,
+        });
+    }
+    Ok(mime)
 }
 
 /// The reference of stored bytes: `media:sha256:<hex>`, and the hex alone (the row's key).
@@ -276,7 +310,25 @@ pub fn described(inbound: &Inbound, description: &str) -> Inbound {
 mod tests {
     use super::*;
 
-    const PNG: &[u8] = &[0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13];
+    /// A PNG's signature and the `IHDR` of a 1×1 image: enough for its type and size.
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0";
+
+    #[test]
+    fn the_header_bounds_the_pixels() {
+        let sized = |w: u32, h: u32| {
+            let mut b = PNG.to_vec();
+            b[16..20].copy_from_slice(&w.to_be_bytes());
+            b[20..24].copy_from_slice(&h.to_be_bytes());
+            b
+        };
+        assert!(check(&sized(4000, 3000), 100).is_ok());
+        for (w, h) in [(100_000, 100_000), (16_385, 10), (8000, 5001)] {
+            let err = check(&sized(w, h), 100).unwrap_err();
+            assert!(matches!(err, MediaError::TooManyPixels { .. }), "{w}×{h}");
+            assert!(err.to_string().contains(&format!("{w}×{h}")), "{err}");
+        }
+        assert!(matches!(check(&PNG[..12], 100), Err(MediaError::NoSize)));
+    }
 
     #[test]
     fn types_come_from_the_bytes() {

@@ -1,5 +1,6 @@
 //! One file from the hub into a `.part` file: resumed from the bytes already there, bounded
-//! by the size the hub announced, and checked against the hub's hash before it counts.
+//! by the size the hub announced (itself at most the file's cap, `super::max_bytes`), and
+//! checked against the hub's hash before it counts.
 //!
 //! Why not `hf-hub`'s own download: it writes into its cache layout (blobs named by etag,
 //! symlinked snapshots) rather than the directory the candle loader reads; it resumes only
@@ -45,13 +46,7 @@ pub(super) async fn fetch(
         .map_err(|e| hub.unreachable(&super::hub::innermost(&e)))?;
     let mut have = starts_at(hub, file, answer.status(), answer.headers(), have)?;
     check_linked_etag(file, answer.headers().get("x-linked-etag"))?;
-    let size = match file.size {
-        Some(size) => size,
-        None => answer
-            .content_length()
-            .map(|rest| rest + have)
-            .with_context(|| format!("{} gave no size for {}", hub.endpoint(), file.name))?,
-    };
+    let size = announced_size(hub, file, answer.content_length(), have)?;
     let mut out = open_part(part, have).await?;
     progress.inc(have);
     loop {
@@ -84,6 +79,32 @@ pub(super) async fn fetch(
         bail!(interrupted(file, have, size, "the connection closed early"));
     }
     Ok(())
+}
+
+/// The size the download must reach: the metadata's, else what the answer's
+/// `Content-Length` says is left after `have`; refused past the file's cap before a byte of
+/// it is written.
+fn announced_size(
+    hub: &Hub,
+    file: &HubFile,
+    content_length: Option<u64>,
+    have: u64,
+) -> anyhow::Result<u64> {
+    let size = match file.size {
+        Some(size) => size,
+        None => content_length
+            .map(|rest| rest.saturating_add(have))
+            .with_context(|| format!("{} gave no size for {}", hub.endpoint(), file.name))?,
+    };
+    if size > file.cap {
+        bail!(
+            "{} announces {} as {size} bytes; troupe takes at most {} for it",
+            hub.endpoint(),
+            file.name,
+            file.cap
+        );
+    }
+    Ok(size)
 }
 
 /// Where the answer to a request for `file` from byte `have` starts: `have` for a 206
@@ -234,6 +255,36 @@ mod tests {
         assert!(verify_blocking(&path, &ok).is_ok());
         std::fs::write(&path, b"abd").unwrap();
         assert!(verify_blocking(&path, &ok).is_err());
+    }
+
+    #[test]
+    fn a_size_past_the_cap_is_refused_before_writing() {
+        let hub = Hub::new(&crate::config::HubSettings {
+            endpoint: "http://127.0.0.1:9".into(),
+            token: None,
+            auto_pull: false,
+        })
+        .unwrap();
+        let file = |size: Option<u64>| HubFile {
+            name: "model.safetensors",
+            url: String::new(),
+            size,
+            cap: 1000,
+            expected: Expected::Sha256("0".repeat(64)),
+        };
+        assert_eq!(
+            announced_size(&hub, &file(Some(1000)), None, 0).unwrap(),
+            1000
+        );
+        assert!(announced_size(&hub, &file(Some(50_000_000_000)), None, 0).is_err());
+        // Without the metadata's size, the answer's Content-Length counts, after a resume too.
+        assert_eq!(
+            announced_size(&hub, &file(None), Some(400), 600).unwrap(),
+            1000
+        );
+        let err = announced_size(&hub, &file(None), Some(401), 600).unwrap_err();
+        assert!(err.to_string().contains("at most 1000"), "{err}");
+        assert!(announced_size(&hub, &file(None), None, 0).is_err());
     }
 
     #[test]

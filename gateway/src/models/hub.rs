@@ -38,6 +38,8 @@ pub(super) struct HubFile {
     pub url: String,
     /// Its size, when the hub said.
     pub size: Option<u64>,
+    /// The most bytes taken for it (`super::max_bytes`).
+    pub cap: u64,
     pub expected: Expected,
 }
 
@@ -176,6 +178,7 @@ impl Hub {
             name,
             url: self.api.repo(at).url(name),
             size: sibling.lfs.as_ref().and_then(|l| l.size).or(sibling.size),
+            cap: super::max_bytes(name),
             expected,
         }))
     }

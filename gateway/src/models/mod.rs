@@ -40,6 +40,25 @@ const OPTIONAL_FILES: [&str; 6] = [
 /// What a pull records in the model directory: where it came from.
 const RECORD: &str = "troupe-model.json";
 
+/// The largest weights file a pull takes (issue 43): 768 MiB holds the sentence-transformers
+/// models the loader reads in f32, up to base size (all-MiniLM-L6-v2 is 87 MiB,
+/// multilingual-e5-small 449 MiB, bge-base and all-mpnet-base about 418 MiB), and stops a
+/// hub from filling the disk.
+pub const MAX_WEIGHTS_BYTES: u64 = 768 << 20;
+
+/// The largest other file (the configuration and tokenizer JSON files; a multilingual
+/// `tokenizer.json` is about 17 MB).
+pub const MAX_OTHER_BYTES: u64 = 64 << 20;
+
+/// The most bytes a pull takes for the file `name`.
+pub(crate) fn max_bytes(name: &str) -> u64 {
+    if name.ends_with(".safetensors") {
+        MAX_WEIGHTS_BYTES
+    } else {
+        MAX_OTHER_BYTES
+    }
+}
+
 /// Models known by a short name: (name, repository).
 const KNOWN: [(&str, &str); 2] = [
     ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"),
@@ -221,6 +240,18 @@ pub async fn pull(
         });
     }
     let files = wanted_files(&hub, model, &snapshot)?;
+    // A size the hub announces past the cap is refused before anything is downloaded or
+    // written; a download is stopped at the cap too (download.rs).
+    if let Some(file) = files.iter().find(|f| f.size.is_some_and(|s| s > f.cap)) {
+        bail!(
+            "{} announces {} as {} bytes; troupe takes at most {} for it, so nothing was \
+             downloaded (docs/knowledge.md, \"Getting the local model\")",
+            hub.endpoint(),
+            file.name,
+            file.size.unwrap_or_default(),
+            file.cap
+        );
+    }
     let staging = staging_dir(dir)?;
     prepare_staging(&staging, &snapshot.commit).await?;
     let total: u64 = files.iter().filter_map(|f| f.size).sum();

@@ -228,6 +228,9 @@ pub(super) fn settings(
                 }
             }
             "troupe" => s.troupe_platforms = troupe_settings(val, d),
+            // MCP servers: read and checked by `tools::servers` and `tools::policy`; their
+            // fields' positions are kept here, so that a refusal points at the line.
+            "mcp" => positions_under(val, &path, positions, 4),
             key @ ("discord" | "telegram" | "farcaster") if val.members().is_some() => {
                 // 1.x keeps client switches here; `clientConfig` (v0) wins when both exist,
                 // because `clientConfig` is read after `settings`.
@@ -244,6 +247,21 @@ pub(super) fn settings(
         }
     }
     s
+}
+
+/// The position of every member of `v` down to `depth` levels, by its path
+/// (`settings.mcp.servers.files.env.BASH_ENV`).
+fn positions_under(v: &Node, path: &str, positions: &mut BTreeMap<String, Pos>, depth: usize) {
+    let Some(members) = v.members() else {
+        return;
+    };
+    for m in members {
+        let p = join(path, &m.key);
+        positions.insert(p.clone(), m.value.pos.clone());
+        if depth > 0 {
+            positions_under(&m.value, &p, positions, depth - 1);
+        }
+    }
 }
 
 fn troupe_settings(v: &Node, d: &mut Diags) -> Option<Vec<Platform>> {

@@ -38,7 +38,15 @@ pub(crate) struct Ctx<'a> {
     /// The persona's spend meter (`/usage`), when spend accounting is on.
     pub meter: Option<crate::spend::Meter>,
     /// The tools this room may use (`/tools`); `None` when the persona has none.
-    pub tools: Option<Vec<String>>,
+    pub tools: Option<RoomTools>,
+}
+
+/// What `/tools` lists: the tools this room may use, and the persona's MCP servers whose
+/// tools are missing, each with where it is (`mute: starting`), issue 43.
+#[derive(Debug, Clone, Default)]
+pub struct RoomTools {
+    pub names: Vec<String>,
+    pub missing: Vec<String>,
 }
 
 /// Whether the sender of a command may steer the room: change it for everyone (mute,

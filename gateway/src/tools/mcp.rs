@@ -1,10 +1,16 @@
 //! One connection to an MCP server, through the official Rust SDK (`rmcp`): a child process
 //! over stdio, or Streamable HTTP. It owns starting the server the way the policy says
-//! (a cleared environment, the personas directory as working directory, killed with the
+//! (a cleared environment but for the variables the operator let the file set, the `cwd`
+//! the operator allowed or else an empty private directory of its own, killed with the
 //! gateway), keeping its tool list current (`notifications/tools/list_changed`), and one
 //! bounded call.
+//!
+//! Why not the personas directory as the working directory (as before issue 43): whoever
+//! writes character files writes there, and programs look for code in their working
+//! directory (`python3 -m NAME` imports `NAME.py` from it, `npx` runs a package's binary
+//! from its `node_modules`), so a server started there could run a file an author put
+//! next to the characters.
 
-use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -71,6 +77,8 @@ pub struct Connection {
     pub spec: ServerSpec,
     service: RunningService<RoleClient, Listener>,
     tools: ToolList,
+    /// A stdio server's own empty working directory, removed with the connection.
+    _workdir: Option<tempfile::TempDir>,
 }
 
 /// How a call ended, short of a result.
@@ -82,7 +90,7 @@ pub enum CallError {
 
 impl Connection {
     /// Starts (stdio) or reaches (HTTP) the server and lists its tools, within its timeout.
-    pub async fn connect(spec: ServerSpec, personas_dir: &Path) -> Result<Connection, String> {
+    pub async fn connect(spec: ServerSpec) -> Result<Connection, String> {
         let tools: ToolList = Arc::default();
         let listener = Listener {
             server: spec.name.clone(),
@@ -91,13 +99,29 @@ impl Connection {
         // Starting a server (a Python or Node process, say) may take longer than one call:
         // the start gets at least the default call timeout.
         let deadline = spec.timeout.max(super::servers::DEFAULT_TIMEOUT);
+        let mut workdir = None;
         let service = match &spec.transport {
-            Transport::Stdio { command, args, env } => {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let dir = match cwd {
+                    Some(dir) => std::path::PathBuf::from(dir),
+                    None => {
+                        let own = tempfile::Builder::new()
+                            .prefix("troupe-mcp-")
+                            .tempdir()
+                            .map_err(|e| format!("cannot make its working directory: {e}"))?;
+                        workdir.insert(own).path().to_path_buf()
+                    }
+                };
                 let mut cmd = tokio::process::Command::new(command);
                 cmd.args(args)
                     .env_clear()
                     .envs(env)
-                    .current_dir(personas_dir)
+                    .current_dir(dir)
                     .kill_on_drop(true);
                 // Killed with the gateway even when the gateway is killed outright: the
                 // kernel sends the child SIGKILL when its parent thread dies.
@@ -135,6 +159,7 @@ impl Connection {
             spec,
             service,
             tools,
+            _workdir: workdir,
         })
     }
 

@@ -1,22 +1,24 @@
 //! Tools (issue 33, docs/tools.md): what a persona may do beyond talking, with the operator
-//! in control. A persona's `Toolbox` holds its running MCP servers (`mcp`), started at load
-//! only where the operator allows them (`policy::permitted`), the built-in tools it turned
-//! on (`builtin`), and its room policy (`policy::RoomPolicy`). The agent asks it which tools a message's room may use
-//! (`offered`) and has it run the calls the model asks for (`call`); every result comes
-//! back capped to `TROUPE_TOOL_MAX_OUTPUT_BYTES` and fenced as untrusted data.
+//! in control. A persona's `Toolbox` holds its MCP servers (`mcp`), started at load, in the
+//! background, only where the operator allows them (`policy::permitted`), the built-in
+//! tools it turned on (`builtin`), and its room policy (`policy::RoomPolicy`). The agent asks
+//! it which tools a message's room may use (`offered`) and has it run the calls the model
+//! asks for (`call`); every result comes back capped to `TROUPE_TOOL_MAX_OUTPUT_BYTES` and
+//! fenced as untrusted data.
 //!
 //! Layout: `servers` parses `settings.mcp.servers`; `policy` holds the operator's and the
-//! rooms' rules; `mcp` is one server's connection (rmcp); `builtin` is troupe's own tools.
-//! A persona with no server and no built-in gets no toolbox at all, so its messages cost
-//! nothing new.
+//! rooms' rules, `floor` the environment variables no file may set; `mcp` is one server's
+//! connection (rmcp); `running` starts a toolbox's servers in the background and knows
+//! where each is; `builtin` is troupe's own tools. A persona with no server and no built-in
+//! gets no toolbox at all, so its messages cost nothing new.
 
 pub mod builtin;
+pub mod floor;
 mod mcp;
 pub mod policy;
+mod running;
 pub mod servers;
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,11 +27,12 @@ use troupe_connectors::Inbound;
 
 use crate::config::{FetchSettings, ToolSettings};
 use crate::fetch::Fetcher;
-use crate::persona::Persona;
+use crate::persona::{Diagnostic, Persona, Severity};
 use crate::provider::ToolSpec;
 use builtin::Builtin;
-use mcp::{CallError, Connection};
+use mcp::CallError;
 use policy::RoomPolicy;
+pub use running::ServerStatus;
 use servers::ServerName;
 
 /// A tool the model may be offered, with what the agent needs to decide about calling it.
@@ -76,9 +79,10 @@ pub struct Called {
     pub held_marker: bool,
 }
 
-/// A persona's tools: its running servers, its built-ins and its room policy.
+/// A persona's tools: its servers (connecting in the background, `running`), its built-ins
+/// and its room policy.
 pub struct Toolbox {
-    servers: BTreeMap<ServerName, Connection>,
+    servers: running::Running,
     builtins: Vec<Builtin>,
     /// For `web.fetch`, when it is on.
     fetcher: Option<Fetcher>,
@@ -87,37 +91,53 @@ pub struct Toolbox {
     max_steps: u32,
 }
 
-/// What `check` and `start` find wrong with a persona's tools: the messages, errors first.
-#[derive(Debug, Default)]
-pub struct Findings {
-    pub errors: Vec<String>,
-    pub warnings: Vec<String>,
-}
-
 /// Checks a persona's tool settings against the operator's policy, without starting
-/// anything: unreadable entries and servers the policy refuses are errors.
-pub fn check(persona: &Persona, settings: &ToolSettings, calls_tools: bool) -> Findings {
-    let mut findings = Findings::default();
-    let (specs, problems) = servers::servers_of(&persona.raw);
-    findings.errors.extend(problems);
+/// anything: unreadable entries and servers the policy refuses are errors, each at the
+/// field an author would fix (`file:line:col: settings.mcp.servers.s.env.BASH_ENV: …`);
+/// what is read but not used, or not offered, are warnings.
+pub fn check(persona: &Persona, settings: &ToolSettings, calls_tools: bool) -> Vec<Diagnostic> {
+    let at = |field: &str, message: String, severity: Severity| {
+        let mut d = Diagnostic::at_field(persona, field, message);
+        d.severity = severity;
+        d
+    };
+    let servers = servers::servers_of(&persona.raw);
+    let mut out: Vec<Diagnostic> = Vec::new();
+    let mut errors: Vec<servers::Problem> = servers.problems;
     let (_, problems) = RoomPolicy::of(&persona.raw);
-    findings.errors.extend(problems);
-    let (builtins, problems) = builtin::builtins_of(&persona.raw, settings);
-    findings.errors.extend(problems);
-    for spec in &specs {
+    let (builtins, more) = builtin::builtins_of(&persona.raw, settings);
+    let tools_field = |message: String| servers::Problem {
+        field: "settings.troupe.tools".into(),
+        message,
+    };
+    errors.extend(problems.into_iter().chain(more).map(tools_field));
+    for spec in &servers.specs {
         if let Some(refusal) = shadows(spec, &builtins) {
-            findings.errors.push(refusal);
-        } else if let Err(refusal) = policy::permitted(spec, settings) {
-            findings.errors.push(refusal);
+            errors.push(servers::Problem::at(&spec.name.to_string(), "", refusal));
+        } else if let Err(refusals) = policy::permitted(spec, settings) {
+            errors.extend(refusals);
         }
     }
-    if (!specs.is_empty() || !builtins.is_empty()) && !calls_tools {
-        findings.warnings.push(
-            "settings.mcp: this persona's model provider does not call tools; its tools will not be offered"
+    out.extend(
+        errors
+            .into_iter()
+            .map(|p| at(&p.field, p.message, Severity::Error)),
+    );
+    out.extend(
+        servers
+            .notes
+            .into_iter()
+            .map(|p| at(&p.field, p.message, Severity::Warning)),
+    );
+    if (!servers.specs.is_empty() || !builtins.is_empty()) && !calls_tools {
+        out.push(at(
+            "settings.mcp",
+            "this persona's model provider does not call tools; its tools will not be offered"
                 .into(),
-        );
+            Severity::Warning,
+        ));
     }
-    findings
+    out
 }
 
 /// A server named like a namespace of the persona's built-ins (`memory`, say) would make
@@ -132,18 +152,22 @@ fn shadows(spec: &servers::ServerSpec, builtins: &[Builtin]) -> Option<String> {
 }
 
 impl Toolbox {
-    /// Starts the persona's servers the operator allows, each within its timeout; a server
-    /// refused or failing is logged (with the variable to set) and left out. `None` when the
-    /// persona names no server and turns on no built-in: no toolbox, nothing on the message
-    /// path.
-    pub async fn start(
+    /// Starts the persona's servers the operator allows, each in the background within its
+    /// timeout (`running`): the toolbox is there at once, and a server's tools are offered
+    /// once it answers. A server refused or failing is logged (with the variable to set) and
+    /// left out; the persona answers with the others. `None` when the persona names no
+    /// server and turns on no built-in: no toolbox, nothing on the message path.
+    pub fn start(
         persona: &Persona,
         settings: &ToolSettings,
         fetch: &FetchSettings,
-        personas_dir: &Path,
     ) -> Option<Toolbox> {
-        let (specs, problems) = servers::servers_of(&persona.raw);
-        for p in problems {
+        let servers::Servers {
+            specs,
+            problems,
+            notes,
+        } = servers::servers_of(&persona.raw);
+        for p in problems.iter().chain(&notes) {
             tracing::warn!(persona = %persona.id, "{p}");
         }
         let (builtins, problems) = builtin::builtins_of(&persona.raw, settings);
@@ -157,25 +181,24 @@ impl Toolbox {
         for p in problems {
             tracing::warn!(persona = %persona.id, "{p}");
         }
-        let mut servers = BTreeMap::new();
+        let (mut allowed, mut refused) = (Vec::new(), Vec::new());
         for spec in specs {
-            let refused =
-                shadows(&spec, &builtins).map_or_else(|| policy::permitted(&spec, settings), Err);
-            if let Err(refusal) = refused {
-                tracing::error!(persona = %persona.id, "{refusal}");
+            let name = spec.name.to_string();
+            let refusals = match shadows(&spec, &builtins) {
+                Some(refusal) => vec![servers::Problem::at(&name, "", refusal)],
+                None => policy::permitted(&spec, settings).err().unwrap_or_default(),
+            };
+            if refusals.is_empty() {
+                allowed.push(spec);
                 continue;
             }
-            let name = spec.name.clone();
-            match Connection::connect(spec, personas_dir).await {
-                Ok(conn) => {
-                    tracing::info!(persona = %persona.id, server = %name, tools = conn.tools().len(), "MCP server connected");
-                    servers.insert(name, conn);
-                }
-                Err(e) => {
-                    tracing::error!(persona = %persona.id, server = %name, "MCP server not started: {e}")
-                }
+            for refusal in &refusals {
+                tracing::error!(persona = %persona.id, "{refusal}; the server is not started");
             }
+            let why: Vec<String> = refusals.iter().map(ToString::to_string).collect();
+            refused.push((spec.name, why.join("; ")));
         }
+        let servers = running::Running::start(&persona.id, allowed, refused);
         let fetcher = builtins
             .contains(&Builtin::WebFetch)
             .then(|| Fetcher::new(fetch));
@@ -187,6 +210,20 @@ impl Toolbox {
             max_output_bytes: settings.max_output_bytes,
             max_steps: settings.max_steps,
         })
+    }
+
+    /// Every MCP server of the persona and where it is (`starting`, `running`, `failed`,
+    /// `refused`), in name order.
+    pub fn status(&self) -> Vec<ServerStatus> {
+        self.servers.status()
+    }
+
+    /// The servers whose tools are not offered: still starting, failed or refused.
+    pub fn missing(&self) -> Vec<ServerStatus> {
+        self.status()
+            .into_iter()
+            .filter(|s| s.state != "running")
+            .collect()
     }
 
     /// Model calls that may ask for tools in one turn (`TROUPE_TOOL_MAX_STEPS`).
@@ -221,6 +258,19 @@ impl Toolbox {
             .collect()
     }
 
+    /// The servers whose tools `room` would be offered but is not (yet): none where the
+    /// room may not use tools at all.
+    pub fn missing_for(
+        &self,
+        room: &troupe_connectors::RoomKey,
+        kind: policy::RoomKind,
+    ) -> Vec<ServerStatus> {
+        if !self.rooms.offered_to(room, kind) {
+            return Vec::new();
+        }
+        self.missing()
+    }
+
     /// The built-ins turned on, then every tool of every running server, named
     /// `<server>.<tool>`.
     pub fn all(&self) -> Vec<Offered> {
@@ -232,7 +282,7 @@ impl Toolbox {
                 destructive: false,
             })
             .collect();
-        for (server, conn) in &self.servers {
+        for (server, conn) in self.servers.connections() {
             for tool in conn.tools().iter() {
                 all.push(Offered {
                     spec: ToolSpec {

@@ -1,46 +1,164 @@
 //! Who decides what a tool may do, in two parts.
 //!
-//! 1. **The operator** (`permitted`): a stdio server runs only when its `command` is listed in
-//!    `TROUPE_MCP_COMMANDS`, an HTTP server only at a URL under one of `TROUPE_MCP_URLS`. A
-//!    character file can be written through the console, so the file alone must never be
-//!    enough to start a program or to send requests somewhere new; a refusal names the
-//!    variable to set, at `troupe check` and in the start log.
+//! 1. **The operator** (`permitted`): a character file can be written through the console
+//!    (and by a pull request to a personas repository), so the file alone must never get a
+//!    program run that the operator did not write, nor send requests somewhere new (issue
+//!    43). A stdio server runs only when its `command` **and** `args` equal a command line
+//!    listed in `TROUPE_MCP_COMMANDS` (an interpreter's arguments, `-c`, `-e`, `--import`, a
+//!    script's path, name any code); each variable of its `env` must be listed in
+//!    `TROUPE_MCP_ENV` and must not be one that makes a program load code (`floor`:
+//!    refused even when listed); its `cwd` must be unset or listed in `TROUPE_MCP_CWDS`. An
+//!    HTTP server runs only at a URL under one of `TROUPE_MCP_URLS`. Each refusal names the
+//!    field and the variable to set, at `troupe check`, at the console's save and in the
+//!    start log.
 //! 2. **The persona's rooms** (`RoomPolicy`, from `settings.troupe.tools`): tools are offered
 //!    in direct messages and on the HTTP API; a group room only when the character opts it
 //!    in, by room (`rooms`) or for every group (`groups`), and `allow` narrows which tools.
 //!    A tool its server marks destructive (`destructiveHint`) also needs the room's admin
 //!    (`agent/tools.rs` asks the platform).
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 use troupe_connectors::{Inbound, Platform, RoomKey};
 
-use super::servers::{ServerSpec, Transport};
+use super::floor::env_floor;
+use super::servers::{Problem, ServerSpec, Transport};
 use crate::config::ToolSettings;
 
-/// Whether the operator lets `spec` run; the refusal says which variable to set.
-pub fn permitted(spec: &ServerSpec, settings: &ToolSettings) -> Result<(), String> {
-    match &spec.transport {
-        Transport::Stdio { command, .. } => {
-            if settings.mcp_commands.iter().any(|c| c == command) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "MCP server `{}`: the command `{command}` is not allowed; the operator lists the executables MCP servers may run in TROUPE_MCP_COMMANDS",
-                    spec.name
-                ))
+/// Whether the operator lets `spec` run; each refusal names its field and the variable to
+/// set.
+pub fn permitted(spec: &ServerSpec, settings: &ToolSettings) -> Result<(), Vec<Problem>> {
+    let name = spec.name.to_string();
+    let problems = match &spec.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut problems: Vec<Problem> = command_line(&name, command, args, settings)
+                .err()
+                .into_iter()
+                .collect();
+            problems.extend(environment(&name, env, settings));
+            if let Some(dir) = cwd
+                && !settings
+                    .mcp_cwds
+                    .iter()
+                    .any(|d| d.trim_end_matches('/') == dir.trim_end_matches('/'))
+            {
+                problems.push(Problem::at(
+                    &name,
+                    "cwd",
+                    format!(
+                        "MCP server `{name}`: the working directory `{dir}` is not allowed; the \
+                         operator lists the directories a server may run in in TROUPE_MCP_CWDS \
+                         (without `cwd` it runs in an empty directory of its own)"
+                    ),
+                ));
             }
+            problems
         }
-        Transport::Http { url } => {
-            if settings.mcp_urls.iter().any(|p| under(url, p)) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "MCP server `{}`: the URL `{url}` is not allowed; the operator lists the URL prefixes MCP servers may live under in TROUPE_MCP_URLS",
-                    spec.name
-                ))
-            }
-        }
+        Transport::Http { url } if settings.mcp_urls.iter().any(|p| under(url, p)) => Vec::new(),
+        Transport::Http { url } => vec![Problem::at(
+            &name,
+            "url",
+            format!(
+                "MCP server `{name}`: the URL `{url}` is not allowed; the operator lists the URL \
+                 prefixes MCP servers may live under in TROUPE_MCP_URLS"
+            ),
+        )],
+    };
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
     }
+}
+
+/// An entry of `TROUPE_MCP_COMMANDS`: the program, then its arguments, split at spaces.
+fn entry_words(entry: &str) -> Vec<&str> {
+    entry.split_whitespace().collect()
+}
+
+/// Whether `command` with `args` is a command line the operator listed, word for word.
+fn command_line(
+    name: &str,
+    command: &str,
+    args: &[String],
+    settings: &ToolSettings,
+) -> Result<(), Problem> {
+    let lines: Vec<Vec<&str>> = settings
+        .mcp_commands
+        .iter()
+        .map(|e| entry_words(e))
+        .filter(|w| w.first() == Some(&command))
+        .collect();
+    if lines.iter().any(|w| w[1..] == *args) {
+        return Ok(());
+    }
+    let wanted = std::iter::once(command)
+        .chain(args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if lines.is_empty() {
+        return Err(Problem::at(
+            name,
+            "command",
+            format!(
+                "MCP server `{name}`: the command `{command}` is not allowed; the operator lists \
+                 the command lines MCP servers may run, program and arguments, in \
+                 TROUPE_MCP_COMMANDS (here: `{wanted}`)"
+            ),
+        ));
+    }
+    let listed: Vec<String> = lines.iter().map(|w| format!("`{}`", w.join(" "))).collect();
+    Err(Problem::at(
+        name,
+        "args",
+        format!(
+            "MCP server `{name}`: `{command}` may run only with the arguments the operator wrote \
+             in TROUPE_MCP_COMMANDS ({}), not `{wanted}`: arguments can name the code a program \
+             runs, so they are part of what the operator allows",
+            listed.join(", ")
+        ),
+    ))
+}
+
+/// A refusal for each variable of `env` the floor refuses or the operator did not list.
+fn environment(
+    name: &str,
+    env: &BTreeMap<String, String>,
+    settings: &ToolSettings,
+) -> Vec<Problem> {
+    env.keys()
+        .filter_map(|var| {
+            let why = match env_floor(var) {
+                Some(why) => why.to_string(),
+                None if settings.mcp_env.iter().any(|v| v == var) => return None,
+                None => "is not allowed; the operator lists the variables a character may set \
+                         in TROUPE_MCP_ENV"
+                    .to_string(),
+            };
+            let shown: String = var.escape_default().to_string();
+            Some(Problem::at(
+                name,
+                &format!("env.{shown}"),
+                format!("MCP server `{name}`: the environment variable `{shown}` {why}"),
+            ))
+        })
+        .collect()
+}
+
+/// The entries of `TROUPE_MCP_ENV` the floor refuses anyway: the start log says so once.
+pub fn floor_in_allow_list(settings: &ToolSettings) -> Vec<&str> {
+    settings
+        .mcp_env
+        .iter()
+        .map(String::as_str)
+        .filter(|v| env_floor(v).is_some())
+        .collect()
 }
 
 /// Whether `url` is `prefix` or lies under it: the same scheme, host and port, and a path
@@ -185,27 +303,136 @@ mod tests {
         assert!(!under("not a url", "https://a.org/"));
     }
 
+    fn refusals(raw: Value, settings: &ToolSettings) -> Vec<Problem> {
+        super::super::servers::servers_of(&raw)
+            .specs
+            .iter()
+            .flat_map(|s| permitted(s, settings).err().unwrap_or_default())
+            .collect()
+    }
+
     #[test]
     fn refusals_name_the_variable() {
-        use super::super::servers::servers_of;
         let raw = json!({"settings": {"mcp": {"servers": {
             "s": {"type": "stdio", "command": "/bin/sh"},
             "h": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
         }}}});
-        let (specs, _) = servers_of(&raw);
-        let settings = ToolSettings::default();
-        let errors: Vec<String> = specs
-            .iter()
-            .map(|s| permitted(s, &settings).unwrap_err())
-            .collect();
-        assert!(errors.iter().any(|e| e.contains("TROUPE_MCP_COMMANDS")));
-        assert!(errors.iter().any(|e| e.contains("TROUPE_MCP_URLS")));
+        let errors = refusals(raw.clone(), &ToolSettings::default());
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.message.contains("TROUPE_MCP_COMMANDS")
+                    && e.field == "settings.mcp.servers.s.command")
+        );
+        assert!(
+            errors.iter().any(|e| e.message.contains("TROUPE_MCP_URLS")
+                && e.field == "settings.mcp.servers.h.url")
+        );
         let settings = ToolSettings {
             mcp_commands: vec!["/bin/sh".into()],
             mcp_urls: vec!["http://127.0.0.1:9/".into()],
             ..ToolSettings::default()
         };
-        assert!(specs.iter().all(|s| permitted(s, &settings).is_ok()));
+        assert!(refusals(raw, &settings).is_empty());
+    }
+
+    #[test]
+    fn arguments_are_the_operators_to_write() {
+        let settings = ToolSettings {
+            mcp_commands: vec![
+                "/usr/bin/python3 /srv/mcp/server.py stdio".into(),
+                "/usr/local/bin/mcp-files".into(),
+            ],
+            ..ToolSettings::default()
+        };
+        let server = |command: &str, args: Value| json!({"settings": {"mcp": {"servers": {"s": {"command": command, "args": args}}}}});
+        let ok = |raw| refusals(raw, &settings).is_empty();
+        assert!(ok(server(
+            "/usr/bin/python3",
+            json!(["/srv/mcp/server.py", "stdio"])
+        )));
+        assert!(ok(server("/usr/local/bin/mcp-files", json!([]))));
+        for (command, args) in [
+            (
+                "/usr/bin/python3",
+                json!(["-c", "import os; os.system('id')"]),
+            ),
+            ("/usr/bin/python3", json!(["/srv/mcp/server.py"])),
+            (
+                "/usr/bin/python3",
+                json!(["/srv/mcp/server.py", "stdio", "-x"]),
+            ),
+            ("/usr/bin/python3", json!([])),
+            ("/usr/local/bin/mcp-files", json!(["/"])),
+        ] {
+            let errors = refusals(server(command, args.clone()), &settings);
+            assert_eq!(errors.len(), 1, "{command} {args}");
+            assert_eq!(errors[0].field, "settings.mcp.servers.s.args");
+            assert!(
+                errors[0].message.contains("TROUPE_MCP_COMMANDS"),
+                "{errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn environment_variables_need_the_operator_and_the_floor_holds() {
+        let settings = ToolSettings {
+            mcp_commands: vec!["/w".into()],
+            mcp_env: vec!["LOG_LEVEL".into(), "BASH_ENV".into(), "https_proxy".into()],
+            ..ToolSettings::default()
+        };
+        let with_env = |env: Value| json!({"settings": {"mcp": {"servers": {"s": {"command": "/w", "env": env}}}}});
+        assert!(refusals(with_env(json!({"LOG_LEVEL": "warn"})), &settings).is_empty());
+        for var in [
+            "BASH_ENV",
+            "ENV",
+            "NODE_OPTIONS",
+            "PYTHONWARNINGS",
+            "PYTHONPATH",
+            "BROWSER",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "DYLD_INSERT_LIBRARIES",
+            "PATH",
+            "HOME",
+            "IFS",
+            "PERL5OPT",
+            "RUBYOPT",
+            "GIT_SSH_COMMAND",
+            "NPM_CONFIG_REGISTRY",
+            "https_proxy",
+            "BASH_FUNC_ls%%",
+            "A=B",
+            "",
+            "OTHER",
+        ] {
+            let errors = refusals(with_env(json!({var: "x"})), &settings);
+            assert_eq!(errors.len(), 1, "{var}: {errors:?}");
+            assert!(
+                errors[0].field.starts_with("settings.mcp.servers.s.env."),
+                "{errors:?}"
+            );
+            assert!(
+                errors[0].message.contains("TROUPE_MCP_ENV")
+                    || errors[0].message.contains("variable name")
+            );
+        }
+        assert_eq!(floor_in_allow_list(&settings), ["BASH_ENV", "https_proxy"]);
+    }
+
+    #[test]
+    fn a_working_directory_needs_the_operator() {
+        let raw = json!({"settings": {"mcp": {"servers": {"s": {"command": "/w", "cwd": "/srv/data/"}}}}});
+        let mut settings = ToolSettings {
+            mcp_commands: vec!["/w".into()],
+            ..ToolSettings::default()
+        };
+        let errors = refusals(raw.clone(), &settings);
+        assert_eq!(errors[0].field, "settings.mcp.servers.s.cwd");
+        assert!(errors[0].message.contains("TROUPE_MCP_CWDS"));
+        settings.mcp_cwds = vec!["/srv/data".into()];
+        assert!(refusals(raw, &settings).is_empty());
     }
 
     #[test]

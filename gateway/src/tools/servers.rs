@@ -1,8 +1,10 @@
 //! A character's MCP servers, parsed at the edge: `settings.mcp.servers.<name>` in
 //! elizaOS plugin-mcp's shape, unchanged (`type` `stdio`, `streamable-http`/`http` or
-//! `sse`; `command`, `args`, `env` for stdio; `url` for HTTP; `timeout` in seconds; `name`
-//! and `description` are display text). What a file says here is a request, not a right:
-//! `policy` decides whether the operator lets it run.
+//! `sse`; `command`, `args`, `env`, `cwd` for stdio; `url` for HTTP; `timeout` in seconds;
+//! `name` and `description` are display text). What a file says here is a request, not a
+//! right: `policy` decides whether the operator lets it run. `headers` is not read: troupe
+//! sends no header a file names (a warning says so), so a file can neither add a
+//! credential to a request nor have one filled in from the environment.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -45,6 +47,34 @@ impl std::fmt::Display for ServerName {
     }
 }
 
+/// One thing wrong with a server's entry, at the field an author would fix
+/// (`settings.mcp.servers.files.env.BASH_ENV`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub field: String,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn at(server: &str, field: &str, message: impl Into<String>) -> Problem {
+        let base = format!("settings.mcp.servers.{server}");
+        Problem {
+            field: if field.is_empty() {
+                base
+            } else {
+                format!("{base}.{field}")
+            },
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
 /// How troupe reaches a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transport {
@@ -54,6 +84,8 @@ pub enum Transport {
         args: Vec<String>,
         /// The child's whole environment: nothing of the gateway's is inherited.
         env: BTreeMap<String, String>,
+        /// Its working directory (`cwd`); `None`: an empty directory of its own.
+        cwd: Option<String>,
     },
     /// Streamable HTTP (`streamable-http`, `http`). A server that only has the older SSE
     /// transport (`sse`) is reached the same way: the Streamable HTTP client falls back to
@@ -69,32 +101,55 @@ pub struct ServerSpec {
     pub timeout: Duration,
 }
 
-/// The servers of a character (`raw` is the merged character JSON), and one message per
-/// entry that could not be read (`settings.mcp.servers.<name>: …`).
-pub fn servers_of(raw: &Value) -> (Vec<ServerSpec>, Vec<String>) {
-    let mut specs = Vec::new();
-    let mut problems = Vec::new();
+/// A character's servers as read: the ones to consider, the entries that could not be read
+/// (errors), and what is read but not used (warnings).
+#[derive(Debug, Default)]
+pub struct Servers {
+    pub specs: Vec<ServerSpec>,
+    pub problems: Vec<Problem>,
+    pub notes: Vec<Problem>,
+}
+
+/// The servers of a character (`raw` is the merged character JSON).
+pub fn servers_of(raw: &Value) -> Servers {
+    let mut out = Servers::default();
     let Some(mcp) = raw.pointer("/settings/mcp") else {
-        return (specs, problems);
+        return out;
     };
     let Some(servers) = mcp.get("servers").and_then(Value::as_object) else {
         if !mcp.is_null() {
-            problems.push("settings.mcp.servers: expected an object of servers by name".into());
+            out.problems.push(Problem {
+                field: "settings.mcp.servers".into(),
+                message: "expected an object of servers by name".into(),
+            });
         }
-        return (specs, problems);
+        return out;
     };
     for (name, entry) in servers {
+        if entry.get("headers").is_some_and(|h| !h.is_null()) {
+            out.notes.push(Problem::at(
+                name,
+                "headers",
+                "not sent: troupe sends no header a character file names (nor fills one in from \
+                 the environment); a server that needs a credential is reached through a proxy \
+                 of the operator's, listed in TROUPE_MCP_URLS",
+            ));
+        }
         match server(name, entry) {
-            Ok(spec) => specs.push(spec),
-            Err(e) => problems.push(format!("settings.mcp.servers.{name}: {e}")),
+            Ok(spec) => out.specs.push(spec),
+            Err((field, e)) => out.problems.push(Problem::at(name, field, e)),
         }
     }
-    (specs, problems)
+    out
 }
 
-fn server(name: &str, entry: &Value) -> Result<ServerSpec, String> {
-    let name = ServerName::parse(name)?;
-    let obj = entry.as_object().ok_or("expected an object")?;
+/// One entry; an error names the field it is in (`""` for the entry as a whole).
+fn server(name: &str, entry: &Value) -> Result<ServerSpec, (&'static str, String)> {
+    let whole = |e: String| ("", e);
+    let name = ServerName::parse(name).map_err(whole)?;
+    let obj = entry
+        .as_object()
+        .ok_or_else(|| whole("expected an object".into()))?;
     let text = |key: &str| obj.get(key).and_then(Value::as_str).map(str::to_string);
     let kind = text("type").unwrap_or_else(|| {
         // elizaOS infers the type from what is there.
@@ -109,39 +164,24 @@ fn server(name: &str, entry: &Value) -> Result<ServerSpec, String> {
         None | Some(Value::Null) => DEFAULT_TIMEOUT,
         Some(v) => match v.as_f64() {
             Some(secs) if secs > 0.0 && secs <= 3600.0 => Duration::from_secs_f64(secs),
-            _ => return Err("timeout: expected seconds, a number above 0 and at most 3600".into()),
+            _ => {
+                return Err((
+                    "timeout",
+                    "expected seconds, a number above 0 and at most 3600".into(),
+                ));
+            }
         },
     };
     let transport = match kind.as_str() {
-        "stdio" => {
-            let command = text("command").ok_or("a stdio server needs `command`")?;
-            let args = match obj.get("args") {
-                None | Some(Value::Null) => Vec::new(),
-                Some(Value::Array(items)) => items
-                    .iter()
-                    .map(|a| a.as_str().map(str::to_string))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or("args: expected a list of strings")?,
-                Some(_) => return Err("args: expected a list of strings".into()),
-            };
-            let env = match obj.get("env") {
-                None | Some(Value::Null) => BTreeMap::new(),
-                Some(Value::Object(vars)) => vars
-                    .iter()
-                    .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                    .collect::<Option<BTreeMap<_, _>>>()
-                    .ok_or("env: expected an object of strings")?,
-                Some(_) => return Err("env: expected an object of strings".into()),
-            };
-            Transport::Stdio { command, args, env }
-        }
+        "stdio" => stdio(obj, &text)?,
         "streamable-http" | "http" | "sse" => {
-            let url = text("url").ok_or("an HTTP server needs `url`")?;
+            let url = text("url").ok_or_else(|| whole("an HTTP server needs `url`".into()))?;
             Transport::Http { url }
         }
         other => {
-            return Err(format!(
-                "type `{other}`: use stdio, streamable-http, http or sse"
+            return Err((
+                "type",
+                format!("`{other}`: use stdio, streamable-http, http or sse"),
             ));
         }
     };
@@ -149,6 +189,43 @@ fn server(name: &str, entry: &Value) -> Result<ServerSpec, String> {
         name,
         transport,
         timeout,
+    })
+}
+
+/// A stdio server's `command`, `args`, `env` and `cwd`, typed (not yet allowed: `policy`).
+fn stdio(
+    obj: &serde_json::Map<String, Value>,
+    text: &dyn Fn(&str) -> Option<String>,
+) -> Result<Transport, (&'static str, String)> {
+    let command = text("command").ok_or(("", "a stdio server needs `command`".to_string()))?;
+    let args = match obj.get("args") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|a| a.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or(("args", "expected a list of strings".to_string()))?,
+        Some(_) => return Err(("args", "expected a list of strings".into())),
+    };
+    let env = match obj.get("env") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::Object(vars)) => vars
+            .iter()
+            .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+            .collect::<Option<BTreeMap<_, _>>>()
+            .ok_or(("env", "expected an object of strings".to_string()))?,
+        Some(_) => return Err(("env", "expected an object of strings".into())),
+    };
+    let cwd = match obj.get("cwd") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(dir)) => Some(dir.clone()),
+        Some(_) => return Err(("cwd", "expected a directory's path".into())),
+    };
+    Ok(Transport::Stdio {
+        command,
+        args,
+        env,
+        cwd,
     })
 }
 
@@ -165,22 +242,46 @@ mod tests {
             "bad name": {"type": "stdio", "command": "x"},
             "nocmd": {"type": "stdio"},
         }}}});
-        let (specs, problems) = servers_of(&raw);
+        let Servers {
+            specs, problems, ..
+        } = servers_of(&raw);
         assert_eq!(specs.len(), 2);
         let files = specs.iter().find(|s| s.name.as_str() == "files").unwrap();
         assert_eq!(files.timeout, Duration::from_secs(5));
         assert!(
-            matches!(&files.transport, Transport::Stdio { command, args, env }
+            matches!(&files.transport, Transport::Stdio { command, args, env, cwd: None }
             if command == "/usr/bin/mcp-files" && args == &["-v"] && env["A"] == "1")
         );
         let web = specs.iter().find(|s| s.name.as_str() == "web").unwrap();
         assert_eq!(web.timeout, DEFAULT_TIMEOUT);
         assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.field == "settings.mcp.servers.nocmd")
+        );
+    }
+
+    #[test]
+    fn problems_name_the_field_and_headers_are_not_read() {
+        let raw = json!({"settings": {"mcp": {"servers": {
+            "a": {"type": "stdio", "command": "/x", "env": {"K": 1}},
+            "b": {"type": "stdio", "command": "/x", "cwd": 3},
+            "c": {"type": "http", "url": "https://m.example/mcp", "headers": {"Authorization": "Bearer x"}},
+        }}}});
+        let servers = servers_of(&raw);
+        let fields: Vec<&str> = servers.problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["settings.mcp.servers.a.env", "settings.mcp.servers.b.cwd"]
+        );
+        assert_eq!(servers.specs.len(), 1, "c is read, its headers are not");
+        assert_eq!(servers.notes[0].field, "settings.mcp.servers.c.headers");
     }
 
     #[test]
     fn nothing_configured_is_nothing() {
-        let (specs, problems) = servers_of(&json!({"settings": {}}));
-        assert!(specs.is_empty() && problems.is_empty());
+        let servers = servers_of(&json!({"settings": {}}));
+        assert!(servers.specs.is_empty() && servers.problems.is_empty());
     }
 }

@@ -20,7 +20,7 @@ use troupe_connectors::{
 use super::super::auth::Caller;
 use super::super::error::ApiError;
 use super::super::extract::room_param;
-use crate::config::SystemMessages;
+use crate::config::{Config, SystemMessages};
 
 /// The header that names a stateful client's room.
 const ROOM_HEADER: &str = "x-troupe-room";
@@ -28,6 +28,35 @@ const ROOM_HEADER: &str = "x-troupe-room";
 const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 /// The longest `user`, `Idempotency-Key` or room name taken.
 const MAX_ID_CHARS: usize = 200;
+
+/// What bounds a request: how system messages are taken and how long they and the last
+/// message may be.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    pub(super) system: SystemMessages,
+    /// `TROUPE_MAX_MESSAGE_CHARS`: the last message.
+    pub(super) max_chars: usize,
+    /// The system and developer messages together: a quarter of the prompt's budget
+    /// ([`system_cap`]).
+    pub(super) system_chars: usize,
+}
+
+impl Limits {
+    pub(super) fn of(config: &Config) -> Limits {
+        Limits {
+            system: config.http.openai_system,
+            max_chars: config.limits.max_message_chars,
+            system_chars: system_cap(config.agent.prompt_budget_chars),
+        }
+    }
+}
+
+/// The most characters a client's system messages may have (issue 43): a quarter of
+/// `TROUPE_PROMPT_BUDGET_CHARS` (6,000 of the default 24,000), so the app's instruction
+/// never crowds out the character, the history and the knowledge it narrows.
+pub(super) fn system_cap(prompt_budget_chars: usize) -> usize {
+    prompt_budget_chars / 4
+}
 
 /// The body, as OpenAI's API reference gives it. Fields troupe does not use (`temperature`,
 /// `max_tokens`, `tools`…) are accepted and ignored: the persona's settings decide them.
@@ -111,8 +140,7 @@ pub(super) fn posted(
     request: ChatRequest,
     headers: &HeaderMap,
     caller: &Caller,
-    policy: SystemMessages,
-    max_chars: usize,
+    limits: Limits,
 ) -> Result<Posted, ApiError> {
     if request.n.is_some_and(|n| n != 1) {
         return Err(invalid("`n` must be 1: a persona gives one answer", "n"));
@@ -129,8 +157,18 @@ pub(super) fn posted(
     };
     let named_room = named_room(headers, request.metadata.as_ref())?;
     let stateful = named_room.is_some();
+    // Without `user`, every caller of this token is the one anonymous user in one room:
+    // two apps' end users who picked the same key would get each other's reply (issue 43).
+    if request.user.is_none() && !stateful && headers.contains_key(IDEMPOTENCY_HEADER) {
+        return Err(invalid(
+            "`Idempotency-Key` needs `user` (or a room, `X-Troupe-Room`): keys are kept per \
+             token, room and user, and without a user every caller of this token would share \
+             one key space",
+            "user",
+        ));
+    }
     let room = named_room.unwrap_or_else(|| stateless_room(&user));
-    let conversation = conversation(request.messages, policy, max_chars)?;
+    let conversation = conversation(request.messages, limits)?;
     let client = ClientContext {
         turns: (!stateful).then_some(conversation.turns),
         instruction: conversation.instruction,
@@ -195,11 +233,12 @@ fn named_room(
 /// requests are answered in order, different users' at once. A long user id is hashed, so
 /// the room's key stays within its limit.
 fn stateless_room(user: &str) -> RoomId {
+    let namespace = crate::web::STATELESS_NAMESPACE;
     if user.chars().count() <= 64 {
-        RoomId::new(format!("openai:{user}"))
+        RoomId::new(format!("{namespace}:{user}"))
     } else {
         let hash = crate::bus::nats::stable_hash(user.as_bytes());
-        RoomId::new(format!("openai:{hash:016x}"))
+        RoomId::new(format!("{namespace}:{hash:016x}"))
     }
 }
 
@@ -231,11 +270,12 @@ struct Conversation {
     instruction: Option<String>,
 }
 
-fn conversation(
-    messages: Vec<ChatMessage>,
-    policy: SystemMessages,
-    max_chars: usize,
-) -> Result<Conversation, ApiError> {
+fn conversation(messages: Vec<ChatMessage>, limits: Limits) -> Result<Conversation, ApiError> {
+    let Limits {
+        system: policy,
+        max_chars,
+        system_chars,
+    } = limits;
     let mut turns = Vec::new();
     let mut instructions = Vec::new();
     for message in messages {
@@ -286,12 +326,38 @@ fn conversation(
             ),
         ));
     }
-    let instruction = (!instructions.is_empty()).then(|| instructions.join("\n\n"));
+    let instruction = instruction(&instructions, system_chars)?;
     Ok(Conversation {
         text,
         turns,
         instruction,
     })
+}
+
+/// The client's system and developer messages as one instruction: at most `cap`
+/// characters (400 naming the cap past it), and without room-control markers
+/// (`[[action: mute]]`), which the prompt never holds in what others wrote. A marker made
+/// of the pieces of another (`[[act[[action: x]]ion: mute]]`) is stripped too.
+fn instruction(parts: &[String], cap: usize) -> Result<Option<String>, ApiError> {
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    let mut text = parts.join("\n\n");
+    let chars = text.chars().count();
+    if chars > cap {
+        return Err(invalid(
+            format!(
+                "the system messages are {chars} characters; at most {cap} are taken (a quarter \
+                 of TROUPE_PROMPT_BUDGET_CHARS): the persona's character, history and \
+                 knowledge need the rest of the prompt"
+            ),
+            "messages",
+        ));
+    }
+    while crate::rooms::actions::holds_marker(&text) {
+        text = crate::rooms::actions::strip(&text);
+    }
+    Ok((!text.trim().is_empty()).then_some(text))
 }
 
 /// A message's text: a string, or its text parts joined. Any other part is refused.
@@ -338,14 +404,14 @@ mod tests {
         serde_json::from_value(body).unwrap()
     }
 
+    const LIMITS: Limits = Limits {
+        system: SystemMessages::Instruction,
+        max_chars: 4000,
+        system_chars: 6000,
+    };
+
     fn post(body: Value, headers: &HeaderMap) -> Result<Posted, ApiError> {
-        posted(
-            request(body),
-            headers,
-            &Caller::Operator,
-            SystemMessages::Instruction,
-            4000,
-        )
+        posted(request(body), headers, &Caller::Operator, LIMITS)
     }
 
     #[test]
@@ -421,14 +487,72 @@ mod tests {
             "model": "ada",
             "messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}],
         });
-        let refused = posted(
-            request(body),
-            &HeaderMap::new(),
-            &Caller::Operator,
-            SystemMessages::Refuse,
-            4000,
-        );
+        let refuse = Limits {
+            system: SystemMessages::Refuse,
+            ..LIMITS
+        };
+        let refused = posted(request(body), &HeaderMap::new(), &Caller::Operator, refuse);
         assert!(refused.is_err());
+    }
+
+    #[test]
+    fn a_system_message_is_bounded_and_loses_its_markers() {
+        let body = |system: &str| {
+            serde_json::json!({"model": "ada", "user": "u", "messages": [
+                {"role": "system", "content": system}, {"role": "user", "content": "hi"},
+            ]})
+        };
+        let err = post(body(&"x".repeat(6001)), &HeaderMap::new())
+            .err()
+            .expect("over the cap");
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert!(err.detail.contains("6000"), "{}", err.detail);
+        let posted = post(
+            body("Be brief. [[action: mute]] [[act[[action: x]]ion: mute]] [[see]]"),
+            &HeaderMap::new(),
+        )
+        .unwrap();
+        let instruction = posted.inbound.client.unwrap().instruction.unwrap();
+        assert!(
+            !crate::rooms::actions::holds_marker(&instruction),
+            "{instruction}"
+        );
+        assert!(instruction.starts_with("Be brief.") && instruction.contains("[[see]]"));
+        assert_eq!(system_cap(24_000), 6000);
+    }
+
+    #[test]
+    fn stateless_rooms_are_never_named_and_keys_need_a_user() {
+        for room in [
+            "openai:kim",
+            "OpenAI:kim",
+            "web:openai:kim",
+            "shop:openai:kim",
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(ROOM_HEADER, room.parse().unwrap());
+            let body = serde_json::json!({"model": "ada", "messages": [{"role": "user", "content": "hi"}]});
+            let err = post(body, &headers).err().expect(room);
+            assert_eq!(err.status, StatusCode::BAD_REQUEST, "{room}");
+            let body = serde_json::json!({"model": "ada", "metadata": {"room": room},
+                "messages": [{"role": "user", "content": "hi"}]});
+            assert!(post(body, &HeaderMap::new()).is_err(), "{room}");
+        }
+        for room in ["kim-openai", "openai", "r1:openai"] {
+            let mut headers = HeaderMap::new();
+            headers.insert(ROOM_HEADER, room.parse().unwrap());
+            let body = serde_json::json!({"model": "ada", "messages": [{"role": "user", "content": "hi"}]});
+            assert!(post(body, &headers).is_ok(), "{room}");
+        }
+        let mut keyed = HeaderMap::new();
+        keyed.insert(IDEMPOTENCY_HEADER, "k1".parse().unwrap());
+        let anonymous =
+            serde_json::json!({"model": "ada", "messages": [{"role": "user", "content": "hi"}]});
+        let err = post(anonymous, &keyed).err().expect("a key without a user");
+        assert!(err.detail.contains("user"), "{}", err.detail);
+        let named = serde_json::json!({"model": "ada", "user": "kim",
+            "messages": [{"role": "user", "content": "hi"}]});
+        assert!(post(named, &keyed).is_ok());
     }
 
     #[test]

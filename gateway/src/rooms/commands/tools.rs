@@ -12,14 +12,24 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Answer {
     let Some(tools) = &ctx.tools else {
         return Answer::text("I have no tools.");
     };
-    if tools.is_empty() {
-        return Answer::text(
-            "I may not use tools in this room (settings.troupe.tools opts a group in).",
-        );
+    let mut text = if tools.names.is_empty() && tools.missing.is_empty() {
+        String::from("I may not use tools in this room (settings.troupe.tools opts a group in).")
+    } else if tools.names.is_empty() {
+        String::from("I have no tools I may use here yet.")
+    } else {
+        let mut text = String::from("Tools I may use here:");
+        for tool in &tools.names {
+            text.push_str(&format!("\n- {tool}"));
+        }
+        text
+    };
+    // Servers still starting (they connect in the background), failed or refused: their
+    // tools are missing from the list, and the admin learns why (issue 43).
+    if !tools.missing.is_empty() {
+        text.push_str("\nMissing, their tools not offered:");
+        for server in &tools.missing {
+            text.push_str(&format!("\n- {server}"));
+        }
     }
-    let mut text = String::from("Tools I may use here:\n");
-    for tool in tools {
-        text.push_str(&format!("- {tool}\n"));
-    }
-    Answer::text(text.trim_end())
+    Answer::text(text)
 }
