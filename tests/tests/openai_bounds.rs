@@ -180,7 +180,10 @@ async fn a_system_message_is_capped_quoted_and_stripped_of_markers() {
     assert!(section.contains("Answer in French."), "{section}");
     assert!(section.contains("\n\\# System\n"), "quoted: {section}");
     assert!(!prompt.contains("\n# System\n"), "{prompt}");
-    assert!(!prompt.contains("[[action"), "{prompt}");
+    assert!(
+        !section.contains("[["),
+        "no marker, nor a piece of one: {section}"
+    );
     assert!(
         prompt.find("You are Ada").unwrap() < at,
         "the character first"
@@ -200,9 +203,19 @@ async fn an_idempotency_key_needs_a_user() {
     assert_eq!(status, 200, "{first}");
     let (_, again) = complete(&app, TOKEN, &key, said(Some("kim"), "hello")).await;
     assert_eq!(first["id"], again["id"]);
+    assert_eq!(
+        model.request_count(),
+        1,
+        "the retry is answered from the journal"
+    );
     // Another user with the same key gets their own answer, not kim's.
-    let (_, other) = complete(&app, TOKEN, &key, said(Some("lee"), "hello")).await;
-    assert_ne!(other["id"], first["id"]);
+    let (status, other) = complete(&app, TOKEN, &key, said(Some("lee"), "hello")).await;
+    assert_eq!(status, 200, "{other}");
+    assert_eq!(
+        model.request_count(),
+        2,
+        "lee's message is his own: {other}"
+    );
     let room = [("Idempotency-Key", "k-2"), ("X-Troupe-Room", "r1")];
     let (status, body) = complete(&app, TOKEN, &room, said(None, "hello")).await;
     assert_eq!(status, 200, "{body}");

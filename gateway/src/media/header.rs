@@ -93,8 +93,8 @@ fn png(b: &[u8]) -> Option<Dimensions> {
     let (width, height) = (be32(b, 16)?, be32(b, 20)?);
     let mut frames = 1;
     let mut at = 8usize;
-    while let Some(len) = be32(b, at) {
-        let kind = b.get(at + 4..at + 8)?;
+    // A file cut short (or padded) past `IHDR` still states its size.
+    while let (Some(len), Some(kind)) = (be32(b, at), b.get(at + 4..at + 8)) {
         if kind == b"IDAT" || kind == b"IEND" {
             break;
         }
@@ -116,33 +116,37 @@ fn png(b: &[u8]) -> Option<Dimensions> {
 
 /// The logical screen, every image descriptor (the frames), skipping data by its lengths.
 fn gif(b: &[u8]) -> Option<Dimensions> {
-    let (mut width, mut height) = (le16(b, 6)?, le16(b, 8)?);
-    let packed = *b.get(10)?;
-    let mut at = 13 + color_table(packed);
-    let mut frames = 0u64;
+    let mut d = Dimensions {
+        width: le16(b, 6)?,
+        height: le16(b, 8)?,
+        frames: 0,
+    };
+    let mut at = 13 + color_table(*b.get(10)?);
     // A file cut short, or with bytes after its last block, still shows the frames before.
-    while let Some(&block) = b.get(at) {
-        match block {
-            0x2c => {
-                let (left, top) = (le16(b, at + 1)?, le16(b, at + 3)?);
-                let (w, h) = (le16(b, at + 5)?, le16(b, at + 7)?);
-                width = width.max(left + w);
-                height = height.max(top + h);
-                frames += 1;
-                // Descriptor, local color table, LZW minimum code size, then the data.
-                at += 10 + color_table(*b.get(at + 9)?) + 1;
-                at = skip_sub_blocks(b, at)?;
-            }
-            // An extension: its label, then sub-blocks.
-            0x21 => at = skip_sub_blocks(b, at + 2)?,
-            _ => break,
-        }
+    while let Some(next) = gif_block(b, at, &mut d) {
+        at = next;
     }
-    Some(Dimensions {
-        width,
-        height,
-        frames: frames.max(1),
-    })
+    d.frames = d.frames.max(1);
+    Some(d)
+}
+
+/// Reads the block at `at` into `d` (an image descriptor grows the canvas to hold it and
+/// counts a frame); where the next block starts, or `None` at the end or where it is cut.
+fn gif_block(b: &[u8], at: usize, d: &mut Dimensions) -> Option<usize> {
+    match *b.get(at)? {
+        0x2c => {
+            let (left, top) = (le16(b, at + 1)?, le16(b, at + 3)?);
+            let (w, h) = (le16(b, at + 5)?, le16(b, at + 7)?);
+            d.width = d.width.max(left + w);
+            d.height = d.height.max(top + h);
+            d.frames += 1;
+            // Descriptor, local color table, LZW minimum code size, then the data.
+            skip_sub_blocks(b, at + 10 + color_table(*b.get(at + 9)?) + 1)
+        }
+        // An extension: its label, then sub-blocks.
+        0x21 => skip_sub_blocks(b, at + 2),
+        _ => None,
+    }
 }
 
 /// The bytes of a GIF color table a packed field announces.
@@ -283,6 +287,9 @@ mod tests {
         let huge = png_of(100_000, 100_000, &[]);
         assert_eq!(dimensions(&huge).unwrap().pixels(), 10_000_000_000);
         assert_eq!(dimensions(&still[..20]), None, "cut inside IHDR");
+        let mut padded = png_of(3, 2, &[]);
+        padded.resize(4099, 0);
+        assert_eq!(dimensions(&padded).map(|d| d.pixels()), Some(6));
     }
 
     fn gif_of(screen: (u16, u16), frames: &[(u16, u16)]) -> Vec<u8> {
@@ -311,6 +318,9 @@ mod tests {
         assert_eq!((d.width, d.height, d.frames), (100, 50, 3));
         let d = dimensions(&gif_of((1, 1), &[(60_000, 60_000)])).unwrap();
         assert_eq!((d.width, d.height), (60_000, 60_000));
+        let whole = gif_of((10, 10), &[(10, 10), (10, 10)]);
+        let cut = dimensions(&whole[..whole.len() - 5]).unwrap();
+        assert_eq!(cut.frames, 2, "the frames before the cut count");
     }
 
     #[test]

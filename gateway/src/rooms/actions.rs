@@ -135,6 +135,39 @@ pub(crate) fn strip(reply: &str) -> String {
     split(reply).0.trim().to_string()
 }
 
+/// `text` with every marker removed, for text that is quoted into a prompt whole (a
+/// client's system message, issue 43): also a marker inside brackets that are not one
+/// (`[[x[[action: mute]]`), which [`strip`] keeps as written, and one that removing another
+/// makes (`[[act[[action: x]]ion: mute]]`). What is left holds no `[[action…]]`.
+pub(crate) fn strip_every(text: &str) -> String {
+    let mut out = text.to_string();
+    while let Some(range) = first_marker(&out) {
+        out.replace_range(range, "");
+    }
+    out
+}
+
+/// The first `[[action: …]]` in `text`, looking from every `[[` (nested ones too).
+fn first_marker(text: &str) -> Option<std::ops::Range<usize>> {
+    let mut from = 0;
+    while let Some(i) = text[from..].find("[[") {
+        let start = from + i;
+        if let Some(len) = text[start + 2..].find("]]") {
+            let inner = text[start + 2..start + 2 + len]
+                .trim_start()
+                .to_ascii_lowercase();
+            let is_marker = inner
+                .strip_prefix("action")
+                .is_some_and(|rest| rest.trim_start().starts_with(':'));
+            if is_marker {
+                return Some(start..start + 2 + len + 2);
+            }
+        }
+        from = start + 1;
+    }
+    None
+}
+
 /// `text` without its markers (untrimmed), and the first known action among them.
 fn split(text: &str) -> (String, Option<Action>) {
     let mut kept = String::with_capacity(text.len());
@@ -185,6 +218,27 @@ mod tests {
         assert_eq!(
             take("[[action: mute]]"),
             (MUTED_ACK.to_string(), Some(Action::Mute))
+        );
+    }
+
+    #[test]
+    fn every_marker_goes_nested_or_rebuilt() {
+        for text in [
+            "a [[action: mute]] b",
+            "a [[x[[action: mute]] b",
+            "a [[act[[action: unmute]]ion: mute]] b",
+            "a [[ ACTION : mute ]] b",
+        ] {
+            let left = strip_every(text);
+            assert!(
+                !left.to_ascii_lowercase().contains("action"),
+                "{text} -> {left}"
+            );
+            assert!(left.starts_with("a ") && left.ends_with(" b"), "{left}");
+        }
+        assert_eq!(
+            strip_every("keep [[this]] and [[that"),
+            "keep [[this]] and [[that"
         );
     }
 

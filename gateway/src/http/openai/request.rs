@@ -145,6 +145,7 @@ pub(super) fn posted(
     if request.n.is_some_and(|n| n != 1) {
         return Err(invalid("`n` must be 1: a persona gives one answer", "n"));
     }
+    let named_user = request.user.is_some();
     let user = match request.user {
         Some(u) if u.trim().is_empty() || u.chars().count() > MAX_ID_CHARS => {
             return Err(invalid(
@@ -159,7 +160,7 @@ pub(super) fn posted(
     let stateful = named_room.is_some();
     // Without `user`, every caller of this token is the one anonymous user in one room:
     // two apps' end users who picked the same key would get each other's reply (issue 43).
-    if request.user.is_none() && !stateful && headers.contains_key(IDEMPOTENCY_HEADER) {
+    if !named_user && !stateful && headers.contains_key(IDEMPOTENCY_HEADER) {
         return Err(invalid(
             "`Idempotency-Key` needs `user` (or a room, `X-Troupe-Room`): keys are kept per \
              token, room and user, and without a user every caller of this token would share \
@@ -342,7 +343,7 @@ fn instruction(parts: &[String], cap: usize) -> Result<Option<String>, ApiError>
     if parts.is_empty() {
         return Ok(None);
     }
-    let mut text = parts.join("\n\n");
+    let text = parts.join("\n\n");
     let chars = text.chars().count();
     if chars > cap {
         return Err(invalid(
@@ -354,9 +355,7 @@ fn instruction(parts: &[String], cap: usize) -> Result<Option<String>, ApiError>
             "messages",
         ));
     }
-    while crate::rooms::actions::holds_marker(&text) {
-        text = crate::rooms::actions::strip(&text);
-    }
+    let text = crate::rooms::actions::strip_every(&text);
     Ok((!text.trim().is_empty()).then_some(text))
 }
 
@@ -513,10 +512,7 @@ mod tests {
         )
         .unwrap();
         let instruction = posted.inbound.client.unwrap().instruction.unwrap();
-        assert!(
-            !crate::rooms::actions::holds_marker(&instruction),
-            "{instruction}"
-        );
+        assert!(!instruction.contains("[[act"), "{instruction}");
         assert!(instruction.starts_with("Be brief.") && instruction.contains("[[see]]"));
         assert_eq!(system_cap(24_000), 6000);
     }
