@@ -84,9 +84,6 @@ pub struct Mind {
     pub vision: Option<Arc<dyn ModelProvider>>,
     /// The persona's tools (issue 33); `None` without MCP servers: nothing on the path.
     pub tools: crate::tools::Tools,
-    /// Where voice notes are transcribed: the persona's own provider and key, resolved with
-    /// the provider (`media::voice`); `None` when they do not resolve.
-    pub hearing: Option<crate::provider::Target>,
     /// The persona's voice for answering voice notes (`media::speech`); `None`: text only.
     pub speaking: Option<crate::media::speech::Speaking>,
 }
@@ -238,10 +235,9 @@ impl Agent {
         let sources = self.sources(inbound);
         let hearing = crate::media::voice::Hearing {
             sources: &sources,
-            target: mind.hearing.clone(),
+            provider: &*mind.provider,
             on: self.settings.media.transcribe,
             model: &self.settings.media.transcribe_model,
-            timeout: self.settings.model_timeout,
             meter,
         };
         crate::media::voice::hear(inbound, &hearing).await

@@ -1,5 +1,6 @@
-//! The model call (`complete`): the typing indicator, the scheduler's turn, the provider
-//! (waiting out an outage, with one notice to the room), metrics and spend accounting.
+//! The model call (`complete`): the typing indicator, then the provider's one call
+//! (`provider::call`: the scheduler's turn, waiting out an outage with one notice to the
+//! room, spend and metrics).
 
 use std::time::{Duration, Instant};
 use troupe_connectors::{Inbound, Platform};
@@ -9,7 +10,7 @@ use super::tools::{Answer, origin_of};
 use super::{Agent, Mind};
 use crate::live::Live;
 use crate::persona::Prompt;
-use crate::provider::{OutageNotice, ProviderError, Step, ToolRound};
+use crate::provider::{OutageNotice, Parts, Payer, ProviderError, Reply, Request, ToolRound};
 use crate::storage::JournalId;
 
 /// The notice a room gets, once per outage, when its message waits for a model provider
@@ -93,9 +94,9 @@ impl Agent {
             None => self
                 .model_call(mind, meter, inbound, prompt, None, live)
                 .await
-                .map(|step| Answer {
-                    origin: origin_of(&step.completion, prompt),
-                    text: step.completion.text,
+                .map(|reply| Answer {
+                    origin: origin_of(&reply.completion, prompt),
+                    text: reply.completion.text,
                     tool_marker: false,
                 }),
         };
@@ -123,8 +124,8 @@ impl Agent {
         })
     }
 
-    /// One model call: the scheduler's turn, the provider (with the turn's tools, when
-    /// `round` is given), spend, metrics and the log line.
+    /// One model call of the reply (`provider::call`: the scheduler's turn, the provider,
+    /// spend and metrics), with the turn's tools when `round` is given, and the log line.
     pub(super) async fn model_call(
         &self,
         mind: &Mind,
@@ -133,7 +134,7 @@ impl Agent {
         prompt: &Prompt,
         round: Option<ToolRound<'_>>,
         live: Option<&Live>,
-    ) -> Result<Step, ProviderError> {
+    ) -> Result<Reply, ProviderError> {
         let started = Instant::now();
         let notice = RoomNotice {
             agent: self,
@@ -147,58 +148,29 @@ impl Agent {
             crate::spend::Priority::Reply
         };
         let room = inbound.room.key();
-        let call = async {
-            match (round, live) {
-                (Some(round), None) => mind.provider.step(prompt, round, notice).await,
-                (Some(round), Some(live)) => {
-                    mind.provider.step_live(prompt, round, notice, live).await
-                }
-                (None, None) => mind
-                    .provider
-                    .complete_or_wait(prompt, notice)
-                    .await
-                    .map(Step::answer),
-                (None, Some(live)) => mind
-                    .provider
-                    .complete_live(prompt, notice, live)
-                    .await
-                    .map(Step::answer),
-            }
+        let request = Request {
+            purpose: crate::spend::Purpose::Reply,
+            parts: Parts::Chat(prompt),
+            tools: round,
+            live,
+            notice,
+            payer: Payer {
+                turn: crate::spend::Turn::new(priority, &room),
+                meter,
+                who: crate::spend::Who::sender(&room, inbound),
+            },
         };
-        let result = crate::spend::Turn::new(priority, &room).scope(call).await;
-        // The model, once: the price key of the usage record, and its label for metrics.
-        let model = mind.provider.model();
-        let label = model.to_string();
-        if let (Some(meter), Ok(step)) = (meter, &result) {
-            let who = crate::spend::Who::sender(&room, inbound);
-            let tokens = step.completion.tokens(prompt);
-            // A step that asked for tools is accounted as `tool`; the answer as `reply`.
-            let purpose = if step.calls.is_empty() {
-                crate::spend::Purpose::Reply
-            } else {
-                crate::spend::Purpose::Tool
-            };
-            meter.record(who, purpose, &model, tokens).await;
-        }
-        let completion = result.as_ref().ok().map(|s| &s.completion);
-        crate::metrics::model_call(
-            &label,
-            started.elapsed(),
-            result.is_ok(),
-            completion.and_then(|c| c.prompt_tokens),
-            completion.and_then(|c| c.completion_tokens),
-        );
-        let step = result.inspect_err(|error| {
-            tracing::warn!(%error, provider = %label, "model call failed");
+        let reply = mind.provider.call(request).await.inspect_err(|error| {
+            tracing::warn!(%error, provider = %mind.provider.describe(), "model call failed");
         })?;
         tracing::info!(
             model_ms = started.elapsed().as_millis() as u64,
-            prompt_tokens = step.completion.prompt_tokens,
-            completion_tokens = step.completion.completion_tokens,
-            tool_calls = step.calls.len(),
+            prompt_tokens = reply.completion.prompt_tokens,
+            completion_tokens = reply.completion.completion_tokens,
+            tool_calls = reply.calls.len(),
             "model answered"
         );
-        Ok(step)
+        Ok(reply)
     }
 
     /// The HTTP caller's `Live` for this message, when it asked for a stream and

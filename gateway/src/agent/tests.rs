@@ -31,7 +31,6 @@ async fn ada(says: &str) -> (tempfile::TempDir, Agent) {
             small: None,
             vision: None,
             tools: None,
-            hearing: None,
             speaking: None,
         },
         store,

@@ -39,7 +39,7 @@ pub(super) struct Offer {
 /// a room not opted in, or no tool allowed): then the turn is the plain one call.
 pub(super) fn offer(mind: &Mind, inbound: &Inbound) -> Option<Offer> {
     let toolbox = mind.tools.as_ref()?;
-    if !mind.provider.calls_tools() {
+    if !mind.provider.offers(crate::provider::Feature::Tools) {
         return None;
     }
     let tools = toolbox.offered(inbound);
