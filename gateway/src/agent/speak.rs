@@ -5,23 +5,20 @@
 //! The voice note is not journaled: a gateway stopped between the voice note and the
 //! reply's record says it again when the message is driven again (the text still goes once).
 
-use troupe_connectors::{Inbound, VoiceNote};
+use troupe_connectors::VoiceNote;
 
-use super::{Agent, Mind};
+use super::Agent;
+use super::turn::Turn;
 use crate::media::speech;
 use crate::provider::{Parts, Payer, ProviderError, Reply, Request};
-use crate::spend::{Meter, Priority, Purpose, Turn, Who};
+use crate::spend::{Priority, Purpose, Who};
 
 impl Agent {
-    /// Says `text` in the room as a voice note when `inbound` came as one and the persona
-    /// speaks; nothing otherwise (one check for a persona without a voice).
-    pub(super) async fn speak(
-        &self,
-        mind: &Mind,
-        meter: Option<&Meter>,
-        inbound: &Inbound,
-        text: &str,
-    ) {
+    /// Says `text` in the room as a voice note when the message came as one and the
+    /// persona speaks; nothing otherwise (one check for a persona without a voice). The
+    /// speech is one model call, metered as `speech`.
+    pub(super) async fn speak(&self, turn: &Turn<'_>, text: &str) {
+        let (mind, inbound) = (&turn.mind, turn.inbound());
         let Some(speaking) = &mind.speaking else {
             return;
         };
@@ -44,8 +41,8 @@ impl Agent {
             live: None,
             notice: None,
             payer: Payer {
-                turn: Turn::new(Priority::Reply, &room),
-                meter,
+                turn: crate::spend::Turn::new(Priority::Reply, &room),
+                meter: turn.meter.as_ref(),
                 who: Who::sender(&room, inbound),
             },
         };

@@ -229,5 +229,4 @@ mod tests {
         assert_eq!(sniff_audio(b""), None);
         assert_eq!(audio_extension("audio/mpeg"), "mp3");
     }
-
 }

@@ -52,9 +52,9 @@ use crate::persona::{Env, Persona, Prompt};
 use crate::spend::ModelRef;
 
 pub use breaker::Breakers;
-pub use client::GenaiProvider;
-pub use target::{Target, Vendor, resolve_target};
 pub use call::{AudioFile, MAX_SPEECH_CHARS, Parts, Payer, Reply, Request, Sealed, Spoken};
+pub use client::GenaiProvider;
+pub use target::{Target, resolve_target};
 pub use tools::{Exchange, ToolCall, ToolRound, ToolSpec};
 
 /// What the model said.
