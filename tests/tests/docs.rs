@@ -14,8 +14,8 @@
 //!    `src/`). URLs, URL paths (`/v1/embeddings`), placeholders (`{base}`, `<target>`, `…`),
 //!    home and absolute paths are not the repository's and are skipped.
 //! 3. **Source comments name docs that exist.** A `.md` file named in a comment of the
-//!    gateway, the connectors, the encoder or the tests exists (the code once cited a
-//!    `DESIGN.md` the repository does not hold).
+//!    gateway, the connectors, the encoder or the tests exists (two modules once cited a
+//!    design document kept outside the repository).
 //!
 //! Names that are not in the repository on purpose (the operator's `troupe.toml`, the
 //! shared fixtures beside the clone) are listed in `NOT_IN_THE_REPOSITORY`, each with why.
@@ -36,20 +36,41 @@ fn repo() -> PathBuf {
 /// Words that look like repository paths but name something outside it, with why.
 const NOT_IN_THE_REPOSITORY: &[(&str, &str)] = &[
     ("troupe.toml", "the operator's optional config file"),
-    ("fixtures/", "the shared fixtures live beside the clone (`.ci/run` finds them)"),
-    ("specs/", "the platforms' specs live beside the clone, in shared/"),
+    (
+        "fixtures/",
+        "the shared fixtures live beside the clone (`.ci/run` finds them)",
+    ),
+    (
+        "specs/",
+        "the platforms' specs live beside the clone, in shared/",
+    ),
     ("docker/.env", "made by `cp .env.example .env`"),
     (".env", "made by `cp .env.example .env`"),
     ("model.safetensors", "a file of the local model's directory"),
     ("config.json", "a file of the local model's directory"),
     ("tokenizer.json", "a file of the local model's directory"),
     ("tokens.json", "an example name of `TROUPE_API_TOKENS_FILE`"),
+    (
+        "bench/eliza/node_modules",
+        "installed by the first `bench/compare.sh`, not committed",
+    ),
+    ("handbook.md", "the guides' example document"),
+    ("huge.png", "the guides' example attachment"),
+    ("docs/faq.md", "an example `knowledge` path of a character"),
+    (
+        "personas/base",
+        "an example directory of parent character files",
+    ),
+    ("personas/ada.json", "an example character file"),
+    ("personas/alice.json", "an example character file"),
+    ("personas/bob.json", "an example character file"),
+    ("personas/carol.json", "an example character file"),
+    ("personas/dave.json", "an example character file"),
 ];
 
 /// Extensions that make a word a file name to check.
 const EXTENSIONS: &[&str] = &[
-    "rs", "md", "toml", "sql", "sh", "py", "yml", "yaml", "js", "mjs", "css", "html", "png",
-    "dict",
+    "rs", "md", "toml", "sql", "sh", "py", "yml", "yaml", "js", "mjs", "css", "html", "png", "dict",
 ];
 
 /// Directories never walked: build output, git, dependencies.
@@ -109,16 +130,17 @@ fn slug(heading: &str) -> String {
         .collect()
 }
 
-/// The lines of a page, each marked whether it sits in a fenced code block.
-fn lines_of(text: &str) -> Vec<(bool, &str)> {
+/// The lines of a page, numbered from 1, each marked whether it sits in a fenced code block
+/// (the fences themselves are left out).
+fn lines_of(text: &str) -> Vec<(usize, bool, &str)> {
     let mut fenced = false;
     let mut out = Vec::new();
-    for line in text.lines() {
+    for (n, line) in text.lines().enumerate() {
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
             continue;
         }
-        out.push((fenced, line));
+        out.push((n + 1, fenced, line));
     }
     out
 }
@@ -127,14 +149,20 @@ fn lines_of(text: &str) -> Vec<(bool, &str)> {
 fn anchors(text: &str) -> BTreeSet<String> {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut out = BTreeSet::new();
-    for (fenced, line) in lines_of(text) {
-        let Some(heading) = line.strip_prefix('#') else { continue };
+    for (_, fenced, line) in lines_of(text) {
+        let Some(heading) = line.strip_prefix('#') else {
+            continue;
+        };
         if fenced {
             continue;
         }
         let base = slug(heading.trim_start_matches('#'));
         let n = seen.entry(base.clone()).or_insert(0);
-        out.insert(if *n == 0 { base.clone() } else { format!("{base}-{n}") });
+        out.insert(if *n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
         *n += 1;
     }
     out
@@ -186,9 +214,9 @@ fn exists(word: &str, top_level: &BTreeSet<String>, entries: &BTreeSet<String>) 
 }
 
 fn not_in_the_repository(word: &str) -> bool {
-    NOT_IN_THE_REPOSITORY.iter().any(|(name, _)| {
-        word == *name || (name.ends_with('/') && word.starts_with(name))
-    })
+    NOT_IN_THE_REPOSITORY
+        .iter()
+        .any(|(name, _)| word == *name || (name.ends_with('/') && word.starts_with(name)))
 }
 
 /// The words of a line that could be paths: split at white space and at the marks that
@@ -199,12 +227,16 @@ fn words(line: &str) -> impl Iterator<Item = &str> {
 }
 
 /// What is wrong with the links and paths of one page.
-fn problems_of(page: &str, entries: &BTreeSet<String>, top_level: &BTreeSet<String>) -> Vec<String> {
+fn problems_of(
+    page: &str,
+    entries: &BTreeSet<String>,
+    top_level: &BTreeSet<String>,
+) -> Vec<String> {
     let text = read(page);
     let dir = Path::new(page).parent().unwrap_or(Path::new(""));
     let mut out = Vec::new();
-    for (n, (fenced, line)) in lines_of(&text).into_iter().enumerate() {
-        let at = format!("{page}:{}", n + 1);
+    for (n, fenced, line) in lines_of(&text) {
+        let at = format!("{page}:{n}");
         if !fenced {
             for target in links(line) {
                 if let Some(problem) = link_problem(&text, dir, &target) {
@@ -216,9 +248,13 @@ fn problems_of(page: &str, entries: &BTreeSet<String>, top_level: &BTreeSet<Stri
             if word.contains("://") || word.starts_with("mailto:") {
                 continue;
             }
-            let Some(path) = path_word(word, top_level) else { continue };
+            let Some(path) = path_word(word, top_level) else {
+                continue;
+            };
             if !not_in_the_repository(&path) && !exists(&path, top_level, entries) {
-                out.push(format!("{at}: names `{path}`, which the repository does not hold"));
+                out.push(format!(
+                    "{at}: names `{path}`, which the repository does not hold"
+                ));
             }
         }
     }
@@ -251,7 +287,7 @@ fn link_problem(text: &str, dir: &Path, target: &str) -> Option<String> {
     (!anchors(&page).contains(fragment)).then(|| format!("no heading has the anchor #{fragment}"))
 }
 
-/// `docs/../README.md` → `README.md`.
+/// A path with its `.` and `..` steps taken (a link from `docs/` up to the README).
 fn normalise(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -267,7 +303,11 @@ fn normalise(path: &Path) -> PathBuf {
 }
 
 fn top_level(entries: &BTreeSet<String>) -> BTreeSet<String> {
-    entries.iter().filter(|e| !e.contains('/')).cloned().collect()
+    entries
+        .iter()
+        .filter(|e| !e.contains('/'))
+        .cloned()
+        .collect()
 }
 
 #[test]
@@ -309,15 +349,29 @@ fn source_comments_name_docs_that_exist() {
     let entries = repository_entries();
     let top = top_level(&entries);
     let mut lines = Vec::new();
-    for dir in ["gateway/src", "gateway/tests", "connectors/src", "encoder/src", "tests/src", "tests/tests"] {
+    for dir in [
+        "gateway/src",
+        "gateway/tests",
+        "connectors/src",
+        "encoder/src",
+        "tests/src",
+        "tests/tests",
+    ] {
         comment_lines(&repo().join(dir), &mut lines);
     }
     let mut problems = Vec::new();
     for (at, comment) in &lines {
         for word in words(comment) {
-            let Some(path) = path_word(word, &top) else { continue };
-            if path.ends_with(".md") && !not_in_the_repository(&path) && !exists(&path, &top, &entries) {
-                problems.push(format!("{at}: names `{path}`, which the repository does not hold"));
+            let Some(path) = path_word(word, &top) else {
+                continue;
+            };
+            if path.ends_with(".md")
+                && !not_in_the_repository(&path)
+                && !exists(&path, &top, &entries)
+            {
+                problems.push(format!(
+                    "{at}: names `{path}`, which the repository does not hold"
+                ));
             }
         }
     }
@@ -331,24 +385,44 @@ fn source_comments_name_docs_that_exist() {
 
 #[test]
 fn the_checker_reads_links_paths_and_anchors() {
-    assert_eq!(slug(" `troupe check` and the API: 2.x "), "troupe-check-and-the-api-2x");
-    assert_eq!(links("see [a](docs/a.md#b) and [c](c.md)."), ["docs/a.md#b", "c.md"]);
+    assert_eq!(
+        slug(" `troupe check` and the API: 2.x "),
+        "troupe-check-and-the-api-2x"
+    );
+    assert_eq!(
+        links("see [a](docs/a.md#b) and [c](c.md)."),
+        ["docs/a.md#b", "c.md"]
+    );
     let top: BTreeSet<String> = ["gateway", "docs"].iter().map(|s| s.to_string()).collect();
-    assert_eq!(path_word("gateway/src/x.rs,", &top).as_deref(), Some("gateway/src/x.rs"));
-    assert_eq!(path_word("agent/decide.rs:12", &top).as_deref(), Some("agent/decide.rs"));
+    assert_eq!(
+        path_word("gateway/src/x.rs,", &top).as_deref(),
+        Some("gateway/src/x.rs")
+    );
+    assert_eq!(
+        path_word("agent/decide.rs:12", &top).as_deref(),
+        Some("agent/decide.rs")
+    );
     assert_eq!(path_word("/v1/embeddings", &top), None);
     assert_eq!(path_word("text/event-stream", &top), None);
     assert_eq!(path_word("{base}/audio/x.rs", &top), None);
-    let entries: BTreeSet<String> = ["gateway", "gateway/src", "gateway/src/agent", "gateway/src/agent/decide.rs"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let entries: BTreeSet<String> = [
+        "gateway",
+        "gateway/src",
+        "gateway/src/agent",
+        "gateway/src/agent/decide.rs",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     assert!(exists("agent/decide.rs", &top, &entries));
     assert!(exists("decide.rs", &top, &entries));
     assert!(!exists("gateway/agent/decide.rs", &top, &entries));
     assert!(!exists("gent/decide.rs", &top, &entries));
     let page = "# Title\n## A `b` c\n## A `b` c\n```\n# not a heading\n```\n";
     let found = anchors(page);
-    assert!(found.contains("a-b-c") && found.contains("a-b-c-1"), "{found:?}");
+    assert!(
+        found.contains("a-b-c") && found.contains("a-b-c-1"),
+        "{found:?}"
+    );
     assert!(!found.contains("not-a-heading"));
 }
