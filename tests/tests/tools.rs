@@ -382,52 +382,40 @@ async fn a_command_not_allowed_is_refused_with_the_variable_at_check_and_at_star
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tess.json");
     std::fs::write(&file, character.to_string()).unwrap();
-    let out = std::process::Command::new(troupe_bin())
-        .arg("check")
-        .arg(&file)
-        .current_dir(dir.path())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    // `troupe check FILE` with only these settings: its exit code and what it printed.
+    let check = |env: &[(&str, &str)]| {
+        let out = std::process::Command::new(troupe_bin())
+            .arg("check")
+            .arg(&file)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.code(), stdout)
+    };
+    let (code, stdout) = check(&[]);
+    assert_eq!(code, Some(1), "{stdout}");
     assert!(stdout.contains("TROUPE_MCP_COMMANDS"), "{stdout}");
     // The program alone does not allow its arguments (the script is code).
-    let out = std::process::Command::new(troupe_bin())
-        .arg("check")
-        .arg(&file)
-        .current_dir(dir.path())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("TROUPE_MCP_COMMANDS", &python)
-        .env("TROUPE_MCP_ENV", "TEST_MARK")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let (code, stdout) = check(&[
+        ("TROUPE_MCP_COMMANDS", &python),
+        ("TROUPE_MCP_ENV", "TEST_MARK"),
+    ]);
+    assert_eq!(code, Some(1), "{stdout}");
     assert!(
         stdout.contains("settings.mcp.servers.station.args")
             && stdout.contains("TROUPE_MCP_COMMANDS"),
         "{stdout}"
     );
     // Allowed, the command line and the variable, it checks clean.
-    let out = std::process::Command::new(troupe_bin())
-        .arg("check")
-        .arg(&file)
-        .current_dir(dir.path())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("TROUPE_MCP_COMMANDS", allowed_line(&python))
-        .env("TROUPE_MCP_ENV", "TEST_MARK")
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let (code, stdout) = check(&[
+        ("TROUPE_MCP_COMMANDS", &allowed_line(&python)),
+        ("TROUPE_MCP_ENV", "TEST_MARK"),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}");
 
     // At start: the log names the variable, and the persona answers without tools.
     let app = TestApp::spawn(

@@ -7,7 +7,7 @@
 //!
 //! Why not the personas directory as the working directory (as before issue 43): whoever
 //! writes character files writes there, and programs look for code in their working
-//! directory (`python3 -m NAME` imports `NAME.py` from it, `npx` runs a package's binary
+//! directory (`python3 -m NAME` imports a module file from it, `npx` runs a package's binary
 //! from its `node_modules`), so a server started there could run a file an author put
 //! next to the characters.
 
