@@ -329,14 +329,12 @@ impl App {
         )
         .await
         .map(Arc::new);
-        if tools.is_some() && !provider.calls_tools() {
+        if tools.is_some() && !provider.offers(crate::provider::Feature::Tools) {
             tracing::warn!(persona = %persona.id, "settings.mcp: this persona's model provider does not call tools; its tools will not be offered");
         }
-        // Voice notes go to the persona's own provider and key (media::voice).
-        let hearing = crate::provider::resolve_target(&persona, &self.config.env).ok();
-        let speaking = crate::media::speech::speaking(&persona, &self.config.env, hearing.as_ref());
+        // Voice notes are heard, and answered by voice, on the persona's own provider.
+        let speaking = crate::media::speech::speaking(&persona, &self.config.env, &*provider);
         Mind {
-            hearing,
             speaking,
             persona,
             provider,

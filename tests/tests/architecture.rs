@@ -12,6 +12,8 @@
 //! 3. to 5. **Size and shape** (`architecture/shape.rs`): no function over 80 lines of code,
 //!    no file over 800, no `bool` parameter on the turn's path, no string-keyed map of
 //!    personas or rooms.
+//! 6. **One provider entry point** (`architecture/calls.rs`): the `ModelProvider` trait has
+//!    one model-calling method, and only `provider::call` meters a model call.
 //!
 //! Run it alone with `cargo test -p troupe-e2e --test architecture`. It reads the source
 //! tree, so it needs no build of the gateway and takes well under a second.
@@ -24,6 +26,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+#[path = "architecture/calls.rs"]
+mod calls;
 #[path = "architecture/shape.rs"]
 mod shape;
 

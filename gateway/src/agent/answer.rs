@@ -4,19 +4,40 @@
 
 use troupe_connectors::{Inbound, Platform};
 
+use super::Agent;
 use super::decide::Standing;
 use super::outbound::Kind;
-use super::{Agent, Mind};
+use super::tools::Answer;
+use super::turn::{Step, Turn};
 use crate::outcome::Outcome;
-use crate::storage::{HandledMessage, JournalId, NewMemory, RecordedReply, ReplyStart, Speaker};
+use crate::rooms::actions::Quoted;
+use crate::storage::{HandledMessage, NewMemory, RecordedReply, ReplyStart, Speaker};
 
 /// The model's reply, with what `act` needs to judge the action it may propose.
 pub(super) struct Reply {
     pub(super) text: String,
     pub(super) standing: Standing,
-    pub(super) quoted: crate::rooms::actions::Quoted,
+    pub(super) quoted: Quoted,
     /// Who wrote it and what it cost, for the caller's outcome.
     pub(super) origin: crate::outcome::Origin,
+}
+
+impl Reply {
+    /// What the model answered, judged by the sender's `standing` and by whether the prompt
+    /// `quoted` a room-control marker.
+    pub(super) fn new(answer: Answer, standing: Standing, quoted: Quoted) -> Reply {
+        Reply {
+            text: answer.text,
+            standing,
+            // A marker in a tool's result is data: the reply cannot act on its echo.
+            quoted: if answer.tool_marker {
+                Quoted::Marker
+            } else {
+                quoted
+            },
+            origin: answer.origin,
+        }
+    }
 }
 
 impl Agent {
@@ -24,25 +45,23 @@ impl Agent {
     /// learn from it in the background.
     pub(super) async fn answer(
         &self,
-        mind: &Mind,
-        meter: Option<crate::spend::Meter>,
-        journal_id: JournalId,
-        inbound: &Inbound,
+        turn: &Turn<'_>,
         reply: Reply,
         recalled_messages: usize,
-    ) -> anyhow::Result<Outcome> {
+    ) -> Step<Outcome> {
+        let (mind, inbound) = (&turn.mind, turn.inbound());
         let origin = reply.origin;
         let Some(text) = self.act(inbound, reply).await? else {
             // A muted room stays quiet unless the reply unmutes it.
-            self.record(journal_id, inbound, None).await?;
+            self.record(turn, None).await?;
             return Ok(Outcome::Ignored {
                 reason: crate::outcome::WhyNot::Muted,
             });
         };
         // A voice note is answered by voice too, before the text (`speak`).
-        self.speak(mind, meter.as_ref(), inbound, &text).await;
-        self.reply(journal_id, inbound, text.clone()).await?;
-        self.share_in_web_room(journal_id, inbound, &text).await?;
+        self.speak(turn, &text).await;
+        self.reply(turn, text.clone()).await?;
+        self.share_in_web_room(turn.journal, inbound, &text).await?;
         if inbound.platform() != Platform::Web {
             // The persona's own reply is a bot message in the room too.
             self.store
@@ -52,7 +71,7 @@ impl Agent {
         let model = crate::memory::Model {
             provider: mind.background(),
             agent_name: mind.persona.name.clone(),
-            meter,
+            meter: turn.meter.clone(),
         };
         self.memory.after_reply(model, inbound, recalled_messages);
         Ok(Outcome::Replied {
@@ -119,13 +138,9 @@ impl Agent {
     }
 
     /// Records the exchange and the reply, then delivers it.
-    pub(super) async fn reply(
-        &self,
-        journal_id: JournalId,
-        inbound: &Inbound,
-        text: String,
-    ) -> anyhow::Result<()> {
-        match self.record(journal_id, inbound, Some(text)).await? {
+    pub(super) async fn reply(&self, turn: &Turn<'_>, text: String) -> anyhow::Result<()> {
+        let inbound = turn.inbound();
+        match self.record(turn, Some(text)).await? {
             Some(RecordedReply::Claimed(entry)) => self.outbox.deliver_claimed(entry).await?,
             Some(RecordedReply::Delivered(outbox_id)) => {
                 self.outbox.delivered_in_band(inbound.platform(), outbox_id);
@@ -141,11 +156,11 @@ impl Agent {
     /// is one, and closes the journal entry: one transaction.
     pub(super) async fn record(
         &self,
-        journal_id: JournalId,
-        inbound: &Inbound,
+        turn: &Turn<'_>,
         reply: Option<String>,
     ) -> anyhow::Result<Option<RecordedReply>> {
-        let agent_name = self.mind().persona.name.clone();
+        let (journal_id, inbound) = (turn.journal, turn.inbound());
+        let agent_name = &turn.mind.persona.name;
         let room = inbound.room.key();
         let outbound = reply.map(|text| self.outbound(inbound, Kind::Reply(journal_id), text));
         // An image is remembered as a short line, never its bytes (media.rs).
@@ -166,7 +181,7 @@ impl Agent {
                 (
                     NewMemory {
                         author_id: self.id.as_str(),
-                        author_name: &agent_name,
+                        author_name: agent_name,
                         text: &o.text,
                         from_agent: true,
                         created_at_ms: crate::clock::now_ms(),

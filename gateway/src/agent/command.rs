@@ -6,12 +6,12 @@
 use std::time::Duration;
 use troupe_connectors::Inbound;
 
+use super::Agent;
 use super::decide::{self, Decision, decide};
 use super::outbound::Kind;
-use super::{Agent, Mind};
+use super::turn::{Step, Turn, done};
 use crate::outcome::Outcome;
 use crate::rooms::Steering;
-use crate::storage::JournalId;
 
 /// How long a steering command waits for the platform to say whether its sender may.
 const STEER_CHECK_WAIT: Duration = Duration::from_secs(5);
@@ -19,16 +19,12 @@ const STEER_CHECK_WAIT: Duration = Duration::from_secs(5);
 impl Agent {
     /// Command: a chat command for this persona (`/mute`, `/forget`: see `rooms`) is
     /// answered here, before the rate limits and without the model, and neither it nor its
-    /// answer enters the room's memory. `None` when the message is not a command.
-    pub(super) async fn command(
-        &self,
-        mind: &Mind,
-        journal_id: JournalId,
-        inbound: &Inbound,
-    ) -> anyhow::Result<Option<Outcome>> {
+    /// answer enters the room's memory. `Ok` when the message is not a command.
+    pub(super) async fn command(&self, turn: &Turn<'_>) -> Step {
+        let (mind, inbound) = (&turn.mind, turn.inbound());
         let names = [mind.persona.name.as_str()];
         let Some(command) = crate::rooms::command_for(inbound, &names) else {
-            return Ok(None);
+            return Ok(());
         };
         // Where the persona may not talk (a room outside its allowed list, DMs off), it
         // takes no commands either: `decide` ignores the message as any other.
@@ -39,7 +35,7 @@ impl Agent {
             | decide::WhyNot::Bot,
         ) = decide(&names, &switches, inbound)
         {
-            return Ok(None);
+            return Ok(());
         }
         tracing::info!(command = command.name(), "chat command");
         let steering = if !command.steers_room() || self.may_steer(inbound).await {
@@ -56,18 +52,18 @@ impl Agent {
                 crate::tools::policy::RoomKind::of(inbound),
             )
             .await?;
-        let outbound = self.outbound(inbound, Kind::Reply(journal_id), answer.text.clone());
+        let outbound = self.outbound(inbound, Kind::Reply(turn.journal), answer.text.clone());
         if let Some(id) = self
             .store
-            .record_command(journal_id, &self.id, &outbound)
+            .record_command(turn.journal, &self.id, &outbound)
             .await?
         {
             self.outbox.deliver(id).await?;
         }
-        Ok(Some(Outcome::Replied {
+        done(Outcome::Replied {
             texts: vec![answer.text],
             origin: crate::outcome::Origin::Other,
-        }))
+        })
     }
 
     /// Runs `command` in `room` for `user` (of the room's platform), from the chat or from

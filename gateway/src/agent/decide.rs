@@ -23,10 +23,11 @@ use troupe_connectors::{Inbound, Platform};
 
 use super::Agent;
 use super::troupe::Author;
+use super::turn::{Step, Turn, done};
 use crate::outcome::Outcome;
-use crate::persona::{ClientSwitches, Persona};
+use crate::persona::ClientSwitches;
 use crate::rooms::names_in;
-use crate::storage::{JournalId, RoomContext, RoomReads, RoomState, Speaker};
+use crate::storage::{RoomContext, RoomReads, RoomState, Speaker};
 
 // Why not: an outcome's vocabulary, so it lives with `Outcome` (below the agent and the
 // bus); the rules that choose one are here.
@@ -122,15 +123,11 @@ pub(super) struct Standing {
 impl Agent {
     /// Decide: whether the persona answers at all (`decide::decide`), then the room's
     /// controls (`decide::steer`: muted, following). An ignored message is still remembered
-    /// in its room. `Err` with the outcome when it does not answer; when it does, what was
-    /// read of the room. A message the rules answer has its room's messages (and summary)
-    /// read with the controls, in one round trip; one they ignore reads the controls alone.
-    pub(super) async fn decide(
-        &self,
-        persona: &Persona,
-        journal_id: JournalId,
-        inbound: &Inbound,
-    ) -> anyhow::Result<Result<RoomContext, Outcome>> {
+    /// in its room, and ends the turn. When it answers, what was read of the room. A
+    /// message the rules answer has its room's messages (and summary) read with the
+    /// controls, in one round trip; one they ignore reads the controls alone.
+    pub(super) async fn decide(&self, turn: &Turn<'_>) -> Step<RoomContext> {
+        let (persona, inbound) = (&turn.mind.persona, turn.inbound());
         let mut switches = persona.switches(inbound.platform());
         // The troupe's own personas are heard where other people's bots are not.
         let author = self.author_of(inbound).await?;
@@ -154,12 +151,12 @@ impl Agent {
         match decision {
             Decision::Ignore(why) => {
                 tracing::debug!(reason = why.as_str(), "not answering");
-                self.record(journal_id, inbound, None).await?;
-                Ok(Err(Outcome::Ignored { reason: why }))
+                self.record(turn, None).await?;
+                done(Outcome::Ignored { reason: why })
             }
             Decision::Respond(why) => {
                 tracing::debug!(?why, "answering");
-                Ok(Ok(room))
+                Ok(room)
             }
         }
     }
@@ -167,29 +164,24 @@ impl Agent {
     /// Standing: what the sender may do to the room. A muted room lets through only a
     /// message asking to talk again (`decide::steer`); from someone who may not steer the
     /// room it ends here, with no model call and, as in any muted room, nothing said.
-    pub(super) async fn standing(
-        &self,
-        journal_id: JournalId,
-        inbound: &Inbound,
-        room: &RoomContext,
-    ) -> anyhow::Result<Result<Standing, Outcome>> {
+    pub(super) async fn standing(&self, turn: &Turn<'_>, room: &RoomContext) -> Step<Standing> {
         if !room.state.muted_at(crate::clock::now_ms()) {
-            return Ok(Ok(Standing {
+            return Ok(Standing {
                 muted: false,
                 may_steer: None,
-            }));
+            });
         }
-        if self.may_steer(inbound).await {
-            return Ok(Ok(Standing {
+        if self.may_steer(turn.inbound()).await {
+            return Ok(Standing {
                 muted: true,
                 may_steer: Some(true),
-            }));
+            });
         }
         tracing::info!("asked to talk again by someone who may not steer the room; staying quiet");
-        self.record(journal_id, inbound, None).await?;
-        Ok(Err(Outcome::Ignored {
+        self.record(turn, None).await?;
+        done(Outcome::Ignored {
             reason: crate::outcome::WhyNot::Muted,
-        }))
+        })
     }
 
     /// The cap on bot conversations (`TROUPE_BOT_TURNS`): a bot's message counts one more in

@@ -15,7 +15,8 @@
 //!    reply's messages (`Outbound::replaces`). Rate limits and budgets count it as any call.
 //!
 //! A delete that comes while its message's reply is being made stops the model call
-//! (`crate::turns`, `complete_unless_deleted`): nothing is posted or remembered.
+//! (`crate::turns`, watched by the model step; `deleted_meanwhile` ends the turn): nothing is
+//! posted or remembered.
 //!
 //! Exactly once holds as for any message: the event is one journal entry, its reply one
 //! outbox entry, and the reply edits the same platform messages however often it is
@@ -23,36 +24,28 @@
 
 use troupe_connectors::{Change, Inbound, Revision};
 
+use super::Agent;
 use super::outbound::Kind;
-use super::tools::Answer;
-use super::{Agent, Mind};
+use super::turn::{Step, Turn, done};
 use crate::outcome::{Outcome, WhyNot};
-use crate::persona::Prompt;
 use crate::storage::JournalId;
 
 impl Agent {
-    /// `inbound` as the message path should take it: `None` for a new message (one check,
-    /// nothing else done), the edited message for an edit, or the outcome of an event that
-    /// ends here.
-    pub(super) async fn revised(
-        &self,
-        journal_id: JournalId,
-        inbound: &Inbound,
-    ) -> anyhow::Result<Result<Option<Inbound>, Outcome>> {
-        let Some(revision) = &inbound.revises else {
-            return Ok(Ok(None));
+    /// Revise: an edit goes on as the message it edits; a delete, or an edit or a delete
+    /// that is not followed, ends the turn here. A new message costs one check.
+    pub(super) async fn revise(&self, turn: &mut Turn<'_>) -> Step {
+        let Some(revision) = &turn.inbound().revises else {
+            return Ok(());
         };
-        Ok(self.revise(journal_id, inbound, revision).await?.map(Some))
+        let edited = self.edited(turn, revision).await?;
+        turn.becomes(edited);
+        Ok(())
     }
 
-    /// The edit `inbound` (revising as `revision` says) as the message path should take
-    /// it, or the outcome of an event that ends here.
-    async fn revise(
-        &self,
-        journal_id: JournalId,
-        inbound: &Inbound,
-        revision: &Revision,
-    ) -> anyhow::Result<Result<Inbound, Outcome>> {
+    /// The message of the turn (revising as `revision` says) as the rest of the turn
+    /// should take it, or the end of an event that ends here.
+    async fn edited(&self, turn: &Turn<'_>, revision: &Revision) -> Step<Inbound> {
+        let (journal_id, inbound) = (turn.journal, turn.inbound());
         let platform = inbound.platform();
         let change_label = match revision.change {
             Change::Edit { .. } => "edit",
@@ -73,7 +66,7 @@ impl Agent {
                     "an edit outside the edit window (TROUPE_EDIT_WINDOW_SECS); ignored"
                 );
                 crate::metrics::revision(platform, change_label, "too_late");
-                return self.revision_ends(journal_id, WhyNot::EditTooLate).await;
+                return done(self.ended(journal_id, WhyNot::EditTooLate).await?);
             }
         }
         let room = inbound.room.key();
@@ -84,7 +77,7 @@ impl Agent {
         if exchange.entries == 0 {
             tracing::debug!(of = %revision.of, "an {change_label} of a message never received; ignored");
             crate::metrics::revision(platform, change_label, "unknown");
-            return self.revision_ends(journal_id, WhyNot::UnknownMessage).await;
+            return done(self.ended(journal_id, WhyNot::UnknownMessage).await?);
         }
         self.store
             .drop_exchange(&self.id, &room, &revision.of, journal_id)
@@ -93,7 +86,7 @@ impl Agent {
             Change::Delete => {
                 self.take_back(inbound, &exchange.reply).await;
                 crate::metrics::revision(platform, change_label, "deleted");
-                self.revision_ends(journal_id, WhyNot::Deleted).await
+                done(self.ended(journal_id, WhyNot::Deleted).await?)
             }
             Change::Edit { .. } => {
                 tracing::debug!(of = %revision.of, answered = exchange.answered,
@@ -106,42 +99,25 @@ impl Agent {
                 // The persona answered this message, so it was addressed to the persona;
                 // the edit is that message still.
                 edited.mentions_self |= exchange.answered;
-                Ok(Ok(edited))
+                Ok(edited)
             }
         }
     }
 
-    /// The model call of a turn (`complete`), stopped if its message is deleted meanwhile
-    /// (`crate::turns`): then nothing is said or remembered, and what was shown live of the
-    /// reply is taken back. A failed call ends as `model_failed` says.
-    pub(super) async fn complete_unless_deleted(
-        &self,
-        mind: &Mind,
-        meter: Option<&crate::spend::Meter>,
-        inbound: &Inbound,
-        journal_id: JournalId,
-        prompt: &Prompt,
-    ) -> anyhow::Result<Result<Answer, Outcome>> {
-        let call = self.complete(mind, meter, inbound, journal_id, prompt);
-        let result = match self.waiters.turns().start(&self.id, inbound) {
-            None => call.await,
-            Some(turn) => tokio::select! {
-                result = call => result,
-                () = turn.deleted() => {
-                    tracing::info!("the message was deleted while its reply was being made; stopped");
-                    crate::metrics::revision(inbound.platform(), "delete", "cancelled");
-                    if let Some(connector) = self.connector(inbound.platform()) {
-                        let key = self.outbound(inbound, Kind::Reply(journal_id), String::new()).key;
-                        connector.drop_live(&key).await;
-                    }
-                    return self.ended(journal_id, WhyNot::Deleted).await.map(Err);
-                }
-            },
-        };
-        match result {
-            Ok(answer) => Ok(Ok(answer)),
-            Err(error) => self.model_failed(journal_id, error).await.map(Err),
+    /// The message was deleted while its reply was being made (the model step watches,
+    /// `crate::turns`): what was shown live of the reply is taken back, and the turn ends
+    /// with nothing said or remembered.
+    pub(super) async fn deleted_meanwhile<T>(&self, turn: &Turn<'_>) -> Step<T> {
+        let inbound = turn.inbound();
+        tracing::info!("the message was deleted while its reply was being made; stopped");
+        crate::metrics::revision(inbound.platform(), "delete", "cancelled");
+        if let Some(connector) = self.connector(inbound.platform()) {
+            let key = self
+                .outbound(inbound, Kind::Reply(turn.journal), String::new())
+                .key;
+            connector.drop_live(&key).await;
         }
+        done(self.ended(turn.journal, WhyNot::Deleted).await?)
     }
 
     /// Deletes the persona's reply to a deleted message. A failure is logged: the exchange
@@ -156,15 +132,6 @@ impl Agent {
         if let Err(e) = connector.delete_messages(&inbound.room, reply).await {
             tracing::warn!(error = %e, "could not delete the reply to a deleted message");
         }
-    }
-
-    /// Ends an edit or a delete with nothing said and nothing remembered.
-    async fn revision_ends(
-        &self,
-        journal_id: JournalId,
-        reason: WhyNot,
-    ) -> anyhow::Result<Result<Inbound, Outcome>> {
-        self.ended(journal_id, reason).await.map(Err)
     }
 
     /// Closes the journal entry with nothing said and nothing remembered.

@@ -2,12 +2,12 @@
 //! last gates before the model. A message past one costs no model call; it is remembered,
 //! and the first one of its window may get a short notice as its reply.
 
-use troupe_connectors::{Inbound, Platform};
+use troupe_connectors::Platform;
 
 use super::Agent;
+use super::turn::{Step, Turn, done};
 use crate::limits::Verdict;
 use crate::outcome::Outcome;
-use crate::storage::JournalId;
 
 /// The short reply sent once per window to a room that is over its rate limit.
 const SLOW_DOWN: &str = "I'm getting a lot of messages right now. Give me a minute and ask again.";
@@ -15,46 +15,38 @@ const SLOW_DOWN: &str = "I'm getting a lot of messages right now. Give me a minu
 impl Agent {
     /// Budget: the per-user, per-room and per-agent rate limits. A limited message costs no
     /// model call; it is remembered, and the first one of a window gets the short notice
-    /// (not on the Web platform, whose caller sees the 429). `None` when within the limits.
-    pub(super) async fn budget(
-        &self,
-        journal_id: JournalId,
-        inbound: &Inbound,
-    ) -> anyhow::Result<Option<Outcome>> {
+    /// (not on the Web platform, whose caller sees the 429). `Ok` when within the limits.
+    pub(super) async fn budget(&self, turn: &Turn<'_>) -> Step {
+        let inbound = turn.inbound();
         let room_key = inbound.room.key();
         let Verdict::Limited { scope, notice } =
             self.limiter.check(&self.id, &room_key, &inbound.author.id)
         else {
-            return Ok(None);
+            return Ok(());
         };
         tracing::info!(scope = scope.as_str(), notice, "rate limited");
         if notice && inbound.platform() != Platform::Web {
-            self.reply(journal_id, inbound, SLOW_DOWN.to_string())
-                .await?;
+            self.reply(turn, SLOW_DOWN.to_string()).await?;
         } else {
-            self.record(journal_id, inbound, None).await?;
+            self.record(turn, None).await?;
         }
-        Ok(Some(Outcome::RateLimited { scope }))
+        done(Outcome::RateLimited { scope })
     }
 
     /// Spend: the persona's budgets (docs/spend.md). Past one there is no model call; the
     /// message is remembered, and the first refused message of the window in its room (or
-    /// from its user, for the user's budget) gets the persona's notice. `None` when within.
-    pub(super) async fn spend_cap(
-        &self,
-        meter: Option<&crate::spend::Meter>,
-        journal_id: JournalId,
-        inbound: &Inbound,
-    ) -> anyhow::Result<Option<Outcome>> {
-        let Some(meter) = meter else {
-            return Ok(None);
+    /// from its user, for the user's budget) gets the persona's notice. `Ok` when within.
+    pub(super) async fn spend_cap(&self, turn: &Turn<'_>) -> Step {
+        let Some(meter) = &turn.meter else {
+            return Ok(());
         };
+        let inbound = turn.inbound();
         let room = inbound.room.key();
         let who = crate::spend::Who::sender(&room, inbound);
         let crate::spend::Admission::Over { scope, notice } =
             meter.admit(who, crate::spend::Purpose::Reply).await?
         else {
-            return Ok(None);
+            return Ok(());
         };
         tracing::info!(
             budget = scope.as_str(),
@@ -65,17 +57,17 @@ impl Agent {
             // The notice is the message's reply (on the Web platform too: its caller reads
             // it), recorded and delivered like any reply.
             Some(text) => {
-                self.reply(journal_id, inbound, text.clone()).await?;
-                Ok(Some(Outcome::Replied {
+                self.reply(turn, text.clone()).await?;
+                done(Outcome::Replied {
                     texts: vec![text],
                     origin: crate::outcome::Origin::BudgetNotice,
-                }))
+                })
             }
             None => {
-                self.record(journal_id, inbound, None).await?;
-                Ok(Some(Outcome::Ignored {
+                self.record(turn, None).await?;
+                done(Outcome::Ignored {
                     reason: crate::outcome::WhyNot::OverBudget,
-                }))
+                })
             }
         }
     }

@@ -1,32 +1,32 @@
 //! Agents: where a message is decided and answered.
 //!
-//! One `Agent` per persona. `handle` takes a journaled message through the whole path:
-//! decide whether to answer, apply the rate limits, recall the room, compose the prompt
-//! from the character, call the model, record both messages and the reply in one
-//! transaction, and hand the reply to the outbox. `process` reads as that recipe, one method
-//! per step, and `handle` around it waits out a storage failure. Both stay here; each step
-//! has its own file:
+//! One `Agent` per persona. `handle` takes a journaled message through its turn and waits
+//! out a storage failure; `process` makes the turn a value (`turn::Turn`: the journal entry,
+//! the message as the steps see it, the persona's mind and meter), and `steps` is the
+//! recipe: read it to know the order of a turn. Each step has its own file, named for it,
+//! in the order a message meets them:
 //!
 //! - `resume`: a message driven again is answered from the journal, or given up.
+//! - `edit`: an edit or a delete of an earlier message (`revise`), before the rest.
 //! - `command`: chat commands (`command`, `run_command`), and the sender's right to steer
 //!   the room (`may_steer`).
 //! - `decide`: the pure rules (`decide::decide`, `decide::steer`), then the agent's step
 //!   that reads the room and applies them (`decide`, `bot_turns`, `standing`).
-//! - `arbitrate`: the troupe's part of deciding, in a room several personas share: the
-//!   reads and the claim around the pure rule of `rooms::arbiter`. `troupe` says who the
+//!   `arbitrate` is the troupe's part of deciding, in a room several personas share: the
+//!   reads and the claim around the pure rule of `rooms::arbiter`; `troupe` says who the
 //!   troupe is and which bots are its own.
 //! - `limits`: the rate limits (`budget`) and the spend budgets (`spend_cap`).
-//! - `recall`: what the prompt draws on (`recall`, `thread_context`) and the prompt
-//!   (`compose`).
-//! - `model`: the model call (`complete`), with typing and the model-down notice.
-//! - `tools`: a turn with tools (`tool_turn`): the model's calls run, their results fed
-//!   back, up to `TROUPE_TOOL_MAX_STEPS`.
-//! - `answer`: the reply's room action (`act`), then record and deliver (`answer`, `reply`,
-//!   `record`).
-//! - `speak`: a voice note answered by a voice note too (`media::speech`), before the text.
-//! - `outbound`: every message the agent says to a room, and its outbox key, built once.
 //! - `ack`: the acknowledgement reaction while a reply is made (`TROUPE_ACK_REACTION`).
-//! - `edit`: an edit or a delete of an earlier message (`revise`), before the path.
+//! - `media`: voice notes heard (`hear`), and images put in the prompt (`see`).
+//! - `recall`: what the prompt draws on (`recall`, `thread_context`), the prompt
+//!   (`compose`) and the why panel's record of it (`explain`).
+//! - `model`: the model step (`model`, `complete`): typing, the model-down notice, one
+//!   `provider::call` per model call (`model_call`), stopped by a delete. `tools` is a turn
+//!   with tools (`tool_turn`): the model's calls run, their results fed back, up to
+//!   `TROUPE_TOOL_MAX_STEPS`; `streaming` shows the reply while it is written.
+//! - `answer`: the reply's room action (`act`), then record and deliver (`answer`, `reply`,
+//!   `record`); `speak` answers a voice note by voice too, before the text.
+//! - `outbound`: every message the agent says to a room, and its outbox key, built once.
 //!
 //! An agent holds only the handles it uses: replies leave through the outbox, and what a
 //! platform knows beyond the message comes from its connector in the registry
@@ -40,15 +40,18 @@ mod command;
 pub mod decide;
 mod edit;
 mod limits;
+mod media;
 mod model;
 mod outbound;
 mod recall;
 mod resume;
 mod speak;
+mod streaming;
 #[cfg(test)]
 mod tests;
 mod tools;
 mod troupe;
+mod turn;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -68,6 +71,7 @@ use crate::registry::Connectors;
 use crate::storage::{JournalId, Store};
 use answer::Reply;
 use recall::Composed;
+use turn::{Step, Stop, Turn};
 
 /// How long a message whose handling failed on storage waits for the database to come back
 /// before it is left pending for the next start.
@@ -84,9 +88,6 @@ pub struct Mind {
     pub vision: Option<Arc<dyn ModelProvider>>,
     /// The persona's tools (issue 33); `None` without MCP servers: nothing on the path.
     pub tools: crate::tools::Tools,
-    /// Where voice notes are transcribed: the persona's own provider and key, resolved with
-    /// the provider (`media::voice`); `None` when they do not resolve.
-    pub hearing: Option<crate::provider::Target>,
     /// The persona's voice for answering voice notes (`media::speech`); `None`: text only.
     pub speaking: Option<crate::media::speech::Speaking>,
 }
@@ -166,97 +167,6 @@ impl Agent {
     pub fn with_fetch(mut self, settings: &crate::fetch::FetchSettings) -> Self {
         self.fetcher = crate::fetch::Fetcher::new(settings);
         self
-    }
-
-    /// Adds a message's images to its prompt (see `crate::media`): fetched by reference
-    /// now, so the journal and the bus never carried their bytes, and kept for the
-    /// console's history under journal entry `journal`. Returns what a separate vision
-    /// model said they show, when one described them.
-    async fn images(
-        &self,
-        mind: &Mind,
-        journal: JournalId,
-        inbound: &Inbound,
-        prompt: &mut crate::persona::Prompt,
-    ) -> Option<String> {
-        let keep = crate::media::keep::Keep {
-            journal,
-            keep_days: self.settings.media.keep_days,
-        };
-        let sources = crate::media::Sources {
-            keep: Some(keep),
-            ..self.sources(inbound)
-        };
-        let model = mind.provider.model();
-        if let Some(vision) = &mind.vision
-            && !crate::media::sees(sources.vision, &model.model)
-        {
-            let meter = self.meter();
-            return crate::media::vision::images_described(
-                inbound,
-                vision,
-                meter.as_ref(),
-                &sources,
-                prompt,
-            )
-            .await;
-        }
-        let seen = crate::media::load(inbound, &model.model, &sources).await;
-        crate::media::attach(prompt, seen);
-        None
-    }
-
-    /// The message's images in `prompt`: image parts, or a line for a model that cannot
-    /// see them. Returns `inbound` with what a vision model said they show, when one
-    /// described them, so that the room remembers it; `None` for a message without files.
-    async fn see(
-        &self,
-        mind: &Mind,
-        journal: JournalId,
-        inbound: &Inbound,
-        prompt: &mut crate::persona::Prompt,
-    ) -> Option<Inbound> {
-        if inbound.attachments.is_empty() {
-            return None;
-        }
-        let description = self.images(mind, journal, inbound, prompt).await?;
-        Some(crate::media::described(inbound, &description))
-    }
-
-    /// `inbound` with its voice notes transcribed into its text (`crate::media::voice`),
-    /// or `None` when it carries no audio: nothing is done for a message without files.
-    /// Each transcription is admitted by and recorded in `meter` (purpose `transcribe`).
-    async fn hear(
-        &self,
-        mind: &Mind,
-        meter: Option<&crate::spend::Meter>,
-        inbound: &Inbound,
-    ) -> Option<Inbound> {
-        if inbound.attachments.is_empty() {
-            return None;
-        }
-        let sources = self.sources(inbound);
-        let hearing = crate::media::voice::Hearing {
-            sources: &sources,
-            target: mind.hearing.clone(),
-            on: self.settings.media.transcribe,
-            model: &self.settings.media.transcribe_model,
-            timeout: self.settings.model_timeout,
-            meter,
-        };
-        crate::media::voice::hear(inbound, &hearing).await
-    }
-
-    /// Where `inbound`'s files come from (`crate::media::Sources`); nothing kept.
-    fn sources(&self, inbound: &Inbound) -> crate::media::Sources<'_> {
-        crate::media::Sources {
-            store: &self.store,
-            connector: self.connector(inbound.platform()),
-            fetcher: &self.fetcher,
-            vision: self.settings.media.vision,
-            cap: self.settings.media.max_bytes,
-            keep: None,
-        }
     }
 
     /// Recalls knowledge from `knowledge` for every reply.
@@ -358,90 +268,53 @@ impl Agent {
         }
     }
 
-    /// Takes one message through its steps; each step owns one part of the path, and a
-    /// step that ends the message's handling (an ignored or limited message, a failed model
-    /// call) returns its outcome. An `Err` is a storage failure, which `handle` waits out.
+    /// Takes one message through its turn (`steps`). An `Err` is a storage failure, which
+    /// `handle` waits out; every other ending is the message's outcome.
     async fn process(
         &self,
-        journal_id: JournalId,
+        journal: JournalId,
         inbound: &Inbound,
         delivery: Delivery,
     ) -> anyhow::Result<Outcome> {
-        if delivery.is_again()
-            && let Some(outcome) = self.resume(journal_id, inbound).await?
-        {
-            return Ok(outcome);
+        let mut turn = Turn::new(journal, inbound, self.mind(), self.meter());
+        match self.steps(&mut turn, delivery).await {
+            Ok(outcome) | Err(Stop::Done(outcome)) => Ok(outcome),
+            Err(Stop::Storage(error)) => Err(error),
         }
-        // An edit or a delete (issue 32): one check for every other message.
-        let edited = match self.revised(journal_id, inbound).await? {
-            Ok(edited) => edited,
-            Err(outcome) => return Ok(outcome),
-        };
-        let inbound = edited.as_ref().unwrap_or(inbound);
-        let mind = self.mind();
-        if let Some(outcome) = self.command(&mind, journal_id, inbound).await? {
-            return Ok(outcome);
+    }
+
+    /// The order of a turn. Each step has its file, named for it; a step that ends the
+    /// message's handling (a redelivery already answered, a delete, a command, an ignored
+    /// or limited message, a failed model call) stops the turn with its outcome.
+    async fn steps(&self, turn: &mut Turn<'_>, delivery: Delivery) -> Step<Outcome> {
+        // resume.rs: a message driven again may be answered already, or given up.
+        if delivery.is_again() {
+            self.resume(turn).await?;
         }
-        let room = match self.decide(&mind.persona, journal_id, inbound).await? {
-            Ok(room) => room,
-            Err(outcome) => return Ok(outcome),
-        };
-        let standing = match self.standing(journal_id, inbound, &room).await? {
-            Ok(standing) => standing,
-            Err(outcome) => return Ok(outcome),
-        };
-        if let Some(outcome) = self.budget(journal_id, inbound).await? {
-            return Ok(outcome);
-        }
-        let meter = self.meter();
-        if let Some(outcome) = self.spend_cap(meter.as_ref(), journal_id, inbound).await? {
-            return Ok(outcome);
-        }
-        // Taken back when this turn returns, whichever way (ack.rs).
-        let _ack = self.acknowledge(inbound);
-        // A voice note's transcript is the message's text from here on (memory too).
-        let heard = self.hear(&mind, meter.as_ref(), inbound).await;
-        let inbound = heard.as_ref().unwrap_or(inbound);
-        let recall = self.recall(inbound, room).await?;
-        let Composed { mut prompt, quoted } = self.compose(&mind.persona, inbound, &recall);
-        let described = self.see(&mind, journal_id, inbound, &mut prompt).await;
-        let inbound = described.as_ref().unwrap_or(inbound);
-        // The console's "why" panel (crate::why): what this prompt was made of.
-        crate::why::record(
-            &self.id,
-            inbound,
-            &recall.recent,
-            &recall.memory,
-            &recall.hits,
-            &prompt,
-        );
-        let answer = match self
-            .complete_unless_deleted(&mind, meter.as_ref(), inbound, journal_id, &prompt)
-            .await?
-        {
-            Ok(answer) => answer,
-            Err(outcome) => return Ok(outcome),
-        };
-        let reply = Reply {
-            text: answer.text,
-            standing,
-            // A marker in a tool's result is data: the reply cannot act on its echo.
-            quoted: if answer.tool_marker {
-                crate::rooms::actions::Quoted::Marker
-            } else {
-                quoted
-            },
-            origin: answer.origin,
-        };
-        self.answer(
-            &mind,
-            meter,
-            journal_id,
-            inbound,
-            reply,
-            recall.recent.len(),
-        )
-        .await
+        // edit.rs: an edit is taken as the message it edits; a delete ends here.
+        self.revise(turn).await?;
+        // command.rs: `/mute`, `/forget`… answered without the model.
+        self.command(turn).await?;
+        // decide.rs: whether the persona answers, and what the sender may do to the room.
+        let room = self.decide(turn).await?;
+        let standing = self.standing(turn, &room).await?;
+        // limits.rs: the rate limits, then the spend budgets.
+        self.budget(turn).await?;
+        self.spend_cap(turn).await?;
+        // ack.rs: the persona answers; its reaction shows until the turn ends.
+        let _ack = self.acknowledge(turn.inbound());
+        // media.rs: voice notes become text before anything reads the message.
+        self.hear(turn).await;
+        // recall.rs: what the prompt draws on, and the prompt; media.rs adds the images.
+        let recall = self.recall(turn, room).await?;
+        let Composed { mut prompt, quoted } = self.compose(turn, &recall);
+        self.see(turn, &mut prompt).await;
+        self.explain(turn, &recall, &prompt);
+        // model.rs: the model call (tools.rs, streaming.rs), stopped by a delete.
+        let answer = self.model(turn, &prompt).await?;
+        // answer.rs: the reply's room action, its voice note (speak.rs), record, deliver.
+        let reply = Reply::new(answer, standing, quoted);
+        self.answer(turn, reply, recall.recent.len()).await
     }
 }
 

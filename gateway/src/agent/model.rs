@@ -1,15 +1,20 @@
-//! The model call (`complete`): the typing indicator, the scheduler's turn, the provider
-//! (waiting out an outage, with one notice to the room), metrics and spend accounting.
+//! The model step of a turn (`model`): the reply's model calls, shown while they are
+//! written (`streaming.rs`), with the persona's tools where its room may use them
+//! (`tools.rs`), and stopped if the message is deleted meanwhile (`edit.rs`). Each call is
+//! one `provider::call` (`model_call`): the scheduler's turn (DMs and mentions first), the
+//! provider waiting out an outage with one notice to the room, spend and metrics.
 
 use std::time::{Duration, Instant};
 use troupe_connectors::{Inbound, Platform};
 
+use super::Agent;
 use super::outbound::Kind;
 use super::tools::{Answer, origin_of};
-use super::{Agent, Mind};
+use super::turn::{Step, Turn, done};
 use crate::live::Live;
+use crate::outcome::Outcome;
 use crate::persona::Prompt;
-use crate::provider::{OutageNotice, ProviderError, Step, ToolRound};
+use crate::provider::{OutageNotice, Parts, Payer, ProviderError, Reply, Request, ToolRound};
 use crate::storage::JournalId;
 
 /// The notice a room gets, once per outage, when its message waits for a model provider
@@ -53,87 +58,73 @@ impl OutageNotice for RoomNotice<'_> {
 }
 
 impl Agent {
-    /// Complete: the model call, with the typing indicator on and its metrics. A message
-    /// that meets a provider outage waits for the provider to come back, and its room hears
-    /// once per outage; not the Web platform, whose caller sees the wait itself. Where the
-    /// persona has tools this room may use, the turn goes through `tools::tool_turn`; a
-    /// persona without tools takes the one call it always took. Either is shown live where
-    /// it can be (an HTTP caller that asked for a stream, a platform that edits messages,
-    /// `TROUPE_STREAM` on): with tools, the text written after the last tool step.
-    pub(super) async fn complete(
-        &self,
-        mind: &Mind,
-        meter: Option<&crate::spend::Meter>,
-        inbound: &Inbound,
-        journal_id: JournalId,
-        prompt: &Prompt,
-    ) -> Result<Answer, ProviderError> {
-        let typing = self.keep_typing(inbound);
-        let offer = super::tools::offer(mind, inbound);
-        // A voice note answered by voice is not shown live: its voice note goes before its
-        // text (`speak`), and is made from the whole text anyway. A persona without a
-        // voice pays one `Option` check.
-        let by_voice = mind.speaking.is_some() && crate::media::speech::came_as_voice(inbound);
-        let (showing, typing, caller) = if inbound.platform() == Platform::Web {
-            (None, Some(typing), self.live_for(inbound))
-        } else if by_voice {
-            (None, Some(typing), None)
-        } else {
-            match self.show_live(inbound, journal_id, typing) {
-                Ok(showing) => (Some(showing), None, None),
-                Err(typing) => (None, Some(typing), None),
-            }
+    /// Model: what the model answers the prompt. A message deleted while its reply is
+    /// made stops the calls (`deleted_meanwhile`); a failed call ends the turn as
+    /// `model_failed` says.
+    pub(super) async fn model(&self, turn: &Turn<'_>, prompt: &Prompt) -> Step<Answer> {
+        let call = self.complete(turn, prompt);
+        let result = match self.waiters.turns().start(&self.id, turn.inbound()) {
+            None => call.await,
+            Some(watch) => tokio::select! {
+                result = call => result,
+                () = watch.deleted() => return self.deleted_meanwhile(turn).await,
+            },
         };
-        let live = showing.as_ref().map(|s| s.live()).or(caller.as_ref());
-        let result = match offer {
-            Some(offer) => {
-                self.tool_turn(mind, meter, inbound, prompt, offer, live)
-                    .await
-            }
+        match result {
+            Ok(answer) => Ok(answer),
+            Err(error) => done(self.model_failed(turn.journal, error).await?),
+        }
+    }
+
+    /// Complete: the model calls, shown live where they can be (`streaming`). Where the
+    /// persona has tools this room may use, the turn goes through `tools::tool_turn`
+    /// (shown live: the text written after the last tool step); a persona without tools
+    /// makes the one call. A message that meets a provider outage waits for the provider
+    /// to come back, and its room hears once per outage; not the Web platform, whose caller
+    /// sees the wait itself.
+    async fn complete(&self, turn: &Turn<'_>, prompt: &Prompt) -> Result<Answer, ProviderError> {
+        let streaming = self.streaming(turn);
+        let live = streaming.live();
+        let result = match super::tools::offer(&turn.mind, turn.inbound()) {
+            Some(offer) => self.tool_turn(turn, prompt, offer, live).await,
             None => self
-                .model_call(mind, meter, inbound, prompt, None, live)
+                .model_call(turn, prompt, None, live)
                 .await
-                .map(|step| Answer {
-                    origin: origin_of(&step.completion, prompt),
-                    text: step.completion.text,
+                .map(|reply| Answer {
+                    origin: origin_of(&reply.completion, prompt),
+                    text: reply.completion.text,
                     tool_marker: false,
                 }),
         };
-        drop(typing);
-        match (showing, &result) {
-            (Some(showing), Ok(_)) => showing.finish().await,
-            (Some(showing), Err(_)) => showing.abandon().await,
-            (None, _) => {}
-        }
+        streaming.end(&result).await;
         result
     }
 
     /// The model call failed: the message is marked failed in the journal (a repost drives
     /// it again), and the outcome says why.
-    pub(super) async fn model_failed(
+    async fn model_failed(
         &self,
         journal_id: JournalId,
         error: ProviderError,
-    ) -> anyhow::Result<crate::outcome::Outcome> {
+    ) -> anyhow::Result<Outcome> {
         self.store
             .journal_fail(journal_id, &error.to_string())
             .await?;
-        Ok(crate::outcome::Outcome::Failed {
+        Ok(Outcome::Failed {
             error: crate::outcome::HandleError::Model(error),
         })
     }
 
-    /// One model call: the scheduler's turn, the provider (with the turn's tools, when
-    /// `round` is given), spend, metrics and the log line.
+    /// One model call of the reply (`provider::call`: the scheduler's turn, the provider,
+    /// spend and metrics), with the turn's tools when `round` is given, and its log line.
     pub(super) async fn model_call(
         &self,
-        mind: &Mind,
-        meter: Option<&crate::spend::Meter>,
-        inbound: &Inbound,
+        turn: &Turn<'_>,
         prompt: &Prompt,
         round: Option<ToolRound<'_>>,
         live: Option<&Live>,
-    ) -> Result<Step, ProviderError> {
+    ) -> Result<Reply, ProviderError> {
+        let (provider, inbound) = (&turn.mind.provider, turn.inbound());
         let started = Instant::now();
         let notice = RoomNotice {
             agent: self,
@@ -147,90 +138,28 @@ impl Agent {
             crate::spend::Priority::Reply
         };
         let room = inbound.room.key();
-        let call = async {
-            match (round, live) {
-                (Some(round), None) => mind.provider.step(prompt, round, notice).await,
-                (Some(round), Some(live)) => {
-                    mind.provider.step_live(prompt, round, notice, live).await
-                }
-                (None, None) => mind
-                    .provider
-                    .complete_or_wait(prompt, notice)
-                    .await
-                    .map(Step::answer),
-                (None, Some(live)) => mind
-                    .provider
-                    .complete_live(prompt, notice, live)
-                    .await
-                    .map(Step::answer),
-            }
+        let request = Request {
+            purpose: crate::spend::Purpose::Reply,
+            parts: Parts::Chat(prompt),
+            tools: round,
+            live,
+            notice,
+            payer: Payer {
+                turn: crate::spend::Turn::new(priority, &room),
+                meter: turn.meter.as_ref(),
+                who: crate::spend::Who::sender(&room, inbound),
+            },
         };
-        let result = crate::spend::Turn::new(priority, &room).scope(call).await;
-        // The model, once: the price key of the usage record, and its label for metrics.
-        let model = mind.provider.model();
-        let label = model.to_string();
-        if let (Some(meter), Ok(step)) = (meter, &result) {
-            let who = crate::spend::Who::sender(&room, inbound);
-            let tokens = step.completion.tokens(prompt);
-            // A step that asked for tools is accounted as `tool`; the answer as `reply`.
-            let purpose = if step.calls.is_empty() {
-                crate::spend::Purpose::Reply
-            } else {
-                crate::spend::Purpose::Tool
-            };
-            meter.record(who, purpose, &model, tokens).await;
-        }
-        let completion = result.as_ref().ok().map(|s| &s.completion);
-        crate::metrics::model_call(
-            &label,
-            started.elapsed(),
-            result.is_ok(),
-            completion.and_then(|c| c.prompt_tokens),
-            completion.and_then(|c| c.completion_tokens),
-        );
-        let step = result.inspect_err(|error| {
-            tracing::warn!(%error, provider = %label, "model call failed");
+        let reply = provider.call(request).await.inspect_err(|error| {
+            tracing::warn!(%error, provider = %provider.describe(), "model call failed");
         })?;
         tracing::info!(
             model_ms = started.elapsed().as_millis() as u64,
-            prompt_tokens = step.completion.prompt_tokens,
-            completion_tokens = step.completion.completion_tokens,
-            tool_calls = step.calls.len(),
+            prompt_tokens = reply.completion.prompt_tokens,
+            completion_tokens = reply.completion.completion_tokens,
+            tool_calls = reply.calls.len(),
             "model answered"
         );
-        Ok(step)
-    }
-
-    /// The HTTP caller's `Live` for this message, when it asked for a stream and
-    /// `TROUPE_STREAM` is on.
-    fn live_for(&self, inbound: &Inbound) -> Option<Live> {
-        if !self.settings.stream.on {
-            return None;
-        }
-        self.waiters.live().find(&self.id, &inbound.id)
-    }
-
-    /// Keeps the platform's typing indicator on until the returned guard is cancelled.
-    pub(super) fn keep_typing(&self, inbound: &Inbound) -> tokio_util::sync::DropGuard {
-        let token = tokio_util::sync::CancellationToken::new();
-        // The Web platform shows no typing: no task and no timer per message.
-        if inbound.platform() == Platform::Web {
-            return token.drop_guard();
-        }
-        if let Some(connector) = self.connector(inbound.platform()) {
-            let room = inbound.room.clone();
-            let stop = token.clone();
-            tokio::spawn(async move {
-                loop {
-                    let _ = connector.typing(&room).await;
-                    // Discord's indicator lasts about 10 s, Telegram's about 5 s.
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(std::time::Duration::from_secs(4)) => {}
-                    }
-                }
-            });
-        }
-        token.drop_guard()
+        Ok(reply)
     }
 }

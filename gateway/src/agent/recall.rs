@@ -6,6 +6,7 @@ use std::time::Duration;
 use troupe_connectors::{ClientTurn, ContextLine, Inbound, TurnSpeaker};
 
 use super::Agent;
+use super::turn::{Step, Turn};
 use crate::persona::{self, HistoryLine, Persona, Prompt, PromptInput};
 use crate::rooms::actions::Quoted;
 use crate::storage::{MemoryMessage, RoomContext};
@@ -39,11 +40,8 @@ impl Agent {
     /// knows it, and knowledge for this room and the whole agent (documents attached to the
     /// message become the room's knowledge first; a failed or slow search answers without
     /// it, see Knowledge::for_prompt).
-    pub(super) async fn recall(
-        &self,
-        inbound: &Inbound,
-        room: RoomContext,
-    ) -> anyhow::Result<Recall> {
+    pub(super) async fn recall(&self, turn: &Turn<'_>, room: RoomContext) -> Step<Recall> {
+        let inbound = turn.inbound();
         let room_key = inbound.room.key();
         // A client that keeps its own conversation (the OpenAI-compatible API, stateless)
         // sent the history itself: the room's would repeat it, and its summary and the
@@ -120,12 +118,8 @@ impl Agent {
     /// Compose: the prompt, from the character and what was recalled. The thread's lines
     /// that troupe already remembers are not repeated; the message itself comes last. It
     /// reports whether anything it quotes holds an action marker (`rooms::actions`).
-    pub(super) fn compose(
-        &self,
-        persona: &Persona,
-        inbound: &Inbound,
-        recall: &Recall,
-    ) -> Composed {
+    pub(super) fn compose(&self, turn: &Turn<'_>, recall: &Recall) -> Composed {
+        let (persona, inbound) = (&turn.mind.persona, turn.inbound());
         let Recall {
             recent,
             memory,
@@ -182,6 +176,18 @@ impl Agent {
                 Quoted::NoMarker
             },
         }
+    }
+
+    /// The console's "why" panel (`crate::why`): what this prompt was made of.
+    pub(super) fn explain(&self, turn: &Turn<'_>, recall: &Recall, prompt: &Prompt) {
+        crate::why::record(
+            &self.id,
+            turn.inbound(),
+            &recall.recent,
+            &recall.memory,
+            &recall.hits,
+            prompt,
+        );
     }
 }
 

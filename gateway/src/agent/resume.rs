@@ -2,12 +2,13 @@
 //! already, or may have had all its attempts; then it is answered from the journal, or
 //! given up with a short apology to its room.
 
-use troupe_connectors::{Inbound, Platform};
+use troupe_connectors::Platform;
 
 use super::Agent;
 use super::outbound::Kind;
+use super::turn::{Step, Turn, done};
 use crate::outcome::Outcome;
-use crate::storage::{Attempt, JournalId, JournalState};
+use crate::storage::{Attempt, JournalState};
 
 /// The short reply a room gets, at most once per `APOLOGY_QUIET_MS`, when troupe gives up a
 /// message that kept stopping the gateway.
@@ -24,33 +25,27 @@ impl Agent {
     /// this handling is counted before it starts, so that one that crashes the process
     /// counts too, and a message that had all its attempts is given up instead (see
     /// storage::journal). A first publication was counted by its journal insert, and skips
-    /// this step. `None` when the message is to be handled.
-    pub(super) async fn resume(
-        &self,
-        journal_id: JournalId,
-        inbound: &Inbound,
-    ) -> anyhow::Result<Option<Outcome>> {
+    /// this step. `Ok` when the message is to be handled.
+    pub(super) async fn resume(&self, turn: &Turn<'_>) -> Step {
+        let journal = turn.journal;
         match self
             .store
-            .journal_begin(journal_id, self.settings.max_attempts)
+            .journal_begin(journal, self.settings.max_attempts)
             .await?
         {
-            Attempt::Started { .. } => Ok(None),
+            Attempt::Started { .. } => Ok(()),
             Attempt::Done => {
-                let replies = self.store.replies_for(journal_id).await?;
-                Ok(Some(Outcome::Replied {
+                let replies = self.store.replies_for(journal).await?;
+                done(Outcome::Replied {
                     texts: replies.into_iter().map(|o| o.text).collect(),
                     origin: crate::outcome::Origin::Other,
-                }))
+                })
             }
             Attempt::Exhausted {
                 attempts,
                 state,
                 last_error,
-            } => self
-                .give_up(journal_id, inbound, attempts, state, last_error)
-                .await
-                .map(Some),
+            } => done(self.give_up(turn, attempts, state, last_error).await?),
         }
     }
 
@@ -58,10 +53,9 @@ impl Agent {
     /// never finished (the process stopped while handling it, `state` pending) is marked
     /// failed with the reason, and its room gets the short apology unless it had one
     /// recently (the Web platform has no room to post to: its caller gets the outcome).
-    pub(super) async fn give_up(
+    async fn give_up(
         &self,
-        journal_id: JournalId,
-        inbound: &Inbound,
+        turn: &Turn<'_>,
         attempts: i32,
         state: JournalState,
         last_error: Option<String>,
@@ -78,11 +72,12 @@ impl Agent {
             tracing::warn!(attempts, %reason, "not handling the message again");
             return Ok(Outcome::GaveUp { reason });
         }
+        let (journal, inbound) = (turn.journal, turn.inbound());
         let apology = (inbound.platform() != Platform::Web)
-            .then(|| self.outbound(inbound, Kind::GaveUp(journal_id), GAVE_UP.to_string()));
+            .then(|| self.outbound(inbound, Kind::GaveUp(journal), GAVE_UP.to_string()));
         let gave_up = self
             .store
-            .journal_give_up(journal_id, &reason, apology.as_ref(), APOLOGY_QUIET_MS)
+            .journal_give_up(journal, &reason, apology.as_ref(), APOLOGY_QUIET_MS)
             .await?;
         if gave_up.first {
             crate::metrics::error("gave_up");

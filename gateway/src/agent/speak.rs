@@ -5,22 +5,20 @@
 //! The voice note is not journaled: a gateway stopped between the voice note and the
 //! reply's record says it again when the message is driven again (the text still goes once).
 
-use troupe_connectors::{Inbound, VoiceNote};
+use troupe_connectors::VoiceNote;
 
-use super::{Agent, Mind};
+use super::Agent;
+use super::turn::Turn;
 use crate::media::speech;
-use crate::spend::{Meter, ModelRef, Purpose, Tokens, Who};
+use crate::provider::{Parts, Payer, ProviderError, Reply, Request};
+use crate::spend::{Priority, Purpose, Who};
 
 impl Agent {
-    /// Says `text` in the room as a voice note when `inbound` came as one and the persona
-    /// speaks; nothing otherwise (one check for a persona without a voice).
-    pub(super) async fn speak(
-        &self,
-        mind: &Mind,
-        meter: Option<&Meter>,
-        inbound: &Inbound,
-        text: &str,
-    ) {
+    /// Says `text` in the room as a voice note when the message came as one and the
+    /// persona speaks; nothing otherwise (one check for a persona without a voice). The
+    /// speech is one model call, metered as `speech`.
+    pub(super) async fn speak(&self, turn: &Turn<'_>, text: &str) {
+        let (mind, inbound) = (&turn.mind, turn.inbound());
         let Some(speaking) = &mind.speaking else {
             return;
         };
@@ -30,30 +28,39 @@ impl Agent {
         let Some(connector) = self.connector(inbound.platform()) else {
             return;
         };
-        let timeout = self.settings.model_timeout;
-        let spoken = match speech::speak(speaking, text, timeout, self.settings.media.max_bytes)
-            .await
-        {
-            Ok(spoken) => spoken,
-            Err(why) => {
-                tracing::warn!(model = %speaking.target.model, "no voice note for the reply: {why}; the text is sent");
+        let room = inbound.room.key();
+        let request = Request {
+            purpose: Purpose::Speech,
+            parts: Parts::Speech {
+                model: &speaking.model,
+                voice: &speaking.voice,
+                text,
+                cap: self.settings.media.max_bytes,
+            },
+            tools: None,
+            live: None,
+            notice: None,
+            payer: Payer {
+                turn: crate::spend::Turn::new(Priority::Reply, &room),
+                meter: turn.meter.as_ref(),
+                who: Who::sender(&room, inbound),
+            },
+        };
+        let spoken = match mind.provider.call(request).await {
+            Ok(Reply {
+                audio: Some(spoken),
+                ..
+            }) => spoken,
+            Ok(_) => return,
+            Err(error) => {
+                let why = match error {
+                    ProviderError::Upstream(why) => why,
+                    other => other.to_string(),
+                };
+                tracing::warn!(model = %speaking.model, "no voice note for the reply: {why}; the text is sent");
                 return;
             }
         };
-        if let Some(meter) = meter {
-            let room = inbound.room.key();
-            let who = Who::sender(&room, inbound);
-            let model = ModelRef::new("openai", speaking.target.model.clone());
-            let said = text.chars().take(speech::MAX_INPUT_CHARS).count();
-            let tokens = Tokens {
-                prompt: None,
-                completion: None,
-                cached: None,
-                prompt_chars: said,
-                completion_chars: 0,
-            };
-            meter.record(who, Purpose::Speech, &model, tokens).await;
-        }
         let note = VoiceNote {
             room: inbound.room.clone(),
             reply_to: Some(inbound.id.clone()),

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use troupe_connectors::Inbound;
 
+use super::turn::Turn;
 use super::{Agent, Mind};
 use crate::live::Live;
 use crate::outcome::Origin;
@@ -39,7 +40,7 @@ pub(super) struct Offer {
 /// a room not opted in, or no tool allowed): then the turn is the plain one call.
 pub(super) fn offer(mind: &Mind, inbound: &Inbound) -> Option<Offer> {
     let toolbox = mind.tools.as_ref()?;
-    if !mind.provider.calls_tools() {
+    if !mind.provider.offers(crate::provider::Feature::Tools) {
         return None;
     }
     let tools = toolbox.offered(inbound);
@@ -56,13 +57,12 @@ impl Agent {
     /// The turn: model steps with tools, then the answer.
     pub(super) async fn tool_turn(
         &self,
-        mind: &Mind,
-        meter: Option<&crate::spend::Meter>,
-        inbound: &Inbound,
+        turn: &Turn<'_>,
         prompt: &Prompt,
         offer: Offer,
         live: Option<&Live>,
     ) -> Result<Answer, ProviderError> {
+        let inbound = turn.inbound();
         let specs: Vec<ToolSpec> = offer.tools.iter().map(|t| t.spec.clone()).collect();
         let max_steps = offer.toolbox.max_steps();
         let mut exchanges: Vec<Exchange> = Vec::new();
@@ -79,18 +79,13 @@ impl Agent {
                 tools,
                 exchanges: &exchanges,
             };
-            let step = self
-                .model_call(mind, meter, inbound, prompt, Some(round), live)
-                .await?;
+            let step = self.model_call(turn, prompt, Some(round), live).await?;
             steps += 1;
             origin = origin.plus(origin_of(&step.completion, prompt));
             if step.calls.is_empty() || tools.is_empty() {
                 break step.completion.text;
             }
-            if let Some(text) = self
-                .over_budget(meter, inbound, &step.completion.text)
-                .await
-            {
+            if let Some(text) = self.over_budget(turn, &step.completion.text).await {
                 break text;
             }
             if admin.is_none() && step.calls.iter().any(|c| destructive(&offer, c)) {
@@ -179,13 +174,9 @@ impl Agent {
 
     /// Between steps: past a spend budget, the turn ends with what the persona has (the
     /// text it wrote beside its calls, else the budget's notice).
-    async fn over_budget(
-        &self,
-        meter: Option<&crate::spend::Meter>,
-        inbound: &Inbound,
-        so_far: &str,
-    ) -> Option<String> {
-        let meter = meter?;
+    async fn over_budget(&self, turn: &Turn<'_>, so_far: &str) -> Option<String> {
+        let meter = turn.meter.as_ref()?;
+        let inbound = turn.inbound();
         let room = inbound.room.key();
         let who = crate::spend::Who::sender(&room, inbound);
         match meter.admit(who, crate::spend::Purpose::Tool).await {

@@ -1,6 +1,6 @@
 //! The HTTP API: one router, one state, one error type, and the server that runs it.
 //!
-//! Routes (stable; see docs and DESIGN.md): `/healthz`, `/readyz`, `/metrics`, and under
+//! Routes (stable; docs/api.md and docs/security.md list them): `/healthz`, `/readyz`, `/metrics`, and under
 //! `/api` the agents, the direct conversation with them, and their rooms and memories.
 //! When `TROUPE_API_TOKEN` is set, every route needs `Authorization: Bearer <token>`, reads
 //! and `/metrics` included: memories, facts and documents are private. Only `/healthz` and

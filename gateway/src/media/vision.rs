@@ -14,8 +14,8 @@ use troupe_connectors::Inbound;
 use super::{Seen, Sources, describe, images, load};
 use crate::config::Vision;
 use crate::persona::Prompt;
-use crate::provider::ModelProvider;
-use crate::spend::{Meter, Purpose, Who};
+use crate::provider::{ModelProvider, Parts, Payer, Request};
+use crate::spend::{Meter, Priority, Purpose, Turn, Who};
 
 /// The longest description kept, in characters: a few sentences, not an essay.
 const MAX_CHARS: usize = 1_000;
@@ -70,8 +70,8 @@ pub async fn images_described(
     described
 }
 
-/// One call to the vision model, recorded in spend; `None` (logged) when it failed or
-/// answered nothing.
+/// One call to the vision model, in the reply's turn, recorded in spend as `vision`;
+/// `None` (logged) when it failed or answered nothing.
 async fn ask(
     inbound: &Inbound,
     vision: &Arc<dyn ModelProvider>,
@@ -79,17 +79,20 @@ async fn ask(
     prompt: &Prompt,
 ) -> Option<String> {
     let room = inbound.room.key();
-    let call = vision.complete(prompt);
-    let result = crate::spend::Turn::new(crate::spend::Priority::Reply, &room)
-        .scope(call)
-        .await;
+    let request = Request {
+        purpose: Purpose::Vision,
+        parts: Parts::Chat(prompt),
+        tools: None,
+        live: None,
+        notice: None,
+        payer: Payer {
+            turn: Turn::new(Priority::Reply, &room),
+            meter,
+            who: Who::sender(&room, inbound),
+        },
+    };
+    let result = vision.call(request).await.map(|reply| reply.completion);
     let model = vision.model();
-    if let (Some(meter), Ok(completion)) = (meter, &result) {
-        let who = Who::sender(&room, inbound);
-        meter
-            .record(who, Purpose::Vision, &model, completion.tokens(prompt))
-            .await;
-    }
     match result {
         Ok(c) if !c.text.trim().is_empty() => Some(c.text.trim().chars().take(MAX_CHARS).collect()),
         Ok(_) => {

@@ -26,7 +26,6 @@ mod summary;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use troupe_connectors::sync::Locked;
 use troupe_connectors::{AgentId, Inbound, Platform, RoomKey, UserId};
@@ -296,8 +295,8 @@ impl Memory {
             .then_some(permit)
     }
 
-    /// One background model call, counted in the metrics like a reply's. `None` (logged)
-    /// when it failed or answered nothing.
+    /// One background model call, on the background turn, admitted by the persona's budgets
+    /// first. `None` (logged) when it failed or answered nothing.
     async fn ask(&self, model: &Model, prompt: &Prompt, task: &'static str) -> Option<String> {
         let purpose = if task == "summary" {
             crate::spend::Purpose::Summary
@@ -325,23 +324,19 @@ impl Memory {
                 }
             }
         }
-        let started = Instant::now();
-        let turn = crate::spend::Turn::new(crate::spend::Priority::Background, &self.agent_id);
-        let result = turn.scope(model.provider.complete(prompt)).await;
-        // The model, once: the price key of the usage record, and its label for metrics.
-        let called = model.provider.model();
-        let label = called.to_string();
-        if let (Some(meter), Ok(c)) = (&model.meter, &result) {
-            let tokens = c.tokens(prompt);
-            meter.record(nobody, purpose, &called, tokens).await;
-        }
-        crate::metrics::model_call(
-            &label,
-            started.elapsed(),
-            result.is_ok(),
-            result.as_ref().ok().and_then(|c| c.prompt_tokens),
-            result.as_ref().ok().and_then(|c| c.completion_tokens),
-        );
+        let request = crate::provider::Request {
+            purpose,
+            parts: crate::provider::Parts::Chat(prompt),
+            tools: None,
+            live: None,
+            notice: None,
+            payer: crate::provider::Payer {
+                turn: crate::spend::Turn::new(crate::spend::Priority::Background, &self.agent_id),
+                meter: model.meter.as_ref(),
+                who: nobody,
+            },
+        };
+        let result = model.provider.call(request).await.map(|r| r.completion);
         match result {
             Ok(c) if !c.text.trim().is_empty() => Some(c.text),
             Ok(_) => {
@@ -349,7 +344,7 @@ impl Memory {
                 None
             }
             Err(error) => {
-                tracing::warn!(task, %error, provider = %label,
+                tracing::warn!(task, %error, provider = %model.provider.describe(),
                     "memory model call failed; it is tried again after a later reply");
                 None
             }

@@ -14,7 +14,8 @@
 //! 4. a scalar `settings.<KEY>` (elizaOS's `getSetting` reads those as well);
 //! 5. the process environment `<KEY>`.
 //!
-//! **Secrets and endpoints travel together** (DESIGN.md; issue 30, finding 1). Every
+//! **Secrets and endpoints travel together** (docs/security.md, "Character files"; issue 30,
+//! finding 1). Every
 //! credential is sent to one endpoint ([`PAIRINGS`]: the model providers, the Bot API, the
 //! Discord API, Neynar). Values from 1 and 5 were chosen by the operator; values from 2–4 by
 //! whoever wrote the file, which includes anyone who may call `PUT /api/characters/…`. When

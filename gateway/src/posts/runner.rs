@@ -8,7 +8,7 @@
 //! The loop waits until the next run is due, or `POLL` at most (a schedule added through
 //! another replica), or a wake from this replica's API.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use troupe_connectors::{Outbound, Platform, RoomRef};
 
 use super::compose::{self, PostInput};
@@ -274,27 +274,22 @@ impl Runner {
         input: &PostInput<'_>,
     ) -> anyhow::Result<String> {
         let prompt = compose::compose(&mind.persona, input);
-        let provider = mind.background();
-        let started = Instant::now();
-        let turn = crate::spend::Turn::new(crate::spend::Priority::Background, &run.room);
-        let result = turn.scope(provider.complete(&prompt)).await;
-        let model = provider.model();
-        if let (Some(meter), Ok(c)) = (meter, &result) {
-            let who = Who {
-                room: Some(&run.room),
-                user: None,
-            };
-            meter
-                .record(who, Purpose::Post, &model, c.tokens(&prompt))
-                .await;
-        }
-        crate::metrics::model_call(
-            &model.to_string(),
-            started.elapsed(),
-            result.is_ok(),
-            result.as_ref().ok().and_then(|c| c.prompt_tokens),
-            result.as_ref().ok().and_then(|c| c.completion_tokens),
-        );
+        let request = crate::provider::Request {
+            purpose: Purpose::Post,
+            parts: crate::provider::Parts::Chat(&prompt),
+            tools: None,
+            live: None,
+            notice: None,
+            payer: crate::provider::Payer {
+                turn: crate::spend::Turn::new(crate::spend::Priority::Background, &run.room),
+                meter,
+                who: Who {
+                    room: Some(&run.room),
+                    user: None,
+                },
+            },
+        };
+        let result = mind.background().call(request).await.map(|r| r.completion);
         Ok(compose::finish(&result?.text, input.max_length))
     }
 }

@@ -1,6 +1,7 @@
 //! The genai client: one `GenaiProvider` per persona, pinned to its target, with a cap on
-//! calls in flight and a deadline per call. Every call goes through its account's breaker
-//! (`breaker.rs`); this file only makes one attempt and classifies its failure.
+//! calls in flight and a deadline per call. Every chat call goes through its account's breaker
+//! (`breaker.rs`, `chat.rs`); this file sends one request and classifies its failure, and
+//! hands each kind of request to the file that makes it (`chat.rs`, `audio.rs`).
 
 use async_trait::async_trait;
 use genai::chat::{ChatOptions, ChatRequest, ChatResponse};
@@ -11,8 +12,8 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::breaker::{Breaker, Breakers, Failure};
-use super::target::Target;
-use super::{Completion, ModelProvider, OutageNotice, ProviderError};
+use super::target::{Target, Vendor};
+use super::{Completion, Feature, ModelProvider, Parts, ProviderError, Reply, Request, Sealed};
 use crate::config::ProviderSettings;
 use crate::persona::Prompt;
 
@@ -81,24 +82,8 @@ impl GenaiProvider {
         self
     }
 
-    /// One attempt: a permit, the call, its deadline.
-    async fn attempt(&self, prompt: &Prompt) -> Result<Completion, Failure> {
-        let response = self.exec(request_of(prompt)).await?;
-        let text = response
-            .first_text()
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or(Failure {
-                error: ProviderError::Empty,
-                transient: false,
-            })?
-            .to_string();
-        Ok(completion_of(&response, text))
-    }
-
     /// Sends one request: the scheduler's turn, a permit, the call, its deadline, and the
-    /// tokens it used charged to the account. Shared by plain replies and tool steps
-    /// (`tools.rs`).
+    /// tokens it used charged to the account (`chat.rs`).
     pub(super) async fn exec(&self, request: ChatRequest) -> Result<ChatResponse, Failure> {
         let (turn, _permit) = self.admit().await?;
         let options = ChatOptions::default().with_max_tokens(MAX_TOKENS);
@@ -210,51 +195,28 @@ impl ModelProvider for GenaiProvider {
         crate::spend::ModelRef::new(self.target.vendor.name(), self.target.model.clone())
     }
 
-    async fn complete(&self, prompt: &Prompt) -> Result<Completion, ProviderError> {
-        self.complete_or_wait(prompt, None).await
+    fn offers(&self, feature: Feature) -> bool {
+        match feature {
+            Feature::Tools | Feature::Streaming => true,
+            // Only an OpenAI-compatible server has `/audio/*`; Anthropic and Ollama do not.
+            Feature::Audio => self.target.vendor == Vendor::OpenAi,
+        }
     }
 
-    async fn complete_or_wait(
-        &self,
-        prompt: &Prompt,
-        notice: Option<&dyn OutageNotice>,
-    ) -> Result<Completion, ProviderError> {
-        self.breaker.call(notice, || self.attempt(prompt)).await
-    }
-
-    fn calls_tools(&self) -> bool {
-        true
-    }
-
-    async fn complete_live(
-        &self,
-        prompt: &Prompt,
-        notice: Option<&dyn OutageNotice>,
-        live: &crate::live::Live,
-    ) -> Result<Completion, ProviderError> {
-        self.breaker
-            .call(notice, || self.attempt_live(prompt, live))
-            .await
-    }
-
-    async fn step(
-        &self,
-        prompt: &Prompt,
-        round: super::ToolRound<'_>,
-        notice: Option<&dyn OutageNotice>,
-    ) -> Result<super::Step, ProviderError> {
-        self.step_with_tools(prompt, round, notice, None).await
-    }
-
-    async fn step_live(
-        &self,
-        prompt: &Prompt,
-        round: super::ToolRound<'_>,
-        notice: Option<&dyn OutageNotice>,
-        live: &crate::live::Live,
-    ) -> Result<super::Step, ProviderError> {
-        self.step_with_tools(prompt, round, notice, Some(live))
-            .await
+    async fn send(&self, request: &Request<'_>, _: Sealed) -> Result<Reply, ProviderError> {
+        match &request.parts {
+            Parts::Chat(prompt) => {
+                self.chat(prompt, request.tools, request.notice, request.live)
+                    .await
+            }
+            Parts::Audio { model, file } => self.transcribe(model, file).await,
+            Parts::Speech {
+                model,
+                voice,
+                text,
+                cap,
+            } => self.speak(model, voice, text, *cap).await,
+        }
     }
 }
 

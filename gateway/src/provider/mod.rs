@@ -1,11 +1,16 @@
-//! Model providers: one chat call, whatever the vendor.
+//! Model providers: one model call, whatever the vendor and whatever it is for.
 //!
-//! The `ModelProvider` trait is all an agent sees. `GenaiProvider` implements it over the
-//! `genai` crate, which speaks OpenAI-compatible, Anthropic and Ollama natively, so troupe
-//! writes no vendor HTTP of its own. Which provider a persona uses is resolved here from its
-//! `modelProvider`, its `settings.model` and its secrets; when nothing is configured the
-//! persona gets an `Unconfigured` provider that fails fast with the variable to set, so the
-//! gateway still starts and the API answers 503 instead of hanging.
+//! Everything troupe asks of a model (a reply, a step of a turn with tools, a vision
+//! description, a transcription, speech, a summary, facts, a post) is one [`Request`] given
+//! to `call` (`call.rs`), which schedules, meters and counts it in one place. The
+//! `ModelProvider` trait is the vendor's side: `send` and a few facts about the provider.
+//! `GenaiProvider` implements it over the `genai` crate, which speaks OpenAI-compatible,
+//! Anthropic and Ollama natively, so troupe writes no vendor HTTP of its own for chats;
+//! audio goes to the OpenAI-compatible `/audio/*` endpoints (`audio.rs`). Which provider a
+//! persona uses is resolved here from its `modelProvider`, its `settings.model` and its
+//! secrets; when nothing is configured the persona gets an `Unconfigured` provider that
+//! fails fast with the variable to set, so the gateway still starts and the API answers 503
+//! instead of hanging.
 //!
 //! Calls in flight are capped per provider by a semaphore, and each call has a deadline.
 //!
@@ -18,14 +23,21 @@
 //! lets every waiting call go. A waiting call tells its room once per outage (through an
 //! [`OutageNotice`]), and gives up only after `TROUPE_PROVIDER_OUTAGE_WAIT_SECS` or at
 //! shutdown ([`Breakers::close`]), so a message that arrives during an outage is answered
-//! once the provider is back.
+//! once the provider is back. Audio calls are not retried: a voice note that cannot be heard
+//! becomes a line for the persona, and speech is best effort.
 //!
 //! Layout: this file holds the surface an agent sees (the trait, its errors, the stand-in
-//! providers, `for_persona`); `target` resolves where a persona's model is called,
-//! `client` is the genai client, `stream` its streamed calls, `breaker` the retries and circuit breaker every call of an
-//! account goes through.
+//! providers, `for_persona`); `call` the request, the reply and the one entry point;
+//! `target` resolves where a persona's model is called; `client` is the genai client,
+//! `chat` its chat attempts (plain or streamed, with tools or without), `stream` the
+//! streamed exchange, `tools` the tools' wire form, `media` a prompt's images, `audio` the
+//! transcription and speech endpoints; `breaker` the retries and circuit breaker every chat
+//! call of an account goes through.
 
+mod audio;
 mod breaker;
+mod call;
+mod chat;
 mod client;
 mod media;
 mod stream;
@@ -40,9 +52,10 @@ use crate::persona::{Env, Persona, Prompt};
 use crate::spend::ModelRef;
 
 pub use breaker::Breakers;
+pub use call::{AudioFile, MAX_SPEECH_CHARS, Parts, Payer, Reply, Request, Sealed, Spoken};
 pub use client::GenaiProvider;
-pub use target::{Target, Vendor, resolve_target};
-pub use tools::{Exchange, Step, ToolCall, ToolRound, ToolSpec};
+pub use target::{Target, resolve_target};
+pub use tools::{Exchange, ToolCall, ToolRound, ToolSpec};
 
 /// What the model said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +68,16 @@ pub struct Completion {
 }
 
 impl Completion {
+    /// `text`, with no counts from the provider.
+    pub fn of(text: String) -> Completion {
+        Completion {
+            text,
+            prompt_tokens: None,
+            completion_tokens: None,
+            cached_tokens: None,
+        }
+    }
+
     /// What this call used, for the spend ledger: the provider's counts, and the sizes of the
     /// prompt and the answer for the counts it did not give. The reply and memory upkeep both
     /// account this way. (It lives here, not in `spend`, because `spend` sits below `provider`.)
@@ -86,6 +109,22 @@ pub enum ProviderError {
     Empty,
 }
 
+/// What a provider can do beyond a plain chat call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// It passes tools to its model (issue 33). One that does not is offered none, and
+    /// `troupe check` warns.
+    Tools,
+    /// It shows a request's text in its `live` as the model writes it (issue 32); `call`
+    /// shows the answer of one that does not whole, when it has it.
+    Streaming,
+    /// It transcribes audio and says text (`media::voice`, `media::speech`): an
+    /// OpenAI-compatible provider (`/audio/transcriptions`, `/audio/speech`).
+    Audio,
+}
+
+/// A model provider. Callers reach a model one way, [`call`](Request) (`call.rs`), which
+/// schedules, meters and counts every call; `send` is the vendor's side of it.
 #[async_trait]
 pub trait ModelProvider: Send + Sync {
     /// The vendor and model calls go to: the price key of their usage records.
@@ -98,67 +137,16 @@ pub trait ModelProvider: Send + Sync {
     fn unavailable(&self) -> Option<String> {
         None
     }
-    async fn complete(&self, prompt: &Prompt) -> Result<Completion, ProviderError>;
-    /// `complete`, but with a room to tell: the call waits out an outage of its provider,
-    /// telling `notice` once per outage and notice key. Without a notice it fails as soon as
-    /// the circuit is open. A provider without a breaker just completes.
-    async fn complete_or_wait(
-        &self,
-        prompt: &Prompt,
-        notice: Option<&dyn OutageNotice>,
-    ) -> Result<Completion, ProviderError> {
-        let _ = notice;
-        self.complete(prompt).await
-    }
-    /// `complete_or_wait`, showing the answer in `live` as the model writes it (issue 32,
-    /// `TROUPE_STREAM`). A provider that cannot stream shows it whole when it has it.
-    async fn complete_live(
-        &self,
-        prompt: &Prompt,
-        notice: Option<&dyn OutageNotice>,
-        live: &crate::live::Live,
-    ) -> Result<Completion, ProviderError> {
-        let completion = self.complete_or_wait(prompt, notice).await?;
-        live.set(&completion.text);
-        Ok(completion)
-    }
-    /// Whether this provider passes tools to its model (issue 33). One that does not gets
-    /// no tools, and `troupe check` warns.
-    fn calls_tools(&self) -> bool {
+    /// Whether this provider does `feature`.
+    fn offers(&self, feature: Feature) -> bool {
+        let _ = feature;
         false
     }
-    /// One step of a turn with tools (`tools.rs`): the prompt, the tools offered and the
-    /// turn's earlier calls and results; the model answers or asks for calls. A provider
-    /// without tool calling answers the prompt alone.
-    async fn step(
-        &self,
-        prompt: &Prompt,
-        round: ToolRound<'_>,
-        notice: Option<&dyn OutageNotice>,
-    ) -> Result<Step, ProviderError> {
-        let _ = round;
-        let completion = self.complete_or_wait(prompt, notice).await?;
-        Ok(Step {
-            completion,
-            calls: Vec::new(),
-        })
-    }
-    /// `step`, showing the step's text in `live` as the model writes it; a step that ends
-    /// asking for tools takes its text back, so what stays is the answer after the last
-    /// tool step. A provider that cannot stream shows an answer whole when it has it.
-    async fn step_live(
-        &self,
-        prompt: &Prompt,
-        round: ToolRound<'_>,
-        notice: Option<&dyn OutageNotice>,
-        live: &crate::live::Live,
-    ) -> Result<Step, ProviderError> {
-        let step = self.step(prompt, round, notice).await?;
-        if step.calls.is_empty() {
-            live.set(&step.completion.text);
-        }
-        Ok(step)
-    }
+    /// Sends `request` as this provider's vendor takes it, and returns what it answered:
+    /// with the request's tools and earlier tool steps, shown in its `live` as it is written,
+    /// waiting out an outage when it names someone to tell. No scheduling, metering or
+    /// metrics here: those are `call`'s, the only code that can make a [`Sealed`].
+    async fn send(&self, request: &Request<'_>, sealed: Sealed) -> Result<Reply, ProviderError>;
 }
 
 /// Who hears that a call waits for its provider to come back: the room of the message.
@@ -183,7 +171,7 @@ impl ModelProvider for Unconfigured {
     fn unavailable(&self) -> Option<String> {
         Some(self.reason.clone())
     }
-    async fn complete(&self, _prompt: &Prompt) -> Result<Completion, ProviderError> {
+    async fn send(&self, _request: &Request<'_>, _: Sealed) -> Result<Reply, ProviderError> {
         Err(ProviderError::Unconfigured(self.reason.clone()))
     }
 }
@@ -199,13 +187,8 @@ impl ModelProvider for Instant {
     fn model(&self) -> ModelRef {
         ModelRef::new("instant", "")
     }
-    async fn complete(&self, _prompt: &Prompt) -> Result<Completion, ProviderError> {
-        Ok(Completion {
-            text: self.text.clone(),
-            prompt_tokens: None,
-            completion_tokens: None,
-            cached_tokens: None,
-        })
+    async fn send(&self, _request: &Request<'_>, _: Sealed) -> Result<Reply, ProviderError> {
+        Ok(Reply::answer(Completion::of(self.text.clone())))
     }
 }
 

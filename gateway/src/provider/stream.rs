@@ -1,20 +1,18 @@
-//! Streamed calls (issue 32, `TROUPE_STREAM`): the same call as `client.rs` makes, asked
-//! with `stream: true`, each piece of text shown in the turn's [`Live`] as it arrives. The
+//! Streamed calls (issue 32, `TROUPE_STREAM`): the same chat request as `chat.rs` sends,
+//! asked with `stream: true`, each piece of text shown in the turn's [`Live`] as it arrives. The
 //! scheduler's turn, the permit, the deadline (for the whole stream, not per piece), the
 //! failure's classification and the tokens charged are the plain call's; the breaker
 //! retries a call that failed mid-stream from the start, and the `Live` starts over with it.
-//! A step of a turn with tools streams the same way (`tools.rs`): its text is shown as it
-//! comes, and a step that ends asking for tools takes its text back, so what stays shown is
+//! A step of a turn with tools streams the same way: its text is shown as it comes, and a
+//! step that ends asking for tools takes its text back (`chat.rs`), so what stays shown is
 //! the text written after the last tool step.
 
 use futures::StreamExt;
 use genai::chat::{ChatOptions, ChatRequest, ChatStreamEvent};
 
 use super::breaker::Failure;
-use super::client::{GenaiProvider, MAX_TOKENS, completion_with, request_of};
-use super::{Completion, ProviderError};
+use super::client::{GenaiProvider, MAX_TOKENS};
 use crate::live::Live;
-use crate::persona::Prompt;
 
 /// What one streamed call returned: the text (shown as it came), the tool calls it asked
 /// for (a step of a turn with tools), and the tokens it used.
@@ -25,23 +23,6 @@ pub(super) struct Streamed {
 }
 
 impl GenaiProvider {
-    /// One streamed attempt: the answer, shown in `live` as it comes, then whole.
-    pub(super) async fn attempt_live(
-        &self,
-        prompt: &Prompt,
-        live: &Live,
-    ) -> Result<Completion, Failure> {
-        let streamed = self.stream_chat(request_of(prompt), live).await?;
-        let text = streamed.text.trim();
-        if text.is_empty() {
-            return Err(Failure {
-                error: ProviderError::Empty,
-                transient: false,
-            });
-        }
-        Ok(completion_with(&streamed.usage, text.to_string()))
-    }
-
     /// Sends `request` with `stream: true`: each piece of text goes to `live` as it
     /// arrives (which starts empty), tool calls are gathered whole, and the tokens used are
     /// charged to the account at the end.
@@ -123,15 +104,5 @@ fn inner_error(error: genai::Error) -> genai::Error {
             },
         },
         other => other,
-    }
-}
-
-impl super::Step {
-    /// A step that answered, with no tool calls: what a plain or streamed call returns.
-    pub fn answer(completion: Completion) -> Self {
-        super::Step {
-            completion,
-            calls: Vec::new(),
-        }
     }
 }

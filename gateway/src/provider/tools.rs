@@ -12,10 +12,7 @@
 use genai::chat::{ChatMessage, ChatRequest, Tool, ToolResponse};
 use serde_json::Value;
 
-use super::breaker::Failure;
-use super::client::{GenaiProvider, completion_of, completion_with, request_of};
-use super::{Completion, OutageNotice, ProviderError};
-use crate::live::Live;
+use super::client::request_of;
 use crate::persona::Prompt;
 
 /// One tool offered to the model.
@@ -54,13 +51,6 @@ pub struct ToolRound<'a> {
     pub exchanges: &'a [Exchange],
 }
 
-/// What one step returned: tool calls to run, or (no calls) the answer in `completion`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Step {
-    pub completion: Completion,
-    pub calls: Vec<ToolCall>,
-}
-
 /// The name a tool has on the wire: `[a-zA-Z0-9_-]{1,64}`.
 pub fn wire_name(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 1);
@@ -75,8 +65,13 @@ pub fn wire_name(name: &str) -> String {
     out
 }
 
-fn request(prompt: &Prompt, round: ToolRound<'_>) -> ChatRequest {
+/// The chat request of `prompt`, with the tools `round` offers and the turn's earlier steps
+/// replayed after it; the prompt alone without a round.
+pub(super) fn request(prompt: &Prompt, round: Option<ToolRound<'_>>) -> ChatRequest {
     let mut request = request_of(prompt);
+    let Some(round) = round else {
+        return request;
+    };
     for exchange in round.exchanges {
         let calls: Vec<genai::chat::ToolCall> = exchange
             .calls
@@ -106,11 +101,15 @@ fn request(prompt: &Prompt, round: ToolRound<'_>) -> ChatRequest {
     request
 }
 
-/// The calls the model asked for, named as troupe names them where the step offered them.
-fn calls_of<'c>(
-    round: ToolRound<'_>,
+/// The calls the model asked for, named as troupe names them where the step offered them;
+/// none for a call that was no step of a turn with tools.
+pub(super) fn calls_of<'c>(
+    round: Option<ToolRound<'_>>,
     calls: impl IntoIterator<Item = &'c genai::chat::ToolCall>,
 ) -> Vec<ToolCall> {
+    let Some(round) = round else {
+        return Vec::new();
+    };
     calls
         .into_iter()
         .map(|c| ToolCall {
@@ -124,66 +123,6 @@ fn calls_of<'c>(
             arguments: c.fn_arguments.clone(),
         })
         .collect()
-}
-
-/// A step that neither asked for a tool nor wrote anything failed.
-fn step_of(completion: Completion, calls: Vec<ToolCall>) -> Result<Step, Failure> {
-    if calls.is_empty() && completion.text.is_empty() {
-        return Err(Failure {
-            error: ProviderError::Empty,
-            transient: false,
-        });
-    }
-    Ok(Step { completion, calls })
-}
-
-impl GenaiProvider {
-    async fn attempt_step(&self, prompt: &Prompt, round: ToolRound<'_>) -> Result<Step, Failure> {
-        let response = self.exec(request(prompt, round)).await?;
-        let calls = calls_of(round, response.tool_calls());
-        let text = response.first_text().map(str::trim).unwrap_or("");
-        step_of(completion_of(&response, text.to_string()), calls)
-    }
-
-    /// A streamed step: its text is shown in `live` as it comes; a step that ends asking
-    /// for tools takes it back (what the model wrote before a call is not the answer).
-    async fn attempt_step_live(
-        &self,
-        prompt: &Prompt,
-        round: ToolRound<'_>,
-        live: &Live,
-    ) -> Result<Step, Failure> {
-        let streamed = self.stream_chat(request(prompt, round), live).await?;
-        let calls = calls_of(round, &streamed.calls);
-        if !calls.is_empty() {
-            live.restart();
-        }
-        let text = streamed.text.trim().to_string();
-        step_of(completion_with(&streamed.usage, text), calls)
-    }
-
-    /// One step of a turn with tools, through the account's breaker like any call; shown
-    /// in `live` as it is written when one is given.
-    pub(super) async fn step_with_tools(
-        &self,
-        prompt: &Prompt,
-        round: ToolRound<'_>,
-        notice: Option<&dyn OutageNotice>,
-        live: Option<&Live>,
-    ) -> Result<Step, ProviderError> {
-        match live {
-            None => {
-                self.breaker()
-                    .call(notice, || self.attempt_step(prompt, round))
-                    .await
-            }
-            Some(live) => {
-                self.breaker()
-                    .call(notice, || self.attempt_step_live(prompt, round, live))
-                    .await
-            }
-        }
-    }
 }
 
 #[cfg(test)]
