@@ -7,11 +7,11 @@
 //!
 //! "Read" means: written whole, as a string literal, in the non-test code of
 //! `gateway/src` or `connectors/src` (comments and `#[cfg(test)] mod tests` left out), and
-//! looking like a setting (`UPPER_SNAKE`, with an underscore). The declaration itself,
-//! `gateway/src/config/table.rs`, is left out: it names every setting, read or not (so are
-//! the files of `NOT_SETTINGS_FILES`, each with why). The
-//! README's tables are generated from that declaration (`config::table::tests` checks
-//! them), so a failure here is fixed there, and its module doc says how.
+//! looking like a setting (`UPPER_SNAKE`, with an underscore). The files of
+//! `NOT_SETTINGS_FILES` are left out, each with why; among them the declaration itself,
+//! `gateway/src/config/table.rs`, which names every setting, read or not. The README's
+//! tables are generated from that declaration (`config::table::tests` checks them), so a
+//! failure here is fixed there, and its module doc says how.
 //!
 //! Run it alone with `cargo test -p troupe-e2e --test settings`; it needs no build of the
 //! gateway.
