@@ -2,7 +2,11 @@
 //! bus, the outbox and the HTTP API; `run_until_stopped(shutdown)` serves until the token is
 //! cancelled, then drains. Tests and benchmarks build the same value.
 //!
-//! This is the topology: the one place that knows which connector feeds which agent.
+//! This is the topology: the one place that knows which connector feeds which agent. `App`'s
+//! parts are grouped by what they serve (issue 45): the HTTP socket, the message path (store,
+//! journal and bus, agents, outbox, connectors, limits), the models (providers, breakers,
+//! spend), the personas' other work (knowledge, posts, file changes) and the connectors'
+//! receiving loops.
 
 use anyhow::Context;
 use std::collections::HashMap;
@@ -75,28 +79,117 @@ fn claims_are_unique(loaded: &[Loaded], env: &crate::persona::Env) -> anyhow::Re
     Ok(())
 }
 
-/// Everything that runs, built but not yet serving.
+/// Everything that runs, built but not yet serving, grouped by what it serves.
 pub struct App {
     config: Arc<Config>,
+    /// The HTTP API's socket, bound by `build` (`troupe chat` and `troupe bench` have none).
+    http: Http,
+    /// What every message crosses, from the journal through its agent to the outbox.
+    pub path: MessagePath,
+    /// What personas think with: their model providers and the accounts they share.
+    models: Models,
+    /// What personas do besides answering: their documents, their posts, their files.
+    personas: PersonaWork,
+    /// The platform connectors' receiving loops: which run here, and how they stop.
+    loops: Loops,
+}
+
+/// The HTTP API's socket, until serving starts.
+struct Http {
     listener: Option<TcpListener>,
+    /// The address bound, with the real port when 0 was asked for.
     addr: Option<SocketAddr>,
+}
+
+/// The message path: the handles every message crosses, shared with the agents and the API.
+pub struct MessagePath {
     pub store: Store,
-    pub agents: Agents,
+    /// The journal and the bus: where a message enters.
     pub ingress: Ingress,
+    pub agents: Agents,
+    /// Where replies leave, retried until the platform accepts them.
     pub outbox: Outbox,
     /// The running connectors; filled in here, read by the outbox, the agents and the API.
     pub connectors: Connectors,
-    pub knowledge: Knowledge,
     limiter: RateLimiter,
+    /// Whoever waits on a message's outcome (the HTTP API, `troupe chat`).
     waiters: Waiters,
+}
+
+impl MessagePath {
+    /// Opens the database, and builds the journal, the bus, the agents' registry and the
+    /// outbox over it.
+    async fn open(config: &Config) -> anyhow::Result<MessagePath> {
+        let store = Store::connect(&config.database_url)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot open the database {}",
+                    crate::config::redact_url(&config.database_url)
+                )
+            })?;
+        let agents = Agents::default();
+        let waiters = Waiters::default();
+        let connectors = Connectors::default();
+        let outbox = Outbox::new(store.clone(), connectors.clone());
+        let dispatcher = Arc::new(Dispatcher {
+            agents: agents.clone(),
+            store: store.clone(),
+            waiters: waiters.clone(),
+        });
+        let bus: Arc<dyn Bus> = match &config.bus_url {
+            None => Arc::new(InProcessBus::new(
+                config.agent.bus_capacity,
+                config.agent.turns_in_flight,
+                dispatcher,
+            )),
+            Some(url) => Arc::new(
+                crate::bus::nats::NatsBus::connect(
+                    url,
+                    &config.nats,
+                    store.installation_id().await?,
+                    dispatcher,
+                    waiters.clone(),
+                )
+                .await?,
+            ),
+        };
+        let ingress = Ingress::new(store.clone(), bus, waiters.clone());
+        Ok(MessagePath {
+            limiter: RateLimiter::new(&config.limits),
+            store,
+            agents,
+            ingress,
+            outbox,
+            connectors,
+            waiters,
+        })
+    }
+}
+
+/// What personas think with.
+struct Models {
+    /// Builds each persona's provider (`troupe bench` swaps in an instant one).
     providers: ProviderFactory,
     /// One circuit breaker per provider account; closed at shutdown so no message waits on
     /// a provider that is down while the app drains.
     breakers: provider::Breakers,
     /// Usage accounting and budgets, shared by every agent (issue 16).
     spend: crate::spend::Spend,
+}
+
+/// What personas bring besides their messages.
+struct PersonaWork {
+    /// Their documents: in, indexed, and searched for the prompt.
+    knowledge: Knowledge,
     /// Autonomous posts: the personas' schedules and the loop that runs them (issue 34).
-    pub posts: crate::posts::Posts,
+    posts: crate::posts::Posts,
+    /// Changes to the personas directory since it was loaded; taken when serving starts.
+    events: Option<tokio::sync::mpsc::Receiver<PersonaEvent>>,
+}
+
+/// The platform connectors' receiving loops.
+struct Loops {
     /// Stops one agent's platform connectors (on reload or removal).
     running: std::sync::Mutex<HashMap<AgentId, CancellationToken>>,
     /// The parent of every connector's token, cancelled at shutdown.
@@ -105,8 +198,6 @@ pub struct App {
     serving: std::sync::Mutex<Option<TaskTracker>>,
     /// Connector tasks built before serving started.
     pending: std::sync::Mutex<Vec<PendingTask>>,
-    /// Changes to the personas directory since it was loaded.
-    persona_events: Option<tokio::sync::mpsc::Receiver<PersonaEvent>>,
     /// Which once-only receivers (polling, Discord shards) run in this replica.
     elector: Elector,
     /// What each receive loop is doing, for `/readyz` (see supervise.rs).
@@ -179,96 +270,64 @@ impl App {
     pub async fn listen(&mut self, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
         let listener = TcpListener::bind(addr).await?;
         let bound = listener.local_addr()?;
-        self.addr = Some(bound);
-        self.listener = Some(listener);
+        self.http.addr = Some(bound);
+        self.http.listener = Some(listener);
         Ok(bound)
     }
 
     /// Builds everything but the HTTP listener (for `troupe chat` and `troupe bench`).
     pub async fn build_headless(config: Config, providers: ProviderFactory) -> anyhow::Result<App> {
         let config = Arc::new(config);
-        let store = Store::connect(&config.database_url)
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot open the database {}",
-                    crate::config::redact_url(&config.database_url)
-                )
-            })?;
-        let agents = Agents::default();
-        let waiters = Waiters::default();
-        let connectors = Connectors::default();
-        let outbox = Outbox::new(store.clone(), connectors.clone());
-        let dispatcher = Arc::new(Dispatcher {
-            agents: agents.clone(),
-            store: store.clone(),
-            waiters: waiters.clone(),
-        });
-        let bus: Arc<dyn Bus> = match &config.bus_url {
-            None => Arc::new(InProcessBus::new(
-                config.agent.bus_capacity,
-                config.agent.turns_in_flight,
-                dispatcher,
-            )),
-            Some(url) => Arc::new(
-                crate::bus::nats::NatsBus::connect(
-                    url,
-                    &config.nats,
-                    store.installation_id().await?,
-                    dispatcher,
-                    waiters.clone(),
-                )
-                .await?,
-            ),
-        };
-        let ingress = Ingress::new(store.clone(), bus, waiters.clone());
-        let knowledge = Knowledge::from_settings(store.clone(), &config.knowledge);
+        let path = MessagePath::open(&config).await?;
+        let knowledge = Knowledge::from_settings(path.store.clone(), &config.knowledge);
         let elector = Elector::for_database(&config.database_url, config.replicas.leader_retry)?;
         // One scheduler account per provider key, shared like the breakers (issue 16).
         let scheduler = crate::spend::Scheduler::new(config.spend.account);
         let breakers = provider::Breakers::new(config.provider.clone()).with_scheduler(scheduler);
-        let spend = crate::spend::Spend::new(store.clone(), config.spend.clone());
+        let spend = crate::spend::Spend::new(path.store.clone(), config.spend.clone());
         knowledge.account_with(spend.clone());
-        let posts = crate::posts::Posts::new(&store, &agents, &outbox, &config.env);
+        let posts = crate::posts::Posts::new(&path.store, &path.agents, &path.outbox, &config.env);
         let app = App {
-            spend,
-            posts,
-            elector,
-            limiter: RateLimiter::new(&config.limits),
+            http: Http {
+                listener: None,
+                addr: None,
+            },
+            path,
+            models: Models {
+                providers,
+                breakers,
+                spend,
+            },
+            personas: PersonaWork {
+                knowledge,
+                posts,
+                events: None,
+            },
+            loops: Loops {
+                running: Default::default(),
+                root: CancellationToken::new(),
+                serving: Default::default(),
+                pending: Default::default(),
+                elector,
+                receivers: Default::default(),
+            },
             config,
-            listener: None,
-            addr: None,
-            store,
-            agents,
-            ingress,
-            outbox,
-            connectors,
-            knowledge,
-            waiters,
-            providers,
-            breakers,
-            running: Default::default(),
-            root: CancellationToken::new(),
-            serving: Default::default(),
-            pending: Default::default(),
-            persona_events: None,
-            receivers: Default::default(),
         };
         app.load_personas().await?;
         // Watch from right after loading, so an edit made while the rest starts is seen.
         let mut app = app;
-        app.persona_events = Some(persona::watch(
+        app.personas.events = Some(persona::watch(
             app.config.personas_dir.clone(),
             app.config.env.clone(),
             app.config.persona_load_options(),
-            app.root.child_token(),
+            app.loops.root.child_token(),
         ));
         Ok(app)
     }
 
     /// The address the HTTP API listens on (with the real port when 0 was asked for).
     pub fn http_addr(&self) -> Option<SocketAddr> {
-        self.addr
+        self.http.addr
     }
 
     async fn load_personas(&self) -> anyhow::Result<()> {
@@ -299,7 +358,7 @@ impl App {
     /// What a persona thinks with: its model provider, its small and vision models (when it
     /// names them) and its tools, each refusal or limit logged once here.
     async fn mind_for(&self, persona: Persona) -> Mind {
-        let provider = (self.providers)(&persona, &self.config, &self.breakers);
+        let provider = (self.models.providers)(&persona, &self.config, &self.models.breakers);
         if let Some(reason) = provider.unavailable() {
             tracing::warn!(persona = %persona.id, "{reason}");
         }
@@ -309,7 +368,7 @@ impl App {
             &self.config.env,
             self.config.agent.model_timeout,
             self.config.agent.model_concurrency,
-            &self.breakers,
+            &self.models.breakers,
         );
         if let Some(small) = &small {
             tracing::info!(persona = %persona.id, model = %small.describe(), "background work uses the small model");
@@ -321,7 +380,7 @@ impl App {
             &self.config.env,
             self.config.agent.model_timeout,
             self.config.agent.model_concurrency,
-            &self.breakers,
+            &self.models.breakers,
         )
         .unwrap_or_else(|reason| {
             tracing::warn!(persona = %persona.id, "{reason}; images are not described for it");
@@ -357,14 +416,17 @@ impl App {
         }
         let persona = loaded.persona;
         let persona_for_connectors = persona.clone();
-        self.store.upsert_agent(&persona.id, &persona.name).await?;
+        self.path
+            .store
+            .upsert_agent(&persona.id, &persona.name)
+            .await?;
         // The character's `knowledge` entries, before the persona answers anything.
-        self.knowledge.load_character(&persona).await;
-        if let Err(e) = self.spend.check(&persona) {
+        self.personas.knowledge.load_character(&persona).await;
+        if let Err(e) = self.models.spend.check(&persona) {
             tracing::warn!(persona = %persona.id, "settings.spend: {e}; using the config's budgets and prices");
         }
         let mind = self.mind_for(persona).await;
-        match self.agents.by_id(&mind.persona.id) {
+        match self.path.agents.by_id(&mind.persona.id) {
             Some(agent) => {
                 tracing::info!(persona = %mind.persona.id, model = %mind.provider.describe(), "persona reloaded");
                 agent.reload(mind);
@@ -374,23 +436,28 @@ impl App {
                 let id = mind.persona.id.clone();
                 let agent = Agent::new(
                     mind,
-                    self.store.clone(),
-                    self.outbox.clone(),
-                    self.connectors.clone(),
-                    self.limiter.clone(),
-                    self.waiters.clone(),
+                    self.path.store.clone(),
+                    self.path.outbox.clone(),
+                    self.path.connectors.clone(),
+                    self.path.limiter.clone(),
+                    self.path.waiters.clone(),
                     self.config.agent.clone(),
                 )
-                .with_knowledge(self.knowledge.clone())
+                .with_knowledge(self.personas.knowledge.clone())
                 .with_fetch(&self.config.knowledge.fetch)
-                .with_spend(self.spend.clone())
-                .with_troupe(&self.agents);
-                self.agents.insert(Arc::new(agent));
-                self.connectors.insert(&id, Arc::new(WebConnector));
+                .with_spend(self.models.spend.clone())
+                .with_troupe(&self.path.agents);
+                self.path.agents.insert(Arc::new(agent));
+                self.path.connectors.insert(&id, Arc::new(WebConnector));
             }
         }
         // Its schedules are stored once it can answer: a run due now finds its agent.
-        if let Err(e) = self.posts.load_persona(&persona_for_connectors).await {
+        if let Err(e) = self
+            .personas
+            .posts
+            .load_persona(&persona_for_connectors)
+            .await
+        {
             tracing::error!(persona = %persona_for_connectors.id, error = %e, "cannot store the persona's post schedules");
         }
         self.start_connectors(&persona_for_connectors);
@@ -402,7 +469,7 @@ impl App {
     /// connector acknowledges its platform only after the journal has a message.
     fn start_connectors(&self, persona: &Persona) {
         self.stop_connectors(persona);
-        let token = self.root.child_token();
+        let token = self.loops.root.child_token();
         let env = self.config.env.clone();
         let lookup_persona = persona.clone();
         let lookup = move |key: &str| lookup_persona.secret(key, &env);
@@ -420,7 +487,7 @@ impl App {
             let Some(connector) = build_connector(persona, platform, &lookup, &settings) else {
                 continue;
             };
-            self.connectors.insert(&persona.id, connector.clone());
+            self.path.connectors.insert(&persona.id, connector.clone());
             let receivers = self.receivers(persona, platform, connector, &lookup, &settings);
             self.spawn_receivers(persona, platform, receivers, &token);
         }
@@ -432,8 +499,10 @@ impl App {
         if let Some(old) = self.lock_running().remove(&persona.id) {
             old.cancel();
         }
-        self.connectors.remove_agent(&persona.id);
-        self.connectors.insert(&persona.id, Arc::new(WebConnector));
+        self.path.connectors.remove_agent(&persona.id);
+        self.path
+            .connectors
+            .insert(&persona.id, Arc::new(WebConnector));
     }
 
     /// What a connector of `platform` is told about the persona it serves.
@@ -505,7 +574,7 @@ impl App {
         receivers: Vec<ReceiverRun>,
         token: &CancellationToken,
     ) {
-        let sink = self.ingress.sink_for(&persona.id);
+        let sink = self.path.ingress.sink_for(&persona.id);
         let connector_id = format!("{}/{platform}", persona.id);
         // A cap on the shards one replica runs, shared by this persona's shards.
         let slots = match self.config.replicas.discord_shards_per_replica {
@@ -513,7 +582,7 @@ impl App {
             n => Some(Arc::new(tokio::sync::Semaphore::new(n as usize))),
         }
         .filter(|_| platform == Platform::Discord);
-        let statuses = self.receivers.replace(&connector_id, receivers.len());
+        let statuses = self.loops.receivers.replace(&connector_id, receivers.len());
         for (receiver, status) in receivers.into_iter().zip(statuses) {
             let task =
                 self.receiver_task(receiver, sink.clone(), &connector_id, token, &slots, status);
@@ -542,7 +611,7 @@ impl App {
         match receiver.leader {
             None => Box::pin(async move { run_once(stop).await }.instrument(span)),
             Some(name) => {
-                let elector = self.elector.clone();
+                let elector = self.loops.elector.clone();
                 elector.attach(&name, connector_id);
                 let slots = slots.clone();
                 Box::pin(
@@ -556,12 +625,12 @@ impl App {
     /// Spawns `task` on the serving tracker, or keeps it for `run_until_stopped` when
     /// serving has not started yet.
     fn schedule(&self, task: PendingTask) {
-        let serving = self.serving.locked().clone();
+        let serving = self.loops.serving.locked().clone();
         match serving {
             Some(tracker) => {
                 tracker.spawn(task);
             }
-            None => self.pending.locked().push(task),
+            None => self.loops.pending.locked().push(task),
         }
     }
 
@@ -573,25 +642,25 @@ impl App {
         platform: Platform,
     ) -> Arc<dyn troupe_connectors::ConnectorState> {
         Arc::new(StoredState {
-            store: self.store.clone(),
+            store: self.path.store.clone(),
             agent_id: agent_id.clone(),
             platform,
         })
     }
 
     fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<AgentId, CancellationToken>> {
-        self.running.locked()
+        self.loops.running.locked()
     }
 
     fn remove_persona_from(&self, source: &std::path::Path) {
-        for agent in self.agents.all() {
+        for agent in self.path.agents.all() {
             if agent.mind().persona.source == source {
                 tracing::info!(persona = %agent.id, "persona file removed; stopping it");
-                self.agents.remove(&agent.id);
+                self.path.agents.remove(&agent.id);
                 if let Some(token) = self.lock_running().remove(&agent.id) {
                     token.cancel();
                 }
-                self.connectors.remove_agent(&agent.id);
+                self.path.connectors.remove_agent(&agent.id);
             }
         }
     }
@@ -599,8 +668,8 @@ impl App {
     /// Serves until `shutdown` is cancelled, then stops taking work and drains.
     pub async fn run_until_stopped(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let tasks = TaskTracker::new();
-        *self.serving.locked() = Some(tasks.clone());
-        let root = self.root.clone();
+        *self.loops.serving.locked() = Some(tasks.clone());
+        let root = self.loops.root.clone();
         let stop_connectors = shutdown.clone();
         tasks.spawn(async move {
             stop_connectors.cancelled().await;
@@ -609,40 +678,47 @@ impl App {
         // What a previous run left unfinished goes on the bus first, before any connector
         // runs and journals something new that the replay would then publish again.
         self.replay_unfinished().await?;
-        let pending = std::mem::take(&mut *self.pending.locked());
+        let pending = std::mem::take(&mut *self.loops.pending.locked());
         for task in pending {
             tasks.spawn(task);
         }
-        tasks.spawn(self.outbox.clone().run(shutdown.child_token()));
-        tasks.spawn(self.posts.clone().run(shutdown.child_token()));
+        tasks.spawn(self.path.outbox.clone().run(shutdown.child_token()));
+        tasks.spawn(self.personas.posts.clone().run(shutdown.child_token()));
         // The keyword index: built from the database now when missing or behind, then
         // following it (changes made through other replicas).
-        tasks.spawn(self.knowledge.clone().follow(shutdown.child_token()));
+        tasks.spawn(
+            self.personas
+                .knowledge
+                .clone()
+                .follow(shutdown.child_token()),
+        );
         // The local model, when it is asked for, missing, and TROUPE_MODELS_AUTO_PULL allows.
-        if self.knowledge.wants_model_pull() {
+        if self.personas.knowledge.wants_model_pull() {
             tasks.spawn(
-                self.knowledge
+                self.personas
+                    .knowledge
                     .clone()
                     .pull_model_in_background(shutdown.child_token()),
             );
         }
         // Vectors an upload left unfinished at the last stop.
-        self.knowledge.resume_embedding();
+        self.personas.knowledge.resume_embedding();
         let budget = crate::limits::ApiBudget::new(self.config.http.api_per_minute);
         tasks.spawn(housekeeping(
-            self.limiter.clone(),
+            self.path.limiter.clone(),
             budget.clone(),
             shutdown.child_token(),
         ));
         let http_task = self.serve_http(&tasks, budget, &shutdown);
         let drain = Drain {
-            ingress: self.ingress.clone(),
-            breakers: self.breakers.clone(),
-            spend: self.spend.clone(),
-            agents: self.agents.clone(),
+            ingress: self.path.ingress.clone(),
+            breakers: self.models.breakers.clone(),
+            spend: self.models.spend.clone(),
+            agents: self.path.agents.clone(),
         };
         let events = self
-            .persona_events
+            .personas
+            .events
             .take()
             .ok_or_else(|| anyhow::anyhow!("the app is already running"))?;
         tasks.spawn(Arc::new(self).follow_personas(events));
@@ -654,8 +730,12 @@ impl App {
     /// Starts the bus and publishes again what a previous run journaled and did not finish.
     /// A shared bus starts consuming here, now that the agents are loaded.
     async fn replay_unfinished(&self) -> anyhow::Result<()> {
-        self.ingress.bus().start().await?;
-        let replayed = self.ingress.replay(self.config.agent.max_attempts).await?;
+        self.path.ingress.bus().start().await?;
+        let replayed = self
+            .path
+            .ingress
+            .replay(self.config.agent.max_attempts)
+            .await?;
         if replayed > 0 {
             tracing::info!(
                 count = replayed,
@@ -672,18 +752,18 @@ impl App {
         budget: crate::limits::ApiBudget,
         shutdown: &CancellationToken,
     ) -> Option<tokio::task::JoinHandle<std::io::Result<()>>> {
-        let listener = self.listener.take()?;
+        let listener = self.http.listener.take()?;
         let state = AppState {
             config: self.config.clone(),
-            agents: self.agents.clone(),
-            ingress: self.ingress.clone(),
-            store: self.store.clone(),
-            connectors: self.connectors.clone(),
-            knowledge: self.knowledge.clone(),
-            elector: self.elector.clone(),
+            agents: self.path.agents.clone(),
+            ingress: self.path.ingress.clone(),
+            store: self.path.store.clone(),
+            connectors: self.path.connectors.clone(),
+            knowledge: self.personas.knowledge.clone(),
+            elector: self.loops.elector.clone(),
             budget,
-            receivers: self.receivers.clone(),
-            posts: self.posts.clone(),
+            receivers: self.loops.receivers.clone(),
+            posts: self.personas.posts.clone(),
         };
         let router = http::router(state);
         let stop = shutdown.child_token();

@@ -15,14 +15,20 @@ use crate::ingress::Outcome;
 pub async fn run(config: Config, agent: &AgentId, room_id: &RoomId) -> anyhow::Result<ExitCode> {
     let deadline = config.agent.model_timeout + Duration::from_secs(5);
     let app = App::build_headless(config, default_provider_factory()).await?;
-    let Some(agent) = app.agents.find(agent.as_str()) else {
-        let known: Vec<String> = app.agents.all().iter().map(|a| a.id.to_string()).collect();
+    let Some(agent) = app.path.agents.find(agent.as_str()) else {
+        let known: Vec<String> = app
+            .path
+            .agents
+            .all()
+            .iter()
+            .map(|a| a.id.to_string())
+            .collect();
         anyhow::bail!("no persona `{agent}`; loaded: {}", known.join(", "));
     };
     if let Some(reason) = agent.mind().provider.unavailable() {
         anyhow::bail!("{reason}");
     }
-    let ingress = app.ingress.clone();
+    let ingress = app.path.ingress.clone();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(app.run_until_stopped(shutdown.clone()));
     let name = agent.mind().persona.name.clone();

@@ -121,6 +121,11 @@ pub fn main() -> ExitCode {
         config.log_json,
         &crate::telemetry::Export::from_config(&config),
     );
+    for name in config.unknown_variables() {
+        tracing::warn!(
+            "{name} is set, but troupe reads no such setting (misspelt?); README.md lists them"
+        );
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -34,7 +34,6 @@ pub mod fake_discord;
 pub mod fake_hub;
 pub mod fake_neynar;
 pub mod fake_openai;
-pub mod fake_openai_audio;
 pub mod fake_telegram;
 pub mod mcp;
 pub mod multipart;

@@ -1,6 +1,6 @@
 //! Voice in, end to end (issue 32): the real `troupe run`, the fake Telegram (a voice note
 //! and its file behind `getFile`) and the fake OpenAI, whose audio route
-//! (`/v1/audio/transcriptions`, tests/src/fake_openai_audio.rs) answers a scripted
+//! (`/v1/audio/transcriptions`, tests/src/fake_openai/audio.rs) answers a scripted
 //! transcript and records what it was sent.
 //!
 //! A voice note's transcript is the message's text: the model is asked about what was
@@ -12,14 +12,14 @@
 //! fake's `/v1/audio/speech` (its bytes sent with `sendVoice`) and the text as a message; a
 //! text message gets text only; a failed speech request still sends the text. On Discord
 //! the voice note is a voice message (flag 8192, one Ogg attachment with `duration_secs`
-//! and `waveform`, tests/src/fake_discord_voice.rs) before the text; a refused upload still
+//! and `waveform`, tests/src/fake_discord/voice.rs) before the text; a refused upload still
 //! sends the text.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_e2e::fake_discord::{APPLICATION_ID, Author, FakeDiscord, NewMessage, TOKEN};
-use troupe_e2e::fake_openai_audio::{Heard, speech_ogg};
+use troupe_e2e::fake_openai::audio::{Heard, speech_ogg};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
 use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, persona_json};
 

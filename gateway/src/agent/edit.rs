@@ -51,23 +51,9 @@ impl Agent {
             Change::Edit { .. } => "edit",
             Change::Delete => "delete",
         };
-        if let Change::Edit {
-            original_sent_at_ms,
-        } = revision.change
-        {
-            let window_ms =
-                i64::try_from(self.settings.stream.edit_window.as_millis()).unwrap_or(i64::MAX);
-            let late_by = inbound.sent_at_ms.saturating_sub(original_sent_at_ms);
-            if window_ms == 0 || late_by > window_ms {
-                tracing::debug!(
-                    of = %revision.of,
-                    edited_after_ms = late_by,
-                    window_ms,
-                    "an edit outside the edit window (TROUPE_EDIT_WINDOW_SECS); ignored"
-                );
-                crate::metrics::revision(platform, change_label, "too_late");
-                return done(self.ended(journal_id, WhyNot::EditTooLate).await?);
-            }
+        if self.too_late(inbound, revision) {
+            crate::metrics::revision(platform, change_label, "too_late");
+            return done(self.ended(journal_id, WhyNot::EditTooLate).await?);
         }
         let room = inbound.room.key();
         let exchange = self
@@ -118,6 +104,31 @@ impl Agent {
             connector.drop_live(&key).await;
         }
         done(self.ended(turn.journal, WhyNot::Deleted).await?)
+    }
+
+    /// Whether `inbound`, an edit as `revision` says, came after the edit window
+    /// (`TROUPE_EDIT_WINDOW_SECS`, by the platform's own times; a window of 0 follows no
+    /// edit). A delete is never late.
+    fn too_late(&self, inbound: &Inbound, revision: &Revision) -> bool {
+        let Change::Edit {
+            original_sent_at_ms,
+        } = revision.change
+        else {
+            return false;
+        };
+        let window_ms =
+            i64::try_from(self.settings.stream.edit_window.as_millis()).unwrap_or(i64::MAX);
+        let late_by = inbound.sent_at_ms.saturating_sub(original_sent_at_ms);
+        let late = window_ms == 0 || late_by > window_ms;
+        if late {
+            tracing::debug!(
+                of = %revision.of,
+                edited_after_ms = late_by,
+                window_ms,
+                "an edit outside the edit window (TROUPE_EDIT_WINDOW_SECS); ignored"
+            );
+        }
+        late
     }
 
     /// Deletes the persona's reply to a deleted message. A failure is logged: the exchange

@@ -9,8 +9,8 @@ use troupe_connectors::VoiceNote;
 
 use super::Agent;
 use super::turn::Turn;
-use crate::media::speech;
-use crate::provider::{Parts, Payer, ProviderError, Reply, Request};
+use crate::media::speech::{self, Speaking};
+use crate::provider::{Parts, Payer, ProviderError, Request, Spoken};
 use crate::spend::{Priority, Purpose, Who};
 
 impl Agent {
@@ -28,6 +28,28 @@ impl Agent {
         let Some(connector) = self.connector(inbound.platform()) else {
             return;
         };
+        let Some(spoken) = self.speech(turn, speaking, text).await else {
+            return;
+        };
+        let note = VoiceNote {
+            room: inbound.room.clone(),
+            reply_to: Some(inbound.id.clone()),
+            audio: spoken.audio,
+            duration: spoken.duration,
+        };
+        match connector.send_voice(&note).await {
+            Ok(Some(id)) => tracing::info!(message = %id, "answered the voice note by voice"),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, "the voice note could not be sent; the text is sent")
+            }
+        }
+    }
+
+    /// `text` said in the persona's voice: one model call, metered as `speech`; `None`
+    /// (logged) when it failed.
+    async fn speech(&self, turn: &Turn<'_>, speaking: &Speaking, text: &str) -> Option<Spoken> {
+        let inbound = turn.inbound();
         let room = inbound.room.key();
         let request = Request {
             purpose: Purpose::Speech,
@@ -46,33 +68,12 @@ impl Agent {
                 who: Who::sender(&room, inbound),
             },
         };
-        let spoken = match mind.provider.call(request).await {
-            Ok(Reply {
-                audio: Some(spoken),
-                ..
-            }) => spoken,
-            Ok(_) => return,
-            Err(error) => {
-                let why = match error {
-                    ProviderError::Upstream(why) => why,
-                    other => other.to_string(),
-                };
-                tracing::warn!(model = %speaking.model, "no voice note for the reply: {why}; the text is sent");
-                return;
-            }
+        let why = match turn.mind.provider.call(request).await {
+            Ok(reply) => return reply.audio,
+            Err(ProviderError::Upstream(why)) => why,
+            Err(other) => other.to_string(),
         };
-        let note = VoiceNote {
-            room: inbound.room.clone(),
-            reply_to: Some(inbound.id.clone()),
-            audio: spoken.audio,
-            duration: spoken.duration,
-        };
-        match connector.send_voice(&note).await {
-            Ok(Some(id)) => tracing::info!(message = %id, "answered the voice note by voice"),
-            Ok(None) => {}
-            Err(error) => {
-                tracing::warn!(%error, "the voice note could not be sent; the text is sent")
-            }
-        }
+        tracing::warn!(model = %speaking.model, "no voice note for the reply: {why}; the text is sent");
+        None
     }
 }

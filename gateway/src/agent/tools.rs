@@ -78,10 +78,7 @@ impl Agent {
         let inbound = turn.inbound();
         let specs: Vec<ToolSpec> = offer.tools.iter().map(|t| t.spec.clone()).collect();
         let max_steps = offer.toolbox.max_steps();
-        let mut exchanges: Vec<Exchange> = Vec::new();
-        let mut views: Vec<ToolCallView> = Vec::new();
-        let mut marker = false;
-        let mut admin: Option<bool> = None;
+        let mut so_far = SoFar::default();
         let mut steps = 0;
         let mut origin = crate::outcome::Origin::Other;
         let ctx = self.builtin_context(inbound);
@@ -90,7 +87,7 @@ impl Agent {
             let tools: &[ToolSpec] = if steps < max_steps { &specs } else { &[] };
             let round = ToolRound {
                 tools,
-                exchanges: &exchanges,
+                exchanges: &so_far.exchanges,
             };
             let step = self.model_call(turn, prompt, Some(round), live).await?;
             steps += 1;
@@ -101,39 +98,52 @@ impl Agent {
             if let Some(text) = self.over_budget(turn, &step.completion.text).await {
                 break text;
             }
-            if admin.is_none() && step.calls.iter().any(|c| destructive(&offer, c)) {
-                admin = Some(self.may_steer(inbound).await);
-            }
-            let runs = step
-                .calls
-                .iter()
-                .map(|call| self.run(&offer, call, admin.unwrap_or(false), &ctx));
-            let called: Vec<Called> = futures::future::join_all(runs).await;
-            for (call, result) in step.calls.iter().zip(&called) {
-                marker |= result.held_marker;
-                views.push(ToolCallView {
-                    tool: call.name.clone(),
-                    arguments: call.arguments.to_string(),
-                    result_bytes: result.bytes,
-                    truncated: result.truncated,
-                    elapsed_ms: result.elapsed_ms,
-                    outcome: result.outcome.as_str(),
-                });
-            }
-            exchanges.push(Exchange {
-                calls: step.calls,
-                results: called.into_iter().map(|c| c.text).collect(),
-            });
+            self.run_calls(inbound, &offer, step.calls, &ctx, &mut so_far)
+                .await;
         };
-        crate::why::record_tools(&self.id, inbound, views);
+        crate::why::record_tools(&self.id, inbound, so_far.views);
         if text.trim().is_empty() {
             return Err(ProviderError::Empty);
         }
         Ok(Answer {
             text,
-            tool_marker: marker,
+            tool_marker: so_far.marker,
             origin,
         })
+    }
+
+    /// Runs the calls one step asked for, at once, and adds them and their results to
+    /// `so_far` (the next step's exchanges, the why panel's views). The sender's right to
+    /// a destructive tool is asked once a turn, when the first such call comes.
+    async fn run_calls(
+        &self,
+        inbound: &Inbound,
+        offer: &Offer,
+        calls: Vec<ToolCall>,
+        ctx: &builtin::Context<'_>,
+        so_far: &mut SoFar,
+    ) {
+        if so_far.admin.is_none() && calls.iter().any(|c| destructive(offer, c)) {
+            so_far.admin = Some(self.may_steer(inbound).await);
+        }
+        let admin = so_far.admin.unwrap_or(false);
+        let runs = calls.iter().map(|call| self.run(offer, call, admin, ctx));
+        let called: Vec<Called> = futures::future::join_all(runs).await;
+        for (call, result) in calls.iter().zip(&called) {
+            so_far.marker |= result.held_marker;
+            so_far.views.push(ToolCallView {
+                tool: call.name.clone(),
+                arguments: call.arguments.to_string(),
+                result_bytes: result.bytes,
+                truncated: result.truncated,
+                elapsed_ms: result.elapsed_ms,
+                outcome: result.outcome.as_str(),
+            });
+        }
+        so_far.exchanges.push(Exchange {
+            calls,
+            results: called.into_iter().map(|c| c.text).collect(),
+        });
     }
 
     /// Runs one call the model asked for, or refuses it: a tool not offered in this room,
@@ -206,6 +216,19 @@ impl Agent {
             _ => None,
         }
     }
+}
+
+/// What a turn's tool steps have done so far.
+#[derive(Default)]
+struct SoFar {
+    /// The calls and their results, replayed to the model at the next step.
+    exchanges: Vec<Exchange>,
+    /// The calls as the why panel shows them.
+    views: Vec<ToolCallView>,
+    /// Whether a result held a room-control marker.
+    marker: bool,
+    /// Whether the sender may use destructive tools, once asked.
+    admin: Option<bool>,
 }
 
 fn destructive(offer: &Offer, call: &ToolCall) -> bool {

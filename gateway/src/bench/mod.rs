@@ -269,11 +269,12 @@ impl Running {
             apps.push(App::build_headless(config.clone(), factory.clone()).await?);
         }
         let agent = apps[0]
+            .path
             .agents
             .find("bench")
             .ok_or_else(|| anyhow::anyhow!("the bench persona did not load"))?;
-        let ingresses: Vec<_> = apps.iter().map(|a| a.ingress.clone()).collect();
-        let backend = apps[0].store.backend();
+        let ingresses: Vec<_> = apps.iter().map(|a| a.path.ingress.clone()).collect();
+        let backend = apps[0].path.store.backend();
         let bus_kind = ingresses[0].bus().describe();
         let mut http_addr = None;
         if args.http {

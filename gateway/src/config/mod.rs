@@ -7,9 +7,11 @@
 //! without touching `std::env` themselves. Secrets are `SecretString`, so they never reach a
 //! `Debug` print or a log line.
 //!
-//! Layout: this file holds `Config`, the troupe.toml keys (`FileConfig`) and the layering
-//! of environment over file over default; each topic's settings, their parsing and their
-//! tests sit in a file of their own:
+//! Layout: this file holds `Config` and the layering of environment over file over default;
+//! `table` declares every setting once (its name, troupe.toml key, default, kind, where it
+//! may be set and its security policy), and generates the troupe.toml keys (`FileConfig`)
+//! from that; its module doc says how to add a setting. Each topic's settings, their parsing
+//! and their tests sit in a file of their own:
 //!
 //! - `edge`: the HTTP server, its edge (`Host` names, connections per address), the API's
 //!   callers (the operator's token, scoped tokens, trusted proxies) and the fetch policy;
@@ -18,6 +20,7 @@
 //! - `spend`: budgets, prices and the model scheduler, provider retries and the breaker;
 //! - `platforms`: receive loops, replicas and Discord shards;
 //! - `agent`: how agents work, and their memory;
+//! - `stream`: live replies and edits;
 //! - `telemetry`: logs and OpenTelemetry;
 //! - `tools`: the MCP servers the operator allows, and the tool loop's bounds.
 
@@ -28,12 +31,12 @@ mod platforms;
 mod spend;
 mod storage;
 mod stream;
+mod table;
 mod telemetry;
 mod tools;
 
 use anyhow::Context;
 use secrecy::SecretString;
-use serde::Deserialize;
 #[cfg(test)]
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -55,6 +58,7 @@ pub use platforms::{ReceiveSettings, ReplicaSettings};
 pub use spend::ProviderSettings;
 pub use storage::NatsSettings;
 pub use stream::Switch;
+use table::FileConfig;
 pub use tools::ToolSettings;
 
 /// Everything the gateway is configured with. Built once at start.
@@ -99,7 +103,9 @@ pub struct Config {
     pub provider: ProviderSettings,
     /// Accounting, budgets and the model scheduler (issue 16, docs/spend.md).
     pub spend: crate::spend::SpendSettings,
-    /// The environment as it was at start, for persona secrets and provider keys.
+    /// The environment as it was at start, for persona secrets and provider keys, with the
+    /// troupe.toml values of the settings read by name where the environment has none
+    /// (`table::fill_env`).
     pub env: Env,
     /// `TROUPE_KNOWLEDGE_ALLOW_PATHS` (`knowledge_allow_paths` in troupe.toml), empty by
     /// default: directories besides `TROUPE_PERSONAS` that character `knowledge` paths may
@@ -151,129 +157,6 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// The optional `troupe.toml`: the same settings as the environment, in lower case without
-/// the `TROUPE_` prefix (`TROUPE_LOG` is `log`; `OTEL_*` keep their prefix). Unknown keys
-/// are refused, so a typo is an error at start rather than a setting silently ignored.
-/// `config::tests::every_readme_setting_has_a_toml_key` keeps it in step with README.md.
-/// The keys are grouped by topic, as the files of this module are.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    // --- the HTTP server, its edge and the API's callers (edge.rs)
-    http_addr: Option<String>,
-    api_token: Option<String>,
-    api_tokens_file: Option<String>,
-    trusted_proxies: Option<String>,
-    allowed_hosts: Option<String>,
-    http_header_timeout_secs: Option<u64>,
-    http_body_timeout_secs: Option<u64>,
-    http_max_connections: Option<usize>,
-    http_max_connections_per_ip: Option<usize>,
-    rate_api_per_min: Option<u32>,
-    openai_system_messages: Option<String>,
-    rate_user_per_min: Option<u32>,
-    rate_room_per_min: Option<u32>,
-    rate_agent_per_min: Option<u32>,
-    max_body_bytes: Option<usize>,
-    max_message_chars: Option<usize>,
-    // --- the fetch policy (edge.rs)
-    fetch_allow: Option<String>,
-    fetch_timeout_secs: Option<u64>,
-    fetch_max_redirects: Option<u32>,
-    // --- storage and the bus (storage.rs)
-    database_url: Option<String>,
-    bus_url: Option<String>,
-    bus_prefix: Option<String>,
-    bus_partitions: Option<u32>,
-    bus_ack_wait_secs: Option<u64>,
-    bus_dedupe_window_secs: Option<u64>,
-    // --- agents and memory (agent.rs)
-    personas: Option<PathBuf>,
-    history_limit: Option<u32>,
-    prompt_budget_chars: Option<usize>,
-    model_timeout_secs: Option<u64>,
-    model_concurrency: Option<usize>,
-    bus_capacity: Option<usize>,
-    turns_in_flight: Option<usize>,
-    max_attempts: Option<u32>,
-    bot_turns: Option<u32>,
-    memory_summary_every: Option<u32>,
-    memory_facts_every: Option<u32>,
-    memory_facts_per_user: Option<u32>,
-    vision: Option<Vision>,
-    media_max_bytes: Option<usize>,
-    media_keep_days: Option<u32>,
-    transcribe: Option<Switch>,
-    transcribe_model: Option<String>,
-    // --- live replies and edits (stream.rs)
-    stream: Option<Switch>,
-    stream_edit_ms: Option<u64>,
-    edit_window_secs: Option<u64>,
-    ack_reaction: Option<String>,
-    // --- knowledge, embeddings and the document worker (knowledge.rs)
-    knowledge_allow_paths: Option<Vec<PathBuf>>,
-    knowledge_max_file_bytes: Option<usize>,
-    knowledge_max_files: Option<usize>,
-    knowledge_chunk_tokens: Option<usize>,
-    knowledge_chunk_overlap: Option<usize>,
-    knowledge_top_k: Option<usize>,
-    knowledge_budget_chars: Option<usize>,
-    knowledge_timeout_ms: Option<u64>,
-    knowledge_max_attachment_bytes: Option<usize>,
-    index_dir: Option<String>,
-    index_poll_ms: Option<u64>,
-    pgvector: Option<bool>,
-    embedding_model: Option<String>,
-    embedding_provider: Option<String>,
-    embedding_url: Option<String>,
-    embedding_api_key: Option<String>,
-    embedding_dimensions: Option<usize>,
-    embedding_model_dir: Option<String>,
-    embedding_query_prefix: Option<String>,
-    embedding_passage_prefix: Option<String>,
-    embedding_input_type: Option<bool>,
-    models_auto_pull: Option<bool>,
-    extract_timeout_secs: Option<u64>,
-    extract_memory_mb: Option<u64>,
-    extract_workers: Option<usize>,
-    // --- spend and providers (spend.rs)
-    spend_user_per_day: Option<String>,
-    spend_room_per_day: Option<String>,
-    spend_persona_per_day: Option<String>,
-    spend_persona_per_month: Option<String>,
-    spend_background_share: Option<f64>,
-    spend_api_share: Option<f64>,
-    spend_retention_days: Option<u32>,
-    prices: Option<std::collections::BTreeMap<String, crate::spend::Price>>,
-    provider_rpm: Option<u32>,
-    provider_tpm: Option<u32>,
-    provider_concurrency: Option<usize>,
-    provider_retries: Option<u32>,
-    provider_backoff_ms: Option<u64>,
-    provider_backoff_max_ms: Option<u64>,
-    provider_breaker_failures: Option<u32>,
-    provider_breaker_cooldown_ms: Option<u64>,
-    provider_outage_wait_secs: Option<u64>,
-    // --- platforms and replicas (platforms.rs)
-    receive_stale_secs: Option<u64>,
-    leader_retry_secs: Option<u64>,
-    discord_shards: Option<String>,
-    discord_shards_per_replica: Option<u32>,
-    // --- logs and telemetry (telemetry.rs)
-    log: Option<String>,
-    log_format: Option<String>,
-    otel_exporter_otlp_endpoint: Option<String>,
-    otel_service_name: Option<String>,
-    // --- tools (tools.rs)
-    mcp_commands: Option<String>,
-    mcp_env: Option<String>,
-    mcp_cwds: Option<String>,
-    mcp_urls: Option<String>,
-    tool_max_steps: Option<u32>,
-    tool_max_output_bytes: Option<usize>,
-    tool_web_fetch: Option<bool>,
-}
-
 impl Config {
     /// Reads the process environment and the optional config file.
     pub fn load() -> anyhow::Result<Config> {
@@ -284,8 +167,11 @@ impl Config {
 
     /// Builds the configuration from an environment snapshot (tests pass their own), one
     /// settings group at a time; each step takes its keys out of the file.
-    pub fn from_env(env: Env) -> anyhow::Result<Config> {
+    pub fn from_env(mut env: Env) -> anyhow::Result<Config> {
         let mut file = file_config(&env)?;
+        // The settings read by name (a persona's, elizaOS's) take their troupe.toml value
+        // through the snapshot, so every reader sees the environment, then the file.
+        table::fill_env(&mut file, &mut env);
         let layered = Layered { env: &env };
         let knowledge_allow_paths =
             knowledge::knowledge_allow_paths(&env, file.knowledge_allow_paths.take())?;

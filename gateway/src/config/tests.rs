@@ -1,7 +1,8 @@
-//! The configuration's own tests: the defaults, the file's keys, and README.md's settings
-//! table checked against both (every row has a troupe.toml key that changes its setting,
-//! and the environment wins over it). Each topic's tests sit in its own file.
+//! The configuration's own tests: the defaults, and the file's typed keys checked against
+//! `config/table.rs` (every one changes its setting, and the environment wins over it).
+//! Each topic's tests sit in its own file; the table's own in `table/tests.rs`.
 
+use super::table::SETTINGS;
 use super::*;
 use std::path::Path;
 
@@ -45,30 +46,25 @@ fn a_misspelt_toml_key_is_refused() {
     assert!(err.to_string().contains("knowledge_top_kk"), "{err}");
 }
 
-/// The variables of README.md's settings table (its first column), in order. `RUST_LOG`
-/// is left out: it is the fallback name of `TROUPE_LOG`, in the same row.
-fn readme_settings() -> Vec<String> {
-    let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
-    let table = readme
-        .split("\n## Configuration\n")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("README.md has a Configuration section");
-    let mut names = Vec::new();
-    for row in table.lines().filter(|l| l.starts_with("| `")) {
-        let first = row.split('|').nth(1).unwrap_or_default();
-        for name in first.split('`').skip(1).step_by(2) {
-            if name.starts_with("TROUPE_") || name.starts_with("OTEL_") {
-                names.push(name.to_string());
-            }
-        }
-    }
-    names
+/// The settings whose troupe.toml key is typed, read by their topic's file: each needs a
+/// probe. (`[prices]`, a table, has its own tests in `spend`; the keys of settings read by
+/// name are checked all at once by `config::table`.)
+fn typed_settings() -> Vec<&'static str> {
+    SETTINGS
+        .iter()
+        .filter(|s| s.typed && s.is_variable())
+        .map(|s| s.name)
+        .collect()
 }
 
-/// The troupe.toml key of a variable: lower case, without `TROUPE_`.
+/// The troupe.toml key of a variable, from the table.
 fn toml_key(var: &str) -> String {
-    var.strip_prefix("TROUPE_").unwrap_or(var).to_lowercase()
+    SETTINGS
+        .iter()
+        .find(|s| s.name == var)
+        .and_then(|s| s.key)
+        .unwrap_or_else(|| panic!("{var} has no troupe.toml key in config/table.rs"))
+        .to_string()
 }
 
 /// For one setting: a troupe.toml value, a different environment value, variables that
@@ -214,6 +210,12 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         n("TROUPE_MEDIA_KEEP_DAYS", |c| {
             c.agent.media.keep_days.to_string()
         }),
+        p("TROUPE_TRANSCRIBE", "\"off\"", "on", |c| {
+            c.agent.media.transcribe.to_string()
+        }),
+        p("TROUPE_TRANSCRIBE_MODEL", "\"m1\"", "m2", |c| {
+            c.agent.media.transcribe_model.clone()
+        }),
         p("TROUPE_STREAM", "\"off\"", "on", |c| {
             c.agent.stream.on.to_string()
         }),
@@ -241,6 +243,12 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         n("TROUPE_KNOWLEDGE_TOP_K", |c| c.knowledge.top_k.to_string()),
         p("TROUPE_INDEX_DIR", "\"/i1\"", "/i2", |c| {
             c.knowledge.index_dir.display().to_string()
+        }),
+        p("TROUPE_INDEX_POLL_MS", "70", "90", |c| {
+            format!("{:?}", c.knowledge.index_poll)
+        }),
+        p("TROUPE_PGVECTOR", "false", "true", |c| {
+            c.knowledge.pgvector.to_string()
         }),
         n("TROUPE_KNOWLEDGE_BUDGET_CHARS", |c| {
             c.knowledge.prompt_budget_chars.to_string()
@@ -437,26 +445,26 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
 }
 
 /// README.md: "Environment variables first, then an optional troupe.toml (same names in
-/// lower case, without the TROUPE_ prefix), then these defaults". Checked for every row
-/// of its settings table: the key is accepted, it changes the setting, and the
-/// environment wins over it.
+/// lower case, without the TROUPE_ prefix), then these defaults". Checked for every setting
+/// of `config/table.rs` with a typed key: the key is accepted, it changes the setting, and
+/// the environment wins over it.
 #[test]
-fn every_readme_setting_has_a_toml_key() {
+fn every_toml_key_changes_its_setting() {
     let dir_a = tempfile::tempdir().unwrap();
     let dir_b = tempfile::tempdir().unwrap();
     let probes = probes(dir_a.path(), dir_b.path());
-    let documented = readme_settings();
+    let typed = typed_settings();
     let probed: Vec<&str> = probes.iter().map(|p| p.var).collect();
-    for var in &documented {
+    for var in &typed {
         assert!(
-            probed.contains(&var.as_str()),
-            "README.md lists {var}: add a probe for it (and a troupe.toml key)"
+            probed.contains(var),
+            "config/table.rs gives {var} a typed troupe.toml key: add a probe for it here"
         );
     }
     for var in &probed {
         assert!(
-            documented.iter().any(|d| d == var),
-            "{var} is probed but not in README.md's settings table"
+            typed.contains(var),
+            "{var} is probed but has no typed troupe.toml key in config/table.rs"
         );
     }
     let toml_dir = tempfile::tempdir().unwrap();

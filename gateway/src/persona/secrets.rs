@@ -12,7 +12,8 @@
 //! 2. the character's 1.x top-level `secrets`;
 //! 3. the character's v0 `settings.secrets`;
 //! 4. a scalar `settings.<KEY>` (elizaOS's `getSetting` reads those as well);
-//! 5. the process environment `<KEY>`.
+//! 5. the process environment `<KEY>`; where it has none, troupe.toml's key for it, which
+//!    `config` puts in the snapshot (`config::table::fill_env`): the operator's either way.
 //!
 //! **Secrets and endpoints travel together** (docs/security.md, "Character files"; issue 30,
 //! finding 1). Every

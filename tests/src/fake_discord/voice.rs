@@ -28,7 +28,8 @@ use axum::response::Response;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::{FakeBot, FakeDiscord, RequestRecord, Shared, discord_error, nonce_of, with_bucket};
+use super::messages::nonce_of;
+use super::{FakeBot, FakeDiscord, RequestRecord, Shared, discord_error, with_bucket};
 use crate::wait;
 
 /// The message flag of a voice message.
