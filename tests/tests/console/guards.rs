@@ -5,13 +5,13 @@
 
 use super::{BIO, drop_ferries_and_lamps, open, set_source, spawn};
 use serde_json::json;
-use std::time::Duration;
 use troupe_e2e::browser::Browser;
 use troupe_e2e::{FakeOpenAi, persona_json};
 
 /// Holds the page's answers to `fetch` calls whose URL has `path` and whose URL or body has
 /// `marker`, until `window.held.release()`: a slow server for that one request.
-/// `window.held.started` and `.released` count them.
+/// `window.held.started` and `.released` count them; `.handled` counts the released ones the
+/// page is done with: refused (an aborted request) or, if answered, its body read.
 async fn hold_answers(browser: &Browser, path: &str, marker: &str) {
     browser
         .run(
@@ -19,28 +19,44 @@ async fn hold_answers(browser: &Browser, path: &str, marker: &str) {
              const real = window.fetch;
              let release;
              const gate = new Promise((r) => { release = r; });
-             const held = {started: 0, released: 0, release: () => release()};
+             const held = {started: 0, released: 0, handled: 0, release: () => release()};
              window.held = held;
+             // Counted in a task of its own, after the page's callbacks on the answer ran.
+             const done = () => setTimeout(() => { held.handled += 1; });
+             const readBody = (response) => {
+               for (const how of ['text', 'json']) {
+                 const read = response[how].bind(response);
+                 response[how] = () => read().finally(done);
+               }
+               return response;
+             };
              window.fetch = function (url, init) {
                const answer = real.apply(this, arguments);
                const seen = String(url) + String((init && init.body) || '');
                if (!String(url).includes(path) || !seen.includes(marker)) return answer;
                held.started += 1;
-               return gate.then(() => { held.released += 1; return answer; });
+               return gate.then(() => { held.released += 1; return answer; }).then(
+                 readBody,
+                 (refused) => { done(); throw refused; });
              };",
             json!([path, marker]),
         )
         .await;
 }
 
-/// Waits for the held answers to be let go and for the page to have handled them.
+/// Lets the held answers go and waits until the page is done with each: its request refused
+/// (aborted by a newer one), or its body read. The page draws in the same chain of promise
+/// callbacks that reads the body, and the count moves in a task queued after that chain:
+/// once it is reached, a stale answer drawn over the newer one is on screen, however slow
+/// the machine.
 async fn release_held(browser: &Browser) {
     browser.run("window.held.release();", json!([])).await;
     browser
-        .wait_for("the held answer released", "window.held.released > 0")
+        .wait_for(
+            "the held answers handled",
+            "window.held.released > 0 && window.held.handled === window.held.started",
+        )
         .await;
-    // The page reads the body and draws in a few tasks; a stale answer would show by then.
-    tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
 /// Sets a search box's text as typing would, so the page searches.
