@@ -440,7 +440,114 @@ impl Revision {
     }
 }
 
+impl UserRef {
+    /// A person (not a bot) with the platform id `id`, shown in prompts as `name`.
+    pub fn person(id: impl Into<UserId>, name: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            is_bot: false,
+        }
+    }
+
+    /// Another bot with the platform id `id`, shown in prompts as `name`.
+    pub fn bot(id: impl Into<UserId>, name: impl Into<String>) -> Self {
+        Self {
+            is_bot: true,
+            ..Self::person(id, name)
+        }
+    }
+}
+
+/// Building a message: [`Inbound::said`] gives a new message with everything optional left
+/// out (no attachments, no reply, not direct, mentioning nobody, sent at 0, no client, no
+/// revision), and each method below sets one thing, so a message reads as what sets it
+/// apart: `Inbound::said("7", room, UserRef::person("5", "Ann"), "hi").direct().at(1_000)`.
 impl Inbound {
+    pub fn said(
+        id: impl Into<MessageId>,
+        room: RoomRef,
+        author: UserRef,
+        text: impl Into<String>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            room,
+            author,
+            text: text.into(),
+            attachments: Vec::new(),
+            reply_to: None,
+            is_direct: false,
+            mentions_self: false,
+            sent_at_ms: 0,
+            client: None,
+            revises: None,
+        }
+    }
+
+    /// A direct message.
+    #[must_use]
+    pub fn direct(self) -> Self {
+        Self {
+            is_direct: true,
+            ..self
+        }
+    }
+
+    /// It mentions the persona's platform account.
+    #[must_use]
+    pub fn mentioning_self(self) -> Self {
+        Self {
+            mentions_self: true,
+            ..self
+        }
+    }
+
+    /// Sent at `ms` since the epoch, by the platform's clock.
+    #[must_use]
+    pub fn at(self, ms: i64) -> Self {
+        Self {
+            sent_at_ms: ms,
+            ..self
+        }
+    }
+
+    /// With these attachments.
+    #[must_use]
+    pub fn with_attachments(self, attachments: Vec<Attachment>) -> Self {
+        Self {
+            attachments,
+            ..self
+        }
+    }
+
+    /// A reply to another message.
+    #[must_use]
+    pub fn replying_to(self, reply_to: ReplyTo) -> Self {
+        Self {
+            reply_to: Some(reply_to),
+            ..self
+        }
+    }
+
+    /// An edit or a delete of an earlier message rather than a new one.
+    #[must_use]
+    pub fn revising(self, revision: Revision) -> Self {
+        Self {
+            revises: Some(revision),
+            ..self
+        }
+    }
+
+    /// Sent by an API client, with what it sent along.
+    #[must_use]
+    pub fn from_client(self, client: ClientContext) -> Self {
+        Self {
+            client: Some(Box::new(client)),
+            ..self
+        }
+    }
+
     pub fn platform(&self) -> Platform {
         self.room.platform
     }

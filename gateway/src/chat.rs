@@ -5,7 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use troupe_connectors::{AgentId, Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+use troupe_connectors::{AgentId, Inbound, Platform, RoomId, RoomRef, UserRef};
 
 use crate::app::{App, default_provider_factory};
 use crate::config::Config;
@@ -46,23 +46,14 @@ pub async fn run(config: Config, agent: &AgentId, room_id: &RoomId) -> anyhow::R
         if !interactive {
             prompt(&text);
         }
-        let inbound = Inbound {
-            id: MessageId::new(uuid::Uuid::now_v7().to_string()),
-            room: RoomRef::new(Platform::Web, room_id.clone()),
-            author: UserRef {
-                id: UserId::new("cli"),
-                name: "You".into(),
-                is_bot: false,
-            },
+        let inbound = Inbound::said(
+            uuid::Uuid::now_v7().to_string(),
+            RoomRef::new(Platform::Web, room_id.clone()),
+            UserRef::person("cli", "You"),
             text,
-            attachments: vec![],
-            reply_to: None,
-            is_direct: true,
-            mentions_self: false,
-            sent_at_ms: crate::clock::now_ms(),
-            client: None,
-            revises: None,
-        };
+        )
+        .direct()
+        .at(crate::clock::now_ms());
         match ingress.converse(&agent.id, inbound, deadline).await {
             Ok(answer) => match answer.outcome {
                 Outcome::Replied { texts, .. } => {

@@ -459,7 +459,7 @@ mod tests {
         Kind, journal_copies, on_both_backends, run_with_store as run,
     };
     use troupe_connectors::sync::Locked;
-    use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+    use troupe_connectors::{Platform, RoomId, RoomRef, UserRef};
 
     /// A bus that only records what was published to it.
     #[derive(Default)]
@@ -481,23 +481,14 @@ mod tests {
     }
 
     fn message(id: &str) -> Inbound {
-        Inbound {
-            id: MessageId::new(id),
-            room: RoomRef::new(Platform::Discord, RoomId::new("c1")),
-            author: UserRef {
-                id: UserId::new("ann"),
-                name: "Ann".into(),
-                is_bot: false,
-            },
-            text: "Is the harbour open?".into(),
-            attachments: Vec::new(),
-            reply_to: None,
-            is_direct: false,
-            mentions_self: true,
-            sent_at_ms: 1,
-            client: None,
-            revises: None,
-        }
+        Inbound::said(
+            id,
+            RoomRef::new(Platform::Discord, RoomId::new("c1")),
+            UserRef::person("ann", "Ann"),
+            "Is the harbour open?",
+        )
+        .mentioning_self()
+        .at(1)
     }
 
     on_both_backends!(replay_reaches_a_pending_entry_behind_given_up_ones);

@@ -74,26 +74,16 @@ impl TurnsInFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use troupe_connectors::{RoomId, RoomRef, UserId, UserRef};
+    use troupe_connectors::{RoomId, RoomRef, UserRef};
 
     fn message(platform: Platform) -> Inbound {
-        Inbound {
-            id: MessageId::new("7"),
-            room: RoomRef::new(platform, RoomId::new("41")),
-            author: UserRef {
-                id: UserId::new("5"),
-                name: "Ann".into(),
-                is_bot: false,
-            },
-            text: "hi".into(),
-            attachments: Vec::new(),
-            reply_to: None,
-            is_direct: false,
-            mentions_self: true,
-            sent_at_ms: 0,
-            client: None,
-            revises: None,
-        }
+        Inbound::said(
+            "7",
+            RoomRef::new(platform, RoomId::new("41")),
+            UserRef::person("5", "Ann"),
+            "hi",
+        )
+        .mentioning_self()
     }
 
     #[tokio::test]

@@ -7,9 +7,7 @@
 
 use super::normalize::{self, Place};
 use super::wire::{self, Snowflake};
-use crate::model::{
-    Change, Inbound, MessageId, Platform, Revision, RoomId, RoomRef, UserId, UserRef,
-};
+use crate::model::{Change, Inbound, MessageId, Platform, Revision, RoomId, RoomRef, UserRef};
 
 /// Milliseconds since the epoch of an RFC 3339 time as Discord writes it
 /// (`2026-11-02T00:00:05.123000+00:00`).
@@ -59,26 +57,21 @@ pub(crate) fn edit_to_inbound(msg: &wire::Message, me: Snowflake) -> Option<Inbo
 /// it said: the author is left empty, and the gateway reads what it needs from the journal.
 pub(crate) fn delete_to_inbound(channel: u64, message: u64, direct: bool) -> Inbound {
     let of = MessageId::new(message.to_string());
+    let deleted = Inbound::said(
+        Revision::delete_id(&of),
+        RoomRef::new(Platform::Discord, RoomId::new(channel.to_string())),
+        UserRef::person("", ""),
+        "",
+    )
+    .at(Snowflake(message).unix_ms())
+    .revising(Revision {
+        of,
+        change: Change::Delete,
+        reply: Vec::new(),
+    });
     Inbound {
-        id: Revision::delete_id(&of),
-        room: RoomRef::new(Platform::Discord, RoomId::new(channel.to_string())),
-        author: UserRef {
-            id: UserId::new(""),
-            name: String::new(),
-            is_bot: false,
-        },
-        text: String::new(),
-        attachments: Vec::new(),
-        reply_to: None,
         is_direct: direct,
-        mentions_self: false,
-        sent_at_ms: Snowflake(message).unix_ms(),
-        client: None,
-        revises: Some(Revision {
-            of,
-            change: Change::Delete,
-            reply: Vec::new(),
-        }),
+        ..deleted
     }
 }
 

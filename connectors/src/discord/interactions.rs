@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use super::rest::Rest;
 use crate::command::COMMANDS;
 use crate::connector::{ConnectorError, Delivery, InboundSink};
-use crate::model::{Inbound, MessageId, Outbound, Platform, RoomId, RoomRef, UserId, UserRef};
+use crate::model::{Inbound, MessageId, Outbound, Platform, RoomId, RoomRef, UserRef};
 
 /// Discord's permission bits that allow steering a room.
 const ADMINISTRATOR: u64 = 1 << 3;
@@ -112,22 +112,19 @@ impl SlashCommand {
             text.push(' ');
             text.extend(arg.chars().take(100));
         }
+        let author = UserRef {
+            is_bot: self.is_bot,
+            ..UserRef::person(
+                self.user_id.to_string(),
+                self.user_name.chars().take(100).collect::<String>(),
+            )
+        };
+        let room = RoomRef::new(Platform::Discord, RoomId::new(self.channel.to_string()));
         Inbound {
-            id: MessageId::new(format!("{PREFIX}{}", self.id)),
-            room: RoomRef::new(Platform::Discord, RoomId::new(self.channel.to_string())),
-            author: UserRef {
-                id: UserId::new(self.user_id.to_string()),
-                name: self.user_name.chars().take(100).collect(),
-                is_bot: self.is_bot,
-            },
-            text,
-            attachments: vec![],
-            reply_to: None,
             is_direct: self.guild.is_none(),
-            mentions_self: true,
-            sent_at_ms,
-            client: None,
-            revises: None,
+            ..Inbound::said(format!("{PREFIX}{}", self.id), room, author, text)
+                .mentioning_self()
+                .at(sent_at_ms)
         }
     }
 

@@ -4,9 +4,7 @@
 //! system messages and payloads without an id, channel or author give `None`.
 
 use super::wire::{self, Snowflake};
-use crate::model::{
-    Attachment, Inbound, MessageId, Platform, ReplyTo, RoomId, RoomRef, UserId, UserRef,
-};
+use crate::model::{Attachment, Inbound, MessageId, Platform, ReplyTo, RoomId, RoomRef, UserRef};
 
 /// Message types a person writes: DEFAULT (0) and REPLY (19).
 const USER_MESSAGE_TYPES: [u64; 2] = [0, 19];
@@ -158,22 +156,16 @@ pub(crate) fn to_inbound(msg: &wire::Message, me: Snowflake, place: Place) -> Op
         .chain(msg.embeds.iter().filter_map(image_embed))
         .collect();
     let room = RoomRef::new(Platform::Discord, RoomId::new(channel.to_string()));
+    let author = UserRef {
+        is_bot: author.bot || msg.webhook_id.is_some(),
+        ..UserRef::person(author_id.to_string(), name)
+    };
     Some(Inbound {
-        id: MessageId::new(id.to_string()),
-        room,
-        author: UserRef {
-            id: UserId::new(author_id.to_string()),
-            name,
-            is_bot: author.bot || msg.webhook_id.is_some(),
-        },
-        text: msg.content.clone(),
         attachments,
         reply_to,
         is_direct,
         mentions_self,
-        sent_at_ms: id.unix_ms(),
-        client: None,
-        revises: None,
+        ..Inbound::said(id.to_string(), room, author, msg.content.clone()).at(id.unix_ms())
     })
 }
 

@@ -8,9 +8,7 @@ use chrono::DateTime;
 
 use super::config::Fid;
 use super::wire::{Cast, User};
-use crate::model::{
-    Attachment, Inbound, MessageId, Platform, ReplyTo, RoomId, RoomRef, UserId, UserRef,
-};
+use crate::model::{Attachment, Inbound, MessageId, Platform, ReplyTo, RoomId, RoomRef, UserRef};
 
 /// What the notification feed already says about a cast (a "mention" notification means
 /// the bot was mentioned, even if the cast came without its mentioned profiles).
@@ -116,22 +114,12 @@ pub(crate) fn to_inbound(cast: &Cast, bot: Fid, hint: Hint) -> Result<Option<Inb
             })
         })
         .collect();
+    let author = UserRef::person(cast.author.fid.to_string(), name);
     Ok(Some(Inbound {
-        id: MessageId::new(cast.hash.clone()),
-        room,
-        author: UserRef {
-            id: UserId::new(cast.author.fid.to_string()),
-            name,
-            is_bot: false,
-        },
-        text: cast.text.clone(),
         attachments,
         reply_to,
-        is_direct: false,
         mentions_self: mentions(cast, bot) || hint.mentioned,
-        sent_at_ms,
-        client: None,
-        revises: None,
+        ..Inbound::said(cast.hash.clone(), room, author, cast.text.clone()).at(sent_at_ms)
     }))
 }
 

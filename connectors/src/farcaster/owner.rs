@@ -82,7 +82,7 @@ pub(crate) async fn may_steer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+    use crate::model::{Platform, RoomId, RoomRef, UserRef};
 
     const BOT: Fid = Fid(42);
 
@@ -104,23 +104,13 @@ mod tests {
     }
 
     fn cast_in(thread: &str, hash: &str, author: u64) -> Inbound {
-        Inbound {
-            id: MessageId::new(hash),
-            room: RoomRef::new(Platform::Farcaster, RoomId::new(thread)),
-            author: UserRef {
-                id: UserId::new(author.to_string()),
-                name: format!("fid:{author}"),
-                is_bot: false,
-            },
-            text: "@fern /forget".into(),
-            attachments: vec![],
-            reply_to: None,
-            is_direct: false,
-            mentions_self: true,
-            sent_at_ms: 0,
-            client: None,
-            revises: None,
-        }
+        Inbound::said(
+            hash,
+            RoomRef::new(Platform::Farcaster, RoomId::new(thread)),
+            UserRef::person(author.to_string(), format!("fid:{author}")),
+            "@fern /forget",
+        )
+        .mentioning_self()
     }
 
     #[test]

@@ -12,8 +12,7 @@ use teloxide::types::{
 
 use crate::files::TELEGRAM_FILE;
 use crate::model::{
-    Attachment, Change, Inbound, MessageId, Platform, ReplyTo, Revision, RoomId, RoomRef, UserId,
-    UserRef,
+    Attachment, Change, Inbound, MessageId, Platform, ReplyTo, Revision, RoomId, RoomRef, UserRef,
 };
 
 /// Who the bot is, from `getMe`: needed to recognise mentions, replies and its own messages.
@@ -150,22 +149,18 @@ fn from_message(message: &Message, me: &BotIdentity, policy: &GroupPolicy) -> Ev
             to_self: r.from.as_ref().is_some_and(|u| u.id.0 == me.id),
         });
 
+    let author = UserRef {
+        is_bot: from.is_bot,
+        ..UserRef::person(from.id.0.to_string(), display_name(from))
+    };
+    let said = Inbound::said(message_id(chat_id, message.id.0), room, author, text)
+        .at(message.date.timestamp_millis());
     Event::Message(Box::new(Inbound {
-        id: message_id(chat_id, message.id.0),
-        room,
-        author: UserRef {
-            id: UserId::new(from.id.0.to_string()),
-            name: display_name(from),
-            is_bot: from.is_bot,
-        },
-        text: text.to_string(),
         attachments,
         reply_to,
         is_direct,
         mentions_self: mentions(text, entities, me),
-        sent_at_ms: message.date.timestamp_millis(),
-        client: None,
-        revises: None,
+        ..said
     }))
 }
 

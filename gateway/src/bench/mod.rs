@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use troupe_connectors::{AgentId, Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+use troupe_connectors::{AgentId, Inbound, Platform, RoomId, RoomRef, UserRef};
 
 use crate::app::App;
 use crate::config::Config;
@@ -467,23 +467,14 @@ fn message(run_id: &str, room: usize, n: usize) -> Inbound {
     } else {
         room.to_string()
     };
-    Inbound {
-        id: MessageId::new(format!("bench-{run_id}-{room}-{n}")),
-        room: RoomRef::new(Platform::Web, RoomId::new(format!("room-{room}"))),
-        author: UserRef {
-            id: UserId::new(format!("user-{room}")),
-            name: format!("User {room}"),
-            is_bot: false,
-        },
-        text: format!("message {n} in room {room}: how is the weather today?"),
-        attachments: vec![],
-        reply_to: None,
-        is_direct: true,
-        mentions_self: false,
-        sent_at_ms: crate::clock::now_ms(),
-        client: None,
-        revises: None,
-    }
+    Inbound::said(
+        format!("bench-{run_id}-{room}-{n}"),
+        RoomRef::new(Platform::Web, RoomId::new(format!("room-{room}"))),
+        UserRef::person(format!("user-{room}"), format!("User {room}")),
+        format!("message {n} in room {room}: how is the weather today?"),
+    )
+    .direct()
+    .at(crate::clock::now_ms())
 }
 
 fn ms(d: Duration) -> f64 {

@@ -175,7 +175,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::time::Duration;
     use tokio::sync::Notify;
-    use troupe_connectors::{Inbound, MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+    use troupe_connectors::{Inbound, Platform, RoomId, RoomRef, UserRef};
 
     fn envelope(n: i64, room: &str) -> Envelope {
         envelope_of("a", n, room)
@@ -187,23 +187,13 @@ mod tests {
             delivery: crate::bus::Delivery::First,
             attempt: 1,
             agent: agent.into(),
-            inbound: Inbound {
-                id: MessageId::new(n.to_string()),
-                room: RoomRef::new(Platform::Web, RoomId::new(room)),
-                author: UserRef {
-                    id: UserId::new("u"),
-                    name: "U".into(),
-                    is_bot: false,
-                },
-                text: String::new(),
-                attachments: vec![],
-                reply_to: None,
-                is_direct: true,
-                mentions_self: false,
-                sent_at_ms: 0,
-                client: None,
-                revises: None,
-            },
+            inbound: Inbound::said(
+                n.to_string(),
+                RoomRef::new(Platform::Web, RoomId::new(room)),
+                UserRef::person("u", "U"),
+                "",
+            )
+            .direct(),
         }
     }
 

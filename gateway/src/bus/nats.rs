@@ -703,24 +703,14 @@ mod tests {
 
     /// The message every wire test carries.
     fn inbound() -> Inbound {
-        use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
-        Inbound {
-            id: MessageId::new("m1"),
-            room: RoomRef::new(Platform::Web, RoomId::new("r1")),
-            author: UserRef {
-                id: UserId::new("u"),
-                name: "U".into(),
-                is_bot: false,
-            },
-            text: "hi".into(),
-            attachments: vec![],
-            reply_to: None,
-            is_direct: true,
-            mentions_self: false,
-            sent_at_ms: 0,
-            client: None,
-            revises: None,
-        }
+        use troupe_connectors::{Platform, RoomId, RoomRef, UserRef};
+        Inbound::said(
+            "m1",
+            RoomRef::new(Platform::Web, RoomId::new("r1")),
+            UserRef::person("u", "U"),
+            "hi",
+        )
+        .direct()
     }
 
     fn wire(answer_to: Option<AnswerTo>) -> Wire {

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use troupe_connectors::{
-    AgentId, Inbound, MessageId, Platform, RoomId, RoomKey, RoomRef, SinkError, UserId, UserRef,
+    AgentId, Inbound, MessageId, Platform, RoomId, RoomKey, RoomRef, SinkError, UserRef,
 };
 
 use super::AppState;
@@ -311,27 +311,16 @@ fn posted(
     let user_id =
         nonempty(body.user_id, "userId", 200)?.unwrap_or_else(|| crate::web::ANONYMOUS_USER.into());
     let user_name = nonempty(body.user_name, "userName", 100)?.unwrap_or_else(|| "User".into());
-    let message_id = MessageId::new(
-        nonempty(body.message_id, "messageId", 200)?
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
-    );
-    let inbound = Inbound {
-        id: message_id,
-        room: RoomRef::new(Platform::Web, caller.web_room(room_id.clone())),
-        author: UserRef {
-            id: UserId::new(caller.user(user_id)),
-            name: user_name,
-            is_bot: false,
-        },
-        text: body.text,
-        attachments: vec![],
-        reply_to: None,
-        is_direct: true,
-        mentions_self: false,
-        sent_at_ms: crate::clock::now_ms(),
-        client: None,
-        revises: None,
-    };
+    let message_id = nonempty(body.message_id, "messageId", 200)?
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let inbound = Inbound::said(
+        message_id,
+        RoomRef::new(Platform::Web, caller.web_room(room_id.clone())),
+        UserRef::person(caller.user(user_id), user_name),
+        body.text,
+    )
+    .direct()
+    .at(crate::clock::now_ms());
     Ok((inbound, room_id))
 }
 

@@ -462,23 +462,13 @@ mod tests {
 
     #[test]
     fn no_facts_about_bots_or_the_anonymous_api_caller() {
-        use troupe_connectors::{MessageId, RoomRef, UserRef};
-        let message = |platform, user: &str, is_bot| Inbound {
-            id: MessageId::new("m"),
-            room: RoomRef::new(platform, RoomId::new("r")),
-            author: UserRef {
-                id: UserId::new(user),
-                name: "N".into(),
+        use troupe_connectors::{RoomRef, UserRef};
+        let message = |platform, user: &str, is_bot| {
+            let author = UserRef {
                 is_bot,
-            },
-            text: "hi".into(),
-            attachments: vec![],
-            reply_to: None,
-            is_direct: true,
-            mentions_self: false,
-            sent_at_ms: 0,
-            client: None,
-            revises: None,
+                ..UserRef::person(user, "N")
+            };
+            Inbound::said("m", RoomRef::new(platform, RoomId::new("r")), author, "hi").direct()
         };
         assert!(learns_about(&message(Platform::Web, "u-sam", false)));
         assert!(!learns_about(&message(

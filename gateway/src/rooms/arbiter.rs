@@ -105,7 +105,7 @@ pub(crate) fn choose<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserRef};
+    use troupe_connectors::{Platform, RoomId, RoomRef, UserRef};
 
     fn member(id: &str, topics: &[&str], following: bool) -> Member {
         Member {
@@ -118,23 +118,15 @@ mod tests {
     }
 
     fn msg(author: &str, is_bot: bool, text: &str) -> Inbound {
-        Inbound {
-            id: MessageId::new("1"),
-            room: RoomRef::new(Platform::Discord, RoomId::new("c")),
-            author: UserRef {
-                id: UserId::new(author),
-                name: author.into(),
+        Inbound::said(
+            "1",
+            RoomRef::new(Platform::Discord, RoomId::new("c")),
+            UserRef {
                 is_bot,
+                ..UserRef::person(author, author)
             },
-            text: text.into(),
-            attachments: vec![],
-            reply_to: None,
-            is_direct: false,
-            mentions_self: false,
-            sent_at_ms: 0,
-            client: None,
-            revises: None,
-        }
+            text,
+        )
     }
 
     #[test]

@@ -175,23 +175,12 @@ pub(crate) mod tests {
     /// A person's message in a group room of `platform`, addressed to nobody: what the
     /// decision tests start from (`agent::decide` uses it too).
     pub(crate) fn msg(platform: Platform, text: &str) -> Inbound {
-        Inbound {
-            id: MessageId::new("1"),
-            room: RoomRef::new(platform, RoomId::new("room")),
-            author: UserRef {
-                id: UserId::new("u"),
-                name: "Sam".into(),
-                is_bot: false,
-            },
-            text: text.into(),
-            attachments: vec![],
-            reply_to: None,
-            is_direct: false,
-            mentions_self: false,
-            sent_at_ms: 0,
-            client: None,
-            revises: None,
-        }
+        Inbound::said(
+            "1",
+            RoomRef::new(platform, RoomId::new("room")),
+            UserRef::person("u", "Sam"),
+            text,
+        )
     }
 
     #[test]

@@ -75,26 +75,15 @@ async fn the_floor_keeps_who_was_addressed_and_the_turn(store: Store) {
 }
 
 async fn a_present_persona_overhears_once_and_an_absent_one_not_at_all(store: Store) {
-    use troupe_connectors::{Inbound, RoomRef, UserId, UserRef};
+    use troupe_connectors::{Inbound, RoomRef, UserRef};
     let r = RoomKey::new(Platform::Web, RoomId::new("deck"));
     let (ada, bea, cy) = (AgentId::new("ada"), AgentId::new("bea"), AgentId::new("cy"));
     // Bea talked in the room before; Cy never did.
-    let msg = |id: &str| Inbound {
-        id: MessageId::new(id),
-        room: RoomRef::new(Platform::Web, RoomId::new("deck")),
-        author: UserRef {
-            id: UserId::new("sam"),
-            name: "Sam".into(),
-            is_bot: false,
-        },
-        text: "hello".into(),
-        attachments: vec![],
-        reply_to: None,
-        is_direct: true,
-        mentions_self: false,
-        sent_at_ms: 1,
-        client: None,
-        revises: None,
+    let msg = |id: &str| {
+        let deck = RoomRef::new(Platform::Web, RoomId::new("deck"));
+        Inbound::said(id, deck, UserRef::person("sam", "Sam"), "hello")
+            .direct()
+            .at(1)
     };
     let line = |text: &'static str, author: &'static str| NewMemory {
         author_id: author,

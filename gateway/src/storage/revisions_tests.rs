@@ -2,27 +2,22 @@
 
 use super::test_support::{Kind, on_both_backends, run_with_store as run};
 use super::*;
-use troupe_connectors::{Change, MessageId, Revision, RoomId, RoomRef, UserId, UserRef};
+use troupe_connectors::{Change, MessageId, Revision, RoomId, RoomRef, UserRef};
 
 on_both_backends!(an_exchange_is_found_by_its_message_and_dropped_from_memory);
 
 fn said(id: &str, text: &str, revises: Option<Revision>) -> Inbound {
-    Inbound {
-        id: MessageId::new(id),
-        room: RoomRef::new(Platform::Discord, RoomId::new("41")),
-        author: UserRef {
-            id: UserId::new("5"),
-            name: "Ann".into(),
-            is_bot: false,
-        },
-        text: text.into(),
-        attachments: Vec::new(),
-        reply_to: None,
-        is_direct: false,
-        mentions_self: true,
-        sent_at_ms: 1_000,
-        client: None,
-        revises,
+    let m = Inbound::said(
+        id,
+        RoomRef::new(Platform::Discord, RoomId::new("41")),
+        UserRef::person("5", "Ann"),
+        text,
+    )
+    .mentioning_self()
+    .at(1_000);
+    match revises {
+        Some(revision) => m.revising(revision),
+        None => m,
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::test_support::{Ctx, Kind, on_both_backends, run};
 use super::*;
-use troupe_connectors::{MessageId, RoomId, RoomRef, UserId, UserRef};
+use troupe_connectors::{RoomId, RoomRef, UserId, UserRef};
 
 // The agent and the way to say a message in a room are those of the summaries' tests:
 // forgetting is about what they store.
@@ -151,23 +151,13 @@ async fn forgetting_a_user_drops_their_facts_on_every_room(ctx: Ctx) {
 
 async fn a_command_closes_its_entry_without_memory(ctx: Ctx) {
     let store = ctx.store;
-    let msg = Inbound {
-        id: MessageId::new("cmd-1"),
-        room: RoomRef::new(Platform::Telegram, RoomId::new("-1")),
-        author: UserRef {
-            id: UserId::new("sam"),
-            name: "Sam".into(),
-            is_bot: false,
-        },
-        text: "/mute".into(),
-        attachments: vec![],
-        reply_to: None,
-        is_direct: false,
-        mentions_self: false,
-        sent_at_ms: 1_000,
-        client: None,
-        revises: None,
-    };
+    let msg = Inbound::said(
+        "cmd-1",
+        RoomRef::new(Platform::Telegram, RoomId::new("-1")),
+        UserRef::person("sam", "Sam"),
+        "/mute",
+    )
+    .at(1_000);
     let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("journaled twice")
     };

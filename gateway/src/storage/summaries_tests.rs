@@ -5,7 +5,7 @@
 #![allow(clippy::disallowed_methods)] // tests pick their database from the environment
 
 use super::*;
-use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+use troupe_connectors::{Platform, RoomId, RoomRef, UserId, UserRef};
 
 /// The agent of these bodies, and of `rooms_tests`' (which says its messages with [`say`]).
 pub(super) static AGENT: std::sync::LazyLock<AgentId> =
@@ -43,23 +43,14 @@ pub(super) async fn say(
     reply: bool,
 ) -> i64 {
     let id = uuid::Uuid::new_v4().to_string();
-    let msg = Inbound {
-        id: MessageId::new(id.clone()),
-        room: RoomRef::new(platform, RoomId::new(room)),
-        author: UserRef {
-            id: UserId::new(author),
-            name: format!("{author} name"),
-            is_bot: false,
-        },
-        text: text.to_string(),
-        attachments: Vec::new(),
-        reply_to: None,
-        is_direct: true,
-        mentions_self: false,
-        sent_at_ms: 1_000,
-        client: None,
-        revises: None,
-    };
+    let msg = Inbound::said(
+        id.clone(),
+        RoomRef::new(platform, RoomId::new(room)),
+        UserRef::person(author, format!("{author} name")),
+        text,
+    )
+    .direct()
+    .at(1_000);
     let JournalInsert::Inserted(jid) = store.journal_insert(&AGENT, &msg).await.unwrap() else {
         panic!("{id} was already journaled")
     };

@@ -8,7 +8,7 @@
 use super::test_support::{Ctx, Kind, on_both_backends, run, with_database};
 use super::*;
 use std::collections::{HashMap, HashSet};
-use troupe_connectors::{MessageId, Platform, RoomId, RoomRef, UserId, UserRef};
+use troupe_connectors::{Platform, RoomId, RoomRef, UserRef};
 
 static AGENT: std::sync::LazyLock<AgentId> = std::sync::LazyLock::new(|| AgentId::new("eliza"));
 
@@ -59,23 +59,14 @@ pub(super) fn inbound(
 ) -> Inbound {
     let mut room = RoomRef::new(platform, RoomId::new(room));
     room.name = Some(format!("#{}", room.id));
-    Inbound {
-        id: MessageId::new(id),
+    Inbound::said(
+        id,
         room,
-        author: UserRef {
-            id: UserId::new(author),
-            name: author.to_uppercase(),
-            is_bot: false,
-        },
-        text: text.to_string(),
-        attachments: Vec::new(),
-        reply_to: None,
-        is_direct: false,
-        mentions_self: true,
-        sent_at_ms: at,
-        client: None,
-        revises: None,
-    }
+        UserRef::person(author, author.to_uppercase()),
+        text,
+    )
+    .mentioning_self()
+    .at(at)
 }
 
 fn outbound_for(msg: &Inbound, text: &str) -> Outbound {

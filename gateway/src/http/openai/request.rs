@@ -13,8 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
 use troupe_connectors::{
-    ClientContext, ClientTurn, Inbound, MessageId, Platform, RoomId, RoomRef, TurnSpeaker, UserId,
-    UserRef,
+    ClientContext, ClientTurn, Inbound, MessageId, Platform, RoomId, RoomRef, TurnSpeaker, UserRef,
 };
 
 use super::super::auth::Caller;
@@ -174,22 +173,18 @@ pub(super) fn posted(
         turns: (!stateful).then_some(conversation.turns),
         instruction: conversation.instruction,
     };
-    let inbound = Inbound {
-        id: message_id(headers)?,
-        room: RoomRef::new(Platform::Web, caller.web_room(room)),
-        author: UserRef {
-            id: UserId::new(caller.user(user)),
-            name: "User".into(),
-            is_bot: false,
-        },
-        text: conversation.text,
-        attachments: vec![],
-        reply_to: None,
-        is_direct: true,
-        mentions_self: false,
-        sent_at_ms: crate::clock::now_ms(),
-        client: (client != ClientContext::default()).then(|| Box::new(client)),
-        revises: None,
+    let inbound = Inbound::said(
+        message_id(headers)?,
+        RoomRef::new(Platform::Web, caller.web_room(room)),
+        UserRef::person(caller.user(user), "User"),
+        conversation.text,
+    )
+    .direct()
+    .at(crate::clock::now_ms());
+    let inbound = if client == ClientContext::default() {
+        inbound
+    } else {
+        inbound.from_client(client)
     };
     Ok(Posted { inbound, stateful })
 }
