@@ -33,27 +33,18 @@ impl Dimensions {
     }
 }
 
+/// A RIFF container of WebP: `RIFF`, its length, `WEBP`.
+pub(super) fn is_webp(bytes: &[u8]) -> bool {
+    bytes.len() >= 12 && bytes.starts_with(b"RIFF") && bytes[8..12] == *b"WEBP"
+}
+
 /// The size `bytes` state, for a PNG, GIF, WebP or JPEG; `None` when the header cannot be
 /// read (cut short, or not one of them).
 pub fn dimensions(bytes: &[u8]) -> Option<Dimensions> {
     let d = match bytes {
         [0x89, b'P', b'N', b'G', ..] => png(bytes),
         [b'G', b'I', b'F', ..] => gif(bytes),
-        [
-            b'R',
-            b'I',
-            b'F',
-            b'F',
-            _,
-            _,
-            _,
-            _,
-            b'W',
-            b'E',
-            b'B',
-            b'P',
-            ..,
-        ] => webp(bytes),
+        b if is_webp(b) => webp(bytes),
         [0xff, 0xd8, ..] => jpeg(bytes),
         _ => None,
     }?;

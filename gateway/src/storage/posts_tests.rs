@@ -102,14 +102,19 @@ async fn a_restart_keeps_the_next_run_and_a_change_starts_over(store: Store) {
     assert!(store.posts_schedules(&agent).await.unwrap().is_empty());
 }
 
-async fn a_dead_claimers_run_is_taken_over_then_given_up(store: Store) {
-    put(&store, r#"{"room":"discord:42","every":"10s"}"#, 1_000).await;
+/// A schedule every 10 s in discord:42, due at 1 s, its run claimed then for `lease_ms`.
+async fn claimed(store: &Store, lease_ms: i64) -> ClaimedRun {
+    put(store, r#"{"room":"discord:42","every":"10s"}"#, 1_000).await;
     let s = store.posts_due(1_000, 1).await.unwrap().remove(0);
-    let run = store
-        .posts_claim(&s, 11_000, 1_000, 100)
+    store
+        .posts_claim(&s, 11_000, 1_000, lease_ms)
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+}
+
+async fn a_dead_claimers_run_is_taken_over_then_given_up(store: Store) {
+    let run = claimed(&store, 100).await;
     assert!(
         store
             .posts_take_over(1_050, 100, 10)
@@ -149,13 +154,7 @@ async fn a_dead_claimers_run_is_taken_over_then_given_up(store: Store) {
 }
 
 async fn only_the_holder_queues_the_post_once(store: Store) {
-    put(&store, r#"{"room":"discord:42","every":"10s"}"#, 1_000).await;
-    let s = store.posts_due(1_000, 1).await.unwrap().remove(0);
-    let run = store
-        .posts_claim(&s, 11_000, 1_000, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
+    let run = claimed(&store, 60_000).await;
     let post = Outbound {
         key: "ada:post:file:0:1000".into(),
         room: RoomRef::new(Platform::Discord, RoomId::new("42")),
