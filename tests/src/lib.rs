@@ -22,6 +22,8 @@
 //! - [`recorder`]: an endpoint that only records what reached it (method, path,
 //!   `Authorization`), standing for an attacker's server.
 //! - [`services`]: private Postgres and NATS servers that a fault test may restart.
+//! - [`streams`]: what the streaming tests share on every platform (a long answer, the
+//!   reply read as one text, the edit pace).
 //! - [`env`]: the services tests run against, from the environment (`TROUPE_TEST_*`), and
 //!   the rule that a missing one skips a test here and fails it in CI.
 //! - [`wait`]: how every fake is waited on (wake on each change, bounded by a deadline) and
@@ -39,6 +41,7 @@ pub mod mcp;
 pub mod multipart;
 pub mod recorder;
 pub mod services;
+pub mod streams;
 pub mod wait;
 
 pub use app::{

@@ -9,9 +9,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
-use troupe_e2e::{
-    Backend, FakeOpenAi, TestApp, TestAppOptions, eventually, json_contains_text, persona_json,
-};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, eventually, json_contains_text};
 
 const BIO: &str = "Tess keeps the harbour's tide tables and answers every boat.";
 /// A hang guard on waiting for the gateway, not a timing assertion.
@@ -31,12 +29,7 @@ async fn the_api_cannot_spend_the_chat_platforms_share_of_the_budget(backend: Ba
     let telegram = FakeTelegram::start().await;
     let model = FakeOpenAi::start().await;
     model.set_usage(80, 20);
-    let mut character = persona_json("Tess", BIO);
-    character["clients"] = json!(["telegram"]);
-    character["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
+    let mut character = telegram.persona("Tess", BIO);
     character["settings"]["spend"] = json!({"personaPerDay": "400 tokens"});
     let app = TestApp::spawn(
         TestAppOptions::new(backend)
@@ -155,16 +148,13 @@ fn assert_forbidden(what: &str, (status, body): (StatusCode, Value)) {
     assert!(body["detail"].is_string(), "{what}: {body}");
 }
 
-#[tokio::test]
-async fn a_scoped_token_reaches_its_persona_and_its_own_rooms_only() {
-    let model = FakeOpenAi::start().await;
-    let (app, _tokens) = spawn_with_tokens(&model, &[]).await;
-
-    // Its persona: by id or by name.
+/// The shop's token reaches Ada, by id or by name, and its own room, which the operator
+/// sees as `shop:r1` and no other caller reads.
+async fn reaches_its_persona_and_its_own_room(app: &TestApp) {
     let (status, body) = app.get_as("/api/agents/ada", Some(SHOP)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (status, body) = say(
-        &app,
+        app,
         SHOP,
         "Ada",
         "r1",
@@ -204,8 +194,11 @@ async fn a_scoped_token_reaches_its_persona_and_its_own_rooms_only() {
         app.get_as("/api/agents/ada/rooms/telegram:5/memories", Some(SHOP))
             .await,
     );
+}
 
-    // Other personas, unknown ones (not told apart), and the operator's routes.
+/// Other personas (unknown ones not told apart from them) and the operator's routes are
+/// forbidden to the shop's token.
+async fn reaches_nothing_else(app: &TestApp) {
     assert_forbidden(
         "another persona",
         app.get_as("/api/agents/bob", Some(SHOP)).await,
@@ -221,7 +214,7 @@ async fn a_scoped_token_reaches_its_persona_and_its_own_rooms_only() {
     );
     assert_forbidden(
         "posting to another persona",
-        say(&app, SHOP, "bob", "r1", "hello").await,
+        say(app, SHOP, "bob", "r1", "hello").await,
     );
     for path in [
         "/api/agents",
@@ -253,13 +246,21 @@ async fn a_scoped_token_reaches_its_persona_and_its_own_rooms_only() {
         )
         .await,
     );
+}
+
+#[tokio::test]
+async fn a_scoped_token_reaches_its_persona_and_its_own_rooms_only() {
+    let model = FakeOpenAi::start().await;
+    let (app, _tokens) = spawn_with_tokens(&model, &[]).await;
+    reaches_its_persona_and_its_own_room(&app).await;
+    reaches_nothing_else(&app).await;
 
     // Read-only: reads, but no message.
     let (status, body) = app.get_as("/api/agents/ada", Some(READER)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_forbidden(
         "a read-only token posting",
-        say(&app, READER, "ada", "r1", "hi").await,
+        say(app, READER, "ada", "r1", "hi").await,
     );
     assert_eq!(
         model.request_count(),

@@ -10,8 +10,8 @@
 //!    `room_key` has a string type (`&str`, `String`, or either in an `Option`) in the
 //!    gateway's non-test code: they are `AgentId` and `RoomKey`, parsed where they enter.
 //! 3. to 5. **Size and shape** (`architecture/shape.rs`): no function over 80 lines of code,
-//!    no file over 800, no `bool` parameter on the turn's path, no string-keyed map of
-//!    personas or rooms.
+//!    no file over 800 (production code and the tests crate alike), no `bool` parameter on
+//!    the turn's path, no string-keyed map of personas or rooms.
 //! 6. **One provider entry point** (`architecture/calls.rs`): the `ModelProvider` trait has
 //!    one model-calling method, and only `provider::call` meters a model call.
 //!
@@ -99,46 +99,20 @@ fn strip_comments_and_strings(text: &str) -> String {
                 }
             }
             b'/' if b.get(i + 1) == Some(&b'*') => {
-                let mut depth = 0;
-                while i < b.len() {
-                    if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
-                        depth += 1;
-                        i += 2;
-                    } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
-                        depth -= 1;
-                        i += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    } else {
+                i = block_comment_end(b, i);
+                out.push(' ');
+            }
+            b'r' if matches!(b.get(i + 1), Some(b'#') | Some(b'"')) && starts_a_word(b, i) => {
+                match raw_string_end(b, i) {
+                    Some(end) => {
+                        i = end;
+                        out.push_str("\"\"");
+                    }
+                    None => {
+                        out.push('r');
                         i += 1;
                     }
                 }
-                out.push(' ');
-            }
-            b'r' if matches!(b.get(i + 1), Some(b'#') | Some(b'"'))
-                && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) =>
-            {
-                let mut j = i + 1;
-                let mut hashes = 0;
-                while b.get(j) == Some(&b'#') {
-                    hashes += 1;
-                    j += 1;
-                }
-                if b.get(j) != Some(&b'"') {
-                    out.push('r');
-                    i += 1;
-                    continue;
-                }
-                j += 1;
-                let close: Vec<u8> = std::iter::once(b'"')
-                    .chain(std::iter::repeat_n(b'#', hashes))
-                    .collect();
-                while j < b.len() && !b[j..].starts_with(&close) {
-                    j += 1;
-                }
-                i = j + close.len();
-                out.push_str("\"\"");
             }
             b'"' => {
                 i += 1;
@@ -148,25 +122,16 @@ fn strip_comments_and_strings(text: &str) -> String {
                 i += 1;
                 out.push_str("\"\"");
             }
-            b'\'' => {
-                // A char literal ('x', '\n', '\''), else a lifetime ('a).
-                if b.get(i + 1) == Some(&b'\\') {
-                    let mut j = i + 2;
-                    while j < b.len() && b[j] != b'\'' {
-                        j += 1;
-                    }
-                    i = j + 1;
+            b'\'' => match char_literal_end(text, i) {
+                Some(end) => {
+                    i = end;
                     out.push_str("' '");
-                } else if let Some(c) = text[i + 1..].chars().next()
-                    && text[i + 1 + c.len_utf8()..].starts_with('\'')
-                {
-                    i += 2 + c.len_utf8();
-                    out.push_str("' '");
-                } else {
+                }
+                None => {
                     out.push('\'');
                     i += 1;
                 }
-            }
+            },
             _ => {
                 let c = text[i..].chars().next().expect("a char boundary");
                 out.push(c);
@@ -175,6 +140,71 @@ fn strip_comments_and_strings(text: &str) -> String {
         }
     }
     out
+}
+
+/// Whether the `r` at `i` starts a word, or follows the `b` of a byte string (`br"…"`).
+fn starts_a_word(b: &[u8], i: usize) -> bool {
+    let after = |k: usize| k == 0 || !is_ident(b[k - 1]);
+    after(i) || (b[i - 1] == b'b' && after(i - 1))
+}
+
+/// One past the end of the (nested) block comment that opens at `i`.
+fn block_comment_end(b: &[u8], mut i: usize) -> usize {
+    let mut depth = 0;
+    while i < b.len() {
+        if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+            depth += 1;
+            i += 2;
+        } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                break;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    i
+}
+
+/// One past the end of the raw string literal (`r"…"`, `r#"…"#`) at `i`, or `None` if the
+/// `r` does not start one.
+fn raw_string_end(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    let mut hashes = 0;
+    while b.get(j) == Some(&b'#') {
+        hashes += 1;
+        j += 1;
+    }
+    if b.get(j) != Some(&b'"') {
+        return None;
+    }
+    j += 1;
+    let close: Vec<u8> = std::iter::once(b'"')
+        .chain(std::iter::repeat_n(b'#', hashes))
+        .collect();
+    while j < b.len() && !b[j..].starts_with(&close) {
+        j += 1;
+    }
+    Some(j + close.len())
+}
+
+/// One past the end of the char literal (`'x'`, `'\n'`, `'\''`) at `i`, or `None` for a
+/// lifetime (`'a`).
+fn char_literal_end(text: &str, i: usize) -> Option<usize> {
+    let b = text.as_bytes();
+    if b.get(i + 1) == Some(&b'\\') {
+        let mut j = i + 2;
+        while j < b.len() && b[j] != b'\'' {
+            j += 1;
+        }
+        return Some(j + 1);
+    }
+    let c = text[i + 1..].chars().next()?;
+    text[i + 1 + c.len_utf8()..]
+        .starts_with('\'')
+        .then_some(i + 2 + c.len_utf8())
 }
 
 /// Removes `#[cfg(test)] mod x { … }` blocks and `#[cfg(test)] mod x;` declarations.
@@ -536,6 +566,7 @@ fn agent_and_room_ids_are_typed_in_the_gateway() {
 fn the_scanner_sees_use_trees_and_strips_what_is_not_code() {
     let text = strip_test_modules(&strip_comments_and_strings(
         "use crate::{a::{B, c::D}, e as f};\n// use crate::zz;\nlet s = \"crate::yy\";\n\
+         let t = br#\"crate::xx { \"#;\n\
          fn g() { super::h::i(); let c = '\"'; }\n#[cfg(test)]\nmod tests { use crate::t; }\n",
     ));
     let paths = named_paths(&text);

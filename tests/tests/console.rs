@@ -162,15 +162,9 @@ fn document_row(source: &str) -> String {
     format!("document.querySelector('#documents tr[data-source=\"{source}\"]')")
 }
 
-#[tokio::test]
-async fn a_reply_shows_the_uploaded_passage_in_its_why_panel() {
-    let Some(browser) = Browser::start("console::a_reply_shows_the_uploaded_passage").await else {
-        return;
-    };
-    let fake = FakeOpenAi::start().await;
-    let app = spawn(&fake, None).await;
-
-    // First load, measured by the browser itself (reported in docs/benchmarks.md).
+/// The personas page: its first load and warm loads measured by the browser itself
+/// (reported in docs/benchmarks.md), and Ada's card with what each platform needs.
+async fn personas_page_shows_adas_card(browser: &Browser, app: &TestApp) {
     browser.goto(&app.url("/")).await;
     browser
         .wait_for(
@@ -218,15 +212,57 @@ async fn a_reply_shows_the_uploaded_passage_in_its_why_panel() {
          &scope=bot%20applications.commands&permissions=70643622186048"
     );
     assert_eq!(card["farcaster"], "https://farcaster.xyz/~/profiles/4242");
-    assert_cards_hold_their_tables(&browser).await;
-    shot(&browser, "personas").await;
+    assert_cards_hold_their_tables(browser).await;
+    shot(browser, "personas").await;
     // Warm loads, against a same-run reference: the gateway's smallest page, /healthz.
-    let warm = median_load(&browser, &app.url("/"), CONSOLE_READY).await;
-    let reference = median_load(&browser, &app.url("/healthz"), "document.readyState === 'complete' && performance.getEntriesByType('navigation')[0].loadEventEnd > 0").await;
+    let warm = median_load(browser, &app.url("/"), CONSOLE_READY).await;
+    let reference = median_load(browser, &app.url("/healthz"), "document.readyState === 'complete' && performance.getEntriesByType('navigation')[0].loadEventEnd > 0").await;
     eprintln!(
         "console warm load to interactive: median {warm:.1} ms; /healthz load: median {reference:.1} ms; ratio {:.1}",
         warm / reference.max(0.1)
     );
+}
+
+/// The why panel's passage from ferries.md shows its relevance as a rank, for a reader;
+/// the raw fused score is only the tooltip.
+async fn the_passage_shows_a_rank_not_a_score(browser: &Browser) {
+    let relevance = browser
+        .run(
+            "const r = document.querySelector('.why .passage[data-source=\"ferries.md\"] .relevance');
+             return {text: r.textContent, rank: r.dataset.rank, title: r.title, panel: r.closest('.why').innerText};",
+            json!([]),
+        )
+        .await;
+    assert_eq!(relevance["rank"], "1", "{relevance}");
+    assert!(
+        relevance["text"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("rank 1 of "),
+        "{relevance}"
+    );
+    assert!(
+        relevance["title"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("score "),
+        "{relevance}"
+    );
+    assert!(
+        !has_raw_score(relevance["panel"].as_str().unwrap_or("")),
+        "no raw score in the panel: {relevance}"
+    );
+}
+
+#[tokio::test]
+async fn a_reply_shows_the_uploaded_passage_in_its_why_panel() {
+    let Some(browser) = Browser::start("console::a_reply_shows_the_uploaded_passage").await else {
+        return;
+    };
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(&fake, None).await;
+
+    personas_page_shows_adas_card(&browser, &app).await;
 
     open(&browser, &app, "knowledge", "agent=ada").await;
     drop_files(&browser, &[("ferries.md", FERRIES)]).await;
@@ -265,33 +301,7 @@ async fn a_reply_shows_the_uploaded_passage_in_its_why_panel() {
         passage.as_str().unwrap_or("").contains("23:40"),
         "the panel shows the passage's text: {passage}"
     );
-    // Its relevance is a rank, for a reader; the raw fused score is only the tooltip.
-    let relevance = browser
-        .run(
-            "const r = document.querySelector('.why .passage[data-source=\"ferries.md\"] .relevance');
-             return {text: r.textContent, rank: r.dataset.rank, title: r.title, panel: r.closest('.why').innerText};",
-            json!([]),
-        )
-        .await;
-    assert_eq!(relevance["rank"], "1", "{relevance}");
-    assert!(
-        relevance["text"]
-            .as_str()
-            .unwrap_or("")
-            .starts_with("rank 1 of "),
-        "{relevance}"
-    );
-    assert!(
-        relevance["title"]
-            .as_str()
-            .unwrap_or("")
-            .starts_with("score "),
-        "{relevance}"
-    );
-    assert!(
-        !has_raw_score(relevance["panel"].as_str().unwrap_or("")),
-        "no raw score in the panel: {relevance}"
-    );
+    the_passage_shows_a_rank_not_a_score(&browser).await;
     assert!(
         reply.prompt_text().contains("23:40"),
         "the passage the panel lists did reach the prompt"
@@ -363,24 +373,9 @@ async fn set_source(browser: &Browser, text: &str) {
         .await;
 }
 
-#[tokio::test]
-async fn a_character_edited_in_the_browser_is_checked_saved_and_reloaded() {
-    let Some(browser) = Browser::start("console::a_character_edited").await else {
-        return;
-    };
-    let fake = FakeOpenAi::start().await;
-    let app = spawn(&fake, None).await;
-    let (_, before) = app.get(&format!("/api/agents/{AGENT}")).await;
-
-    open(&browser, &app, "characters", "file=ada.json").await;
-    browser
-        .wait_for("the editor", "document.getElementById('source')")
-        .await;
-
-    const NEW_BIO: &str = "Ada now runs the lighthouse on Skerry and counts seabirds.";
-    let fixed = serde_json::to_string_pretty(&persona_json("Ada", NEW_BIO)).unwrap();
-    // The syntax error: the comma after the line before `"bio"` is gone, so the parser
-    // stops at the `"bio"` line.
+/// `fixed` with a syntax error: the comma after the line before `"bio"` is gone, so the
+/// parser stops at the `"bio"` line. Returns the draft and that line (0-based).
+fn broken_draft(fixed: &str) -> (String, usize) {
     let lines: Vec<&str> = fixed.lines().collect();
     let bio_line = lines
         .iter()
@@ -392,7 +387,13 @@ async fn a_character_edited_in_the_browser_is_checked_saved_and_reloaded() {
         .strip_suffix(',')
         .expect("the line before bio ends with a comma");
     broken[bio_line - 1] = unclosed.to_string();
-    set_source(&browser, &broken.join("\n")).await;
+    (broken.join("\n"), bio_line)
+}
+
+/// A draft with a syntax error: flagged at its line, and "Review and save" is disabled.
+async fn a_broken_draft_is_flagged_and_cannot_be_saved(browser: &Browser, fixed: &str) {
+    let (broken, bio_line) = broken_draft(fixed);
+    set_source(browser, &broken).await;
     let flagged = browser
         .wait_for(
             "a syntax error in the problems list",
@@ -412,9 +413,12 @@ async fn a_character_edited_in_the_browser_is_checked_saved_and_reloaded() {
         )
         .await;
     assert_eq!(saving, json!(true), "a file with errors cannot be saved");
-    shot(&browser, "characters").await;
+}
 
-    set_source(&browser, &fixed).await;
+/// The editor holding `fixed` (Ada with `new_bio`): checked, its diff against the file
+/// shown, saved, and on disk as it was in the editor.
+async fn review_and_save(browser: &Browser, app: &TestApp, fixed: &str, new_bio: &str) {
+    set_source(browser, fixed).await;
     browser
         .wait_for(
             "the check passing",
@@ -428,7 +432,7 @@ async fn a_character_edited_in_the_browser_is_checked_saved_and_reloaded() {
             "document.querySelector('#diff .add') && Array.from(document.querySelectorAll('#diff .add')).map(d => d.textContent).join('\\n')",
         )
         .await;
-    assert!(added.as_str().unwrap_or("").contains(NEW_BIO), "{added}");
+    assert!(added.as_str().unwrap_or("").contains(new_bio), "{added}");
     let removed = browser
         .run(
             "return Array.from(document.querySelectorAll('#diff .del')).map(d => d.textContent).join('\\n');",
@@ -452,24 +456,10 @@ async fn a_character_edited_in_the_browser_is_checked_saved_and_reloaded() {
     assert!(status.as_str().unwrap_or("").starts_with("ok"), "{status}");
     let on_disk = std::fs::read_to_string(app.data_dir().join("personas/ada.json")).unwrap();
     assert_eq!(on_disk, fixed, "the file on disk is what the editor held");
+}
 
-    // Hot reload: the persona's revision changes, then the next reply's prompt has the bio.
-    let old = before["revision"].clone();
-    eventually("the persona reloaded", Duration::from_secs(20), || async {
-        let (_, now) = app.get(&format!("/api/agents/{AGENT}")).await;
-        now["revision"] != old
-    })
-    .await;
-    let (status, _) = app
-        .post_message(AGENT, &json!({"roomId": "console", "text": "Who are you?"}))
-        .await;
-    assert!(status.is_success(), "{status}");
-    assert!(
-        fake.last_prompt_text().contains(NEW_BIO),
-        "the new bio is in the next prompt"
-    );
-
-    // A new persona from the template: created on save, loaded by hot reload.
+/// A new persona from the template: created on save, loaded by hot reload.
+async fn a_new_persona_from_the_template_is_saved_and_loaded(browser: &Browser, app: &TestApp) {
     browser.type_into("#new-name", "Bea Bright").await;
     browser.click("#new-persona").await;
     browser
@@ -493,24 +483,50 @@ async fn a_character_edited_in_the_browser_is_checked_saved_and_reloaded() {
         app.get("/api/agents/bea-bright").await.0 == 200
     })
     .await;
-    browser.quit().await;
 }
 
 #[tokio::test]
-async fn a_fact_deleted_in_the_browser_is_gone() {
-    let Some(browser) = Browser::start("console::a_fact_deleted").await else {
+async fn a_character_edited_in_the_browser_is_checked_saved_and_reloaded() {
+    let Some(browser) = Browser::start("console::a_character_edited").await else {
         return;
     };
     let fake = FakeOpenAi::start().await;
     let app = spawn(&fake, None).await;
+    let (_, before) = app.get(&format!("/api/agents/{AGENT}")).await;
+
+    open(&browser, &app, "characters", "file=ada.json").await;
+    browser
+        .wait_for("the editor", "document.getElementById('source')")
+        .await;
+
+    const NEW_BIO: &str = "Ada now runs the lighthouse on Skerry and counts seabirds.";
+    let fixed = serde_json::to_string_pretty(&persona_json("Ada", NEW_BIO)).unwrap();
+    a_broken_draft_is_flagged_and_cannot_be_saved(&browser, &fixed).await;
+    shot(&browser, "characters").await;
+    review_and_save(&browser, &app, &fixed, NEW_BIO).await;
+
+    // Hot reload: the persona's revision changes, then the next reply's prompt has the bio.
+    let old = before["revision"].clone();
+    eventually("the persona reloaded", Duration::from_secs(20), || async {
+        let (_, now) = app.get(&format!("/api/agents/{AGENT}")).await;
+        now["revision"] != old
+    })
+    .await;
     let (status, _) = app
-        .post_message(
-            AGENT,
-            &json!({"roomId": "console", "userId": "console-user", "userName": "Sam", "text": "I keep bees."}),
-        )
+        .post_message(AGENT, &json!({"roomId": "console", "text": "Who are you?"}))
         .await;
     assert!(status.is_success(), "{status}");
-    // Two facts, as fact extraction would have stored them.
+    assert!(
+        fake.last_prompt_text().contains(NEW_BIO),
+        "the new bio is in the next prompt"
+    );
+
+    a_new_persona_from_the_template_is_saved_and_loaded(&browser, &app).await;
+    browser.quit().await;
+}
+
+/// Two facts about Sam, as fact extraction would have stored them.
+async fn two_facts_about_sam(app: &TestApp) {
     let db = sqlx::SqlitePool::connect(app.database_url()).await.unwrap();
     for fact in ["keeps bees", "lives by the harbour"] {
         sqlx::query(
@@ -522,15 +538,11 @@ async fn a_fact_deleted_in_the_browser_is_gone() {
         .await
         .unwrap();
     }
+}
 
-    open(&browser, &app, "rooms", "agent=ada&room=web:console").await;
-    browser
-        .wait_for(
-            "two facts",
-            "document.querySelectorAll('#facts tr[data-fact]').length === 2",
-        )
-        .await;
-    shot(&browser, "rooms").await;
+/// Deletes the fact "keeps bees" with its row's button: the row goes, and so does the
+/// fact on the server.
+async fn delete_keeps_bees(browser: &Browser, app: &TestApp) {
     let id = browser
         .run(
             "const row = Array.from(document.querySelectorAll('#facts tr[data-fact]')).find(r => r.querySelector('.fact-text').textContent === 'keeps bees');
@@ -558,6 +570,33 @@ async fn a_fact_deleted_in_the_browser_is_gone() {
         .filter_map(|f| f["fact"].as_str())
         .collect();
     assert_eq!(left, ["lives by the harbour"]);
+}
+
+#[tokio::test]
+async fn a_fact_deleted_in_the_browser_is_gone() {
+    let Some(browser) = Browser::start("console::a_fact_deleted").await else {
+        return;
+    };
+    let fake = FakeOpenAi::start().await;
+    let app = spawn(&fake, None).await;
+    let (status, _) = app
+        .post_message(
+            AGENT,
+            &json!({"roomId": "console", "userId": "console-user", "userName": "Sam", "text": "I keep bees."}),
+        )
+        .await;
+    assert!(status.is_success(), "{status}");
+    two_facts_about_sam(&app).await;
+
+    open(&browser, &app, "rooms", "agent=ada&room=web:console").await;
+    browser
+        .wait_for(
+            "two facts",
+            "document.querySelectorAll('#facts tr[data-fact]').length === 2",
+        )
+        .await;
+    shot(&browser, "rooms").await;
+    delete_keeps_bees(&browser, &app).await;
     // Drawn again from the server, the page no longer has it.
     open(&browser, &app, "rooms", "agent=ada&room=web:console").await;
     browser
@@ -693,12 +732,7 @@ async fn a_connected_telegram_bot_shows_its_state_and_link() {
     };
     let fake = FakeOpenAi::start().await;
     let telegram = troupe_e2e::fake_telegram::FakeTelegram::start().await;
-    let mut tess = persona_json("Tess", BIO);
-    tess["clients"] = json!(["telegram"]);
-    tess["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
+    let tess = telegram.persona("Tess", BIO);
     let app = TestApp::spawn(
         TestAppOptions::new(Backend::Sqlite)
             .persona_file("tess.json", tess)

@@ -19,34 +19,10 @@ const AGENT: &str = "ada";
 /// An 8×8 orange PNG.
 const PNG_B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEklEQVR4nGP438CAFWEXHbQSAKmzX8FBxi1QAAAAAElFTkSuQmCC";
 
-#[tokio::test]
-async fn a_rooms_history_shows_an_image_a_transcript_and_feedback() {
-    let Some(browser) = Browser::start("console_media::history").await else {
-        return;
-    };
-    let fake = FakeOpenAi::start().await;
-    let app = TestApp::spawn(
-        TestAppOptions::new(Backend::Sqlite)
-            .persona_file(
-                "ada.json",
-                persona_json("Ada", "Ada keeps the harbour office."),
-            )
-            .openai(&fake)
-            .env("TROUPE_RATE_API_PER_MIN", "0"),
-    )
-    .await;
-    let (status, body) = app
-        .post_message(
-            AGENT,
-            &json!({"roomId": "console", "userId": "u1", "userName": "Sam",
-                "text": "what is in this picture?",
-                "attachments": [{"data": PNG_B64, "mime": "image/png"}]}),
-        )
-        .await;
-    assert!(status.is_success(), "{status}: {body}");
-    // A voice note's transcript, as transcription stores it (tests/tests/voice.rs covers
-    // the transcription itself), and a 👍 on the reply, as a reaction records it
-    // (tests/tests/reactions.rs covers the platforms).
+/// A voice note's transcript, as transcription stores it (tests/tests/voice.rs covers the
+/// transcription itself), and a 👍 on the reply, as a reaction records it
+/// (tests/tests/reactions.rs covers the platforms).
+async fn a_transcript_and_a_thumbs_up(app: &TestApp) {
     let db = sqlx::SqlitePool::connect(app.database_url()).await.unwrap();
     sqlx::query(
         "INSERT INTO messages (agent_id, room, author_id, author_name, text, from_agent, created_at_ms)
@@ -62,8 +38,11 @@ async fn a_rooms_history_shows_an_image_a_transcript_and_feedback() {
     .execute(&db)
     .await
     .unwrap();
+}
 
-    // The API: the extras, and the image route's headers.
+/// The room's history in the API: the image, the transcript mark and the feedback; and
+/// the image route's headers.
+async fn the_api_shows_the_extras_and_serves_the_image(app: &TestApp) {
     let (status, memories) = app
         .get(&format!("/api/agents/{AGENT}/rooms/web:console/memories"))
         .await;
@@ -109,6 +88,35 @@ async fn a_rooms_history_shows_an_image_a_transcript_and_feedback() {
         ))
         .await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_rooms_history_shows_an_image_a_transcript_and_feedback() {
+    let Some(browser) = Browser::start("console_media::history").await else {
+        return;
+    };
+    let fake = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file(
+                "ada.json",
+                persona_json("Ada", "Ada keeps the harbour office."),
+            )
+            .openai(&fake)
+            .env("TROUPE_RATE_API_PER_MIN", "0"),
+    )
+    .await;
+    let (status, body) = app
+        .post_message(
+            AGENT,
+            &json!({"roomId": "console", "userId": "u1", "userName": "Sam",
+                "text": "what is in this picture?",
+                "attachments": [{"data": PNG_B64, "mime": "image/png"}]}),
+        )
+        .await;
+    assert!(status.is_success(), "{status}: {body}");
+    a_transcript_and_a_thumbs_up(&app).await;
+    the_api_shows_the_extras_and_serves_the_image(&app).await;
 
     // The page.
     browser.goto("about:blank").await;

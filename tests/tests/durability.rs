@@ -11,7 +11,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use troupe_e2e::fake_telegram::{FakeTelegram, SentMessage, tg};
-use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, eventually, persona_json};
+use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, eventually};
 
 const AGENT: &str = "Tess";
 const BIO: &str = "Tess keeps the night ferry's logbook and knows every buoy in the strait.";
@@ -27,13 +27,7 @@ troupe_e2e::on_each_backend!(
 
 /// Tess on Telegram, pointed at `telegram`.
 fn on_telegram(telegram: &FakeTelegram) -> Value {
-    let mut c = persona_json(AGENT, BIO);
-    c["clients"] = json!(["telegram"]);
-    c["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
-    c
+    telegram.persona(AGENT, BIO)
 }
 
 async fn wait_sent(telegram: &FakeTelegram, app: &TestApp, n: usize) -> Vec<SentMessage> {

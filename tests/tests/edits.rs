@@ -16,24 +16,15 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use troupe_e2e::fake_discord::{
-    APPLICATION_ID, Author, FakeDiscord, NewMessage, SentMessage, TOKEN,
-};
+use troupe_e2e::fake_discord::{Author, FakeDiscord, NewMessage, SentMessage};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
-use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, WAIT, persona_json};
+use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, WAIT};
 
 const AGENT: &str = "Dot";
 const CHANNEL: &str = "410000000000000001";
 
 fn dot(discord: &FakeDiscord) -> Value {
-    let mut character = persona_json(AGENT, "Dot keeps the lighthouse.");
-    character["clients"] = json!(["discord"]);
-    character["settings"]["secrets"] = json!({
-        "DISCORD_API_TOKEN": TOKEN,
-        "DISCORD_API_URL": discord.url(),
-        "DISCORD_APPLICATION_ID": APPLICATION_ID,
-    });
-    character
+    discord.persona(AGENT, "Dot keeps the lighthouse.")
 }
 
 async fn on_discord(discord: &FakeDiscord, openai: &FakeOpenAi) -> TestApp {
@@ -255,13 +246,7 @@ async fn metric(app: &TestApp, name: &str, labels: &[&str]) -> Option<f64> {
 }
 
 fn tess(telegram: &FakeTelegram) -> Value {
-    let mut character = persona_json("Tess", "Tess keeps the ferry's logbook.");
-    character["clients"] = json!(["telegram"]);
-    character["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
-    character
+    telegram.persona("Tess", "Tess keeps the ferry's logbook.")
 }
 
 #[tokio::test]

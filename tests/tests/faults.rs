@@ -131,6 +131,25 @@ fn lost_and_doubled(
     (lost, doubled)
 }
 
+/// Waits until the bus holds nothing more to handle.
+async fn drained(app: &TestApp) {
+    until(app, "the bus is drained", || async {
+        let (_, body) = app.get("/readyz").await;
+        body["bus"]["depth"] == json!(0)
+    })
+    .await;
+}
+
+/// Per Telegram message id (`chat:message`), how many replies answer it.
+fn telegram_answers(telegram: &FakeTelegram) -> HashMap<String, usize> {
+    count_by(
+        telegram
+            .sent_messages()
+            .into_iter()
+            .map(|m| m.reply_to_message_id().map(|r| tg_id(m.chat_id, r))),
+    )
+}
+
 // --- SIGKILL mid-burst --------------------------------------------------------------------
 
 const DISCORD_CHANNELS: u64 = 20;
@@ -178,18 +197,169 @@ async fn outbox_rows(database: &str) -> Vec<(String, Option<String>, String, Opt
         .collect()
 }
 
+/// The three platform fakes the SIGKILL test talks on.
+struct Platforms {
+    discord: FakeDiscord,
+    telegram: FakeTelegram,
+    neynar: FakeNeynar,
+}
+
+/// The ids of the messages sent, by platform.
+#[derive(Default)]
+struct Burst {
+    discord: Vec<String>,
+    telegram: Vec<String>,
+    casts: Vec<String>,
+}
+
+impl Platforms {
+    async fn start() -> Platforms {
+        Platforms {
+            discord: FakeDiscord::start().await,
+            telegram: FakeTelegram::start().await,
+            neynar: FakeNeynar::start().await,
+        }
+    }
+
+    fn sent_count(&self) -> usize {
+        self.discord.sent_messages().len()
+            + self.telegram.sent_messages().len()
+            + self.neynar.published().len()
+    }
+
+    /// Per platform, how many replies answer each message id.
+    fn answered(&self) -> [HashMap<String, usize>; 3] {
+        [
+            count_by(self.discord.sent_messages().into_iter().map(|m| m.reply_to)),
+            telegram_answers(&self.telegram),
+            count_by(self.neynar.published().into_iter().map(|c| c.parent)),
+        ]
+    }
+
+    /// Whether every message of `burst` has its reply.
+    fn all_answered(&self, burst: &Burst) -> bool {
+        let [d, t, f] = self.answered();
+        lost_and_doubled(&burst.discord, &d).0.is_empty()
+            && lost_and_doubled(&burst.telegram, &t).0.is_empty()
+            && lost_and_doubled(&burst.casts, &f).0.is_empty()
+    }
+
+    /// Warm-up, part of the 500: Discord catches up after a restart in the channels it
+    /// has seen, and Farcaster reads only the newest page on its first poll, as the real
+    /// connectors are meant to.
+    fn warm_up(&self, burst: &mut Burst) {
+        for c in 0..DISCORD_CHANNELS {
+            let who = Author::person(&format!("sailor{c}"));
+            burst.discord.push(
+                self.discord.send_message_create(
+                    NewMessage::guild(&channel(c), who, &format!("discord c{c} m0: tide?"))
+                        .mentioning_bot(),
+                ),
+            );
+        }
+        burst
+            .casts
+            .push(self.neynar.mention(9_000, "skipper0", "@max cast 0: tide?"));
+    }
+
+    /// The rest of the 500, round by round across Discord's channels and Telegram's
+    /// chats, then the casts.
+    fn burst(&self, burst: &mut Burst) {
+        for round in 0..DISCORD_PER_CHANNEL.max(TELEGRAM_PER_CHAT) {
+            if (1..DISCORD_PER_CHANNEL).contains(&round) {
+                for c in 0..DISCORD_CHANNELS {
+                    let who = Author::person(&format!("sailor{c}"));
+                    let text = format!("discord c{c} m{round}: tide?");
+                    burst.discord.push(self.discord.send_message_create(
+                        NewMessage::guild(&channel(c), who, &text).mentioning_bot(),
+                    ));
+                }
+            }
+            if round < TELEGRAM_PER_CHAT {
+                for chat in 0..TELEGRAM_CHATS {
+                    let user = 700 + chat;
+                    let name = format!("Deckhand{chat}");
+                    let message = tg::text(
+                        tg::private_chat(user, &name),
+                        tg::user(user, &name),
+                        &format!("telegram {chat} m{round}: tide?"),
+                    );
+                    burst
+                        .telegram
+                        .push(tg_id(user, self.telegram.push_message(message)));
+                }
+            }
+        }
+        for n in 1..CASTS {
+            let author = 9_000 + (n as u64 % 20);
+            burst.casts.push(self.neynar.mention(
+                author,
+                &format!("skipper{}", n % 20),
+                &format!("@max cast {n}: tide?"),
+            ));
+        }
+    }
+}
+
+/// What the dead process was sending: a Telegram reply among these may have reached
+/// Telegram without the outbox hearing so. Telegram takes no idempotency key, so such a
+/// reply is the one kind that can go out twice (Discord's nonce and Neynar's idem key make
+/// a repeat a no-op).
+async fn telegram_in_flight(app: &TestApp) -> HashSet<String> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    outbox_rows(app.database_url())
+        .await
+        .into_iter()
+        .filter(|(platform, _, state, claimed)| {
+            platform == "telegram" && state == "pending" && claimed.is_some_and(|c| c > now_ms)
+        })
+        .filter_map(|(_, to, _, _)| to)
+        .collect()
+}
+
+/// Every message answered once; on Telegram, twice only if it was in flight at the kill.
+fn assert_answered_once(platforms: &Platforms, burst: &Burst, in_flight: &HashSet<String>) {
+    let [d, t, f] = platforms.answered();
+    let (lost, doubled) = lost_and_doubled(&burst.discord, &d);
+    assert!(
+        lost.is_empty() && doubled.is_empty(),
+        "Discord: lost {lost:?}, twice {doubled:?}"
+    );
+    let (lost, doubled) = lost_and_doubled(&burst.casts, &f);
+    assert!(
+        lost.is_empty() && doubled.is_empty(),
+        "Farcaster: lost {lost:?}, twice {doubled:?}"
+    );
+    let (lost, doubled) = lost_and_doubled(&burst.telegram, &t);
+    assert!(lost.is_empty(), "Telegram: lost {lost:?}");
+    for (id, n) in &doubled {
+        assert!(
+            *n == 2 && in_flight.contains(id),
+            "Telegram: {id} answered {n} times, and was not being sent at the kill"
+        );
+    }
+    assert_eq!(
+        platforms.telegram.sent_messages().len(),
+        burst.telegram.len() + doubled.len(),
+        "no Telegram reply went to nothing"
+    );
+    eprintln!(
+        "after the restart: {} Telegram replies went out twice (in flight at the kill)",
+        doubled.len()
+    );
+}
+
 #[tokio::test]
 async fn a_sigkill_mid_burst_loses_nothing_and_answers_nothing_twice() {
-    let discord = FakeDiscord::start().await;
-    let telegram = FakeTelegram::start().await;
-    let neynar = FakeNeynar::start().await;
+    let platforms = Platforms::start().await;
     let model = FakeOpenAi::start().await;
+    let (discord, telegram, neynar) = (&platforms.discord, &platforms.telegram, &platforms.neynar);
     let mut app = TestApp::spawn(
         quiet(TestAppOptions::new(Backend::Sqlite))
-            .persona_file(
-                "max.json",
-                max(Some(&discord), Some(&telegram), Some(&neynar)),
-            )
+            .persona_file("max.json", max(Some(discord), Some(telegram), Some(neynar)))
             .openai(&model),
     )
     .await;
@@ -197,88 +367,24 @@ async fn a_sigkill_mid_burst_loses_nothing_and_answers_nothing_twice() {
         panic!("{e}\n----- troupe output -----\n{}", app.logs());
     }
 
-    let sent_count = |d: &FakeDiscord, t: &FakeTelegram, n: &FakeNeynar| {
-        d.sent_messages().len() + t.sent_messages().len() + n.published().len()
-    };
-
-    // Warm-up, part of the 500: Discord catches up after a restart in the channels it has
-    // seen, and Farcaster reads only the newest page on its first poll, as the real
-    // connectors are meant to.
-    let mut discord_ids = Vec::new();
-    for c in 0..DISCORD_CHANNELS {
-        let who = Author::person(&format!("sailor{c}"));
-        discord_ids.push(
-            discord.send_message_create(
-                NewMessage::guild(&channel(c), who, &format!("discord c{c} m0: tide?"))
-                    .mentioning_bot(),
-            ),
-        );
-    }
-    let mut cast_ids = vec![neynar.mention(9_000, "skipper0", "@max cast 0: tide?")];
+    let mut burst = Burst::default();
+    platforms.warm_up(&mut burst);
     until(&app, "the warm-up is answered", || async {
         discord.sent_messages().len() >= DISCORD_CHANNELS as usize && !neynar.published().is_empty()
     })
     .await;
-
-    // The burst.
-    let mut telegram_ids = Vec::new();
-    for round in 0..DISCORD_PER_CHANNEL.max(TELEGRAM_PER_CHAT) {
-        if (1..DISCORD_PER_CHANNEL).contains(&round) {
-            for c in 0..DISCORD_CHANNELS {
-                let who = Author::person(&format!("sailor{c}"));
-                let text = format!("discord c{c} m{round}: tide?");
-                discord_ids.push(discord.send_message_create(
-                    NewMessage::guild(&channel(c), who, &text).mentioning_bot(),
-                ));
-            }
-        }
-        if round < TELEGRAM_PER_CHAT {
-            for chat in 0..TELEGRAM_CHATS {
-                let user = 700 + chat;
-                let name = format!("Deckhand{chat}");
-                let message = tg::text(
-                    tg::private_chat(user, &name),
-                    tg::user(user, &name),
-                    &format!("telegram {chat} m{round}: tide?"),
-                );
-                telegram_ids.push(tg_id(user, telegram.push_message(message)));
-            }
-        }
-    }
-    for n in 1..CASTS {
-        let author = 9_000 + (n as u64 % 20);
-        cast_ids.push(neynar.mention(
-            author,
-            &format!("skipper{}", n % 20),
-            &format!("@max cast {n}: tide?"),
-        ));
-    }
-    let total = discord_ids.len() + telegram_ids.len() + cast_ids.len();
+    platforms.burst(&mut burst);
+    let total = burst.discord.len() + burst.telegram.len() + burst.casts.len();
     assert_eq!(total, 500);
 
     until(&app, "enough replies to kill mid-burst", || async {
-        sent_count(&discord, &telegram, &neynar) >= KILL_AFTER
+        platforms.sent_count() >= KILL_AFTER
     })
     .await;
     app.kill().await;
-    let at_kill = sent_count(&discord, &telegram, &neynar);
+    let at_kill = platforms.sent_count();
     assert!(at_kill < total, "the kill came after the burst ({at_kill})");
-    // What the dead process was sending: a Telegram reply among these may have reached
-    // Telegram without the outbox hearing so. Telegram takes no idempotency key, so such a
-    // reply is the one kind that can go out twice (Discord's nonce and Neynar's idem key
-    // make a repeat a no-op).
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let in_flight: HashSet<String> = outbox_rows(app.database_url())
-        .await
-        .into_iter()
-        .filter(|(platform, _, state, claimed)| {
-            platform == "telegram" && state == "pending" && claimed.is_some_and(|c| c > now_ms)
-        })
-        .filter_map(|(_, to, _, _)| to)
-        .collect();
+    let in_flight = telegram_in_flight(&app).await;
     eprintln!(
         "killed after {at_kill} of {total} replies; {} Telegram replies in flight",
         in_flight.len()
@@ -286,17 +392,7 @@ async fn a_sigkill_mid_burst_loses_nothing_and_answers_nothing_twice() {
 
     app.start_again().await;
     until(&app, "every message of the burst is answered", || async {
-        let d = count_by(discord.sent_messages().into_iter().map(|m| m.reply_to));
-        let t = count_by(
-            telegram
-                .sent_messages()
-                .into_iter()
-                .map(|m| m.reply_to_message_id().map(|r| tg_id(m.chat_id, r))),
-        );
-        let f = count_by(neynar.published().into_iter().map(|c| c.parent));
-        lost_and_doubled(&discord_ids, &d).0.is_empty()
-            && lost_and_doubled(&telegram_ids, &t).0.is_empty()
-            && lost_and_doubled(&cast_ids, &f).0.is_empty()
+        platforms.all_answered(&burst)
     })
     .await;
     // Nothing is left to send: a duplicate would have gone out by now.
@@ -307,42 +403,32 @@ async fn a_sigkill_mid_burst_loses_nothing_and_answers_nothing_twice() {
             .all(|(_, _, state, _)| state == "delivered")
     })
     .await;
+    assert_answered_once(&platforms, &burst, &in_flight);
+}
 
-    let d = count_by(discord.sent_messages().into_iter().map(|m| m.reply_to));
-    let (lost, doubled) = lost_and_doubled(&discord_ids, &d);
+/// `message` posted while the database is down: a clean server error with an error code,
+/// and a 503 says when to try again, by the standard header.
+async fn assert_refused_cleanly(app: &TestApp, message: &Value) {
+    let refused = app
+        .client()
+        .post(app.url(&format!("/api/agents/{AGENT}/messages")))
+        .json(message)
+        .send()
+        .await
+        .expect("the gateway answers while its database is down");
+    let status = refused.status();
+    let retry_after = refused.headers().get("retry-after").cloned();
+    let body: serde_json::Value = refused.json().await.expect("an error body in JSON");
     assert!(
-        lost.is_empty() && doubled.is_empty(),
-        "Discord: lost {lost:?}, twice {doubled:?}"
+        status.is_server_error() && body["error"].is_string(),
+        "a clean refusal, not {status}: {body}"
     );
-    let f = count_by(neynar.published().into_iter().map(|c| c.parent));
-    let (lost, doubled) = lost_and_doubled(&cast_ids, &f);
-    assert!(
-        lost.is_empty() && doubled.is_empty(),
-        "Farcaster: lost {lost:?}, twice {doubled:?}"
-    );
-    let t = count_by(
-        telegram
-            .sent_messages()
-            .into_iter()
-            .map(|m| m.reply_to_message_id().map(|r| tg_id(m.chat_id, r))),
-    );
-    let (lost, doubled) = lost_and_doubled(&telegram_ids, &t);
-    assert!(lost.is_empty(), "Telegram: lost {lost:?}");
-    for (id, n) in &doubled {
-        assert!(
-            *n == 2 && in_flight.contains(id),
-            "Telegram: {id} answered {n} times, and was not being sent at the kill"
-        );
+    if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+        let secs: u64 = retry_after
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or_else(|| panic!("a 503 without retry-after in seconds: {body}"));
+        assert!(secs >= 1, "retry-after {secs}");
     }
-    assert_eq!(
-        telegram.sent_messages().len(),
-        telegram_ids.len() + doubled.len(),
-        "no Telegram reply went to nothing"
-    );
-    eprintln!(
-        "after the restart: {} Telegram replies went out twice (in flight at the kill)",
-        doubled.len()
-    );
 }
 
 // --- Postgres restarted mid-burst ----------------------------------------------------------
@@ -398,27 +484,7 @@ async fn a_postgres_restart_mid_burst_holds_inbound_and_loses_nothing() {
     .await;
     let during = json!({"roomId": "pg-api", "userId": "u1", "messageId": "pg-api-1",
         "text": "posted while the database is down"});
-    let refused = app
-        .client()
-        .post(app.url(&format!("/api/agents/{AGENT}/messages")))
-        .json(&during)
-        .send()
-        .await
-        .expect("the gateway answers while its database is down");
-    let status = refused.status();
-    let retry_after = refused.headers().get("retry-after").cloned();
-    let body: serde_json::Value = refused.json().await.expect("an error body in JSON");
-    assert!(
-        status.is_server_error() && body["error"].is_string(),
-        "a clean refusal, not {status}: {body}"
-    );
-    // A 503 tells the client when to try again, by the standard header.
-    if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
-        let secs: u64 = retry_after
-            .and_then(|v| v.to_str().ok()?.parse().ok())
-            .unwrap_or_else(|| panic!("a 503 without retry-after in seconds: {body}"));
-        assert!(secs >= 1, "retry-after {secs}");
-    }
+    assert_refused_cleanly(&app, &during).await;
     // Telegram keeps what it could not hand over: these wait, unconfirmed.
     push(PG_PER_CHAT - 1, &mut ids);
     let (status, _) = app.get("/healthz").await;
@@ -426,12 +492,7 @@ async fn a_postgres_restart_mid_burst_holds_inbound_and_loses_nothing() {
 
     pg.start().await;
     until(&app, "every Telegram message is answered", || async {
-        let t = count_by(
-            telegram
-                .sent_messages()
-                .into_iter()
-                .map(|m| m.reply_to_message_id().map(|r| tg_id(m.chat_id, r))),
-        );
+        let t = telegram_answers(&telegram);
         lost_and_doubled(&ids, &t).0.is_empty()
     })
     .await;
@@ -442,17 +503,8 @@ async fn a_postgres_restart_mid_burst_holds_inbound_and_loses_nothing() {
     assert!(status.is_success(), "{status}: {again}");
     assert_eq!(body["replies"], again["replies"], "answered once");
 
-    until(&app, "the bus is drained", || async {
-        let (_, body) = app.get("/readyz").await;
-        body["bus"]["depth"] == json!(0)
-    })
-    .await;
-    let t = count_by(
-        telegram
-            .sent_messages()
-            .into_iter()
-            .map(|m| m.reply_to_message_id().map(|r| tg_id(m.chat_id, r))),
-    );
+    drained(&app).await;
+    let t = telegram_answers(&telegram);
     let (lost, doubled) = lost_and_doubled(&ids, &t);
     assert!(
         lost.is_empty() && doubled.is_empty(),
@@ -492,6 +544,44 @@ async fn post_until_answered(
     }
 }
 
+/// Exactly one reply per message of the NATS burst, read where replies land.
+async fn assert_one_reply_per_message(app: &TestApp) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(app.database_url())
+        .await
+        .expect("connect to the test database");
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT j.platform_message_id, j.state, COUNT(o.id)
+         FROM journal j LEFT JOIN outbox o ON o.journal_id = j.id
+         WHERE j.platform_message_id LIKE 'nats-%'
+         GROUP BY j.id, j.platform_message_id, j.state",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("read the journal and the outbox");
+    let _ = conn.close().await;
+    assert_eq!(rows.len(), NATS_ROOMS * NATS_PER_ROOM, "journaled messages");
+    for (id, state, replies) in &rows {
+        assert_eq!(state, "done", "{id}");
+        assert_eq!(*replies, 1, "{id} has {replies} replies");
+    }
+}
+
+/// Two replicas of the gateway on Postgres and the private NATS server.
+async fn two_replicas_on(nats: &PrivateNats, model: &FakeOpenAi) -> (TestApp, TestApp) {
+    let options = quiet(TestAppOptions::new(Backend::Postgres))
+        .persona(AGENT, BIO)
+        .openai(model)
+        .env("TROUPE_BUS_URL", &nats.url())
+        .env("TROUPE_BUS_PARTITIONS", "8")
+        .env("TROUPE_BUS_ACK_WAIT_SECS", "2")
+        // A lost outcome costs a caller this plus 30 s before it posts again.
+        .env("TROUPE_MODEL_TIMEOUT_SECS", "5");
+    let a = TestApp::spawn(options).await;
+    let b = TestApp::spawn(a.replica_options()).await;
+    (a, b)
+}
+
 #[tokio::test]
 async fn a_nats_restart_mid_burst_with_two_replicas_loses_nothing() {
     let test = "a_nats_restart_mid_burst_with_two_replicas_loses_nothing";
@@ -502,16 +592,7 @@ async fn a_nats_restart_mid_burst_with_two_replicas_loses_nothing() {
         return;
     };
     let model = FakeOpenAi::start().await;
-    let options = quiet(TestAppOptions::new(Backend::Postgres))
-        .persona(AGENT, BIO)
-        .openai(&model)
-        .env("TROUPE_BUS_URL", &nats.url())
-        .env("TROUPE_BUS_PARTITIONS", "8")
-        .env("TROUPE_BUS_ACK_WAIT_SECS", "2")
-        // A lost outcome costs a caller this plus 30 s before it posts again.
-        .env("TROUPE_MODEL_TIMEOUT_SECS", "5");
-    let a = TestApp::spawn(options).await;
-    let b = TestApp::spawn(a.replica_options()).await;
+    let (a, b) = two_replicas_on(&nats, &model).await;
     let urls = [
         a.url(&format!("/api/agents/{AGENT}/messages")),
         b.url(&format!("/api/agents/{AGENT}/messages")),
@@ -566,26 +647,7 @@ async fn a_nats_restart_mid_burst_with_two_replicas_loses_nothing() {
         "NATS restarted after the burst"
     );
 
-    // Exactly one reply per message, read where replies land.
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(a.database_url())
-        .await
-        .expect("connect to the test database");
-    let rows: Vec<(String, String, i64)> = sqlx::query_as(
-        "SELECT j.platform_message_id, j.state, COUNT(o.id)
-         FROM journal j LEFT JOIN outbox o ON o.journal_id = j.id
-         WHERE j.platform_message_id LIKE 'nats-%'
-         GROUP BY j.id, j.platform_message_id, j.state",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .expect("read the journal and the outbox");
-    let _ = conn.close().await;
-    assert_eq!(rows.len(), NATS_ROOMS * NATS_PER_ROOM, "journaled messages");
-    for (id, state, replies) in &rows {
-        assert_eq!(state, "done", "{id}");
-        assert_eq!(*replies, 1, "{id} has {replies} replies");
-    }
+    assert_one_reply_per_message(&a).await;
     let calls = model.requests().iter().filter(|r| r.is_reply()).count();
     assert!(
         calls >= NATS_ROOMS * NATS_PER_ROOM,
@@ -603,14 +665,38 @@ const OUTAGE_CHATS: i64 = 10;
 const OUTAGE_PER_CHAT: usize = 3;
 const RETRIES: usize = 2;
 
-#[tokio::test]
-async fn a_provider_outage_waits_behind_the_breaker_and_answers_everything() {
-    let telegram = FakeTelegram::start().await;
-    let model = FakeOpenAi::start().await;
-    let app = TestApp::spawn(
+/// Every message of `ids` answered once, and every room told once that the model was
+/// unreachable.
+fn assert_one_reply_and_one_notice_each(telegram: &FakeTelegram, ids: &[String]) {
+    let sent = telegram.sent_messages();
+    let replies = count_by(
+        sent.iter()
+            .filter(|m| m.text != MODEL_DOWN)
+            .map(|m| m.reply_to_message_id().map(|r| tg_id(m.chat_id, r))),
+    );
+    let (lost, doubled) = lost_and_doubled(ids, &replies);
+    assert!(
+        lost.is_empty() && doubled.is_empty(),
+        "lost {lost:?}, twice {doubled:?}"
+    );
+    let mut per_room: HashMap<i64, usize> = HashMap::new();
+    for n in sent.iter().filter(|m| m.text == MODEL_DOWN) {
+        *per_room.entry(n.chat_id).or_default() += 1;
+    }
+    assert_eq!(per_room.len(), OUTAGE_CHATS as usize, "{per_room:?}");
+    assert!(
+        per_room.values().all(|n| *n == 1),
+        "at most one notice per room: {per_room:?}"
+    );
+}
+
+/// Max on Telegram, with a short model deadline, two retries and a breaker that opens
+/// after three failures.
+async fn spawn_behind_a_breaker(telegram: &FakeTelegram, model: &FakeOpenAi) -> TestApp {
+    TestApp::spawn(
         quiet(TestAppOptions::new(Backend::Sqlite))
-            .persona_file("max.json", max(None, Some(&telegram), None))
-            .openai(&model)
+            .persona_file("max.json", max(None, Some(telegram), None))
+            .openai(model)
             .env("TROUPE_MODEL_TIMEOUT_SECS", "1")
             .env("TROUPE_PROVIDER_RETRIES", &RETRIES.to_string())
             .env("TROUPE_PROVIDER_BACKOFF_MS", "50")
@@ -618,7 +704,14 @@ async fn a_provider_outage_waits_behind_the_breaker_and_answers_everything() {
             .env("TROUPE_PROVIDER_BREAKER_FAILURES", "3")
             .env("TROUPE_PROVIDER_BREAKER_COOLDOWN_MS", "400"),
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_provider_outage_waits_behind_the_breaker_and_answers_everything() {
+    let telegram = FakeTelegram::start().await;
+    let model = FakeOpenAi::start().await;
+    let app = spawn_behind_a_breaker(&telegram, &model).await;
     let say = |chat: i64, n: usize| {
         let user = 900 + chat;
         let name = format!("Bosun{chat}");
@@ -641,13 +734,10 @@ async fn a_provider_outage_waits_behind_the_breaker_and_answers_everything() {
     model.push(Script::Hang);
     model.set_fallback(Some(Script::server_error()));
     let before = model.request_count();
+    // Every room asks; the first room's last message was its first.
     for n in 1..=OUTAGE_PER_CHAT {
-        for chat in 0..OUTAGE_CHATS {
-            if chat == 0 && n == OUTAGE_PER_CHAT {
-                continue;
-            }
-            ids.push(say(chat, n));
-        }
+        let chats = (0..OUTAGE_CHATS).filter(|chat| *chat != 0 || n != OUTAGE_PER_CHAT);
+        ids.extend(chats.map(|chat| say(chat, n)));
     }
     let notices = || {
         telegram
@@ -685,32 +775,8 @@ async fn a_provider_outage_waits_behind_the_breaker_and_answers_everything() {
         },
     )
     .await;
-    until(&app, "the bus is drained", || async {
-        let (_, body) = app.get("/readyz").await;
-        body["bus"]["depth"] == json!(0)
-    })
-    .await;
-
-    let sent = telegram.sent_messages();
-    let replies = count_by(
-        sent.iter()
-            .filter(|m| m.text != MODEL_DOWN)
-            .map(|m| m.reply_to_message_id().map(|r| tg_id(m.chat_id, r))),
-    );
-    let (lost, doubled) = lost_and_doubled(&ids, &replies);
-    assert!(
-        lost.is_empty() && doubled.is_empty(),
-        "lost {lost:?}, twice {doubled:?}"
-    );
-    let mut per_room: HashMap<i64, usize> = HashMap::new();
-    for n in notices() {
-        *per_room.entry(n.chat_id).or_default() += 1;
-    }
-    assert_eq!(per_room.len(), OUTAGE_CHATS as usize, "{per_room:?}");
-    assert!(
-        per_room.values().all(|n| *n == 1),
-        "at most one notice per room: {per_room:?}"
-    );
+    drained(&app).await;
+    assert_one_reply_and_one_notice_each(&telegram, &ids);
     // Bounded retries: before the circuit opened, no room's call tried more than its
     // retries allow, and once open the calls waited instead of asking (without the breaker,
     // each of the messages would have made its own attempts).

@@ -218,6 +218,41 @@ fn peak_rss_kb(pid: u32) -> u64 {
         .expect("VmHWM in /proc/<pid>/status")
 }
 
+/// Each upload's answer: stored with an id, or refused with an error that names the file;
+/// the PDFs of finding 1 and the bomb refused as unreadable or stored, and the megabyte
+/// word stored as ordinary text.
+fn assert_each_answered_clearly(answers: &[(&str, StatusCode, Value)]) {
+    for (name, status, body) in answers {
+        if status.is_success() {
+            assert!(body["id"].is_string(), "{name}: {status} {body}");
+        } else {
+            assert!(
+                status.is_client_error() || *status == StatusCode::SERVICE_UNAVAILABLE,
+                "{name}: {status} {body}"
+            );
+            assert!(
+                body["error"].is_string()
+                    && body["detail"].as_str().is_some_and(|d| d.contains(name)),
+                "{name}: {status} {body}"
+            );
+        }
+    }
+    // The two PDFs of finding 1 and the bomb are refused as unreadable, not stored.
+    for pdf in ["parent_loop.pdf", "self_xobject.pdf", "flate_bomb.pdf"] {
+        let (_, status, body) = answers.iter().find(|(n, _, _)| *n == pdf).unwrap();
+        assert!(
+            matches!(
+                *status,
+                StatusCode::UNPROCESSABLE_ENTITY | StatusCode::CREATED
+            ),
+            "{pdf}: {status} {body}"
+        );
+    }
+    // The megabyte word is ordinary text once chunking is linear.
+    let (_, status, body) = answers.iter().find(|(n, _, _)| *n == "word.txt").unwrap();
+    assert_eq!(*status, StatusCode::CREATED, "word.txt: {body}");
+}
+
 #[tokio::test]
 async fn hostile_documents_get_an_answer_and_the_gateway_stays_up() {
     let fake = FakeOpenAi::start().await;
@@ -283,35 +318,7 @@ async fn hostile_documents_get_an_answer_and_the_gateway_stays_up() {
         "no chat message was answered while the documents were read"
     );
 
-    for (name, status, body) in &answers {
-        if status.is_success() {
-            assert!(body["id"].is_string(), "{name}: {status} {body}");
-        } else {
-            assert!(
-                status.is_client_error() || *status == StatusCode::SERVICE_UNAVAILABLE,
-                "{name}: {status} {body}"
-            );
-            assert!(
-                body["error"].is_string()
-                    && body["detail"].as_str().is_some_and(|d| d.contains(name)),
-                "{name}: {status} {body}"
-            );
-        }
-    }
-    // The two PDFs of finding 1 and the bomb are refused as unreadable, not stored.
-    for pdf in ["parent_loop.pdf", "self_xobject.pdf", "flate_bomb.pdf"] {
-        let (_, status, body) = answers.iter().find(|(n, _, _)| *n == pdf).unwrap();
-        assert!(
-            matches!(
-                *status,
-                StatusCode::UNPROCESSABLE_ENTITY | StatusCode::CREATED
-            ),
-            "{pdf}: {status} {body}"
-        );
-    }
-    // The megabyte word is ordinary text once chunking is linear.
-    let (_, status, body) = answers.iter().find(|(n, _, _)| *n == "word.txt").unwrap();
-    assert_eq!(*status, StatusCode::CREATED, "word.txt: {body}");
+    assert_each_answered_clearly(&answers);
 
     // Still up, still answering, and its own memory stayed small.
     let (status, _) = app.get("/healthz").await;

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
-use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json, troupe_bin};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, troupe_bin};
 
 const AGENT: &str = "Ada";
 const BIO: &str = "Ada is a retired lighthouse keeper who collects sea glass.";
@@ -394,12 +394,7 @@ async fn a_blank_api_token_is_refused_at_start() {
 async fn api_callers_are_budgeted_by_address_not_by_the_ids_they_choose() {
     let telegram = FakeTelegram::start().await;
     let model = FakeOpenAi::start().await;
-    let mut character = persona_json("Tess", BIO);
-    character["clients"] = json!(["telegram"]);
-    character["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
+    let character = telegram.persona("Tess", BIO);
     let app = TestApp::spawn(
         TestAppOptions::new(Backend::Sqlite)
             .persona_file("tess.json", character)

@@ -11,19 +11,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
-use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, eventually, persona_json};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, eventually};
 
 /// A hang guard on waiting for the gateway, not a timing assertion.
 const WAIT: Duration = Duration::from_secs(60);
 
 fn character(telegram: &FakeTelegram) -> Value {
-    let mut c = persona_json("Tess", "Tess keeps the night ferry's logbook.");
-    c["clients"] = json!(["telegram"]);
-    c["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
-    c
+    telegram.persona("Tess", "Tess keeps the night ferry's logbook.")
 }
 
 /// This replica's `troupe_leader` value for `receiver`, or `None` before it reports one.

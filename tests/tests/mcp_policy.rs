@@ -186,6 +186,103 @@ fn refused_vars_named(text: &str) -> bool {
     .all(|v| text.contains(&format!("settings.mcp.servers.{v}")))
 }
 
+/// The console's save of the hostile file: 422, every variable named at its field,
+/// nothing written; the check route says it is not ok.
+async fn the_save_refuses_every_variable(app: &TestApp, evil: &Path, text: &str) {
+    let (status, body) = put_character(app, "evil.json", &text).await;
+    assert_eq!(status, 422, "{body}");
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(refused_vars_named(detail), "{detail}");
+    assert!(
+        detail.contains("settings.mcp.servers.sh.env.BASH_ENV"),
+        "{detail}"
+    );
+    assert!(!evil.exists(), "a refused save writes nothing");
+    let (status, check) = app
+        .post_json(
+            "/api/characters/check",
+            &json!({"file": "evil.json", "text": text}),
+            None,
+        )
+        .await;
+    assert!(status.is_success(), "{check}");
+    assert_eq!(check["ok"], false, "{check}");
+}
+
+/// `troupe check` on the file on disk: one error per variable, at file:line:col, and a
+/// warning for the operator's listed `BASH_ENV`.
+fn troupe_check_names_every_variable(w: &Wrappers, evil: &Path, text: &str) {
+    let personas = evil.parent().expect("the personas directory");
+    std::fs::write(evil, text).unwrap();
+    let out = std::process::Command::new(troupe_bin())
+        .arg("check")
+        .arg(&evil)
+        .current_dir(w.dir.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("TROUPE_PERSONAS", personas)
+        .env("TROUPE_MCP_COMMANDS", w.commands())
+        .env("TROUPE_MCP_ENV", LISTED)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(refused_vars_named(&stdout), "{stdout}");
+    let at = format!("{}:1:", evil.display());
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with(&at) && l.contains("settings.mcp.servers.node.env.NODE_OPTIONS")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("TROUPE_MCP_ENV: warning: `BASH_ENV`"),
+        "{stdout}"
+    );
+}
+
+/// The file on disk is picked up by the watcher, and at the next start: refused, logged
+/// with the variables, and nothing of it runs.
+async fn the_watcher_and_the_start_refuse_it(app: &mut TestApp) {
+    eventually("the watcher refuses the hostile servers", WAIT, || {
+        let logs = app.logs();
+        async move { refused_vars_named(&logs) }
+    })
+    .await;
+    app.restart().await;
+    eventually("the start refuses the hostile servers", WAIT, || {
+        let logs = app.logs();
+        async move {
+            logs.rsplit("start #2")
+                .next()
+                .is_some_and(refused_vars_named)
+        }
+    })
+    .await;
+    assert!(app.logs().contains("TROUPE_MCP_ENV lists `NODE_OPTIONS`"));
+    servers_settled(app, "tess").await;
+}
+
+/// The operator's server and variable still pass: the tool runs, with TEST_MARK.
+async fn the_operators_server_still_runs(app: &TestApp, model: &FakeOpenAi) {
+    model.push(Script::ToolCalls(vec![(
+        "station__whereami".into(),
+        json!({}),
+    )]));
+    let (status, body) = app
+        .post_message("tess", &json!({"roomId": "r1", "text": "where are you?"}))
+        .await;
+    assert!(status.is_success(), "{body}");
+    let last = model.last_request().expect("the answer's request");
+    let result = last
+        .messages
+        .iter()
+        .find(|m| m.role == "tool")
+        .expect("the tool's result");
+    assert!(result.content.contains("TEST_MARK"), "{}", result.content);
+    assert!(!result.content.contains("BASH_ENV"), "{}", result.content);
+}
+
 #[tokio::test]
 async fn code_loading_variables_are_refused_at_check_save_and_start_and_allowed_ones_pass() {
     let Some(python) = python() else { return };
@@ -213,91 +310,10 @@ async fn code_loading_variables_are_refused_at_check_save_and_start_and_allowed_
     let evil = personas.join("evil.json");
     let text = hostile_text(&w, &evil);
 
-    // The console's save: 422, every variable named at its field, nothing written.
-    let (status, body) = put_character(&app, "evil.json", &text).await;
-    assert_eq!(status, 422, "{body}");
-    let detail = body["detail"].as_str().unwrap_or_default();
-    assert!(refused_vars_named(detail), "{detail}");
-    assert!(
-        detail.contains("settings.mcp.servers.sh.env.BASH_ENV"),
-        "{detail}"
-    );
-    assert!(!evil.exists(), "a refused save writes nothing");
-    let (status, check) = app
-        .post_json(
-            "/api/characters/check",
-            &json!({"file": "evil.json", "text": text}),
-            None,
-        )
-        .await;
-    assert!(status.is_success(), "{check}");
-    assert_eq!(check["ok"], false, "{check}");
-
-    // `troupe check` on the file on disk: one error per variable, at file:line:col.
-    std::fs::write(&evil, &text).unwrap();
-    let out = std::process::Command::new(troupe_bin())
-        .arg("check")
-        .arg(&evil)
-        .current_dir(w.dir.path())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("TROUPE_PERSONAS", &personas)
-        .env("TROUPE_MCP_COMMANDS", w.commands())
-        .env("TROUPE_MCP_ENV", LISTED)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(refused_vars_named(&stdout), "{stdout}");
-    let at = format!("{}:1:", evil.display());
-    assert!(
-        stdout
-            .lines()
-            .any(|l| l.starts_with(&at) && l.contains("settings.mcp.servers.node.env.NODE_OPTIONS")),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("TROUPE_MCP_ENV: warning: `BASH_ENV`"),
-        "{stdout}"
-    );
-
-    // The file on disk is picked up by the watcher, and at the next start: refused, logged
-    // with the variables, and nothing of it runs.
-    eventually("the watcher refuses the hostile servers", WAIT, || {
-        let logs = app.logs();
-        async move { refused_vars_named(&logs) }
-    })
-    .await;
-    app.restart().await;
-    eventually("the start refuses the hostile servers", WAIT, || {
-        let logs = app.logs();
-        async move {
-            logs.rsplit("start #2")
-                .next()
-                .is_some_and(refused_vars_named)
-        }
-    })
-    .await;
-    assert!(app.logs().contains("TROUPE_MCP_ENV lists `NODE_OPTIONS`"));
-    servers_settled(&app, "tess").await;
-
-    // The operator's server and variable still pass: the tool runs, with TEST_MARK.
-    model.push(Script::ToolCalls(vec![(
-        "station__whereami".into(),
-        json!({}),
-    )]));
-    let (status, body) = app
-        .post_message("tess", &json!({"roomId": "r1", "text": "where are you?"}))
-        .await;
-    assert!(status.is_success(), "{body}");
-    let last = model.last_request().expect("the answer's request");
-    let result = last
-        .messages
-        .iter()
-        .find(|m| m.role == "tool")
-        .expect("the tool's result");
-    assert!(result.content.contains("TEST_MARK"), "{}", result.content);
-    assert!(!result.content.contains("BASH_ENV"), "{}", result.content);
+    the_save_refuses_every_variable(&app, &evil, &text).await;
+    troupe_check_names_every_variable(&w, &evil, &text);
+    the_watcher_and_the_start_refuse_it(&mut app).await;
+    the_operators_server_still_runs(&app, &model).await;
     assert!(
         w.fired().is_empty(),
         "nothing of the file ran: {:?}",
@@ -339,31 +355,36 @@ async fn server_state(app: &TestApp, agent: &str, server: &str) -> String {
         .to_string()
 }
 
-#[tokio::test]
-async fn a_server_that_never_answers_holds_up_nothing() {
-    let Some(python) = python() else { return };
+/// Tess with two MCP servers, `station` and `mute`, and Bob with none. `mute` would be
+/// given an hour to answer `initialize` (its timeout): while the test runs, it can only be
+/// starting, so everything the test sees happened without waiting for it.
+async fn spawn_with_a_mute_server(python: &str, model: &FakeOpenAi) -> TestApp {
     let sleep = sleep_bin();
-    let model = FakeOpenAi::start().await;
     let mut tess = persona_json("Tess", "Tess keeps the station.");
-    // `mute` would be given an hour to answer `initialize` (its timeout): while the test
-    // runs, it can only be starting, so everything below happened without waiting for it.
     tess["settings"]["mcp"] = json!({"servers": {
         "station": {"type": "stdio", "command": python, "args": [server_script()]},
         "mute": {"type": "stdio", "command": sleep, "args": ["3600"], "timeout": 3600},
     }});
-    let started = Instant::now();
-    let app = TestApp::spawn(
+    TestApp::spawn(
         TestAppOptions::new(Backend::Sqlite)
             .persona_file("tess.json", tess)
             .persona("Bob", "Bob minds the harbour.")
-            .openai(&model)
+            .openai(model)
             .env(
                 "TROUPE_MCP_COMMANDS",
-                &format!("{},{sleep} 3600", allowed_line(&python)),
+                &format!("{},{sleep} 3600", allowed_line(python)),
             )
             .env("TROUPE_RATE_API_PER_MIN", "0"),
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_holds_up_nothing() {
+    let Some(python) = python() else { return };
+    let model = FakeOpenAi::start().await;
+    let started = Instant::now();
+    let app = spawn_with_a_mute_server(&python, &model).await;
     // Measured, not asserted (the machine's load decides it): the time from spawning the
     // binary to its first 200 on /healthz.
     eprintln!("/healthz answered {:?} after the start", started.elapsed());

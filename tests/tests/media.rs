@@ -121,22 +121,10 @@ fn error_text(body: &Value) -> String {
     body.to_string()
 }
 
-#[tokio::test]
-async fn images_reach_the_model_and_hostile_ones_are_refused() {
-    let openai = FakeOpenAi::start().await;
-    let files = file_server().await;
-    let mut blind = persona_json(BLIND, "Slate answers in plain words.");
-    blind["settings"]["model"] = json!("gpt-3.5-turbo");
-    let app = TestApp::spawn(
-        TestAppOptions::new(Backend::Sqlite)
-            .persona(SEER, "Iris looks closely at whatever she is shown.")
-            .persona_file("slate.json", blind)
-            .openai(&openai)
-            .env("TROUPE_FETCH_ALLOW", &format!("127.0.0.1:{files}")),
-    )
-    .await;
-
-    // An inline photo reaches the vision model as an image part, with the question.
+/// An inline photo reaches the vision model as an image part, with the question; a link
+/// is fetched (under the fetch policy) and its type read from the bytes; the room
+/// remembers a short description of each, never the bytes.
+async fn photos_and_links_reach_the_model(app: &TestApp, openai: &FakeOpenAi, files: u16) {
     let (status, body) = app
         .post_message(
             SEER,
@@ -153,7 +141,6 @@ async fn images_reach_the_model_and_hostile_ones_are_refused() {
     );
     assert!(seen[0].last_user_message().unwrap().contains(QUESTION));
 
-    // A link is fetched (under the fetch policy) and its type read from the bytes.
     let (status, body) = app
         .post_message(
             SEER,
@@ -170,7 +157,6 @@ async fn images_reach_the_model_and_hostile_ones_are_refused() {
         "{images:?}"
     );
 
-    // The room remembers a short description, never the bytes.
     let (status, memories) = app
         .get(&format!("/api/agents/{SEER}/rooms/album/memories"))
         .await;
@@ -185,8 +171,10 @@ async fn images_reach_the_model_and_hostile_ones_are_refused() {
         "{remembered}"
     );
     assert!(!remembered.contains("base64"), "{remembered}");
+}
 
-    // A text-only model gets no image part, but is told an image came that it cannot see.
+/// A text-only model gets no image part, but is told an image came that it cannot see.
+async fn a_text_only_model_is_told_it_cannot_see(app: &TestApp, openai: &FakeOpenAi) {
     let (status, body) = app
         .post_message(
             BLIND,
@@ -198,16 +186,20 @@ async fn images_reach_the_model_and_hostile_ones_are_refused() {
     assert!(seen[2].image_urls().is_empty());
     let asked = seen[2].last_user_message().unwrap();
     assert!(asked.contains("cannot see"), "{asked}");
+}
 
-    // Hostile images: each refused with its reason, before the model is asked.
-    let refusals = [
+/// Hostile images, and the status and reason each is refused with: too large, inside
+/// (loopback, link-local), not an image, not the type it says, not base64, and a few
+/// kilobytes that would decode to 40 GB (issue 43), inline or linked.
+fn hostile_images(files: u16, gateway: u16) -> Vec<(Value, StatusCode, &'static str)> {
+    vec![
         (
             json!({"url": format!("http://127.0.0.1:{files}/huge.png")}),
             StatusCode::PAYLOAD_TOO_LARGE,
             "TROUPE_MEDIA_MAX_BYTES",
         ),
         (
-            json!({"url": format!("http://127.0.0.1:{}/api/agents", app.addr().port())}),
+            json!({"url": format!("http://127.0.0.1:{}/api/agents", gateway)}),
             StatusCode::UNPROCESSABLE_ENTITY,
             "loopback",
         ),
@@ -242,7 +234,12 @@ async fn images_reach_the_model_and_hostile_ones_are_refused() {
             StatusCode::UNPROCESSABLE_ENTITY,
             "at most 16384 pixels a side",
         ),
-    ];
+    ]
+}
+
+/// Each hostile image refused with its reason, naming the host, never the link.
+async fn hostile_images_are_refused(app: &TestApp, files: u16) {
+    let refusals = hostile_images(files, app.addr().port());
     for (attachment, want_status, want_reason) in refusals {
         let (status, body) = app
             .post_message(
@@ -260,6 +257,26 @@ async fn images_reach_the_model_and_hostile_ones_are_refused() {
             "the reason names the host, never the link: {body}"
         );
     }
+}
+
+#[tokio::test]
+async fn images_reach_the_model_and_hostile_ones_are_refused() {
+    let openai = FakeOpenAi::start().await;
+    let files = file_server().await;
+    let mut blind = persona_json(BLIND, "Slate answers in plain words.");
+    blind["settings"]["model"] = json!("gpt-3.5-turbo");
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona(SEER, "Iris looks closely at whatever she is shown.")
+            .persona_file("slate.json", blind)
+            .openai(&openai)
+            .env("TROUPE_FETCH_ALLOW", &format!("127.0.0.1:{files}")),
+    )
+    .await;
+
+    photos_and_links_reach_the_model(&app, &openai, files).await;
+    a_text_only_model_is_told_it_cannot_see(&app, &openai).await;
+    hostile_images_are_refused(&app, files).await;
     // 25 MB inline is over the body limit before any of it is decoded.
     let answer = post_huge(&app, &format!("/api/agents/{SEER}/messages"), 25 << 20).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
@@ -317,6 +334,67 @@ async fn post_form(app: &TestApp, agent: &str, parts: &[Part<'_>]) -> (StatusCod
 
 /// The same photo as a multipart file part (a browser form, `curl -F image=@cat.png`):
 /// the same checks, stored the same way, seen by the model as an image part.
+/// Hostile parts, each refused with its reason before the model is asked: not an image,
+/// one image too many, not the type it says, a field the API does not know.
+async fn hostile_parts_are_refused(app: &TestApp, photo: &[u8]) {
+    let words = b"just words".to_vec();
+    let five: Vec<Part<'_>> = std::iter::once(Part::Text("text", QUESTION))
+        .chain((0..5).map(|_| Part::Image("cat.png", "image/png", photo)))
+        .collect();
+    let refusals: [(Vec<Part<'_>>, StatusCode, &str); 4] = [
+        (
+            vec![
+                Part::Text("text", QUESTION),
+                Part::Image("notes.png", "image/png", &words),
+            ],
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "not a PNG, JPEG, GIF or WebP",
+        ),
+        (five, StatusCode::UNPROCESSABLE_ENTITY, "at most 4 images"),
+        (
+            vec![
+                Part::Text("text", QUESTION),
+                Part::Image("cat.png", "image/jpeg", photo),
+            ],
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "its bytes are image/png",
+        ),
+        (
+            vec![Part::Text("txt", QUESTION)],
+            StatusCode::BAD_REQUEST,
+            "txt",
+        ),
+    ];
+    for (parts, want_status, want_reason) in refusals {
+        let (status, body) = post_form(app, SEER, &parts).await;
+        assert_eq!(status, want_status, "{want_reason}: {body}");
+        assert!(body.to_string().contains(want_reason), "{body}");
+    }
+}
+
+/// A 25 MB part: refused with a clear 413, naming the setting, before it has all arrived.
+async fn a_huge_part_is_refused(app: &TestApp, photo: &[u8]) {
+    let kind = multipart::content_type();
+    let boundary = kind.split("boundary=").nth(1).unwrap();
+    let start = multipart::body(&[
+        Part::Text("text", QUESTION),
+        Part::Image("huge.png", "image/png", photo),
+    ]);
+    // The body up to the image's bytes; the rest of the 25 MB follows as `A`s.
+    let cut = start.len() - format!("\r\n--{boundary}--\r\n").len();
+    let start = start[..cut].to_vec();
+    let answer = post_raw(
+        app,
+        &format!("/api/agents/{SEER}/messages"),
+        &kind,
+        start,
+        25 << 20,
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("TROUPE_MEDIA_MAX_BYTES"), "{answer}");
+}
+
 #[tokio::test]
 async fn multipart_image_parts_reach_the_model_and_hostile_ones_are_refused() {
     let openai = FakeOpenAi::start().await;
@@ -353,61 +431,8 @@ async fn multipart_image_parts_reach_the_model_and_hostile_ones_are_refused() {
         "{memories}"
     );
 
-    // Hostile parts, each refused with its reason before the model is asked.
-    let words = b"just words".to_vec();
-    let five: Vec<Part<'_>> = std::iter::once(Part::Text("text", QUESTION))
-        .chain((0..5).map(|_| Part::Image("cat.png", "image/png", &photo)))
-        .collect();
-    let refusals: [(Vec<Part<'_>>, StatusCode, &str); 4] = [
-        (
-            vec![
-                Part::Text("text", QUESTION),
-                Part::Image("notes.png", "image/png", &words),
-            ],
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "not a PNG, JPEG, GIF or WebP",
-        ),
-        (five, StatusCode::UNPROCESSABLE_ENTITY, "at most 4 images"),
-        (
-            vec![
-                Part::Text("text", QUESTION),
-                Part::Image("cat.png", "image/jpeg", &photo),
-            ],
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "its bytes are image/png",
-        ),
-        (
-            vec![Part::Text("txt", QUESTION)],
-            StatusCode::BAD_REQUEST,
-            "txt",
-        ),
-    ];
-    for (parts, want_status, want_reason) in refusals {
-        let (status, body) = post_form(&app, SEER, &parts).await;
-        assert_eq!(status, want_status, "{want_reason}: {body}");
-        assert!(body.to_string().contains(want_reason), "{body}");
-    }
-
-    // A 25 MB part: refused with a clear 413 before it has all arrived.
-    let kind = multipart::content_type();
-    let boundary = kind.split("boundary=").nth(1).unwrap();
-    let start = multipart::body(&[
-        Part::Text("text", QUESTION),
-        Part::Image("huge.png", "image/png", &photo),
-    ]);
-    // The body up to the image's bytes; the rest of the 25 MB follows as `A`s.
-    let cut = start.len() - format!("\r\n--{boundary}--\r\n").len();
-    let start = start[..cut].to_vec();
-    let answer = post_raw(
-        &app,
-        &format!("/api/agents/{SEER}/messages"),
-        &kind,
-        start,
-        25 << 20,
-    )
-    .await;
-    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
-    assert!(answer.contains("TROUPE_MEDIA_MAX_BYTES"), "{answer}");
+    hostile_parts_are_refused(&app, &photo).await;
+    a_huge_part_is_refused(&app, &photo).await;
     assert_eq!(
         openai.request_count(),
         1,

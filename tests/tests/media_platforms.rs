@@ -16,10 +16,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use troupe_e2e::fake_discord::{APPLICATION_ID, Author, FakeDiscord, NewMessage, TOKEN};
+use troupe_e2e::fake_discord::{Author, FakeDiscord, NewMessage};
 use troupe_e2e::fake_neynar::{FakeNeynar, NewCast};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
-use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, persona_json};
+use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions};
 
 const QUESTION: &str = "what is in this picture?";
 /// A hang guard, not a timing assertion.
@@ -84,12 +84,7 @@ async fn asked(openai: &FakeOpenAi, app: &TestApp, n: usize) -> (String, Vec<Str
 async fn a_telegram_photo_and_image_document_reach_the_model_and_a_huge_one_is_refused() {
     let telegram = FakeTelegram::start().await;
     let openai = FakeOpenAi::start().await;
-    let mut character = persona_json("Tess", "Tess looks closely at whatever she is shown.");
-    character["clients"] = json!(["telegram"]);
-    character["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
+    let character = telegram.persona("Tess", "Tess looks closely at whatever she is shown.");
     // Loopback is not allowed: the file URL is the operator's TELEGRAM_API_ROOT, fetched
     // by the connector, not under the fetch policy.
     let app = TestApp::spawn(
@@ -160,13 +155,7 @@ async fn a_discord_attachment_and_image_embed_reach_the_model_and_hostile_ones_a
     let discord = FakeDiscord::start().await;
     let openai = FakeOpenAi::start().await;
     let host = image_host().await;
-    let mut character = persona_json("Dot", "Dot looks closely at whatever she is shown.");
-    character["clients"] = json!(["discord"]);
-    character["settings"]["secrets"] = json!({
-        "DISCORD_API_TOKEN": TOKEN,
-        "DISCORD_API_URL": discord.url(),
-        "DISCORD_APPLICATION_ID": APPLICATION_ID,
-    });
+    let character = discord.persona("Dot", "Dot looks closely at whatever she is shown.");
     // Loopback is not allowed (the harness allows it by default): the CDN (the fake, on a
     // loopback port) is reached by the connector's own client, and the image host on
     // loopback stays refused.
@@ -243,15 +232,7 @@ async fn a_farcaster_image_embed_reaches_the_model_and_an_internal_one_is_refuse
     let neynar = FakeNeynar::start().await;
     let openai = FakeOpenAi::start().await;
     let host = image_host().await;
-    let mut character = persona_json("Fern", "Fern looks closely at whatever she is shown.");
-    character["clients"] = json!(["farcaster"]);
-    character["settings"]["secrets"] = json!({
-        "FARCASTER_FID": neynar.bot_fid().to_string(),
-        "FARCASTER_NEYNAR_API_KEY": neynar.api_key(),
-        "FARCASTER_NEYNAR_SIGNER_UUID": neynar.signer_uuid(),
-        "NEYNAR_API_URL": neynar.url(),
-        "FARCASTER_POLL_INTERVAL": "1",
-    });
+    let character = neynar.persona("Fern", "Fern looks closely at whatever she is shown.");
     // The image host is listed as the operator would list a trusted internal host; the
     // gateway's own port is not.
     let app = TestApp::spawn(

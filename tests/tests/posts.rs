@@ -515,12 +515,7 @@ async fn a_telegram_group_schedule_posts() {
     let telegram = FakeTelegram::start().await;
     let openai = FakeOpenAi::start().await;
     openai.push_reply("Ferry timetable: summer hours start Monday.");
-    let mut character = persona_json("Tess", "Tess runs the island's noticeboard.");
-    character["clients"] = json!(["telegram"]);
-    character["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
+    let mut character = telegram.persona("Tess", "Tess runs the island's noticeboard.");
     character["settings"]["troupe"] =
         json!({"posts": [{"room": "telegram:-100777", "every": "10s"}]});
     let app = TestApp::spawn(

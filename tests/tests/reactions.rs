@@ -13,11 +13,9 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use troupe_e2e::fake_discord::{APPLICATION_ID, Author, FakeDiscord, NewMessage, TOKEN};
+use troupe_e2e::fake_discord::{Author, FakeDiscord, NewMessage};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
-use troupe_e2e::{
-    Backend, FakeOpenAi, Gate, Script, TestApp, TestAppOptions, eventually, persona_json,
-};
+use troupe_e2e::{Backend, FakeOpenAi, Gate, Script, TestApp, TestAppOptions, eventually};
 
 /// A hang guard, not a timing assertion.
 const WAIT: Duration = Duration::from_secs(60);
@@ -49,27 +47,89 @@ async fn feedback_in_history(app: &TestApp, agent: &str, room: &str) -> Vec<Valu
         .collect()
 }
 
-#[tokio::test]
-async fn discord_acknowledges_while_answering_and_records_a_thumbs_up_on_the_reply() {
-    let discord = FakeDiscord::start().await;
-    let openai = FakeOpenAi::start().await;
-    let mut character = persona_json("Dot", "Dot answers briefly.");
-    character["clients"] = json!(["discord"]);
-    character["settings"]["secrets"] = json!({
-        "DISCORD_API_TOKEN": TOKEN,
-        "DISCORD_API_URL": discord.url(),
-        "DISCORD_APPLICATION_ID": APPLICATION_ID,
-    });
+/// Dot on the fake Discord, acknowledging with 👀 while it answers; ready.
+async fn dot_acknowledging(discord: &FakeDiscord, openai: &FakeOpenAi) -> TestApp {
+    let character = discord.persona("Dot", "Dot answers briefly.");
     let app = TestApp::spawn(
         TestAppOptions::new(Backend::Sqlite)
             .persona_file("dot.json", character)
-            .openai(&openai)
+            .openai(openai)
             .env("TROUPE_ACK_REACTION", "👀"),
     )
     .await;
     if let Err(e) = discord.try_wait_for_ready(1, WAIT).await {
         panic!("{e}\n----- troupe output -----\n{}", app.logs());
     }
+    app
+}
+
+/// The 👀 was put on the question before the reply was posted, and taken back after.
+fn assert_acknowledged_around_the_reply(discord: &FakeDiscord) {
+    let order: Vec<String> = discord
+        .requests()
+        .iter()
+        .filter(|r| r.path.contains("/reactions/") || r.method == "POST")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    let put = order.iter().position(|r| r.starts_with("PUT")).unwrap();
+    let post = order
+        .iter()
+        .position(|r| r.starts_with("POST /channels/"))
+        .unwrap();
+    let delete = order.iter().position(|r| r.starts_with("DELETE")).unwrap();
+    assert!(put < post && post < delete, "{order:?}");
+    assert!(
+        order[put].ends_with("/reactions/%F0%9F%91%80/@me"),
+        "{order:?}"
+    );
+}
+
+/// 👍 on the question (not a reply) is ignored; 👍 on the reply is feedback: in the
+/// history, the metrics and the why panel, and on no message of the user's.
+async fn a_thumbs_up_on_the_reply_is_feedback(
+    app: &TestApp,
+    discord: &FakeDiscord,
+    channel: &str,
+    question: &str,
+    reply: &str,
+) {
+    discord.send_reaction(channel, question, Author::person("bob"), "👍", true);
+    discord.send_reaction(channel, reply, Author::person("alice"), "👍", true);
+    let room = format!("discord:{channel}");
+    eventually("the 👍 on the reply in the history", WAIT, || async {
+        feedback_in_history(app, "Dot", &room).await == vec![json!({"up": 1, "down": 0})]
+    })
+    .await;
+    let lines = metrics(app).await;
+    assert!(
+        lines
+            .lines()
+            .any(|l| l.starts_with("troupe_feedback_total{")
+                && l.contains("value=\"up\"")
+                && l.ends_with(" 1")),
+        "{lines}"
+    );
+    let (status, why) = app
+        .get(&format!(
+            "/api/agents/Dot/rooms/{room}/messages/{question}/why"
+        ))
+        .await;
+    assert_eq!(status, 200, "{why}");
+    assert_eq!(why["feedback"], json!({"up": 1, "down": 0}));
+    let asked = history(app, "Dot", &room).await;
+    assert!(
+        asked
+            .iter()
+            .all(|m| m["fromAgent"] == true || m.get("feedback").is_none()),
+        "{asked:?}"
+    );
+}
+
+#[tokio::test]
+async fn discord_acknowledges_while_answering_and_records_a_thumbs_up_on_the_reply() {
+    let discord = FakeDiscord::start().await;
+    let openai = FakeOpenAi::start().await;
+    let app = dot_acknowledging(&discord, &openai).await;
     let channel = "410000000000000007";
     let gate = Gate::new();
     openai.push(Script::Gated(
@@ -106,55 +166,9 @@ async fn discord_acknowledges_while_answering_and_records_a_thumbs_up_on_the_rep
         panic!("{e}\n----- troupe output -----\n{}", app.logs());
     }
     assert!(discord.reactions_on(&question).is_empty());
-    let order: Vec<String> = discord
-        .requests()
-        .iter()
-        .filter(|r| r.path.contains("/reactions/") || r.method == "POST")
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect();
-    let put = order.iter().position(|r| r.starts_with("PUT")).unwrap();
-    let post = order
-        .iter()
-        .position(|r| r.starts_with("POST /channels/"))
-        .unwrap();
-    let delete = order.iter().position(|r| r.starts_with("DELETE")).unwrap();
-    assert!(put < post && post < delete, "{order:?}");
-    assert!(
-        order[put].ends_with("/reactions/%F0%9F%91%80/@me"),
-        "{order:?}"
-    );
-
-    // 👍 on the question (not a reply) is ignored; 👍 on the reply is feedback.
-    discord.send_reaction(channel, &question, Author::person("bob"), "👍", true);
-    discord.send_reaction(channel, &sent[0].id, Author::person("alice"), "👍", true);
+    assert_acknowledged_around_the_reply(&discord);
+    a_thumbs_up_on_the_reply_is_feedback(&app, &discord, channel, &question, &sent[0].id).await;
     let room = format!("discord:{channel}");
-    eventually("the 👍 on the reply in the history", WAIT, || async {
-        feedback_in_history(&app, "Dot", &room).await == vec![json!({"up": 1, "down": 0})]
-    })
-    .await;
-    let lines = metrics(&app).await;
-    assert!(
-        lines
-            .lines()
-            .any(|l| l.starts_with("troupe_feedback_total{")
-                && l.contains("value=\"up\"")
-                && l.ends_with(" 1")),
-        "{lines}"
-    );
-    let (status, why) = app
-        .get(&format!(
-            "/api/agents/Dot/rooms/{room}/messages/{question}/why"
-        ))
-        .await;
-    assert_eq!(status, 200, "{why}");
-    assert_eq!(why["feedback"], json!({"up": 1, "down": 0}));
-    let asked = history(&app, "Dot", &room).await;
-    assert!(
-        asked
-            .iter()
-            .all(|m| m["fromAgent"] == true || m.get("feedback").is_none()),
-        "{asked:?}"
-    );
 
     // Taking the 👍 back takes the feedback back.
     discord.send_reaction(channel, &sent[0].id, Author::person("alice"), "👍", false);
@@ -168,12 +182,7 @@ async fn discord_acknowledges_while_answering_and_records_a_thumbs_up_on_the_rep
 async fn telegram_acknowledges_while_answering_and_a_reaction_on_a_non_reply_is_ignored() {
     let telegram = FakeTelegram::start().await;
     let openai = FakeOpenAi::start().await;
-    let mut character = persona_json("Tess", "Tess answers briefly.");
-    character["clients"] = json!(["telegram"]);
-    character["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
+    let character = telegram.persona("Tess", "Tess answers briefly.");
     let app = TestApp::spawn(
         TestAppOptions::new(Backend::Sqlite)
             .persona_file("tess.json", character)

@@ -31,13 +31,7 @@ fn group() -> Value {
 }
 
 fn character(telegram: &FakeTelegram) -> Value {
-    let mut c = persona_json(AGENT, BIO);
-    c["clients"] = json!(["telegram"]);
-    c["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
-    c
+    telegram.persona(AGENT, BIO)
 }
 
 fn options(model: &FakeOpenAi, character: Value) -> TestAppOptions {
@@ -707,15 +701,7 @@ mod farcaster {
         let neynar = FakeNeynar::start().await;
         let model = FakeOpenAi::start().await;
         model.push_reply("The tide turns at noon.");
-        let mut c = persona_json("Fern", "Fern is a tide-pool naturalist.");
-        c["clients"] = json!(["farcaster"]);
-        c["settings"]["secrets"] = json!({
-            "FARCASTER_FID": neynar.bot_fid().to_string(),
-            "FARCASTER_NEYNAR_API_KEY": neynar.api_key(),
-            "FARCASTER_NEYNAR_SIGNER_UUID": neynar.signer_uuid(),
-            "NEYNAR_API_URL": neynar.url(),
-            "FARCASTER_POLL_INTERVAL": "1",
-        });
+        let c = neynar.persona("Fern", "Fern is a tide-pool naturalist.");
         let app = TestApp::spawn(
             TestAppOptions::new(Backend::Sqlite)
                 .persona_file("fern.json", c)

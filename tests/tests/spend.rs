@@ -164,35 +164,14 @@ async fn budgets_stop_calls_at_the_cap_notice_once_and_reset_the_next_day(backen
     tomorrow.stop().await;
 }
 
-async fn usage_through_the_api_and_the_cli_adds_up_to_the_fakes_usage(backend: Backend) {
-    // The fake's default usage counts words, so every call differs.
-    let fake = FakeOpenAi::start().await;
-    let app = TestApp::spawn(
-        options(backend, &fake)
-            .persona("Ada", BIO)
-            // Facts every second message of a user: background calls are accounted too.
-            .env("TROUPE_MEMORY_FACTS_EVERY", "2"),
-    )
-    .await;
-    let posts = [
-        ("r1", "sam", "Is the lighthouse open today?"),
-        ("r1", "kim", "What time does the boat leave?"),
-        ("r2", "sam", "I like the green boat best of all the boats"),
-        ("r1", "sam", "Thanks, see you tomorrow at noon"),
-        ("r2", "lee", "Hello there"),
-    ];
-    for (room, user, text) in posts {
-        assert!(say(&app, "Ada", room, user, text).await.is_some());
-    }
-    let total = |body: &Value, field: &str| body["total"][field].as_u64().unwrap_or(0);
-    // The facts call runs after its reply; wait until everything the fake answered is in.
-    eventually("the usage API to account every call", WAIT, || async {
-        let (status, body) = app.get("/api/agents/Ada/usage?by=day").await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        let log = fake.usage_log();
-        total(&body, "calls") == log.len() as u64 && log.len() > posts.len()
-    })
-    .await;
+/// A usage rollup's total of `field`.
+fn total(body: &Value, field: &str) -> u64 {
+    body["total"][field].as_u64().unwrap_or(0)
+}
+
+/// The day's totals are the fake's: its tokens, and their cost at gpt-4o-mini's default
+/// price.
+async fn the_days_usage_is_the_fakes(app: &TestApp, fake: &FakeOpenAi) {
     let (_, by_day) = app.get("/api/agents/Ada/usage?by=day").await;
     let log = fake.usage_log();
     let prompt: u64 = log.iter().map(|u| u.1).sum();
@@ -206,8 +185,11 @@ async fn usage_through_the_api_and_the_cli_adds_up_to_the_fakes_usage(backend: B
         .map(|(_, p, c)| (*p as f64 * 0.15 + *c as f64 * 0.60).round() as u64)
         .sum();
     assert_eq!(total(&by_day, "costMicros"), cost, "{by_day}");
+}
 
-    // Per room and per user: replies belong to both; the facts calls to neither.
+/// Per room and per user: replies belong to both; the facts calls to neither.
+async fn replies_are_counted_per_room_and_per_user(app: &TestApp, fake: &FakeOpenAi) {
+    let log = fake.usage_log();
     let requests = fake.requests();
     let replies: Vec<&(usize, u64, u64)> = log
         .iter()
@@ -237,6 +219,38 @@ async fn usage_through_the_api_and_the_cli_adds_up_to_the_fakes_usage(backend: B
         Some(3),
         "{by_user}"
     );
+}
+
+async fn usage_through_the_api_and_the_cli_adds_up_to_the_fakes_usage(backend: Backend) {
+    // The fake's default usage counts words, so every call differs.
+    let fake = FakeOpenAi::start().await;
+    let app = TestApp::spawn(
+        options(backend, &fake)
+            .persona("Ada", BIO)
+            // Facts every second message of a user: background calls are accounted too.
+            .env("TROUPE_MEMORY_FACTS_EVERY", "2"),
+    )
+    .await;
+    let posts = [
+        ("r1", "sam", "Is the lighthouse open today?"),
+        ("r1", "kim", "What time does the boat leave?"),
+        ("r2", "sam", "I like the green boat best of all the boats"),
+        ("r1", "sam", "Thanks, see you tomorrow at noon"),
+        ("r2", "lee", "Hello there"),
+    ];
+    for (room, user, text) in posts {
+        assert!(say(&app, "Ada", room, user, text).await.is_some());
+    }
+    // The facts call runs after its reply; wait until everything the fake answered is in.
+    eventually("the usage API to account every call", WAIT, || async {
+        let (status, body) = app.get("/api/agents/Ada/usage?by=day").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let log = fake.usage_log();
+        total(&body, "calls") == log.len() as u64 && log.len() > posts.len()
+    })
+    .await;
+    the_days_usage_is_the_fakes(&app, &fake).await;
+    replies_are_counted_per_room_and_per_user(&app, &fake).await;
 
     // Bad parameters get the API's error shape.
     let (status, body) = app.get("/api/agents/Ada/usage?by=week").await;

@@ -12,9 +12,8 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use troupe_e2e::fake_discord::{
-    APPLICATION_ID, Author, Edit, FakeDiscord, NewMessage, SentMessage, TOKEN,
-};
+use troupe_e2e::fake_discord::{Author, Edit, FakeDiscord, NewMessage, SentMessage};
+use troupe_e2e::streams::{self, long_answer};
 use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, WAIT, persona_json};
 
 const AGENT: &str = "Dot";
@@ -24,23 +23,8 @@ const EDIT_MS: u64 = 300;
 /// Between two pieces of a streamed answer.
 const GAP: Duration = Duration::from_millis(60);
 
-/// An answer long enough to arrive in many pieces (about three words each).
-fn long_answer(words: usize) -> String {
-    (0..words)
-        .map(|i| format!("word{i}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn dot(discord: &FakeDiscord) -> Value {
-    let mut character = persona_json(AGENT, "Dot keeps the lighthouse.");
-    character["clients"] = json!(["discord"]);
-    character["settings"]["secrets"] = json!({
-        "DISCORD_API_TOKEN": TOKEN,
-        "DISCORD_API_URL": discord.url(),
-        "DISCORD_APPLICATION_ID": APPLICATION_ID,
-    });
-    character
+    discord.persona(AGENT, "Dot keeps the lighthouse.")
 }
 
 async fn on_discord(discord: &FakeDiscord, openai: &FakeOpenAi) -> TestApp {
@@ -78,23 +62,13 @@ async fn shown(app: &TestApp, discord: &FakeDiscord, expected: &str) -> Vec<Sent
 }
 
 fn joined(sent: &[SentMessage]) -> String {
-    sent.iter()
-        .map(|m| m.content.trim())
-        .collect::<Vec<_>>()
-        .join(" ")
+    streams::joined(sent.iter().map(|m| m.content.as_str()))
 }
 
 /// No two edits of one message closer than the pace.
 fn assert_paced(edits: &[Edit]) {
-    for pair in edits.windows(2) {
-        if pair[0].message_id == pair[1].message_id {
-            let gap = pair[1].at.duration_since(pair[0].at);
-            assert!(
-                gap >= Duration::from_millis(EDIT_MS - 20),
-                "two edits {gap:?} apart, under TROUPE_STREAM_EDIT_MS={EDIT_MS}: {edits:#?}"
-            );
-        }
-    }
+    let times: Vec<_> = edits.iter().map(|e| (e.message_id.clone(), e.at)).collect();
+    streams::assert_paced(&times, EDIT_MS);
 }
 
 #[tokio::test]
@@ -289,12 +263,7 @@ async fn a_telegram_private_reply_streams_as_drafts_then_one_message() {
     let openai = FakeOpenAi::start().await;
     let answer = long_answer(30);
     openai.push(Script::paced(answer.clone(), GAP));
-    let mut character = persona_json("Tess", "Tess keeps the ferry's logbook.");
-    character["clients"] = json!(["telegram"]);
-    character["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
+    let character = telegram.persona("Tess", "Tess keeps the ferry's logbook.");
     let app = TestApp::spawn(
         TestAppOptions::new(Backend::Sqlite)
             .persona_file("tess.json", character)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_e2e::fake_telegram::{FakeTelegram, SentMessage, deliver_webhook, tg};
-use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, eventually, persona_json};
+use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, eventually};
 
 const AGENT: &str = "Tess";
 const BIO: &str = "Tess keeps the night ferry's logbook and knows every buoy in the strait.";
@@ -23,12 +23,7 @@ fn ann() -> Value {
 /// The Tess character on Telegram, pointed at `telegram`, with extra secrets and
 /// `clientConfig.telegram` when given.
 fn character(telegram: &FakeTelegram, secrets: &[(&str, &str)], client_config: Value) -> Value {
-    let mut c = persona_json(AGENT, BIO);
-    c["clients"] = json!(["telegram"]);
-    c["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
+    let mut c = telegram.persona(AGENT, BIO);
     for (k, v) in secrets {
         c["settings"]["secrets"][*k] = json!(v);
     }

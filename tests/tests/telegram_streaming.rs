@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_e2e::fake_telegram::{Edit, FakeTelegram, SentMessage, tg};
-use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, WAIT, persona_json};
+use troupe_e2e::streams::{self, long_answer};
+use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, WAIT};
 
 const AGENT: &str = "Tess";
 const GROUP: i64 = -100_900;
@@ -22,21 +23,8 @@ const EDIT_MS: u64 = 300;
 /// Between two pieces of a streamed answer.
 const GAP: Duration = Duration::from_millis(60);
 
-fn long_answer(words: usize) -> String {
-    (0..words)
-        .map(|i| format!("word{i}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn character(telegram: &FakeTelegram) -> Value {
-    let mut c = persona_json(AGENT, "Tess keeps the night ferry's logbook.");
-    c["clients"] = json!(["telegram"]);
-    c["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
-    c
+    telegram.persona(AGENT, "Tess keeps the night ferry's logbook.")
 }
 
 async fn spawn(telegram: &FakeTelegram, openai: &FakeOpenAi) -> TestApp {
@@ -73,23 +61,13 @@ async fn shown(app: &TestApp, telegram: &FakeTelegram, expected: &str) -> Vec<Se
 }
 
 fn joined(sent: &[SentMessage]) -> String {
-    sent.iter()
-        .map(|m| m.text.trim())
-        .collect::<Vec<_>>()
-        .join(" ")
+    streams::joined(sent.iter().map(|m| m.text.as_str()))
 }
 
 /// No two edits of one message closer than the pace.
 fn assert_paced(edits: &[Edit]) {
-    for pair in edits.windows(2) {
-        if pair[0].message_id == pair[1].message_id {
-            let gap = pair[1].at.duration_since(pair[0].at);
-            assert!(
-                gap >= Duration::from_millis(EDIT_MS - 20),
-                "two edits {gap:?} apart, under TROUPE_STREAM_EDIT_MS={EDIT_MS}: {edits:#?}"
-            );
-        }
-    }
+    let times: Vec<_> = edits.iter().map(|e| (e.message_id.clone(), e.at)).collect();
+    streams::assert_paced(&times, EDIT_MS);
 }
 
 #[tokio::test]

@@ -55,15 +55,10 @@ fn stdio_server(python: &str, timeout: u64) -> Value {
 }
 
 fn telegram_character(telegram: &FakeTelegram, python: &str, tools: Value) -> Value {
-    let mut c = persona_json(
+    let mut c = telegram.persona(
         "Tess",
         "Tess keeps the launch codes of the northern station.",
     );
-    c["clients"] = json!(["telegram"]);
-    c["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
     c["settings"]["mcp"] = json!({"servers": {"station": stdio_server(python, 30)}});
     c["settings"]["troupe"] = json!({"tools": tools});
     c
@@ -160,15 +155,7 @@ async fn a_dm_gets_what_only_the_tool_knows_and_a_group_not_opted_in_gets_no_too
     let logs = app.logs();
     assert!(logs.contains("tool called"), "{logs}");
     assert!(!logs.contains("Orion\""), "arguments stay out of the logs");
-    let metrics = app
-        .client()
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&app).await;
     assert!(
         metrics.contains(
             "troupe_tool_calls_total{persona=\"tess\",tool=\"station.lookup\",outcome=\"ok\"} 1"
@@ -612,25 +599,25 @@ async fn web_fetch_is_off_until_the_operator_turns_it_on() {
     );
 }
 
-#[tokio::test]
-async fn builtins_search_the_knowledge_remember_only_the_speaker_and_fetch_through_the_policy() {
-    let model = FakeOpenAi::start_with(echoes_tool_results()).await;
-    let page = web_page().await;
-    let app = TestApp::spawn(
-        TestAppOptions::new(Backend::Sqlite)
-            .persona_file("tess.json", builtin_character())
-            .openai(&model)
-            .env("TROUPE_TOOL_WEB_FETCH", "true")
-            .env("TROUPE_FETCH_ALLOW", &format!("127.0.0.1:{page}"))
-            .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
-            // Facts are kept (and recalled), but no extraction runs in this test.
-            .env("TROUPE_MEMORY_FACTS_EVERY", "1000")
-            .env("TROUPE_RATE_API_PER_MIN", "0"),
-    )
-    .await;
-    let ask = |user: &'static str, id: &'static str, text: &'static str| json!({"roomId": "r1", "userId": user, "userName": user, "messageId": id, "text": text});
+/// A message of `user` in room r1 with the message id `id`.
+fn ask(user: &str, id: &str, text: &str) -> Value {
+    json!({"roomId": "r1", "userId": user, "userName": user, "messageId": id, "text": text})
+}
 
-    // knowledge.search: the persona's own documents, as the model asked.
+/// `GET /metrics`, as text.
+async fn metrics_text(app: &TestApp) -> String {
+    app.client()
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// knowledge.search: the persona's own documents, as the model asked.
+async fn knowledge_search_reads_the_personas_documents(app: &TestApp, model: &FakeOpenAi) {
     model.push(Script::ToolCalls(vec![(
         "knowledge__search".into(),
         json!({"query": "tide gauge painted"}),
@@ -648,8 +635,10 @@ async fn builtins_search_the_knowledge_remember_only_the_speaker_and_fetch_throu
             .tool_names()
             .contains(&"knowledge__search".to_string())
     );
+}
 
-    // memory.remember: the fact is about the speaker, whatever else the model names.
+/// memory.remember: the fact is about the speaker, whatever else the model names.
+async fn memory_remember_is_about_the_speaker(app: &TestApp, model: &FakeOpenAi) {
     model.push(Script::ToolCalls(vec![(
         "memory__remember".into(),
         json!({"fact": "prefers green tea", "user": "ben", "userId": "ben"}),
@@ -677,8 +666,10 @@ async fn builtins_search_the_knowledge_remember_only_the_speaker_and_fetch_throu
         .await;
     let ann_prompt = model.requests().last().unwrap().prompt_text();
     assert!(ann_prompt.contains("prefers green tea"), "{ann_prompt}");
+}
 
-    // memory.forget, asked for by Ben: only Ben's facts could go, and he has none.
+/// memory.forget, asked for by Ben: only Ben's facts could go, and he has none.
+async fn memory_forget_forgets_only_the_speakers_facts(app: &TestApp, model: &FakeOpenAi) {
     model.push(Script::ToolCalls(vec![(
         "memory__forget".into(),
         json!({"fact": "green tea"}),
@@ -698,8 +689,10 @@ async fn builtins_search_the_knowledge_remember_only_the_speaker_and_fetch_throu
     assert!(tool_results(&model)[0].contains("Forgotten: prefers green tea"));
     let (_, facts) = app.get("/api/agents/tess/rooms/r1/facts").await;
     assert_eq!(facts["facts"], json!([]), "{facts}");
+}
 
-    // web.fetch: a page the operator allows is read as text; the metadata service is not.
+/// web.fetch: a page the operator allows is read as text; the metadata service is not.
+async fn web_fetch_goes_through_the_policy(app: &TestApp, model: &FakeOpenAi, page: u16) {
     model.push(Script::ToolCalls(vec![
         (
             "web__fetch".into(),
@@ -722,11 +715,13 @@ async fn builtins_search_the_knowledge_remember_only_the_speaker_and_fetch_throu
     );
     assert!(!results[0].contains("<p>") && !results[0].contains("var x"));
     assert!(results[1].contains("link-local"), "{}", results[1]);
-    let panel = why(&app, "r1", "m7").await;
+    let panel = why(app, "r1", "m7").await;
     assert_eq!(panel["toolCalls"][0]["outcome"], "ok", "{panel}");
     assert_eq!(panel["toolCalls"][1]["outcome"], "error", "{panel}");
+}
 
-    // Logs name the tools, never what they were given.
+/// Logs name the tools, never what they were given.
+async fn logs_and_metrics_name_the_tools_only(app: &TestApp) {
     let logs = app.logs();
     assert!(logs.contains("web.fetch"), "{logs}");
     for secret in [
@@ -740,15 +735,7 @@ async fn builtins_search_the_knowledge_remember_only_the_speaker_and_fetch_throu
             "`{secret}` reached the logs:\n{logs}"
         );
     }
-    let metrics = app
-        .client()
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(app).await;
     for line in [
         "troupe_tool_calls_total{persona=\"tess\",tool=\"knowledge.search\",outcome=\"ok\"} 1",
         "troupe_tool_calls_total{persona=\"tess\",tool=\"memory.forget\",outcome=\"ok\"} 2",
@@ -757,6 +744,30 @@ async fn builtins_search_the_knowledge_remember_only_the_speaker_and_fetch_throu
     ] {
         assert!(metrics.contains(line), "{line}\n{metrics}");
     }
+}
+
+#[tokio::test]
+async fn builtins_search_the_knowledge_remember_only_the_speaker_and_fetch_through_the_policy() {
+    let model = FakeOpenAi::start_with(echoes_tool_results()).await;
+    let page = web_page().await;
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("tess.json", builtin_character())
+            .openai(&model)
+            .env("TROUPE_TOOL_WEB_FETCH", "true")
+            .env("TROUPE_FETCH_ALLOW", &format!("127.0.0.1:{page}"))
+            .env("TROUPE_MEMORY_SUMMARY_EVERY", "0")
+            // Facts are kept (and recalled), but no extraction runs in this test.
+            .env("TROUPE_MEMORY_FACTS_EVERY", "1000")
+            .env("TROUPE_RATE_API_PER_MIN", "0"),
+    )
+    .await;
+
+    knowledge_search_reads_the_personas_documents(&app, &model).await;
+    memory_remember_is_about_the_speaker(&app, &model).await;
+    memory_forget_forgets_only_the_speakers_facts(&app, &model).await;
+    web_fetch_goes_through_the_policy(&app, &model, page).await;
+    logs_and_metrics_name_the_tools_only(&app).await;
 }
 
 #[tokio::test]

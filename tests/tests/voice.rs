@@ -18,10 +18,10 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use troupe_e2e::fake_discord::{APPLICATION_ID, Author, FakeDiscord, NewMessage, TOKEN};
+use troupe_e2e::fake_discord::{Author, FakeDiscord, NewMessage, TOKEN, Upload};
 use troupe_e2e::fake_openai::audio::{Heard, speech_ogg};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
-use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, persona_json};
+use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions};
 
 /// A hang guard, not a timing assertion.
 const WAIT: Duration = Duration::from_secs(60);
@@ -47,12 +47,7 @@ async fn telegram_app(
     openai: &FakeOpenAi,
     env: &[(&str, &str)],
 ) -> TestApp {
-    let mut character = persona_json("Vera", "Vera listens to voice notes and answers them.");
-    character["clients"] = json!(["telegram"]);
-    character["settings"]["secrets"] = json!({
-        "TELEGRAM_BOT_TOKEN": telegram.token(),
-        "TELEGRAM_API_ROOT": telegram.api_root(),
-    });
+    let character = telegram.persona("Vera", "Vera listens to voice notes and answers them.");
     let mut options = TestAppOptions::new(Backend::Sqlite)
         .persona_file("vera.json", character)
         .openai(openai);
@@ -197,13 +192,7 @@ async fn with_transcription_off_a_voice_note_is_not_sent_and_the_persona_told_wh
 }
 
 async fn discord_app(discord: &FakeDiscord, openai: &FakeOpenAi, env: &[(&str, &str)]) -> TestApp {
-    let mut character = persona_json("Dot", "Dot listens to voice messages and answers them.");
-    character["clients"] = json!(["discord"]);
-    character["settings"]["secrets"] = json!({
-        "DISCORD_API_TOKEN": TOKEN,
-        "DISCORD_API_URL": discord.url(),
-        "DISCORD_APPLICATION_ID": APPLICATION_ID,
-    });
+    let character = discord.persona("Dot", "Dot listens to voice messages and answers them.");
     let mut options = TestAppOptions::new(Backend::Sqlite)
         .persona_file("dot.json", character)
         .openai(openai);
@@ -366,31 +355,9 @@ async fn audio_posted_to_the_api_is_transcribed_and_answered() {
     assert_eq!(status, 422, "{body}");
 }
 
-#[tokio::test]
-async fn a_discord_voice_message_is_answered_by_a_voice_message_and_text() {
-    let discord = FakeDiscord::start().await;
-    let openai = FakeOpenAi::start().await;
-    let app = discord_app(
-        &discord,
-        &openai,
-        &[
-            ("TROUPE_SPEECH_MODEL", "tts-1"),
-            ("TROUPE_STREAM_EDIT_MS", "100"),
-        ],
-    )
-    .await;
-    let channel = "420000000000000007";
-
-    // Written slowly enough to be streamed, were it not answered by voice.
-    openai.audio().push(Heard::Text("how cold is Mars?".into()));
-    openai.push(Script::paced(
-        "Mars is cold and dusty today.",
-        Duration::from_millis(200),
-    ));
-    let asked_id = discord_voice(&discord, channel, "alice", &ogg(3000));
-    let voices = app.expect(discord.try_wait_for_voice_messages(1, WAIT).await);
-    let sent = app.expect(discord.try_wait_for_sent(1, WAIT).await);
-    let voice = &voices[0];
+/// A voice message as Discord takes one: the voice flag only, no content, an Ogg file
+/// with its length and a waveform, a reply to `asked` that does not ping (the text does).
+fn assert_a_voice_message(voice: &Upload, asked: &str) {
     assert_eq!(voice.flags, 8192, "IS_VOICE_MESSAGE, nothing else");
     assert_eq!(voice.content, "", "a voice message has no content");
     assert_eq!(voice.filename, "voice-message.ogg");
@@ -406,32 +373,18 @@ async fn a_discord_voice_message_is_answered_by_a_voice_message_and_text() {
         (1..=256).contains(&waveform.len()),
         "a waveform of 1 to 256 points: {waveform:?}"
     );
-    assert_eq!(
-        voice.reply_to.as_deref(),
-        Some(asked_id.as_str()),
-        "a reply"
-    );
+    assert_eq!(voice.reply_to.as_deref(), Some(asked), "a reply");
     assert_eq!(voice.replied_user, Some(false), "the text pings, not both");
-    assert_eq!(
-        sent[0].content, "Mars is cold and dusty today.",
-        "the text too"
-    );
-    assert_eq!(sent[0].reply_to.as_deref(), Some(asked_id.as_str()));
-    let order = |id: &str| id.parse::<u64>().unwrap_or(u64::MAX);
-    assert!(
-        order(&voice.id) < order(&sent[0].id),
-        "the voice message goes before the text"
-    );
-    assert_eq!(discord.uploads().len(), 1, "one voice message");
-    assert!(
-        discord.edits().is_empty(),
-        "a reply answered by voice is not streamed: {:?}",
-        discord.edits()
-    );
-    assert_eq!(openai.audio().speech_requests().len(), 1);
+}
 
-    // An upload Discord refuses (the bot lacks Send Voice Messages there) still sends the
-    // text, and nothing is said twice.
+/// An upload Discord refuses (the bot lacks Send Voice Messages there) still sends the
+/// text, and nothing is said twice.
+async fn a_refused_upload_still_sends_the_text(
+    app: &TestApp,
+    discord: &FakeDiscord,
+    openai: &FakeOpenAi,
+    channel: &str,
+) {
     discord.refuse_next_send(403, 50013, "Missing Permissions");
     openai.audio().push(Heard::Text("and Venus?".into()));
     openai.push_reply("Venus is hotter.");
@@ -462,4 +415,51 @@ async fn a_discord_voice_message_is_answered_by_a_voice_message_and_text() {
         !app.logs().contains(TOKEN),
         "the bot token reached the logs"
     );
+}
+
+#[tokio::test]
+async fn a_discord_voice_message_is_answered_by_a_voice_message_and_text() {
+    let discord = FakeDiscord::start().await;
+    let openai = FakeOpenAi::start().await;
+    let app = discord_app(
+        &discord,
+        &openai,
+        &[
+            ("TROUPE_SPEECH_MODEL", "tts-1"),
+            ("TROUPE_STREAM_EDIT_MS", "100"),
+        ],
+    )
+    .await;
+    let channel = "420000000000000007";
+
+    // Written slowly enough to be streamed, were it not answered by voice.
+    openai.audio().push(Heard::Text("how cold is Mars?".into()));
+    openai.push(Script::paced(
+        "Mars is cold and dusty today.",
+        Duration::from_millis(200),
+    ));
+    let asked_id = discord_voice(&discord, channel, "alice", &ogg(3000));
+    let voices = app.expect(discord.try_wait_for_voice_messages(1, WAIT).await);
+    let sent = app.expect(discord.try_wait_for_sent(1, WAIT).await);
+    assert_a_voice_message(&voices[0], &asked_id);
+    let voice = &voices[0];
+    assert_eq!(
+        sent[0].content, "Mars is cold and dusty today.",
+        "the text too"
+    );
+    assert_eq!(sent[0].reply_to.as_deref(), Some(asked_id.as_str()));
+    let order = |id: &str| id.parse::<u64>().unwrap_or(u64::MAX);
+    assert!(
+        order(&voice.id) < order(&sent[0].id),
+        "the voice message goes before the text"
+    );
+    assert_eq!(discord.uploads().len(), 1, "one voice message");
+    assert!(
+        discord.edits().is_empty(),
+        "a reply answered by voice is not streamed: {:?}",
+        discord.edits()
+    );
+    assert_eq!(openai.audio().speech_requests().len(), 1);
+
+    a_refused_upload_still_sends_the_text(&app, &discord, &openai, channel).await;
 }

@@ -152,15 +152,6 @@ pub(super) fn edit_in(
     body: &Value,
     path: String,
 ) -> Response {
-    let answer = |inner: &mut Inner, status: u16, body: Value| {
-        inner.requests.push(RequestRecord {
-            method: "PATCH",
-            path: path.clone(),
-            status,
-            authorized: true,
-        });
-        with_bucket(StatusCode::from_u16(status).unwrap_or(StatusCode::OK), body)
-    };
     if inner.scripted_edit_429 > 0 {
         inner.scripted_edit_429 -= 1;
         inner.rate_limited += 1;
@@ -177,41 +168,37 @@ pub(super) fn edit_in(
         )
             .into_response();
     }
-    let Some(content) = body["content"].as_str().map(str::to_string) else {
-        return answer(
-            inner,
-            400,
-            json!({"code": 50109, "message": "The request body contains invalid JSON."}),
-        );
+    let (status, answer) = match edited(inner, channel, message, body) {
+        Ok(updated) => (200, updated),
+        Err((status, error)) => (status, error),
     };
-    if content.trim().is_empty() || content.chars().count() > MAX_CONTENT {
-        return answer(
-            inner,
-            400,
-            json!({"code": 50035, "message": "Invalid Form Body"}),
-        );
-    }
-    if inner
-        .uploads
-        .iter()
-        .any(|u| u.id == message && u.is_voice_message())
-    {
-        return answer(
-            inner,
-            400,
-            json!({"code": 50162, "message": "Voice messages cannot be edited."}),
-        );
-    }
+    inner.requests.push(RequestRecord {
+        method: "PATCH",
+        path,
+        status,
+        authorized: true,
+    });
+    with_bucket(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+        answer,
+    )
+}
+
+/// Edits the message as Discord would: the message as it now is, or the status and error
+/// Discord answers.
+fn edited(
+    inner: &mut Inner,
+    channel: &str,
+    message: &str,
+    body: &Value,
+) -> Result<Value, (u16, Value)> {
+    let content = editable(inner, message, body)?;
     let Some(sent) = inner
         .sent
         .iter_mut()
         .find(|m| m.id == message && m.channel == channel)
     else {
-        return answer(
-            inner,
-            404,
-            json!({"code": 10008, "message": "Unknown Message"}),
-        );
+        return Err((404, json!({"code": 10008, "message": "Unknown Message"})));
     };
     sent.content = content.clone();
     let mut updated = Value::Null;
@@ -233,7 +220,32 @@ pub(super) fn edit_in(
         content,
         at: std::time::Instant::now(),
     });
-    answer(inner, 200, updated)
+    Ok(updated)
+}
+
+/// The new content, if the edit is one Discord takes: content that is not blank and not
+/// too long, of a message that is not a voice message.
+fn editable(inner: &Inner, message: &str, body: &Value) -> Result<String, (u16, Value)> {
+    let Some(content) = body["content"].as_str().map(str::to_string) else {
+        return Err((
+            400,
+            json!({"code": 50109, "message": "The request body contains invalid JSON."}),
+        ));
+    };
+    if content.trim().is_empty() || content.chars().count() > MAX_CONTENT {
+        return Err((400, json!({"code": 50035, "message": "Invalid Form Body"})));
+    }
+    if inner
+        .uploads
+        .iter()
+        .any(|u| u.id == message && u.is_voice_message())
+    {
+        return Err((
+            400,
+            json!({"code": 50162, "message": "Voice messages cannot be edited."}),
+        ));
+    }
+    Ok(content)
 }
 
 /// `DELETE /channels/{channel}/messages/{message}`: 204, the message gone from

@@ -297,92 +297,142 @@ pub(super) async fn serve_gateway(shared: Arc<Shared>, mut socket: WebSocket) {
                 let text = match incoming {
                     Some(Ok(WsMessage::Text(t))) => t.to_string(),
                     Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => {
-                        let mut inner = shared.lock();
-                        if let Some(live) = inner.live_mut(which)
-                            && live.as_ref().is_some_and(|(c, _)| *c == conn)
-                        {
-                            *live = None;
-                        }
+                        forget_live(&shared, which, conn);
                         return;
                     }
                     Some(Ok(_)) => continue,
                 };
                 let Ok(payload) = serde_json::from_str::<Value>(&text) else {
-                    let _ = socket.send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
-                        code: 4002, reason: "Error while decoding payload.".into(),
-                    }))).await;
+                    close(&mut socket, 4002, "Error while decoding payload.").await;
                     return;
                 };
-                match payload["op"].as_u64() {
-                    Some(1) if !send_text(&mut socket, json!({"op": 11}).to_string()).await => {
-                        return;
-                    }
-                    Some(1) => {}
-                    Some(2) => {
-                        let token = payload["d"]["token"].as_str().unwrap_or_default();
-                        let token = token.strip_prefix("Bot ").unwrap_or(token);
-                        let Some((bot, user)) = shared.lock().bot_by_token(token) else {
-                            let _ = socket.send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
-                                code: 4004, reason: "Authentication failed.".into(),
-                            }))).await;
+                let answer = match payload["op"].as_u64() {
+                    Some(1) => Some(json!({"op": 11})),
+                    Some(2) => match identify(&shared, &payload, conn, &tx) {
+                        Some(bot) => {
+                            which = bot;
+                            None
+                        }
+                        None => {
+                            close(&mut socket, 4004, "Authentication failed.").await;
                             return;
-                        };
-                        which = bot;
-                        let url = shared.ws_url.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                        let mut inner = shared.lock();
-                        inner.identifies += 1;
-                        let session_id = format!("fake-session-{}", inner.identifies);
-                        if let Some(session) = inner.session_mut(which) {
-                            *session = Some(Session { id: session_id.clone(), seq: 0, log: Vec::new() });
                         }
-                        if let Some(live) = inner.live_mut(which) {
-                            *live = Some((conn, tx.clone()));
+                    },
+                    Some(6) => match resume(&shared, &payload, conn, &tx) {
+                        Some(bot) => {
+                            which = bot;
+                            None
                         }
-                        let ready = json!({
-                            "v": 10, "user": user.user(),
-                            "guilds": [{"id": GUILD_ID, "unavailable": true}],
-                            "session_id": session_id, "resume_gateway_url": url,
-                            "shard": [0, 1],
-                            "application": {"id": APPLICATION_ID, "flags": 0},
-                        });
-                        inner.dispatch_to(which, "READY", ready);
-                        let n = inner.identifies;
-                        drop(inner);
-                        shared.sessions.send_modify(|s| s.0 = n);
-                    }
-                    Some(6) => {
-                        let session_id = payload["d"]["session_id"].as_str().unwrap_or_default();
-                        let seq = payload["d"]["seq"].as_u64().unwrap_or(0);
-                        let known = shared.lock().bot_by_session(session_id);
-                        let Some(bot) = known else {
-                            if !send_text(&mut socket, json!({"op": 9, "d": false}).to_string()).await {
-                                return;
-                            }
-                            continue;
-                        };
-                        which = bot;
-                        let mut inner = shared.lock();
-                        inner.resumes += 1;
-                        if let Some(live) = inner.live_mut(which) {
-                            *live = Some((conn, tx.clone()));
-                        }
-                        let missed: Vec<String> = inner
-                            .session_mut(which)
-                            .and_then(|s| s.as_ref())
-                            .map(|s| s.log.iter().filter(|(n, _)| *n > seq).map(|(_, f)| f.clone()).collect())
-                            .unwrap_or_default();
-                        inner.replayed += missed.len();
-                        for frame in missed {
-                            let _ = tx.send(Outgoing::Frame(frame));
-                        }
-                        inner.dispatch_to(which, "RESUMED", json!({}));
-                        let n = inner.resumes;
-                        drop(inner);
-                        shared.sessions.send_modify(|s| s.1 = n);
-                    }
-                    _ => {}
+                        None => Some(json!({"op": 9, "d": false})),
+                    },
+                    _ => None,
+                };
+                if let Some(answer) = answer
+                    && !send_text(&mut socket, answer.to_string()).await
+                {
+                    return;
                 }
             }
         }
     }
+}
+
+/// Closes the WebSocket with `code`, as Discord does on a bad payload or token.
+async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
+    let frame = axum::extract::ws::CloseFrame {
+        code,
+        reason: reason.to_string().into(),
+    };
+    let _ = socket.send(WsMessage::Close(Some(frame))).await;
+}
+
+/// The connection `conn` of bot `which` closed: it is no longer the bot's live one.
+fn forget_live(shared: &Shared, which: Which, conn: u64) {
+    let mut inner = shared.lock();
+    if let Some(live) = inner.live_mut(which)
+        && live.as_ref().is_some_and(|(c, _)| *c == conn)
+    {
+        *live = None;
+    }
+}
+
+/// IDENTIFY: a new session for the bot whose token it carries, READY on it; `None` for a
+/// token the fake does not know.
+fn identify(
+    shared: &Shared,
+    payload: &Value,
+    conn: u64,
+    tx: &mpsc::UnboundedSender<Outgoing>,
+) -> Option<Which> {
+    let token = payload["d"]["token"].as_str().unwrap_or_default();
+    let token = token.strip_prefix("Bot ").unwrap_or(token);
+    let (which, user) = shared.lock().bot_by_token(token)?;
+    let url = shared
+        .ws_url
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut inner = shared.lock();
+    inner.identifies += 1;
+    let session_id = format!("fake-session-{}", inner.identifies);
+    if let Some(session) = inner.session_mut(which) {
+        *session = Some(Session {
+            id: session_id.clone(),
+            seq: 0,
+            log: Vec::new(),
+        });
+    }
+    if let Some(live) = inner.live_mut(which) {
+        *live = Some((conn, tx.clone()));
+    }
+    let ready = json!({
+        "v": 10, "user": user.user(),
+        "guilds": [{"id": GUILD_ID, "unavailable": true}],
+        "session_id": session_id, "resume_gateway_url": url,
+        "shard": [0, 1],
+        "application": {"id": APPLICATION_ID, "flags": 0},
+    });
+    inner.dispatch_to(which, "READY", ready);
+    let n = inner.identifies;
+    drop(inner);
+    shared.sessions.send_modify(|s| s.0 = n);
+    Some(which)
+}
+
+/// RESUME: the dispatches the session missed after `seq`, then RESUMED; `None` for a
+/// session the fake does not know (it answers INVALID_SESSION).
+fn resume(
+    shared: &Shared,
+    payload: &Value,
+    conn: u64,
+    tx: &mpsc::UnboundedSender<Outgoing>,
+) -> Option<Which> {
+    let session_id = payload["d"]["session_id"].as_str().unwrap_or_default();
+    let seq = payload["d"]["seq"].as_u64().unwrap_or(0);
+    let which = shared.lock().bot_by_session(session_id)?;
+    let mut inner = shared.lock();
+    inner.resumes += 1;
+    if let Some(live) = inner.live_mut(which) {
+        *live = Some((conn, tx.clone()));
+    }
+    let missed: Vec<String> = inner
+        .session_mut(which)
+        .and_then(|s| s.as_ref())
+        .map(|s| {
+            s.log
+                .iter()
+                .filter(|(n, _)| *n > seq)
+                .map(|(_, f)| f.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    inner.replayed += missed.len();
+    for frame in missed {
+        let _ = tx.send(Outgoing::Frame(frame));
+    }
+    inner.dispatch_to(which, "RESUMED", json!({}));
+    let n = inner.resumes;
+    drop(inner);
+    shared.sessions.send_modify(|s| s.1 = n);
+    Some(which)
 }

@@ -399,6 +399,19 @@ impl FakeDiscord {
         }
     }
 
+    /// The character file of a persona `name` on Discord through this fake
+    /// ([`crate::persona_json`], the bot's token, the API URL and the application id set).
+    pub fn persona(&self, name: &str, bio: &str) -> Value {
+        let mut character = crate::persona_json(name, bio);
+        character["clients"] = json!(["discord"]);
+        character["settings"]["secrets"] = json!({
+            "DISCORD_API_TOKEN": TOKEN,
+            "DISCORD_API_URL": self.url(),
+            "DISCORD_APPLICATION_ID": APPLICATION_ID,
+        });
+        character
+    }
+
     /// `http://127.0.0.1:PORT`: what `DISCORD_API_URL` is set to.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)

@@ -29,7 +29,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::messages::nonce_of;
-use super::{FakeBot, FakeDiscord, RequestRecord, Shared, discord_error, with_bucket};
+use super::{FakeBot, FakeDiscord, Inner, RequestRecord, Shared, discord_error, with_bucket};
 use crate::wait;
 
 /// The message flag of a voice message.
@@ -207,12 +207,7 @@ pub(super) async fn create_with_files(
     {
         return refuse(code, message);
     }
-    let origin = shared
-        .ws_url
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .replace("ws://", "http://")
-        .replace("/gateway-ws", "");
+    let origin = cdn_origin(shared);
     let mut inner = shared.lock();
     if let Some(refused) = inner.scripted_refusal(&path) {
         return refused;
@@ -229,20 +224,7 @@ pub(super) async fn create_with_files(
         .cloned()
         .unwrap_or(Value::Null);
     let id = message["id"].as_str().unwrap_or_default().to_string();
-    let cdn_path = format!("{channel}/{id}/{}", file.filename);
-    let url = format!("{origin}/attachments/{cdn_path}?ex=6a1b2c3d&hm=0f1e2d3c");
-    inner.cdn.insert(cdn_path, file.bytes.clone());
-    let mut attachment = json!({
-        "id": format!("7{:017}", inner.uploads.len() + 1),
-        "filename": file.filename, "size": file.bytes.len(), "url": url, "proxy_url": url,
-        "content_type": file.content_type,
-    });
-    for key in ["duration_secs", "waveform"] {
-        if !entry[key].is_null() {
-            attachment[key] = entry[key].clone();
-        }
-    }
-    message["attachments"] = json!([attachment]);
+    message["attachments"] = json!([attachment(&mut inner, &origin, channel, &id, file, &entry)]);
     message["flags"] = json!(flags);
     let content = payload["content"].as_str().unwrap_or_default().to_string();
     message["content"] = json!(content);
@@ -271,6 +253,42 @@ pub(super) async fn create_with_files(
     drop(inner);
     shared.sent.send_modify(|_| {});
     with_bucket(StatusCode::OK, message)
+}
+
+/// Where the fake serves attachments: its own HTTP origin.
+fn cdn_origin(shared: &Shared) -> String {
+    shared
+        .ws_url
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .replace("ws://", "http://")
+        .replace("/gateway-ws", "")
+}
+
+/// The attachment of `file` to message `id`, as Discord shows it (with the duration and
+/// waveform a voice message was sent with); the fake's CDN serves its bytes from now on.
+fn attachment(
+    inner: &mut Inner,
+    origin: &str,
+    channel: &str,
+    id: &str,
+    file: &FilePart,
+    entry: &Value,
+) -> Value {
+    let cdn_path = format!("{channel}/{id}/{}", file.filename);
+    let url = format!("{origin}/attachments/{cdn_path}?ex=6a1b2c3d&hm=0f1e2d3c");
+    inner.cdn.insert(cdn_path, file.bytes.clone());
+    let mut attachment = json!({
+        "id": format!("7{:017}", inner.uploads.len() + 1),
+        "filename": file.filename, "size": file.bytes.len(), "url": url, "proxy_url": url,
+        "content_type": file.content_type,
+    });
+    for key in ["duration_secs", "waveform"] {
+        if !entry[key].is_null() {
+            attachment[key] = entry[key].clone();
+        }
+    }
+    attachment
 }
 
 impl FakeDiscord {

@@ -140,6 +140,80 @@ pub(super) async fn notifications(
     finish(&shared, &method, &uri, &headers, r)
 }
 
+/// What a notifications request asks for, checked as Neynar checks it.
+struct Asked {
+    fid: u64,
+    mentions: bool,
+    replies: bool,
+    page_size: usize,
+    offset: usize,
+}
+
+impl Asked {
+    fn read(shared: &Shared, q: &HashMap<String, String>) -> Result<Asked, Response> {
+        let Some(fid) = q
+            .get("fid")
+            .and_then(|f| f.parse::<u64>().ok())
+            .filter(|f| *f > 0)
+        else {
+            return Err(neynar_error(
+                400,
+                "fid must be a positive integer",
+                "InvalidField",
+                Some("fid"),
+            ));
+        };
+        let (mentions, replies) = match q.get("type") {
+            Some(types) => Self::types(types)?,
+            None => (true, true),
+        };
+        let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
+            None => 15,
+            Some(Ok(l)) if (1..=25).contains(&l) => l,
+            Some(_) => {
+                return Err(neynar_error(
+                    400,
+                    "limit must be between 1 and 25",
+                    "InvalidField",
+                    Some("limit"),
+                ));
+            }
+        };
+        let offset = match q.get("cursor") {
+            None => 0,
+            Some(c) => decode_cursor(c).ok_or_else(|| {
+                neynar_error(400, "Invalid cursor", "InvalidField", Some("cursor"))
+            })?,
+        };
+        Ok(Asked {
+            fid,
+            mentions,
+            replies,
+            page_size: limit.min(shared.config.max_page_size.max(1)),
+            offset,
+        })
+    }
+
+    /// `type=mentions,replies,…`: whether mentions and replies are asked for.
+    fn types(types: &str) -> Result<(bool, bool), Response> {
+        let types: Vec<&str> = types.split(',').map(str::trim).collect();
+        for t in &types {
+            if !matches!(
+                *t,
+                "follows" | "recasts" | "likes" | "mentions" | "replies" | "quotes"
+            ) {
+                return Err(neynar_error(
+                    400,
+                    &format!("Invalid notification type: {t}"),
+                    "InvalidField",
+                    Some("type"),
+                ));
+            }
+        }
+        Ok((types.contains(&"mentions"), types.contains(&"replies")))
+    }
+}
+
 pub(super) fn notifications_inner(
     shared: &Shared,
     headers: &HeaderMap,
@@ -148,58 +222,11 @@ pub(super) fn notifications_inner(
     if let Err(r) = front(shared, Route::Notifications, headers) {
         return r.response();
     }
-    let Some(fid) = q
-        .get("fid")
-        .and_then(|f| f.parse::<u64>().ok())
-        .filter(|f| *f > 0)
-    else {
-        return neynar_error(
-            400,
-            "fid must be a positive integer",
-            "InvalidField",
-            Some("fid"),
-        );
+    let asked = match Asked::read(shared, q) {
+        Ok(asked) => asked,
+        Err(refused) => return refused,
     };
-    let mut want_mentions = true;
-    let mut want_replies = true;
-    if let Some(types) = q.get("type") {
-        let types: Vec<&str> = types.split(',').map(str::trim).collect();
-        for t in &types {
-            if !matches!(
-                *t,
-                "follows" | "recasts" | "likes" | "mentions" | "replies" | "quotes"
-            ) {
-                return neynar_error(
-                    400,
-                    &format!("Invalid notification type: {t}"),
-                    "InvalidField",
-                    Some("type"),
-                );
-            }
-        }
-        want_mentions = types.contains(&"mentions");
-        want_replies = types.contains(&"replies");
-    }
-    let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
-        None => 15,
-        Some(Ok(l)) if (1..=25).contains(&l) => l,
-        Some(_) => {
-            return neynar_error(
-                400,
-                "limit must be between 1 and 25",
-                "InvalidField",
-                Some("limit"),
-            );
-        }
-    };
-    let page_size = limit.min(shared.config.max_page_size.max(1));
-    let offset = match q.get("cursor") {
-        None => 0,
-        Some(c) => match decode_cursor(c) {
-            Some(o) => o,
-            None => return neynar_error(400, "Invalid cursor", "InvalidField", Some("cursor")),
-        },
-    };
+    let (fid, offset, page_size) = (asked.fid, asked.offset, asked.page_size);
     let inner = shared.lock();
     let mut items: Vec<(&StoredCast, &str)> = inner
         .casts
@@ -207,9 +234,9 @@ pub(super) fn notifications_inner(
         .filter(|c| c.author_fid != fid)
         .filter_map(|c| {
             if c.mentioned_fids.contains(&fid) {
-                want_mentions.then_some((c, "mention"))
+                asked.mentions.then_some((c, "mention"))
             } else if c.parent_author_fid == Some(fid) {
-                want_replies.then_some((c, "reply"))
+                asked.replies.then_some((c, "reply"))
             } else {
                 None
             }

@@ -259,6 +259,22 @@ impl FakeNeynar {
         &self.shared.config.api_key
     }
 
+    /// The character file of a persona `name` on Farcaster through this fake
+    /// ([`crate::persona_json`], the bot's fid, the key, the signer and the API URL set),
+    /// polling every second.
+    pub fn persona(&self, name: &str, bio: &str) -> Value {
+        let mut character = crate::persona_json(name, bio);
+        character["clients"] = json!(["farcaster"]);
+        character["settings"]["secrets"] = json!({
+            "FARCASTER_FID": self.bot_fid().to_string(),
+            "FARCASTER_NEYNAR_API_KEY": self.api_key(),
+            "FARCASTER_NEYNAR_SIGNER_UUID": self.signer_uuid(),
+            "NEYNAR_API_URL": self.url(),
+            "FARCASTER_POLL_INTERVAL": "1",
+        });
+        character
+    }
+
     pub fn signer_uuid(&self) -> &str {
         &self.shared.config.signer_uuid
     }

@@ -28,30 +28,11 @@ pub(super) fn publish_inner(shared: &Shared, headers: &HeaderMap, body: &[u8]) -
     if let Err(r) = front(shared, Route::Publish, headers) {
         return r.response();
     }
-    let Ok(req) = serde_json::from_slice::<Value>(body) else {
-        return neynar_error(
-            400,
-            "The request body is not valid JSON",
-            "InvalidField",
-            None,
-        );
+    let req = match signed_request(shared, body) {
+        Ok(req) => req,
+        Err(refused) => return refused,
     };
-    let Some(signer) = req.get("signer_uuid").and_then(Value::as_str) else {
-        return neynar_error(
-            400,
-            "signer_uuid is required",
-            "InvalidField",
-            Some("signer_uuid"),
-        );
-    };
-    if signer != shared.config.signer_uuid {
-        return neynar_error(
-            403,
-            "Signer not approved or not paired with this API key",
-            "SignerNotApproved",
-            Some("signer_uuid"),
-        );
-    }
+    let signer = shared.config.signer_uuid.clone();
     let text = req
         .get("text")
         .and_then(Value::as_str)
@@ -76,30 +57,10 @@ pub(super) fn publish_inner(shared: &Shared, headers: &HeaderMap, body: &[u8]) -
             .find(|c| c.hash == hash)
             .map(|c| c.text.clone())
             .unwrap_or_default();
-        return axum::Json(
-            json!({"success": true, "cast": {"hash": hash, "author": {"fid": bot}, "text": text}}),
-        )
-        .into_response();
+        return cast_answer(&hash, bot, &text);
     }
-    if text.is_empty() {
-        return neynar_error(
-            400,
-            "A cast needs text or embeds",
-            "InvalidField",
-            Some("text"),
-        );
-    }
-    if text.len() > shared.config.cast_limit {
-        return neynar_error(
-            400,
-            &format!(
-                "Text is too long: {} bytes, the limit is {} bytes",
-                text.len(),
-                shared.config.cast_limit
-            ),
-            "InvalidField",
-            Some("text"),
-        );
+    if let Err(refused) = check_text(shared, &text) {
+        return refused;
     }
     let parent_cast = match &parent {
         Some(p) if p.starts_with("0x") => match inner.casts.iter().find(|c| &c.hash == p) {
@@ -125,11 +86,70 @@ pub(super) fn publish_inner(shared: &Shared, headers: &HeaderMap, body: &[u8]) -
         parent,
         parent_author_fid,
         idem,
-        signer_uuid: signer.to_string(),
+        signer_uuid: signer,
     });
     let count = inner.published.len();
     drop(inner);
     shared.published.send_replace(count);
+    cast_answer(&hash, bot, &text)
+}
+
+/// The request's JSON, if it is JSON and signed by the fake's approved signer.
+fn signed_request(shared: &Shared, body: &[u8]) -> Result<Value, Response> {
+    let Ok(req) = serde_json::from_slice::<Value>(body) else {
+        return Err(neynar_error(
+            400,
+            "The request body is not valid JSON",
+            "InvalidField",
+            None,
+        ));
+    };
+    let Some(signer) = req.get("signer_uuid").and_then(Value::as_str) else {
+        return Err(neynar_error(
+            400,
+            "signer_uuid is required",
+            "InvalidField",
+            Some("signer_uuid"),
+        ));
+    };
+    if signer != shared.config.signer_uuid {
+        return Err(neynar_error(
+            403,
+            "Signer not approved or not paired with this API key",
+            "SignerNotApproved",
+            Some("signer_uuid"),
+        ));
+    }
+    Ok(req)
+}
+
+/// A cast's text: not empty, and within the byte limit.
+fn check_text(shared: &Shared, text: &str) -> Result<(), Response> {
+    if text.is_empty() {
+        return Err(neynar_error(
+            400,
+            "A cast needs text or embeds",
+            "InvalidField",
+            Some("text"),
+        ));
+    }
+    if text.len() > shared.config.cast_limit {
+        return Err(neynar_error(
+            400,
+            &format!(
+                "Text is too long: {} bytes, the limit is {} bytes",
+                text.len(),
+                shared.config.cast_limit
+            ),
+            "InvalidField",
+            Some("text"),
+        ));
+    }
+    Ok(())
+}
+
+/// Neynar's answer to a published cast.
+fn cast_answer(hash: &str, bot: u64, text: &str) -> Response {
     axum::Json(
         json!({"success": true, "cast": {"hash": hash, "author": {"fid": bot}, "text": text}}),
     )

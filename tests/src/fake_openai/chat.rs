@@ -118,65 +118,8 @@ pub(super) async fn chat_completions(
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let unauthorized = check_auth(&shared, &headers);
     let parsed = parse_chat_request(&json);
-
     // Record first (and decide the script under the same lock), then act.
-    let (record, script) = {
-        let mut inner = shared.lock();
-        let index = inner.chats.len() + 1;
-        let (model, messages, stream) = match &parsed {
-            Ok((m, msgs, s)) => (m.clone(), msgs.clone(), *s),
-            Err(_) => (String::new(), Vec::new(), false),
-        };
-        let mut record = ChatRequestRecord {
-            index,
-            authorization: header_str(&headers, header::AUTHORIZATION),
-            content_type: header_str(&headers, header::CONTENT_TYPE),
-            user_agent: header_str(&headers, header::USER_AGENT),
-            body: json.clone(),
-            model,
-            messages,
-            stream,
-            outcome: Outcome::Hang,
-            received_at: std::time::Instant::now(),
-        };
-        let script = if unauthorized.is_some() {
-            record.outcome = Outcome::Unauthorized;
-            None
-        } else if let Err(e) = &parsed {
-            record.outcome = Outcome::BadRequest(e.clone());
-            None
-        } else {
-            let ruled = inner
-                .rules
-                .iter()
-                .find(|(matches, _)| matches(&record))
-                .map(|(_, script)| script.clone());
-            let script = ruled
-                .or_else(|| inner.script.pop_front())
-                .or_else(|| inner.fallback.clone())
-                .unwrap_or_else(|| {
-                    let text = match &shared.config.default_reply {
-                        Some(f) => f(&record),
-                        None => default_reply_text(&record),
-                    };
-                    Script::Reply(text)
-                });
-            // A model calls only tools it was given.
-            let script = match script {
-                Script::ToolCalls(_) if record.body.get("tools").is_none() => {
-                    Script::Reply(match &shared.config.default_reply {
-                        Some(f) => f(&record),
-                        None => default_reply_text(&record),
-                    })
-                }
-                script => script,
-            };
-            record.outcome = outcome_of(&script);
-            Some(script)
-        };
-        inner.chats.push(record.clone());
-        (record, script)
-    };
+    let (record, script) = record_and_choose(&shared, &headers, &json, &parsed, &unauthorized);
     shared.chat_count.send_replace(record.index);
 
     if let Some(resp) = unauthorized {
@@ -185,7 +128,80 @@ pub(super) async fn chat_completions(
     if let Outcome::BadRequest(msg) = &record.outcome {
         return error_response(400, bad_request(msg));
     }
-    let mut script = script.expect("a script for an accepted request");
+    let script = script.expect("a script for an accepted request");
+    play(&shared, script, &record, &json).await
+}
+
+/// Records the request and, for an accepted one, picks its script, under one lock.
+fn record_and_choose(
+    shared: &Shared,
+    headers: &HeaderMap,
+    json: &Value,
+    parsed: &Result<(String, Vec<ChatMessage>, bool), String>,
+    unauthorized: &Option<Response>,
+) -> (ChatRequestRecord, Option<Script>) {
+    let mut inner = shared.lock();
+    let (model, messages, stream) = match parsed {
+        Ok((m, msgs, s)) => (m.clone(), msgs.clone(), *s),
+        Err(_) => (String::new(), Vec::new(), false),
+    };
+    let mut record = ChatRequestRecord {
+        index: inner.chats.len() + 1,
+        authorization: header_str(headers, header::AUTHORIZATION),
+        content_type: header_str(headers, header::CONTENT_TYPE),
+        user_agent: header_str(headers, header::USER_AGENT),
+        body: json.clone(),
+        model,
+        messages,
+        stream,
+        outcome: Outcome::Hang,
+        received_at: std::time::Instant::now(),
+    };
+    let script = if unauthorized.is_some() {
+        record.outcome = Outcome::Unauthorized;
+        None
+    } else if let Err(e) = parsed {
+        record.outcome = Outcome::BadRequest(e.clone());
+        None
+    } else {
+        let ruled = inner
+            .rules
+            .iter()
+            .find(|(matches, _)| matches(&record))
+            .map(|(_, script)| script.clone());
+        let script = ruled
+            .or_else(|| inner.script.pop_front())
+            .or_else(|| inner.fallback.clone())
+            .unwrap_or_else(|| Script::Reply(default_reply(shared, &record)));
+        // A model calls only tools it was given.
+        let script = match script {
+            Script::ToolCalls(_) if record.body.get("tools").is_none() => {
+                Script::Reply(default_reply(shared, &record))
+            }
+            script => script,
+        };
+        record.outcome = outcome_of(&script);
+        Some(script)
+    };
+    inner.chats.push(record.clone());
+    (record, script)
+}
+
+/// The reply when no script says otherwise: the test's own default, or the fake's.
+fn default_reply(shared: &Shared, record: &ChatRequestRecord) -> String {
+    match &shared.config.default_reply {
+        Some(f) => f(record),
+        None => default_reply_text(record),
+    }
+}
+
+/// Answers as `script` says, waiting first where it says to (a delay, a gate, a hang).
+async fn play(
+    shared: &Shared,
+    mut script: Script,
+    record: &ChatRequestRecord,
+    json: &Value,
+) -> Response {
     loop {
         match script {
             Script::Delay(d, inner) => {
@@ -217,32 +233,41 @@ pub(super) async fn chat_completions(
                     .insert(header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
                 return response;
             }
-            Script::ToolCalls(calls) => {
-                return tool_calls_response(&record, &calls, &json);
-            }
+            Script::ToolCalls(calls) => return tool_calls_response(record, &calls, json),
             Script::Reply(text) => {
-                let usage = shared.usage_of(&record, &text);
-                return completion_response(&record, &text, &json, usage, None);
+                let usage = shared.usage_of(record, &text);
+                return completion_response(record, &text, json, usage, None);
             }
             Script::Paced {
                 text,
                 gap,
                 stall_after,
-            } => {
-                if stall_after.is_some() && !record.stream {
-                    let _ = shared.shutdown.subscribe().wait_for(|s| *s).await;
-                    return shutting_down();
-                }
-                let usage = shared.usage_of(&record, &text);
-                let pace = Pace {
-                    gap,
-                    stall_after,
-                    shutdown: shared.shutdown.subscribe(),
-                };
-                return completion_response(&record, &text, &json, usage, Some(pace));
-            }
+            } => return paced_response(shared, record, json, &text, gap, stall_after).await,
         }
     }
+}
+
+/// A [`Script::Paced`] answer: streamed a piece at a time, or (stalling, asked for a
+/// whole answer) never.
+async fn paced_response(
+    shared: &Shared,
+    record: &ChatRequestRecord,
+    json: &Value,
+    text: &str,
+    gap: std::time::Duration,
+    stall_after: Option<usize>,
+) -> Response {
+    if stall_after.is_some() && !record.stream {
+        let _ = shared.shutdown.subscribe().wait_for(|s| *s).await;
+        return shutting_down();
+    }
+    let usage = shared.usage_of(record, text);
+    let pace = Pace {
+        gap,
+        stall_after,
+        shutdown: shared.shutdown.subscribe(),
+    };
+    completion_response(record, text, json, usage, Some(pace))
 }
 
 pub(super) fn outcome_of(script: &Script) -> Outcome {

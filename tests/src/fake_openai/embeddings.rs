@@ -79,24 +79,7 @@ pub(super) async fn embeddings(
     body: Bytes,
 ) -> Response {
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let inputs: Result<Vec<String>, &str> = match json.get("input") {
-        Some(Value::String(s)) => Ok(vec![s.clone()]),
-        Some(Value::Array(items)) if !items.is_empty() => items
-            .iter()
-            .map(|i| match i {
-                Value::String(s) => Ok(s.clone()),
-                // Token arrays are allowed by the protocol; hash the numbers as words.
-                Value::Array(tokens) => Ok(tokens
-                    .iter()
-                    .map(Value::to_string)
-                    .collect::<Vec<_>>()
-                    .join(" ")),
-                Value::Number(n) => Ok(n.to_string()),
-                _ => Err("'input' items must be strings or token arrays"),
-            })
-            .collect(),
-        _ => Err("'input' is a required property and must be a string or a non-empty array"),
-    };
+    let inputs = inputs(&json);
     shared.lock().embeddings.push(EmbeddingRequestRecord {
         authorization: header_str(&headers, header::AUTHORIZATION),
         body: json.clone(),
@@ -112,26 +95,9 @@ pub(super) async fn embeddings(
     let Some(model) = json.get("model").and_then(Value::as_str) else {
         return error_response(400, bad_request("you must provide a model parameter"));
     };
-    let dim = match json.get("dimensions") {
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(d) if d >= 1 => d as usize,
-            _ => {
-                return error_response(400, bad_request("'dimensions' must be a positive integer"));
-            }
-        },
-        _ => shared.config.embedding_dim,
-    };
-    let as_base64 = match json.get("encoding_format").and_then(Value::as_str) {
-        None | Some("float") => false,
-        Some("base64") => true,
-        Some(other) => {
-            return error_response(
-                400,
-                bad_request(&format!(
-                    "Invalid value: '{other}'. Supported values are: 'float' and 'base64'."
-                )),
-            );
-        }
+    let (dim, as_base64) = match shape(&shared, &json) {
+        Ok(shape) => shape,
+        Err(e) => return error_response(400, bad_request(&e)),
     };
     let mut tokens = 0;
     let data: Vec<Value> = inputs
@@ -156,6 +122,49 @@ pub(super) async fn embeddings(
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     });
     (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+/// The texts to embed: `input`, a string or a non-empty array.
+fn inputs(json: &Value) -> Result<Vec<String>, &'static str> {
+    match json.get("input") {
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(items)) if !items.is_empty() => items
+            .iter()
+            .map(|i| match i {
+                Value::String(s) => Ok(s.clone()),
+                // Token arrays are allowed by the protocol; hash the numbers as words.
+                Value::Array(tokens) => Ok(tokens
+                    .iter()
+                    .map(Value::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")),
+                Value::Number(n) => Ok(n.to_string()),
+                _ => Err("'input' items must be strings or token arrays"),
+            })
+            .collect(),
+        _ => Err("'input' is a required property and must be a string or a non-empty array"),
+    }
+}
+
+/// The vectors asked for: their dimension and whether they go as base64.
+fn shape(shared: &Shared, json: &Value) -> Result<(usize, bool), String> {
+    let dim = match json.get("dimensions") {
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(d) if d >= 1 => d as usize,
+            _ => return Err("'dimensions' must be a positive integer".into()),
+        },
+        _ => shared.config.embedding_dim,
+    };
+    let as_base64 = match json.get("encoding_format").and_then(Value::as_str) {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(format!(
+                "Invalid value: '{other}'. Supported values are: 'float' and 'base64'."
+            ));
+        }
+    };
+    Ok((dim, as_base64))
 }
 
 pub(super) fn model_object(id: &str) -> Value {

@@ -473,126 +473,144 @@ async fn method(
         return record(&shared, &method, params, api_error(401, "Unauthorized"));
     }
     let p = Value::Object(params.clone());
-    let response = match method.to_ascii_lowercase().as_str() {
-        "getme" => ok(json!({
-            "id": shared.bot_id,
-            "is_bot": true,
-            "first_name": shared.config.first_name,
-            "username": shared.config.username,
-            "can_join_groups": true,
-            "can_read_all_group_messages": false,
-            "supports_inline_queries": false,
-            "can_connect_to_business": false,
-            "has_main_web_app": false
-        })),
-        "getupdates" => {
-            let failing = shared.lock().failing_polls.clone();
-            if let Some((code, description)) = failing {
-                api_error(code, &description)
-            } else if shared.lock().webhook.is_some() {
-                api_error(
-                    409,
-                    "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first",
-                )
-            } else {
-                // Recorded when it arrives, so tests see a poll in progress.
-                record(&shared, &method, params, ok(Value::Null));
-                return updates::get_updates(&shared, &p).await;
-            }
+    let name = method.to_ascii_lowercase();
+    if name == "getupdates" {
+        if let Some(refused) = polling_refused(&shared) {
+            return record(&shared, &method, params, refused);
         }
-        "deletewebhook" => {
-            let mut inner = shared.lock();
-            if boolean(&p, "drop_pending_updates") {
-                inner.queue.clear();
-            }
-            let was_set = inner.webhook.take().is_some();
-            drop(inner);
-            ok_described(
-                json!(true),
-                if was_set {
-                    "Webhook was deleted"
-                } else {
-                    "Webhook is already deleted"
-                },
-            )
-        }
-        "getwebhookinfo" => {
-            let inner = shared.lock();
-            let mut info = json!({
-                "url": inner.webhook.as_ref().map(|w| w.url.clone()).unwrap_or_default(),
-                "has_custom_certificate": false,
-                "pending_update_count": inner.queue.len(),
-            });
-            if let Some(list) = &inner.allowed_updates {
-                info["allowed_updates"] = json!(list);
-            }
-            ok(info)
-        }
-        "setwebhook" => updates::set_webhook(&shared, &p),
-        "sendmessage" => messages::send_message(&shared, &p),
-        "sendmessagedraft" => messages::send_message_draft(&p),
-        "editmessagetext" => live::edit_message_text(&shared, &p),
-        "deletemessage" => live::delete_message(&shared, &p),
-        "sendvoice" => live::send_voice(&shared, &p),
-        "setmessagereaction" => reactions::set_message_reaction(&p),
-        "sendchataction" => {
-            let Some(chat_id) = int(&p, "chat_id") else {
-                return record(
-                    &shared,
-                    &method,
-                    params,
-                    api_error(400, "Bad Request: chat_id is empty"),
-                );
-            };
-            let Some(action) = string(&p, "action") else {
-                return record(
-                    &shared,
-                    &method,
-                    params,
-                    api_error(400, "Bad Request: action is empty"),
-                );
-            };
-            shared.lock().actions.push(ChatActionRecord {
-                chat_id,
-                action,
-                message_thread_id: int(&p, "message_thread_id"),
-            });
-            ok(json!(true))
-        }
-        "setmycommands" => chats::set_my_commands(&shared, &p),
-        "getmycommands" => {
-            let commands: Vec<Value> = shared
-                .lock()
-                .my_commands
-                .iter()
-                .map(|(c, d)| json!({"command": c, "description": d}))
-                .collect();
-            ok(json!(commands))
-        }
-        "getchatmember" => chats::get_chat_member(&shared, &p),
-        "leavechat" => match int(&p, "chat_id") {
+        // Recorded when it arrives, so tests see a poll in progress.
+        record(&shared, &method, params, ok(Value::Null));
+        return updates::get_updates(&shared, &p).await;
+    }
+    let response = answer(&shared, &name, &p);
+    record(&shared, &method, params, response)
+}
+
+/// The answer to every method but `getUpdates`, by its lower-cased name.
+fn answer(shared: &Arc<Shared>, method: &str, p: &Value) -> Response {
+    match method {
+        "getme" => get_me(shared),
+        "deletewebhook" => delete_webhook(shared, p),
+        "getwebhookinfo" => get_webhook_info(shared),
+        "setwebhook" => updates::set_webhook(shared, p),
+        "sendmessage" => messages::send_message(shared, p),
+        "sendmessagedraft" => messages::send_message_draft(p),
+        "editmessagetext" => live::edit_message_text(shared, p),
+        "deletemessage" => live::delete_message(shared, p),
+        "sendvoice" => live::send_voice(shared, p),
+        "setmessagereaction" => reactions::set_message_reaction(p),
+        "sendchataction" => send_chat_action(shared, p),
+        "setmycommands" => chats::set_my_commands(shared, p),
+        "getmycommands" => get_my_commands(shared),
+        "getchatmember" => chats::get_chat_member(shared, p),
+        "leavechat" => match int(p, "chat_id") {
             Some(chat_id) => {
                 shared.lock().left.push(chat_id);
                 ok(json!(true))
             }
             None => api_error(400, "Bad Request: chat_id is empty"),
         },
-        "getfile" => {
-            let id = string(&p, "file_id").unwrap_or_default();
-            let inner = shared.lock();
-            match inner.files.get(&id) {
-                Some((path, bytes)) => ok(json!({
-                    "file_id": id,
-                    "file_unique_id": format!("u-{id}"),
-                    "file_size": bytes.len(),
-                    "file_path": path,
-                })),
-                None => api_error(400, "Bad Request: invalid file_id"),
-            }
-        }
+        "getfile" => get_file(shared, p),
         _ => api_error(404, "Not Found"),
+    }
+}
+
+/// Why a `getUpdates` is refused: a failure the test set, or a webhook in place.
+fn polling_refused(shared: &Shared) -> Option<Response> {
+    let failing = shared.lock().failing_polls.clone();
+    if let Some((code, description)) = failing {
+        Some(api_error(code, &description))
+    } else if shared.lock().webhook.is_some() {
+        Some(api_error(
+            409,
+            "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first",
+        ))
+    } else {
+        None
+    }
+}
+
+fn get_me(shared: &Shared) -> Response {
+    ok(json!({
+        "id": shared.bot_id,
+        "is_bot": true,
+        "first_name": shared.config.first_name,
+        "username": shared.config.username,
+        "can_join_groups": true,
+        "can_read_all_group_messages": false,
+        "supports_inline_queries": false,
+        "can_connect_to_business": false,
+        "has_main_web_app": false
+    }))
+}
+
+fn delete_webhook(shared: &Shared, p: &Value) -> Response {
+    let mut inner = shared.lock();
+    if boolean(p, "drop_pending_updates") {
+        inner.queue.clear();
+    }
+    let was_set = inner.webhook.take().is_some();
+    drop(inner);
+    ok_described(
+        json!(true),
+        if was_set {
+            "Webhook was deleted"
+        } else {
+            "Webhook is already deleted"
+        },
+    )
+}
+
+fn get_webhook_info(shared: &Shared) -> Response {
+    let inner = shared.lock();
+    let mut info = json!({
+        "url": inner.webhook.as_ref().map(|w| w.url.clone()).unwrap_or_default(),
+        "has_custom_certificate": false,
+        "pending_update_count": inner.queue.len(),
+    });
+    if let Some(list) = &inner.allowed_updates {
+        info["allowed_updates"] = json!(list);
+    }
+    ok(info)
+}
+
+fn send_chat_action(shared: &Shared, p: &Value) -> Response {
+    let Some(chat_id) = int(p, "chat_id") else {
+        return api_error(400, "Bad Request: chat_id is empty");
     };
-    record(&shared, &method, params, response)
+    let Some(action) = string(p, "action") else {
+        return api_error(400, "Bad Request: action is empty");
+    };
+    shared.lock().actions.push(ChatActionRecord {
+        chat_id,
+        action,
+        message_thread_id: int(p, "message_thread_id"),
+    });
+    ok(json!(true))
+}
+
+fn get_my_commands(shared: &Shared) -> Response {
+    let commands: Vec<Value> = shared
+        .lock()
+        .my_commands
+        .iter()
+        .map(|(c, d)| json!({"command": c, "description": d}))
+        .collect();
+    ok(json!(commands))
+}
+
+fn get_file(shared: &Shared, p: &Value) -> Response {
+    let id = string(p, "file_id").unwrap_or_default();
+    let inner = shared.lock();
+    match inner.files.get(&id) {
+        Some((path, bytes)) => ok(json!({
+            "file_id": id,
+            "file_unique_id": format!("u-{id}"),
+            "file_size": bytes.len(),
+            "file_path": path,
+        })),
+        None => api_error(400, "Bad Request: invalid file_id"),
+    }
 }
 
 /// Records the call with the status it got, and wakes waiters.
