@@ -260,7 +260,7 @@ async fn a_scoped_token_reaches_its_persona_and_its_own_rooms_only() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_forbidden(
         "a read-only token posting",
-        say(app, READER, "ada", "r1", "hi").await,
+        say(&app, READER, "ada", "r1", "hi").await,
     );
     assert_eq!(
         model.request_count(),

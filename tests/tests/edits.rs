@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use troupe_e2e::fake_discord::{Author, FakeDiscord, NewMessage, SentMessage};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
 use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, WAIT};

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
 use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, eventually};
 

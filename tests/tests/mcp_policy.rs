@@ -189,7 +189,7 @@ fn refused_vars_named(text: &str) -> bool {
 /// The console's save of the hostile file: 422, every variable named at its field,
 /// nothing written; the check route says it is not ok.
 async fn the_save_refuses_every_variable(app: &TestApp, evil: &Path, text: &str) {
-    let (status, body) = put_character(app, "evil.json", &text).await;
+    let (status, body) = put_character(app, "evil.json", text).await;
     assert_eq!(status, 422, "{body}");
     let detail = body["detail"].as_str().unwrap_or_default();
     assert!(refused_vars_named(detail), "{detail}");
@@ -216,7 +216,7 @@ fn troupe_check_names_every_variable(w: &Wrappers, evil: &Path, text: &str) {
     std::fs::write(evil, text).unwrap();
     let out = std::process::Command::new(troupe_bin())
         .arg("check")
-        .arg(&evil)
+        .arg(evil)
         .current_dir(w.dir.path())
         .env_clear()
         .env("PATH", "/usr/bin:/bin")

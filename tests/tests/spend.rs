@@ -188,7 +188,8 @@ async fn the_days_usage_is_the_fakes(app: &TestApp, fake: &FakeOpenAi) {
 }
 
 /// Per room and per user: replies belong to both; the facts calls to neither.
-async fn replies_are_counted_per_room_and_per_user(app: &TestApp, fake: &FakeOpenAi) {
+/// Returns how many calls were replies.
+async fn replies_are_counted_per_room_and_per_user(app: &TestApp, fake: &FakeOpenAi) -> usize {
     let log = fake.usage_log();
     let requests = fake.requests();
     let replies: Vec<&(usize, u64, u64)> = log
@@ -219,6 +220,7 @@ async fn replies_are_counted_per_room_and_per_user(app: &TestApp, fake: &FakeOpe
         Some(3),
         "{by_user}"
     );
+    replies.len()
 }
 
 async fn usage_through_the_api_and_the_cli_adds_up_to_the_fakes_usage(backend: Backend) {
@@ -250,7 +252,7 @@ async fn usage_through_the_api_and_the_cli_adds_up_to_the_fakes_usage(backend: B
     })
     .await;
     the_days_usage_is_the_fakes(&app, &fake).await;
-    replies_are_counted_per_room_and_per_user(&app, &fake).await;
+    let replies = replies_are_counted_per_room_and_per_user(&app, &fake).await;
 
     // Bad parameters get the API's error shape.
     let (status, body) = app.get("/api/agents/Ada/usage?by=week").await;
@@ -283,7 +285,7 @@ async fn usage_through_the_api_and_the_cli_adds_up_to_the_fakes_usage(backend: B
     assert!(
         total_line
             .split_whitespace()
-            .any(|w| w == replies.len().to_string()),
+            .any(|w| w == replies.to_string()),
         "{table}"
     );
     assert!(table.contains("web:r1"), "{table}");

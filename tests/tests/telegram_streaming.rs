@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use troupe_e2e::fake_telegram::{Edit, FakeTelegram, SentMessage, tg};
 use troupe_e2e::streams::{self, long_answer};
 use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, WAIT};
@@ -66,7 +66,7 @@ fn joined(sent: &[SentMessage]) -> String {
 
 /// No two edits of one message closer than the pace.
 fn assert_paced(edits: &[Edit]) {
-    let times: Vec<_> = edits.iter().map(|e| (e.message_id.clone(), e.at)).collect();
+    let times: Vec<_> = edits.iter().map(|e| (e.message_id, e.at)).collect();
     streams::assert_paced(&times, EDIT_MS);
 }
 

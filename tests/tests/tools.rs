@@ -676,7 +676,7 @@ async fn memory_forget_forgets_only_the_speakers_facts(app: &TestApp, model: &Fa
     )]));
     app.post_message("tess", &ask("ben", "m5", "Forget the tea thing."))
         .await;
-    assert!(tool_results(&model)[0].contains("No fact about them matched"));
+    assert!(tool_results(model)[0].contains("No fact about them matched"));
     let (_, facts) = app.get("/api/agents/tess/rooms/r1/facts").await;
     assert_eq!(facts["facts"].as_array().unwrap().len(), 1, "{facts}");
     // Asked for by Ann, it goes.
@@ -686,7 +686,7 @@ async fn memory_forget_forgets_only_the_speakers_facts(app: &TestApp, model: &Fa
     )]));
     app.post_message("tess", &ask("ann", "m6", "Forget my tea."))
         .await;
-    assert!(tool_results(&model)[0].contains("Forgotten: prefers green tea"));
+    assert!(tool_results(model)[0].contains("Forgotten: prefers green tea"));
     let (_, facts) = app.get("/api/agents/tess/rooms/r1/facts").await;
     assert_eq!(facts["facts"], json!([]), "{facts}");
 }
@@ -707,7 +707,7 @@ async fn web_fetch_goes_through_the_policy(app: &TestApp, model: &FakeOpenAi, pa
         .post_message("tess", &ask("ann", "m7", "Tide tables?"))
         .await;
     assert!(status.is_success(), "{body}");
-    let results = tool_results(&model);
+    let results = tool_results(model);
     assert!(
         results[0].contains("Tide tables High water at 06:12, 4.2 metres."),
         "{}",

@@ -388,7 +388,7 @@ async fn a_refused_upload_still_sends_the_text(
     discord.refuse_next_send(403, 50013, "Missing Permissions");
     openai.audio().push(Heard::Text("and Venus?".into()));
     openai.push_reply("Venus is hotter.");
-    discord_voice(&discord, channel, "alice", &ogg(2000));
+    discord_voice(discord, channel, "alice", &ogg(2000));
     let sent = app.expect(discord.try_wait_for_sent(2, WAIT).await);
     assert_eq!(sent[1].content, "Venus is hotter.");
     assert_eq!(

@@ -150,13 +150,13 @@ struct Asked {
 }
 
 impl Asked {
-    fn read(shared: &Shared, q: &HashMap<String, String>) -> Result<Asked, Response> {
+    fn read(shared: &Shared, q: &HashMap<String, String>) -> Result<Asked, Refusal> {
         let Some(fid) = q
             .get("fid")
             .and_then(|f| f.parse::<u64>().ok())
             .filter(|f| *f > 0)
         else {
-            return Err(neynar_error(
+            return Err(Refusal::new(
                 400,
                 "fid must be a positive integer",
                 "InvalidField",
@@ -171,7 +171,7 @@ impl Asked {
             None => 15,
             Some(Ok(l)) if (1..=25).contains(&l) => l,
             Some(_) => {
-                return Err(neynar_error(
+                return Err(Refusal::new(
                     400,
                     "limit must be between 1 and 25",
                     "InvalidField",
@@ -182,7 +182,7 @@ impl Asked {
         let offset = match q.get("cursor") {
             None => 0,
             Some(c) => decode_cursor(c).ok_or_else(|| {
-                neynar_error(400, "Invalid cursor", "InvalidField", Some("cursor"))
+                Refusal::new(400, "Invalid cursor", "InvalidField", Some("cursor"))
             })?,
         };
         Ok(Asked {
@@ -195,14 +195,14 @@ impl Asked {
     }
 
     /// `type=mentions,replies,…`: whether mentions and replies are asked for.
-    fn types(types: &str) -> Result<(bool, bool), Response> {
+    fn types(types: &str) -> Result<(bool, bool), Refusal> {
         let types: Vec<&str> = types.split(',').map(str::trim).collect();
         for t in &types {
             if !matches!(
                 *t,
                 "follows" | "recasts" | "likes" | "mentions" | "replies" | "quotes"
             ) {
-                return Err(neynar_error(
+                return Err(Refusal::new(
                     400,
                     &format!("Invalid notification type: {t}"),
                     "InvalidField",
@@ -224,7 +224,7 @@ pub(super) fn notifications_inner(
     }
     let asked = match Asked::read(shared, q) {
         Ok(asked) => asked,
-        Err(refused) => return refused,
+        Err(refused) => return refused.response(),
     };
     let (fid, offset, page_size) = (asked.fid, asked.offset, asked.page_size);
     let inner = shared.lock();

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::casts::insert_cast;
-use super::{PublishedCast, Route, Shared, finish, front, neynar_error};
+use super::{PublishedCast, Refusal, Route, Shared, finish, front, neynar_error};
 
 pub(super) async fn publish(
     State(shared): State<Arc<Shared>>,
@@ -30,7 +30,7 @@ pub(super) fn publish_inner(shared: &Shared, headers: &HeaderMap, body: &[u8]) -
     }
     let req = match signed_request(shared, body) {
         Ok(req) => req,
-        Err(refused) => return refused,
+        Err(refused) => return refused.response(),
     };
     let signer = shared.config.signer_uuid.clone();
     let text = req
@@ -60,7 +60,7 @@ pub(super) fn publish_inner(shared: &Shared, headers: &HeaderMap, body: &[u8]) -
         return cast_answer(&hash, bot, &text);
     }
     if let Err(refused) = check_text(shared, &text) {
-        return refused;
+        return refused.response();
     }
     let parent_cast = match &parent {
         Some(p) if p.starts_with("0x") => match inner.casts.iter().find(|c| &c.hash == p) {
@@ -95,9 +95,9 @@ pub(super) fn publish_inner(shared: &Shared, headers: &HeaderMap, body: &[u8]) -
 }
 
 /// The request's JSON, if it is JSON and signed by the fake's approved signer.
-fn signed_request(shared: &Shared, body: &[u8]) -> Result<Value, Response> {
+fn signed_request(shared: &Shared, body: &[u8]) -> Result<Value, Refusal> {
     let Ok(req) = serde_json::from_slice::<Value>(body) else {
-        return Err(neynar_error(
+        return Err(Refusal::new(
             400,
             "The request body is not valid JSON",
             "InvalidField",
@@ -105,7 +105,7 @@ fn signed_request(shared: &Shared, body: &[u8]) -> Result<Value, Response> {
         ));
     };
     let Some(signer) = req.get("signer_uuid").and_then(Value::as_str) else {
-        return Err(neynar_error(
+        return Err(Refusal::new(
             400,
             "signer_uuid is required",
             "InvalidField",
@@ -113,7 +113,7 @@ fn signed_request(shared: &Shared, body: &[u8]) -> Result<Value, Response> {
         ));
     };
     if signer != shared.config.signer_uuid {
-        return Err(neynar_error(
+        return Err(Refusal::new(
             403,
             "Signer not approved or not paired with this API key",
             "SignerNotApproved",
@@ -124,9 +124,9 @@ fn signed_request(shared: &Shared, body: &[u8]) -> Result<Value, Response> {
 }
 
 /// A cast's text: not empty, and within the byte limit.
-fn check_text(shared: &Shared, text: &str) -> Result<(), Response> {
+fn check_text(shared: &Shared, text: &str) -> Result<(), Refusal> {
     if text.is_empty() {
-        return Err(neynar_error(
+        return Err(Refusal::new(
             400,
             "A cast needs text or embeds",
             "InvalidField",
@@ -134,7 +134,7 @@ fn check_text(shared: &Shared, text: &str) -> Result<(), Response> {
         ));
     }
     if text.len() > shared.config.cast_limit {
-        return Err(neynar_error(
+        return Err(Refusal::new(
             400,
             &format!(
                 "Text is too long: {} bytes, the limit is {} bytes",
