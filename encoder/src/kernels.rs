@@ -1,54 +1,33 @@
 //! The arithmetic of troupe's BERT forward (bert.rs), on plain `f32` slices, spread over
-//! the cores with rayon: the linear layers' products through the `gemm` crate (the kernels
-//! candle itself calls), and attention and the element-wise steps (bias and residual,
-//! layer norm, GELU, soft-max) written here over math.rs's vector functions.
+//! the cores with rayon: the linear layers' products through the `gemm` crate, and
+//! attention and the element-wise steps (bias and residual, layer norm, GELU, soft-max)
+//! written here over math.rs's vector functions.
 //!
-//! Why not candle's operations: each makes a fresh tensor (a trip to memory, and the
-//! kernel's page faults on its new pages), several copy to change a layout (attention's
+//! Why not a tensor library's operations: each makes a fresh tensor (a trip to memory, and
+//! the kernel's page faults on its new pages), several copy to change a layout (attention's
 //! permutes), and GELU and soft-max call libm's `erff`/`expf` one float at a time. Here
 //! the forward owns four buffers a pass, attention reads q, k and v where the q/k/v
 //! product wrote them (one text at a time, so nothing is padded), and each element-wise
-//! step runs as AVX-512, AVX2 or plain floats, whichever the CPU has (`vectorized!`).
+//! step runs as AVX-512, AVX2 or plain floats, whichever the CPU has: `pulp` picks it at
+//! run time (`arch`) and compiles each step once for each (the `WithSimd` types below),
+//! with no `unsafe` (gemm's call aside: it takes raw pointers).
 
+use std::sync::OnceLock;
+
+use pulp::{Arch, Simd, WithSimd};
 use rayon::prelude::*;
 
 use crate::math;
-use crate::simd::{Scalar, Simd};
-
 /// Rows of `hidden` floats one rayon task takes in a row-wise step (layer norm, bias):
 /// enough that the task outweighs its scheduling.
 const ROWS_PER_TASK: usize = 64;
 /// Floats one rayon task takes in GELU.
 const FLOATS_PER_TASK: usize = 32 * 1024;
 
-/// Defines a function whose body, generic over `Simd`, runs as AVX-512 where the CPU has
-/// it, else as AVX2 with FMA, else on plain floats (simd.rs says why explicit vectors). The
-/// body is compiled inside a `#[target_feature]` function for each, so that its
-/// `#[inline(always)]` helpers and their intrinsics are inlined there.
-macro_rules! vectorized {
-    ($(#[$meta:meta])* fn $name:ident<$s:ident>($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
-        $(#[$meta])*
-        fn $name($($arg: $ty),*) {
-            #[inline(always)]
-            fn body<$s: Simd>($($arg: $ty),*) $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                fn avx512($($arg: $ty),*) { body::<crate::simd::Avx512>($($arg),*) }
-                #[target_feature(enable = "avx2,fma")]
-                fn avx2($($arg: $ty),*) { body::<crate::simd::Avx2>($($arg),*) }
-                if std::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has the feature the function was compiled for.
-                    return unsafe { avx512($($arg),*) };
-                }
-                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                    // SAFETY: as above.
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            body::<crate::simd::Scalar>($($arg),*)
-        }
-    };
+/// The widest instruction set this CPU has, found once.
+pub(crate) fn arch() -> Arch {
+    static ARCH: OnceLock<Arch> = OnceLock::new();
+    *ARCH.get_or_init(Arch::new)
 }
 
 /// How the matrix products of a pass use the machine: rayon's threads (all cores, as
@@ -139,6 +118,18 @@ pub(crate) fn attention(
     heads: usize,
     hidden: usize,
 ) {
+    attention_in(arch(), context, qkv, lengths, heads, hidden)
+}
+
+/// `attention` in the instruction set of `arch`.
+fn attention_in(
+    arch: Arch,
+    context: &mut Vec<f32>,
+    qkv: &[f32],
+    lengths: &[usize],
+    heads: usize,
+    hidden: usize,
+) {
     let tokens: usize = lengths.iter().sum();
     assert_eq!(qkv.len(), tokens * 3 * hidden, "attention: q/k/v shape");
     assert!(
@@ -158,7 +149,7 @@ pub(crate) fn attention(
     texts
         .into_par_iter()
         .for_each_init(Vec::new, |scores, (qkv, out)| {
-            text_attention(out, qkv, heads, hidden, scores)
+            text_attention(arch, out, qkv, heads, hidden, scores)
         });
 }
 
@@ -169,6 +160,7 @@ pub(crate) fn attention(
 /// tiles to pay (they took a fifth of a pass on short texts); as `axpy`s over contiguous
 /// rows (math.rs) they run in whole vectors, with the soft-max between them.
 fn text_attention(
+    arch: Arch,
     out: &mut [f32],
     qkv: &[f32],
     heads: usize,
@@ -182,22 +174,44 @@ fn text_attention(
     scratch.resize(d * n + n, 0.0);
     let (keys, scores) = scratch.split_at_mut(d * n);
     for head in 0..heads {
-        head_attention(out, qkv, hidden, head * d, d, keys, scores);
+        arch.dispatch(HeadAttention {
+            out: &mut *out,
+            qkv,
+            hidden,
+            at: head * d,
+            d,
+            keys: &mut *keys,
+            scores: &mut *scores,
+        });
     }
 }
 
-vectorized! {
-    /// One head of a text's attention: the head's q, k and v are columns `at..at + d` of
-    /// each third of `qkv`'s rows; its context goes to columns `at..at + d` of `out`'s.
-    fn head_attention<S>(
-        out: &mut [f32],
-        qkv: &[f32],
-        hidden: usize,
-        at: usize,
-        d: usize,
-        keys: &mut [f32],
-        scores: &mut [f32],
-    ) {
+/// One head of a text's attention: the head's q, k and v are columns `at..at + d` of
+/// each third of `qkv`'s rows; its context goes to columns `at..at + d` of `out`'s.
+struct HeadAttention<'a> {
+    out: &'a mut [f32],
+    qkv: &'a [f32],
+    hidden: usize,
+    at: usize,
+    d: usize,
+    keys: &'a mut [f32],
+    scores: &'a mut [f32],
+}
+
+impl WithSimd for HeadAttention<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, s: S) {
+        let HeadAttention {
+            out,
+            qkv,
+            hidden,
+            at,
+            d,
+            keys,
+            scores,
+        } = self;
         let n = scores.len();
         let stride = 3 * hidden;
         for (j, row) in qkv.chunks_exact(stride).enumerate() {
@@ -208,16 +222,15 @@ vectorized! {
         for (i, row) in qkv.chunks_exact(stride).enumerate() {
             // scores = q_i · kᵀ, as a sum of kᵀ's rows scaled by q_i's elements.
             scores.fill(0.0);
-            // SAFETY (each call): `S` is an instruction set the CPU has (`vectorized!`).
             for (&q, keys) in row[at..][..d].iter().zip(keys.chunks_exact(n)) {
-                unsafe { math::axpy::<S>(scores, q, keys) };
+                math::axpy(s, scores, q, keys);
             }
-            unsafe { math::softmax::<S>(scores) };
+            math::softmax(s, scores);
             // context_i = Σ_j p_j · v_j.
             let context = &mut out[i * hidden + at..][..d];
             context.fill(0.0);
             for (&p, row) in scores.iter().zip(qkv.chunks_exact(stride)) {
-                unsafe { math::axpy::<S>(context, p, &row[2 * hidden + at..][..d]) };
+                math::axpy(s, context, p, &row[2 * hidden + at..][..d]);
             }
         }
     }
@@ -226,29 +239,66 @@ vectorized! {
 /// Each row of `xs` (rows of `weight.len()` floats) normalised to mean 0 and variance 1,
 /// then scaled and shifted: BERT's LayerNorm.
 pub(crate) fn layer_norm(xs: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
-    let width = weight.len();
-    xs.par_chunks_mut(ROWS_PER_TASK * width)
-        .for_each(|rows| norm_rows(rows, weight, bias, eps));
+    layer_norm_in(arch(), xs, weight, bias, eps)
 }
 
-vectorized! {
-    fn norm_rows<S>(rows: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+fn layer_norm_in(arch: Arch, xs: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+    let width = weight.len();
+    xs.par_chunks_mut(ROWS_PER_TASK * width).for_each(|rows| {
+        arch.dispatch(NormRows {
+            rows,
+            weight,
+            bias,
+            eps,
+        })
+    });
+}
+
+struct NormRows<'a> {
+    rows: &'a mut [f32],
+    weight: &'a [f32],
+    bias: &'a [f32],
+    eps: f32,
+}
+
+impl WithSimd for NormRows<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, s: S) {
+        let NormRows {
+            rows,
+            weight,
+            bias,
+            eps,
+        } = self;
         let width = weight.len() as f32;
         for row in rows.chunks_exact_mut(weight.len()) {
-            // SAFETY: `S` is an instruction set the CPU has (`vectorized!`).
-            unsafe {
-                let mean = math::sum::<S>(row) / width;
-                let variance = math::sum_squares_from::<S>(row, mean) / width;
-                let scale = 1.0 / (variance + eps).sqrt();
-                math::normalize::<S>(row, mean, scale, weight, bias);
-            }
+            let mean = math::sum(s, row) / width;
+            let variance = math::sum_squares_from(s, row, mean) / width;
+            let scale = 1.0 / (variance + eps).sqrt();
+            math::normalize(s, row, mean, scale, weight, bias);
         }
     }
 }
 
 /// The feed-forward activations, in place.
 pub(crate) fn gelu_erf(xs: &mut [f32]) {
-    xs.par_chunks_mut(FLOATS_PER_TASK).for_each(gelu_erf_chunk);
+    gelu_erf_in(arch(), xs)
+}
+
+/// `x·Φ(x)`, Φ with erf: BERT's `gelu`.
+fn gelu_erf_in(arch: Arch, xs: &mut [f32]) {
+    struct Gelu<'a>(&'a mut [f32]);
+    impl WithSimd for Gelu<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, s: S) {
+            math::gelu_slice(s, self.0)
+        }
+    }
+    xs.par_chunks_mut(FLOATS_PER_TASK)
+        .for_each(|xs| arch.dispatch(Gelu(xs)));
 }
 
 pub(crate) fn gelu_tanh(xs: &mut [f32]) {
@@ -260,70 +310,138 @@ pub(crate) fn relu(xs: &mut [f32]) {
         .for_each(|xs| xs.iter_mut().for_each(|x| *x = x.max(0.0)));
 }
 
-vectorized! {
-    /// `x·Φ(x)`, Φ with erf: BERT's `gelu`.
-    fn gelu_erf_chunk<S>(xs: &mut [f32]) {
-        // SAFETY: `S` is an instruction set the CPU has (`vectorized!`).
-        unsafe { math::gelu_slice::<S>(xs) }
-    }
-}
-
 /// GELU's tanh approximation (rare in sentence encoders: plain floats).
 fn gelu_tanh_chunk(xs: &mut [f32]) {
     const C: f32 = 0.797_884_6; // √(2/π)
     for x in xs {
         let y = C * (*x + 0.044_715 * *x * *x * *x);
         // tanh y = 1 − 2/(e^{2y} + 1), which `exp`'s clamping keeps finite.
-        // SAFETY: Scalar runs on any CPU.
-        let e = unsafe { math::exp::<Scalar>(2.0 * y) };
+        let e = math::exp(pulp::Scalar, 2.0 * y);
         *x = 0.5 * *x * (2.0 - 2.0 / (e + 1.0));
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Every instruction set this CPU has, plain floats first, by name.
+    pub(crate) fn each_arch() -> Vec<(&'static str, Arch)> {
+        let mut archs = vec![("scalar", Arch::Scalar)];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(v3) = pulp::x86::V3::try_new() {
+                archs.push(("avx2", Arch::V3(v3)));
+            }
+            if let Some(v4) = pulp::x86::V4::try_new() {
+                archs.push(("avx512", Arch::V4(v4)));
+            }
+        }
+        archs
+    }
+
+    /// `got` within `tolerance` of `want`, relative to `want`'s size where it is over 1.
+    fn close(set: &str, what: &str, got: &[f32], want: &[f32], tolerance: f32) {
+        assert_eq!(got.len(), want.len(), "{set} {what}");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g - w).abs() <= tolerance * w.abs().max(1.0),
+                "{set} {what}[{i}]: {g}, the scalar path {w}"
+            );
+        }
+    }
+
+    /// Deterministic values in roughly [−4, 4], none repeating soon.
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 104_729) % 1000) as f32 / 125.0 - 4.0)
+            .collect()
+    }
+
+    #[test]
+    fn every_instruction_set_computes_what_the_scalar_path_does() {
+        let archs = each_arch();
+        // Lengths past a whole number of vectors of 8 and 16, and below one.
+        for n in [3, 20, 37, 130] {
+            for &(set, arch) in &archs {
+                let mut gelu = values(n, 1);
+                let mut want = gelu.clone();
+                gelu_erf_in(arch, &mut gelu);
+                gelu_erf_in(Arch::Scalar, &mut want);
+                close(set, "gelu", &gelu, &want, 1e-6);
+
+                let (weight, bias) = (values(n, 2), values(n, 3));
+                let mut norm = values(4 * n, 4);
+                let mut want = norm.clone();
+                layer_norm_in(arch, &mut norm, &weight, &bias, 1e-12);
+                layer_norm_in(Arch::Scalar, &mut want, &weight, &bias, 1e-12);
+                close(set, "layer norm", &norm, &want, 1e-5);
+
+                // Two texts of n and 5 tokens, 4 heads of 8: the soft-max runs over n scores.
+                let (hidden, lengths) = (32, [n, 5]);
+                // Scores of a few units, as a trained model's are: FMA and plain floats
+                // round them apart by ~1e-7 of their size, which e^score makes relative.
+                let qkv: Vec<f32> = (values((n + 5) * 3 * hidden, 5).iter())
+                    .map(|x| x / 4.0)
+                    .collect();
+                let (mut context, mut want) = (Vec::new(), Vec::new());
+                attention_in(arch, &mut context, &qkv, &lengths, 4, hidden);
+                attention_in(Arch::Scalar, &mut want, &qkv, &lengths, 4, hidden);
+                close(set, "attention", &context, &want, 1e-5);
+            }
+        }
+    }
 
     #[test]
     fn the_vectorised_steps_compute_what_they_say() {
-        // Soft-max: rows that sum to 1, in the order of their scores, a huge score too.
-        let mut scores = vec![1.0, 2.0, 3.0, -1e30, 0.0, 1e30];
-        let (first, second) = scores.split_at_mut(3);
-        // SAFETY: Scalar runs on any CPU.
-        unsafe {
-            math::softmax::<Scalar>(first);
-            math::softmax::<Scalar>(second);
-        }
-        let e = [1f32.exp(), 2f32.exp(), 3f32.exp()];
-        let total: f32 = e.iter().sum();
-        for (got, want) in scores[..3].iter().zip(e.iter().map(|x| x / total)) {
-            assert!((got - want).abs() < 1e-6, "{scores:?}");
-        }
-        assert!(
-            scores[3] < 1e-30 && scores[4] < 1e-30 && scores[5] == 1.0,
-            "{scores:?}"
-        );
-        // GELU: x·Φ(x).
-        let mut xs = vec![-3.0, -1.0, 0.0, 1.0, 3.0];
-        gelu_erf(&mut xs);
-        let want = [-0.004_049_7, -0.158_655_25, 0.0, 0.841_344_7, 2.995_950_3];
-        for (got, want) in xs.iter().zip(want) {
-            assert!((got - want).abs() < 1e-6, "{xs:?}");
-        }
-        // Layer norm over rows of 20 (past the 16 lanes): mean 0, variance 1, then w·x + b.
-        let mut rows: Vec<f32> = (0..40).map(|i| (i * i % 17) as f32).collect();
-        layer_norm(&mut rows, &[2.0; 20], &[1.0; 20], 1e-12);
-        for row in rows.chunks(20) {
-            let mean = row.iter().map(|x| (x - 1.0) / 2.0).sum::<f32>() / 20.0;
-            let var = row
-                .iter()
-                .map(|x| ((x - 1.0) / 2.0 - mean).powi(2))
-                .sum::<f32>()
-                / 20.0;
+        for (set, arch) in each_arch() {
+            struct Softmax<'a>(&'a mut [f32]);
+            impl WithSimd for Softmax<'_> {
+                type Output = ();
+                #[inline(always)]
+                fn with_simd<S: Simd>(self, s: S) {
+                    math::softmax(s, self.0)
+                }
+            }
+            // Soft-max: rows that sum to 1, in the order of their scores, a huge score too,
+            // over rows shorter and longer than a vector.
+            for len in [3, 19] {
+                let mut scores: Vec<f32> = (0..len).map(|i| (i % 4) as f32).collect();
+                arch.dispatch(Softmax(&mut scores));
+                let e: Vec<f32> = (0..len).map(|i| ((i % 4) as f32).exp()).collect();
+                let total: f32 = e.iter().sum();
+                for (got, want) in scores.iter().zip(e.iter().map(|x| x / total)) {
+                    assert!((got - want).abs() < 1e-6, "{set}: {scores:?}");
+                }
+            }
+            let mut scores = vec![-1e30, 0.0, 1e30];
+            arch.dispatch(Softmax(&mut scores));
             assert!(
-                mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-4,
-                "{mean} {var}"
+                scores[0] < 1e-30 && scores[1] < 1e-30 && scores[2] == 1.0,
+                "{set}: {scores:?}"
             );
+            // GELU: x·Φ(x).
+            let mut xs = vec![-3.0, -1.0, 0.0, 1.0, 3.0];
+            gelu_erf_in(arch, &mut xs);
+            let want = [-0.004_049_7, -0.158_655_25, 0.0, 0.841_344_7, 2.995_950_3];
+            for (got, want) in xs.iter().zip(want) {
+                assert!((got - want).abs() < 1e-6, "{set}: {xs:?}");
+            }
+            // Layer norm over rows of 20 (past the 16 lanes): mean 0, variance 1, then w·x + b.
+            let mut rows: Vec<f32> = (0..40).map(|i| (i * i % 17) as f32).collect();
+            layer_norm_in(arch, &mut rows, &[2.0; 20], &[1.0; 20], 1e-12);
+            for row in rows.chunks(20) {
+                let mean = row.iter().map(|x| (x - 1.0) / 2.0).sum::<f32>() / 20.0;
+                let var = row
+                    .iter()
+                    .map(|x| ((x - 1.0) / 2.0 - mean).powi(2))
+                    .sum::<f32>()
+                    / 20.0;
+                assert!(
+                    mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-4,
+                    "{set}: {mean} {var}"
+                );
+            }
         }
     }
 
