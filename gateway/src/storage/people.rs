@@ -293,18 +293,26 @@ impl Store {
         Ok(row.map(code_of))
     }
 
-    /// Records that `by` entered `code` (the last to enter it is the one who may confirm).
+    /// Records that `by` entered `code`: the last to enter a code is the one who may
+    /// confirm it, and `by` may confirm only the code it entered last.
     pub async fn claim_link_code(&self, agent_id: &AgentId, code: &str, by: &Account) -> Result<()> {
         with_pool!(self, pool => {
-            sqlx::query(
-                "UPDATE link_codes SET claimed_platform = $3, claimed_user_id = $4
-                 WHERE agent_id = $1 AND code = $2",
-            )
-            .bind(agent_id)
-            .bind(code)
-            .bind(by.platform)
-            .bind(&by.user_id)
-            .execute(pool)
+            async {
+                let mut tx = pool.begin().await?;
+                sqlx::query(
+                    "UPDATE link_codes SET claimed_platform = NULL, claimed_user_id = NULL
+                     WHERE agent_id = $1 AND claimed_platform = $2 AND claimed_user_id = $3",
+                )
+                .bind(agent_id).bind(by.platform).bind(&by.user_id)
+                .execute(&mut *tx).await?;
+                sqlx::query(
+                    "UPDATE link_codes SET claimed_platform = $3, claimed_user_id = $4
+                     WHERE agent_id = $1 AND code = $2",
+                )
+                .bind(agent_id).bind(code).bind(by.platform).bind(&by.user_id)
+                .execute(&mut *tx).await?;
+                tx.commit().await
+            }
             .await
         })?;
         Ok(())
@@ -371,7 +379,7 @@ impl Store {
                      WHERE agent_id = $1 AND platform = $2 AND user_id = $3",
                 )
                 .bind(agent_id).bind(by.platform).bind(&by.user_id)
-                .execute(pool).await
+                .execute(pool).await.map(|_| ())
             } else {
                 sqlx::query(
                     "INSERT INTO link_failures
@@ -383,7 +391,7 @@ impl Store {
                 )
                 .bind(agent_id).bind(by.platform).bind(&by.user_id)
                 .bind(failures).bind(window_start_ms)
-                .execute(pool).await
+                .execute(pool).await.map(|_| ())
             }
         })?;
         Ok(())
