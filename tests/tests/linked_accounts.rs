@@ -61,7 +61,12 @@ async fn model() -> FakeOpenAi {
 }
 
 impl Both {
-    async fn spawn(backend: Backend, model: FakeOpenAi, env: &[(&str, &str)], spend: Value) -> Both {
+    async fn spawn(
+        backend: Backend,
+        model: FakeOpenAi,
+        env: &[(&str, &str)],
+        spend: Value,
+    ) -> Both {
         let telegram = FakeTelegram::start().await;
         let discord = FakeDiscord::start().await;
         let mut c = persona_json(AGENT, BIO);
@@ -72,7 +77,9 @@ impl Both {
             "DISCORD_API_TOKEN": fake_discord::TOKEN,
             "DISCORD_API_URL": discord.url(),
         });
-        c["settings"]["spend"] = spend;
+        if spend != json!({}) {
+            c["settings"]["spend"] = spend;
+        }
         let mut options = TestAppOptions::new(backend)
             .persona_file("tess.json", c)
             .openai(&model)
@@ -103,7 +110,9 @@ impl Both {
             tg::text(chat, sam, text)
         };
         self.telegram.push_message(message);
-        let sent = self.app.expect(self.telegram.try_wait_for_sent(n, WAIT).await);
+        let sent = self
+            .app
+            .expect(self.telegram.try_wait_for_sent(n, WAIT).await);
         sent[n - 1].text.clone()
     }
 
@@ -112,7 +121,9 @@ impl Both {
         let n = self.discord.sent_messages().len() + 1;
         self.discord
             .send_message_create(NewMessage::dm(channel, Author::person(who), text));
-        let sent = self.app.expect(self.discord.try_wait_for_sent(n, WAIT).await);
+        let sent = self
+            .app
+            .expect(self.discord.try_wait_for_sent(n, WAIT).await);
         assert_eq!(sent[n - 1].channel, channel, "{sent:#?}");
         sent[n - 1].content.clone()
     }
@@ -147,7 +158,10 @@ impl Both {
         let given = self.telegram("/link").await;
         let code = code_in(&given);
         let shown = self.discord(SAM_DM, "sam", &format!("/link {code}")).await;
-        assert!(shown.contains(&format!("telegram account Sam (id {SAM_TG})")), "{shown}");
+        assert!(
+            shown.contains(&format!("telegram account Sam (id {SAM_TG})")),
+            "{shown}"
+        );
         let linked = self.discord(SAM_DM, "sam", "/link yes").await;
         assert!(linked.starts_with("Linked:"), "{linked}");
     }
@@ -173,49 +187,84 @@ async fn a_fact_told_on_telegram_is_known_on_discord_once_linked(backend: Backen
     .await;
     both.telegram("I keep bees on my roof, you know.").await;
     eventually("the fact learned on Telegram", WAIT, || async {
-        both.telegram_facts().await.as_array().is_some_and(|f| !f.is_empty())
+        both.telegram_facts()
+            .await
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
     })
     .await;
     // On Discord, Sam's account is someone else until linked.
     both.discord(SAM_DM, "sam", "Hello from Discord.").await;
-    assert!(!both.last_reply_prompt().contains(FACT), "{}", both.last_reply_prompt());
+    assert!(
+        !both.last_reply_prompt().contains(FACT),
+        "{}",
+        both.last_reply_prompt()
+    );
 
     // A third person who got the code is shown whose account it joins; nothing is linked
     // unless they confirm.
     let code = code_in(&both.telegram("/link").await);
     let shown = both.discord(EVE_DM, "eve", &format!("/link {code}")).await;
-    assert!(shown.contains(&format!("telegram account Sam (id {SAM_TG})")), "{shown}");
+    assert!(
+        shown.contains(&format!("telegram account Sam (id {SAM_TG})")),
+        "{shown}"
+    );
     assert!(shown.contains("/link yes"), "{shown}");
     assert_eq!(both.people().await, json!([]));
     // In a group, /link gives no code and takes none.
     let n = both.telegram.sent_messages().len() + 1;
     let group = tg::supergroup(-100_700, "Ferry crew");
-    both.telegram
-        .push_message(tg::command(group, tg::user(SAM_TG, "Sam"), &format!("/link {code}")));
-    let sent = both.app.expect(both.telegram.try_wait_for_sent(n, WAIT).await);
-    assert!(sent[n - 1].text.contains("only in a direct message"), "{:?}", sent[n - 1]);
+    both.telegram.push_message(tg::command(
+        group,
+        tg::user(SAM_TG, "Sam"),
+        &format!("/link {code}"),
+    ));
+    let sent = both
+        .app
+        .expect(both.telegram.try_wait_for_sent(n, WAIT).await);
+    assert!(
+        sent[n - 1].text.contains("only in a direct message"),
+        "{:?}",
+        sent[n - 1]
+    );
     both.link().await;
     let people = both.people().await;
     assert_eq!(people.as_array().map(Vec::len), Some(1), "{people}");
     let accounts = &people[0]["accounts"];
     assert_eq!(accounts.as_array().map(Vec::len), Some(2), "{people}");
-    assert!(Value::to_string(accounts).contains(&format!("\"userId\":\"{SAM_TG}\"")), "{people}");
+    assert!(
+        Value::to_string(accounts).contains(&format!("\"userId\":\"{SAM_TG}\"")),
+        "{people}"
+    );
     // Eve's confirmation now finds nothing: the code was used.
     let eve = both.discord(EVE_DM, "eve", "/link yes").await;
     assert!(eve.starts_with("Nothing to confirm"), "{eve}");
 
     // Linked: the fact learned on Telegram is in the Discord reply's prompt.
-    both.discord(SAM_DM, "sam", "What do you remember about me?").await;
-    assert!(both.last_reply_prompt().contains(FACT), "{}", both.last_reply_prompt());
+    both.discord(SAM_DM, "sam", "What do you remember about me?")
+        .await;
+    assert!(
+        both.last_reply_prompt().contains(FACT),
+        "{}",
+        both.last_reply_prompt()
+    );
 
     // /forgetme on Discord forgets it on both.
     let forgot = both.discord(SAM_DM, "sam", "/forgetme").await;
     assert!(forgot.starts_with("Done"), "{forgot}");
     assert_eq!(both.telegram_facts().await, json!([]));
     both.discord(SAM_DM, "sam", "Anything now?").await;
-    assert!(!both.last_reply_prompt().contains(FACT), "{}", both.last_reply_prompt());
+    assert!(
+        !both.last_reply_prompt().contains(FACT),
+        "{}",
+        both.last_reply_prompt()
+    );
     both.telegram("And on Telegram?").await;
-    assert!(!both.last_reply_prompt().contains(FACT), "{}", both.last_reply_prompt());
+    assert!(
+        !both.last_reply_prompt().contains(FACT),
+        "{}",
+        both.last_reply_prompt()
+    );
 
     // /unlink: apart again.
     let apart = both.discord(SAM_DM, "sam", "/unlink").await;
@@ -231,7 +280,13 @@ async fn one_per_user_budget_spans_linked_accounts() {
     // Every call uses exactly 100 tokens; Sam may use 300 a day.
     model.set_usage(80, 20);
     let spend = json!({"userPerDay": "300 tokens", "notices": {"userDay": USER_NOTICE}});
-    let both = Both::spawn(Backend::Sqlite, model, &[("TROUPE_MEMORY_FACTS_EVERY", "0")], spend).await;
+    let both = Both::spawn(
+        Backend::Sqlite,
+        model,
+        &[("TROUPE_MEMORY_FACTS_EVERY", "0")],
+        spend,
+    )
+    .await;
     both.telegram("first question").await;
     both.telegram("second question").await;
     // Unlinked, the Discord account has a budget of its own.
@@ -242,11 +297,18 @@ async fn one_per_user_budget_spans_linked_accounts() {
     both.link().await;
     // Linked: 300 tokens used by the person, on both accounts together.
     let usage = both.telegram("/usage").await;
-    assert!(usage.contains("you (all your linked accounts) 300 tokens"), "{usage}");
+    assert!(
+        usage.contains("you (all your linked accounts) 300 tokens"),
+        "{usage}"
+    );
     assert!(usage.contains("0 tokens left"), "{usage}");
     let refused = both.discord(SAM_DM, "sam", "one more?").await;
     assert_eq!(refused, USER_NOTICE);
-    assert_eq!(both.model.request_count(), 3, "no model call past the person's cap");
+    assert_eq!(
+        both.model.request_count(),
+        3,
+        "no model call past the person's cap"
+    );
 
     // Unlinked, each account has its own day again: Discord used 100 of its 300.
     let apart = both.telegram("/unlink").await;

@@ -70,7 +70,16 @@ mod tests {
     #[test]
     fn look_alikes_and_wrong_lengths_are_not_codes() {
         // Cyrillic А and Е look like A and E; the fullwidth Ａ too.
-        for text in ["АBCDEFGH", "ABCDЕFGH", "ＡBCDEFGH", "ABCDEFG", "ABCDEFGHJ", "ABCD0FGH", "ABCD EFG", ""] {
+        for text in [
+            "АBCDEFGH",
+            "ABCDЕFGH",
+            "ＡBCDEFGH",
+            "ABCDEFG",
+            "ABCDEFGHJ",
+            "ABCD0FGH",
+            "ABCD EFG",
+            "",
+        ] {
             assert_eq!(read_code(text), None, "{text:?}");
         }
     }
@@ -88,6 +97,9 @@ mod tests {
         assert_eq!(minutes_left(failures, t0 + 60_000), 9);
         assert!(!locked(failures, t0 + TRY_WINDOW_MS));
         // The next wrong entry after the window starts a new count.
-        assert_eq!(after_failure(failures, t0 + TRY_WINDOW_MS), (1, t0 + TRY_WINDOW_MS));
+        assert_eq!(
+            after_failure(failures, t0 + TRY_WINDOW_MS),
+            (1, t0 + TRY_WINDOW_MS)
+        );
     }
 }

@@ -18,7 +18,10 @@ use crate::storage::{Account, Result, Store};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Entered {
     /// The code is good: `issuer` (seen as `name`) is the account it joins, once confirmed.
-    Joins { issuer: Account, name: Option<String> },
+    Joins {
+        issuer: Account,
+        name: Option<String>,
+    },
     /// No such code now (wrong, expired, or not a code at all): one more wrong entry.
     Refused,
     /// Too many wrong entries: refused for about this many minutes more.

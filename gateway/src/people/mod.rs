@@ -16,8 +16,8 @@ pub(crate) mod link;
 
 use troupe_connectors::{AgentId, Platform, UserId};
 
-pub use crate::storage::{Account, Person};
 use crate::storage::Store;
+pub use crate::storage::{Account, Person};
 
 /// The person `platform:user` is for `agent`: an unlinked account is its own person.
 pub async fn person_of(

@@ -65,7 +65,9 @@ fn code_of(row: CodeRow) -> LinkCode {
     LinkCode {
         issuer: Account { platform, user_id },
         expires_at_ms,
-        claimed_by: cp.zip(cu).map(|(platform, user_id)| Account { platform, user_id }),
+        claimed_by: cp
+            .zip(cu)
+            .map(|(platform, user_id)| Account { platform, user_id }),
     }
 }
 
@@ -295,7 +297,12 @@ impl Store {
 
     /// Records that `by` entered `code`: the last to enter a code is the one who may
     /// confirm it, and `by` may confirm only the code it entered last.
-    pub async fn claim_link_code(&self, agent_id: &AgentId, code: &str, by: &Account) -> Result<()> {
+    pub async fn claim_link_code(
+        &self,
+        agent_id: &AgentId,
+        code: &str,
+        by: &Account,
+    ) -> Result<()> {
         with_pool!(self, pool => {
             async {
                 let mut tx = pool.begin().await?;

@@ -38,7 +38,10 @@ pub(super) async fn run(ctx: &Ctx<'_>) -> anyhow::Result<Answer> {
     Ok(Answer::text(match usage_today(ctx).await? {
         Some(today) => {
             // Linked accounts share one per-user budget (`people`): the figure is theirs.
-            let person = ctx.store.person_of(ctx.agent, ctx.platform, ctx.user).await?;
+            let person = ctx
+                .store
+                .person_of(ctx.agent, ctx.platform, ctx.user)
+                .await?;
             let you = if person.is_linked() {
                 "you (all your linked accounts)"
             } else {
