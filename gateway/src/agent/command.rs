@@ -102,7 +102,7 @@ impl Agent {
             now_ms: crate::clock::now_ms(),
             meter: self.meter(),
             tools,
-            kind,
+            direct: kind == crate::tools::policy::RoomKind::Direct,
         };
         let answer = crate::rooms::run(command, &ctx).await?;
         if answer.effect == crate::rooms::Effect::ForgotFacts {

@@ -39,8 +39,8 @@ pub(crate) struct Ctx<'a> {
     pub meter: Option<crate::spend::Meter>,
     /// The tools this room may use (`/tools`); `None` when the persona has none.
     pub tools: Option<RoomTools>,
-    /// A direct message or a group (`/link` works only in a direct message).
-    pub kind: crate::tools::policy::RoomKind,
+    /// Whether the room is a direct message (`/link` works only there).
+    pub direct: bool,
 }
 
 /// What `/tools` lists: the tools this room may use, and the persona's MCP servers whose

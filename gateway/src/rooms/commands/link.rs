@@ -9,7 +9,6 @@ use crate::people::codes::CODE_TTL_MS;
 use crate::people::link::{self, Entered};
 use crate::rooms::{Answer, Ctx, Effect};
 use crate::storage::Account;
-use crate::tools::policy::RoomKind;
 
 const DM_ONLY: &str = "/link and /unlink work only in a direct message with me.";
 
@@ -17,7 +16,7 @@ const SHARED: &str = "Linked accounts share what I know about you, one daily lim
                       /usage and /forgetme.";
 
 fn sender(ctx: &Ctx<'_>) -> Option<Account> {
-    (ctx.kind == RoomKind::Direct && ctx.platform != Platform::Web)
+    (ctx.direct && ctx.platform != Platform::Web)
         .then(|| Account::new(ctx.platform, ctx.user))
 }
 
