@@ -35,6 +35,13 @@ pub enum Command {
     Usage,
     /// The tools the persona may use in this room (issue 33); for the room's admins.
     Tools,
+    /// `/link`, `/link CODE` or `/link yes`: link this account with the sender's account on
+    /// another platform (issue 44, docs/people.md). `arg` is what follows, trimmed.
+    Link {
+        arg: Option<String>,
+    },
+    /// Undo `/link` for this account.
+    Unlink,
     /// A known command with arguments it does not take; `problem` says why.
     Invalid {
         name: &'static str,
@@ -70,7 +77,15 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("whoami", "Which persona this is and which model it uses"),
     ("usage", "Tokens used today in this room and by you"),
     ("tools", "The tools I may use here (room admins)"),
+    (
+        "link",
+        "Link your accounts on other platforms (in a direct message)",
+    ),
+    ("unlink", "Undo /link for this account"),
 ];
+
+/// The longest `/link` argument read: a code is 8 characters.
+const MAX_LINK_ARG: usize = 32;
 
 impl Command {
     /// The command's name, as `COMMANDS` lists it (`Unknown` gives its word).
@@ -86,6 +101,8 @@ impl Command {
             Command::WhoAmI => "whoami",
             Command::Usage => "usage",
             Command::Tools => "tools",
+            Command::Link { .. } => "link",
+            Command::Unlink => "unlink",
             Command::Invalid { name, .. } => name,
             Command::Unknown(word) => word,
         }
@@ -168,6 +185,19 @@ pub fn parse(text: &str) -> Option<CommandLine> {
         "whoami" => no_args(Command::WhoAmI, "whoami"),
         "usage" => no_args(Command::Usage, "usage"),
         "tools" => no_args(Command::Tools, "tools"),
+        "link" => match args {
+            "" => Command::Link { arg: None },
+            a if a.chars().count() <= MAX_LINK_ARG && !a.contains(char::is_whitespace) => {
+                Command::Link {
+                    arg: Some(a.to_string()),
+                }
+            }
+            _ => Command::Invalid {
+                name: "link",
+                problem: "/link takes a code, `yes`, or nothing".into(),
+            },
+        },
+        "unlink" => no_args(Command::Unlink, "unlink"),
         _ => Command::Unknown(name),
     };
     Some(CommandLine { command, to })
@@ -231,6 +261,30 @@ mod tests {
         );
         assert_eq!(cmd("/forgetme"), Some(Command::ForgetMe));
         assert_eq!(cmd("/whoami\nmore text"), Some(Command::WhoAmI));
+    }
+
+    #[test]
+    fn link_takes_a_code_yes_or_nothing() {
+        assert_eq!(cmd("/link"), Some(Command::Link { arg: None }));
+        assert_eq!(
+            cmd("/link  ab3d5fgh "),
+            Some(Command::Link {
+                arg: Some("ab3d5fgh".into())
+            })
+        );
+        assert_eq!(
+            cmd("/link yes"),
+            Some(Command::Link {
+                arg: Some("yes".into())
+            })
+        );
+        for text in ["/link a b", &format!("/link {}", "x".repeat(40))] {
+            assert!(
+                matches!(cmd(text), Some(Command::Invalid { name: "link", .. })),
+                "{text:?}"
+            );
+        }
+        assert_eq!(cmd("/unlink"), Some(Command::Unlink));
     }
 
     #[test]

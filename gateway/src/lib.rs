@@ -16,6 +16,7 @@
 //! - [`outbox`]: delivery through the connectors, with retries.
 //! - [`registry`]: the running connectors, by persona and platform; filled in by `app`.
 //! - `memory`: room summaries and user facts, kept up in the background.
+//! - [`people`]: one person across platforms: linked accounts, `/link`, `person_of`.
 //! - [`persona`]: elizaOS character files: loading, checking, prompt composition.
 //! - [`posts`]: autonomous posts on a schedule, claimed once across replicas.
 //! - [`provider`]: model providers (OpenAI-compatible, Anthropic, Ollama) over genai.
@@ -65,6 +66,7 @@ pub(crate) mod metrics;
 pub(crate) mod models;
 pub(crate) mod outbox;
 pub(crate) mod outcome;
+pub mod people;
 pub(crate) mod persona;
 pub(crate) mod posts;
 pub(crate) mod provider;

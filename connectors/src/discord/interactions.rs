@@ -216,7 +216,8 @@ pub(crate) fn is_interaction(message: &Inbound) -> bool {
 }
 
 /// The application commands, as the bulk overwrite takes them: one CHAT_INPUT command per
-/// chat command; `/mute` has an optional string option, the duration.
+/// chat command; `/mute` has an optional string option, the duration, and `/link` one, the
+/// code (or `yes`).
 pub(crate) fn definitions() -> Value {
     let list: Vec<Value> = COMMANDS
         .iter()
@@ -227,6 +228,14 @@ pub(crate) fn definitions() -> Value {
                     "type": 3,
                     "name": "duration",
                     "description": "For how long: 10m, 2h, 1d (default: until /unmute)",
+                    "required": false,
+                }]);
+            }
+            if *name == "link" {
+                command["options"] = json!([{
+                    "type": 3,
+                    "name": "code",
+                    "description": "The code /link gave on your other account, or yes to confirm",
                     "required": false,
                 }]);
             }

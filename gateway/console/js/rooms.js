@@ -1,9 +1,9 @@
-// Rooms: every room a persona has talked in, on any platform, with its recent messages,
-// its summary and the facts learned about its users. A fact can be deleted here, and the
-// room steered (mute, follow, forget) through the same commands people type in the chat
-// (`POST …/rooms/{room}/commands`, docs/rooms.md). The history shows a voice note's
-// transcript marked as one, the images posted with a message (fetched behind the token from
-// the gateway's own store, never from a link a stranger chose), and the 👍/👎 on the
+// Rooms: every room a persona has talked in, on any platform, with its recent messages, its
+// summary and the facts learned about its users, and the persona's linked accounts. A fact can
+// be deleted here, and the room steered (mute, follow, forget) through the same commands
+// people type in the chat (`POST …/rooms/{room}/commands`, docs/rooms.md). The history shows a
+// voice note's transcript marked as one, the images posted with a message (fetched behind the
+// token from the gateway's own store, never from a link a stranger chose), and the 👍/👎 on the
 // persona's replies (docs/console.md).
 
 import { api, enc, imageData } from './api.js';
@@ -84,10 +84,23 @@ async function showRoom(panel, agent, room) {
     h('div', { class: 'log' }, memories.messages.map((m) => messageView(m, base))));
 }
 
+// Accounts linked into one person with /link (docs/people.md): they share facts, one
+// per-user budget, /usage and /forgetme.
+async function showPeople(card, agent) {
+  try {
+    const answer = await api(`/api/agents/${enc(agent)}/people`);
+    const account = (a) => `${a.platform}:${a.userId}${a.name ? ` (${a.name})` : ''}`;
+    clear(card, h('h3', {}, `Linked accounts (${answer.people.length})`),
+      answer.people.length
+        ? h('ul', {}, answer.people.map((p) => h('li', { dataset: { person: p.id } }, p.accounts.map(account).join(' + '))))
+        : h('p', { class: 'muted' }, 'No linked accounts: a person links theirs with /link in a direct message.'));
+  } catch (err) { clear(card, errorBox(err)); }
+}
+
 export async function render(root, params) {
   root.append(h('h1', {}, 'Rooms'));
   // Another persona's rooms are others: the room parameter goes with the old one.
-  const chosen = await choosePersona(root, params, (v) => { agent = v; load(); }, ['room']);
+  const chosen = await choosePersona(root, params, (v) => { agent = v; load(); showPeople(people, agent); }, ['room']);
   if (!chosen) return;
   let { agent } = chosen;
   const rooms = h('table', { id: 'rooms' });
@@ -104,8 +117,9 @@ export async function render(root, params) {
       }
     } catch (err) { rooms.append(h('tr', {}, h('td', {}, errorBox(err)))); }
   };
+  const people = h('section', { class: 'card', id: 'people' });
   root.append(h('div', { class: 'row' }, 'Persona ', chosen.picker),
-    h('div', { class: 'cols' }, h('section', { class: 'card' }, rooms), panel));
-  await load();
+    h('div', { class: 'cols' }, h('section', { class: 'card' }, rooms), panel), people);
+  await Promise.all([load(), showPeople(people, agent)]);
   if (params.get('room')) await showRoom(panel, agent, params.get('room')).catch((err) => clear(panel, errorBox(err)));
 }

@@ -102,6 +102,7 @@ impl Agent {
             now_ms: crate::clock::now_ms(),
             meter: self.meter(),
             tools,
+            direct: kind == crate::tools::policy::RoomKind::Direct,
         };
         let answer = crate::rooms::run(command, &ctx).await?;
         if answer.effect == crate::rooms::Effect::ForgotFacts {
@@ -110,7 +111,11 @@ impl Agent {
                     agent_id: &self.id,
                     platform,
                     user_id: user,
-                });
+                })
+                .await;
+        }
+        if answer.effect == crate::rooms::Effect::PeopleChanged {
+            self.memory.forget_all_cached_facts();
         }
         Ok(answer)
     }

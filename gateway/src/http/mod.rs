@@ -31,6 +31,7 @@ mod live;
 mod media;
 mod media_form;
 mod openai;
+mod people;
 mod posts;
 mod telegram_link;
 mod usage;
@@ -180,6 +181,7 @@ fn console_api_routes() -> Router<AppState> {
         )
         .route("/agents/{agent}/rooms/{room}/facts", get(inspect::facts))
         .route("/agents/{agent}/facts/{id}", delete(inspect::delete_fact))
+        .route("/agents/{agent}/people", get(people::list))
         .route("/agents/{agent}/setup", get(inspect::setup))
         .route("/characters", get(characters::list))
         .route(

@@ -108,7 +108,7 @@ async fn extract(
         )
         .await?;
     if written && !new.is_empty() {
-        memory.forget_cached_facts(who);
+        memory.forget_cached_facts(who).await;
     }
     tracing::info!(
         platform = %who.platform,

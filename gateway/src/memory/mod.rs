@@ -240,9 +240,27 @@ impl Memory {
         due
     }
 
-    /// Drops the cached facts of `who`, after they were written.
-    pub(crate) fn forget_cached_facts(&self, who: FactSubject<'_>) {
+    /// Drops the cached facts of `who`, after they were written, and those of every account
+    /// linked with them (their prompts read the same facts, `people`).
+    pub(crate) async fn forget_cached_facts(&self, who: FactSubject<'_>) {
         self.facts.invalidate(&facts_cache_key(who));
+        match self
+            .store
+            .person_of(who.agent_id, who.platform, who.user_id)
+            .await
+        {
+            Ok(person) => {
+                for account in person.accounts {
+                    self.facts.invalidate(&(account.platform, account.user_id));
+                }
+            }
+            Err(_) => self.facts.invalidate_all(),
+        }
+    }
+
+    /// Drops every cached fact, after accounts were linked or unlinked.
+    pub(crate) fn forget_all_cached_facts(&self) {
+        self.facts.invalidate_all();
     }
 
     fn subject<'a>(&'a self, inbound: &'a Inbound) -> FactSubject<'a> {

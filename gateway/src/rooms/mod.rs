@@ -39,6 +39,8 @@ pub(crate) struct Ctx<'a> {
     pub meter: Option<crate::spend::Meter>,
     /// The tools this room may use (`/tools`); `None` when the persona has none.
     pub tools: Option<RoomTools>,
+    /// Whether the room is a direct message (`/link` works only there).
+    pub direct: bool,
 }
 
 /// What `/tools` lists: the tools this room may use, and the persona's MCP servers whose
@@ -64,6 +66,9 @@ pub(crate) enum Effect {
     None,
     /// The sender's facts are gone: cached copies must go too.
     ForgotFacts,
+    /// Accounts were linked or unlinked (`/link yes`, `/unlink`): whose facts a prompt
+    /// reads changed, so every cached copy must go.
+    PeopleChanged,
 }
 
 /// A command's answer.

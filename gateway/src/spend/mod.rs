@@ -445,7 +445,11 @@ impl Meter {
         }
         // One notice per window: per user for the user's budget, per room otherwise.
         let key = match (scope, who.user) {
-            (BudgetScope::UserDay, Some((platform, user))) => user_key(platform, user),
+            // Per person: linked accounts get one notice between them.
+            (BudgetScope::UserDay, Some((platform, user))) => {
+                let store = &self.spend.inner.store;
+                store.person_of(&self.agent_id, platform, user).await?.id
+            }
             _ => who.room.map(ToString::to_string).unwrap_or_default(),
         };
         let window = match scope {
@@ -507,11 +511,9 @@ impl Meter {
     }
 
     async fn used(&self, who: Who<'_>, today: i64) -> Result<budgets::Used, StorageError> {
+        let store = &self.spend.inner.store;
         let user = who.user.map(|(p, u)| user_key(p, u));
-        let now = self
-            .spend
-            .inner
-            .store
+        let now = store
             .usage_now(
                 &self.agent_id,
                 today,
@@ -524,8 +526,20 @@ impl Meter {
             tokens: u.tokens,
             micros: u.micros,
         };
+        let mut user_day = t(now.user_day);
+        // One per-user budget per person: the other accounts linked with the user's count.
+        if let Some((platform, id)) = who.user {
+            let person = store.person_of(&self.agent_id, platform, id).await?;
+            for account in person.accounts.iter().filter(|a| Some(a.key()) != user) {
+                let other = store
+                    .usage_user_day(&self.agent_id, today, &account.key())
+                    .await?;
+                user_day.tokens += other.tokens;
+                user_day.micros += other.micros;
+            }
+        }
         Ok(budgets::Used {
-            user_day: t(now.user_day),
+            user_day,
             room_day: t(now.room_day),
             persona_day: t(now.persona_day),
             persona_month: t(now.persona_month),

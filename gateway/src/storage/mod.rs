@@ -17,6 +17,7 @@
 //! - room state: the controls people set from the chat (muted, following, forgotten).
 //! - usage: one record per model call, daily rollups, budget notices (`usage`).
 //! - posts: autonomous post schedules, each run's claim and what came of it (`posts`).
+//! - people: accounts linked into one person across platforms, `/link` codes (`people`);
 //! - media: images posted to the API, by the SHA-256 of their bytes (`media`), so the
 //!   journal and the bus carry a reference, never the bytes.
 //!
@@ -30,6 +31,7 @@
 //!   `knowledge::index`'s, not this module's);
 //! - `fact_ids`: facts by id, for the console's "delete this fact";
 //! - `told_facts`: a fact a user told the persona to remember or forget (the memory tools);
+//! - `people`: accounts linked into one person, and `/link` codes (`Store::person_of`);
 //! - `summaries`: room summaries and user facts, which only move forward;
 //! - `rooms`: room controls, forgetting, and closing a command's journal entry;
 //! - `revisions`: the exchange an edit or a delete refers to, and dropping it from memory;
@@ -82,6 +84,7 @@ mod knowledge_tests;
 mod media;
 mod memory;
 mod outbox;
+mod people;
 mod pgvector;
 mod posts;
 #[cfg(test)]
@@ -127,6 +130,7 @@ pub use knowledge::{
     StoredVector, UnembeddedChunk,
 };
 pub use memory::{RoomContext, RoomReads};
+pub use people::{Account, LinkCode, Person};
 pub use pgvector::{HNSW_MAX_DIMENSIONS, PgVector};
 pub use posts::{
     ClaimedRun, NewSchedule, PostRun, RUN_ATTEMPTS, RecentRuns, RunEnd, RunState, ScheduleSource,

@@ -243,19 +243,28 @@ impl Store {
         Ok(forgotten)
     }
 
-    /// Forgets what the agent learned about a user, in every room of the platform. The
-    /// extraction position stays: the messages already read are not read again, so the
-    /// facts do not come back from them. Returns how many facts were forgotten.
+    /// Forgets what the agent learned about a user, in every room of the platform, and
+    /// about every account linked with theirs (`person_of`). The extraction positions stay:
+    /// the messages already read are not read again, so the facts do not come back from
+    /// them. Returns how many facts were forgotten.
     pub async fn forget_user_facts(&self, who: FactSubject<'_>) -> Result<u64> {
-        let gone = with_pool!(self, pool => {
-            sqlx::query("DELETE FROM user_facts WHERE agent_id = $1 AND platform = $2 AND user_id = $3")
+        let person = self
+            .person_of(who.agent_id, who.platform, who.user_id)
+            .await?;
+        let mut gone = 0;
+        for account in &person.accounts {
+            gone += with_pool!(self, pool => {
+                sqlx::query(
+                    "DELETE FROM user_facts WHERE agent_id = $1 AND platform = $2 AND user_id = $3",
+                )
                 .bind(who.agent_id)
-                .bind(who.platform)
-                .bind(who.user_id)
+                .bind(account.platform)
+                .bind(&account.user_id)
                 .execute(pool)
                 .await
                 .map(|done| done.rows_affected())
-        })?;
+            })?;
+        }
         Ok(gone)
     }
 

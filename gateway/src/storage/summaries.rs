@@ -241,23 +241,37 @@ impl Store {
         Ok(rows)
     }
 
-    /// The user's facts, newest first.
+    /// The user's facts, newest first: with the facts of every account linked with theirs
+    /// (`person_of`), merged by time, a fact read alike on two accounts once.
     pub async fn user_facts(&self, who: FactSubject<'_>, limit: i64) -> Result<Vec<String>> {
-        let facts = with_pool!(self, pool => {
-            sqlx::query_scalar(
-                "SELECT fact FROM user_facts
-                 WHERE agent_id = $1 AND platform = $2 AND user_id = $3
-                 ORDER BY created_at_ms DESC, id DESC
-                 LIMIT $4",
-            )
-            .bind(who.agent_id)
-            .bind(who.platform)
-            .bind(who.user_id)
-            .bind(limit.max(0))
-            .fetch_all(pool)
-            .await
-        })?;
-        Ok(facts)
+        let person = self
+            .person_of(who.agent_id, who.platform, who.user_id)
+            .await?;
+        let mut facts: Vec<(i64, i64, String)> = Vec::new();
+        for account in &person.accounts {
+            let rows: Vec<(i64, i64, String)> = with_pool!(self, pool => {
+                sqlx::query_as(
+                    "SELECT created_at_ms, id, fact FROM user_facts
+                     WHERE agent_id = $1 AND platform = $2 AND user_id = $3
+                     ORDER BY created_at_ms DESC, id DESC
+                     LIMIT $4",
+                )
+                .bind(who.agent_id)
+                .bind(account.platform)
+                .bind(&account.user_id)
+                .bind(limit.max(0))
+                .fetch_all(pool)
+                .await
+            })?;
+            facts.extend(rows);
+        }
+        if person.is_linked() {
+            facts.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+            let mut seen = std::collections::HashSet::new();
+            facts.retain(|(_, _, fact)| seen.insert(fact.to_lowercase()));
+        }
+        facts.truncate(usize::try_from(limit.max(0)).unwrap_or(usize::MAX));
+        Ok(facts.into_iter().map(|(_, _, fact)| fact).collect())
     }
 
     /// Commits one extraction in a transaction: moves the user's position to

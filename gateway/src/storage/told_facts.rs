@@ -55,25 +55,33 @@ impl Store {
         Ok(added)
     }
 
-    /// Forgets the facts about `who` that read `fact` (ignoring ASCII case and the
-    /// surrounding spaces), or that contain it when no fact reads it exactly. Returns the
-    /// facts forgotten.
+    /// Forgets the facts about `who` (and the accounts linked with theirs) that read `fact`
+    /// (ignoring ASCII case and the surrounding spaces), or that contain it when no fact
+    /// reads it exactly. Returns the facts forgotten.
     pub async fn forget_user_fact(&self, who: FactSubject<'_>, fact: &str) -> Result<Vec<String>> {
         let wanted = fact.trim().to_ascii_lowercase();
         if wanted.is_empty() {
             return Ok(Vec::new());
         }
-        let facts: Vec<(i64, String)> = with_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT id, fact FROM user_facts
-                 WHERE agent_id = $1 AND platform = $2 AND user_id = $3",
-            )
-            .bind(who.agent_id)
-            .bind(who.platform)
-            .bind(who.user_id)
-            .fetch_all(pool)
-            .await
-        })?;
+        // The facts of every account linked with theirs: a person forgets what they see.
+        let person = self
+            .person_of(who.agent_id, who.platform, who.user_id)
+            .await?;
+        let mut facts: Vec<(i64, String)> = Vec::new();
+        for account in &person.accounts {
+            let rows: Vec<(i64, String)> = with_pool!(self, pool => {
+                sqlx::query_as(
+                    "SELECT id, fact FROM user_facts
+                     WHERE agent_id = $1 AND platform = $2 AND user_id = $3",
+                )
+                .bind(who.agent_id)
+                .bind(account.platform)
+                .bind(&account.user_id)
+                .fetch_all(pool)
+                .await
+            })?;
+            facts.extend(rows);
+        }
         // Matched here rather than in SQL: `LIKE` and `lower()` differ between the backends
         // (wildcards in the text, case outside ASCII), and a user has few facts.
         let exact: Vec<&(i64, String)> = facts
@@ -91,14 +99,9 @@ impl Store {
         let mut gone = Vec::new();
         for (id, text) in chosen {
             let done = with_pool!(self, pool => {
-                sqlx::query(
-                    "DELETE FROM user_facts
-                     WHERE id = $1 AND agent_id = $2 AND platform = $3 AND user_id = $4",
-                )
+                sqlx::query("DELETE FROM user_facts WHERE id = $1 AND agent_id = $2")
                 .bind(id)
                 .bind(who.agent_id)
-                .bind(who.platform)
-                .bind(who.user_id)
                 .execute(pool)
                 .await
                 .map(|r| r.rows_affected())

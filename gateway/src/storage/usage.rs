@@ -268,6 +268,29 @@ impl Store {
         Ok(now)
     }
 
+    /// What the user `user_key` (`platform:user`) used on day `day`: the other accounts of
+    /// a linked person, added to `usage_now`'s (one per-user budget per person, `people`).
+    pub async fn usage_user_day(
+        &self,
+        agent_id: &AgentId,
+        day: i64,
+        user_key: &str,
+    ) -> Result<UsageTally> {
+        let row: Option<(i64, i64)> = with_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT prompt_tokens + completion_tokens, cost_micros FROM usage_daily
+                 WHERE agent_id = $1 AND day = $2 AND scope = 'user' AND scope_key = $3",
+            )
+            .bind(agent_id)
+            .bind(day)
+            .bind(user_key)
+            .fetch_optional(pool)
+            .await
+        })?;
+        let (tokens, micros) = row.unwrap_or_default();
+        Ok(UsageTally { tokens, micros })
+    }
+
     /// Marks the notice of budget `budget` for `scope_key` in the window starting on day
     /// `window_start` as sent. True for the first caller in the window, in any replica.
     pub async fn usage_notice_first(

@@ -265,7 +265,7 @@ async fn remember(arguments: &Value, ctx: &Context<'_>) -> Result<String, CallEr
         .remember_user_fact(who, &fact, &room, keep, crate::storage::now_ms())
         .await
         .map_err(|e| CallError::Failed(format!("could not store the fact: {e}")))?;
-    ctx.memory.forget_cached_facts(who);
+    ctx.memory.forget_cached_facts(who).await;
     Ok(if added {
         format!("Remembered about {}: {fact}", ctx.inbound.author.name)
     } else {
@@ -281,7 +281,7 @@ async fn forget(arguments: &Value, ctx: &Context<'_>) -> Result<String, CallErro
         .forget_user_fact(who, fact)
         .await
         .map_err(|e| CallError::Failed(format!("could not forget the fact: {e}")))?;
-    ctx.memory.forget_cached_facts(who);
+    ctx.memory.forget_cached_facts(who).await;
     Ok(if gone.is_empty() {
         "No fact about them matched.".into()
     } else {

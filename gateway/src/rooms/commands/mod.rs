@@ -5,6 +5,7 @@ mod follow;
 mod forget;
 mod forgetme;
 mod help;
+mod link;
 mod mute;
 mod tools;
 mod unknown;
@@ -27,6 +28,8 @@ pub(super) async fn run(command: &Command, ctx: &Ctx<'_>) -> anyhow::Result<Answ
         Command::WhoAmI => Ok(whoami::run(ctx)),
         Command::Usage => usage::run(ctx).await,
         Command::Tools => Ok(tools::run(ctx)),
+        Command::Link { arg } => link::link(ctx, arg.as_deref()).await,
+        Command::Unlink => link::unlink(ctx).await,
         Command::Invalid { problem, .. } => Ok(unknown::invalid(problem)),
         Command::Unknown(word) => Ok(unknown::unknown(word)),
     }

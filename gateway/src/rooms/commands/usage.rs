@@ -1,5 +1,6 @@
 //! `/usage`: what this room and the sender used today (UTC), and what is left of their
-//! budgets when the persona has any. The figures are spend accounting's (`spend::Meter`,
+//! budgets when the persona has any; the sender's figure is their person's (every account
+//! linked with theirs, `people`). The figures are spend accounting's (`spend::Meter`,
 //! docs/spend.md): the same rows `GET …/usage` reads, so every replica answers alike.
 
 use super::{Answer, Ctx};
@@ -35,11 +36,23 @@ fn line(standing: &Standing) -> String {
 
 pub(super) async fn run(ctx: &Ctx<'_>) -> anyhow::Result<Answer> {
     Ok(Answer::text(match usage_today(ctx).await? {
-        Some(today) => format!(
-            "Today: this room {}; you {}.",
-            line(&today.room),
-            line(&today.user)
-        ),
+        Some(today) => {
+            // Linked accounts share one per-user budget (`people`): the figure is theirs.
+            let person = ctx
+                .store
+                .person_of(ctx.agent, ctx.platform, ctx.user)
+                .await?;
+            let you = if person.is_linked() {
+                "you (all your linked accounts)"
+            } else {
+                "you"
+            };
+            format!(
+                "Today: this room {}; {you} {}.",
+                line(&today.room),
+                line(&today.user)
+            )
+        }
         None => "Usage accounting is off in this gateway.".to_string(),
     }))
 }
