@@ -53,6 +53,7 @@ pub async fn run(config: Config, agent: &AgentId, room_id: &RoomId) -> anyhow::R
                 id: UserId::new("cli"),
                 name: "You".into(),
                 is_bot: false,
+                username: None,
             },
             text,
             attachments: vec![],

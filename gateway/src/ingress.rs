@@ -488,6 +488,7 @@ mod tests {
                 id: UserId::new("ann"),
                 name: "Ann".into(),
                 is_bot: false,
+                username: None,
             },
             text: "Is the harbour open?".into(),
             attachments: Vec::new(),

@@ -84,6 +84,7 @@ mod tests {
                 id: UserId::new("5"),
                 name: "Ann".into(),
                 is_bot: false,
+                username: None,
             },
             text: "hi".into(),
             attachments: Vec::new(),

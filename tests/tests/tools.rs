@@ -60,9 +60,12 @@ fn telegram_character(telegram: &FakeTelegram, python: &str, tools: Value) -> Va
         "Tess keeps the launch codes of the northern station.",
     );
     c["clients"] = json!(["telegram"]);
+    // Ann is trusted (issue 44): in a DM, tools are offered to owners and to allowlisted or
+    // paired senders only (docs/access.md).
     c["settings"]["secrets"] = json!({
         "TELEGRAM_BOT_TOKEN": telegram.token(),
         "TELEGRAM_API_ROOT": telegram.api_root(),
+        "TELEGRAM_ALLOW_FROM": ANN.to_string(),
     });
     c["settings"]["mcp"] = json!({"servers": {"station": stdio_server(python, 30)}});
     c["settings"]["troupe"] = json!({"tools": tools});

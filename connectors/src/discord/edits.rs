@@ -66,6 +66,7 @@ pub(crate) fn delete_to_inbound(channel: u64, message: u64, direct: bool) -> Inb
             id: UserId::new(""),
             name: String::new(),
             is_bot: false,
+            username: None,
         },
         text: String::new(),
         attachments: Vec::new(),

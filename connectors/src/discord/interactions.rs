@@ -119,6 +119,7 @@ impl SlashCommand {
                 id: UserId::new(self.user_id.to_string()),
                 name: self.user_name.chars().take(100).collect(),
                 is_bot: self.is_bot,
+                username: None,
             },
             text,
             attachments: vec![],

@@ -165,6 +165,7 @@ pub(crate) fn to_inbound(msg: &wire::Message, me: Snowflake, place: Place) -> Op
             id: UserId::new(author_id.to_string()),
             name,
             is_bot: author.bot || msg.webhook_id.is_some(),
+            username: None,
         },
         text: msg.content.clone(),
         attachments,

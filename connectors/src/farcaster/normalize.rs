@@ -123,6 +123,7 @@ pub(crate) fn to_inbound(cast: &Cast, bot: Fid, hint: Hint) -> Result<Option<Inb
             id: UserId::new(cast.author.fid.to_string()),
             name,
             is_bot: false,
+            username: None,
         },
         text: cast.text.clone(),
         attachments,

@@ -111,6 +111,7 @@ mod tests {
                 id: UserId::new(author.to_string()),
                 name: format!("fid:{author}"),
                 is_bot: false,
+                username: None,
             },
             text: "@fern /forget".into(),
             attachments: vec![],

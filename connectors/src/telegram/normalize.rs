@@ -157,6 +157,7 @@ fn from_message(message: &Message, me: &BotIdentity, policy: &GroupPolicy) -> Ev
             id: UserId::new(from.id.0.to_string()),
             name: display_name(from),
             is_bot: from.is_bot,
+            username: from.username.clone(),
         },
         text: text.to_string(),
         attachments,

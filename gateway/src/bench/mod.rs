@@ -474,6 +474,7 @@ fn message(run_id: &str, room: usize, n: usize) -> Inbound {
             id: UserId::new(format!("user-{room}")),
             name: format!("User {room}"),
             is_bot: false,
+            username: None,
         },
         text: format!("message {n} in room {room}: how is the weather today?"),
         attachments: vec![],

@@ -194,6 +194,7 @@ mod tests {
                     id: UserId::new("u"),
                     name: "U".into(),
                     is_bot: false,
+                    username: None,
                 },
                 text: String::new(),
                 attachments: vec![],

@@ -711,6 +711,7 @@ mod tests {
                 id: UserId::new("u"),
                 name: "U".into(),
                 is_bot: false,
+                username: None,
             },
             text: "hi".into(),
             attachments: vec![],

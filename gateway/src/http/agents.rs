@@ -322,6 +322,7 @@ fn posted(
             id: UserId::new(caller.user(user_id)),
             name: user_name,
             is_bot: false,
+            username: None,
         },
         text: body.text,
         attachments: vec![],

@@ -470,6 +470,7 @@ mod tests {
                 id: UserId::new(user),
                 name: "N".into(),
                 is_bot,
+                username: None,
             },
             text: "hi".into(),
             attachments: vec![],

@@ -125,6 +125,7 @@ mod tests {
                 id: UserId::new(author),
                 name: author.into(),
                 is_bot,
+                username: None,
             },
             text: text.into(),
             attachments: vec![],

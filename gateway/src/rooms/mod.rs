@@ -182,6 +182,7 @@ pub(crate) mod tests {
                 id: UserId::new("u"),
                 name: "Sam".into(),
                 is_bot: false,
+                username: None,
             },
             text: text.into(),
             attachments: vec![],

@@ -86,6 +86,7 @@ async fn a_present_persona_overhears_once_and_an_absent_one_not_at_all(store: St
             id: UserId::new("sam"),
             name: "Sam".into(),
             is_bot: false,
+            username: None,
         },
         text: "hello".into(),
         attachments: vec![],

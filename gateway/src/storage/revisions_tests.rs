@@ -14,6 +14,7 @@ fn said(id: &str, text: &str, revises: Option<Revision>) -> Inbound {
             id: UserId::new("5"),
             name: "Ann".into(),
             is_bot: false,
+            username: None,
         },
         text: text.into(),
         attachments: Vec::new(),

@@ -158,6 +158,7 @@ async fn a_command_closes_its_entry_without_memory(ctx: Ctx) {
             id: UserId::new("sam"),
             name: "Sam".into(),
             is_bot: false,
+            username: None,
         },
         text: "/mute".into(),
         attachments: vec![],

@@ -50,6 +50,7 @@ pub(super) async fn say(
             id: UserId::new(author),
             name: format!("{author} name"),
             is_bot: false,
+            username: None,
         },
         text: text.to_string(),
         attachments: Vec::new(),

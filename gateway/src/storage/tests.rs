@@ -66,6 +66,7 @@ pub(super) fn inbound(
             id: UserId::new(author),
             name: author.to_uppercase(),
             is_bot: false,
+            username: None,
         },
         text: text.to_string(),
         attachments: Vec::new(),

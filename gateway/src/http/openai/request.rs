@@ -181,6 +181,7 @@ pub(super) fn posted(
             id: UserId::new(caller.user(user)),
             name: "User".into(),
             is_bot: false,
+            username: None,
         },
         text: conversation.text,
         attachments: vec![],
