@@ -34,7 +34,7 @@ use troupe_connectors::{AgentId, Inbound, Platform, RoomKey};
 pub use rules::{DmPolicy, Rules};
 
 use crate::spend::clock::SpendClock;
-use crate::storage::{Asker, Store};
+use crate::storage::{Asker, Store, Telling};
 
 /// The most rooms kept as asking to be let in; past it the oldest is forgotten.
 const MAX_ASKING: usize = 256;
@@ -155,7 +155,8 @@ impl Access {
             user_name: &inbound.author.name,
             now_ms: self.now_ms(),
         };
-        let told = self.store.access_tell(asker, pairing, every).await?;
+        let telling = if pairing { Telling::Code } else { Telling::Refusal };
+        let told = self.store.access_tell(asker, telling, every).await?;
         tracing::info!(policy = on.dm.as_str(), told = told.is_some(), "direct message not let in");
         Ok(Verdict::Refuse {
             say: told.map(|code| refusal(on.dm, &code)),

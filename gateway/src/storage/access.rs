@@ -25,6 +25,13 @@ pub struct Asker<'a> {
     pub now_ms: i64,
 }
 
+/// What a sender not let in is told: a pairing code, or a refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Telling {
+    Code,
+    Refusal,
+}
+
 /// A code waiting to be approved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 #[serde(rename_all = "camelCase")]
@@ -106,9 +113,10 @@ impl Store {
     pub async fn access_tell(
         &self,
         asker: Asker<'_>,
-        pairing: bool,
+        telling: Telling,
         every_ms: i64,
     ) -> Result<Option<String>> {
+        let pairing = telling == Telling::Code;
         let code = if pairing { new_code() } else { String::new() };
         let now = asker.now_ms;
         let told = with_pool!(self, pool => async {

@@ -5,7 +5,7 @@
 use troupe_connectors::{AgentId, Platform};
 
 use super::test_support::{Kind, on_both_backends, run_with_store as run};
-use super::{Approval, Asker, Store};
+use super::{Approval, Asker, Store, Telling};
 use crate::access::codes::{LOCKOUT_MS, REISSUE_MS, TTL_MS};
 
 const T0: i64 = 1_800_000_000_000;
@@ -24,15 +24,15 @@ on_both_backends!(codes_keep_their_limits_and_approval_its_lockout);
 
 async fn codes_keep_their_limits_and_approval_its_lockout(store: Store) {
     let tess = AgentId::new("tess");
-    let first = store.access_tell(asker(&tess, "1", T0), true, REISSUE_MS).await.unwrap();
+    let first = store.access_tell(asker(&tess, "1", T0), Telling::Code, REISSUE_MS).await.unwrap();
     let first = first.expect("a code");
     // The same sender within ten minutes: no new code.
-    let again = store.access_tell(asker(&tess, "1", T0 + 1), true, REISSUE_MS).await.unwrap();
+    let again = store.access_tell(asker(&tess, "1", T0 + 1), Telling::Code, REISSUE_MS).await.unwrap();
     assert_eq!(again, None);
     // Three more senders: the first code is dropped, three wait.
     for (i, user) in ["2", "3", "4"].iter().enumerate() {
         let told = store
-            .access_tell(asker(&tess, user, T0 + 10 + i as i64), true, REISSUE_MS)
+            .access_tell(asker(&tess, user, T0 + 10 + i as i64), Telling::Code, REISSUE_MS)
             .await
             .unwrap();
         assert!(told.is_some());
@@ -45,7 +45,7 @@ async fn codes_keep_their_limits_and_approval_its_lockout(store: Store) {
 
     // Another persona's code is refused for this one.
     let dot = AgentId::new("dot");
-    let dots = store.access_tell(asker(&dot, "9", T0), true, REISSUE_MS).await.unwrap().unwrap();
+    let dots = store.access_tell(asker(&dot, "9", T0), Telling::Code, REISSUE_MS).await.unwrap().unwrap();
     let other = store.access_approve(Some(&dots), Some(&tess), "s", "t", T0 + 200).await.unwrap();
     assert_eq!(other, Approval::Refused);
 
@@ -73,6 +73,6 @@ async fn codes_keep_their_limits_and_approval_its_lockout(store: Store) {
     assert_eq!(store.access_revoke(None, &approved.subject).await.unwrap(), 1);
     assert!(!store.access_approved(&tess, &approved.subject).await.unwrap());
     let user = approved.subject.split_once(':').unwrap().1.to_string();
-    let anew = store.access_tell(asker(&tess, &user, T0 + 600), true, REISSUE_MS).await.unwrap();
+    let anew = store.access_tell(asker(&tess, &user, T0 + 600), Telling::Code, REISSUE_MS).await.unwrap();
     assert!(anew.is_some(), "a revoked sender gets a code again");
 }

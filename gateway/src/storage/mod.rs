@@ -122,7 +122,7 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
-pub use access::{Approval, Approved, Asker, PendingCode};
+pub use access::{Approval, Approved, Asker, PendingCode, Telling};
 pub use arbiter::Floor;
 pub use fact_ids::IdentifiedFact;
 pub use feedback::{FeedbackTally, NewFeedback, ReplyMessage};
