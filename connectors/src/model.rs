@@ -316,6 +316,10 @@ pub struct UserRef {
     /// Another bot (never the persona itself: connectors drop the persona's own messages).
     #[serde(default)]
     pub is_bot: bool,
+    /// The sender's handle, when the platform has one besides the id (Telegram's
+    /// `@username`, without the `@`): what an allowlist may name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
 }
 
 /// A file attached to a message. Text content is filled in when the connector could fetch
@@ -447,6 +451,7 @@ impl UserRef {
             id: id.into(),
             name: name.into(),
             is_bot: false,
+            username: None,
         }
     }
 

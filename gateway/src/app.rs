@@ -186,6 +186,8 @@ struct PersonaWork {
     posts: crate::posts::Posts,
     /// Changes to the personas directory since it was loaded; taken when serving starts.
     events: Option<tokio::sync::mpsc::Receiver<PersonaEvent>>,
+    /// Who is let in: pairing codes and approvals, on the spend clock (issue 44).
+    access: crate::access::Access,
 }
 
 /// The platform connectors' receiving loops.
@@ -287,6 +289,10 @@ impl App {
         let spend = crate::spend::Spend::new(path.store.clone(), config.spend.clone());
         knowledge.account_with(spend.clone());
         let posts = crate::posts::Posts::new(&path.store, &path.agents, &path.outbox, &config.env);
+        let access = crate::access::Access::new(
+            path.store.clone(),
+            crate::spend::clock::SpendClock::system(config.spend.clock_offset_secs),
+        );
         let app = App {
             http: Http {
                 listener: None,
@@ -302,6 +308,7 @@ impl App {
                 knowledge,
                 posts,
                 events: None,
+                access,
             },
             loops: Loops {
                 running: Default::default(),
@@ -399,7 +406,22 @@ impl App {
         }
         // Voice notes are heard, and answered by voice, on the persona's own provider.
         let speaking = crate::media::speech::speaking(&persona, &self.config.env, &*provider);
+        let access = crate::access::Rules::of(&persona, &self.config.env);
+        for problem in &access.problems {
+            tracing::warn!(persona = %persona.id, "{problem}");
+        }
+        let dms_open = persona
+            .platforms()
+            .into_iter()
+            .filter_map(|p| access.on(p))
+            .any(|on| on.dm == crate::access::DmPolicy::Open);
+        if let Some(w) =
+            crate::access::cli::open_tools_warning(&persona, &access, dms_open, &self.config)
+        {
+            tracing::warn!("{w}");
+        }
         Mind {
+            access,
             speaking,
             persona,
             provider,
@@ -446,6 +468,7 @@ impl App {
                 .with_knowledge(self.personas.knowledge.clone())
                 .with_fetch(&self.config.knowledge.fetch)
                 .with_spend(self.models.spend.clone())
+                .with_access(self.personas.access.clone())
                 .with_troupe(&self.path.agents);
                 self.path.agents.insert(Arc::new(agent));
                 self.path.connectors.insert(&id, Arc::new(WebConnector));
@@ -764,6 +787,7 @@ impl App {
             budget,
             receivers: self.loops.receivers.clone(),
             posts: self.personas.posts.clone(),
+            access: self.personas.access.clone(),
         };
         let router = http::router(state);
         let stop = shutdown.child_token();

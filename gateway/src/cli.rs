@@ -62,6 +62,10 @@ enum Command {
         reembed: bool,
         files: Vec<PathBuf>,
     },
+    /// Pairing codes and approvals (docs/access.md): `list`, `approve CODE`, `revoke
+    /// PLATFORM:USER_ID`, against the configured database.
+    #[command(subcommand)]
+    Pairing(crate::access::cli::PairingCommand),
     /// Local embedding models: `troupe models pull [NAME]` from the Hugging Face Hub.
     Models(crate::models::ModelsArgs),
     /// Measure the gateway's own per-message cost with a zero-latency model.
@@ -113,7 +117,11 @@ pub fn main() -> ExitCode {
     // A benchmark measures the path, not the per-message log lines, and in `troupe chat`
     // the conversation is all the terminal shows: quiet unless asked.
     let filter = match &cli.command {
-        Command::Bench(_) | Command::Chat { .. } if !config.log_filter_set => "warn",
+        Command::Bench(_) | Command::Chat { .. } | Command::Pairing(_)
+            if !config.log_filter_set =>
+        {
+            "warn"
+        }
         _ => config.log_filter.as_str(),
     };
     let _telemetry = crate::telemetry::init(
@@ -146,6 +154,7 @@ pub fn main() -> ExitCode {
                 files,
             } => ingest(config, agent, room, reembed, files).await,
             Command::Bench(args) => crate::bench::run(config, args).await,
+            Command::Pairing(command) => crate::access::cli::run(config, command).await,
             Command::Models(args) => crate::models::run_cli(&config, args).await,
             Command::Usage {
                 agent,
@@ -220,7 +229,7 @@ fn probe_healthz(listen: std::net::SocketAddr, timeout: std::time::Duration) -> 
 }
 
 /// The configured database, or an error naming it (without its password).
-async fn connect(config: &Config) -> anyhow::Result<crate::storage::Store> {
+pub(crate) async fn connect(config: &Config) -> anyhow::Result<crate::storage::Store> {
     crate::storage::Store::connect(&config.database_url)
         .await
         .with_context(|| {
@@ -309,6 +318,12 @@ async fn check(config: Config, mut files: Vec<PathBuf>) -> anyhow::Result<ExitCo
     }
     let posts_ok = check_posts(&report, &config.env);
     let tools_ok = check_tools(&report, &config);
+    // Who may talk to each persona, per platform (issue 44).
+    for loaded in &report.loaded {
+        for line in crate::access::cli::describe(&loaded.persona, &config.env, &config) {
+            eprintln!("troupe: {line}");
+        }
+    }
     // On stderr with the summary: stdout holds only the problems, one per line.
     eprintln!(
         "troupe: knowledge search: {}",

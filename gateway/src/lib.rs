@@ -11,6 +11,7 @@
 //! - [`outcome`]: how handling a message ended (`Outcome`, `HandleError`), and the callers
 //!   waiting to hear it (`Waiters`); below `ingress`, `bus` and `agent`.
 //! - [`bus`]: delivery of journaled messages to agents, ordered per room.
+//! - [`access`]: who may talk to a persona: DM policies, pairing codes, owners, groups.
 //! - [`agent`]: decide, rate-limit, recall, prompt, call the model, record, reply.
 //! - [`rooms`]: chat commands, room controls (mute, follow, forget) and reply actions.
 //! - [`outbox`]: delivery through the connectors, with retries.
@@ -41,6 +42,7 @@
 //! - `fuzzing` (feature `fuzzing`, hidden): byte-level entry points for the fuzz targets in
 //!   `fuzz/`; not an API.
 
+pub(crate) mod access;
 pub(crate) mod agent;
 pub(crate) mod app;
 pub(crate) mod bench;

@@ -54,6 +54,12 @@ pub enum WhyNot {
     /// The message was deleted: its reply was taken back, nothing is said.
     #[serde(rename = "the message was deleted")]
     Deleted,
+    /// The sender or the room is not let in (issue 44, docs/access.md).
+    #[serde(rename = "the sender is not let in")]
+    NotLetIn,
+    /// A listen-only room: remembered, never answered.
+    #[serde(rename = "the room is listen-only")]
+    ListenOnly,
 }
 
 impl WhyNot {
@@ -70,6 +76,8 @@ impl WhyNot {
             WhyNot::EditTooLate => "the edit came after the edit window",
             WhyNot::UnknownMessage => "an edit or delete of a message the persona never received",
             WhyNot::Deleted => "the message was deleted",
+            WhyNot::NotLetIn => "the sender is not let in",
+            WhyNot::ListenOnly => "the room is listen-only",
         }
     }
 }

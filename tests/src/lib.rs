@@ -16,6 +16,7 @@
 //! - [`app`]: [`TestApp`], the `troupe run` child process on a fresh data dir and a fresh
 //!   SQLite file or Postgres database, with port discovery, restart and log capture.
 //! - [`browser`]: headless Chromium over WebDriver, for the console's browser tests.
+//! - [`gauges`]: the gateway's decision counters to wait on, and `troupe pairing`.
 //! - [`persona_json`]: a minimal valid elizaOS v0 character file.
 //! - [`mcp`]: the real MCP server of the tool tests (Python SDK) and the Python to run it.
 //! - [`multipart`]: hand-built document uploads, the fields in the order a test gives.
@@ -37,6 +38,7 @@ pub mod fake_hub;
 pub mod fake_neynar;
 pub mod fake_openai;
 pub mod fake_telegram;
+pub mod gauges;
 pub mod mcp;
 pub mod multipart;
 pub mod recorder;

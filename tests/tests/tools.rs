@@ -59,6 +59,9 @@ fn telegram_character(telegram: &FakeTelegram, python: &str, tools: Value) -> Va
         "Tess",
         "Tess keeps the launch codes of the northern station.",
     );
+    // Ann is trusted (issue 44): in a DM, tools are offered to owners and to allowlisted or
+    // paired senders only (docs/access.md).
+    c["settings"]["secrets"]["TELEGRAM_ALLOW_FROM"] = json!(ANN.to_string());
     c["settings"]["mcp"] = json!({"servers": {"station": stdio_server(python, 30)}});
     c["settings"]["troupe"] = json!({"tools": tools});
     c

@@ -87,6 +87,7 @@ pub(crate) fn to_reaction(
             id: UserId::new(user.to_string()),
             name: name.chars().take(100).collect(),
             is_bot,
+            username: None,
         },
         emoji: emoji.clone(),
         added,

@@ -151,6 +151,7 @@ fn from_message(message: &Message, me: &BotIdentity, policy: &GroupPolicy) -> Ev
 
     let author = UserRef {
         is_bot: from.is_bot,
+        username: from.username.clone(),
         ..UserRef::person(from.id.0.to_string(), display_name(from))
     };
     let said = Inbound::said(message_id(chat_id, message.id.0), room, author, text)

@@ -45,6 +45,7 @@ pub(crate) fn from_update(update: &MessageReactionUpdated) -> Vec<Reaction> {
             id: UserId::new(user.id.0.to_string()),
             name: user.full_name().chars().take(100).collect(),
             is_bot: user.is_bot,
+            username: None,
         },
         emoji: emoji.to_string(),
         added,

@@ -14,6 +14,7 @@ const pages = {
   rooms: () => import('./rooms.js'),
   knowledge: () => import('./knowledge.js'),
   posts: () => import('./posts.js'),
+  access: () => import('./access.js'),
   characters: () => import('./characters.js'),
   health: () => import('./health.js'),
 };

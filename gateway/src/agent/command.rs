@@ -123,6 +123,14 @@ impl Agent {
     /// Whether the sender may steer the room, as its platform says; a platform that cannot
     /// tell (an error, too slow) refuses, since a mute or a forget cannot be taken back.
     pub(super) async fn may_steer(&self, inbound: &Inbound) -> bool {
+        // An owner steers every room the persona is in, as its admins do (issue 44).
+        if self
+            .mind()
+            .access
+            .is_owner(inbound.platform(), inbound.author.id.as_str())
+        {
+            return true;
+        }
         let Some(connector) = self.connector(inbound.platform()) else {
             return true;
         };

@@ -6,6 +6,8 @@
 //! recipe: read it to know the order of a turn. Each step has its own file, named for it,
 //! in the order a message meets them:
 //!
+//! - `access`: whether the sender and the room are let in (`admit`, `crate::access`), and
+//!   an owner's `/approve`.
 //! - `resume`: a message driven again is answered from the journal, or given up.
 //! - `edit`: an edit or a delete of an earlier message (`revise`), before the rest.
 //! - `command`: chat commands (`command`, `run_command`), and the sender's right to steer
@@ -33,6 +35,7 @@
 //! (`registry::Connectors`). Its persona and model provider sit behind a lock so that a hot
 //! reload swaps them between two messages without a restart.
 
+mod access;
 mod ack;
 mod answer;
 mod arbitrate;
@@ -90,6 +93,8 @@ pub struct Mind {
     pub tools: crate::tools::Tools,
     /// The persona's voice for answering voice notes (`media::speech`); `None`: text only.
     pub speaking: Option<crate::media::speech::Speaking>,
+    /// Who the persona lets in (issue 44): its DM policies, owners and rooms.
+    pub access: crate::access::Rules,
 }
 
 impl Mind {
@@ -123,6 +128,8 @@ pub struct Agent {
     troupe: Option<troupe::Troupe>,
     /// Fetches the links of images in messages, under the fetch policy (`crate::media`).
     fetcher: crate::fetch::Fetcher,
+    /// Who is let in, and the pairing codes (`crate::access`).
+    access: crate::access::Access,
 }
 
 impl Agent {
@@ -137,6 +144,7 @@ impl Agent {
     ) -> Self {
         let memory =
             crate::memory::Memory::new(&mind.persona.id, store.clone(), limiter.clone(), &settings);
+        let store_for_access = store.clone();
         Self {
             memory,
             id: mind.persona.id.clone(),
@@ -152,7 +160,17 @@ impl Agent {
             meter: RwLock::new(None),
             troupe: None,
             fetcher: crate::fetch::Fetcher::new(&crate::fetch::FetchSettings::default()),
+            access: crate::access::Access::new(
+                store_for_access,
+                crate::spend::clock::SpendClock::system(0),
+            ),
         }
+    }
+
+    /// Lets senders in with `access` (its clock, shared with the rest of the gateway).
+    pub fn with_access(mut self, access: crate::access::Access) -> Self {
+        self.access = access;
+        self
     }
 
     /// Accounts every model call of this agent and applies its budgets (docs/spend.md).
@@ -291,6 +309,8 @@ impl Agent {
         if delivery.is_again() {
             self.resume(turn).await?;
         }
+        // access.rs: a sender or a room not let in ends here, before anything is kept.
+        self.admit(turn).await?;
         // edit.rs: an edit is taken as the message it edits; a delete ends here.
         self.revise(turn).await?;
         // command.rs: `/mute`, `/forget`… answered without the model.

@@ -85,7 +85,10 @@ impl Agent {
     async fn complete(&self, turn: &Turn<'_>, prompt: &Prompt) -> Result<Answer, ProviderError> {
         let streaming = self.streaming(turn);
         let live = streaming.live();
-        let result = match super::tools::offer(&turn.mind, turn.inbound()) {
+        let result = match (!turn.untrusted)
+            .then(|| super::tools::offer(&turn.mind, turn.inbound()))
+            .flatten()
+        {
             Some(offer) => self.tool_turn(turn, prompt, offer, live).await,
             None => self
                 .model_call(turn, prompt, None, live)

@@ -149,6 +149,7 @@ async fn agent_with(
     let outbox = Outbox::new(store.clone(), connectors.clone());
     let agent = Agent::new(
         Mind {
+            access: crate::access::Rules::default(),
             persona,
             provider,
             small: None,

@@ -34,6 +34,8 @@ pub(super) struct Turn<'a> {
     pub(super) mind: Arc<Mind>,
     /// The persona's spend meter, when spend is on.
     pub(super) meter: Option<Meter>,
+    /// A stranger in a DM (issue 44): the persona's tools are not offered to them.
+    pub(super) untrusted: bool,
 }
 
 impl<'a> Turn<'a> {
@@ -48,6 +50,7 @@ impl<'a> Turn<'a> {
             inbound: Cow::Borrowed(inbound),
             mind,
             meter,
+            untrusted: false,
         }
     }
 

@@ -943,6 +943,43 @@ settings! {
     /// the longest cast, in characters (the post is cut at a word)
     "MAX_CAST_LENGTH" => max_cast_length;
         Count, Persona, "320";
+
+    // --- who may talk to each persona (access/rules.rs; docs/access.md)
+    /// who may open a DM with the persona on Telegram: `open`, `pairing` (a stranger gets a
+    /// code for an owner to approve), `allowlist` or `disabled`; an unknown word is taken as
+    /// `pairing` ([docs/access.md](docs/access.md))
+    "TELEGRAM_DM_POLICY" => telegram_dm_policy;
+        Choice, Persona, "`open`",
+        security "who may spend the persona's model and tools in a DM; `open` lets anyone";
+    /// the same on Discord
+    "DISCORD_DM_POLICY" => discord_dm_policy;
+        Choice, Persona, "`open`",
+        security "who may spend the persona's model and tools in a DM; `open` lets anyone";
+    /// Telegram user ids and `@usernames` (a JSON array, or separated by commas) let into DMs
+    /// under any policy but `disabled`, and trusted with the persona's tools there
+    "TELEGRAM_ALLOW_FROM" => telegram_allow_from;
+        Text, Persona, "none";
+    /// Discord user ids, the same
+    "DISCORD_ALLOW_FROM" => discord_allow_from;
+        Text, Persona, "none";
+    /// elizaOS's name: the Telegram chat ids (a JSON array) the persona answers in; another
+    /// group gets no model call and nothing is kept
+    "TELEGRAM_ALLOWED_CHATS" => telegram_allowed_chats;
+        Text, Persona, "every chat";
+    /// elizaOS's name: the Discord channel (or thread) ids the persona answers in; another
+    /// channel gets no model call and nothing is kept
+    "CHANNEL_IDS" => channel_ids;
+        Text, Persona, "every channel";
+    /// Discord channel ids the persona reads and remembers and never answers
+    "DISCORD_LISTEN_CHANNEL_IDS" => discord_listen_channel_ids;
+        Text, Persona, "none";
+    /// `platform:user_id` entries (`telegram:123`): always let in, steer every room the
+    /// persona is in and approve pairing codes with `/approve CODE`; a character's
+    /// `settings.troupe.owners` adds to them
+    "TROUPE_OWNERS" => owners;
+        Text, Persona, "none",
+        security "who may approve strangers and steer every room; nobody becomes an owner by \
+            messaging";
 }
 
 #[cfg(test)]

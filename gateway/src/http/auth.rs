@@ -116,6 +116,10 @@ fn scoped_access(method: &Method, route: &str) -> Option<Access> {
         // (`Caller::reaches`), and lists only the token's own.
         "/v1/models" | "/v1/models/{model}" if read => Some(Access::Read),
         "/v1/chat/completions" if method == Method::POST => Some(Access::Write),
+        // Pairing (issue 44): the handler keeps a token to its own personas' codes.
+        "/pairing" if read => Some(Access::Read),
+        "/pairing/approve" if method == Method::POST => Some(Access::Write),
+        "/pairing/{platform}/{user}" if method == Method::DELETE => Some(Access::Write),
         _ => None,
     }
 }
@@ -202,11 +206,12 @@ async fn scoped_may(
     };
     if access == Access::Write && token.read_only {
         return Err(forbidden(format!(
-            "the token `{name}` is read-only: it may not post messages"
+            "the token `{name}` is read-only: it may not post messages or approve anyone"
         )));
     }
-    if route.starts_with("/v1/") {
-        // The OpenAI-compatible routes name their persona as a model (`http::openai`).
+    if route.starts_with("/v1/") || route.starts_with("/api/pairing") {
+        // The OpenAI-compatible routes name their persona as a model (`http::openai`);
+        // pairing names none, and answers for the token's own personas (`http::pairing`).
         return Ok(());
     }
     let params = RawPathParams::from_request_parts(parts, state)

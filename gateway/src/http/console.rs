@@ -65,6 +65,7 @@ static ASSETS: &[Asset] = assets![
     "js/rooms.js" => JS,
     "js/knowledge.js" => JS,
     "js/posts.js" => JS,
+    "js/access.js" => JS,
     "js/characters.js" => JS,
     "js/health.js" => JS,
     "template.json" => JSON,

@@ -31,6 +31,7 @@ mod live;
 mod media;
 mod media_form;
 mod openai;
+mod pairing;
 mod people;
 mod posts;
 mod telegram_link;
@@ -76,6 +77,8 @@ pub struct AppState {
     pub receivers: crate::supervise::Receivers,
     /// Post schedules (`posts`).
     pub posts: crate::posts::Posts,
+    /// Pairing codes and approvals (`/api/pairing`, issue 44).
+    pub access: crate::access::Access,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -100,6 +103,9 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{agent}/usage", get(usage::usage))
         .route("/agents/{agent}/posts", get(posts::list).post(posts::add))
         .route("/agents/{agent}/posts/{id}", delete(posts::remove))
+        .route("/pairing", get(pairing::list))
+        .route("/pairing/approve", post(pairing::approve))
+        .route("/pairing/{platform}/{user}", delete(pairing::revoke))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .merge(knowledge_routes(&state))
         .merge(console_api_routes())

@@ -298,10 +298,14 @@ fn troupe_settings(v: &Node, d: &mut Diags) -> Option<Vec<Platform>> {
             "posts" => {}
             // Which rooms may use the persona's tools: read by `tools::policy` (issue 33).
             "tools" => {}
+            // Owners, `platform:user_id` entries: read by `access::rules` (issue 44).
+            "owners" => {
+                string_list(&m.value, &path, d);
+            }
             other => d.warn(
                 &m.key_pos,
                 &path,
-                unknown_field_message(other, &["platforms", "posts", "tools"]),
+                unknown_field_message(other, &["platforms", "posts", "tools", "owners"]),
             ),
         }
     }

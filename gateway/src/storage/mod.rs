@@ -21,6 +21,8 @@
 //! - media: images posted to the API, by the SHA-256 of their bytes (`media`), so the
 //!   journal and the bus carry a reference, never the bytes.
 //!
+//! - access: pairing codes, approvals and wrong approvals (`access`, issue 44).
+//!
 //! It does not decide anything: when to retry, what to remember and what to answer belong
 //! to the agent and the delivery worker. Layout:
 //! - this file: the public records, `Store::connect` and the backend dispatch;
@@ -70,6 +72,9 @@
 //!   Postgres, pinged only after `PG_PING_IDLE` idle;
 //! - the schema: one migration directory per backend, kept in step.
 
+mod access;
+#[cfg(test)]
+mod access_tests;
 mod arbiter;
 #[cfg(test)]
 mod arbiter_tests;
@@ -120,6 +125,7 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
+pub use access::{Approval, Approved, Asker, PendingCode, Telling};
 pub use arbiter::Floor;
 pub use fact_ids::IdentifiedFact;
 pub use feedback::{FeedbackTally, NewFeedback, ReplyMessage};

@@ -241,12 +241,20 @@ impl RoomPolicy {
             list
         };
         for key in obj.keys() {
-            // `builtin` is read by `tools::builtin`: which of troupe's own tools are on.
-            if !matches!(key.as_str(), "groups" | "rooms" | "allow" | "builtin") {
+            // `builtin` is read by `tools::builtin`: which of troupe's own tools are on;
+            // `dm` by `access::rules`: who is offered them in a DM (issue 44).
+            if !matches!(key.as_str(), "groups" | "rooms" | "allow" | "builtin" | "dm") {
                 problems.push(format!(
-                    "settings.troupe.tools.{key}: unknown field; use groups, rooms, allow or builtin"
+                    "settings.troupe.tools.{key}: unknown field; use groups, rooms, allow, builtin or dm"
                 ));
             }
+        }
+        match obj.get("dm") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s == "everyone" || s == "trusted" => {}
+            Some(_) => problems.push(
+                "settings.troupe.tools.dm: expected \"everyone\" or \"trusted\" (the default)".into(),
+            ),
         }
         match obj.get("groups") {
             None | Some(Value::Null) => {}

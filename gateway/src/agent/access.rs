@@ -1,0 +1,76 @@
+//! Access: the first step of a platform message's turn (issue 44, docs/access.md). The
+//! sender and the room are let in or not by `access::Access::admit`; this step applies the
+//! verdict. A message not let in ends here with no model call and nothing in the room's
+//! memory (its journal entry is closed done), and at most its one reply (a pairing code, a
+//! short refusal), queued as a command's answer is. A listen-only room's message is
+//! remembered and ends here. An owner's `/approve CODE` in a DM is answered here too.
+
+use super::Agent;
+use super::outbound::Kind;
+use super::turn::{Step, Turn, done};
+use crate::access::{Trust, Verdict, approve};
+use crate::outcome::{Origin, Outcome, WhyNot};
+
+impl Agent {
+    /// Access: whether the sender is let in, and how far they are trusted (`Ok`), or the
+    /// end of the turn.
+    pub(super) async fn admit(&self, turn: &mut Turn<'_>) -> Step<Trust> {
+        let mind = turn.mind.clone();
+        let rules = &mind.access;
+        let inbound = turn.inbound();
+        let is_direct = inbound.is_direct;
+        if is_direct
+            && let Some(code) = approve::approve_command(&inbound.text)
+            && rules.is_owner(inbound.platform(), inbound.author.id.as_str())
+        {
+            let now = self.access.now_ms();
+            let by = format!("{}:{}", inbound.platform(), inbound.author.id);
+            let scope = format!("owners:{}", self.id);
+            let store = self.access.store();
+            let approval = approve::approve(store, code, Some(&self.id), &scope, &by, now).await?;
+            let text = approve::answer(&approval, now);
+            self.say(turn, text.clone()).await?;
+            return done(Outcome::Replied {
+                texts: vec![text],
+                origin: Origin::Other,
+            });
+        }
+        let need_trust = is_direct && mind.tools.is_some() && !rules.tools_for_everyone;
+        let verdict = self.access.admit(&self.id, rules, inbound, need_trust).await?;
+        match verdict {
+            Verdict::Let(trust) => {
+                turn.untrusted = is_direct && trust == Trust::Stranger && !rules.tools_for_everyone;
+                Ok(trust)
+            }
+            Verdict::Listen => {
+                self.record(turn, None).await?;
+                done(Outcome::Ignored {
+                    reason: WhyNot::ListenOnly,
+                })
+            }
+            Verdict::Refuse { say } => {
+                match say {
+                    Some(text) => self.say(turn, text).await?,
+                    None => self.store.journal_refused(turn.journal).await?,
+                }
+                done(Outcome::Ignored {
+                    reason: WhyNot::NotLetIn,
+                })
+            }
+        }
+    }
+
+    /// Says `text` in answer to the message, which (like a command, and like the answer)
+    /// is kept out of the room's memory.
+    async fn say(&self, turn: &Turn<'_>, text: String) -> anyhow::Result<()> {
+        let outbound = self.outbound(turn.inbound(), Kind::Reply(turn.journal), text);
+        if let Some(id) = self
+            .store
+            .record_command(turn.journal, &self.id, &outbound)
+            .await?
+        {
+            self.outbox.deliver(id).await?;
+        }
+        Ok(())
+    }
+}
