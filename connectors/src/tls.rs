@@ -27,41 +27,5 @@ pub fn http_client() -> reqwest::ClientBuilder {
 }
 
 #[cfg(all(test, any(feature = "farcaster", feature = "discord")))]
-mod tests {
-    use super::*;
-
-    /// The provider is what makes a client buildable: without it reqwest panics at `build`.
-    #[test]
-    fn a_client_builds_and_ring_is_the_provider() {
-        let client = http_client().build();
-        assert!(client.is_ok(), "{client:?}");
-        let provider = rustls::crypto::CryptoProvider::get_default().expect("installed");
-        let ring = rustls::crypto::ring::default_provider();
-        assert_eq!(
-            provider.cipher_suites.len(),
-            ring.cipher_suites.len(),
-            "the installed provider is ring's"
-        );
-    }
-
-    /// An https request to something that is not a TLS server fails as an error, not a
-    /// panic: the TLS stack is wired all the way to the handshake.
-    #[tokio::test]
-    async fn a_failed_handshake_is_an_error() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            use tokio::io::AsyncWriteExt;
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let _ = socket.write_all(b"HTTP/1.1 200 OK\r\n\r\nplain text").await;
-        });
-        let client = http_client().no_proxy().build().unwrap();
-        let err = client
-            .get(format!("https://{addr}/"))
-            .send()
-            .await
-            .expect_err("not a TLS server");
-        assert!(err.is_connect() || err.is_request(), "{err:?}");
-        server.await.unwrap();
-    }
-}
+#[path = "tls_tests.rs"]
+mod tests;

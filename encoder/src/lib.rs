@@ -4,13 +4,16 @@
 //! tokenizes, batches and normalises around it.
 //!
 //! - `bert`: the model's wiring, loaded from a checkpoint's tensors;
+//! - `checkpoint`: those tensors, read from a safetensors file as `f32`;
 //! - `kernels`: its arithmetic on plain buffers (gemm's products, attention, the
 //!   element-wise steps), parallel over the cores;
 //! - `math`: the element-wise functions, once over `simd`'s vectors (AVX-512, AVX2, floats).
 
 mod bert;
+mod checkpoint;
 mod kernels;
 mod math;
 mod simd;
 
 pub use bert::{Activation, Bert, Config, first_rows, mean_rows};
+pub use checkpoint::{Error, Result};

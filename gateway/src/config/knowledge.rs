@@ -272,7 +272,7 @@ pub enum EmbeddingApi {
     OpenAi,
     /// `POST {url}/api/embed` (Ollama).
     Ollama,
-    /// A sentence-transformers model directory run in-process by candle
+    /// A sentence-transformers model directory run in-process by the encoder crate
     /// (knowledge/embed/local.rs; feature `local-embeddings`).
     Local,
 }

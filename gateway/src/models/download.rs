@@ -3,7 +3,7 @@
 //! checked against the hub's hash before it counts.
 //!
 //! Why not `hf-hub`'s own download: it writes into its cache layout (blobs named by etag,
-//! symlinked snapshots) rather than the directory the candle loader reads; it resumes only
+//! symlinked snapshots) rather than the model directory the local model reads; it resumes only
 //! whole 10 MB chunks, recorded in a trailer of the part file, and holds each chunk in
 //! memory; and it never hashes what it received. Here a part file is plain bytes, so an
 //! interrupted pull resumes at the byte it stopped (`Range: bytes=N-`), memory is one read

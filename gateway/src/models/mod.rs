@@ -2,8 +2,8 @@
 //! the background pull of `TROUPE_MODELS_AUTO_PULL` (docs/knowledge.md, "Getting the local
 //! model").
 //!
-//! It owns which models troupe knows by a short name, which files of a repository the candle
-//! loader needs (knowledge/embed/local.rs reads them), and how a pull lands: every file is
+//! It owns which models troupe knows by a short name, which files of a repository the local
+//! model needs (knowledge/embed/local.rs reads them), and how a pull lands: every file is
 //! downloaded into a staging directory beside the model directory (`.<name>.pull/`), resumed
 //! there after an interruption, checked against the hub's hash, and only when all of them
 //! are there is the staging directory renamed onto the model directory. A model directory is
@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::HubSettings;
 use hub::Hub;
 
-/// The files a model directory must hold for the candle loader.
+/// The files a model directory must hold for the local model (knowledge/embed/local.rs).
 pub const REQUIRED_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
 
 /// Files read when present (pooling, maximum length), and the tokenizer's own settings,

@@ -12,7 +12,7 @@
 //! The forward pass is the encoder crate's (troupe's own: packed tokens, no padding, fused
 //! q/k/v, on plain buffers with vectorised element-wise steps and gemm's products), not
 //! candle-transformers' `BertModel`, which computes the same vectors at a quarter of ONNX
-//! Runtime's speed (docs/benchmarks.md). candle reads the checkpoint.
+//! Runtime's speed (docs/benchmarks.md); it reads the checkpoint too (`safetensors`).
 //!
 //! What it computes is what sentence-transformers computes for these models: WordPiece (or
 //! SentencePiece) tokens with the special tokens, cut at the model's `max_seq_length`; the
@@ -23,8 +23,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, mpsc};
 
-use candle_core::{DType, Device};
-use candle_nn::VarBuilder;
 use tokenizers::{Tokenizer, TruncationParams};
 use troupe_encoder::{Bert, Config, first_rows, mean_rows};
 
@@ -245,12 +243,10 @@ impl Model {
         // Padding is done here per batch, to the batch's longest text.
         tokenizer.with_padding(None);
         // Read into memory rather than mapped: a mapped file changed underneath would be
-        // undefined behaviour, and the weights are copied into tensors either way.
+        // undefined behaviour, and the weights are copied into the model's buffers either way.
         let weights = std::fs::read(dir.join("model.safetensors"))
             .map_err(|e| format!("reading {}/model.safetensors: {e}", dir.display()))?;
-        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
-            .map_err(|e| format!("{}/model.safetensors: {e}", dir.display()))?;
-        let bert = Bert::load(vb, &config)
+        let bert = Bert::load(&weights, &config)
             .map_err(|e| format!("loading the model in {}: {e}", dir.display()))?;
         Ok(Model {
             bert,
@@ -291,7 +287,7 @@ impl Model {
     fn forward<'e>(
         &self,
         batch: impl ExactSizeIterator<Item = &'e tokenizers::Encoding> + Clone,
-    ) -> candle_core::Result<Vec<Vec<f32>>> {
+    ) -> troupe_encoder::Result<Vec<Vec<f32>>> {
         let ids: Vec<&[u32]> = batch.map(|e| e.get_ids()).collect();
         let lengths: Vec<usize> = ids.iter().map(|t| t.len()).collect();
         let hidden = self.bert.forward(&ids)?;

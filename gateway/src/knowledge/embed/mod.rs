@@ -1,6 +1,6 @@
 //! Embeddings: text to unit-length vectors, through an API (`api`: OpenAI-compatible or
-//! Ollama) or in this process (`local`: candle, feature `local-embeddings`, running `bert`,
-//! troupe's own BERT forward).
+//! Ollama) or in this process (`local`: feature `local-embeddings`, running the encoder
+//! crate, troupe's own BERT forward).
 //!
 //! It owns what every backend shares: the model profile's query and passage prefixes
 //! (`profile`), batching, unit length (so cosine similarity is a dot product), the name
