@@ -229,7 +229,7 @@ fn probe_healthz(listen: std::net::SocketAddr, timeout: std::time::Duration) -> 
 }
 
 /// The configured database, or an error naming it (without its password).
-pub(crate) async fn connect(config: &Config) -> anyhow::Result<crate::storage::Store> {
+async fn connect(config: &Config) -> anyhow::Result<crate::storage::Store> {
     crate::storage::Store::connect(&config.database_url)
         .await
         .with_context(|| {

@@ -12,6 +12,7 @@
 //!   waiting to hear it (`Waiters`); below `ingress`, `bus` and `agent`.
 //! - [`bus`]: delivery of journaled messages to agents, ordered per room.
 //! - [`access`]: who may talk to a persona: DM policies, pairing codes, owners, groups.
+//! - `pairing`: pairing codes and their limits, below `access` and `storage`.
 //! - [`agent`]: decide, rate-limit, recall, prompt, call the model, record, reply.
 //! - [`rooms`]: chat commands, room controls (mute, follow, forget) and reply actions.
 //! - [`outbox`]: delivery through the connectors, with retries.
@@ -68,6 +69,7 @@ pub(crate) mod metrics;
 pub(crate) mod models;
 pub(crate) mod outbox;
 pub(crate) mod outcome;
+pub(crate) mod pairing;
 pub mod people;
 pub(crate) mod persona;
 pub(crate) mod posts;

@@ -29,9 +29,11 @@ pub async fn decisions(app: &TestApp, platform: &str, decision: &str) -> u64 {
 
 /// Waits until `n` messages on `platform` were decided `decision`.
 pub async fn decided(app: &TestApp, platform: &str, decision: &str, n: u64, timeout: Duration) {
-    crate::eventually(&format!("{n} {platform} messages {decision}"), timeout, || async {
-        decisions(app, platform, decision).await >= n
-    })
+    crate::eventually(
+        &format!("{n} {platform} messages {decision}"),
+        timeout,
+        || async { decisions(app, platform, decision).await >= n },
+    )
     .await;
 }
 

@@ -79,7 +79,9 @@ async fn a_stranger_pairs_by_code_approved_from_the_cli_until_revoked() {
     assert_eq!(model.request_count(), 0);
     // Nothing of theirs is in the room's memory.
     let (_, memories) = app
-        .get(&format!("/api/agents/tess/rooms/telegram:{STRANGER}/memories"))
+        .get(&format!(
+            "/api/agents/tess/rooms/telegram:{STRANGER}/memories"
+        ))
         .await;
     assert!(!memories.to_string().contains("hello?"), "{memories}");
 
@@ -109,7 +111,10 @@ async fn a_stranger_pairs_by_code_approved_from_the_cli_until_revoked() {
     assert_ne!(again, code);
     assert_eq!(model.request_count(), 2);
     let (ok, out) = pairing(&app, &["list"], &[]).await;
-    assert!(ok && out.contains(&again) && out.contains("approved: 0"), "{out}");
+    assert!(
+        ok && out.contains(&again) && out.contains("approved: 0"),
+        "{out}"
+    );
 }
 
 #[tokio::test]
@@ -130,7 +135,9 @@ async fn six_wrong_approvals_lock_approval_out_until_the_lockout_ends() {
     let first = code.chars().next().unwrap();
     let fullwidth = char::from_u32(first as u32 + 0xFEE0).unwrap();
     let lookalike = format!("{fullwidth}{}", &code[1..]);
-    let wrong = ["ZZZZZZZZ", "ABCDEFGH", "22222222", "XXXXXXXX", "ABCDEFG", &lookalike];
+    let wrong = [
+        "ZZZZZZZZ", "ABCDEFGH", "22222222", "XXXXXXXX", "ABCDEFG", &lookalike,
+    ];
     for (i, guess) in wrong.iter().enumerate() {
         let guess = if *guess == code { "YYYYYYYY" } else { guess };
         telegram.push_message(dm(OWNER, &format!("/approve {guess}")));
@@ -147,7 +154,11 @@ async fn six_wrong_approvals_lock_approval_out_until_the_lockout_ends() {
     let sent = wait_sent(&telegram, &app, 8).await;
     assert!(sent[7].text.contains("locked"), "{}", sent[7].text);
     let (_, listed) = app.get("/api/pairing").await;
-    assert_eq!(listed["approved"].as_array().map(Vec::len), Some(0), "{listed}");
+    assert_eq!(
+        listed["approved"].as_array().map(Vec::len),
+        Some(0),
+        "{listed}"
+    );
     // A non-owner's /approve is no approval, and says nothing about codes.
     telegram.push_message(dm(STRANGER, &format!("/approve {code}")));
     decided(&app, "ignored", 2).await;
@@ -165,7 +176,9 @@ async fn six_wrong_approvals_lock_approval_out_until_the_lockout_ends() {
     telegram.push_message(dm(OWNER, &format!("/approve {code}")));
     let sent = wait_sent(&telegram, &later, 9).await;
     assert!(
-        sent[8].text.starts_with(&format!("Approved telegram:{STRANGER}")),
+        sent[8]
+            .text
+            .starts_with(&format!("Approved telegram:{STRANGER}")),
         "{}",
         sent[8].text
     );
@@ -194,7 +207,10 @@ async fn a_group_not_allowed_gets_nothing_and_is_listed_as_asking() {
     let (_, memories) = app
         .get("/api/agents/tess/rooms/telegram:-100777/memories")
         .await;
-    assert!(!memories.to_string().contains("are you there"), "{memories}");
+    assert!(
+        !memories.to_string().contains("are you there"),
+        "{memories}"
+    );
     let (_, listed) = app.get("/api/pairing").await;
     assert_eq!(listed["asking"][0]["room"], "telegram:-100777", "{listed}");
 }
@@ -227,7 +243,11 @@ async fn a_thousand_strangers_leave_three_codes_no_model_call_and_flat_memory() 
     let after_1000 = peak_rss_kb(pid);
     assert_eq!(model.request_count(), 0);
     let (_, listed) = app.get("/api/pairing").await;
-    assert_eq!(listed["pending"].as_array().map(Vec::len), Some(3), "{listed}");
+    assert_eq!(
+        listed["pending"].as_array().map(Vec::len),
+        Some(3),
+        "{listed}"
+    );
     // The newest three codes are the ones waiting.
     let users: Vec<&str> = listed["pending"]
         .as_array()
@@ -235,7 +255,12 @@ async fn a_thousand_strangers_leave_three_codes_no_model_call_and_flat_memory() 
         .iter()
         .filter_map(|p| p["userId"].as_str())
         .collect();
-    assert!(users.iter().all(|u| u.parse::<i64>().unwrap() >= 10_000 + 997 - 50), "{users:?}");
+    assert!(
+        users
+            .iter()
+            .all(|u| u.parse::<i64>().unwrap() >= 10_000 + 997 - 50),
+        "{users:?}"
+    );
     // Memory flat: the last 900 strangers cost less than 16 MB of peak over the first 100.
     assert!(
         after_1000 < after_100 + 16 * 1024,

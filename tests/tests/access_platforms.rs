@@ -59,7 +59,11 @@ async fn discord_allowlist_answers_the_listed_and_refuses_the_rest_without_the_m
     let app = spawn_dot(&discord, &model, settings).await;
 
     model.push_reply("Hello, Alice.");
-    discord.send_message_create(NewMessage::dm("510000000000000001", Author::person("alice"), "hi"));
+    discord.send_message_create(NewMessage::dm(
+        "510000000000000001",
+        Author::person("alice"),
+        "hi",
+    ));
     let sent = app.expect(discord.try_wait_for_sent(1, WAIT).await);
     assert_eq!(discord.user_id("alice").as_deref(), Some(FIRST_AUTHOR_ID));
     assert_eq!(sent[0].content, "Hello, Alice.");
@@ -87,13 +91,23 @@ async fn discord_disabled_dms_are_refused_guilds_answered_and_listen_only_kept_s
     });
     let app = spawn_dot(&discord, &model, settings).await;
 
-    discord.send_message_create(NewMessage::dm("510000000000000003", Author::person("carol"), "hi"));
+    discord.send_message_create(NewMessage::dm(
+        "510000000000000003",
+        Author::person("carol"),
+        "hi",
+    ));
     let sent = app.expect(discord.try_wait_for_sent(1, WAIT).await);
-    assert!(sent[0].content.contains("direct messages"), "{}", sent[0].content);
+    assert!(
+        sent[0].content.contains("direct messages"),
+        "{}",
+        sent[0].content
+    );
 
     // A listen-only channel: remembered, not answered, even when mentioned.
     let heard = "the fog bell rang twice";
-    discord.send_message_create(NewMessage::guild(LISTEN, Author::person("carol"), heard).mentioning_bot());
+    discord.send_message_create(
+        NewMessage::guild(LISTEN, Author::person("carol"), heard).mentioning_bot(),
+    );
     decided(&app, "discord", "ignored", 2, WAIT).await;
     let (_, memories) = app
         .get(&format!("/api/agents/dot/rooms/discord:{LISTEN}/memories"))
@@ -101,7 +115,9 @@ async fn discord_disabled_dms_are_refused_guilds_answered_and_listen_only_kept_s
     assert!(memories.to_string().contains(heard), "{memories}");
 
     model.push_reply("The lamp is lit.");
-    discord.send_message_create(NewMessage::guild(CHANNEL, Author::person("carol"), "lamp?").mentioning_bot());
+    discord.send_message_create(
+        NewMessage::guild(CHANNEL, Author::person("carol"), "lamp?").mentioning_bot(),
+    );
     let sent = app.expect(discord.try_wait_for_sent(2, WAIT).await);
     assert_eq!(sent[1].content, "The lamp is lit.");
     assert_eq!(sent[1].channel, CHANNEL);
@@ -136,7 +152,8 @@ async fn tools_are_offered_in_dms_to_the_paired_and_not_to_strangers() {
         .env("TROUPE_MEMORY_FACTS_EVERY", "0");
     // Ann pairs while DMs are under `pairing`.
     let mut app = TestApp::spawn(options.clone().env("TELEGRAM_DM_POLICY", "pairing")).await;
-    let dm = |user: i64, text: &str| tg::text(tg::private_chat(user, "P"), tg::user(user, "P"), text);
+    let dm =
+        |user: i64, text: &str| tg::text(tg::private_chat(user, "P"), tg::user(user, "P"), text);
     telegram.push_message(dm(601, "hello"));
     let code = code_in(&app.expect(telegram.try_wait_for_sent(1, WAIT).await)[0].text);
     let (ok, out) = pairing(&app, &["approve", &code], &[]).await;
@@ -154,9 +171,15 @@ async fn tools_are_offered_in_dms_to_the_paired_and_not_to_strangers() {
     app.expect(telegram.try_wait_for_sent(3, WAIT).await);
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
-    assert!(requests[0].tool_names().is_empty(), "{:?}", requests[0].body["tools"]);
     assert!(
-        requests[1].tool_names().contains(&"station__lookup".to_string()),
+        requests[0].tool_names().is_empty(),
+        "{:?}",
+        requests[0].body["tools"]
+    );
+    assert!(
+        requests[1]
+            .tool_names()
+            .contains(&"station__lookup".to_string()),
         "{:?}",
         requests[1].body["tools"]
     );

@@ -5,7 +5,7 @@
 
 use troupe_connectors::AgentId;
 
-use super::codes;
+use crate::pairing as codes;
 use crate::storage::{Approval, Store};
 
 /// Approves `typed` (any case) for `by`, in lockout scope `scope`, for `agent`'s codes only
@@ -68,7 +68,10 @@ mod tests {
     #[test]
     fn the_approve_command_is_read_with_or_without_the_bot() {
         assert_eq!(approve_command("/approve ABCD2345"), Some("ABCD2345"));
-        assert_eq!(approve_command(" /approve@tess_bot abcd2345 "), Some("abcd2345"));
+        assert_eq!(
+            approve_command(" /approve@tess_bot abcd2345 "),
+            Some("abcd2345")
+        );
         assert_eq!(approve_command("/approve"), Some(""));
         assert_eq!(approve_command("/approved x"), None);
         assert_eq!(approve_command("hello /approve X"), None);

@@ -24,7 +24,7 @@ pub enum PairingCommand {
 }
 
 pub async fn run(config: Config, command: PairingCommand) -> anyhow::Result<ExitCode> {
-    let store = crate::cli::connect(&config).await?;
+    let store = crate::storage::Store::connect(&config.database_url).await?;
     let now = SpendClock::system(config.spend.clock_offset_secs).now_ms();
     match command {
         PairingCommand::List => {
@@ -43,7 +43,10 @@ pub async fn run(config: Config, command: PairingCommand) -> anyhow::Result<Exit
             }
             println!("approved: {}", approved.len());
             for a in &approved {
-                println!("  {}  {} ({})  by {}", a.agent_id, a.subject, a.user_name, a.approved_by);
+                println!(
+                    "  {}  {} ({})  by {}",
+                    a.agent_id, a.subject, a.user_name, a.approved_by
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -98,7 +101,12 @@ pub fn describe(persona: &Persona, env: &Env, config: &Config) -> Vec<String> {
     if let Some(w) = open_tools_warning(persona, &rules, platforms_open(persona, &rules), config) {
         lines.push(w);
     }
-    lines.extend(rules.problems.iter().map(|p| format!("{}: {p}", persona.id)));
+    lines.extend(
+        rules
+            .problems
+            .iter()
+            .map(|p| format!("{}: {p}", persona.id)),
+    );
     lines
 }
 
@@ -118,7 +126,9 @@ pub fn open_tools_warning(
     dms_open: bool,
     config: &Config,
 ) -> Option<String> {
-    let servers = !crate::tools::servers::servers_of(&persona.raw).specs.is_empty();
+    let servers = !crate::tools::servers::servers_of(&persona.raw)
+        .specs
+        .is_empty();
     let (builtins, _) = crate::tools::builtin::builtins_of(&persona.raw, &config.tools);
     let tools = servers || !builtins.is_empty();
     let user_budget = config.spend.budgets.user_day.is_set()

@@ -11,7 +11,7 @@
 //! Layout:
 //! - `rules`: the settings, per persona and platform ([`Rules`], [`DmPolicy`]);
 //! - `cli`: `troupe pairing`, and what `troupe check` and the start log say;
-//! - `codes`: pairing codes and the numbers of every limit;
+//! - `crate::pairing`: pairing codes and the numbers of every limit (below `storage`);
 //! - `approve`: approving a code and revoking an approval, shared by the owner's
 //!   `/approve`, the API, the console and `troupe pairing`;
 //! - the records themselves live in `storage::access`.
@@ -22,7 +22,6 @@
 
 pub mod approve;
 pub mod cli;
-pub mod codes;
 pub mod rules;
 
 use std::collections::HashMap;
@@ -57,15 +56,17 @@ pub enum Verdict {
     /// A listen-only room: remembered, never answered.
     Listen,
     /// Not let in: no model call, nothing remembered; `say` is the one reply, if any.
-    Refuse { say: Option<String> },
+    Refuse {
+        say: Option<String>,
+    },
 }
 
 /// A group room that was refused, for the console's "asking to be let in".
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AskingRoom {
-    pub agent_id: String,
-    pub room: String,
+    pub agent_id: AgentId,
+    pub room: RoomKey,
     pub name: Option<String>,
     pub first_ms: i64,
     pub last_ms: i64,
@@ -113,7 +114,10 @@ impl Access {
         };
         let room = inbound.room.id.as_str();
         let send_to = inbound.room.send_to.as_deref();
-        let listed = |list: &[String]| list.iter().any(|r| r == room || Some(r.as_str()) == send_to);
+        let listed = |list: &[String]| {
+            list.iter()
+                .any(|r| r == room || Some(r.as_str()) == send_to)
+        };
         let user = inbound.author.id.as_str();
         if !inbound.is_direct {
             if listed(&on.listen_only) {
@@ -147,7 +151,11 @@ impl Access {
             DmPolicy::Pairing => true,
             DmPolicy::Allowlist | DmPolicy::Disabled => false,
         };
-        let every = if pairing { codes::REISSUE_MS } else { codes::REFUSAL_EVERY_MS };
+        let every = if pairing {
+            crate::pairing::REISSUE_MS
+        } else {
+            crate::pairing::REFUSAL_EVERY_MS
+        };
         let asker = Asker {
             agent_id: agent,
             platform,
@@ -155,9 +163,17 @@ impl Access {
             user_name: &inbound.author.name,
             now_ms: self.now_ms(),
         };
-        let telling = if pairing { Telling::Code } else { Telling::Refusal };
+        let telling = if pairing {
+            Telling::Code
+        } else {
+            Telling::Refusal
+        };
         let told = self.store.access_tell(asker, telling, every).await?;
-        tracing::info!(policy = on.dm.as_str(), told = told.is_some(), "direct message not let in");
+        tracing::info!(
+            policy = on.dm.as_str(),
+            told = told.is_some(),
+            "direct message not let in"
+        );
         Ok(Verdict::Refuse {
             say: told.map(|code| refusal(on.dm, &code)),
         })
@@ -165,7 +181,12 @@ impl Access {
 
     /// Whether `platform:user` was approved for `agent`: the one place a sender is looked
     /// up as known (see the module doc).
-    pub async fn trust(&self, agent: &AgentId, platform: Platform, user: &str) -> anyhow::Result<bool> {
+    pub async fn trust(
+        &self,
+        agent: &AgentId,
+        platform: Platform,
+        user: &str,
+    ) -> anyhow::Result<bool> {
         Ok(self
             .store
             .access_approved(agent, &format!("{platform}:{user}"))
@@ -184,15 +205,18 @@ impl Access {
         }
         tracing::info!(room = %inbound.room.id, "a group room not in the persona's allowed list; not answered, nothing kept");
         if asking.len() >= MAX_ASKING
-            && let Some(oldest) = asking.iter().min_by_key(|(_, r)| r.last_ms).map(|(k, _)| k.clone())
+            && let Some(oldest) = asking
+                .iter()
+                .min_by_key(|(_, r)| r.last_ms)
+                .map(|(k, _)| k.clone())
         {
             asking.remove(&oldest);
         }
         asking.insert(
             key.clone(),
             AskingRoom {
-                agent_id: agent.to_string(),
-                room: key.1.to_string(),
+                agent_id: agent.clone(),
+                room: key.1.clone(),
                 name: inbound.room.name.clone(),
                 first_ms: now,
                 last_ms: now,

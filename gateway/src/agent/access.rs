@@ -36,7 +36,10 @@ impl Agent {
             });
         }
         let need_trust = is_direct && mind.tools.is_some() && !rules.tools_for_everyone;
-        let verdict = self.access.admit(&self.id, rules, inbound, need_trust).await?;
+        let verdict = self
+            .access
+            .admit(&self.id, rules, inbound, need_trust)
+            .await?;
         match verdict {
             Verdict::Let(trust) => {
                 turn.untrusted = is_direct && trust == Trust::Stranger && !rules.tools_for_everyone;

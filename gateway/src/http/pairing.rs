@@ -52,8 +52,8 @@ pub async fn list(
     let (mut pending, mut approved) = state.store.access_list(None, now).await?;
     let reached = reached(&state, &caller);
     if let Some(ids) = &reached {
-        pending.retain(|p| ids.iter().any(|id| id.as_str() == p.agent_id));
-        approved.retain(|a| ids.iter().any(|id| id.as_str() == a.agent_id));
+        pending.retain(|p| ids.contains(&p.agent_id));
+        approved.retain(|a| ids.contains(&a.agent_id));
     }
     let asking = if reached.is_none() {
         state.access.asking_rooms()
@@ -110,7 +110,9 @@ fn approver(
                 .find(p)
                 .filter(|a| caller.reaches(&state.agents, a))
                 .map(|a| a.id.clone())
-                .ok_or_else(|| ApiError::bad_request(format!("no persona `{p}` for this caller")))?,
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("no persona `{p}` for this caller"))
+                })?,
         ),
         None => None,
     };
@@ -127,7 +129,11 @@ fn approver(
                     ));
                 }
             };
-            Ok((Some(agent), format!("api:{}", t.name), format!("token:{}", t.name)))
+            Ok((
+                Some(agent),
+                format!("api:{}", t.name),
+                format!("token:{}", t.name),
+            ))
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Access records (issue 44): pairing codes, approvals and wrong approvals. Each limit of
-//! `access::codes` is applied inside the transaction that issues or approves a code, so that
+//! `crate::pairing` is applied inside the transaction that issues or approves a code, so that
 //! replicas, the API and the CLI (another process on the same database) agree; on Postgres
 //! an advisory lock orders those transactions, as SQLite's one writer does. What a code
 //! means, and who may approve one, is `crate::access`'s.
@@ -8,9 +8,7 @@ use serde::Serialize;
 use troupe_connectors::{AgentId, Platform};
 
 use super::{Backend, Result, Store, with_pool};
-use crate::access::codes::{
-    FAILURE_WINDOW_MS, LOCKOUT_MS, MAX_FAILURES, MAX_PENDING, TTL_MS, new_code,
-};
+use crate::pairing::{FAILURE_WINDOW_MS, LOCKOUT_MS, MAX_FAILURES, MAX_PENDING, TTL_MS, new_code};
 
 /// The advisory lock key of access writers ("pair" in ASCII).
 const ACCESS_LOCK: i64 = 0x7061_6972;
@@ -36,7 +34,7 @@ pub enum Telling {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingCode {
-    pub agent_id: String,
+    pub agent_id: AgentId,
     pub platform: String,
     pub user_id: String,
     pub user_name: String,
@@ -49,7 +47,7 @@ pub struct PendingCode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 #[serde(rename_all = "camelCase")]
 pub struct Approved {
-    pub agent_id: String,
+    pub agent_id: AgentId,
     /// `platform:user_id`.
     pub subject: String,
     pub user_name: String,
@@ -63,7 +61,9 @@ pub enum Approval {
     Approved(Approved),
     Refused,
     /// Too many wrong approvals in this scope: none is tried until `until_ms`.
-    LockedOut { until_ms: i64 },
+    LockedOut {
+        until_ms: i64,
+    },
 }
 
 const APPROVE_SQL: &str = "INSERT INTO access_approvals

@@ -243,7 +243,10 @@ impl RoomPolicy {
         for key in obj.keys() {
             // `builtin` is read by `tools::builtin`: which of troupe's own tools are on;
             // `dm` by `access::rules`: who is offered them in a DM (issue 44).
-            if !matches!(key.as_str(), "groups" | "rooms" | "allow" | "builtin" | "dm") {
+            if !matches!(
+                key.as_str(),
+                "groups" | "rooms" | "allow" | "builtin" | "dm"
+            ) {
                 problems.push(format!(
                     "settings.troupe.tools.{key}: unknown field; use groups, rooms, allow, builtin or dm"
                 ));
@@ -253,7 +256,8 @@ impl RoomPolicy {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) if s == "everyone" || s == "trusted" => {}
             Some(_) => problems.push(
-                "settings.troupe.tools.dm: expected \"everyone\" or \"trusted\" (the default)".into(),
+                "settings.troupe.tools.dm: expected \"everyone\" or \"trusted\" (the default)"
+                    .into(),
             ),
         }
         match obj.get("groups") {
