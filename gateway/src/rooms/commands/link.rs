@@ -16,8 +16,7 @@ const SHARED: &str = "Linked accounts share what I know about you, one daily lim
                       /usage and /forgetme.";
 
 fn sender(ctx: &Ctx<'_>) -> Option<Account> {
-    (ctx.direct && ctx.platform != Platform::Web)
-        .then(|| Account::new(ctx.platform, ctx.user))
+    (ctx.direct && ctx.platform != Platform::Web).then(|| Account::new(ctx.platform, ctx.user))
 }
 
 /// How an account reads in an answer: `telegram account Sam (id 42)`.
