@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
-use troupe_connectors::{AgentId, Inbound, Platform, RoomKey};
+use troupe_connectors::{AgentId, Inbound, Platform, RoomKey, UserId};
 
 pub use rules::{DmPolicy, Rules};
 
@@ -187,10 +187,18 @@ impl Access {
         platform: Platform,
         user: &str,
     ) -> anyhow::Result<bool> {
-        Ok(self
-            .store
-            .access_approved(agent, &format!("{platform}:{user}"))
-            .await?)
+        // Approved once, approved everywhere (issue 44, item 6): a sender is trusted when
+        // any account linked with theirs is (`/link`, docs/people.md). An unlinked account
+        // is its own person, so this is one lookup for it.
+        let person =
+            crate::people::person_of(&self.store, agent, platform, &UserId::new(user)).await?;
+        for account in &person.accounts {
+            let subject = format!("{}:{}", account.platform, account.user_id);
+            if self.store.access_approved(agent, &subject).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Notes a refused group room, logging the first message of each.

@@ -8,7 +8,7 @@
 use super::Agent;
 use super::outbound::Kind;
 use super::turn::{Step, Turn, done};
-use crate::access::{Trust, Verdict, approve};
+use crate::access::{DmPolicy, Trust, Verdict, approve};
 use crate::outcome::{Origin, Outcome, WhyNot};
 
 impl Agent {
@@ -34,6 +34,18 @@ impl Agent {
                 texts: vec![text],
                 origin: Origin::Other,
             });
+        }
+        // `/link` must reach its command from an account not let in yet: linking it with an
+        // approved one is how a person approved on one platform is let in on another
+        // (docs/people.md). It makes no model call and needs a code from that account.
+        if is_direct
+            && is_link(&inbound.text)
+            && rules
+                .on(inbound.platform())
+                .is_some_and(|on| on.dm != DmPolicy::Disabled)
+        {
+            turn.untrusted = !rules.tools_for_everyone;
+            return Ok(Trust::Stranger);
         }
         let need_trust = is_direct && mind.tools.is_some() && !rules.tools_for_everyone;
         let verdict = self
@@ -75,5 +87,30 @@ impl Agent {
             self.outbox.deliver(id).await?;
         }
         Ok(())
+    }
+}
+
+/// Whether `text` is the `/link` command (`/link`, `/link CODE`, `/link yes`, Telegram's
+/// `/link@bot`).
+fn is_link(text: &str) -> bool {
+    let word = text.split_whitespace().next().unwrap_or("");
+    word.split('@').next() == Some("/link")
+}
+
+#[cfg(test)]
+mod link_tests {
+    #[test]
+    fn only_the_link_command_is_link() {
+        for yes in [
+            "/link",
+            " /link ABCD2345",
+            "/link yes",
+            "/link@troupe_bot CODE",
+        ] {
+            assert!(super::is_link(yes), "{yes}");
+        }
+        for no in ["/linked", "link", "/unlink", "hello /link", ""] {
+            assert!(!super::is_link(no), "{no}");
+        }
     }
 }
