@@ -7,18 +7,23 @@ use std::time::Duration;
 
 use crate::TestApp;
 
-/// `troupe_decisions_total` for `platform` and `decision` (`responded`, `ignored`…).
-pub async fn decisions(app: &TestApp, platform: &str, decision: &str) -> u64 {
-    let text = app
-        .client()
+/// The text of `GET /metrics`.
+pub async fn metrics_text(app: &TestApp) -> String {
+    app.client()
         .get(app.url("/metrics"))
         .send()
         .await
         .expect("GET /metrics")
         .text()
         .await
-        .expect("metrics body");
-    text.lines()
+        .expect("metrics body")
+}
+
+/// `troupe_decisions_total` for `platform` and `decision` (`responded`, `ignored`…).
+pub async fn decisions(app: &TestApp, platform: &str, decision: &str) -> u64 {
+    metrics_text(app)
+        .await
+        .lines()
         .filter(|l| l.starts_with("troupe_decisions_total{"))
         .filter(|l| l.contains(&format!("platform=\"{platform}\"")))
         .filter(|l| l.contains(&format!("decision=\"{decision}\"")))

@@ -231,16 +231,9 @@ async fn a_discord_edit_after_the_window_is_ignored_and_counted() {
 
 /// The value of the series `name` whose labels include all of `labels`, from `/metrics`.
 async fn metric(app: &TestApp, name: &str, labels: &[&str]) -> Option<f64> {
-    let text = app
-        .client()
-        .get(app.url("/metrics"))
-        .send()
+    troupe_e2e::gauges::metrics_text(app)
         .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the metrics text");
-    text.lines()
+        .lines()
         .filter(|l| l.starts_with(name) && labels.iter().all(|label| l.contains(label)))
         .find_map(|l| l.rsplit(' ').next()?.parse().ok())
 }
