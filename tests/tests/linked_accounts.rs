@@ -2,7 +2,8 @@
 //! persona on the fake Telegram and the fake Discord at once, through the real `troupe run`
 //! binary and the fake model. Sam links his Telegram and Discord accounts with `/link` in
 //! direct messages; then what the persona learned on Telegram is known on Discord,
-//! `/forgetme` on one forgets on both, and one per-user budget spans both.
+//! `/forgetme` on one forgets on both, one per-user budget spans both, and an approval
+//! (pairing) of one account lets the linked ones in.
 //!
 //! Nothing is waited out with a timer: each step waits for the answer it sends (messages of
 //! one room are handled in order), and the background fact extraction is waited on through
@@ -15,6 +16,7 @@ use serde_json::{Value, json};
 use troupe_e2e::fake_discord::{self, Author, FakeDiscord, NewMessage};
 use troupe_e2e::fake_openai::{FACTS_TASK, default_reply_text};
 use troupe_e2e::fake_telegram::{FakeTelegram, tg};
+use troupe_e2e::gauges::{code_in as pairing_code, pairing};
 use troupe_e2e::{
     Backend, ChatRequestRecord, FakeOpenAi, FakeOpenAiConfig, TestApp, TestAppOptions, WAIT,
     eventually, persona_json,
@@ -316,4 +318,40 @@ async fn one_per_user_budget_spans_linked_accounts() {
     let answer = both.discord(SAM_DM, "sam", "and now?").await;
     assert!(answer.starts_with("Reply #"), "{answer}");
     assert_eq!(both.model.request_count(), 4);
+}
+
+/// Approved once, approved everywhere (docs/people.md, docs/access.md): under `pairing` on
+/// both platforms, Sam is approved on Telegram. His Discord account, a stranger there, gets
+/// a pairing code of its own, yet may still send `/link CODE` and `/link yes`; once linked
+/// it is answered, with no approval of its own.
+#[tokio::test]
+async fn an_approval_holds_for_every_linked_account() {
+    let both = Both::spawn(
+        Backend::Sqlite,
+        model().await,
+        &[
+            ("TROUPE_MEMORY_FACTS_EVERY", "0"),
+            ("TELEGRAM_DM_POLICY", "pairing"),
+            ("DISCORD_DM_POLICY", "pairing"),
+        ],
+        json!({}),
+    )
+    .await;
+    let asked = both.telegram("hello?").await;
+    let (ok, out) = pairing(&both.app, &["approve", &pairing_code(&asked)], &[]).await;
+    assert!(ok, "{out}");
+    let answer = both.telegram("may I?").await;
+    assert!(answer.starts_with("Reply #"), "{answer}");
+    let calls = both.model.request_count();
+
+    // Unlinked, the Discord account is a stranger: a code, no model call.
+    let refused = both.discord(SAM_DM, "sam", "hello from Discord").await;
+    pairing_code(&refused);
+    assert_eq!(both.model.request_count(), calls);
+
+    // `/link` passes the gate from the account not let in; then it is let in.
+    both.link().await;
+    let answer = both.discord(SAM_DM, "sam", "and now?").await;
+    assert!(answer.starts_with("Reply #"), "{answer}");
+    assert_eq!(both.model.request_count(), calls + 1);
 }
