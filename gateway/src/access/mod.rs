@@ -237,7 +237,7 @@ impl Access {
     pub fn asking_rooms(&self) -> Vec<AskingRoom> {
         let asking = self.asking.lock().unwrap_or_else(|e| e.into_inner());
         let mut out: Vec<AskingRoom> = asking.values().cloned().collect();
-        out.sort_by(|a, b| b.last_ms.cmp(&a.last_ms));
+        out.sort_by_key(|b| std::cmp::Reverse(b.last_ms));
         out
     }
 }

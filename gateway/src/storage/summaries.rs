@@ -266,7 +266,7 @@ impl Store {
             facts.extend(rows);
         }
         if person.is_linked() {
-            facts.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+            facts.sort_by_key(|b| std::cmp::Reverse((b.0, b.1)));
             let mut seen = std::collections::HashSet::new();
             facts.retain(|(_, _, fact)| seen.insert(fact.to_lowercase()));
         }
