@@ -223,7 +223,7 @@ async fn personas_page_shows_adas_card(browser: &Browser, app: &TestApp) {
     );
 }
 
-/// The why panel's passage from ferries.md shows its relevance as a rank, for a reader;
+/// The why panel's passage from the uploaded ferries document shows its relevance as a rank, for a reader;
 /// the raw fused score is only the tooltip.
 async fn the_passage_shows_a_rank_not_a_score(browser: &Browser) {
     let relevance = browser

@@ -179,32 +179,9 @@ fn code_in(answer: &str) -> String {
     code.to_string()
 }
 
-async fn a_fact_told_on_telegram_is_known_on_discord_once_linked(backend: Backend) {
-    let both = Both::spawn(
-        backend,
-        model().await,
-        &[("TROUPE_MEMORY_FACTS_EVERY", "1")],
-        json!({}),
-    )
-    .await;
-    both.telegram("I keep bees on my roof, you know.").await;
-    eventually("the fact learned on Telegram", WAIT, || async {
-        both.telegram_facts()
-            .await
-            .as_array()
-            .is_some_and(|f| !f.is_empty())
-    })
-    .await;
-    // On Discord, Sam's account is someone else until linked.
-    both.discord(SAM_DM, "sam", "Hello from Discord.").await;
-    assert!(
-        !both.last_reply_prompt().contains(FACT),
-        "{}",
-        both.last_reply_prompt()
-    );
-
-    // A third person who got the code is shown whose account it joins; nothing is linked
-    // unless they confirm.
+/// A third person who got Sam's code is shown whose account it joins, and nothing is
+/// linked unless they confirm; in a group, `/link` gives no code and takes none.
+async fn a_third_person_or_a_group_links_nothing(both: &Both) {
     let code = code_in(&both.telegram("/link").await);
     let shown = both.discord(EVE_DM, "eve", &format!("/link {code}")).await;
     assert!(
@@ -229,6 +206,33 @@ async fn a_fact_told_on_telegram_is_known_on_discord_once_linked(backend: Backen
         "{:?}",
         sent[n - 1]
     );
+}
+
+async fn a_fact_told_on_telegram_is_known_on_discord_once_linked(backend: Backend) {
+    let both = Both::spawn(
+        backend,
+        model().await,
+        &[("TROUPE_MEMORY_FACTS_EVERY", "1")],
+        json!({}),
+    )
+    .await;
+    both.telegram("I keep bees on my roof, you know.").await;
+    eventually("the fact learned on Telegram", WAIT, || async {
+        both.telegram_facts()
+            .await
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+    })
+    .await;
+    // On Discord, Sam's account is someone else until linked.
+    both.discord(SAM_DM, "sam", "Hello from Discord.").await;
+    assert!(
+        !both.last_reply_prompt().contains(FACT),
+        "{}",
+        both.last_reply_prompt()
+    );
+
+    a_third_person_or_a_group_links_nothing(&both).await;
     both.link().await;
     let people = both.people().await;
     assert_eq!(people.as_array().map(Vec::len), Some(1), "{people}");
