@@ -1,5 +1,5 @@
 //! What the gateway says about itself that a test may wait on: its decision counters from
-//! `GET /metrics`, and the pairing helpers of the access tests (`troupe pairing`, run
+//! `GET /metrics`, its peak memory, and the pairing helpers of the access tests (`troupe pairing`, run
 //! beside the gateway on its database). Waiting on a counter the gateway bumps after a
 //! message's turn ended is how a test knows a message that gets no reply was handled.
 
@@ -17,6 +17,16 @@ pub async fn metrics_text(app: &TestApp) -> String {
         .text()
         .await
         .expect("metrics body")
+}
+
+/// The peak resident memory of process `pid` in KiB (`VmHWM` of `/proc/<pid>/status`).
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
 }
 
 /// `troupe_decisions_total` for `platform` and `decision` (`responded`, `ignored`…).

@@ -215,15 +215,6 @@ async fn a_group_not_allowed_gets_nothing_and_is_listed_as_asking() {
     assert_eq!(listed["asking"][0]["room"], "telegram:-100777", "{listed}");
 }
 
-fn peak_rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM")
-}
-
 #[tokio::test]
 async fn a_thousand_strangers_leave_three_codes_no_model_call_and_flat_memory() {
     let telegram = FakeTelegram::start().await;
@@ -235,12 +226,12 @@ async fn a_thousand_strangers_leave_three_codes_no_model_call_and_flat_memory() 
         telegram.push_message(dm(10_000 + user, "hi"));
     }
     decided(&app, "ignored", 100).await;
-    let after_100 = peak_rss_kb(pid);
+    let after_100 = gauges::peak_rss_kib(pid);
     for user in 100..1000 {
         telegram.push_message(dm(10_000 + user, "hi"));
     }
     decided(&app, "ignored", 1000).await;
-    let after_1000 = peak_rss_kb(pid);
+    let after_1000 = gauges::peak_rss_kib(pid);
     assert_eq!(model.request_count(), 0);
     let (_, listed) = app.get("/api/pairing").await;
     assert_eq!(

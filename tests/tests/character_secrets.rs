@@ -280,16 +280,6 @@ async fn check_extends(app: &TestApp, entry: &str) -> Vec<Value> {
     answer["problems"].as_array().cloned().unwrap_or_default()
 }
 
-/// The peak resident memory of a process, from `/proc/<pid>/status`.
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM")
-}
-
 #[cfg(unix)]
 #[tokio::test]
 async fn extends_outside_the_personas_directory_is_refused_without_content_or_paths() {
@@ -344,7 +334,7 @@ async fn extends_outside_the_personas_directory_is_refused_without_content_or_pa
     let text = Value::Array(problems).to_string();
     assert!(text.contains("it was not read"), "{text}");
     assert!(!text.contains(&*data.display().to_string()), "{text}");
-    let peak = peak_rss_kib(pid);
+    let peak = troupe_e2e::gauges::peak_rss_kib(pid);
     assert!(
         peak < 150 * 1024,
         "the gateway's peak RSS reached {peak} KiB: the parent was read"

@@ -209,15 +209,6 @@ async fn upload(
     (status, body)
 }
 
-fn peak_rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/<pid>/status")
-}
-
 /// Each upload's answer: stored with an id, or refused with an error that names the file;
 /// the PDFs of finding 1 and the bomb refused as unreadable or stored, and the megabyte
 /// word stored as ordinary text.
@@ -323,7 +314,7 @@ async fn hostile_documents_get_an_answer_and_the_gateway_stays_up() {
     // Still up, still answering, and its own memory stayed small.
     let (status, _) = app.get("/healthz").await;
     assert_eq!(status, StatusCode::OK);
-    let peak = peak_rss_kb(pid);
+    let peak = troupe_e2e::gauges::peak_rss_kib(pid);
     eprintln!("hostile corpus: gateway peak RSS {peak} kB");
     assert!(
         peak < MAX_GATEWAY_KB,
