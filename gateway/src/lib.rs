@@ -80,6 +80,7 @@ pub(crate) mod spend;
 pub mod storage;
 mod supervise;
 mod telemetry;
+pub(crate) mod trace;
 pub(crate) mod tools;
 pub(crate) mod turns;
 pub(crate) mod web;

@@ -7,6 +7,8 @@
 //! - `settings`: the schedules a persona's settings ask for (Farcaster's elizaOS names,
 //!   `settings.troupe.posts`);
 //! - `compose`: the post's prompt, and the similarity check a draft passes;
+//! - `drafts`: approval before posting (issue 47): approve, edit, reject, owners' DM
+//!   commands;
 //! - `runner`: the loop that claims due runs in the database, composes, and queues each
 //!   post in the outbox (`storage::posts` keeps the claims).
 //!
@@ -14,6 +16,7 @@
 //! schedules when the persona loads, and adds or removes the API's.
 
 pub mod compose;
+pub mod drafts;
 mod runner;
 pub mod schedule;
 pub mod settings;
@@ -148,6 +151,16 @@ impl Posts {
             .into_iter()
             .find(|s| s.id == id)
             .ok_or_else(|| AddError::Invalid(SpecError("the schedule went away".into())))
+    }
+
+    /// Approves draft `id` of `agent` (issue 47): queued in the outbox once, then sent.
+    pub async fn approve_draft(
+        &self,
+        agent: &AgentId,
+        id: i64,
+        by: &str,
+    ) -> anyhow::Result<crate::storage::Decided> {
+        drafts::approve(&self.store, &self.outbox, agent, id, by).await
     }
 
     /// Removes an API schedule; `Ok(false)` when there is none of that id. Schedules from
