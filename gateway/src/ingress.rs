@@ -19,9 +19,9 @@
 //! will be taken, so acknowledge it and move on).
 
 use async_trait::async_trait;
-use tracing::Instrument;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 use troupe_connectors::{Accepted, AgentId, Change, Inbound, InboundSink, Revision, SinkError};
 
 use crate::bus::{Bus, BusError, Delivery, Envelope};

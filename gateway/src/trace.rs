@@ -91,7 +91,12 @@ mod otel {
 
 /// The model call's span, named and attributed as the GenAI semantic conventions say:
 /// `{gen_ai.operation.name} {gen_ai.request.model}`, a client span.
-pub fn model_span(operation: &'static str, provider: &str, model: &str, purpose: &str) -> tracing::Span {
+pub fn model_span(
+    operation: &'static str,
+    provider: &str,
+    model: &str,
+    purpose: &str,
+) -> tracing::Span {
     tracing::info_span!(target: "troupe_trace", "model",
         otel.name = %format_args!("{operation} {model}"),
         otel.kind = "client",

@@ -116,16 +116,28 @@ async fn drafts_wait_then_go_out_as_edited_once_and_rejected_or_expired_ones_nev
     // The third expires unapproved, and cannot be approved then.
     let third = draft_of(&app, "Dot", "file:2", "expired").await;
     assert_eq!(decide(&app, "Dot", id(&third), "approve").await.0, 409);
-    assert!(discord.sent_messages().is_empty(), "nothing is sent before an approval");
+    assert!(
+        discord.sent_messages().is_empty(),
+        "nothing is sent before an approval"
+    );
 
     // An edit over the schedule's length is refused; one with a marker loses it.
     let (status, body) = edit(&app, "Dot", id(&first), &"tide ".repeat(20)).await;
     assert_eq!(status, 400, "{body}");
     assert!(body.to_string().contains("at most 80"), "{body}");
-    let (status, body) = edit(&app, "Dot", id(&first), "High tide at six. [[action: mute]]").await;
+    let (status, body) = edit(
+        &app,
+        "Dot",
+        id(&first),
+        "High tide at six. [[action: mute]]",
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["text"], "High tide at six.");
-    assert_eq!(body["draftedText"], first["text"], "the model's text is kept");
+    assert_eq!(
+        body["draftedText"], first["text"],
+        "the model's text is kept"
+    );
 
     let (status, body) = decide(&app, "Dot", id(&first), "approve").await;
     assert_eq!(status, 200, "{body}");
@@ -146,17 +158,25 @@ async fn drafts_wait_then_go_out_as_edited_once_and_rejected_or_expired_ones_nev
     // A later chat message is answered: the room was never muted by the edited marker.
     let (_, rooms) = app.get("/api/agents/Dot/rooms").await;
     assert!(!rooms.to_string().contains("\"muted\":true"), "{rooms}");
-    assert_eq!(discord.sent_messages().len(), 1, "{:#?}", discord.sent_messages());
-    let (_, listed) = app.get("/api/agents/Dot/posts").await;
-    let states: Vec<&str> = listed["recent"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| r["state"].as_str())
-        .collect();
-    for state in ["queued", "rejected", "expired"] {
-        assert!(states.contains(&state), "{listed}");
-    }
+    assert_eq!(
+        discord.sent_messages().len(),
+        1,
+        "{:#?}",
+        discord.sent_messages()
+    );
+    // The runs, as `GET …/posts` lists them, once a scheduler's look marked the expiry.
+    eventually("the runs queued, rejected and expired", WAIT, || async {
+        let (_, listed) = app.get("/api/agents/Dot/posts").await;
+        let states: Vec<String> = (listed["recent"].as_array().cloned().unwrap_or_default())
+            .iter()
+            .filter_map(|r| r["state"].as_str().map(str::to_string))
+            .collect();
+        ["queued", "rejected", "expired"]
+            .iter()
+            .all(|s| states.iter().any(|t| t == s))
+    })
+    .await;
+    assert_eq!(discord.sent_messages().len(), 1);
 }
 
 /// Two replicas on one Postgres, two approvals of one draft at once: one 200, one 409,
@@ -179,7 +199,10 @@ async fn two_replicas_approving_at_once_send_the_draft_once() {
         .persona_file("fern.json", fern)
         .openai(&openai)
         .env("TROUPE_BUS_URL", &nats)
-        .env("TROUPE_BUS_PREFIX", &format!("drafts{}", std::process::id()));
+        .env(
+            "TROUPE_BUS_PREFIX",
+            &format!("drafts{}", std::process::id()),
+        );
     let a = TestApp::spawn(options).await;
     let b = TestApp::spawn(a.replica_options()).await;
     let draft = draft_of(&a, "Fern", "file:0", "draft").await;
@@ -192,7 +215,10 @@ async fn two_replicas_approving_at_once_send_the_draft_once() {
     statuses.sort();
     assert_eq!(statuses, [200, 409], "{one:?} {two:?}");
     let casts = neynar.wait_for_casts(1, WAIT).await;
-    assert_eq!(casts[0].text, "Low tide: the pools are full of hermit crabs.");
+    assert_eq!(
+        casts[0].text,
+        "Low tide: the pools are full of hermit crabs."
+    );
     // Both answers are in: the winner delivered before answering, the loser queued nothing.
     assert_eq!(neynar.published().len(), 1, "{:#?}", neynar.published());
     assert_eq!(openai.request_count(), 1, "one draft, composed once");
@@ -201,7 +227,11 @@ async fn two_replicas_approving_at_once_send_the_draft_once() {
 const OWNER: i64 = 9;
 
 fn dm(user: i64, text: &str) -> Value {
-    tg::text(tg::private_chat(user, "Owner"), tg::user(user, "Owner"), text)
+    tg::text(
+        tg::private_chat(user, "Owner"),
+        tg::user(user, "Owner"),
+        text,
+    )
 }
 
 #[tokio::test]
@@ -225,18 +255,29 @@ async fn an_owner_lists_and_approves_a_draft_from_a_telegram_dm() {
     telegram.push_message(dm(OWNER, "/drafts"));
     let sent = app.expect(telegram.try_wait_for_sent(1, WAIT).await);
     assert_eq!(sent[0].chat_id, OWNER);
-    assert!(sent[0].text.contains(&format!("/approve-post {n}")), "{}", sent[0].text);
+    assert!(
+        sent[0].text.contains(&format!("/approve-post {n}")),
+        "{}",
+        sent[0].text
+    );
     assert!(sent[0].text.contains("summer hours"), "{}", sent[0].text);
 
     telegram.push_message(dm(OWNER, &format!("/approve-post {n}")));
     let sent = app.expect(telegram.try_wait_for_sent(3, WAIT).await);
-    let post = sent.iter().find(|m| m.chat_id == -100777).expect("the post");
+    let post = sent
+        .iter()
+        .find(|m| m.chat_id == -100777)
+        .expect("the post");
     assert_eq!(post.text, "Ferry timetable: summer hours start Monday.");
     let answer = sent.iter().rfind(|m| m.chat_id == OWNER).unwrap();
     assert!(answer.text.contains("approved"), "{}", answer.text);
     telegram.push_message(dm(OWNER, &format!("/reject-post {n}")));
     let sent = app.expect(telegram.try_wait_for_sent(4, WAIT).await);
-    assert!(sent[3].text.contains("already approved"), "{}", sent[3].text);
+    assert!(
+        sent[3].text.contains("already approved"),
+        "{}",
+        sent[3].text
+    );
     assert_eq!(openai.request_count(), 1, "the commands make no model call");
 }
 
@@ -262,7 +303,10 @@ async fn a_draft_edited_and_approved_in_the_console_goes_out_as_edited() {
     browser
         .wait_for("the draft", &format!("!!document.querySelector('{text}')"))
         .await;
-    assert!(discord.sent_messages().is_empty(), "nothing before the approval");
+    assert!(
+        discord.sent_messages().is_empty(),
+        "nothing before the approval"
+    );
     browser
         .run(
             "const t = document.querySelector(arguments[0]); t.value = arguments[1];",
@@ -273,7 +317,10 @@ async fn a_draft_edited_and_approved_in_the_console_goes_out_as_edited() {
     let sent = app.expect(discord.try_wait_for_sent(1, WAIT).await);
     assert_eq!(sent[0].content, "Harbour opens at nine; the ferry at ten.");
     browser
-        .wait_for("the draft gone from the page", &format!("!document.querySelector('{text}')"))
+        .wait_for(
+            "the draft gone from the page",
+            &format!("!document.querySelector('{text}')"),
+        )
         .await;
     assert_eq!(discord.sent_messages().len(), 1);
     browser.quit().await;

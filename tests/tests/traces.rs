@@ -29,7 +29,10 @@ struct Collector {
 async fn collector() -> Option<Collector> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/collector/otlp.py");
     let probe = std::process::Command::new("python3")
-        .args(["-c", "import opentelemetry.proto.collector.trace.v1.trace_service_pb2"])
+        .args([
+            "-c",
+            "import opentelemetry.proto.collector.trace.v1.trace_service_pb2",
+        ])
         .status();
     if !probe.is_ok_and(|s| s.success()) {
         assert!(
@@ -102,7 +105,9 @@ async fn one_message_is_one_trace_with_genai_attributes_and_no_text() {
         let spans = got["spans"].as_array().cloned().unwrap_or_default();
         *last.lock().unwrap() = got;
         wanted.iter().all(|n| named(&spans, n).is_some())
-            && spans.iter().any(|s| s["name"].as_str().is_some_and(|n| n.starts_with("chat ")))
+            && spans
+                .iter()
+                .any(|s| s["name"].as_str().is_some_and(|n| n.starts_with("chat ")))
     })
     .await;
     let received = last.into_inner().unwrap();
@@ -118,9 +123,16 @@ async fn one_message_is_one_trace_with_genai_attributes_and_no_text() {
         assert_eq!(span["traceId"], trace, "one trace: {span}");
     }
     let handle = named(spans, "handle").unwrap();
-    assert_eq!(handle["parentSpanId"], receive["spanId"], "handle follows receive");
+    assert_eq!(
+        handle["parentSpanId"], receive["spanId"],
+        "handle follows receive"
+    );
     for step in ["decide", "recall", "send"] {
-        assert_eq!(named(spans, step).unwrap()["parentSpanId"], handle["spanId"], "{step}");
+        assert_eq!(
+            named(spans, step).unwrap()["parentSpanId"],
+            handle["spanId"],
+            "{step}"
+        );
     }
     let a = &model["attributes"];
     assert_eq!(a["gen_ai.operation.name"], "chat", "{model}");
@@ -164,7 +176,10 @@ async fn with_the_collector_down_messages_are_answered_and_dropped_spans_counted
             .unwrap();
         text.lines().any(|l| {
             l.starts_with("troupe_otel_spans_dropped_total")
-                && l.split_whitespace().last().and_then(|n| n.parse::<f64>().ok()) > Some(0.0)
+                && l.split_whitespace()
+                    .last()
+                    .and_then(|n| n.parse::<f64>().ok())
+                    > Some(0.0)
         })
     })
     .await;
@@ -191,7 +206,10 @@ async fn a_message_handled_on_another_replica_stays_one_trace() {
         ..options
     }
     .env("TROUPE_BUS_URL", &nats)
-    .env("TROUPE_BUS_PREFIX", &format!("traces{}", std::process::id()))
+    .env(
+        "TROUPE_BUS_PREFIX",
+        &format!("traces{}", std::process::id()),
+    )
     .env("TROUPE_BUS_PARTITIONS", "16")
     .env("OTEL_SERVICE_NAME", "troupe-a");
     let a = TestApp::spawn(options).await;
@@ -206,15 +224,18 @@ async fn a_message_handled_on_another_replica_stays_one_trace() {
         let got = collector.received().await;
         let spans = got["spans"].as_array().cloned().unwrap_or_default();
         let service = |s: &Value| s["resource"]["service.name"].as_str().map(str::to_string);
-        spans.iter().filter(|s| s["name"] == "handle").any(|handle| {
-            service(handle).as_deref() == Some("troupe-b")
-                && spans.iter().any(|r| {
-                    r["name"] == "receive"
-                        && service(r).as_deref() == Some("troupe-a")
-                        && r["spanId"] == handle["parentSpanId"]
-                        && r["traceId"] == handle["traceId"]
-                })
-        })
+        spans
+            .iter()
+            .filter(|s| s["name"] == "handle")
+            .any(|handle| {
+                service(handle).as_deref() == Some("troupe-b")
+                    && spans.iter().any(|r| {
+                        r["name"] == "receive"
+                            && service(r).as_deref() == Some("troupe-a")
+                            && r["spanId"] == handle["parentSpanId"]
+                            && r["traceId"] == handle["traceId"]
+                    })
+            })
     })
     .await;
 }

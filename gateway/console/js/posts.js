@@ -76,7 +76,8 @@ export async function render(root, params) {
 
   const refreshDrafts = async () => {
     // A draft being edited is not redrawn under the operator's cursor.
-    if (drafts.contains(document.activeElement)) return;
+    const editing = document.activeElement;
+    if (editing && editing.tagName === 'TEXTAREA' && drafts.contains(editing)) return;
     const answer = await api(`/api/agents/${enc(agent)}/posts/drafts`);
     const waiting = answer.drafts.filter((d) => d.state === 'draft');
     clear(drafts, waiting.length ? null : h('p', { class: 'muted' }, 'No drafts wait for approval.'));

@@ -42,9 +42,14 @@ impl Agent {
             && rules.is_owner(inbound.platform(), inbound.author.id.as_str())
         {
             let by = format!("{}:{}", inbound.platform(), inbound.author.id);
-            let text =
-                crate::posts::drafts::run_command(&self.store, &self.outbox, &self.id, &by, command)
-                    .await?;
+            let text = crate::posts::drafts::run_command(
+                &self.store,
+                &self.outbox,
+                &self.id,
+                &by,
+                command,
+            )
+            .await?;
             self.say(turn, text.clone()).await?;
             return done(Outcome::Replied {
                 texts: vec![text],

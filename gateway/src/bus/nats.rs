@@ -618,7 +618,10 @@ impl Bus for NatsBus {
                     "JetStream took a new message for a duplicate; publishing it again as {fresh}"
                 );
             }
-            ack = self.shared.send(subject, payload, &fresh, trace.as_deref()).await?;
+            ack = self
+                .shared
+                .send(subject, payload, &fresh, trace.as_deref())
+                .await?;
             if ack.duplicate {
                 crate::metrics::error("bus");
                 return Err(BusError::Backend(format!(

@@ -62,7 +62,8 @@ pub(super) fn otel_settings(
         .filter(|v| !v.is_empty());
     let capture_content = layered.parse(
         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
-        file.otel_instrumentation_genai_capture_message_content.take(),
+        file.otel_instrumentation_genai_capture_message_content
+            .take(),
         false,
     )?;
     Ok(OtelSettings {

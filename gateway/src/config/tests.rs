@@ -327,9 +327,12 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
         p("OTEL_SERVICE_NAME", "\"troupe-a\"", "troupe-b", |c| {
             c.otel_service_name.clone()
         }),
-        p("OTEL_EXPORTER_OTLP_PROTOCOL", "\"grpc\"", "http/json", |c| {
-            format!("{:?}", c.otel_protocol)
-        }),
+        p(
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "\"grpc\"",
+            "http/json",
+            |c| format!("{:?}", c.otel_protocol),
+        ),
         p(
             "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
             "true",

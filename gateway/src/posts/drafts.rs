@@ -32,7 +32,13 @@ pub fn max_length(schedule_max: Option<usize>, platform: Platform) -> usize {
 
 /// The outbox entry of a run's post; its key is the run's, so a post is one entry
 /// (and one Neynar `idem`) however it was queued.
-pub fn outbound(agent: &AgentId, schedule_id: &str, run_at_ms: i64, room: &troupe_connectors::RoomKey, text: String) -> Outbound {
+pub fn outbound(
+    agent: &AgentId,
+    schedule_id: &str,
+    run_at_ms: i64,
+    room: &troupe_connectors::RoomKey,
+    text: String,
+) -> Outbound {
     Outbound {
         key: format!("{agent}:post:{schedule_id}:{run_at_ms}"),
         room: RoomRef::new(room.platform, room.room.clone()),
@@ -75,11 +81,23 @@ pub async fn limit_of(store: &Store, agent: &AgentId, draft: &Draft) -> anyhow::
 }
 
 /// Approves draft `id` of `agent` for `by` and delivers it.
-pub async fn approve(store: &Store, outbox: &Outbox, agent: &AgentId, id: i64, by: &str) -> anyhow::Result<Decided> {
+pub async fn approve(
+    store: &Store,
+    outbox: &Outbox,
+    agent: &AgentId,
+    id: i64,
+    by: &str,
+) -> anyhow::Result<Decided> {
     let now = crate::clock::now_ms();
     let decided = store
         .draft_approve(agent, id, by, now, |d| {
-            outbound(agent, &d.schedule_id, d.run_at_ms, &d.room, d.text.clone().unwrap_or_default())
+            outbound(
+                agent,
+                &d.schedule_id,
+                d.run_at_ms,
+                &d.room,
+                d.text.clone().unwrap_or_default(),
+            )
         })
         .await?;
     if let Decided::Done(Some(outbox_id)) = decided {
@@ -103,7 +121,12 @@ pub enum DraftCommand {
 pub fn command(text: &str) -> Option<DraftCommand> {
     let mut words = text.split_whitespace();
     let name = words.next()?.split('@').next()?;
-    let id = || words.clone().next().and_then(|w| w.trim_start_matches('#').parse().ok());
+    let id = || {
+        words
+            .clone()
+            .next()
+            .and_then(|w| w.trim_start_matches('#').parse().ok())
+    };
     match name {
         "/drafts" => Some(DraftCommand::List),
         "/approve-post" | "/approve_post" => id().map(DraftCommand::Approve),
@@ -113,7 +136,13 @@ pub fn command(text: &str) -> Option<DraftCommand> {
 }
 
 /// Runs an owner's command and says what came of it.
-pub async fn run_command(store: &Store, outbox: &Outbox, agent: &AgentId, by: &str, command: DraftCommand) -> anyhow::Result<String> {
+pub async fn run_command(
+    store: &Store,
+    outbox: &Outbox,
+    agent: &AgentId,
+    by: &str,
+    command: DraftCommand,
+) -> anyhow::Result<String> {
     let now = crate::clock::now_ms();
     let decided = match command {
         DraftCommand::List => return list_text(store, agent, now).await,
@@ -121,10 +150,14 @@ pub async fn run_command(store: &Store, outbox: &Outbox, agent: &AgentId, by: &s
         DraftCommand::Reject(id) => (id, store.draft_reject(agent, id, by, now).await?),
     };
     Ok(match (command, decided) {
-        (DraftCommand::Approve(_), (id, Decided::Done(_))) => format!("Draft {id} approved: it is being posted."),
+        (DraftCommand::Approve(_), (id, Decided::Done(_))) => {
+            format!("Draft {id} approved: it is being posted.")
+        }
         (_, (id, Decided::Done(_))) => format!("Draft {id} rejected: it will not be posted."),
         (_, (id, Decided::NotFound)) => format!("There is no draft {id}."),
-        (_, (id, Decided::Conflict(state))) => format!("Draft {id} is {}; nothing was done.", state_words(state)),
+        (_, (id, Decided::Conflict(state))) => {
+            format!("Draft {id} is {}; nothing was done.", state_words(state))
+        }
     })
 }
 

@@ -64,7 +64,10 @@ impl Runner {
         let now = crate::clock::now_ms();
         let expired = store.drafts_expire(now).await?;
         if expired > 0 {
-            tracing::info!(expired, "posts: drafts not approved in time expired; never sent");
+            tracing::info!(
+                expired,
+                "posts: drafts not approved in time expired; never sent"
+            );
         }
         for run in store.posts_take_over(now, LEASE_MS, BATCH).await? {
             tracing::info!(schedule = %run.schedule_id, persona = %run.agent_id, attempt = run.attempts,

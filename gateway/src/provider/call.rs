@@ -121,7 +121,12 @@ impl dyn ModelProvider + '_ {
         let started = Instant::now();
         let span = self.span_of(&request);
         let sent = self.send(&request, Sealed(()));
-        let result = request.payer.turn.scope(sent).instrument(span.clone()).await;
+        let result = request
+            .payer
+            .turn
+            .scope(sent)
+            .instrument(span.clone())
+            .await;
         if !span.is_disabled() {
             record(&span, &request, &result);
         }
@@ -196,11 +201,12 @@ impl dyn ModelProvider + '_ {
 fn record(span: &tracing::Span, request: &Request<'_>, result: &Result<Reply, ProviderError>) {
     match result {
         Ok(reply) => {
+            // As i64: tracing-opentelemetry turns unsigned fields into strings.
             if let Some(n) = reply.completion.prompt_tokens {
-                span.record("gen_ai.usage.input_tokens", n);
+                span.record("gen_ai.usage.input_tokens", i64::from(n));
             }
             if let Some(n) = reply.completion.completion_tokens {
-                span.record("gen_ai.usage.output_tokens", n);
+                span.record("gen_ai.usage.output_tokens", i64::from(n));
             }
             if crate::trace::capture_content() && matches!(request.parts, Parts::Chat(_)) {
                 let text = crate::trace::messages("assistant", &reply.completion.text);

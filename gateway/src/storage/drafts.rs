@@ -81,7 +81,12 @@ pub enum Decided {
 impl Store {
     /// Holds `run`'s post as a draft until `expires_at_ms`, only while this claimer holds
     /// the run; whether it did.
-    pub async fn posts_hold(&self, run: &ClaimedRun, text: &str, expires_at_ms: i64) -> Result<bool> {
+    pub async fn posts_hold(
+        &self,
+        run: &ClaimedRun,
+        text: &str,
+        expires_at_ms: i64,
+    ) -> Result<bool> {
         let held = with_pool!(self, pool => {
             sqlx::query(
                 "UPDATE post_runs SET state = 'draft', text = $3, expires_at_ms = $4,
@@ -165,7 +170,13 @@ impl Store {
     }
 
     /// Replaces a waiting draft's text (the model's is kept as `drafted_text`).
-    pub async fn draft_edit(&self, agent_id: &AgentId, id: i64, text: &str, now: i64) -> Result<Decided> {
+    pub async fn draft_edit(
+        &self,
+        agent_id: &AgentId,
+        id: i64,
+        text: &str,
+        now: i64,
+    ) -> Result<Decided> {
         let changed = with_pool!(self, pool => {
             sqlx::query(
                 "UPDATE post_runs SET drafted_text = COALESCE(drafted_text, text), text = $3,
@@ -187,7 +198,13 @@ impl Store {
     }
 
     /// Rejects a waiting draft: it is never sent.
-    pub async fn draft_reject(&self, agent_id: &AgentId, id: i64, by: &str, now: i64) -> Result<Decided> {
+    pub async fn draft_reject(
+        &self,
+        agent_id: &AgentId,
+        id: i64,
+        by: &str,
+        now: i64,
+    ) -> Result<Decided> {
         let changed = with_pool!(self, pool => {
             sqlx::query(
                 "UPDATE post_runs SET state = 'rejected', reason = 'rejected', decided_by = $3,
