@@ -183,7 +183,7 @@ impl Ingress {
         // a caller waiting for its answer (an HTTP request, for as long as the turn takes)
         // then holds its receiver and a timer, not the space of those steps as well (issue
         // 18: 10,000 callers waiting at once is what `troupe bench --rooms 10000` does).
-        let receive = crate::trace::receive_span(agent.as_str(), inbound.platform().as_str());
+        let receive = crate::trace::receive_span(agent, inbound.platform());
         let submitted = Box::pin(self.submit(agent, inbound).instrument(receive)).await?;
         let (id, duplicate, waiter) = match submitted {
             Submitted::Waiting {
@@ -447,7 +447,7 @@ impl AgentSink {
 #[async_trait]
 impl InboundSink for AgentSink {
     async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError> {
-        let receive = crate::trace::receive_span(self.agent.as_str(), message.platform().as_str());
+        let receive = crate::trace::receive_span(&self.agent, message.platform());
         self.accept_in(message).instrument(receive).await
     }
 

@@ -52,6 +52,7 @@ pub(crate) mod chat;
 pub mod cli;
 mod clock;
 pub(crate) mod config;
+pub(crate) mod drafts;
 pub(crate) mod feedback;
 pub(crate) mod fetch;
 #[cfg(any(test, feature = "fuzzing"))]

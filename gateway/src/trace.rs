@@ -17,6 +17,7 @@
 //! `gen_ai.output.messages`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use troupe_connectors::{AgentId, Platform};
 
 /// The target of every span here; enabled only in the exporter's layer.
 pub const TARGET: &str = "troupe_trace";
@@ -119,20 +120,24 @@ pub fn messages(role: &str, text: &str) -> String {
 }
 
 /// The span of a message handed in (`receive`): a root, or the caller's.
-pub fn receive_span(agent: &str, platform: &str) -> tracing::Span {
+pub fn receive_span(agent: &AgentId, platform: Platform) -> tracing::Span {
     tracing::info_span!(target: "troupe_trace", "receive",
         otel.kind = "server",
         troupe.agent = %agent,
-        troupe.platform = %platform,
+        troupe.platform = platform.as_str(),
     )
 }
 
 /// The span of a message handled (`handle`), a child of its `receive` through the bus.
-pub fn handle_span(agent: &str, platform: &str, traceparent: Option<&str>) -> tracing::Span {
+pub fn handle_span(
+    agent: &AgentId,
+    platform: Platform,
+    traceparent: Option<&str>,
+) -> tracing::Span {
     let span = tracing::info_span!(target: "troupe_trace", "handle",
         otel.kind = "consumer",
         troupe.agent = %agent,
-        troupe.platform = %platform,
+        troupe.platform = platform.as_str(),
         troupe.decision = tracing::field::Empty,
     );
     adopt(&span, traceparent);

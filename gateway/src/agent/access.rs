@@ -5,7 +5,7 @@
 //! short refusal), queued as a command's answer is. A listen-only room's message is
 //! remembered and ends here. An owner's `/approve CODE` in a DM is answered here too, and
 //! so are an owner's `/drafts`, `/approve-post ID` and `/reject-post ID` (issue 47,
-//! `posts::drafts`).
+//! `drafts`).
 
 use super::Agent;
 use super::outbound::Kind;
@@ -38,18 +38,13 @@ impl Agent {
             });
         }
         if is_direct
-            && let Some(command) = crate::posts::drafts::command(&inbound.text)
+            && let Some(command) = crate::drafts::command(&inbound.text)
             && rules.is_owner(inbound.platform(), inbound.author.id.as_str())
         {
             let by = format!("{}:{}", inbound.platform(), inbound.author.id);
-            let text = crate::posts::drafts::run_command(
-                &self.store,
-                &self.outbox,
-                &self.id,
-                &by,
-                command,
-            )
-            .await?;
+            let text =
+                crate::drafts::run_command(&self.store, &self.outbox, &self.id, &by, command)
+                    .await?;
             self.say(turn, text.clone()).await?;
             return done(Outcome::Replied {
                 texts: vec![text],

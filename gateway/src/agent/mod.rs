@@ -228,11 +228,7 @@ impl Agent {
             trace,
             ..
         } = envelope;
-        let handle_span = crate::trace::handle_span(
-            self.id.as_str(),
-            inbound.platform().as_str(),
-            trace.as_deref(),
-        );
+        let handle_span = crate::trace::handle_span(&self.id, inbound.platform(), trace.as_deref());
         let span = tracing::info_span!("message",
             agent = %self.id,
             platform = %inbound.platform(),

@@ -22,8 +22,9 @@ use serde::{Deserialize, Serialize};
 use super::AppState;
 use super::error::{ApiError, ApiJson};
 use super::extract::AgentPath;
+use crate::drafts;
 use crate::posts::schedule::Spec;
-use crate::posts::{AddError, Removed, drafts};
+use crate::posts::{AddError, Removed};
 use crate::storage::{Decided, Draft, PostRun, RecentRuns, StoredSchedule};
 
 /// Recent runs listed.

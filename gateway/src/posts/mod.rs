@@ -7,8 +7,6 @@
 //! - `settings`: the schedules a persona's settings ask for (Farcaster's elizaOS names,
 //!   `settings.troupe.posts`);
 //! - `compose`: the post's prompt, and the similarity check a draft passes;
-//! - `drafts`: approval before posting (issue 47): approve, edit, reject, owners' DM
-//!   commands;
 //! - `runner`: the loop that claims due runs in the database, composes, and queues each
 //!   post in the outbox (`storage::posts` keeps the claims).
 //!
@@ -16,7 +14,6 @@
 //! schedules when the persona loads, and adds or removes the API's.
 
 pub mod compose;
-pub mod drafts;
 mod runner;
 pub mod schedule;
 pub mod settings;
@@ -160,7 +157,7 @@ impl Posts {
         id: i64,
         by: &str,
     ) -> anyhow::Result<crate::storage::Decided> {
-        drafts::approve(&self.store, &self.outbox, agent, id, by).await
+        crate::drafts::approve(&self.store, &self.outbox, agent, id, by).await
     }
 
     /// Removes an API schedule; `Ok(false)` when there is none of that id. Schedules from

@@ -233,7 +233,7 @@ impl Runner {
         let mut input = PostInput {
             platform: run.room.platform,
             prompt: schedule.prompt.as_deref(),
-            max_length: super::drafts::max_length(schedule.max_length, run.room.platform),
+            max_length: crate::drafts::max_length(schedule.max_length, run.room.platform),
             recent_posts: &recent,
             room_messages: &messages,
             summary: summary.as_deref(),
@@ -258,7 +258,7 @@ impl Runner {
 
     /// The post into the outbox, with the run settled, then sent.
     async fn queue(&self, run: &ClaimedRun, text: String) -> anyhow::Result<Outcome> {
-        let post = super::drafts::outbound(
+        let post = crate::drafts::outbound(
             &run.agent_id,
             &run.schedule_id,
             run.run_at_ms,

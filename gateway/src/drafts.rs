@@ -6,10 +6,12 @@
 //!
 //! An owner (`TROUPE_OWNERS`, docs/access.md) may do the same in a DM with the persona:
 //! `/drafts` lists the waiting drafts, `/approve-post ID` and `/reject-post ID` decide one.
+//!
+//! A module of its own, below both `posts` (whose runner holds drafts) and `agent` (whose
+//! access step runs an owner's commands), so that neither imports the other.
 
 use troupe_connectors::{AgentId, Outbound, Platform, RoomRef};
 
-use super::schedule::Spec;
 use crate::outbox::Outbox;
 use crate::storage::{Decided, Draft, RunState, Store};
 
@@ -72,11 +74,12 @@ pub fn checked_edit(text: &str, max: usize) -> Result<String, BadEdit> {
 /// The length limit of `draft`'s schedule (the platform's default when it is gone).
 pub async fn limit_of(store: &Store, agent: &AgentId, draft: &Draft) -> anyhow::Result<usize> {
     let schedules = store.posts_schedules(agent).await?;
+    // The schedule's `maxLength`, read from its stored JSON (`posts::schedule::Spec`).
     let schedule_max = schedules
         .iter()
         .find(|s| s.id == draft.schedule_id)
-        .and_then(|s| serde_json::from_value::<Spec>(s.spec.clone()).ok())
-        .and_then(|spec| spec.max_length);
+        .and_then(|s| s.spec.get("maxLength").and_then(serde_json::Value::as_u64))
+        .map(|n| n as usize);
     Ok(max_length(schedule_max, draft.room.platform))
 }
 
