@@ -212,7 +212,9 @@ mod otlp {
     }
 
     pub(super) fn exporter(url: &str) -> anyhow::Result<Counting> {
-        let client = reqwest::Client::builder().timeout(TIMEOUT).build()?;
+        let client = troupe_connectors::tls::http_client()
+            .timeout(TIMEOUT)
+            .build()?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
