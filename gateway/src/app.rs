@@ -712,7 +712,7 @@ impl App {
         agent_id: &AgentId,
         platform: Platform,
     ) -> Arc<dyn troupe_connectors::ConnectorState> {
-        Arc::new(StoredState {
+        Arc::new(crate::storage::StoredState {
             store: self.path.store.clone(),
             agent_id: agent_id.clone(),
             platform,
@@ -919,29 +919,5 @@ impl Drain {
             task.await??;
         }
         Ok(())
-    }
-}
-
-/// A connector's state in the database, scoped to its agent and platform.
-pub(crate) struct StoredState {
-    pub(crate) store: Store,
-    pub(crate) agent_id: AgentId,
-    pub(crate) platform: Platform,
-}
-
-#[async_trait::async_trait]
-impl troupe_connectors::ConnectorState for StoredState {
-    async fn get(&self, key: &str) -> Result<Option<String>, troupe_connectors::SinkError> {
-        self.store
-            .connector_state_get(&self.agent_id, self.platform, key)
-            .await
-            .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
-    }
-
-    async fn put(&self, key: &str, value: &str) -> Result<(), troupe_connectors::SinkError> {
-        self.store
-            .connector_state_put(&self.agent_id, self.platform, key, value)
-            .await
-            .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
     }
 }

@@ -60,7 +60,7 @@ impl SharedBots {
         let bot = match running.get(&account) {
             Some(r) => r.bot.clone(),
             None => {
-                let state = Arc::new(crate::app::StoredState {
+                let state = Arc::new(crate::storage::StoredState {
                     store: store.clone(),
                     agent_id: account_agent(&account),
                     platform: Platform::Discord,

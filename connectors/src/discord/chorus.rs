@@ -16,7 +16,8 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::DiscordConnector;
-use super::hooks::{Hooks, Voice, said_by};
+use super::hooks::{Hooks, said_by};
+use super::speaker::Voice;
 use super::wire::{self, Snowflake};
 use crate::connector::{
     Accepted, Connector, ConnectorError, ContextLine, Delivery, InboundSink, SinkError, VoiceNote,

@@ -10,7 +10,7 @@
 //! and the application (slash) commands ([`interactions`]). Several personas may share one
 //! bot ([`build_shared`]): one gateway connection hands each message to all of them
 //! ([`chorus`]), and each answers through the channel's webhook under its own name
-//! ([`hooks`]). serenity's types stay in here. Each DM, guild channel and thread is its own room, named
+//! ([`hooks`], as [`speaker`] says it may appear). serenity's types stay in here. Each DM, guild channel and thread is its own room, named
 //! by its channel id. The token never reaches a log line or an error.
 
 mod chorus;
@@ -25,6 +25,7 @@ mod pace;
 mod reactions;
 mod rest;
 mod send;
+mod speaker;
 mod split;
 mod voice;
 mod waveform;
@@ -58,7 +59,9 @@ use wire::Snowflake;
 
 pub use chorus::{SharedBot, VoiceConnector};
 pub use config::{API_TOKEN, API_URL, APPLICATION_ID};
-pub use hooks::{Hook, NameProblem, Voice, WebhookStore, WebhookToken, avatar_ok, webhook_name};
+pub use hooks::WebhookStore;
+pub use rest::{Hook, WebhookToken};
+pub use speaker::{NameProblem, Voice, avatar_ok, webhook_name};
 
 /// The permission integer of the invite URL (see `docs/discord.md`).
 pub fn invite_permissions() -> u64 {

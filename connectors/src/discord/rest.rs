@@ -34,6 +34,33 @@ pub(crate) enum CallError {
     Other(ConnectorError),
 }
 
+/// A webhook's token: it posts as the webhook without any other credential, so its
+/// `Debug` shows nothing and it never reaches a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookToken(String);
+
+impl WebhookToken {
+    pub fn new(token: impl Into<String>) -> Self {
+        Self(token.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for WebhookToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookToken(***)")
+    }
+}
+
+/// One channel's webhook: its id and token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hook {
+    pub id: u64,
+    pub token: WebhookToken,
+}
+
 /// Discord's JSON error code for a webhook that no longer exists (deleted by an admin).
 pub(crate) const UNKNOWN_WEBHOOK: u64 = 10015;
 /// Discord's JSON error code for a permission the bot lacks (Manage Webhooks, for one).
@@ -277,7 +304,7 @@ impl Rest {
     /// id kept (`wait`), with the bucket of the webhook's own route.
     pub(crate) async fn execute_webhook(
         &self,
-        hook: &super::hooks::Hook,
+        hook: &Hook,
         thread: Option<u64>,
         body: &Value,
     ) -> Result<(wire::Message, Bucket), CallError> {
@@ -292,7 +319,7 @@ impl Rest {
     /// `PATCH /webhooks/{id}/{token}/messages/{message}[?thread_id=]`.
     pub(crate) async fn edit_webhook_message(
         &self,
-        hook: &super::hooks::Hook,
+        hook: &Hook,
         thread: Option<u64>,
         message: &str,
         content: &str,
@@ -309,7 +336,7 @@ impl Rest {
     /// `DELETE /webhooks/{id}/{token}/messages/{message}[?thread_id=]`.
     pub(crate) async fn delete_webhook_message(
         &self,
-        hook: &super::hooks::Hook,
+        hook: &Hook,
         thread: Option<u64>,
         message: &str,
     ) -> Result<(), CallError> {
@@ -343,7 +370,7 @@ impl Rest {
     }
 }
 
-fn webhook_message_path(hook: &super::hooks::Hook, thread: Option<u64>, message: &str) -> String {
+fn webhook_message_path(hook: &Hook, thread: Option<u64>, message: &str) -> String {
     let mut path = format!(
         "/webhooks/{}/{}/messages/{message}",
         hook.id,
@@ -376,6 +403,7 @@ mod tests {
 
     #[test]
     fn a_webhook_token_never_shows() {
+        assert!(format!("{:?}", WebhookToken::new("s3cret")).contains("***"));
         assert_eq!(
             scrub_webhook_path("/webhooks/12/s3cret?wait=true"),
             "/webhooks/12/***"

@@ -20,8 +20,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::DiscordConnector;
-use super::hooks::Voice;
 use super::rest::CallError;
+use super::speaker::Voice;
 use super::split::split_message;
 use super::wire::Snowflake;
 use crate::connector::{ConnectorError, Delivery, Recent};
@@ -314,29 +314,9 @@ impl DiscordConnector {
             };
             self.pacer.wait_turn(pace).await;
             let existing = shown.ids.get(index).cloned();
-            let result = match (voice, existing.as_ref()) {
-                (Some(voice), existing) => {
-                    self.put_as(voice, channel, reply, index, part, existing)
-                        .await
-                }
-                (None, Some(id)) => self
-                    .rest
-                    .edit_message(channel, id.as_str(), part)
-                    .await
-                    .map(|bucket| (None, bucket)),
-                (None, None) => {
-                    let reply_to = if index == 0 {
-                        reply.reply_to.as_ref()
-                    } else {
-                        None
-                    };
-                    let body = body(part, reply_to, channel, nonce(&reply.key, index));
-                    self.rest
-                        .create_message(channel, &body)
-                        .await
-                        .map(|(message, bucket)| (Some(message), bucket))
-                }
-            };
+            let result = self
+                .put_one(channel, reply, index, part, existing.as_ref(), voice)
+                .await;
             match result {
                 Ok((created, bucket)) => {
                     if let Some(wait) = bucket.exhausted_for {
@@ -381,6 +361,42 @@ impl DiscordConnector {
             }
         }
         Ok(())
+    }
+
+    /// Part `index` of a reply: as the persona through the webhook (`voice`), else as the
+    /// bot, edited where `existing` was posted already, posted otherwise.
+    async fn put_one(
+        &self,
+        channel: u64,
+        reply: &Outbound,
+        index: usize,
+        part: &str,
+        existing: Option<&MessageId>,
+        voice: Option<&Voice>,
+    ) -> Result<(Option<super::wire::Message>, super::rest::Bucket), CallError> {
+        match (voice, existing) {
+            (Some(voice), existing) => {
+                self.put_as(voice, channel, reply, index, part, existing)
+                    .await
+            }
+            (None, Some(id)) => self
+                .rest
+                .edit_message(channel, id.as_str(), part)
+                .await
+                .map(|bucket| (None, bucket)),
+            (None, None) => {
+                let reply_to = if index == 0 {
+                    reply.reply_to.as_ref()
+                } else {
+                    None
+                };
+                let body = body(part, reply_to, channel, nonce(&reply.key, index));
+                self.rest
+                    .create_message(channel, &body)
+                    .await
+                    .map(|(message, bucket)| (Some(message), bucket))
+            }
+        }
     }
 
     /// The messages shown live of reply `key` by an earlier run, from the connector's state.

@@ -636,7 +636,7 @@ fn personas_that_speak_through_webhooks_may_share_a_discord_bot() {
     );
     // A name Discord refuses for webhooks is a warning naming the name used instead.
     let d = write(t.path(), "d.json", &file("Discord Dan", "webhook"));
-    let r = check_files(&[d.clone()], &e, &LoadOptions::default());
+    let r = check_files(&[d], &e, &LoadOptions::default());
     assert!(r.ok());
     let got: Vec<String> = r.diagnostics.iter().map(ToString::to_string).collect();
     assert!(

@@ -145,6 +145,7 @@ pub use posts::{
 };
 pub use revisions::Exchange;
 pub use rooms::{RoomControl, RoomState, Speaker};
+pub use state::StoredState;
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};
 pub use webhooks::StoredWebhook;
