@@ -312,18 +312,18 @@ pub(super) async fn execute(
 }
 
 /// The `content`, `username` and `avatar_url` of a webhook post, as Discord checks them.
-fn valid_post(body: &Value) -> Result<(String, String, Option<String>), Response> {
+fn valid_post(body: &Value) -> Result<(String, String, Option<String>), Box<Response>> {
     let content = body["content"].as_str().unwrap_or_default().to_string();
     if content.is_empty() || content.chars().count() > MAX_CONTENT {
-        return Err(invalid_form("content", "BASE_TYPE_BAD_LENGTH"));
+        return Err(Box::new(invalid_form("content", "BASE_TYPE_BAD_LENGTH")));
     }
     let username = body["username"].as_str().unwrap_or("troupe").to_string();
     if let Some(code) = bad_name(&username) {
-        return Err(invalid_form("username", code));
+        return Err(Box::new(invalid_form("username", code)));
     }
     let avatar = body["avatar_url"].as_str().map(str::to_string);
     if avatar.as_ref().is_some_and(|a| a.len() > 2048) {
-        return Err(invalid_form("avatar_url", "BASE_TYPE_MAX_LENGTH"));
+        return Err(Box::new(invalid_form("avatar_url", "BASE_TYPE_MAX_LENGTH")));
     }
     Ok((content, username, avatar))
 }
@@ -352,7 +352,7 @@ fn post(
             )),
         ));
     };
-    let (content, username, avatar) = valid_post(body).map_err(|e| (400, Box::new(e)))?;
+    let (content, username, avatar) = valid_post(body).map_err(|e| (400, e))?;
     let channel = match &query.thread_id {
         Some(thread)
             if inner
