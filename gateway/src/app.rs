@@ -59,19 +59,26 @@ pub fn default_provider_factory() -> ProviderFactory {
 /// One bot account serves one persona: two personas with the same platform token would
 /// both answer every message. Refuses to start, naming both files.
 fn claims_are_unique(loaded: &[Loaded], env: &crate::persona::Env) -> anyhow::Result<()> {
-    let mut claimed: HashMap<(Platform, String), &std::path::Path> = HashMap::new();
+    let mut claimed: HashMap<(Platform, String), &Persona> = HashMap::new();
     for l in loaded {
         let p = &l.persona;
         for platform in p.platforms() {
             let Some(token) = p.platform_token(platform, env) else {
                 continue;
             };
-            if let Some(first) = claimed.insert((platform, token), &p.source) {
+            if let Some(first) = claimed.insert((platform, token), p)
+                && !first.may_share_bot_with(p, platform)
+            {
                 anyhow::bail!(
                     "{} and {} use the same {platform} token; one bot account can serve one \
-                     persona: give each its own token (settings.secrets or CHARACTER.<ID>.<KEY>)",
-                    first.display(),
-                    p.source.display()
+                     persona: give each its own token (settings.secrets or CHARACTER.<ID>.<KEY>){}",
+                    first.source.display(),
+                    p.source.display(),
+                    if platform == Platform::Discord {
+                        ", or let them share the bot with settings.troupe.discord.speakAs: \"webhook\" in each (docs/discord.md)"
+                    } else {
+                        ""
+                    }
                 );
             }
         }
@@ -204,6 +211,8 @@ struct Loops {
     elector: Elector,
     /// What each receive loop is doing, for `/readyz` (see supervise.rs).
     receivers: crate::supervise::Receivers,
+    /// Discord bots several personas share (issue 46).
+    shared: crate::shared_bots::SharedBots,
 }
 
 type PendingTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -317,6 +326,7 @@ impl App {
                 pending: Default::default(),
                 elector,
                 receivers: Default::default(),
+                shared: Default::default(),
             },
             config,
         };
@@ -506,6 +516,10 @@ impl App {
                 tracing::error!(persona = %persona.id, %platform, "not connecting: {}", w.message());
                 continue;
             }
+            if platform == Platform::Discord && persona.speaks_through_webhooks() {
+                self.join_shared_bot(persona, &lookup);
+                continue;
+            }
             let settings = self.connector_settings(persona, platform);
             let Some(connector) = build_connector(persona, platform, &lookup, &settings) else {
                 continue;
@@ -517,11 +531,45 @@ impl App {
         self.lock_running().insert(persona.id.clone(), token);
     }
 
+    /// Puts the persona on the Discord bot it shares with others (issue 46): its connector
+    /// answers through webhooks; the bot's one connection starts with its first persona,
+    /// under leader election by the bot's account, as a bot of its own does.
+    fn join_shared_bot(&self, persona: &Persona, lookup: Lookup<'_>) {
+        let sink = self.path.ingress.sink_for(&persona.id);
+        let Some((connector, started)) =
+            self.loops
+                .shared
+                .join(persona, lookup, &self.path.store, &self.loops.root, sink)
+        else {
+            return;
+        };
+        self.path.connectors.insert(&persona.id, connector);
+        if let Some(started) = started {
+            let account = started.bot.account();
+            let connector_id = format!("{account}/discord");
+            let status = self.loops.receivers.replace(&connector_id, 1).remove(0);
+            let receiver = ReceiverRun {
+                connector: started.bot.receiver(),
+                leader: Some(account),
+            };
+            let task = self.receiver_task(
+                receiver,
+                started.bot.sink(),
+                &connector_id,
+                &started.stop,
+                &None,
+                status,
+            );
+            self.schedule(task);
+        }
+    }
+
     /// Cancels the persona's running connectors and leaves it only its Web connector.
     fn stop_connectors(&self, persona: &Persona) {
         if let Some(old) = self.lock_running().remove(&persona.id) {
             old.cancel();
         }
+        self.loops.shared.leave(&persona.id);
         self.path.connectors.remove_agent(&persona.id);
         self.path
             .connectors
@@ -664,7 +712,7 @@ impl App {
         agent_id: &AgentId,
         platform: Platform,
     ) -> Arc<dyn troupe_connectors::ConnectorState> {
-        Arc::new(StoredState {
+        Arc::new(crate::storage::StoredState {
             store: self.path.store.clone(),
             agent_id: agent_id.clone(),
             platform,
@@ -683,6 +731,7 @@ impl App {
                 if let Some(token) = self.lock_running().remove(&agent.id) {
                     token.cancel();
                 }
+                self.loops.shared.leave(&agent.id);
                 self.path.connectors.remove_agent(&agent.id);
             }
         }
@@ -870,29 +919,5 @@ impl Drain {
             task.await??;
         }
         Ok(())
-    }
-}
-
-/// A connector's state in the database, scoped to its agent and platform.
-struct StoredState {
-    store: Store,
-    agent_id: AgentId,
-    platform: Platform,
-}
-
-#[async_trait::async_trait]
-impl troupe_connectors::ConnectorState for StoredState {
-    async fn get(&self, key: &str) -> Result<Option<String>, troupe_connectors::SinkError> {
-        self.store
-            .connector_state_get(&self.agent_id, self.platform, key)
-            .await
-            .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
-    }
-
-    async fn put(&self, key: &str, value: &str) -> Result<(), troupe_connectors::SinkError> {
-        self.store
-            .connector_state_put(&self.agent_id, self.platform, key, value)
-            .await
-            .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
     }
 }

@@ -17,6 +17,7 @@
 //! - [`rooms`]: chat commands, room controls (mute, follow, forget) and reply actions.
 //! - [`outbox`]: delivery through the connectors, with retries.
 //! - [`registry`]: the running connectors, by persona and platform; filled in by `app`.
+//! - `shared_bots`: Discord bots several personas share, each speaking through webhooks.
 //! - `memory`: room summaries and user facts, kept up in the background.
 //! - [`people`]: one person across platforms: linked accounts, `/link`, `person_of`.
 //! - [`persona`]: elizaOS character files: loading, checking, prompt composition.
@@ -77,6 +78,7 @@ pub(crate) mod posts;
 pub(crate) mod provider;
 pub(crate) mod registry;
 pub(crate) mod rooms;
+mod shared_bots;
 pub(crate) mod spend;
 pub mod storage;
 mod supervise;

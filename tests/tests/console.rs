@@ -209,7 +209,7 @@ async fn personas_page_shows_adas_card(browser: &Browser, app: &TestApp) {
     assert_eq!(
         card["invite"],
         "https://discord.com/oauth2/authorize?client_id=123456789012345678\
-         &scope=bot%20applications.commands&permissions=70643622186048"
+         &scope=bot%20applications.commands&permissions=70644159056960"
     );
     assert_eq!(card["farcaster"], "https://farcaster.xyz/~/profiles/4242");
     assert_cards_hold_their_tables(browser).await;

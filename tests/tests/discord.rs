@@ -94,7 +94,7 @@ async fn a_mention_gets_a_native_reply() {
         "the token leaked into the logs"
     );
     assert!(
-        app.logs().contains("permissions=70643622186048"),
+        app.logs().contains("permissions=70644159056960"),
         "the invite URL was not logged"
     );
 }

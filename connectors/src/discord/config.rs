@@ -28,7 +28,9 @@ pub(crate) const DEFAULT_API_URL: &str = "https://discord.com";
 /// message (`super::voice`, issue 32): a file upload flagged `IS_VOICE_MESSAGE`, which
 /// Discord allows only with Attach Files and Send Voice Messages. It sends no embeds, so it
 /// does not ask for Embed Links; slash commands come with the `applications.commands` scope, and Message Content
-/// is an intent set in the developer portal, not a permission. This list is the one fact:
+/// is an intent set in the developer portal, not a permission. Manage Webhooks lets personas
+/// that share one bot speak through a channel webhook under their own name and face (issue
+/// 46, `super::hooks`); without it they speak as the bot with their name in front. This list is the one fact:
 /// the log line at start, `GET /api/agents/{agent}/setup` (the console) and docs/discord.md
 /// all show [`invite_url`].
 pub(crate) const PERMISSIONS: &[(&str, u64)] = &[
@@ -39,6 +41,7 @@ pub(crate) const PERMISSIONS: &[(&str, u64)] = &[
     ("Send Messages in Threads", 1 << 38),
     ("Attach Files", 1 << 15),
     ("Send Voice Messages", 1 << 46),
+    ("Manage Webhooks", 1 << 29),
 ];
 
 /// The integer in the invite URL: every bit of [`PERMISSIONS`].
@@ -248,11 +251,12 @@ mod tests {
     fn permission_integer_is_the_documented_one() {
         // View Channels, Send Messages, Add Reactions (the acknowledgement), Read Message
         // History, Send Messages in Threads, Attach Files and Send Voice Messages (voice
-        // out; see docs/discord.md): what the connector uses, nothing more.
-        assert_eq!(permission_integer(), 70_643_622_186_048);
+        // out; see docs/discord.md) and Manage Webhooks (personas sharing one bot, issue 46):
+        // what the connector uses, nothing more.
+        assert_eq!(permission_integer(), 70_644_159_056_960);
         assert_eq!(
             invite_url(42),
-            "https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&permissions=70643622186048"
+            "https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&permissions=70644159056960"
         );
     }
 

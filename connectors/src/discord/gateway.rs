@@ -77,6 +77,8 @@ pub(crate) struct Receiver {
     pub interactions: Arc<super::interactions::Interactions>,
     /// `DISCORD_STEER_ROLES`: role names that may steer, besides Manage Messages.
     pub steer_roles: Vec<String>,
+    /// The personas sharing this bot and its webhooks (`super::chorus`), when they do.
+    pub chorus: Option<(Arc<super::chorus::Chorus>, Arc<super::hooks::Hooks>)>,
 }
 
 impl Receiver {
@@ -144,7 +146,11 @@ impl Receiver {
             return true;
         };
         let (room, id) = (inbound.room.id.clone(), inbound.id.clone());
-        match self.sink.accept(inbound).await {
+        let accepted = match &self.chorus {
+            Some((chorus, hooks)) => chorus.accept_message(msg, inbound, hooks, me).await,
+            None => self.sink.accept(inbound).await,
+        };
+        match accepted {
             Ok(Accepted::New) => {
                 tracing::debug!(channel = %room, message = %id, "Discord message journaled");
                 true

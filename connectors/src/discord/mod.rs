@@ -7,20 +7,25 @@
 //! catch-up after downtime ([`gateway`]), edits and deletes of messages ([`edits`]), the REST calls ([`rest`]), splitting replies
 //! around code blocks ([`split`]), per-channel pacing ([`pace`]) and delivery ([`send`]),
 //! voice messages answering voice notes ([`voice`], their preview in [`waveform`]),
-//! and the application (slash) commands ([`interactions`]).
-//! serenity's types stay in here. Each DM, guild channel and thread is its own room, named
+//! and the application (slash) commands ([`interactions`]). Several personas may share one
+//! bot ([`build_shared`]): one gateway connection hands each message to all of them
+//! ([`chorus`]), and each answers through the channel's webhook under its own name
+//! ([`hooks`], as [`speaker`] says it may appear). serenity's types stay in here. Each DM, guild channel and thread is its own room, named
 //! by its channel id. The token never reaches a log line or an error.
 
+mod chorus;
 mod config;
 mod edits;
 mod files;
 mod gateway;
+mod hooks;
 mod interactions;
 mod normalize;
 mod pace;
 mod reactions;
 mod rest;
 mod send;
+mod speaker;
 mod split;
 mod voice;
 mod waveform;
@@ -52,7 +57,11 @@ use gateway::{Handler, Receiver};
 use rest::Rest;
 use wire::Snowflake;
 
+pub use chorus::{SharedBot, VoiceConnector};
 pub use config::{API_TOKEN, API_URL, APPLICATION_ID};
+pub use hooks::WebhookStore;
+pub use rest::{Hook, WebhookToken};
+pub use speaker::{NameProblem, Voice, avatar_ok, webhook_name};
 
 /// The permission integer of the invite URL (see `docs/discord.md`).
 pub fn invite_permissions() -> u64 {
@@ -77,6 +86,34 @@ pub fn build(lookup: Lookup<'_>, settings: &ConnectorSettings) -> Result<Built, 
         settings.state.clone(),
         None,
     )?)))
+}
+
+/// Builds a bot that several personas share, each speaking through channel webhooks
+/// (`settings.troupe.discord.speakAs: "webhook"`, docs/discord.md "A troupe on one bot").
+/// `state` is the account's own (not one persona's); `hooks` keeps its webhooks. `None`
+/// when no token is set.
+pub fn build_shared(
+    lookup: Lookup<'_>,
+    state: Arc<dyn ConnectorState>,
+    hooks: Arc<dyn WebhookStore>,
+) -> Result<Option<SharedBot>, ConnectorError> {
+    let Some(parsed) = config::parse(lookup)? else {
+        return Ok(None);
+    };
+    let chorus = Arc::new(chorus::Chorus::default());
+    let mut bot = DiscordConnector::new(parsed, state, None)?;
+    bot.hooks = Some(Arc::new(hooks::Hooks::new(hooks)));
+    bot.chorus = Some(chorus.clone());
+    Ok(Some(SharedBot::new(Arc::new(bot), chorus)))
+}
+
+/// The bot account a persona's Discord settings name (`discord:<application id>`, else a
+/// digest of the token), without building anything; `None` without a token.
+pub fn account_of(lookup: Lookup<'_>) -> Option<String> {
+    config::parse(lookup)
+        .ok()
+        .flatten()
+        .map(|s| s.account_name())
 }
 
 /// Builds a connector that receives on one gateway shard only (several replicas split a
@@ -141,6 +178,10 @@ pub struct DiscordConnector {
     delivered: Mutex<Recent>,
     /// Slash commands received and not yet answered (their follow-up tokens).
     interactions: Arc<interactions::Interactions>,
+    /// The channels' webhooks, when personas share this bot ([`build_shared`]).
+    hooks: Option<Arc<hooks::Hooks>>,
+    /// The personas sharing this bot, when they do.
+    chorus: Option<Arc<chorus::Chorus>>,
 }
 
 impl DiscordConnector {
@@ -161,6 +202,8 @@ impl DiscordConnector {
             live: Mutex::new(HashMap::new()),
             delivered: Mutex::new(Recent::default()),
             interactions: Arc::default(),
+            hooks: None,
+            chorus: None,
         })
     }
 
@@ -256,6 +299,7 @@ impl DiscordConnector {
             channels_key: gateway::channels_key(self.shard),
             interactions: self.interactions.clone(),
             steer_roles: self.settings.steer_roles.clone(),
+            chorus: self.chorus.clone().zip(self.hooks.clone()),
         }
     }
 
@@ -351,6 +395,9 @@ impl Connector for DiscordConnector {
             return Ok(());
         };
         self.remember_me(me).await;
+        if let Some(hooks) = &self.hooks {
+            hooks.load().await;
+        }
         self.announce().await;
         let receiver = Arc::new(self.receiver(sink));
         let mut attempt = 0usize;
@@ -370,7 +417,7 @@ impl Connector for DiscordConnector {
         if let Some(answered) = interactions::answer(&self.rest, &self.interactions, reply).await {
             return answered;
         }
-        self.deliver(reply).await
+        self.deliver_as(reply, None).await
     }
 
     /// A slash command carries the member's permissions (see [`interactions`]); in a DM
@@ -438,7 +485,7 @@ impl Connector for DiscordConnector {
         if self.interactions.target(reply).is_some() {
             return Ok(());
         }
-        self.show(reply).await
+        self.show_as(reply, None).await
     }
 
     async fn drop_live(&self, key: &str) {

@@ -21,9 +21,52 @@ const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// What a call came to.
 #[derive(Debug)]
 pub(crate) enum CallError {
-    RateLimited { retry_after: Duration, global: bool },
+    RateLimited {
+        retry_after: Duration,
+        global: bool,
+    },
+    /// Discord refused the call with one of the JSON error codes a caller branches on
+    /// ([`UNKNOWN_WEBHOOK`], [`MISSING_PERMISSIONS`]); `error` is what it means otherwise.
+    Coded {
+        code: u64,
+        error: ConnectorError,
+    },
     Other(ConnectorError),
 }
+
+/// A webhook's token: it posts as the webhook without any other credential, so its
+/// `Debug` shows nothing and it never reaches a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookToken(String);
+
+impl WebhookToken {
+    pub fn new(token: impl Into<String>) -> Self {
+        Self(token.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for WebhookToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookToken(***)")
+    }
+}
+
+/// One channel's webhook: its id and token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hook {
+    pub id: u64,
+    pub token: WebhookToken,
+}
+
+/// Discord's JSON error code for a webhook that no longer exists (deleted by an admin).
+pub(crate) const UNKNOWN_WEBHOOK: u64 = 10015;
+/// Discord's JSON error code for a permission the bot lacks (Manage Webhooks, for one).
+pub(crate) const MISSING_PERMISSIONS: u64 = 50013;
+/// Discord's JSON error code for a message that no longer exists.
+pub(crate) const UNKNOWN_MESSAGE: u64 = 10008;
 
 impl From<CallError> for ConnectorError {
     fn from(e: CallError) -> Self {
@@ -31,7 +74,7 @@ impl From<CallError> for ConnectorError {
             CallError::RateLimited { retry_after, .. } => {
                 ConnectorError::RateLimited { retry_after }
             }
-            CallError::Other(e) => e,
+            CallError::Coded { error, .. } | CallError::Other(error) => error,
         }
     }
 }
@@ -111,7 +154,8 @@ impl Rest {
         let resp = req.send().await.map_err(|e| {
             let text = self.settings.token.scrub(&e.without_url().to_string());
             CallError::Other(ConnectorError::Transient(format!(
-                "{method} {path}: {text}"
+                "{method} {}: {text}",
+                scrub_webhook_path(path)
             )))
         })?;
         let status = resp.status();
@@ -135,20 +179,33 @@ impl Rest {
                 global: body.global,
             });
         }
-        let detail: String = serde_json::from_str::<Value>(&text)
-            .ok()
+        let parsed = serde_json::from_str::<Value>(&text).ok();
+        let code = parsed
+            .as_ref()
+            .and_then(|v| v.get("code"))
+            .and_then(Value::as_u64);
+        let detail: String = parsed
+            .as_ref()
             .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
             .unwrap_or_else(|| text.chars().take(200).collect());
+        // A webhook's token is in its path: it never reaches a message either.
+        let shown_path = scrub_webhook_path(path);
         let detail = self.settings.token.scrub(&detail);
-        let what = format!("{method} {path}: {status}: {detail}");
-        Err(CallError::Other(match status.as_u16() {
+        let what = format!("{method} {shown_path}: {status}: {detail}");
+        let error = match status.as_u16() {
             401 => ConnectorError::Unauthorized(format!("{what} (check DISCORD_API_TOKEN)")),
             403 => ConnectorError::Fatal(format!(
                 "{what} (the bot lacks a permission in this channel; see docs/discord.md)"
             )),
             408 | 500..=599 => ConnectorError::Transient(what),
             _ => ConnectorError::Fatal(what),
-        }))
+        };
+        Err(match code {
+            Some(code @ (UNKNOWN_WEBHOOK | MISSING_PERMISSIONS | UNKNOWN_MESSAGE)) => {
+                CallError::Coded { code, error }
+            }
+            _ => CallError::Other(error),
+        })
     }
 
     pub(super) async fn json<T: serde::de::DeserializeOwned>(
@@ -213,6 +270,80 @@ impl Rest {
         self.call(Method::POST, &path, None).await.map(|_| ())
     }
 
+    /// `GET /channels/{id}`: whether a channel is a thread, and its parent (a webhook
+    /// lives in the parent and posts in the thread with `thread_id`).
+    pub(crate) async fn channel(&self, channel: u64) -> Result<wire::Channel, CallError> {
+        let path = format!("/channels/{channel}");
+        let (resp, _) = self.call(Method::GET, &path, None).await?;
+        Self::json(resp, &path).await
+    }
+
+    /// `GET /channels/{id}/webhooks` (needs Manage Webhooks).
+    pub(crate) async fn channel_webhooks(
+        &self,
+        channel: u64,
+    ) -> Result<Vec<wire::Webhook>, CallError> {
+        let path = format!("/channels/{channel}/webhooks");
+        let (resp, _) = self.call(Method::GET, &path, None).await?;
+        Self::json(resp, &path).await
+    }
+
+    /// `POST /channels/{id}/webhooks` (needs Manage Webhooks).
+    pub(crate) async fn create_webhook(
+        &self,
+        channel: u64,
+        name: &str,
+    ) -> Result<wire::Webhook, CallError> {
+        let path = format!("/channels/{channel}/webhooks");
+        let body = serde_json::json!({ "name": name });
+        let (resp, _) = self.call(Method::POST, &path, Some(&body)).await?;
+        Self::json(resp, &path).await
+    }
+
+    /// `POST /webhooks/{id}/{token}?wait=true[&thread_id=]`: a message as the webhook, its
+    /// id kept (`wait`), with the bucket of the webhook's own route.
+    pub(crate) async fn execute_webhook(
+        &self,
+        hook: &Hook,
+        thread: Option<u64>,
+        body: &Value,
+    ) -> Result<(wire::Message, Bucket), CallError> {
+        let mut path = format!("/webhooks/{}/{}?wait=true", hook.id, hook.token.expose());
+        if let Some(thread) = thread {
+            path.push_str(&format!("&thread_id={thread}"));
+        }
+        let (resp, bucket) = self.call(Method::POST, &path, Some(body)).await?;
+        Ok((Self::json(resp, &path).await?, bucket))
+    }
+
+    /// `PATCH /webhooks/{id}/{token}/messages/{message}[?thread_id=]`.
+    pub(crate) async fn edit_webhook_message(
+        &self,
+        hook: &Hook,
+        thread: Option<u64>,
+        message: &str,
+        content: &str,
+    ) -> Result<Bucket, CallError> {
+        let path = webhook_message_path(hook, thread, message);
+        let body = serde_json::json!({
+            "content": content,
+            "allowed_mentions": {"parse": ["users"]},
+        });
+        let (_, bucket) = self.call(Method::PATCH, &path, Some(&body)).await?;
+        Ok(bucket)
+    }
+
+    /// `DELETE /webhooks/{id}/{token}/messages/{message}[?thread_id=]`.
+    pub(crate) async fn delete_webhook_message(
+        &self,
+        hook: &Hook,
+        thread: Option<u64>,
+        message: &str,
+    ) -> Result<(), CallError> {
+        let path = webhook_message_path(hook, thread, message);
+        self.call(Method::DELETE, &path, None).await.map(|_| ())
+    }
+
     /// `GET /channels/{id}/messages?after=&limit=`: up to `limit` messages after `after`,
     /// oldest first (Discord answers newest first; this sorts them).
     pub(crate) async fn messages_after(
@@ -239,9 +370,53 @@ impl Rest {
     }
 }
 
+fn webhook_message_path(hook: &Hook, thread: Option<u64>, message: &str) -> String {
+    let mut path = format!(
+        "/webhooks/{}/{}/messages/{message}",
+        hook.id,
+        hook.token.expose()
+    );
+    if let Some(thread) = thread {
+        path.push_str(&format!("?thread_id={thread}"));
+    }
+    path
+}
+
+/// `path` with a webhook's token (`/webhooks/{id}/{token}…`) replaced by `***`.
+pub(crate) fn scrub_webhook_path(path: &str) -> String {
+    let Some(rest) = path.strip_prefix("/webhooks/") else {
+        return path.to_string();
+    };
+    let mut parts = rest.splitn(3, '/');
+    let (Some(id), Some(_token)) = (parts.next(), parts.next()) else {
+        return path.to_string();
+    };
+    match parts.next() {
+        Some(tail) => format!("/webhooks/{id}/***/{tail}"),
+        None => format!("/webhooks/{id}/***"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_webhook_token_never_shows() {
+        assert!(format!("{:?}", WebhookToken::new("s3cret")).contains("***"));
+        assert_eq!(
+            scrub_webhook_path("/webhooks/12/s3cret?wait=true"),
+            "/webhooks/12/***"
+        );
+        assert_eq!(
+            scrub_webhook_path("/webhooks/12/s3cret/messages/9"),
+            "/webhooks/12/***/messages/9"
+        );
+        assert_eq!(
+            scrub_webhook_path("/channels/1/messages"),
+            "/channels/1/messages"
+        );
+    }
 
     #[test]
     fn seconds_accepts_fractions_and_refuses_nonsense() {

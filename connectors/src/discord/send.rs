@@ -21,6 +21,7 @@ use serde_json::json;
 
 use super::DiscordConnector;
 use super::rest::CallError;
+use super::speaker::Voice;
 use super::split::split_message;
 use super::wire::Snowflake;
 use crate::connector::{ConnectorError, Delivery, Recent};
@@ -28,6 +29,15 @@ use crate::model::{MessageId, Outbound, RoomRef};
 
 /// Discord's limit for one message, in characters.
 pub(crate) const MAX_MESSAGE_CHARS: usize = 2000;
+
+/// A part's limit: a persona's text leaves room for its name in front, where a channel
+/// refuses webhooks and it speaks as the bot (`**Name:** `, at most 86 characters).
+fn max_chars(voice: Option<&Voice>) -> usize {
+    match voice {
+        Some(_) => MAX_MESSAGE_CHARS - 100,
+        None => MAX_MESSAGE_CHARS,
+    }
+}
 
 /// How long one `send` waits out 429s before handing the wait to the outbox (which holds a
 /// claim on the reply for a minute).
@@ -53,7 +63,7 @@ pub(super) fn nonce(key: &str, index: usize) -> String {
 }
 
 /// The JSON body of one message.
-fn body(
+pub(super) fn body(
     content: &str,
     reply_to: Option<&MessageId>,
     channel: u64,
@@ -85,9 +95,15 @@ impl DiscordConnector {
         locks.entry(channel).or_default().clone()
     }
 
-    pub(super) async fn deliver(&self, reply: &Outbound) -> Result<Delivery, ConnectorError> {
+    /// Delivers `reply`, as the bot or, with a `voice`, as that persona through the
+    /// channel's webhook (`super::hooks`).
+    pub(super) async fn deliver_as(
+        &self,
+        reply: &Outbound,
+        voice: Option<&Voice>,
+    ) -> Result<Delivery, ConnectorError> {
         let channel = channel_of(&reply.room)?;
-        let parts = split_message(&reply.text, MAX_MESSAGE_CHARS);
+        let parts = split_message(&reply.text, max_chars(voice));
         if parts.is_empty() {
             return Ok(Delivery::default());
         }
@@ -112,11 +128,24 @@ impl DiscordConnector {
                     .cloned()
                     .unwrap_or_else(|| reply.replaces.clone()),
                 texts: Vec::new(),
+                voice: voice.is_some(),
             },
         };
         let was_live = !shown.texts.is_empty();
+        if let Some(voice) = voice
+            && shown.ids.is_empty()
+        {
+            shown.ids = self.recover(voice, reply, &parts).await;
+        }
         let put = self
-            .put_parts(channel, reply, &parts, &mut shown, MAX_RATE_LIMIT_WAIT)
+            .put_parts(
+                channel,
+                reply,
+                &parts,
+                &mut shown,
+                MAX_RATE_LIMIT_WAIT,
+                voice,
+            )
             .await;
         if let Err(e) = put {
             if was_live {
@@ -129,13 +158,15 @@ impl DiscordConnector {
         // A live text longer than the final one (a model call that started over) left
         // messages the reply no longer has.
         for extra in shown.ids.split_off(parts.len()) {
-            self.pacer.wait_turn(channel).await;
-            if let Err(e) = self.rest.delete_message(channel, extra.as_str()).await {
-                tracing::warn!(channel, error = %ConnectorError::from(e), "could not delete a streamed message");
+            if let Err(e) = self.delete_one(channel, &extra, voice.is_some()).await {
+                tracing::warn!(channel, error = %e, "could not delete a streamed message");
             }
         }
         if was_live {
             self.forget_live(&reply.key).await;
+        }
+        if voice.is_some() {
+            self.unmark(&reply.key).await;
         }
         self.progress.locked().remove(&reply.key);
         let delivery = Delivery {
@@ -147,9 +178,13 @@ impl DiscordConnector {
 
     /// Shows the reply written so far (issue 32): its parts posted or edited in place.
     /// A 429 is not waited out here: the caller shows the latest text once it may.
-    pub(super) async fn show(&self, reply: &Outbound) -> Result<(), ConnectorError> {
+    pub(super) async fn show_as(
+        &self,
+        reply: &Outbound,
+        voice: Option<&Voice>,
+    ) -> Result<(), ConnectorError> {
         let channel = channel_of(&reply.room)?;
-        let parts = split_message(&reply.text, MAX_MESSAGE_CHARS);
+        let parts = split_message(&reply.text, max_chars(voice));
         if parts.is_empty() {
             return Ok(());
         }
@@ -166,11 +201,17 @@ impl DiscordConnector {
                 channel,
                 ids: self.saved_live(&reply.key).await,
                 texts: Vec::new(),
+                voice: voice.is_some(),
             },
         };
+        if let Some(voice) = voice
+            && shown.ids.is_empty()
+        {
+            shown.ids = self.recover(voice, reply, &parts).await;
+        }
         let before = shown.ids.len();
         let result = self
-            .put_parts(channel, reply, &parts, &mut shown, Duration::ZERO)
+            .put_parts(channel, reply, &parts, &mut shown, Duration::ZERO, voice)
             .await;
         if shown.ids.len() != before {
             self.save_live(&reply.key, &shown.ids).await;
@@ -190,12 +231,44 @@ impl DiscordConnector {
         };
         let channel = shown.channel;
         for id in &shown.ids {
-            self.pacer.wait_turn(channel).await;
-            if let Err(e) = self.rest.delete_message(channel, id.as_str()).await {
-                tracing::warn!(channel, error = %ConnectorError::from(e), "could not delete a streamed message");
+            if let Err(e) = self.delete_one(channel, id, shown.voice).await {
+                tracing::warn!(channel, error = %e, "could not delete a streamed message");
             }
         }
         self.forget_live(key).await;
+        self.unmark(key).await;
+    }
+
+    /// Deletes one message of a reply: the bot's, or, for a persona speaking through a
+    /// webhook, through the webhook's message route.
+    async fn delete_one(
+        &self,
+        channel: u64,
+        id: &MessageId,
+        voice: bool,
+    ) -> Result<(), ConnectorError> {
+        if voice {
+            return self.delete_hooked(channel, id).await;
+        }
+        self.pacer.wait_turn(channel).await;
+        self.rest
+            .delete_message(channel, id.as_str())
+            .await
+            .map_err(ConnectorError::from)
+    }
+
+    /// Deletes a persona's messages `ids` in `room` (through the webhook, or as the bot
+    /// where it spoke with a prefix).
+    pub(super) async fn delete_as(
+        &self,
+        room: &RoomRef,
+        ids: &[MessageId],
+    ) -> Result<(), ConnectorError> {
+        let channel = channel_of(room)?;
+        for id in ids {
+            self.delete_hooked(channel, id).await?;
+        }
+        Ok(())
     }
 
     /// Deletes the persona's messages `ids` in `room` (the reply to a deleted question),
@@ -224,6 +297,7 @@ impl DiscordConnector {
         parts: &[String],
         shown: &mut Shown,
         patience: Duration,
+        voice: Option<&Voice>,
     ) -> Result<(), ConnectorError> {
         let mut waited = Duration::ZERO;
         let mut index = 0;
@@ -233,33 +307,28 @@ impl DiscordConnector {
                 index += 1;
                 continue;
             }
-            self.pacer.wait_turn(channel).await;
-            let result = match shown.ids.get(index) {
-                Some(id) => self
-                    .rest
-                    .edit_message(channel, id.as_str(), part)
-                    .await
-                    .map(|bucket| (None, bucket)),
-                None => {
-                    let reply_to = if index == 0 {
-                        reply.reply_to.as_ref()
-                    } else {
-                        None
-                    };
-                    let body = body(part, reply_to, channel, nonce(&reply.key, index));
-                    self.rest
-                        .create_message(channel, &body)
-                        .await
-                        .map(|(message, bucket)| (Some(message), bucket))
-                }
+            // A persona's webhook messages are paced by their webhook's own bucket.
+            let pace = match voice {
+                Some(_) => self.voice_pace_key(channel),
+                None => channel,
             };
+            self.pacer.wait_turn(pace).await;
+            let existing = shown.ids.get(index).cloned();
+            let result = self
+                .put_one(channel, reply, index, part, existing.as_ref(), voice)
+                .await;
             match result {
                 Ok((created, bucket)) => {
                     if let Some(wait) = bucket.exhausted_for {
-                        self.pacer.hold(channel, wait);
+                        self.pacer.hold(pace, wait);
                     }
                     if let Some(message) = created {
-                        shown.ids.push(MessageId::new(message.id));
+                        let id = MessageId::new(message.id);
+                        // A part posted anew in place of one a deleted webhook left.
+                        match shown.ids.get_mut(index) {
+                            Some(slot) => *slot = id,
+                            None => shown.ids.push(id),
+                        }
                         // A repeated nonce answers the message an earlier run posted,
                         // with the text it had then: edit it on the next round.
                         if message.content != *part {
@@ -282,16 +351,52 @@ impl DiscordConnector {
                         parts = parts.len(),
                         "Discord rate limited a message; waiting"
                     );
-                    self.pacer.hold(channel, retry_after);
+                    self.pacer.hold(pace, retry_after);
                     waited += retry_after;
                     if waited > patience {
                         return Err(ConnectorError::RateLimited { retry_after });
                     }
                 }
-                Err(CallError::Other(e)) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())
+    }
+
+    /// Part `index` of a reply: as the persona through the webhook (`voice`), else as the
+    /// bot, edited where `existing` was posted already, posted otherwise.
+    async fn put_one(
+        &self,
+        channel: u64,
+        reply: &Outbound,
+        index: usize,
+        part: &str,
+        existing: Option<&MessageId>,
+        voice: Option<&Voice>,
+    ) -> Result<(Option<super::wire::Message>, super::rest::Bucket), CallError> {
+        match (voice, existing) {
+            (Some(voice), existing) => {
+                self.put_as(voice, channel, reply, index, part, existing)
+                    .await
+            }
+            (None, Some(id)) => self
+                .rest
+                .edit_message(channel, id.as_str(), part)
+                .await
+                .map(|bucket| (None, bucket)),
+            (None, None) => {
+                let reply_to = if index == 0 {
+                    reply.reply_to.as_ref()
+                } else {
+                    None
+                };
+                let body = body(part, reply_to, channel, nonce(&reply.key, index));
+                self.rest
+                    .create_message(channel, &body)
+                    .await
+                    .map(|(message, bucket)| (Some(message), bucket))
+            }
+        }
     }
 
     /// The messages shown live of reply `key` by an earlier run, from the connector's state.
@@ -336,6 +441,8 @@ pub(super) struct Shown {
     channel: u64,
     ids: Vec<MessageId>,
     texts: Vec<String>,
+    /// Posted as a persona through the channel's webhook (`super::hooks`).
+    voice: bool,
 }
 
 fn set_text(texts: &mut Vec<String>, index: usize, text: String) {

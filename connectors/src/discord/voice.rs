@@ -142,7 +142,7 @@ impl DiscordConnector {
                 self.pacer.hold(channel, retry_after);
                 Err(ConnectorError::RateLimited { retry_after })
             }
-            Err(CallError::Other(e)) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 }

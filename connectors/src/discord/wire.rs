@@ -82,6 +82,38 @@ pub(crate) struct MessageReference {
     pub channel_id: Option<String>,
 }
 
+/// A channel (`GET /channels/{id}`): its type (10, 11 and 12 are threads) and parent.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Channel {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: Option<u64>,
+    pub parent_id: Option<String>,
+}
+
+impl Channel {
+    /// The channel a webhook must live in: the parent of a thread, else the channel.
+    pub(crate) fn thread_parent(&self) -> Option<Snowflake> {
+        matches!(self.kind, Some(10..=12))
+            .then(|| self.parent_id.as_deref().and_then(Snowflake::parse))
+            .flatten()
+    }
+}
+
+/// A webhook (`POST`/`GET /channels/{id}/webhooks`): `token` is there for an incoming
+/// webhook the caller may use; `user` is who created it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Webhook {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: Option<u64>,
+    pub channel_id: Option<String>,
+    pub token: Option<String>,
+    pub user: Option<User>,
+}
+
 /// The body of a 429.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]

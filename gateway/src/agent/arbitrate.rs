@@ -6,6 +6,11 @@
 //! troupe on the platform (no read unless an id matters), the personas' room states in one
 //! read, the room's floor and the replied-to sender in one read, then the claim that makes
 //! every persona on every replica agree. A room with fewer than two personas reads nothing.
+//!
+//! Personas that share one Discord bot (issue 46, docs/discord.md "A troupe on one bot")
+//! share its mention too: `@bot` alone singles out none of them, so the arbiter picks one
+//! among them, as it picks one of the following personas for an unaddressed message. A
+//! reply to one's webhook message, or its name, still addresses that one.
 
 use troupe_connectors::Inbound;
 
@@ -38,7 +43,11 @@ impl Agent {
             return Ok(decision);
         }
         let room = inbound.room.key();
-        if addressed {
+        let shared_bot = self.shared_bot(&members);
+        let shared_mention = decision == Decision::Respond(Why::Mention)
+            && shared_bot.is_some()
+            && !self.singled_out(inbound);
+        if addressed && !shared_mention {
             if !inbound.author.is_bot {
                 self.store.set_last_addressed(&room, &self.id).await?;
                 self.store
@@ -54,7 +63,12 @@ impl Agent {
         let ids: Vec<_> = members.iter().map(|m| m.id.clone()).collect();
         let states = self.store.room_states_of(&room, &ids).await?;
         for (m, state) in members.iter_mut().zip(states) {
-            m.following = state.following && !state.muted_at(now);
+            // For a mention of a shared bot, every persona on that bot may be picked.
+            let candidate = match (&shared_bot, shared_mention) {
+                (Some(bot), true) => m.bot_user.as_ref() == Some(bot),
+                _ => state.following,
+            };
+            m.following = candidate && !state.muted_at(now);
         }
         Ok(if self.settle(inbound, &members).await? {
             decision
@@ -62,6 +76,23 @@ impl Agent {
             tracing::info!("another persona of the troupe answers this message");
             Decision::Ignore(WhyNot::OtherPersona)
         })
+    }
+
+    /// This persona's bot user, when another persona of `members` shares it (both speak
+    /// through its webhooks).
+    fn shared_bot(&self, members: &[Member]) -> Option<troupe_connectors::UserId> {
+        let mine = members.iter().find(|m| m.id == self.id)?.bot_user.clone()?;
+        let sharing = members
+            .iter()
+            .filter(|m| m.bot_user.as_ref() == Some(&mine))
+            .count();
+        (sharing > 1).then_some(mine)
+    }
+
+    /// Whether `message` addresses this persona itself: its name, or a reply to its message.
+    fn singled_out(&self, message: &Inbound) -> bool {
+        message.reply_to.as_ref().is_some_and(|r| r.to_self)
+            || crate::rooms::names_in(&message.text, &self.mind().persona.name)
     }
 
     /// Whether this persona answers `message`, an unaddressed one in a room it follows: the

@@ -215,7 +215,40 @@ pub(crate) fn from_node(root: &Node, cwd: &Path, policy: &Policy, d: &mut Diags)
     // a wrong type rather than absent.
     c.name = name(root, d);
     c.bio = bio(root, d);
+    speaking_through_webhooks(&c, d);
     c
+}
+
+/// For a persona that speaks through Discord webhooks (issue 46): a name Discord refuses
+/// for them, with the name used instead, and an avatar it cannot show, as warnings.
+fn speaking_through_webhooks(c: &Character, d: &mut Diags) {
+    if c.settings.discord_speak_as != super::SpeakAs::Webhook {
+        return;
+    }
+    if let (Err(problem), Some(pos)) = (
+        troupe_connectors::discord::webhook_name(&c.name),
+        c.positions.get("name"),
+    ) {
+        d.warn(
+            pos,
+            "name",
+            format!(
+                "{}; on Discord this persona speaks as \"{}\" (settings.troupe.discord.speakAs)",
+                problem.reason, problem.fallback
+            ),
+        );
+    }
+    if let (Some(avatar), Some(pos)) =
+        (c.settings.values.get("avatar"), c.positions.get("settings"))
+        && !troupe_connectors::discord::avatar_ok(avatar)
+    {
+        d.warn(
+            pos,
+            "settings.avatar",
+            "Discord shows a webhook's avatar only from an http(s) URL of at most 2048 characters; \
+             this persona's messages go without one",
+        );
+    }
 }
 
 /// One top-level member (not `null`) into its place in `c`. `name` and `bio` are read by

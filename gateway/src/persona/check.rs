@@ -138,7 +138,7 @@ fn shared_tokens(a: &Persona, b: &Persona, env: &Env) -> Vec<Diagnostic> {
         else {
             continue;
         };
-        if ta == tb {
+        if ta == tb && !a.may_share_bot_with(b, platform) {
             out.push(token_error(a, &sa, b, platform, key));
         }
     }
@@ -152,13 +152,18 @@ fn token_error(
     platform: Platform,
     key: &str,
 ) -> Diagnostic {
-    let message = format!(
+    let mut message = format!(
         "{platform} token ({}) is the same as the one {} uses; one bot account can serve one persona: \
          give each its own {key} in settings.secrets or CHARACTER.{}.{key}",
         source.describe(key),
         other.source.display(),
         secrets::env_name(persona.id.as_str()),
     );
+    if platform == Platform::Discord {
+        message.push_str(
+            ", or let both speak through webhooks on one bot with settings.troupe.discord.speakAs: \"webhook\" (docs/discord.md)",
+        );
+    }
     match source.field(key) {
         Some(field) => Diagnostic::at_field(persona, &field, message),
         None => {

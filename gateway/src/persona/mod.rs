@@ -59,6 +59,7 @@ pub use paths::LoadOptions;
 pub use prompt::compose;
 pub(crate) use prompt::{render as render_template, system_prompt};
 pub use secrets::{Withheld, token_key};
+pub use settings::SpeakAs;
 pub use watch::{PersonaEvent, watch};
 
 /// The process environment, snapshotted once by `config`; personas read secrets from it.
@@ -176,6 +177,31 @@ impl Persona {
             .filter(|p| p.platform == Some(platform))
             .flat_map(|p| secrets::withheld(self, p, env))
             .collect()
+    }
+
+    /// Whether the persona speaks on Discord through channel webhooks, sharing its bot
+    /// with the other personas that do (`settings.troupe.discord.speakAs: "webhook"`).
+    pub fn speaks_through_webhooks(&self) -> bool {
+        self.character.settings.discord_speak_as == SpeakAs::Webhook
+    }
+
+    /// The persona's avatar: `settings.avatar` (where elizaOS's own client keeps it), when
+    /// it is a URL Discord takes for a webhook message.
+    pub fn avatar(&self) -> Option<&str> {
+        self.character
+            .settings
+            .values
+            .get("avatar")
+            .map(String::as_str)
+            .filter(|a| troupe_connectors::discord::avatar_ok(a))
+    }
+
+    /// Whether `self` and `other` may log in to `platform` with one token: on Discord,
+    /// when both speak through webhooks (docs/discord.md "A troupe on one bot").
+    pub fn may_share_bot_with(&self, other: &Persona, platform: Platform) -> bool {
+        platform == Platform::Discord
+            && self.speaks_through_webhooks()
+            && other.speaks_through_webhooks()
     }
 
     /// The platform's bot token for this persona (`DISCORD_API_TOKEN`, `TELEGRAM_BOT_TOKEN`,

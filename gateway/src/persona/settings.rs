@@ -22,9 +22,23 @@ pub struct Settings {
     pub rag_knowledge: bool,
     /// `settings.troupe.platforms`: when present, exactly the platforms the persona runs on.
     pub troupe_platforms: Option<Vec<Platform>>,
+    /// `settings.troupe.discord.speakAs`: how the persona speaks on Discord (issue 46).
+    pub discord_speak_as: SpeakAs,
     /// Other scalar settings (`settings.SOME_KEY: "…"`), which elizaOS's `getSetting` also
     /// reads; troupe's [`super::Persona::secret`] does too.
     pub values: BTreeMap<String, String>,
+}
+
+/// How a persona speaks on Discord (`settings.troupe.discord.speakAs`, docs/discord.md "A
+/// troupe on one bot").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SpeakAs {
+    /// As its bot: one bot account, one persona (the default).
+    #[default]
+    Bot,
+    /// Through each channel's webhook, under its own name and avatar: several personas
+    /// that all say so may share one bot token.
+    Webhook,
 }
 
 /// `clientConfig.<platform>` keys troupe reads.
@@ -227,7 +241,7 @@ pub(super) fn settings(
                     d.wrong_type(val, &path, "an object");
                 }
             }
-            "troupe" => s.troupe_platforms = troupe_settings(val, d),
+            "troupe" => s.troupe_platforms = troupe_settings(val, &mut s.discord_speak_as, d),
             // MCP servers: read and checked by `tools::servers` and `tools::policy`; their
             // fields' positions are kept here, so that a refusal points at the line.
             "mcp" => positions_under(val, &path, positions, 4),
@@ -264,7 +278,7 @@ fn positions_under(v: &Node, path: &str, positions: &mut BTreeMap<String, Pos>, 
     }
 }
 
-fn troupe_settings(v: &Node, d: &mut Diags) -> Option<Vec<Platform>> {
+fn troupe_settings(v: &Node, speak_as: &mut SpeakAs, d: &mut Diags) -> Option<Vec<Platform>> {
     let Some(members) = v.members() else {
         d.wrong_type(v, "settings.troupe", "an object { \"platforms\": [...] }");
         return None;
@@ -302,14 +316,41 @@ fn troupe_settings(v: &Node, d: &mut Diags) -> Option<Vec<Platform>> {
             "owners" => {
                 string_list(&m.value, &path, d);
             }
+            // How the persona speaks on Discord (issue 46).
+            "discord" => *speak_as = troupe_discord(&m.value, &path, d),
             other => d.warn(
                 &m.key_pos,
                 &path,
-                unknown_field_message(other, &["platforms", "posts", "tools", "owners"]),
+                unknown_field_message(other, &["platforms", "posts", "tools", "owners", "discord"]),
             ),
         }
     }
     platforms
+}
+
+/// `settings.troupe.discord`: `{"speakAs": "webhook"}` or `"bot"`.
+fn troupe_discord(v: &Node, path: &str, d: &mut Diags) -> SpeakAs {
+    let Some(members) = v.members() else {
+        d.wrong_type(v, path, "an object { \"speakAs\": \"webhook\" }");
+        return SpeakAs::Bot;
+    };
+    let mut speak_as = SpeakAs::Bot;
+    for m in members {
+        let p = join(path, &m.key);
+        match m.key.as_str() {
+            "speakAs" => match m.value.as_str() {
+                Some("webhook") => speak_as = SpeakAs::Webhook,
+                Some("bot") => speak_as = SpeakAs::Bot,
+                _ => d.error(
+                    &m.value.pos,
+                    &p,
+                    "expected \"webhook\" (personas share one bot and speak through channel webhooks) or \"bot\"",
+                ),
+            },
+            other => d.warn(&m.key_pos, &p, unknown_field_message(other, &["speakAs"])),
+        }
+    }
+    speak_as
 }
 
 pub(super) fn client_config(

@@ -610,6 +610,46 @@ fn duplicate_token_across_files_names_both() {
 }
 
 #[test]
+fn personas_that_speak_through_webhooks_may_share_a_discord_bot() {
+    let t = TempDir::new().unwrap();
+    let file = |name: &str, speak_as: &str| {
+        format!(
+            "{{\"name\": \"{name}\", \"bio\": \"x\", \"clients\": [\"discord\"],\n \"settings\": {{\"avatar\": \"https://x.test/{name}.png\", \"troupe\": {{\"discord\": {{\"speakAs\": \"{speak_as}\"}}}}}}}}"
+        )
+    };
+    let a = write(t.path(), "a.json", &file("Ada", "webhook"));
+    let b = write(t.path(), "b.json", &file("Bob", "webhook"));
+    let e = env(&[("DISCORD_API_TOKEN", "tok")]);
+    let r = check_files(&[a.clone(), b.clone()], &e, &LoadOptions::default());
+    assert!(r.ok(), "{:?}", r.diagnostics);
+    assert!(r.loaded.iter().all(|l| l.persona.speaks_through_webhooks()));
+    assert_eq!(r.loaded[0].persona.avatar(), Some("https://x.test/Ada.png"));
+    // One that does not opt in keeps the error, which says how to share.
+    let c = write(t.path(), "c.json", &file("Cy", "bot"));
+    let r = check_files(&[a.clone(), c.clone()], &e, &LoadOptions::default());
+    let got: Vec<String> = r.errors().map(ToString::to_string).collect();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(
+        got[0].contains("settings.troupe.discord.speakAs"),
+        "{}",
+        got[0]
+    );
+    // A name Discord refuses for webhooks is a warning naming the name used instead.
+    let d = write(t.path(), "d.json", &file("Discord Dan", "webhook"));
+    let r = check_files(&[d], &e, &LoadOptions::default());
+    assert!(r.ok());
+    let got: Vec<String> = r.diagnostics.iter().map(ToString::to_string).collect();
+    assert!(
+        got.iter().any(|w| w.contains("warning: name: Discord refuses webhook names containing \"discord\"; on Discord this persona speaks as \"Dan\"")),
+        "{got:?}"
+    );
+    // A bad value is an error at the field.
+    let x = write(t.path(), "x.json", &file("Xu", "ghost"));
+    let r = check_files(&[x], &e, &LoadOptions::default());
+    assert!(!r.ok());
+}
+
+#[test]
 fn duplicate_id_across_files_names_both() {
     let t = TempDir::new().unwrap();
     let a = write(

@@ -50,10 +50,18 @@ pub(crate) fn addressee<'a>(
     {
         return Some(m);
     }
+    // A bot several personas share (they speak through its webhooks) singles none out.
+    let shared = |id: &UserId| {
+        members
+            .iter()
+            .filter(|m| m.bot_user.as_ref() == Some(id))
+            .count()
+            > 1
+    };
     others().find(|m| {
         m.bot_user
             .as_ref()
-            .is_some_and(|id| message.text.contains(&format!("<@{id}>")))
+            .is_some_and(|id| !shared(id) && message.text.contains(&format!("<@{id}>")))
             || super::names_in(&message.text, &m.name)
     })
 }
@@ -185,6 +193,31 @@ mod tests {
         assert_eq!(
             choose(&troupe, &msg("u", false, "what a day"), &floor, Some(&cy))
                 .map(|(id, g)| (id.to_string(), g)),
+            Some(("cy".into(), Ground::Addressed))
+        );
+    }
+
+    #[test]
+    fn a_bot_shared_by_personas_singles_none_out_but_a_name_does() {
+        // Ada, Bob and Cy speak through one bot's webhooks (issue 46).
+        let shared = |id: &str| Member {
+            bot_user: Some(UserId::new("one-bot")),
+            ..member(id, &[], true)
+        };
+        let troupe = [shared("ada"), shared("bob"), shared("cy")];
+        let floor = Floor {
+            last_addressed: None,
+            turn: 1,
+        };
+        let pick = |text: &str| {
+            choose(&troupe, &msg("u", false, text), &floor, None).map(|(id, g)| (id.to_string(), g))
+        };
+        assert_eq!(
+            pick("<@one-bot> hello"),
+            Some(("bob".into(), Ground::InTurn))
+        );
+        assert_eq!(
+            pick("<@one-bot> cy, hello"),
             Some(("cy".into(), Ground::Addressed))
         );
     }

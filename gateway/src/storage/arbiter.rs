@@ -72,7 +72,8 @@ impl Store {
 
     /// What the arbiter reads before it chooses, in one query: the room's floor and, when
     /// the message replies to `replied_to`, the persona of the troupe that wrote that one
-    /// (`sender_of`).
+    /// (`sender_of`, else the persona whose delivered reply it is: a persona's webhook
+    /// message on a shared bot is never heard as a message, issue 46).
     pub async fn floor_and_sender(
         &self,
         room: &RoomKey,
@@ -82,7 +83,10 @@ impl Store {
             sqlx::query_as(
                 "SELECT (SELECT last_addressed FROM room_floor WHERE room = $1),
                         (SELECT turn FROM room_floor WHERE room = $1),
-                        (SELECT agent_id FROM room_senders WHERE room = $1 AND message_id = $2)",
+                        COALESCE(
+                            (SELECT agent_id FROM room_senders WHERE room = $1 AND message_id = $2),
+                            (SELECT agent_id FROM reply_messages
+                             WHERE room = $1 AND message_id = $2 LIMIT 1))",
             )
             .bind(room)
             .bind(replied_to)

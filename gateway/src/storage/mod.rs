@@ -116,6 +116,7 @@ mod usage;
 mod usage_tests;
 #[cfg(test)]
 mod vector_tests;
+mod webhooks;
 mod writer;
 
 use serde::{Deserialize, Serialize};
@@ -147,8 +148,10 @@ pub use posts::{
 };
 pub use revisions::Exchange;
 pub use rooms::{RoomControl, RoomState, Speaker};
+pub use state::StoredState;
 pub use summaries::{ConversationSummary, FactSubject, NewFacts, RoomUserFact};
 pub use usage::{NewUsage, USAGE_ROWS_MAX, UsageBy, UsageNow, UsageRow, UsageTally};
+pub use webhooks::StoredWebhook;
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 

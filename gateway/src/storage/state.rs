@@ -50,3 +50,28 @@ impl Store {
         Ok(())
     }
 }
+
+/// A connector's state in the database, scoped to its agent and platform: what the
+/// topology hands each connector (and a shared bot its own, under its account).
+pub struct StoredState {
+    pub store: super::Store,
+    pub agent_id: AgentId,
+    pub platform: Platform,
+}
+
+#[async_trait::async_trait]
+impl troupe_connectors::ConnectorState for StoredState {
+    async fn get(&self, key: &str) -> Result<Option<String>, troupe_connectors::SinkError> {
+        self.store
+            .connector_state_get(&self.agent_id, self.platform, key)
+            .await
+            .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
+    }
+
+    async fn put(&self, key: &str, value: &str) -> Result<(), troupe_connectors::SinkError> {
+        self.store
+            .connector_state_put(&self.agent_id, self.platform, key, value)
+            .await
+            .map_err(|e| troupe_connectors::SinkError::Unavailable(e.to_string()))
+    }
+}

@@ -27,6 +27,10 @@
 //! sent (issue 32): MESSAGE_UPDATE with the whole message and `edited_timestamp`, and
 //! MESSAGE_DELETE with `id`, `channel_id` and `guild_id`, as Discord dispatches them.
 //!
+//! Channel webhooks (issue 46, [`webhooks`]): create and list a channel's webhooks, post,
+//! edit and delete as a webhook, `GET /channels/{id}` for threads; an admin deleting them
+//! and a bot without Manage Webhooks are scripted.
+//!
 //! Several bots ([`FakeDiscord::add_bot`]): each has its own token, user and gateway session,
 //! as several applications in one guild do. REST calls act as the bot whose token they carry
 //! (`users/@me`, the author of a created message); a guild message, a person's or a bot's,
@@ -62,8 +66,10 @@ mod interactions;
 mod messages;
 mod reactions;
 mod voice;
+mod webhooks;
 pub use reactions::OwnReaction;
 pub use voice::Upload;
+pub use webhooks::{FakeWebhook, WebhookMessage};
 
 /// The bot's token as the tests configure it.
 pub const TOKEN: &str = "t0k3n";
@@ -274,6 +280,8 @@ struct Inner {
     own_reactions: Vec<reactions::OwnReaction>,
     /// Messages with files (voice messages), in order (`voice`).
     uploads: Vec<voice::Upload>,
+    /// Channel webhooks and their messages (`webhooks`).
+    hooks: webhooks::Hooks,
     /// Refusals for the next message creates: status, Discord's error code, message.
     scripted_errors: std::collections::VecDeque<(u16, u64, String)>,
     rate_limited: usize,
@@ -371,9 +379,15 @@ impl FakeDiscord {
                 "/api/v10/interactions/{id}/{token}/callback",
                 post(interactions::interaction_callback),
             )
+            .route("/api/v10/webhooks/{app}/{token}", post(webhooks::execute))
             .route(
-                "/api/v10/webhooks/{app}/{token}",
-                post(interactions::follow_up),
+                "/api/v10/webhooks/{id}/{token}/messages/{message}",
+                axum::routing::patch(webhooks::webhook_message).delete(webhooks::webhook_message),
+            )
+            .route("/api/v10/channels/{channel}", get(webhooks::get_channel))
+            .route(
+                "/api/v10/channels/{channel}/webhooks",
+                get(webhooks::list_webhooks).post(webhooks::create_webhook),
             )
             .route(
                 "/api/v10/guilds/{guild}/roles",
