@@ -112,8 +112,15 @@ impl Access {
         let Some(on) = rules.on(platform) else {
             return Ok(Verdict::Let(Trust::Trusted));
         };
-        let room = inbound.room.id.as_str();
-        let send_to = inbound.room.send_to.as_deref();
+        // A room of one of the persona's several bots is tagged with its account (issue 46):
+        // the lists name the platform's own ids, and that account's list applies.
+        let (tag, room) = troupe_connectors::accounts::split(inbound.room.id.as_str());
+        let send_to = inbound
+            .room
+            .send_to
+            .as_deref()
+            .map(|s| troupe_connectors::accounts::split(s).1);
+        let allowed_rooms = rules.rooms_of(platform, tag);
         let listed = |list: &[String]| {
             list.iter()
                 .any(|r| r == room || Some(r.as_str()) == send_to)
@@ -123,7 +130,7 @@ impl Access {
             if listed(&on.listen_only) {
                 return Ok(Verdict::Listen);
             }
-            if let Some(rooms) = &on.rooms
+            if let Some(rooms) = allowed_rooms
                 && !listed(rooms)
                 && !rules.is_owner(platform, user)
             {
@@ -135,8 +142,7 @@ impl Access {
         if rules.is_owner(platform, user) {
             return Ok(Verdict::Let(Trust::Owner));
         }
-        if on.rooms.as_deref().is_some_and(listed)
-            || on.allows(user, inbound.author.username.as_deref())
+        if allowed_rooms.is_some_and(listed) || on.allows(user, inbound.author.username.as_deref())
         {
             return Ok(Verdict::Let(Trust::Trusted));
         }
