@@ -298,7 +298,8 @@ mod tests {
         let mut pairs = BASE.to_vec();
         pairs.extend([(MODE, "POLLING"), (WEBHOOK_SECRET, "whsec")]);
         assert!(matches!(ready(&pairs).intake, Intake::Poll(_)));
-        pairs[pairs.len() - 2] = (MODE, "webhook");
+        let mode_at = pairs.len() - 2;
+        pairs[mode_at] = (MODE, "webhook");
         assert!(matches!(ready(&pairs).intake, Intake::Webhook(_)));
         pairs.pop();
         match parse_with(&pairs) {

@@ -112,14 +112,9 @@ impl Access {
         let Some(on) = rules.on(platform) else {
             return Ok(Verdict::Let(Trust::Trusted));
         };
-        // A room of one of the persona's several bots is tagged with its account (issue 46):
-        // the lists name the platform's own ids, and that account's list applies.
-        let (tag, room) = troupe_connectors::accounts::split(inbound.room.id.as_str());
-        let send_to = inbound
-            .room
-            .send_to
-            .as_deref()
-            .map(|s| troupe_connectors::accounts::split(s).1);
+        // The lists name the platform's own ids; in a room of one of the persona's several
+        // bots, which is tagged with its account, that account's list applies (issue 46).
+        let (tag, room, send_to) = untagged(&inbound.room);
         let allowed_rooms = rules.rooms_of(platform, tag);
         let listed = |list: &[String]| {
             list.iter()
@@ -259,4 +254,15 @@ fn refusal(policy: DmPolicy, code: &str) -> String {
         DmPolicy::Allowlist => "Sorry, I only talk here with people on my list.".to_string(),
         _ => "Sorry, I don't take direct messages.".to_string(),
     }
+}
+
+/// A room's account tag (a room of one of a persona's several bots, issue 46), and the
+/// platform's own ids of the room and of where replies to it are sent.
+fn untagged(room: &troupe_connectors::RoomRef) -> (Option<&str>, &str, Option<&str>) {
+    let (tag, id) = troupe_connectors::accounts::split(room.id.as_str());
+    let send_to = room
+        .send_to
+        .as_deref()
+        .map(|s| troupe_connectors::accounts::split(s).1);
+    (tag, id, send_to)
 }

@@ -44,8 +44,6 @@ mod watch;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_eliza2;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

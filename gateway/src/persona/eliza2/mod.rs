@@ -148,3 +148,6 @@ pub(super) fn lore(v: &Node, d: &mut Diags) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use tempfile::TempDir;
 use troupe_connectors::Platform;
 
-use super::test_support::env;
-use super::*;
+use crate::persona::test_support::env;
+use crate::persona::*;
+use crate::persona::{load, prompt};
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
