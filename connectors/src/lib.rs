@@ -39,6 +39,7 @@
 //! shutdown token, and it never learns who consumes its messages.
 
 // The conformance suite: every connector against its fake platform (tests only).
+pub mod accounts;
 pub mod command;
 #[cfg(all(test, feature = "discord", feature = "farcaster", feature = "telegram"))]
 mod conformance;

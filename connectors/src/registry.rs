@@ -39,6 +39,24 @@ pub fn build(
     }
 }
 
+/// Builds one connector over several accounts of `platform` for one persona (elizaOS 2.x's
+/// `settings.telegram.accounts`; see [`crate::accounts`]). Telegram only.
+pub fn build_accounts(
+    platform: Platform,
+    specs: &[crate::accounts::AccountSpec],
+    lookup: Lookup<'_>,
+    settings: &ConnectorSettings,
+) -> Result<Built, ConnectorError> {
+    let _ = (specs, lookup, settings);
+    match platform {
+        #[cfg(feature = "telegram")]
+        Platform::Telegram => crate::telegram::build_accounts(specs, lookup, settings),
+        other => Err(ConnectorError::Fatal(format!(
+            "the {other} connector has no accounts"
+        ))),
+    }
+}
+
 /// Builds the connector for one shard of a sharded platform (see
 /// `Receiving::Sharded`). Only its `run` is meant to be used: replies go through the
 /// connector from [`build`].

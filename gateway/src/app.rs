@@ -231,8 +231,16 @@ fn build_connector(
     platform: Platform,
     lookup: Lookup<'_>,
     settings: &ConnectorSettings,
+    env: &persona::Env,
 ) -> Option<Arc<dyn Connector>> {
-    match registry::build(platform, lookup, settings) {
+    // Several bots for the persona (elizaOS 2.x `settings.telegram.accounts`, issue 46).
+    let built = match persona.telegram_accounts(env) {
+        Some(specs) if platform == Platform::Telegram => {
+            registry::build_accounts(platform, &specs, lookup, settings)
+        }
+        _ => registry::build(platform, lookup, settings),
+    };
+    match built {
         Ok(Built::Ready(c)) => Some(c),
         Ok(Built::NotConfigured(why)) => {
             tracing::warn!(persona = %persona.id, %platform, "not connecting: {why}");
@@ -521,7 +529,9 @@ impl App {
                 continue;
             }
             let settings = self.connector_settings(persona, platform);
-            let Some(connector) = build_connector(persona, platform, &lookup, &settings) else {
+            let Some(connector) =
+                build_connector(persona, platform, &lookup, &settings, &self.config.env)
+            else {
                 continue;
             };
             self.path.connectors.insert(&persona.id, connector.clone());

@@ -501,7 +501,12 @@ fn character_fields() -> BTreeSet<String> {
     out.extend(mcp_server_fields());
     for (function, prefix) in [
         ("settings", "settings."),
+        // One member of `settings` (or of 2.x's `settings.extra`), read for `settings`.
+        ("setting", "settings."),
         ("troupe_settings", "settings.troupe."),
+        // elizaOS 2.x's several Telegram bots (issue 46, persona/accounts.rs).
+        ("telegram_settings", "settings.telegram."),
+        ("telegram_account", "settings.telegram.accounts.*."),
     ] {
         let body = fns
             .get(function)

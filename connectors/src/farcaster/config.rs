@@ -21,6 +21,8 @@ pub(crate) const DRY_RUN: &str = "FARCASTER_DRY_RUN";
 pub(crate) const POLL_INTERVAL: &str = "FARCASTER_POLL_INTERVAL";
 pub(crate) const API_URL: &str = "NEYNAR_API_URL";
 pub(crate) const WEBHOOK_SECRET: &str = "FARCASTER_NEYNAR_WEBHOOK_SECRET";
+/// elizaOS 2.x's `polling` or `webhook` (issue 46); unset: webhooks when their secret is set.
+pub(crate) const MODE: &str = "FARCASTER_MODE";
 pub(crate) const LONG_CASTS: &str = "FARCASTER_LONG_CASTS";
 pub(crate) const RATE_LIMIT: &str = "FARCASTER_RATE_LIMIT_PER_MIN";
 
@@ -168,9 +170,18 @@ fn intake(lookup: Lookup<'_>) -> Result<Intake, ConnectorError> {
         "a whole number of seconds, at least 1",
         positive,
     )?;
-    Ok(match setting(lookup, WEBHOOK_SECRET) {
-        Some(secret) => Intake::Webhook(Secret::new(secret)),
-        None => Intake::Poll(Duration::from_secs(poll)),
+    let secret = setting(lookup, WEBHOOK_SECRET);
+    let mode = setting(lookup, MODE).map(|m| m.to_ascii_lowercase());
+    Ok(match (mode.as_deref(), secret) {
+        (Some("polling"), _) | (None, None) => Intake::Poll(Duration::from_secs(poll)),
+        (Some("webhook") | None, Some(secret)) => Intake::Webhook(Secret::new(secret)),
+        (Some("webhook"), None) => {
+            return Err(ConnectorError::Fatal(format!(
+                "{MODE} is webhook, but {WEBHOOK_SECRET} is not set: troupe takes only \
+                 webhooks signed with it"
+            )));
+        }
+        (Some(other), _) => return Err(invalid_setting(MODE, other, "polling or webhook")),
     })
 }
 
@@ -278,6 +289,26 @@ mod tests {
 
         pairs.push((WEBHOOK_SECRET, "whsec"));
         assert!(matches!(ready(&pairs).intake, Intake::Webhook(_)));
+    }
+
+    /// elizaOS 2.x's `FARCASTER_MODE` (issue 46): `polling` wins over a webhook secret,
+    /// `webhook` needs one, another word is refused.
+    #[test]
+    fn farcaster_mode_picks_the_intake() {
+        let mut pairs = BASE.to_vec();
+        pairs.extend([(MODE, "POLLING"), (WEBHOOK_SECRET, "whsec")]);
+        assert!(matches!(ready(&pairs).intake, Intake::Poll(_)));
+        let mode_at = pairs.len() - 2;
+        pairs[mode_at] = (MODE, "webhook");
+        assert!(matches!(ready(&pairs).intake, Intake::Webhook(_)));
+        pairs.pop();
+        match parse_with(&pairs) {
+            Err(ConnectorError::Fatal(why)) => assert!(why.contains(WEBHOOK_SECRET), "{why}"),
+            other => panic!("expected an error, got {other:?}"),
+        }
+        let mut pairs = BASE.to_vec();
+        pairs.push((MODE, "push"));
+        assert!(parse_with(&pairs).is_err());
     }
 
     #[test]

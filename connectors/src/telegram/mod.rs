@@ -65,6 +65,59 @@ pub fn build(lookup: Lookup<'_>, settings: &ConnectorSettings) -> Result<Built, 
     ))))
 }
 
+/// Builds one connector over a persona's several bots (elizaOS 2.x's
+/// `settings.telegram.accounts`, issue 46): each account is a Telegram connector with its
+/// own token, its own share of the connector state and its own allowed chats, and all of
+/// them poll (the webhook route names a persona, not one of its bots). An account whose
+/// token does not parse is an error; the persona's other settings are every account's, and
+/// so is `TELEGRAM_API_ROOT` unless the account has its own.
+pub fn build_accounts(
+    specs: &[crate::accounts::AccountSpec],
+    lookup: Lookup<'_>,
+    settings: &ConnectorSettings,
+) -> Result<Built, ConnectorError> {
+    use crate::accounts::{Accounts, Member, TaggedState};
+    let mut members = Vec::new();
+    for spec in specs {
+        let token = spec.token.clone();
+        let api_root = spec.api_root.clone();
+        let account_lookup = move |key: &str| match key {
+            "TELEGRAM_BOT_TOKEN" => Some(token.clone()),
+            "TELEGRAM_API_ROOT" if api_root.is_some() => api_root.clone(),
+            "TELEGRAM_WEBHOOK_URL" | "TELEGRAM_WEBHOOK_SECRET" => None,
+            other => lookup(other),
+        };
+        let Some(config) = TelegramConfig::from_lookup(&account_lookup)? else {
+            continue;
+        };
+        let tag = spec.tag();
+        let account = ConnectorSettings {
+            state: Arc::new(TaggedState {
+                tag: tag.clone(),
+                inner: settings.state.clone(),
+            }),
+            allowed_rooms: spec
+                .allowed_chats
+                .clone()
+                .or_else(|| settings.allowed_rooms.clone()),
+            ..settings.clone()
+        };
+        members.push(Member {
+            tag,
+            connector: Arc::new(TelegramConnector::new(config, &account)),
+        });
+    }
+    if members.is_empty() {
+        return Ok(Built::NotConfigured(
+            "no account in settings.telegram.accounts has a botToken (see docs/telegram.md)".into(),
+        ));
+    }
+    Ok(Built::Ready(Arc::new(Accounts::new(
+        Platform::Telegram,
+        members,
+    ))))
+}
+
 /// What `run` hands to webhook calls while it is running.
 #[derive(Clone)]
 struct Live {

@@ -112,8 +112,10 @@ impl Access {
         let Some(on) = rules.on(platform) else {
             return Ok(Verdict::Let(Trust::Trusted));
         };
-        let room = inbound.room.id.as_str();
-        let send_to = inbound.room.send_to.as_deref();
+        // The lists name the platform's own ids; in a room of one of the persona's several
+        // bots, which is tagged with its account, that account's list applies (issue 46).
+        let (tag, room, send_to) = untagged(&inbound.room);
+        let allowed_rooms = rules.rooms_of(platform, tag);
         let listed = |list: &[String]| {
             list.iter()
                 .any(|r| r == room || Some(r.as_str()) == send_to)
@@ -123,7 +125,7 @@ impl Access {
             if listed(&on.listen_only) {
                 return Ok(Verdict::Listen);
             }
-            if let Some(rooms) = &on.rooms
+            if let Some(rooms) = allowed_rooms
                 && !listed(rooms)
                 && !rules.is_owner(platform, user)
             {
@@ -135,8 +137,7 @@ impl Access {
         if rules.is_owner(platform, user) {
             return Ok(Verdict::Let(Trust::Owner));
         }
-        if on.rooms.as_deref().is_some_and(listed)
-            || on.allows(user, inbound.author.username.as_deref())
+        if allowed_rooms.is_some_and(listed) || on.allows(user, inbound.author.username.as_deref())
         {
             return Ok(Verdict::Let(Trust::Trusted));
         }
@@ -253,4 +254,15 @@ fn refusal(policy: DmPolicy, code: &str) -> String {
         DmPolicy::Allowlist => "Sorry, I only talk here with people on my list.".to_string(),
         _ => "Sorry, I don't take direct messages.".to_string(),
     }
+}
+
+/// A room's account tag (a room of one of a persona's several bots, issue 46), and the
+/// platform's own ids of the room and of where replies to it are sent.
+fn untagged(room: &troupe_connectors::RoomRef) -> (Option<&str>, &str, Option<&str>) {
+    let (tag, id) = troupe_connectors::accounts::split(room.id.as_str());
+    let send_to = room
+        .send_to
+        .as_deref()
+        .map(|s| troupe_connectors::accounts::split(s).1);
+    (tag, id, send_to)
 }

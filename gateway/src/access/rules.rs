@@ -74,6 +74,10 @@ pub struct Rules {
     pub tools_for_everyone: bool,
     /// What could not be read, for `troupe check` and the start log.
     pub problems: Vec<String>,
+    /// The `allowedChats` of each Telegram account that lists them (elizaOS 2.x's
+    /// `settings.telegram.accounts`, issue 46), by account id: in that account's rooms they
+    /// take the place of `TELEGRAM_ALLOWED_CHATS`.
+    pub account_rooms: Vec<(String, Vec<String>)>,
 }
 
 impl Rules {
@@ -133,13 +137,36 @@ impl Rules {
             .pointer("/settings/troupe/tools/dm")
             .and_then(Value::as_str)
             .is_some_and(|v| v.eq_ignore_ascii_case("everyone"));
+        let account_rooms = persona
+            .character
+            .settings
+            .telegram
+            .accounts
+            .iter()
+            .filter_map(|a| Some((a.id.clone(), a.allowed_chats.clone()?)))
+            .collect();
         Rules {
             telegram,
             discord,
             owners,
             tools_for_everyone,
             problems,
+            account_rooms,
         }
+    }
+
+    /// The group rooms answered in through the account whose ids carry `tag` (`None`: the
+    /// `default` account, or the persona's one bot): that account's `allowedChats`, else
+    /// the platform's list; `None`: every room.
+    pub fn rooms_of(&self, platform: Platform, tag: Option<&str>) -> Option<&[String]> {
+        let on = self.on(platform)?;
+        if platform == Platform::Telegram {
+            let id = tag.unwrap_or("default");
+            if let Some((_, rooms)) = self.account_rooms.iter().find(|(a, _)| a == id) {
+                return Some(rooms);
+            }
+        }
+        on.rooms.as_deref()
     }
 
     /// The rules of `platform`; `None` where troupe has no DM gate (the HTTP API, whose
@@ -203,6 +230,8 @@ fn some_list(persona: &Persona, env: &Env, key: &str) -> Option<Vec<String>> {
         format!("/secrets/{key}"),
         format!("/settings/secrets/{key}"),
         format!("/settings/{key}"),
+        // elizaOS 2.x keeps the settings it has no name for in `settings.extra`.
+        format!("/settings/extra/{key}"),
     ] {
         if let Some(Value::Array(items)) = persona.raw.pointer(&at) {
             return Some(items.iter().filter_map(text_of).collect());

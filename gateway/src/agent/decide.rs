@@ -83,7 +83,10 @@ pub fn decide(names: &[&str], switches: &ClientSwitches, message: &Inbound) -> D
     if let Some(allowed) = &switches.allowed_rooms
         && !message.is_direct
         && !allowed.iter().any(|r| {
-            r == message.room.id.as_str() || Some(r.as_str()) == message.room.send_to.as_deref()
+            // The platform's own id: a room of one of several bots is tagged (issue 46).
+            let untagged = |id: &str| troupe_connectors::accounts::split(id).1.to_string();
+            *r == untagged(message.room.id.as_str())
+                || Some(r.clone()) == message.room.send_to.as_deref().map(untagged)
         })
     {
         return Decision::Ignore(WhyNot::NotAllowedRoom);

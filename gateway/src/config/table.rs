@@ -909,8 +909,9 @@ settings! {
     "FARCASTER_NEYNAR_API_KEY" => farcaster_neynar_api_key;
         Secret, Persona, "unset",
         security "a credential, sent only to Neynar's API (`NEYNAR_API_URL`)";
-    /// the managed signer's UUID, which casts as the bot (may be left out in dry-run mode)
-    "FARCASTER_NEYNAR_SIGNER_UUID" => farcaster_neynar_signer_uuid;
+    /// the managed signer's UUID, which casts as the bot (may be left out in dry-run mode);
+    /// `FARCASTER_SIGNER_UUID` is elizaOS 2.x's name for it
+    "FARCASTER_NEYNAR_SIGNER_UUID" | "FARCASTER_SIGNER_UUID" => farcaster_neynar_signer_uuid;
         Secret, Persona, "unset",
         security "a credential: the signer that casts as the bot, sent only to Neynar";
     /// when set, casts come from a Neynar webhook signed with this secret instead of polling
@@ -925,6 +926,9 @@ settings! {
     /// it
     "FARCASTER_DRY_RUN" => farcaster_dry_run;
         Flag, Persona, "`false`";
+    /// elizaOS 2.x's `polling` or `webhook`: `webhook` needs `FARCASTER_NEYNAR_WEBHOOK_SECRET`
+    "FARCASTER_MODE" => farcaster_mode;
+        Choice, Persona, "webhook when the webhook secret is set, else polling";
     /// seconds between two polls of the bot's notifications
     "FARCASTER_POLL_INTERVAL" => farcaster_poll_interval;
         Seconds, Persona, "120";

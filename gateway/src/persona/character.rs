@@ -1,7 +1,8 @@
 //! The character model: one typed [`Character`] for both elizaOS formats, and the pass that
 //! builds it from a positioned JSON tree, reporting every problem with its position.
 //!
-//! v0 ("legacy") and 1.x files differ in a few places, and both are read the same way:
+//! v0 ("legacy"), 1.x and 2.x files differ in a few places, and all are read the same way
+//! (what only 2.x has is read by `eliza2`):
 //! - example speakers: v0 `user`, 1.x `name`;
 //! - secrets: v0 `settings.secrets`, 1.x top-level `secrets` (both are kept);
 //! - connectors: v0 `clients`, 1.x `plugins` (`@elizaos/plugin-discord`…);
@@ -22,8 +23,9 @@ use troupe_connectors::Platform;
 
 use super::ClientSwitches;
 use super::diag::{Diags, join, suggest, unknown_field_message};
+use super::eliza2;
 use super::json::{Kind, Member, Node, Pos};
-use super::knowledge::{self, KnowledgeEntry};
+use super::knowledge::KnowledgeEntry;
 use super::paths::Policy;
 use super::prompt;
 use super::settings::{self, Settings};
@@ -52,7 +54,12 @@ pub struct Character {
     pub topics: Vec<String>,
     pub adjectives: Vec<String>,
     pub style: Style,
+    /// `knowledge` (v0, 1.x), or 2.x `documents` (of which `knowledge` is the alias).
     pub knowledge: Vec<KnowledgeEntry>,
+    /// elizaOS 2.x `advancedPlanning`: accepted, not acted on (`eliza2`).
+    pub advanced_planning: Option<bool>,
+    /// elizaOS 2.x `advancedMemory`: accepted; troupe's memory is always on (`eliza2`).
+    pub advanced_memory: Option<bool>,
     /// v0 `clients`, lower-cased.
     pub clients: Vec<String>,
     /// Plugin package names (1.x uses them to name connectors and the model provider).
@@ -104,6 +111,9 @@ const USED_FIELDS: &[&str] = &[
     "topics",
     "adjectives",
     "knowledge",
+    "documents",
+    "advancedPlanning",
+    "advancedMemory",
     "clients",
     "plugins",
     "settings",
@@ -208,13 +218,15 @@ pub(crate) fn from_node(root: &Node, cwd: &Path, policy: &Policy, d: &mut Diags)
     for m in members {
         c.positions.insert(m.key.clone(), m.value.pos.clone());
         if !matches!(m.value.kind, Kind::Null) {
-            field(&mut c, m, cwd, policy, d);
+            field(&mut c, m, d);
         }
     }
     // Required, so read after the loop: a missing one is reported too, and a `null` one is
     // a wrong type rather than absent.
     c.name = name(root, d);
     c.bio = bio(root, d);
+    // `documents` (2.x) or its alias `knowledge`: one list, whichever order they come in.
+    c.knowledge = eliza2::documents(root, cwd, policy, d);
     speaking_through_webhooks(&c, d);
     c
 }
@@ -253,7 +265,7 @@ fn speaking_through_webhooks(c: &Character, d: &mut Diags) {
 
 /// One top-level member (not `null`) into its place in `c`. `name` and `bio` are read by
 /// [`from_node`] itself; unknown fields are kept in `extra` with a warning.
-fn field(c: &mut Character, m: &Member, cwd: &Path, policy: &Policy, d: &mut Diags) {
+fn field(c: &mut Character, m: &Member, d: &mut Diags) {
     let key = m.key.as_str();
     let v = &m.value;
     match key {
@@ -262,22 +274,23 @@ fn field(c: &mut Character, m: &Member, cwd: &Path, policy: &Policy, d: &mut Dia
         "system" => c.system = string(v, key, d),
         "modelProvider" => c.model_provider = string(v, key, d),
         "imageVisionModelProvider" => c.image_vision_model_provider = string(v, key, d),
-        "lore" => c.lore = string_list(v, key, d),
+        "lore" => c.lore = eliza2::lore(v, d),
         "postExamples" => c.post_examples = string_list(v, key, d),
         "topics" => c.topics = string_list(v, key, d),
         "adjectives" => c.adjectives = string_list(v, key, d),
         "messageExamples" => c.message_examples = examples(v, d),
         "style" => c.style = style(v, d),
-        "knowledge" => c.knowledge = knowledge::entries(v, cwd, policy, d),
+        "advancedPlanning" => c.advanced_planning = eliza2::flag(&m.key_pos, key, v, d),
+        "advancedMemory" => c.advanced_memory = eliza2::flag(&m.key_pos, key, v, d),
         "clients" => c.clients = settings::clients(v, d),
         "plugins" => c.plugins = settings::plugins(v, d),
         "settings" => c.settings = settings::settings(v, &mut c.client_config, &mut c.positions, d),
         "secrets" => c.secrets = settings::secrets(v, key, &mut c.positions, d),
         "clientConfig" => settings::client_config(v, &mut c.client_config, d),
         "templates" => c.templates = templates(v, d),
-        // `name` and `bio` are read after the loop; `extends` was resolved by the loader
-        // before this pass, and only its type matters here.
-        "name" | "bio" | "extends" => {}
+        // `name`, `bio`, `knowledge` and `documents` are read after the loop; `extends` was
+        // resolved by the loader before this pass, and only its type matters here.
+        "name" | "bio" | "extends" | "knowledge" | "documents" => {}
         _ if IGNORED_FIELDS.contains(&key) => {}
         _ => {
             d.warn(&m.key_pos, key, unknown_top_level(key));
@@ -361,28 +374,31 @@ fn examples(v: &Node, d: &mut Diags) -> Vec<Vec<ExampleMessage>> {
         d.wrong_type(
             v,
             "messageExamples",
-            "a list of conversations (each a list of messages)",
+            "a list of conversations (each a list of messages, or 2.x { \"examples\": [...] })",
         );
         return Vec::new();
     };
     let mut out = Vec::new();
     for (i, conv) in convs.iter().enumerate() {
-        let path = format!("messageExamples[{i}]");
-        let Kind::Array(msgs) = &conv.kind else {
-            let hint = if matches!(conv.kind, Kind::Object(_)) {
-                " (each example is a conversation: wrap its messages in [ ])"
-            } else {
-                ""
-            };
-            d.error(
-                &conv.pos,
-                &path,
-                format!(
-                    "expected a list of messages, found {}{hint}",
-                    conv.describe()
-                ),
-            );
-            continue;
+        let mut path = format!("messageExamples[{i}]");
+        let msgs: &[Node] = match &conv.kind {
+            Kind::Array(msgs) => msgs,
+            // elizaOS 2.x groups a conversation's messages: `{ "examples": [...] }`.
+            Kind::Object(_) => match eliza2::example_group(conv, &path, d) {
+                Some(msgs) => {
+                    path.push_str(".examples");
+                    msgs
+                }
+                None => continue,
+            },
+            _ => {
+                d.error(
+                    &conv.pos,
+                    &path,
+                    format!("expected a list of messages, found {}", conv.describe()),
+                );
+                continue;
+            }
         };
         let mut lines = Vec::new();
         for (j, msg) in msgs.iter().enumerate() {

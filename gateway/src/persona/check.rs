@@ -58,6 +58,9 @@ pub fn check_files(paths: &[PathBuf], env: &Env, options: &LoadOptions) -> Check
             Ok(l) => {
                 report.diagnostics.extend(l.warnings.iter().cloned());
                 report.diagnostics.extend(withheld(&l.persona, env));
+                report
+                    .diagnostics
+                    .extend(super::accounts::account_warnings(&l.persona, env));
                 report.loaded.push(l);
             }
             Err(d) => report.diagnostics.extend(d),
@@ -119,6 +122,7 @@ fn pair_conflicts(a: &Persona, b: &Persona, env: &Env) -> Vec<Diagnostic> {
         out.push(super::load::duplicate_id(a, b));
     }
     out.extend(shared_tokens(a, b, env));
+    out.extend(super::accounts::shared_account_tokens(a, b, env));
     out
 }
 

@@ -1,6 +1,9 @@
-//! A character's `knowledge` entries: inline text, and `{ "path" }` / `{ "directory" }`
-//! entries resolved at load time to a location that exists and that the paths policy
-//! allows. This is the one place where reading a character touches the file system.
+//! A character's `knowledge` entries (elizaOS 2.x: `documents`, with `knowledge` as its
+//! alias): inline text, and `{ "path" }` / `{ "directory" }` entries resolved at load time to
+//! a location that exists and that the paths policy allows. Both entry shapes are read: the
+//! 1.x one above, and 2.x's `{ "item": { "case": "path" | "directory", "value": … } }`
+//! (the protobuf JSON of its `DocumentSourceItem`). This is the one place where reading a
+//! character touches the file system.
 
 use std::path::{Path, PathBuf};
 
@@ -23,20 +26,30 @@ pub enum KnowledgeEntry {
 /// relative to the working directory (as elizaOS does). The first one found that `policy`
 /// allows is taken; when every one found is refused, the first refusal is reported (an error
 /// for `troupe check`, a warning that skips the entry when loading).
-pub(super) fn entries(v: &Node, cwd: &Path, policy: &Policy, d: &mut Diags) -> Vec<KnowledgeEntry> {
+/// `field` is the key the list was written under (`knowledge` or `documents`).
+pub(super) fn entries(
+    v: &Node,
+    field: &str,
+    cwd: &Path,
+    policy: &Policy,
+    d: &mut Diags,
+) -> Vec<KnowledgeEntry> {
     let Kind::Array(items) = &v.kind else {
         d.wrong_type(
             v,
-            "knowledge",
+            field,
             "a list of strings, { \"path\": … } or { \"directory\": … }",
         );
         return Vec::new();
     };
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        let path = format!("knowledge[{i}]");
+        let path = format!("{field}[{i}]");
         match &item.kind {
             Kind::String(s) => out.push(KnowledgeEntry::Text(s.clone())),
+            Kind::Object(_) if item.get("item").is_some() => {
+                out.extend(item_entry(item, &path, cwd, policy, d))
+            }
             Kind::Object(members) => out.extend(located(item, members, &path, cwd, policy, d)),
             _ => d.wrong_type(
                 item,
@@ -68,8 +81,64 @@ fn located(
         return None;
     };
     let p = join(path, kind);
-    let rel = string(node, &p, d)?;
-    let want_dir = kind == "directory";
+    locate(node, kind == "directory", shared, &p, cwd, policy, d)
+}
+
+/// A 2.x entry: `{ "item": { "case": "path", "value": "file" } }` or
+/// `{ "item": { "case": "directory", "value": { "path": "folder", "shared": true } } }`
+/// (2.x's `DocumentDirectory` also spells its path `directory`).
+fn item_entry(
+    entry: &Node,
+    path: &str,
+    cwd: &Path,
+    policy: &Policy,
+    d: &mut Diags,
+) -> Option<KnowledgeEntry> {
+    let item = entry.get("item")?;
+    let ip = join(path, "item");
+    let case = item.get("case").and_then(Node::as_str);
+    let value = item.get("value");
+    let vp = join(&ip, "value");
+    match (case, value) {
+        (Some("path"), Some(v)) => locate(v, false, false, &vp, cwd, policy, d),
+        (Some("directory"), Some(v)) if v.members().is_some() => {
+            let shared = v
+                .get("shared")
+                .and_then(|s| boolean(s, &join(&vp, "shared"), d))
+                .unwrap_or(false);
+            let (key, node) = ["path", "directory"]
+                .into_iter()
+                .find_map(|k| v.get(k).map(|n| (k, n)))
+                .or_else(|| {
+                    d.error(&v.pos, &vp, "expected { \"path\": \"folder\" }");
+                    None
+                })?;
+            locate(node, true, shared, &join(&vp, key), cwd, policy, d)
+        }
+        // An empty item (`case` unset) is what 2.x writes for "no source": nothing to load.
+        (None, None) if item.members().is_some_and(<[Member]>::is_empty) => None,
+        _ => {
+            d.error(
+                &item.pos,
+                &ip,
+                "expected { \"case\": \"path\", \"value\": \"file\" } or { \"case\": \"directory\", \"value\": { \"path\": \"folder\" } }",
+            );
+            None
+        }
+    }
+}
+
+/// Finds the file or directory `node` names (reported at `p` when it cannot be used).
+fn locate(
+    node: &Node,
+    want_dir: bool,
+    shared: bool,
+    p: &str,
+    cwd: &Path,
+    policy: &Policy,
+    d: &mut Diags,
+) -> Option<KnowledgeEntry> {
+    let rel = string(node, p, d)?;
     let what = if want_dir { "directory" } else { "file" };
     let base = node.pos.file.parent().unwrap_or(Path::new("."));
     let candidates = [
@@ -83,9 +152,9 @@ fn located(
         Err(Some(why)) => {
             let message = policy.message(what, &rel, &why);
             if policy.strict {
-                d.error(&node.pos, &p, message);
+                d.error(&node.pos, p, message);
             } else {
-                d.warn(&node.pos, &p, message);
+                d.warn(&node.pos, p, message);
             }
         }
         Err(None) => {
@@ -93,7 +162,7 @@ fn located(
             // checks a draft (issue 30, finding 3).
             d.error(
                 &node.pos,
-                &p,
+                p,
                 format!(
                     "{what} \"{rel}\" not found (looked next to the character file, in its \
                      knowledge/ directory, and in the working directory)"

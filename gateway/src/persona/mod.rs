@@ -1,4 +1,4 @@
-//! Personas: elizaOS character files (v0 and 1.x) loaded into one model, checked with
+//! Personas: elizaOS character files (v0, 1.x and 2.x) loaded into one model, checked with
 //! positions, composed into prompts, and watched for edits.
 //!
 //! Layout:
@@ -8,6 +8,8 @@
 //!   its own (examples, style, templates); it reads the rest through
 //!   - `values`: a string, a boolean, a list of strings, each wrong type reported;
 //!   - `knowledge`: [`KnowledgeEntry`], `knowledge` entries and where their files are;
+//!   - `eliza2`: what only elizaOS 2.x files have (`documents`, example groups, lore
+//!     entries, `advancedPlanning`, `advancedMemory`);
 //!   - `settings`: `settings`, `secrets`, `clients`, `plugins` and `clientConfig`;
 //! - `load`: files, `extends`, [`load_file`] and [`load_dir`];
 //! - `check`: [`check_files`] for `troupe check`, with the cross-file checks;
@@ -22,9 +24,11 @@
 //! environment, talks to a platform or calls a model. The rest of the gateway uses only what
 //! is re-exported here. The format is documented for authors in `docs/personas.md`.
 
+mod accounts;
 mod character;
 mod check;
 mod diag;
+mod eliza2;
 mod json;
 mod knowledge;
 mod load;
@@ -240,8 +244,15 @@ impl Persona {
             .iter()
             .filter_map(|p| settings::plugin_client(p))
             .filter_map(settings::client_platform);
+        // elizaOS 2.x's `settings.telegram.accounts` are Telegram bots of the persona.
+        let from_accounts =
+            (!c.settings.telegram.accounts.is_empty()).then_some(Platform::Telegram);
         let mut out: Vec<Platform> = Vec::new();
-        for p in from_clients.chain(from_plugins).chain([Platform::Web]) {
+        for p in from_clients
+            .chain(from_plugins)
+            .chain(from_accounts)
+            .chain([Platform::Web])
+        {
             if !out.contains(&p) {
                 out.push(p);
             }

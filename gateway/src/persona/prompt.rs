@@ -209,8 +209,15 @@ impl Sampled {
         let name = persona.name.as_str();
         // StdRng is ChaCha-based: the same seed gives the same prompt on every platform.
         let mut rng = StdRng::seed_from_u64(seed);
-        let bio = shuffled(&c.bio, &mut rng);
-        let lore = shuffled(&c.lore, &mut rng);
+        // elizaOS writes the character's own name as `{{name}}` or `{{agentName}}` in its
+        // bio and lore (2.x's default character does): it is the persona's name.
+        let own_name = |s: &String| {
+            substitute(s, &|p| {
+                matches!(p, "name" | "agentName").then(|| name.to_string())
+            })
+        };
+        let bio: Vec<String> = shuffled(&c.bio, &mut rng).iter().map(own_name).collect();
+        let lore: Vec<String> = shuffled(&c.lore, &mut rng).iter().map(own_name).collect();
         let examples = shuffled(&c.message_examples, &mut rng)
             .iter()
             .map(|conv| {

@@ -154,9 +154,21 @@ fn from_file(persona: &Persona, key: &str) -> Option<(String, SecretSource)> {
     non_empty(c.settings.values.get(key)).map(|v| (v, SecretSource::Settings))
 }
 
+/// Settings elizaOS 2.x renamed, as (the name troupe reads, 2.x's name): a value under the
+/// new name counts when the old one is set nowhere (issue 46).
+pub const RENAMED: &[(&str, &str)] = &[("FARCASTER_NEYNAR_SIGNER_UUID", "FARCASTER_SIGNER_UUID")];
+
 /// The secret and where it came from; see the module doc for the order. A credential the
 /// operator chose is `None` when the file names its own endpoint for it ([`withheld`]).
+/// A setting elizaOS 2.x renamed ([`RENAMED`]) is also found under its new name.
 pub fn lookup(persona: &Persona, key: &str, env: &Env) -> Option<(String, SecretSource)> {
+    lookup_one(persona, key, env).or_else(|| {
+        let (_, new) = RENAMED.iter().find(|(old, _)| *old == key)?;
+        lookup_one(persona, new, env)
+    })
+}
+
+fn lookup_one(persona: &Persona, key: &str, env: &Env) -> Option<(String, SecretSource)> {
     let found = first_set(persona, key, env)?;
     match PAIRINGS.iter().find(|p| p.credentials.contains(&key)) {
         Some(pairing) if withheld_from(persona, pairing, key, &found.1, env).is_some() => None,
@@ -217,7 +229,11 @@ pub const PAIRINGS: &[Pairing] = &[
         what: "the Neynar API",
         endpoints: &["NEYNAR_API_URL"],
         default: "https://api.neynar.com",
-        credentials: &["FARCASTER_NEYNAR_API_KEY", "FARCASTER_NEYNAR_SIGNER_UUID"],
+        credentials: &[
+            "FARCASTER_NEYNAR_API_KEY",
+            "FARCASTER_NEYNAR_SIGNER_UUID",
+            "FARCASTER_SIGNER_UUID",
+        ],
         platform: Some(Platform::Farcaster),
     },
 ];

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use troupe_connectors::Platform;
 
 use super::ClientSwitches;
+use super::accounts::{self, TelegramAccounts};
 use super::diag::{Diags, join, suggest, unknown_field_message};
 use super::json::{Kind, Node, Pos};
 use super::values::{boolean, scalar_text, string, string_list};
@@ -24,9 +25,11 @@ pub struct Settings {
     pub troupe_platforms: Option<Vec<Platform>>,
     /// `settings.troupe.discord.speakAs`: how the persona speaks on Discord (issue 46).
     pub discord_speak_as: SpeakAs,
-    /// Other scalar settings (`settings.SOME_KEY: "…"`), which elizaOS's `getSetting` also
-    /// reads; troupe's [`super::Persona::secret`] does too.
+    /// Other scalar settings (`settings.SOME_KEY: "…"`, and 2.x's `settings.extra.SOME_KEY`),
+    /// which elizaOS's `getSetting` also reads; troupe's [`super::Persona::secret`] does too.
     pub values: BTreeMap<String, String>,
+    /// `settings.telegram`'s accounts (elizaOS 2.x): several bots for the persona.
+    pub telegram: TelegramAccounts,
 }
 
 /// How a persona speaks on Discord (`settings.troupe.discord.speakAs`, docs/discord.md "A
@@ -223,44 +226,92 @@ pub(super) fn settings(
         d.wrong_type(v, "settings", "an object");
         return s;
     };
-    // `settings` is an open map in both elizaOS versions (plugins read their own keys from
-    // it), so unknown keys are not warned about; only the keys troupe reads are typed.
-    for m in members {
-        let path = join("settings", &m.key);
-        let val = &m.value;
-        if matches!(val.kind, Kind::Null) {
-            continue;
+    let mut at = Reading {
+        settings: &mut s,
+        switches,
+        positions,
+    };
+    // elizaOS 2.x folds the settings it has no name for into `settings.extra`: they are read
+    // as if written in `settings`, and one written in `settings` itself wins, as in 2.x.
+    if let Some(extra) = v.get("extra").filter(|e| !matches!(e.kind, Kind::Null)) {
+        match extra.members() {
+            Some(inner) => {
+                for m in inner.iter().filter(|m| m.key != "extra") {
+                    setting(&mut at, m, "settings.extra", d);
+                }
+            }
+            None => d.wrong_type(extra, "settings.extra", "an object"),
         }
-        match m.key.as_str() {
-            "secrets" => s.secrets = secrets(val, &path, positions, d),
-            "model" => s.model = string(val, &path, d),
-            "embeddingModel" => s.embedding_model = string(val, &path, d),
-            "ragKnowledge" => s.rag_knowledge = boolean(val, &path, d).unwrap_or(false),
-            "voice" => {
-                if val.members().is_none() {
-                    d.wrong_type(val, &path, "an object");
-                }
-            }
-            "troupe" => s.troupe_platforms = troupe_settings(val, &mut s.discord_speak_as, d),
-            // MCP servers: read and checked by `tools::servers` and `tools::policy`; their
-            // fields' positions are kept here, so that a refusal points at the line.
-            "mcp" => positions_under(val, &path, positions, 4),
-            key @ ("discord" | "telegram" | "farcaster") if val.members().is_some() => {
-                // 1.x keeps client switches here; `clientConfig` (v0) wins when both exist,
-                // because `clientConfig` is read after `settings`.
-                if let Some(platform) = client_platform(key) {
-                    let sw = parse_switches(val, &path, d);
-                    switches.insert(platform, sw);
-                }
-            }
-            key => {
-                if let Some(text) = scalar_text(val) {
-                    s.values.insert(key.to_string(), text);
-                }
-            }
+    }
+    // `settings` is an open map in every elizaOS version (plugins read their own keys from
+    // it), so unknown keys are not warned about; only the keys troupe reads are typed.
+    for m in members.iter().filter(|m| m.key != "extra") {
+        setting(&mut at, m, "settings", d);
+    }
+    let telegram = &s.telegram;
+    // 2.x's `settings.telegram.botToken` and `.apiRoot` are the file's own values of the
+    // settings troupe names `TELEGRAM_BOT_TOKEN` and `TELEGRAM_API_ROOT`.
+    for (key, value) in [
+        ("TELEGRAM_BOT_TOKEN", telegram.bot_token.clone()),
+        ("TELEGRAM_API_ROOT", telegram.api_root.clone()),
+    ] {
+        if let Some(value) = value {
+            s.values.entry(key.to_string()).or_insert(value);
         }
     }
     s
+}
+
+/// Where [`setting`] puts what it reads.
+struct Reading<'a> {
+    settings: &'a mut Settings,
+    switches: &'a mut BTreeMap<Platform, ClientSwitches>,
+    positions: &'a mut BTreeMap<String, Pos>,
+}
+
+/// One member of `settings` (or of `settings.extra`, `parent`).
+fn setting(at: &mut Reading<'_>, m: &super::json::Member, parent: &str, d: &mut Diags) {
+    let path = join(parent, &m.key);
+    let val = &m.value;
+    let s = &mut *at.settings;
+    if matches!(val.kind, Kind::Null) {
+        return;
+    }
+    match m.key.as_str() {
+        "secrets" => s.secrets = secrets(val, &path, at.positions, d),
+        "model" => s.model = string(val, &path, d),
+        "embeddingModel" => s.embedding_model = string(val, &path, d),
+        "ragKnowledge" => s.rag_knowledge = boolean(val, &path, d).unwrap_or(false),
+        "voice" => {
+            if val.members().is_none() {
+                d.wrong_type(val, &path, "an object");
+            }
+        }
+        "troupe" => s.troupe_platforms = troupe_settings(val, &mut s.discord_speak_as, d),
+        // MCP servers: read and checked by `tools::servers` and `tools::policy`; their
+        // fields' positions are kept here, so that a refusal points at the line.
+        "mcp" => positions_under(val, &path, at.positions, 4),
+        key @ ("discord" | "telegram" | "farcaster") if val.members().is_some() => {
+            // 1.x keeps client switches here; `clientConfig` (v0) wins when both exist,
+            // because `clientConfig` is read after `settings`. 2.x's Telegram accounts
+            // live here too (`accounts`).
+            let skip: &[&str] = if key == "telegram" {
+                s.telegram = accounts::telegram_settings(val, &path, at.positions, d);
+                accounts::MULTI_FIELDS
+            } else {
+                &[]
+            };
+            if let Some(platform) = client_platform(key) {
+                let sw = parse_switches(val, &path, skip, d);
+                at.switches.insert(platform, sw);
+            }
+        }
+        key => {
+            if let Some(text) = scalar_text(val) {
+                s.values.insert(key.to_string(), text);
+            }
+        }
+    }
 }
 
 /// The position of every member of `v` down to `depth` levels, by its path
@@ -369,7 +420,7 @@ pub(super) fn client_config(
         }
         match client_platform(&m.key) {
             Some(p) if p != Platform::Web => {
-                let sw = parse_switches(&m.value, &path, d);
+                let sw = parse_switches(&m.value, &path, &[], d);
                 switches.insert(p, sw);
             }
             _ => check_client(&m.key, &m.key_pos, &path, d),
@@ -379,13 +430,13 @@ pub(super) fn client_config(
 
 /// One platform's switches. troupe ignores other bots unless told otherwise: two bots that
 /// answer each other loop forever, and elizaOS users rarely want that either.
-fn parse_switches(v: &Node, path: &str, d: &mut Diags) -> ClientSwitches {
+fn parse_switches(v: &Node, path: &str, skip: &[&str], d: &mut Diags) -> ClientSwitches {
     let mut sw = ClientSwitches::default();
     let Some(members) = v.members() else {
         d.wrong_type(v, path, "an object of switches");
         return sw;
     };
-    for m in members {
+    for m in members.iter().filter(|m| !skip.contains(&m.key.as_str())) {
         let p = join(path, &m.key);
         let val = &m.value;
         match m.key.as_str() {
