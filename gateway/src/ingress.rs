@@ -21,6 +21,7 @@
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 use troupe_connectors::{Accepted, AgentId, Change, Inbound, InboundSink, Revision, SinkError};
 
 use crate::bus::{Bus, BusError, Delivery, Envelope};
@@ -142,6 +143,7 @@ impl Ingress {
     ) -> Result<JournalInsert, SinkError> {
         self.store
             .journal_insert(agent, inbound)
+            .instrument(tracing::info_span!(target: "troupe_trace", "journal"))
             .await
             .map_err(refused_by_storage)
     }
@@ -162,6 +164,7 @@ impl Ingress {
                 inbound,
                 delivery,
                 attempt,
+                trace: crate::trace::traceparent(),
             })
             .await
     }
@@ -180,7 +183,9 @@ impl Ingress {
         // a caller waiting for its answer (an HTTP request, for as long as the turn takes)
         // then holds its receiver and a timer, not the space of those steps as well (issue
         // 18: 10,000 callers waiting at once is what `troupe bench --rooms 10000` does).
-        let (id, duplicate, waiter) = match Box::pin(self.submit(agent, inbound)).await? {
+        let receive = crate::trace::receive_span(agent, inbound.platform());
+        let submitted = Box::pin(self.submit(agent, inbound).instrument(receive)).await?;
+        let (id, duplicate, waiter) = match submitted {
             Submitted::Waiting {
                 id,
                 duplicate,
@@ -390,9 +395,10 @@ struct AgentSink {
     agent: AgentId,
 }
 
-#[async_trait]
-impl InboundSink for AgentSink {
-    async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError> {
+impl AgentSink {
+    /// A platform's message: journaled, then published (or found under way), inside its
+    /// `receive` span.
+    async fn accept_in(&self, message: Inbound) -> Result<Accepted, SinkError> {
         let platform = message.platform();
         let journaled = self.ingress.journal(&self.agent, &message).await;
         if journaled.is_err() {
@@ -435,6 +441,14 @@ impl InboundSink for AgentSink {
             }
             JournalInsert::Duplicate(..) => Ok(Accepted::Duplicate),
         }
+    }
+}
+
+#[async_trait]
+impl InboundSink for AgentSink {
+    async fn accept(&self, message: Inbound) -> Result<Accepted, SinkError> {
+        let receive = crate::trace::receive_span(&self.agent, message.platform());
+        self.accept_in(message).instrument(receive).await
     }
 
     /// A reaction: feedback when it is 👍/👎 on this persona's reply (`crate::feedback`).

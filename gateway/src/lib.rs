@@ -52,6 +52,7 @@ pub(crate) mod chat;
 pub mod cli;
 mod clock;
 pub(crate) mod config;
+pub(crate) mod drafts;
 pub(crate) mod feedback;
 pub(crate) mod fetch;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -81,6 +82,7 @@ pub mod storage;
 mod supervise;
 mod telemetry;
 pub(crate) mod tools;
+pub(crate) mod trace;
 pub(crate) mod turns;
 pub(crate) mod web;
 mod why;

@@ -92,6 +92,11 @@ pub fn revision(platform: Platform, change: &'static str, outcome: &'static str)
     .increment(1);
 }
 
+/// Spans the trace exporter could not deliver (the collector down, slow or refusing).
+pub fn spans_dropped(n: usize) {
+    metrics::counter!("troupe_otel_spans_dropped_total").increment(n as u64);
+}
+
 pub fn error(kind: &'static str) {
     metrics::counter!("troupe_errors_total", "kind" => kind).increment(1);
 }

@@ -1,11 +1,25 @@
 //! Logging and tracing setup. Human-readable lines by default, JSON lines with
 //! `TROUPE_LOG_FORMAT=json`; the filter is `RUST_LOG`-style (`TROUPE_LOG` or `RUST_LOG`).
 //!
-//! With the `otlp` Cargo feature, spans are also exported over OTLP/HTTP (protobuf) when
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, to `<endpoint>/v1/traces` as the OpenTelemetry
-//! specification builds it. The feature is off by default: the exporter and its protobuf
-//! types are a large build that most deployments and CI do not need. The same filter
-//! governs logs and exported spans, so a span that is not logged is not exported either.
+//! Traces (issue 47, docs/observability.md): with `OTEL_EXPORTER_OTLP_ENDPOINT` set, the
+//! turn's spans (`crate::trace`) are exported over OTLP/HTTP (protobuf) to
+//! `<endpoint>/v1/traces`, as the OpenTelemetry specification builds it, through the
+//! official crates (`opentelemetry_sdk`'s batch processor, `opentelemetry-otlp`,
+//! `tracing-opentelemetry`; the `otlp` Cargo feature, on by default). The sampler is the
+//! SDK's, from `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG` (parent-based, always on,
+//! by default).
+//!
+//! Decisions:
+//! - **Two filters.** The log keeps its own filter; the exporter's layer enables only the
+//!   turn's spans (target `troupe_trace`), which the log never shows. Without an endpoint
+//!   no layer enables them: each is a disabled callsite, and a message costs what it did.
+//! - **Off the message path.** Spans are queued to the batch processor's own thread, which
+//!   exports them; the HTTP request runs on a small runtime of that thread's own, never on
+//!   the gateway's. A collector down or slow (10 s at most per export) costs the batch: its
+//!   spans are dropped and counted (`troupe_otel_spans_dropped_total`). When spans come
+//!   faster than they leave, the processor's queue (2,048) drops the excess.
+//! - **Protocol.** `OTEL_EXPORTER_OTLP_PROTOCOL` may be `http/protobuf` (the default) only;
+//!   another value is said at start and protobuf is used.
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer;
@@ -20,6 +34,12 @@ pub(crate) struct Export {
     /// `OTEL_SERVICE_NAME`.
     #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
     pub service_name: String,
+    /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`: prompts and answers in spans.
+    #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+    pub capture_content: bool,
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL` when it is not `http/protobuf`.
+    #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+    pub protocol: Option<String>,
 }
 
 impl Export {
@@ -27,6 +47,11 @@ impl Export {
         Export {
             endpoint: config.otlp_endpoint.clone(),
             service_name: config.otel_service_name.clone(),
+            capture_content: config.otel_capture_content,
+            protocol: config
+                .otel_protocol
+                .clone()
+                .filter(|p| p.trim() != "http/protobuf"),
         }
     }
 }
@@ -52,21 +77,22 @@ impl Drop for Guard {
 
 pub(crate) fn init(filter: &str, json: bool, export: &Export) -> Guard {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    // The turn's spans are the exporter's, never the log's.
+    let filter = match format!("{}=off", crate::trace::TARGET).parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = if json {
-        fmt.json().flatten_event(true).boxed()
+        fmt.json().flatten_event(true).with_filter(filter).boxed()
     } else {
-        fmt.boxed()
+        fmt.with_filter(filter).boxed()
     };
     let (otel, guard) = otel_layer(export);
     let mut layers: Vec<Boxed> = vec![fmt];
     layers.extend(otel);
-    // The filter is global: it applies to the log and the export alike.
     // A second init (tests) is harmless.
-    let _ = tracing_subscriber::registry()
-        .with(layers)
-        .with(filter)
-        .try_init();
+    let _ = tracing_subscriber::registry().with(layers).try_init();
     guard
 }
 
@@ -87,17 +113,18 @@ fn otel_layer(export: &Export) -> (Option<Boxed>, Guard) {
 #[cfg(feature = "otlp")]
 fn otel_layer(export: &Export) -> (Option<Boxed>, Guard) {
     use opentelemetry::trace::TracerProvider as _;
-    use opentelemetry_otlp::WithExportConfig;
 
     let Some(endpoint) = &export.endpoint else {
         return (None, Guard { provider: None });
     };
+    if let Some(other) = &export.protocol {
+        eprintln!(
+            "troupe: OTEL_EXPORTER_OTLP_PROTOCOL is `{other}`; troupe exports http/protobuf only, \
+             and uses it"
+        );
+    }
     let url = format!("{}/v1/traces", endpoint.trim_end_matches('/'));
-    let exporter = match opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_endpoint(url.clone())
-        .build()
-    {
+    let exporter = match otlp::exporter(&url) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("troupe: cannot export traces to {url}: {e}; running without");
@@ -107,17 +134,100 @@ fn otel_layer(export: &Export) -> (Option<Boxed>, Guard) {
     let resource = opentelemetry_sdk::Resource::builder()
         .with_service_name(export.service_name.clone())
         .build();
-    // The batch processor exports from its own thread, off the request path.
+    // The batch processor exports from its own thread, off the message path.
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
+        .with_span_processor(otlp::processor(exporter))
         .with_resource(resource)
         .build();
     let tracer = provider.tracer("troupe");
-    let layer = tracing_opentelemetry::layer().with_tracer(tracer).boxed();
+    let only_turns = tracing_subscriber::filter::Targets::new()
+        .with_target(crate::trace::TARGET, tracing::Level::TRACE);
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(only_turns)
+        .boxed();
+    crate::trace::turn_on(export.capture_content);
     (
         Some(layer),
         Guard {
             provider: Some(provider),
         },
     )
+}
+
+/// The exporter's parts: an HTTP client that runs off the gateway's runtime, and an
+/// exporter that counts the spans it could not deliver.
+#[cfg(feature = "otlp")]
+mod otlp {
+    use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+    use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanData, SpanExporter};
+    use std::time::Duration;
+
+    /// The longest one export may take: the specification's default timeout.
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// reqwest (the workspace's async client) on a current-thread runtime of the batch
+    /// processor's thread: an export blocks that thread, never a gateway worker.
+    #[derive(Debug)]
+    struct OwnRuntime {
+        client: reqwest::Client,
+        runtime: tokio::runtime::Runtime,
+    }
+
+    #[async_trait::async_trait]
+    impl HttpClient for OwnRuntime {
+        async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+            self.runtime
+                .block_on(HttpClient::send_bytes(&self.client, request))
+        }
+    }
+
+    /// The exporter, counting what it drops.
+    #[derive(Debug)]
+    pub(super) struct Counting(opentelemetry_otlp::SpanExporter);
+
+    impl SpanExporter for Counting {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            let n = batch.len();
+            let result = self.0.export(batch).await;
+            if result.is_err() {
+                crate::metrics::spans_dropped(n);
+            }
+            result
+        }
+
+        fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+            self.0.shutdown_with_timeout(timeout)
+        }
+
+        fn force_flush(&self) -> OTelSdkResult {
+            self.0.force_flush()
+        }
+
+        fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+            self.0.set_resource(resource);
+        }
+    }
+
+    pub(super) fn exporter(url: &str) -> anyhow::Result<Counting> {
+        let client = troupe_connectors::tls::http_client()
+            .timeout(TIMEOUT)
+            .build()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_http_client(OwnRuntime { client, runtime })
+            .with_endpoint(url)
+            .with_timeout(TIMEOUT)
+            .build()?;
+        Ok(Counting(exporter))
+    }
+
+    pub(super) fn processor(exporter: Counting) -> BatchSpanProcessor {
+        BatchSpanProcessor::builder(exporter).build()
+    }
 }

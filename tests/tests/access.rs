@@ -188,7 +188,7 @@ async fn six_wrong_approvals_lock_approval_out_until_the_lockout_ends() {
 async fn a_group_not_allowed_gets_nothing_and_is_listed_as_asking() {
     let telegram = FakeTelegram::start().await;
     let model = FakeOpenAi::start().await;
-    let settings = json!({"TELEGRAM_ALLOWED_CHATS": "[\"-100123\"]"});
+    let settings = json!({"TELEGRAM_ALLOWED_CHATS": "[\"-100123\", \"501\"]"});
     let app = TestApp::spawn(options(&model, character(&telegram, settings))).await;
     let mention = |chat: i64, text: &str| {
         tg::mentioning(
@@ -213,6 +213,22 @@ async fn a_group_not_allowed_gets_nothing_and_is_listed_as_asking() {
     );
     let (_, listed) = app.get("/api/pairing").await;
     assert_eq!(listed["asking"][0]["room"], "telegram:-100777", "{listed}");
+
+    // elizaOS's list holds DMs too (a DM's chat id is its sender's): with no DM policy set,
+    // Ann's listed chat is answered and Bob's unlisted one gets one refusal, no model call.
+    telegram.push_message(dm(502, "hello?"));
+    decided(&app, "ignored", 2).await;
+    model.push_reply("Evening, Ann.");
+    telegram.push_message(dm(501, "hello!"));
+    let sent = wait_sent(&telegram, &app, 3).await;
+    assert_eq!(model.request_count(), 2);
+    assert!(!model.requests()[1].prompt_text().contains("hello?"));
+    let to = |chat: i64| sent.iter().filter(|m| m.chat_id == chat).count();
+    assert_eq!((to(502), to(501)), (1, 1), "{sent:?}");
+    assert_eq!(
+        sent.iter().find(|m| m.chat_id == 501).unwrap().text,
+        "Evening, Ann."
+    );
 }
 
 #[tokio::test]

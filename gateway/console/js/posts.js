@@ -1,6 +1,7 @@
 // Posts: each persona's schedules of autonomous posts (where, how often, the next run),
 // adding and removing the API's own, and its recent posts: sent, kept in dry run
-// (FARCASTER_DRY_RUN), or skipped and why (docs/posts.md).
+// (FARCASTER_DRY_RUN), or skipped and why (docs/posts.md). And the drafts of schedules
+// with `approve: true` (issue 47): approve, edit or reject each before it goes out.
 
 import { api, enc } from './api.js';
 import { h, clear, errorBox, when } from './dom.js';
@@ -21,12 +22,14 @@ export async function render(root, params) {
   let { agent } = chosen;
   const schedules = h('table', { id: 'schedules' });
   const recent = h('table', { id: 'recent-posts' });
+  const drafts = h('div', { id: 'drafts' });
   const problem = h('div', {});
   const room = h('input', { id: 'post-room', placeholder: 'discord:<channel id>', size: 28, 'aria-label': 'room' });
   const every = h('input', { id: 'post-every', placeholder: '6h', size: 6, 'aria-label': 'every' });
   const at = h('input', { id: 'post-at', placeholder: 'or 09:00', size: 6, 'aria-label': 'at' });
   const zone = h('input', { id: 'post-timezone', placeholder: 'Europe/Berlin', size: 14, 'aria-label': 'timezone' });
   const prompt = h('input', { id: 'post-prompt', placeholder: 'what about (optional)', size: 30, 'aria-label': 'prompt' });
+  const approve = h('input', { id: 'post-approve', type: 'checkbox', 'aria-label': 'approve each post' });
 
   const refresh = async () => {
     clear(problem);
@@ -47,7 +50,38 @@ export async function render(root, params) {
         recent.append(h('tr', { dataset: { state: r.state } }, h('td', { class: 'muted' }, when(r.createdAtMs)), h('td', {}, r.room),
           h('td', {}, r.state.replace('_', ' ')), h('td', {}, r.text || h('span', { class: 'muted' }, r.reason || ''))));
       }
+      await refreshDrafts();
     } catch (e) { clear(problem, errorBox(e)); }
+  };
+
+  // One waiting draft: its text in a box to edit, then Save, Approve or Reject.
+  const draftRow = (d) => {
+    const path = `/api/agents/${enc(agent)}/posts/drafts/${d.id}`;
+    const text = h('textarea', { id: `draft-text-${d.id}`, rows: 3, cols: 60, 'aria-label': `draft ${d.id}` });
+    text.value = d.text || '';
+    const act = (suffix, init) => async () => {
+      try {
+        if (suffix !== '/reject' && text.value !== (d.text || '')) await api(path, { method: 'PUT', json: { text: text.value } });
+        if (suffix) await api(path + suffix, init);
+        refresh();
+      } catch (e) { clear(problem, errorBox(e)); }
+    };
+    return h('div', { class: 'card', dataset: { draft: String(d.id) } },
+      h('div', { class: 'muted' }, `#${d.id} · ${d.room} · expires ${when(d.expiresAtMs)}`), text,
+      h('div', { class: 'row' },
+        h('button', { id: `draft-save-${d.id}`, onclick: act('', {}) }, 'Save'),
+        h('button', { id: `draft-approve-${d.id}`, onclick: act('/approve', { method: 'POST' }) }, 'Approve'),
+        h('button', { id: `draft-reject-${d.id}`, class: 'danger', onclick: act('/reject', { method: 'POST' }) }, 'Reject')));
+  };
+
+  const refreshDrafts = async () => {
+    // A draft being edited is not redrawn under the operator's cursor.
+    const editing = document.activeElement;
+    if (editing && editing.tagName === 'TEXTAREA' && drafts.contains(editing)) return;
+    const answer = await api(`/api/agents/${enc(agent)}/posts/drafts`);
+    const waiting = answer.drafts.filter((d) => d.state === 'draft');
+    clear(drafts, waiting.length ? null : h('p', { class: 'muted' }, 'No drafts wait for approval.'));
+    for (const d of waiting) drafts.append(draftRow(d));
   };
 
   const add = async () => {
@@ -56,6 +90,7 @@ export async function render(root, params) {
     if (at.value.trim()) spec.at = at.value.trim();
     if (zone.value.trim()) spec.timezone = zone.value.trim();
     if (prompt.value.trim()) spec.prompt = prompt.value.trim();
+    if (approve.checked) spec.approve = true;
     try {
       await api(`/api/agents/${enc(agent)}/posts`, { method: 'POST', json: spec });
       refresh();
@@ -65,7 +100,9 @@ export async function render(root, params) {
   root.append(
     h('div', { class: 'row' }, 'Persona ', chosen.picker),
     h('section', { class: 'card' }, h('h2', {}, 'Schedules'), schedules,
-      h('div', { class: 'row' }, room, every, at, zone, prompt, h('button', { id: 'post-add', onclick: add }, 'Add schedule')), problem),
+      h('div', { class: 'row' }, room, every, at, zone, prompt,
+        h('label', {}, approve, ' approve each post'), h('button', { id: 'post-add', onclick: add }, 'Add schedule')), problem),
+    h('section', { class: 'card' }, h('h2', {}, 'Drafts waiting for approval'), drafts),
     h('section', { class: 'card' }, h('h2', {}, 'Recent posts'), recent));
   await refresh();
   const timer = setInterval(refresh, 15000);

@@ -80,8 +80,21 @@ impl Rules {
     /// The rules `persona` runs with under `env`.
     pub fn of(persona: &Persona, env: &Env) -> Rules {
         let mut problems = Vec::new();
+        let telegram_rooms = some_list(persona, env, "TELEGRAM_ALLOWED_CHATS");
+        // elizaOS's `TELEGRAM_ALLOWED_CHATS` restricts every chat, DMs too (a DM's chat id is
+        // its sender's id). So, with the list set and no DM policy of its own, a DM is let in
+        // as under `allowlist`: a listed chat, an owner, an approved person. A policy set
+        // explicitly governs DMs instead (docs/access.md, "Groups").
+        let telegram_dm = match telegram_rooms.as_deref() {
+            Some(rooms)
+                if !rooms.is_empty() && persona.secret("TELEGRAM_DM_POLICY", env).is_none() =>
+            {
+                DmPolicy::Allowlist
+            }
+            _ => policy(persona, env, "TELEGRAM_DM_POLICY", &mut problems),
+        };
         let telegram = PlatformRules {
-            dm: policy(persona, env, "TELEGRAM_DM_POLICY", &mut problems),
+            dm: telegram_dm,
             allow_from: list(persona, env, "TELEGRAM_ALLOW_FROM")
                 .into_iter()
                 .map(|u| {
@@ -92,7 +105,7 @@ impl Rules {
                     }
                 })
                 .collect(),
-            rooms: some_list(persona, env, "TELEGRAM_ALLOWED_CHATS"),
+            rooms: telegram_rooms,
             listen_only: Vec::new(),
         };
         let discord = PlatformRules {
@@ -251,5 +264,31 @@ mod tests {
         assert!(!r.is_owner(Platform::Discord, "9"));
         assert!(r.tools_for_everyone);
         assert_eq!(r.problems.len(), 2, "{:?}", r.problems);
+    }
+
+    #[test]
+    fn allowed_chats_without_a_dm_policy_close_unlisted_dms_as_in_eliza() {
+        let listed = json!({"name": "A", "bio": "x", "settings": {"TELEGRAM_ALLOWED_CHATS": "[\"-100\", \"7\"]"}});
+        let r = Rules::of(&from_json(listed.clone()), &Env::new());
+        assert_eq!(r.telegram.dm, DmPolicy::Allowlist);
+        // An explicit policy wins over the list's reading.
+        let mut open = listed;
+        open["settings"]["TELEGRAM_DM_POLICY"] = json!("open");
+        assert_eq!(
+            Rules::of(&from_json(open), &Env::new()).telegram.dm,
+            DmPolicy::Open
+        );
+        // An empty list restricts nothing.
+        let empty = json!({"name": "A", "bio": "x", "settings": {"TELEGRAM_ALLOWED_CHATS": []}});
+        assert_eq!(
+            Rules::of(&from_json(empty), &Env::new()).telegram.dm,
+            DmPolicy::Open
+        );
+        // Discord's channel list is about guild channels only: its DMs stay open.
+        let discord = json!({"name": "A", "bio": "x", "settings": {"CHANNEL_IDS": ["c"]}});
+        assert_eq!(
+            Rules::of(&from_json(discord), &Env::new()).discord.dm,
+            DmPolicy::Open
+        );
     }
 }

@@ -3,7 +3,9 @@
 //! verdict. A message not let in ends here with no model call and nothing in the room's
 //! memory (its journal entry is closed done), and at most its one reply (a pairing code, a
 //! short refusal), queued as a command's answer is. A listen-only room's message is
-//! remembered and ends here. An owner's `/approve CODE` in a DM is answered here too.
+//! remembered and ends here. An owner's `/approve CODE` in a DM is answered here too, and
+//! so are an owner's `/drafts`, `/approve-post ID` and `/reject-post ID` (issue 47,
+//! `drafts`).
 
 use super::Agent;
 use super::outbound::Kind;
@@ -29,6 +31,20 @@ impl Agent {
             let store = self.access.store();
             let approval = approve::approve(store, code, Some(&self.id), &scope, &by, now).await?;
             let text = approve::answer(&approval, now);
+            self.say(turn, text.clone()).await?;
+            return done(Outcome::Replied {
+                texts: vec![text],
+                origin: Origin::Other,
+            });
+        }
+        if is_direct
+            && let Some(command) = crate::drafts::command(&inbound.text)
+            && rules.is_owner(inbound.platform(), inbound.author.id.as_str())
+        {
+            let by = format!("{}:{}", inbound.platform(), inbound.author.id);
+            let text =
+                crate::drafts::run_command(&self.store, &self.outbox, &self.id, &by, command)
+                    .await?;
             self.say(turn, text.clone()).await?;
             return done(Outcome::Replied {
                 texts: vec![text],

@@ -225,8 +225,10 @@ impl Agent {
             journal_id,
             inbound,
             delivery,
+            trace,
             ..
         } = envelope;
+        let handle_span = crate::trace::handle_span(&self.id, inbound.platform(), trace.as_deref());
         let span = tracing::info_span!("message",
             agent = %self.id,
             platform = %inbound.platform(),
@@ -266,7 +268,9 @@ impl Agent {
             }
         }
         .instrument(span)
+        .instrument(handle_span.clone())
         .await;
+        handle_span.record("troupe.decision", outcome.metric_label());
         crate::metrics::decision(platform, outcome.metric_label());
         self.waiters.complete(journal_id, &outcome);
     }
@@ -316,7 +320,9 @@ impl Agent {
         // command.rs: `/mute`, `/forget`… answered without the model.
         self.command(turn).await?;
         // decide.rs: whether the persona answers, and what the sender may do to the room.
-        let room = self.decide(turn).await?;
+        let room = (self.decide(turn))
+            .instrument(tracing::info_span!(target: "troupe_trace", "decide"))
+            .await?;
         let standing = self.standing(turn, &room).await?;
         // limits.rs: the rate limits, then the spend budgets.
         self.budget(turn).await?;
@@ -326,7 +332,9 @@ impl Agent {
         // media.rs: voice notes become text before anything reads the message.
         self.hear(turn).await;
         // recall.rs: what the prompt draws on, and the prompt; media.rs adds the images.
-        let recall = self.recall(turn, room).await?;
+        let recall = (self.recall(turn, room))
+            .instrument(tracing::info_span!(target: "troupe_trace", "recall"))
+            .await?;
         let Composed { mut prompt, quoted } = self.compose(turn, &recall);
         self.see(turn, &mut prompt).await;
         self.explain(turn, &recall, &prompt);
@@ -334,7 +342,9 @@ impl Agent {
         let answer = self.model(turn, &prompt).await?;
         // answer.rs: the reply's room action, its voice note (speak.rs), record, deliver.
         let reply = Reply::new(answer, standing, quoted);
-        self.answer(turn, reply, recall.recent.len()).await
+        (self.answer(turn, reply, recall.recent.len()))
+            .instrument(tracing::info_span!(target: "troupe_trace", "send"))
+            .await
     }
 }
 

@@ -186,6 +186,7 @@ mod tests {
             journal_id: JournalId(n),
             delivery: crate::bus::Delivery::First,
             attempt: 1,
+            trace: None,
             agent: agent.into(),
             inbound: Inbound::said(
                 n.to_string(),

@@ -30,6 +30,9 @@ pub struct Envelope {
     /// The journal entry's attempts when it was published (1 for a first publication): a
     /// retry is a new publication, a replay of the same attempt is not (NATS dedupes it).
     pub attempt: u32,
+    /// The W3C `traceparent` of the span that published it, when traces are exported
+    /// (`crate::trace`): the handling replica's spans join the same trace.
+    pub trace: Option<String>,
 }
 
 impl Envelope {

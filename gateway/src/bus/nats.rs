@@ -348,15 +348,18 @@ impl Shared {
         subject: String,
         payload: Bytes,
         id: &str,
+        trace: Option<&str>,
     ) -> Result<jetstream::publish::PublishAck, BusError> {
+        let mut message = jetstream::message::PublishMessage::build()
+            .payload(payload)
+            .message_id(id);
+        // W3C trace context, as OpenTelemetry's messaging conventions carry it.
+        if let Some(traceparent) = trace {
+            message = message.header("traceparent", traceparent);
+        }
         let published = async {
             self.js
-                .send_publish(
-                    subject,
-                    jetstream::message::PublishMessage::build()
-                        .payload(payload)
-                        .message_id(id),
-                )
+                .send_publish(subject, message)
                 .await
                 .map_err(|e| e.to_string())?
                 .await
@@ -521,6 +524,11 @@ impl Shared {
                 Delivery::First
             },
             attempt: wire.attempt,
+            trace: message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("traceparent"))
+                .map(|v| v.as_str().to_string()),
         };
         self.in_hand.fetch_add(1, Ordering::Relaxed);
         let handled = self.handler.handle(envelope);
@@ -568,6 +576,7 @@ impl Bus for NatsBus {
         );
         let journal_id = envelope.journal_id;
         let redelivery = envelope.delivery.is_again();
+        let trace = envelope.trace;
         // Ingress registers a caller's waiter before it publishes.
         let waited = self.shared.waiters.is_waited(journal_id);
         let wire = Wire {
@@ -586,7 +595,7 @@ impl Bus for NatsBus {
             Bytes::from(serde_json::to_vec(&wire).map_err(|e| BusError::Backend(e.to_string()))?);
         let mut ack = self
             .shared
-            .send(subject.clone(), payload.clone(), &id)
+            .send(subject.clone(), payload.clone(), &id, trace.as_deref())
             .await?;
         if ack.duplicate && (!redelivery || waited) {
             // This process journaled it just now and expects it handled: a duplicate here is
@@ -609,7 +618,10 @@ impl Bus for NatsBus {
                     "JetStream took a new message for a duplicate; publishing it again as {fresh}"
                 );
             }
-            ack = self.shared.send(subject, payload, &fresh).await?;
+            ack = self
+                .shared
+                .send(subject, payload, &fresh, trace.as_deref())
+                .await?;
             if ack.duplicate {
                 crate::metrics::error("bus");
                 return Err(BusError::Backend(format!(

@@ -94,11 +94,15 @@ pub struct Config {
     pub replicas: ReplicaSettings,
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` (the OpenTelemetry standard name), unset by default:
     /// where spans are exported over OTLP/HTTP, e.g. `http://collector:4318`. Used only by
-    /// a build with the `otlp` feature; `OTEL_SERVICE_NAME` names the service (default
-    /// `troupe`).
+    /// a build with the `otlp` feature (the default); `OTEL_SERVICE_NAME` names the service
+    /// (default `troupe`).
     pub otlp_endpoint: Option<String>,
     /// `OTEL_SERVICE_NAME`, default `troupe`.
     pub otel_service_name: String,
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL` as given (troupe exports `http/protobuf`).
+    pub otel_protocol: Option<String>,
+    /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`: message text in model spans.
+    pub otel_capture_content: bool,
     /// How model calls ride out a failing provider (issue 12, faults slice).
     pub provider: ProviderSettings,
     /// Accounting, budgets and the model scheduler (issue 16, docs/spend.md).
@@ -192,7 +196,7 @@ impl Config {
         let replicas = platforms::replica_settings(&layered, &mut file)?;
         let nats = storage::nats_settings(&layered, &mut file)?;
         let logs = telemetry::log_settings(&layered, &mut file);
-        let (otlp_endpoint, otel_service_name) = telemetry::otel_settings(&layered, &mut file);
+        let otel = telemetry::otel_settings(&layered, &mut file)?;
         let receive = platforms::receive_settings(&layered, &mut file)?;
         let edge = edge::edge_settings(&layered, &mut file)?;
         let tools = tools::tool_settings(&layered, &mut file)?;
@@ -221,8 +225,10 @@ impl Config {
             knowledge,
             replicas,
             provider,
-            otlp_endpoint,
-            otel_service_name,
+            otlp_endpoint: otel.endpoint,
+            otel_service_name: otel.service,
+            otel_protocol: otel.protocol,
+            otel_capture_content: otel.capture_content,
             spend,
             env,
             knowledge_allow_paths,

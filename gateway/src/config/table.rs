@@ -721,13 +721,22 @@ settings! {
     /// `json` for JSON lines
     "TROUPE_LOG_FORMAT" => log_format: String;
         Choice, Gateway, "text";
-    /// OTLP/HTTP collector for traces; needs a build with `--features otlp`
+    /// OTLP/HTTP collector for traces ([docs/observability.md](docs/observability.md))
     "OTEL_EXPORTER_OTLP_ENDPOINT" => otel_exporter_otlp_endpoint: String;
         Url, Gateway, "unset",
         security "an OTLP collector of the operator's choice (spans carry no message text)";
     /// service name on exported traces
     "OTEL_SERVICE_NAME" => otel_service_name: String;
         Text, Gateway, "`troupe`";
+    /// the OTLP protocol: `http/protobuf` only ([docs/observability.md](docs/observability.md))
+    "OTEL_EXPORTER_OTLP_PROTOCOL" => otel_exporter_otlp_protocol: String;
+        Choice, Gateway, "`http/protobuf`";
+    /// `true`: model spans carry the prompt's user message and the answer
+    /// (`gen_ai.input.messages`, `gen_ai.output.messages`); off, spans carry no message text
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" => otel_instrumentation_genai_capture_message_content: bool;
+        Flag, Gateway, "false",
+        security "whether message text, prompts and answers leave in spans to the collector; \
+            off by default";
 
     // --- tools (tools.rs)
     /// command lines a character's stdio MCP server may run, comma-separated: the program (its

@@ -28,11 +28,20 @@ pub(super) fn log_settings(layered: &Layered<'_>, file: &mut FileConfig) -> LogS
     }
 }
 
-/// `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_SERVICE_NAME` (the OpenTelemetry names).
+/// Where spans go: the OpenTelemetry names.
+pub(super) struct OtelSettings {
+    pub(super) endpoint: Option<String>,
+    pub(super) service: String,
+    pub(super) protocol: Option<String>,
+    pub(super) capture_content: bool,
+}
+
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, `OTEL_EXPORTER_OTLP_PROTOCOL` and
+/// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` (the OpenTelemetry names).
 pub(super) fn otel_settings(
     layered: &Layered<'_>,
     file: &mut FileConfig,
-) -> (Option<String>, String) {
+) -> anyhow::Result<OtelSettings> {
     let endpoint = layered
         .string(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -44,7 +53,25 @@ pub(super) fn otel_settings(
         .string("OTEL_SERVICE_NAME", file.otel_service_name.take())
         .filter(|v| !v.trim().is_empty())
         .unwrap_or_else(|| "troupe".into());
-    (endpoint, service)
+    let protocol = layered
+        .string(
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            file.otel_exporter_otlp_protocol.take(),
+        )
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
+    let capture_content = layered.parse(
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+        file.otel_instrumentation_genai_capture_message_content
+            .take(),
+        false,
+    )?;
+    Ok(OtelSettings {
+        endpoint,
+        service,
+        protocol,
+        capture_content,
+    })
 }
 
 #[cfg(test)]

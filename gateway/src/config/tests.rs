@@ -328,6 +328,18 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
             c.otel_service_name.clone()
         }),
         p(
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "\"grpc\"",
+            "http/json",
+            |c| format!("{:?}", c.otel_protocol),
+        ),
+        p(
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+            "true",
+            "false",
+            |c| c.otel_capture_content.to_string(),
+        ),
+        p(
             "TROUPE_KNOWLEDGE_ALLOW_PATHS",
             &format!("[{:?}]", dir_a.display().to_string()),
             &dir_b.display().to_string(),

@@ -43,7 +43,7 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -103,6 +103,16 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{agent}/usage", get(usage::usage))
         .route("/agents/{agent}/posts", get(posts::list).post(posts::add))
         .route("/agents/{agent}/posts/{id}", delete(posts::remove))
+        .route("/agents/{agent}/posts/drafts", get(posts::list_drafts))
+        .route("/agents/{agent}/posts/drafts/{id}", put(posts::edit_draft))
+        .route(
+            "/agents/{agent}/posts/drafts/{id}/approve",
+            post(posts::approve_draft),
+        )
+        .route(
+            "/agents/{agent}/posts/drafts/{id}/reject",
+            post(posts::reject_draft),
+        )
         .route("/pairing", get(pairing::list))
         .route("/pairing/approve", post(pairing::approve))
         .route("/pairing/{platform}/{user}", delete(pairing::revoke))

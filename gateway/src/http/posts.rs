@@ -8,18 +8,24 @@
 //! posts only through the persona's own connectors, to a room id on a platform it runs on,
 //! within its budgets and the room's mute. The body is a schedule (`posts::schedule::Spec`),
 //! checked whole before anything is stored; at most 50 API schedules per persona.
+//!
+//! Drafts (issue 47): `GET …/posts/drafts`, `PUT …/posts/drafts/{id}` (`{text}`: the edit,
+//! markers removed, within the schedule's length), `POST …/posts/drafts/{id}/approve` and
+//! `…/reject`; a draft no longer waiting (approved, rejected, expired) is a 409. Operator
+//! only: a scoped token reaches none of these routes.
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::{ApiError, ApiJson};
 use super::extract::AgentPath;
+use crate::drafts;
 use crate::posts::schedule::Spec;
 use crate::posts::{AddError, Removed};
-use crate::storage::{PostRun, RecentRuns, StoredSchedule};
+use crate::storage::{Decided, Draft, PostRun, RecentRuns, StoredSchedule};
 
 /// Recent runs listed.
 const RECENT: i64 = 50;
@@ -86,4 +92,105 @@ pub async fn remove(
         Err(AddError::Storage(e)) => Err(e.into()),
         Err(e) => Err(ApiError::internal(e)),
     }
+}
+
+/// `GET /api/agents/{agent}/posts/drafts`: the waiting drafts, then the latest decided.
+#[derive(Debug, Serialize)]
+pub struct DraftsAnswer {
+    drafts: Vec<Draft>,
+}
+
+pub async fn list_drafts(
+    State(state): State<AppState>,
+    AgentPath(agent): AgentPath,
+) -> Result<Json<DraftsAnswer>, ApiError> {
+    let now = crate::clock::now_ms();
+    let drafts = (state.store)
+        .drafts(&agent.id, now, drafts::DECIDED_LISTED)
+        .await?;
+    Ok(Json(DraftsAnswer { drafts }))
+}
+
+/// The body of `PUT …/posts/drafts/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Edit {
+    text: String,
+}
+
+/// A draft's id in the path: a number.
+fn draft_id(id: &str) -> Result<i64, ApiError> {
+    id.parse()
+        .map_err(|_| ApiError::not_found(format!("no draft `{id}`")))
+}
+
+/// 200 with the draft as it is now, 404, or 409 saying why it can no longer change.
+async fn answer(
+    state: &AppState,
+    agent: &troupe_connectors::AgentId,
+    id: i64,
+    decided: Decided,
+) -> Result<Json<Draft>, ApiError> {
+    match decided {
+        Decided::Done(_) => match state.store.draft(agent, id).await? {
+            Some(d) => Ok(Json(d)),
+            None => Err(ApiError::not_found(format!("no draft `{id}`"))),
+        },
+        Decided::NotFound => Err(ApiError::not_found(format!("no draft `{id}`"))),
+        Decided::Conflict(now) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "draft_not_waiting",
+            format!(
+                "draft {id} is {}; it can no longer be approved, edited or rejected",
+                serde_json::to_value(now)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            ),
+        )),
+    }
+}
+
+pub async fn edit_draft(
+    State(state): State<AppState>,
+    AgentPath(agent): AgentPath,
+    Path((_, id)): Path<(String, String)>,
+    ApiJson(edit): ApiJson<Edit>,
+) -> Result<Json<Draft>, ApiError> {
+    let id = draft_id(&id)?;
+    let Some(draft) = state.store.draft(&agent.id, id).await? else {
+        return Err(ApiError::not_found(format!("no draft `{id}`")));
+    };
+    let max = drafts::limit_of(&state.store, &agent.id, &draft)
+        .await
+        .map_err(ApiError::internal)?;
+    let text =
+        drafts::checked_edit(&edit.text, max).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let now = crate::clock::now_ms();
+    let decided = state.store.draft_edit(&agent.id, id, &text, now).await?;
+    answer(&state, &agent.id, id, decided).await
+}
+
+pub async fn approve_draft(
+    State(state): State<AppState>,
+    AgentPath(agent): AgentPath,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Json<Draft>, ApiError> {
+    let id = draft_id(&id)?;
+    let decided = (state.posts)
+        .approve_draft(&agent.id, id, "api")
+        .await
+        .map_err(ApiError::internal)?;
+    answer(&state, &agent.id, id, decided).await
+}
+
+pub async fn reject_draft(
+    State(state): State<AppState>,
+    AgentPath(agent): AgentPath,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Json<Draft>, ApiError> {
+    let id = draft_id(&id)?;
+    let now = crate::clock::now_ms();
+    let decided = state.store.draft_reject(&agent.id, id, "api", now).await?;
+    answer(&state, &agent.id, id, decided).await
 }

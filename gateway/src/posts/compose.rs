@@ -168,10 +168,12 @@ pub fn too_close(draft: &str, recent: &[String]) -> bool {
     })
 }
 
-/// The draft as it will be posted: trimmed, unquoted, cut to `max` characters at a word
+/// The draft as it will be posted: without room-control markers, trimmed, unquoted, cut to `max` characters at a word
 /// boundary when it can be.
 pub fn finish(draft: &str, max: usize) -> String {
-    let text = draft.trim().trim_matches('"').trim();
+    // A post is never read for room-control markers; none is posted either.
+    let stripped = crate::rooms::actions::strip_every(draft);
+    let text = stripped.trim().trim_matches('"').trim();
     if text.chars().count() <= max {
         return text.to_string();
     }

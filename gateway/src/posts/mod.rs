@@ -150,6 +150,16 @@ impl Posts {
             .ok_or_else(|| AddError::Invalid(SpecError("the schedule went away".into())))
     }
 
+    /// Approves draft `id` of `agent` (issue 47): queued in the outbox once, then sent.
+    pub async fn approve_draft(
+        &self,
+        agent: &AgentId,
+        id: i64,
+        by: &str,
+    ) -> anyhow::Result<crate::storage::Decided> {
+        crate::drafts::approve(&self.store, &self.outbox, agent, id, by).await
+    }
+
     /// Removes an API schedule; `Ok(false)` when there is none of that id. Schedules from
     /// a file or the environment are changed there, not here.
     pub async fn remove(&self, agent: &AgentId, id: &str) -> Result<Removed, AddError> {

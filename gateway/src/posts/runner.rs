@@ -9,7 +9,7 @@
 //! another replica), or a wake from this replica's API.
 
 use std::time::Duration;
-use troupe_connectors::{Outbound, Platform, RoomRef};
+use troupe_connectors::Platform;
 
 use super::compose::{self, PostInput};
 use super::schedule::{Schedule, Spec};
@@ -22,11 +22,6 @@ use crate::storage::{ClaimedRun, RecentRuns, RoomContext, RoomReads, RunEnd, Sto
 const POLL: Duration = Duration::from_secs(5);
 /// Runs claimed or taken over per look.
 const BATCH: i64 = 16;
-/// The longest post when neither the schedule nor the platform says (a Discord message
-/// is 2,000 characters, a Telegram one 4,096; a post is shorter).
-const DEFAULT_MAX_LENGTH: usize = 1_000;
-/// A Farcaster cast (elizaOS's `MAX_CAST_LENGTH` default).
-const FARCASTER_MAX_LENGTH: usize = 320;
 
 pub(super) struct Runner {
     pub(super) posts: Posts,
@@ -67,6 +62,13 @@ impl Runner {
     async fn tick(&self) -> anyhow::Result<()> {
         let store = &self.posts.store;
         let now = crate::clock::now_ms();
+        let expired = store.drafts_expire(now).await?;
+        if expired > 0 {
+            tracing::info!(
+                expired,
+                "posts: drafts not approved in time expired; never sent"
+            );
+        }
         for run in store.posts_take_over(now, LEASE_MS, BATCH).await? {
             tracing::info!(schedule = %run.schedule_id, persona = %run.agent_id, attempt = run.attempts,
                 "posts: taking over a run whose claimer stopped");
@@ -149,7 +151,27 @@ impl Runner {
                 "FARCASTER_DRY_RUN".into(),
             ));
         }
-        self.queue(run, text).await
+        match schedule.approval {
+            Some(within) => self.hold(run, text, within).await,
+            None => self.queue(run, text).await,
+        }
+    }
+
+    /// The post kept as a draft until an operator approves it, or it expires.
+    async fn hold(
+        &self,
+        run: &ClaimedRun,
+        text: String,
+        within: Duration,
+    ) -> anyhow::Result<Outcome> {
+        let expires = crate::clock::now_ms() + within.as_millis() as i64;
+        if self.posts.store.posts_hold(run, &text, expires).await? {
+            tracing::info!(persona = %run.agent_id, room = %run.room, schedule = %run.schedule_id,
+                draft = run.id, "posts: a draft waits for approval");
+        } else {
+            tracing::warn!(schedule = %run.schedule_id, "posts: the run was taken over while composing; not keeping it here");
+        }
+        Ok(Outcome::Queued)
     }
 
     /// Whether the run may post: its persona is loaded, its room is not muted, its budget
@@ -208,16 +230,10 @@ impl Runner {
             .map(|m| (m.author_name, m.text))
             .collect();
         let summary = room.summary.flatten();
-        let feed = run.room.platform == Platform::Farcaster;
-        let fallback = if feed {
-            FARCASTER_MAX_LENGTH
-        } else {
-            DEFAULT_MAX_LENGTH
-        };
         let mut input = PostInput {
             platform: run.room.platform,
             prompt: schedule.prompt.as_deref(),
-            max_length: schedule.max_length.unwrap_or(fallback),
+            max_length: crate::drafts::max_length(schedule.max_length, run.room.platform),
             recent_posts: &recent,
             room_messages: &messages,
             summary: summary.as_deref(),
@@ -242,16 +258,13 @@ impl Runner {
 
     /// The post into the outbox, with the run settled, then sent.
     async fn queue(&self, run: &ClaimedRun, text: String) -> anyhow::Result<Outcome> {
-        let post = Outbound {
-            key: format!(
-                "{}:post:{}:{}",
-                run.agent_id, run.schedule_id, run.run_at_ms
-            ),
-            room: RoomRef::new(run.room.platform, run.room.room.clone()),
+        let post = crate::drafts::outbound(
+            &run.agent_id,
+            &run.schedule_id,
+            run.run_at_ms,
+            &run.room,
             text,
-            reply_to: None,
-            replaces: Vec::new(),
-        };
+        );
         let Some(outbox_id) = self.posts.store.posts_queue(run, &post).await? else {
             tracing::warn!(schedule = %run.schedule_id, "posts: the run was taken over while composing; not posting it here");
             return Ok(Outcome::Queued);

@@ -58,7 +58,18 @@ pub struct Spec {
     /// The longest post in characters (Farcaster's `MAX_CAST_LENGTH`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_length: Option<usize>,
+    /// Keep each post as a draft until an operator approves it (issue 47).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub approve: bool,
+    /// How long a draft waits for its approval before it expires (`24h` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_after: Option<String>,
 }
+
+/// How long a draft waits for approval when the schedule does not say.
+pub const DEFAULT_EXPIRE_AFTER: Duration = Duration::from_secs(86_400);
+/// The longest a draft may wait: a week.
+pub const MAX_EXPIRE_AFTER: Duration = Duration::from_secs(7 * 86_400);
 
 /// When a schedule runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,6 +94,8 @@ pub struct Schedule {
     pub prompt: Option<String>,
     pub immediately: bool,
     pub max_length: Option<usize>,
+    /// `approve: true`: how long each draft waits for its approval; `None` posts at once.
+    pub approval: Option<Duration>,
 }
 
 /// Why a schedule was refused, said to the author or the API caller.
@@ -232,13 +245,32 @@ impl Spec {
                 "prompt is longer than {PROMPT_MAX_CHARS} characters"
             ));
         }
+        let approval = self.approval()?;
         Ok(Schedule {
             room,
             cadence,
+            approval,
             prompt: self.prompt.clone().filter(|p| !p.trim().is_empty()),
             immediately: self.immediately,
             max_length: self.max_length.filter(|n| *n > 0),
         })
+    }
+}
+
+impl Spec {
+    /// `approve` and `expireAfter`: 1 s to a week, 24 h when absent.
+    fn approval(&self) -> Result<Option<Duration>, SpecError> {
+        let within = match &self.expire_after {
+            None => DEFAULT_EXPIRE_AFTER,
+            Some(text) => parse_duration(text)?,
+        };
+        if within.is_zero() || within > MAX_EXPIRE_AFTER {
+            return err("expireAfter must be between 1s and 7d");
+        }
+        if self.expire_after.is_some() && !self.approve {
+            return err("expireAfter goes with `approve: true`");
+        }
+        Ok(self.approve.then_some(within))
     }
 }
 

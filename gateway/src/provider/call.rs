@@ -15,6 +15,7 @@
 //! this file can make, so nothing else can reach a vendor without being metered.
 
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use super::{Completion, Feature, ModelProvider, OutageNotice, ProviderError, ToolCall, ToolRound};
 use crate::live::Live;
@@ -118,8 +119,17 @@ impl dyn ModelProvider + '_ {
     /// once. A provider that does not stream shows a live answer whole when it has it.
     pub async fn call(&self, request: Request<'_>) -> Result<Reply, ProviderError> {
         let started = Instant::now();
+        let span = self.span_of(&request);
         let sent = self.send(&request, Sealed(()));
-        let result = request.payer.turn.scope(sent).await;
+        let result = request
+            .payer
+            .turn
+            .scope(sent)
+            .instrument(span.clone())
+            .await;
+        if !span.is_disabled() {
+            record(&span, &request, &result);
+        }
         if let (Some(live), Ok(reply)) = (request.live, &result)
             && reply.calls.is_empty()
             && !self.offers(Feature::Streaming)
@@ -147,6 +157,33 @@ impl dyn ModelProvider + '_ {
         result
     }
 
+    /// The call's span (`crate::trace`): disabled, and free, unless traces are exported.
+    fn span_of(&self, request: &Request<'_>) -> tracing::Span {
+        if !crate::trace::on() {
+            return tracing::Span::none();
+        }
+        let model = self.model_of(request);
+        let operation = match request.parts {
+            Parts::Chat(_) => "chat",
+            Parts::Audio { .. } | Parts::Speech { .. } => "generate_content",
+        };
+        let span = crate::trace::model_span(
+            operation,
+            &model.vendor,
+            &model.model,
+            request.purpose.as_str(),
+        );
+        if crate::trace::capture_content()
+            && let Parts::Chat(prompt) = request.parts
+        {
+            span.record(
+                "gen_ai.input.messages",
+                crate::trace::messages("user", &prompt.user),
+            );
+        }
+        span
+    }
+
     /// The model a request goes to: the provider's, or the one an audio request names.
     fn model_of(&self, request: &Request<'_>) -> ModelRef {
         let model = self.model();
@@ -155,6 +192,37 @@ impl dyn ModelProvider + '_ {
             Parts::Audio { model: named, .. } | Parts::Speech { model: named, .. } => {
                 ModelRef::new(model.vendor, named)
             }
+        }
+    }
+}
+
+/// What came of the call, on its span: the tokens, the error, the answer when content is
+/// captured.
+fn record(span: &tracing::Span, request: &Request<'_>, result: &Result<Reply, ProviderError>) {
+    match result {
+        Ok(reply) => {
+            // As i64: tracing-opentelemetry turns unsigned fields into strings.
+            if let Some(n) = reply.completion.prompt_tokens {
+                span.record("gen_ai.usage.input_tokens", i64::from(n));
+            }
+            if let Some(n) = reply.completion.completion_tokens {
+                span.record("gen_ai.usage.output_tokens", i64::from(n));
+            }
+            if crate::trace::capture_content() && matches!(request.parts, Parts::Chat(_)) {
+                let text = crate::trace::messages("assistant", &reply.completion.text);
+                span.record("gen_ai.output.messages", text);
+            }
+        }
+        Err(e) => {
+            let kind = match e {
+                ProviderError::Unconfigured(_) => "unconfigured",
+                ProviderError::Timeout(_) => "timeout",
+                ProviderError::RateLimited { .. } => "rate_limited",
+                ProviderError::Upstream(_) => "upstream",
+                ProviderError::Empty => "empty",
+            };
+            span.record("error.type", kind);
+            span.record("otel.status_code", "ERROR");
         }
     }
 }

@@ -16,7 +16,8 @@
 //! - room summaries and user facts: memory beyond the recent window.
 //! - room state: the controls people set from the chat (muted, following, forgotten).
 //! - usage: one record per model call, daily rollups, budget notices (`usage`).
-//! - posts: autonomous post schedules, each run's claim and what came of it (`posts`).
+//! - posts: autonomous post schedules, each run's claim and what came of it (`posts`),
+//!   and the drafts that wait for an operator's approval (`drafts`, issue 47).
 //! - people: accounts linked into one person across platforms, `/link` codes (`people`);
 //! - media: images posted to the API, by the SHA-256 of their bytes (`media`), so the
 //!   journal and the bus carry a reference, never the bytes.
@@ -78,6 +79,7 @@ mod access_tests;
 mod arbiter;
 #[cfg(test)]
 mod arbiter_tests;
+mod drafts;
 mod engine;
 mod fact_ids;
 mod feedback;
@@ -127,6 +129,7 @@ use troupe_connectors::{AgentId, Inbound, Outbound, Platform, RoomKey};
 
 pub use access::{Approval, Approved, Asker, PendingCode, Telling};
 pub use arbiter::Floor;
+pub use drafts::{Decided, Draft};
 pub use fact_ids::IdentifiedFact;
 pub use feedback::{FeedbackTally, NewFeedback, ReplyMessage};
 pub use history::StoredImage;

@@ -101,6 +101,10 @@ pub enum RunState {
     DryRun,
     Skipped,
     Failed,
+    /// Waiting for an operator's approval (issue 47, `storage::drafts`).
+    Draft,
+    Rejected,
+    Expired,
 }
 
 impl RunState {
@@ -111,16 +115,22 @@ impl RunState {
             RunState::DryRun => "dry_run",
             RunState::Skipped => "skipped",
             RunState::Failed => "failed",
+            RunState::Draft => "draft",
+            RunState::Rejected => "rejected",
+            RunState::Expired => "expired",
         }
     }
 
-    fn parse(s: &str) -> Result<Self> {
+    pub(super) fn parse(s: &str) -> Result<Self> {
         Ok(match s {
             "claimed" => RunState::Claimed,
             "queued" => RunState::Queued,
             "dry_run" => RunState::DryRun,
             "skipped" => RunState::Skipped,
             "failed" => RunState::Failed,
+            "draft" => RunState::Draft,
+            "rejected" => RunState::Rejected,
+            "expired" => RunState::Expired,
             other => {
                 return Err(StorageError::Corrupt(format!(
                     "post_runs: unknown state `{other}`"
@@ -174,9 +184,10 @@ const SCHEDULE_COLUMNS: &str =
 
 /// Inserts the outbox entry of a post, pending and due at once (both backends: the
 /// outbound is JSON text on SQLite, JSONB on Postgres).
-const OUTBOX_SQLITE: &str = "INSERT INTO outbox (agent_id, outbound, created_at_ms, updated_at_ms)
+pub(super) const OUTBOX_SQLITE: &str =
+    "INSERT INTO outbox (agent_id, outbound, created_at_ms, updated_at_ms)
      VALUES ($1, $2, $3, $3) RETURNING id";
-const OUTBOX_POSTGRES: &str =
+pub(super) const OUTBOX_POSTGRES: &str =
     "INSERT INTO outbox (agent_id, outbound, created_at_ms, updated_at_ms)
      VALUES ($1, CAST($2 AS JSONB), $3, $3) RETURNING id";
 
@@ -520,7 +531,7 @@ impl Store {
     ) -> Result<Vec<PostRun>> {
         let filter = match which {
             RecentRuns::All => "",
-            RecentRuns::Posted => "AND state IN ('queued', 'dry_run')",
+            RecentRuns::Posted => "AND state IN ('queued', 'dry_run', 'draft')",
         };
         let sql = format!(
             "SELECT id, schedule_id, room, run_at_ms, state, text, reason, created_at_ms

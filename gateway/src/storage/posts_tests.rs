@@ -12,6 +12,8 @@ on_both_backends!(
     a_restart_keeps_the_next_run_and_a_change_starts_over,
     a_dead_claimers_run_is_taken_over_then_given_up,
     only_the_holder_queues_the_post_once,
+    ten_approvals_of_one_draft_queue_it_once,
+    a_draft_expires_and_a_rejected_one_stays_rejected,
 );
 
 fn room() -> RoomKey {
@@ -185,4 +187,115 @@ async fn only_the_holder_queues_the_post_once(store: Store) {
     assert_eq!(posted.len(), 1);
     assert_eq!(posted[0].text.as_deref(), Some("a thought"));
     assert_eq!(posted[0].state, RunState::Queued);
+}
+
+fn post_of(d: &Draft) -> Outbound {
+    Outbound {
+        key: format!("ada:post:{}:{}", d.schedule_id, d.run_at_ms),
+        room: RoomRef::new(Platform::Discord, RoomId::new("42")),
+        text: d.text.clone().unwrap_or_default(),
+        reply_to: None,
+        replaces: Vec::new(),
+    }
+}
+
+/// Issue 47: a held draft, edited, then approved by ten callers at once: one outbox entry,
+/// with the edited text; the others are conflicts.
+async fn ten_approvals_of_one_draft_queue_it_once(store: Store) {
+    let run = claimed(&store, 60_000).await;
+    let now = now_ms();
+    assert!(
+        store
+            .posts_hold(&run, "a thought", now + 60_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store.posts_hold(&run, "again", now + 60_000).await.unwrap(),
+        "held once"
+    );
+    let agent = AgentId::new("ada");
+    let edited = store
+        .draft_edit(&agent, run.id, "a better thought", now)
+        .await
+        .unwrap();
+    assert_eq!(edited, Decided::Done(None));
+    let mut tries = Vec::new();
+    for _ in 0..10 {
+        let (store, agent) = (store.clone(), agent.clone());
+        tries.push(tokio::spawn(async move {
+            store
+                .draft_approve(&agent, run.id, "api", now, post_of)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut queued = Vec::new();
+    for t in tries {
+        match t.await.unwrap() {
+            Decided::Done(Some(id)) => queued.push(id),
+            other => assert_eq!(other, Decided::Conflict(RunState::Queued)),
+        }
+    }
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    let entry = store
+        .outbox_claim_one(queued[0], now_ms(), 1_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(entry.outbound.text, "a better thought");
+    let d = store.draft(&agent, run.id).await.unwrap().unwrap();
+    assert_eq!(d.drafted_text.as_deref(), Some("a thought"));
+    assert_eq!(d.decided_by.as_deref(), Some("api"));
+}
+
+async fn a_draft_expires_and_a_rejected_one_stays_rejected(store: Store) {
+    let run = claimed(&store, 60_000).await;
+    let agent = AgentId::new("ada");
+    assert!(store.posts_hold(&run, "a thought", 5_000).await.unwrap());
+    // Past its expiry: listed expired, and neither approved nor edited.
+    assert_eq!(
+        store.drafts(&agent, 6_000, 10).await.unwrap()[0].state,
+        RunState::Expired
+    );
+    let approved = store
+        .draft_approve(&agent, run.id, "api", 6_000, post_of)
+        .await
+        .unwrap();
+    assert_eq!(approved, Decided::Conflict(RunState::Expired));
+    assert_eq!(store.drafts_expire(6_000).await.unwrap(), 1);
+    assert_eq!(
+        store.draft_edit(&agent, run.id, "x", 4_000).await.unwrap(),
+        Decided::Conflict(RunState::Expired)
+    );
+    assert_eq!(
+        store
+            .draft_approve(&agent, 999, "api", 1, post_of)
+            .await
+            .unwrap(),
+        Decided::NotFound
+    );
+    // Another run, rejected: never approved after.
+    let s = store.posts_due(20_000, 1).await.unwrap().remove(0);
+    let second = store
+        .posts_claim(&s, 30_000, 20_000, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        store
+            .posts_hold(&second, "b thought", 90_000)
+            .await
+            .unwrap()
+    );
+    let rejected = store
+        .draft_reject(&agent, second.id, "telegram:9", 21_000)
+        .await
+        .unwrap();
+    assert_eq!(rejected, Decided::Done(None));
+    let again = store
+        .draft_approve(&agent, second.id, "api", 21_000, post_of)
+        .await
+        .unwrap();
+    assert_eq!(again, Decided::Conflict(RunState::Rejected));
 }
