@@ -17,7 +17,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import troupe_bench, fmt  # noqa: E402
 
-FIGURES = [("p50", "ms"), ("p90", "ms"), ("p99", "ms"), ("tput", "msg/s"), ("tput_p99", "ms"), ("rss", "MiB")]
+FIGURES = [("p50", "ms"), ("p90", "ms"), ("p99", "ms"), ("tput", "msg/s"), ("tput_p99", "ms"),
+           ("cpu", "ms/msg"), ("csw", "/msg"), ("cpu_many", "ms/msg"), ("csw_many", "/msg"), ("rss", "MiB")]
 
 
 def main():

@@ -55,6 +55,10 @@ FIGURES = [
     ("p99", "latency p99, one room", "ms", "lower"),
     ("tput", "throughput, {rooms} rooms at once", "msg/s", "higher"),
     ("tput_p99", "p99 under that load", "ms", "lower"),
+    ("cpu", "CPU per message, one room", "ms/msg", "lower"),
+    ("csw", "context switches per message, one room", "/msg", "lower"),
+    ("cpu_many", "CPU per message, {rooms} rooms at once", "ms/msg", "lower"),
+    ("csw_many", "context switches per message, {rooms} rooms", "/msg", "lower"),
     ("rss", "peak RSS (bench run)", "MiB", "lower"),
     ("ready", "start to ready", "ms", "lower"),
     ("ready_rss", "RSS when ready", "MiB", "lower"),
@@ -98,11 +102,15 @@ def troupe_bench(args):
     num = r"([0-9.]+)"
     lat = re.search(rf"latency, one room\s+p50 {num} ms\s+p90 {num} ms\s+p99 {num} ms", out)
     tput = re.search(rf"throughput, \d+ rooms\s+{num} messages/s\s+\(p50 {num} ms, p99 {num} ms", out)
-    if not lat or not tput:
+    # What each phase cost the process per message (getrusage; start-up not in it).
+    cost = re.findall(rf"^cost, .*CPU {num} ms/message\s+{num} context switches/message", out, re.M)
+    if not lat or not tput or len(cost) < 2:
         sys.exit(f"could not read troupe bench's output:\n{out}")
     return {
         "p50": float(lat[1]), "p90": float(lat[2]), "p99": float(lat[3]),
-        "tput": float(tput[1]), "tput_p99": float(tput[3]), "rss": peak,
+        "tput": float(tput[1]), "tput_p99": float(tput[3]),
+        "cpu": float(cost[0][0]), "csw": float(cost[0][1]),
+        "cpu_many": float(cost[1][0]), "csw_many": float(cost[1][1]), "rss": peak,
     }
 
 
@@ -182,13 +190,28 @@ def eliza(args, mode):
         "p99": result["latency"]["p99_ms"],
         "tput": result["throughput"]["per_s"],
         "tput_p99": result["throughput"]["p99_ms"],
+        # The same measure as troupe's: the process's CPU and context switches over a
+        # phase, per message (bench.ts reads them around each phase).
+        # (null where the runtime has no process.resourceUsage: then not a number.)
+        "cpu": number(result["latency"].get("cpu_ms_per_message")),
+        "csw": number(result["latency"].get("switches_per_message")),
+        "cpu_many": number(result["throughput"].get("cpu_ms_per_message")),
+        "csw_many": number(result["throughput"].get("switches_per_message")),
         "rss": peak,
         "ready": ready_s * 1000,
         "ready_rss": result["rss_mib"]["idle"],
     }
 
 
+def number(v):
+    return float("nan") if v is None else float(v)
+
+
 def fmt(v, unit):
+    if unit == "ms/msg":
+        return f"{v:.3f}" if v < 10 else f"{v:.1f}"
+    if unit == "/msg":
+        return f"{v:.2f}" if v < 100 else f"{v:.0f}"
     if unit == "msg/s":
         return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
     if unit == "ms":

@@ -9,7 +9,8 @@
 # the rest (HTTP, Postgres, NATS, 10,000 rooms). The word PGDB in the arguments becomes a
 # fresh Postgres database for each run (createdb/dropdb on 127.0.0.1 as postgres), so no run
 # reads another's rows. Rate limits are lifted. One line per run: throughput (the 16
-# clients' line over HTTP), one room's latency, RSS, and the process's CPU seconds.
+# clients' line over HTTP), one room's latency, RSS, the process's CPU seconds, and each
+# phase's CPU and context switches per message (troupe bench's `cost` lines).
 set -euo pipefail
 [[ $# -ge 4 && $4 == -- ]] || { sed -n 2,5p "$0" >&2; exit 2; }
 A=$1 B=$2 rounds=$3
@@ -32,6 +33,8 @@ for ((r = 1; r <= rounds; r++)); do
     lat=$(grep -oE 'p50 [0-9.]+ ms +p90 [0-9.]+ ms +p99 [0-9.]+ ms' <<<"$out" | head -1)
     rss=$(grep -oE 'RSS idle / peak.*' <<<"$out" | tr -s ' ')
     cpu=$(grep -oE '^cpu .*' <<<"$out")
-    echo "round $r $side: $tput | one room $lat | $rss | $cpu"
+    # Per message, each phase (one room / client, then all at once): CPU ms, context switches.
+    cost=$( { grep -E '^cost, ' <<<"$out" || true; } | sed -E 's/^cost, *([^ ]+ [^ ]+) +CPU ([0-9.]+) ms\/message +([0-9.]+) context.*/\1 \2 ms \3 cs/' | paste -sd ';' - || true)
+    echo "round $r $side: $tput | one room $lat | $rss | $cpu | per message: $cost"
   done
 done

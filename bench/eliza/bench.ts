@@ -184,12 +184,32 @@ function pct(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))];
 }
 
+// What a phase cost the process, as troupe bench reports it (getrusage of the process: CPU
+// user + system, voluntary + involuntary context switches), per message of the phase.
+type Usage = { cpuUs: number; switches: number };
+function usage(): Usage {
+  const cpu = process.cpuUsage();
+  const ru = typeof process.resourceUsage === "function" ? process.resourceUsage() : undefined;
+  const switches = ru ? ru.voluntaryContextSwitches + ru.involuntaryContextSwitches : NaN;
+  return { cpuUs: cpu.user + cpu.system, switches };
+}
+function cost(since: Usage, messages: number) {
+  const now = usage();
+  return {
+    cpu_ms_per_message: (now.cpuUs - since.cpuUs) / 1000 / Math.max(1, messages),
+    switches_per_message: (now.switches - since.switches) / Math.max(1, messages),
+  };
+}
+
 // Phase 1: latency, one room.
+const soloStart = usage();
 const single = (await conversation("solo", latencyMessages)).sort((a, b) => a - b);
+const soloCost = cost(soloStart, latencyMessages + warmup);
 
 // Phase 2: throughput, `rooms` conversations at once (rooms opened inside the timed part,
 // as troupe bench's rooms are created by their first message).
 const perRoom = Math.ceil(totalMessages / rooms);
+const manyStart = usage();
 const started = performance.now();
 const loaded = (
   await Promise.all(Array.from({ length: rooms }, (_, r) => conversation(String(r), perRoom)))
@@ -197,6 +217,7 @@ const loaded = (
   .flat()
   .sort((a, b) => a - b);
 const elapsedS = (performance.now() - started) / 1000;
+const manyCost = cost(manyStart, rooms * (perRoom + warmup));
 const peakRss = rssKib("VmHWM");
 
 console.log(
@@ -207,6 +228,7 @@ console.log(
       p50_ms: pct(single, 0.5),
       p90_ms: pct(single, 0.9),
       p99_ms: pct(single, 0.99),
+      ...soloCost,
     },
     throughput: {
       rooms,
@@ -214,6 +236,7 @@ console.log(
       per_s: (rooms * (perRoom + warmup)) / elapsedS,
       p50_ms: pct(loaded, 0.5),
       p99_ms: pct(loaded, 0.99),
+      ...manyCost,
     },
     rss_mib: { idle: idleRss / 1024, peak: peakRss / 1024 },
   }),

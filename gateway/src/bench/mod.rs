@@ -6,7 +6,8 @@
 //! has one conversation partner who waits for an answer before saying the next thing.
 //! Two phases: latency (one room, so nothing queues ahead of a message) and throughput
 //! (`--rooms` conversations at once). It also reports the process's resident memory, idle
-//! after start and at its peak.
+//! after start and at its peak, and what each phase cost the process per message: CPU time
+//! and context switches (`stats::Usage`; the clients, in this process, are in it too).
 //!
 //! With `--bus nats://…` the messages go through NATS JetStream instead, and `--replicas N`
 //! builds N headless apps in this one process on the same database and the same stream (a
@@ -45,7 +46,7 @@ mod scheduler;
 mod stats;
 pub(crate) mod vectors;
 
-use stats::{pct, rss_kib};
+use stats::{Usage, pct, rss_kib};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -178,11 +179,15 @@ async fn messages(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCod
         return over_http(addr, &args, &run_id, idle_rss, bench.shutdown, bench.tasks).await;
     }
     let (backend, bus_kind) = (bench.backend, bench.bus_kind);
+    let before = Usage::now();
     let latencies = latency(&bench, &run_id, args.latency_messages, args.warmup).await?;
+    let solo_cost = Usage::report(before, "one room", args.latency_messages + args.warmup);
     let rooms = args.rooms.max(1);
     let per_room = args.messages.div_ceil(rooms);
-    let (loaded, elapsed) = throughput(&bench, &run_id, rooms, per_room, args.warmup).await?;
     let total = rooms * (per_room + args.warmup);
+    let before = Usage::now();
+    let (loaded, elapsed) = throughput(&bench, &run_id, rooms, per_room, args.warmup).await?;
+    let many_cost = Usage::report(before, &format!("{rooms} rooms"), total);
     let peak_rss = rss_kib("VmHWM");
     stop(bench.shutdown, bench.tasks).await?;
     if let Some(bus) = &args.bus {
@@ -205,6 +210,8 @@ async fn messages(mut config: Config, args: BenchArgs) -> anyhow::Result<ExitCod
         ms(pct(&loaded, 0.99)),
         loaded.len()
     );
+    println!("{solo_cost}");
+    println!("{many_cost}");
     print_rss(idle_rss, peak_rss);
     Ok(ExitCode::SUCCESS)
 }
@@ -396,6 +403,7 @@ async fn over_http(
         "troupe bench (http {addr}): latency over {} sequential posts, then {} posts from {clients} clients over {rooms} rooms",
         args.latency_messages, args.messages
     );
+    let before = Usage::now();
     let single = http::load(
         addr,
         &format!("{run_id}-solo"),
@@ -405,17 +413,19 @@ async fn over_http(
         1,
     )
     .await?;
+    let solo_cost = Usage::report(before, "one client", args.latency_messages + args.warmup);
     let per_client = args.messages.div_ceil(clients);
+    let total = clients * (per_client + args.warmup);
+    let before = Usage::now();
     let many = http::load(addr, run_id, clients, per_client, args.warmup, rooms).await?;
+    let many_cost = Usage::report(before, &format!("{clients} clients"), total);
     let peak_rss = rss_kib("VmHWM");
     stop(shutdown, running).await?;
     println!("bus                     in-process, over HTTP");
     http::report("one client", &single, single.latencies.len());
-    http::report(
-        &format!("{clients} clients"),
-        &many,
-        clients * (per_client + args.warmup),
-    );
+    http::report(&format!("{clients} clients"), &many, total);
+    println!("{solo_cost}");
+    println!("{many_cost}");
     print_rss(idle_rss, peak_rss);
     Ok(ExitCode::SUCCESS)
 }
