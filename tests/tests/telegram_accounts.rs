@@ -42,7 +42,8 @@ async fn model() -> FakeOpenAi {
 }
 
 /// Tess with two bots: `default` on `main`, `support` on `support`, which answers only in
-/// the group -100900 (and in DMs).
+/// the group -100900 and in Ann's DM: as elizaOS's lists do, an account's `allowedChats`
+/// holds DMs too (docs/access.md).
 fn character(main: &FakeTelegram, support: &FakeTelegram) -> Value {
     let mut c = persona_json("Tess", "Tess keeps the night ferry's logbook.");
     c["plugins"] = json!(["@elizaos/plugin-telegram"]);
@@ -52,7 +53,7 @@ fn character(main: &FakeTelegram, support: &FakeTelegram) -> Value {
             "support": {
                 "botToken": support.token(),
                 "apiRoot": support.api_root(),
-                "allowedChats": ["-100900"]
+                "allowedChats": ["-100900", ANN.to_string()]
             }
         }
     });

@@ -141,13 +141,14 @@ impl Access {
         {
             return Ok(Verdict::Let(Trust::Trusted));
         }
-        if on.dm == DmPolicy::Open && !need_trust {
+        let dm = rules.dm_of(platform, tag);
+        if dm == DmPolicy::Open && !need_trust {
             return Ok(Verdict::Let(Trust::Stranger));
         }
-        if on.dm != DmPolicy::Disabled && self.trust(agent, platform, user).await? {
+        if dm != DmPolicy::Disabled && self.trust(agent, platform, user).await? {
             return Ok(Verdict::Let(Trust::Trusted));
         }
-        let pairing = match on.dm {
+        let pairing = match dm {
             DmPolicy::Open => return Ok(Verdict::Let(Trust::Stranger)),
             DmPolicy::Pairing => true,
             DmPolicy::Allowlist | DmPolicy::Disabled => false,
@@ -171,12 +172,12 @@ impl Access {
         };
         let told = self.store.access_tell(asker, telling, every).await?;
         tracing::info!(
-            policy = on.dm.as_str(),
+            policy = dm.as_str(),
             told = told.is_some(),
             "direct message not let in"
         );
         Ok(Verdict::Refuse {
-            say: told.map(|code| refusal(on.dm, &code)),
+            say: told.map(|code| refusal(dm, &code)),
         })
     }
 

@@ -53,6 +53,8 @@ impl DmPolicy {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlatformRules {
     pub dm: DmPolicy,
+    /// Whether `<PLATFORM>_DM_POLICY` was written somewhere, rather than defaulted.
+    pub dm_set: bool,
     /// `<PLATFORM>_ALLOW_FROM`: user ids, and `@usernames` (lower-cased) on Telegram.
     pub allow_from: Vec<String>,
     /// The group rooms it answers in (`TELEGRAM_ALLOWED_CHATS`, Discord's `CHANNEL_IDS`);
@@ -99,6 +101,7 @@ impl Rules {
         };
         let telegram = PlatformRules {
             dm: telegram_dm,
+            dm_set: persona.secret("TELEGRAM_DM_POLICY", env).is_some(),
             allow_from: list(persona, env, "TELEGRAM_ALLOW_FROM")
                 .into_iter()
                 .map(|u| {
@@ -114,6 +117,7 @@ impl Rules {
         };
         let discord = PlatformRules {
             dm: policy(persona, env, "DISCORD_DM_POLICY", &mut problems),
+            dm_set: persona.secret("DISCORD_DM_POLICY", env).is_some(),
             allow_from: list(persona, env, "DISCORD_ALLOW_FROM"),
             rooms: some_list(persona, env, "CHANNEL_IDS"),
             listen_only: list(persona, env, "DISCORD_LISTEN_CHANNEL_IDS"),
@@ -167,6 +171,21 @@ impl Rules {
             }
         }
         on.rooms.as_deref()
+    }
+
+    /// The DM policy in a room of the account whose ids carry `tag`: an account's own
+    /// `allowedChats` closes its DMs as `TELEGRAM_ALLOWED_CHATS` does (elizaOS's lists hold
+    /// every chat), unless a DM policy is written.
+    pub fn dm_of(&self, platform: Platform, tag: Option<&str>) -> DmPolicy {
+        let Some(on) = self.on(platform) else {
+            return DmPolicy::Open;
+        };
+        let listed = self.rooms_of(platform, tag).is_some_and(|r| !r.is_empty());
+        if platform == Platform::Telegram && !on.dm_set && listed {
+            DmPolicy::Allowlist
+        } else {
+            on.dm
+        }
     }
 
     /// The rules of `platform`; `None` where troupe has no DM gate (the HTTP API, whose
@@ -313,6 +332,15 @@ mod tests {
             Rules::of(&from_json(empty), &Env::new()).telegram.dm,
             DmPolicy::Open
         );
+        // An account's own list closes that account's DMs the same way, and only its.
+        let accounts = json!({"name": "A", "bio": "x", "settings": {"telegram": {"accounts": {
+            "support": {"botToken": "1:a", "allowedChats": ["-5"]}, "sales": {"botToken": "2:b"}}}}});
+        let r = Rules::of(&from_json(accounts), &Env::new());
+        assert_eq!(
+            r.dm_of(Platform::Telegram, Some("support")),
+            DmPolicy::Allowlist
+        );
+        assert_eq!(r.dm_of(Platform::Telegram, Some("sales")), DmPolicy::Open);
         // Discord's channel list is about guild channels only: its DMs stay open.
         let discord = json!({"name": "A", "bio": "x", "settings": {"CHANNEL_IDS": ["c"]}});
         assert_eq!(
