@@ -177,24 +177,16 @@ impl Store {
         text: &str,
         now: i64,
     ) -> Result<Decided> {
-        let changed = with_pool!(self, pool => {
-            sqlx::query(
-                "UPDATE post_runs SET drafted_text = COALESCE(drafted_text, text), text = $3,
-                     updated_at_ms = $4
-                 WHERE agent_id = $1 AND id = $2 AND state = 'draft' AND expires_at_ms > $4",
-            )
-            .bind(agent_id)
-            .bind(id)
-            .bind(text)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(|d| d.rows_affected())
-        })?;
-        if changed == 1 {
-            return Ok(Decided::Done(None));
-        }
-        self.undecided(agent_id, id).await
+        self.while_waiting(
+            "UPDATE post_runs SET drafted_text = COALESCE(drafted_text, text), text = $3,
+                 updated_at_ms = $4
+             WHERE agent_id = $1 AND id = $2 AND state = 'draft' AND expires_at_ms > $4",
+            agent_id,
+            id,
+            text,
+            now,
+        )
+        .await
     }
 
     /// Rejects a waiting draft: it is never sent.
@@ -205,19 +197,37 @@ impl Store {
         by: &str,
         now: i64,
     ) -> Result<Decided> {
+        self.while_waiting(
+            "UPDATE post_runs SET state = 'rejected', reason = 'rejected', decided_by = $3,
+                 decided_at_ms = $4, updated_at_ms = $4
+             WHERE agent_id = $1 AND id = $2 AND state = 'draft' AND expires_at_ms > $4",
+            agent_id,
+            id,
+            by,
+            now,
+        )
+        .await
+    }
+
+    /// Runs `sql` (binding the agent, the draft's id, `value` and `now` as $1-$4), which
+    /// changes the draft only while it waits; otherwise says why it could not.
+    async fn while_waiting(
+        &self,
+        sql: &'static str,
+        agent_id: &AgentId,
+        id: i64,
+        value: &str,
+        now: i64,
+    ) -> Result<Decided> {
         let changed = with_pool!(self, pool => {
-            sqlx::query(
-                "UPDATE post_runs SET state = 'rejected', reason = 'rejected', decided_by = $3,
-                     decided_at_ms = $4, updated_at_ms = $4
-                 WHERE agent_id = $1 AND id = $2 AND state = 'draft' AND expires_at_ms > $4",
-            )
-            .bind(agent_id)
-            .bind(id)
-            .bind(by)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(|d| d.rows_affected())
+            sqlx::query(sql)
+                .bind(agent_id)
+                .bind(id)
+                .bind(value)
+                .bind(now)
+                .execute(pool)
+                .await
+                .map(|d| d.rows_affected())
         })?;
         if changed == 1 {
             return Ok(Decided::Done(None));
