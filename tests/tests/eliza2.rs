@@ -1,25 +1,15 @@
 //! elizaOS 2.x character files through the binary (issue 46): the real ones from elizaOS's
-//! repository (`shared/fixtures/eliza2/` beside the clone, with their sources) pass `troupe check` clean,
+//! repository (tests/fixtures/eliza2/, with their sources in SOURCES.md) pass `troupe check` clean,
 //! and one of them, loaded unchanged, answers.
-
-#![allow(clippy::disallowed_methods)] // tests pick their fixtures from the environment
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use troupe_e2e::{Backend, FakeOpenAi, TestApp, TestAppOptions, troupe_bin};
 
-/// The 2.x fixtures: `eliza2/` beside the elizaOS fixtures.
-fn eliza2_dir() -> Option<std::path::PathBuf> {
-    let dir = troupe_e2e::fixtures_dir()?.join("../eliza2");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var("CI").is_err(),
-        "the elizaOS 2.x fixtures are not at {}",
-        dir.display()
-    );
-    None
+/// The 2.x fixtures live in the repository (tests/fixtures/eliza2, with SOURCES.md), so every
+/// clone has them and no run skips them.
+fn eliza2_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/eliza2")
 }
 
 fn files(dir: &std::path::Path) -> Vec<String> {
@@ -36,7 +26,7 @@ fn files(dir: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn troupe_check_accepts_the_elizaos_2x_files_clean() {
-    let Some(dir) = eliza2_dir() else { return };
+    let dir = eliza2_dir();
     let files = files(&dir);
     assert!(files.len() >= 2, "{}", dir.display());
     let out = std::process::Command::new(troupe_bin())
@@ -55,7 +45,7 @@ fn troupe_check_accepts_the_elizaos_2x_files_clean() {
 
 #[tokio::test]
 async fn an_elizaos_2x_file_loaded_unchanged_answers() {
-    let Some(dir) = eliza2_dir() else { return };
+    let dir = eliza2_dir();
     let text = std::fs::read_to_string(dir.join("v2_eliza__psychosis.json")).unwrap();
     let character: Value = serde_json::from_str(&text).unwrap();
     let model = FakeOpenAi::start().await;

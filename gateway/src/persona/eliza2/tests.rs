@@ -2,8 +2,6 @@
 //! field and what troupe does with it, positions of errors in the 2.x shapes, and several
 //! Telegram accounts for one persona.
 
-#![allow(clippy::disallowed_methods)] // tests pick their fixtures from the environment
-
 use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
@@ -37,21 +35,10 @@ fn warnings(l: &Loaded) -> Vec<String> {
     l.warnings.iter().map(ToString::to_string).collect()
 }
 
-/// The 2.x fixtures: `eliza2/` beside the elizaOS fixtures (`TROUPE_FIXTURES_DIR`).
-fn eliza2_dir() -> Option<PathBuf> {
-    let base = match std::env::var("TROUPE_FIXTURES_DIR") {
-        Ok(d) => PathBuf::from(d),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/characters"),
-    };
-    let dir = base.join("../eliza2");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("the elizaOS 2.x fixtures are not at {}", dir.display());
-    }
-    eprintln!("skipping: no elizaOS 2.x fixtures at {}", dir.display());
-    None
+/// The 2.x fixtures, kept in the repository (tests/fixtures/eliza2, with SOURCES.md): every
+/// clone has them, so nothing skips.
+fn eliza2_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/eliza2")
 }
 
 fn input<'a>(history: &'a [HistoryLine<'a>]) -> PromptInput<'a> {
@@ -69,7 +56,7 @@ fn input<'a>(history: &'a [HistoryLine<'a>]) -> PromptInput<'a> {
 
 #[test]
 fn real_elizaos_2x_files_load_and_compose() {
-    let Some(dir) = eliza2_dir() else { return };
+    let dir = eliza2_dir();
     let files = load::persona_files(&dir).unwrap();
     assert!(files.len() >= 2, "{}", dir.display());
     for f in &files {
