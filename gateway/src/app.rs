@@ -56,34 +56,12 @@ pub fn default_provider_factory() -> ProviderFactory {
     )
 }
 
-/// One bot account serves one persona: two personas with the same platform token would
-/// both answer every message. Refuses to start, naming both files.
+/// One bot account serves one persona: two personas with the same platform token (or
+/// Telegram account token) would both answer every message. Refuses to start, naming both
+/// files, unless they opted in to share the bot.
 fn claims_are_unique(loaded: &[Loaded], env: &crate::persona::Env) -> anyhow::Result<()> {
-    let mut claimed: HashMap<(Platform, String), &Persona> = HashMap::new();
-    for l in loaded {
-        let p = &l.persona;
-        for platform in p.platforms() {
-            let Some(token) = p.platform_token(platform, env) else {
-                continue;
-            };
-            if let Some(first) = claimed.insert((platform, token), p)
-                && !first.may_share_bot_with(p, platform)
-            {
-                anyhow::bail!(
-                    "{} and {} use the same {platform} token; one bot account can serve one \
-                     persona: give each its own token (settings.secrets or CHARACTER.<ID>.<KEY>){}",
-                    first.source.display(),
-                    p.source.display(),
-                    if platform == Platform::Discord {
-                        ", or let them share the bot with settings.troupe.discord.speakAs: \"webhook\" in each (docs/discord.md)"
-                    } else {
-                        ""
-                    }
-                );
-            }
-        }
-    }
-    Ok(())
+    let personas: Vec<&Persona> = loaded.iter().map(|l| &l.persona).collect();
+    persona::refuse_shared_bots(&personas, env).map_err(anyhow::Error::msg)
 }
 
 /// Everything that runs, built but not yet serving, grouped by what it serves.

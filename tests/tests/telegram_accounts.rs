@@ -143,3 +143,82 @@ async fn one_persona_answers_on_two_bots_with_one_memory_and_each_bots_allowed_c
         "the refused group got nothing"
     );
 }
+
+/// `troupe run` in a fresh directory with `files` in its `personas/` and `env` set: whether
+/// it started (it should not), and what it said.
+fn run_with(files: &[(&str, &Value)], env: &[(&str, &str)]) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let personas = dir.path().join("personas");
+    std::fs::create_dir_all(&personas).unwrap();
+    for (name, character) in files {
+        std::fs::write(personas.join(name), character.to_string()).unwrap();
+    }
+    let out = std::process::Command::new(troupe_e2e::troupe_bin())
+        .arg("run")
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("TROUPE_HTTP_ADDR", "127.0.0.1:0")
+        .env("OPENAI_API_KEY", "k")
+        .envs(env.iter().copied())
+        .output()
+        .expect("troupe run runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Tess on Telegram with the accounts `accounts`.
+fn tess_with(accounts: Value) -> Value {
+    let mut c = persona_json("Tess", "Tess keeps the night ferry's logbook.");
+    c["plugins"] = json!(["@elizaos/plugin-telegram"]);
+    c["settings"]["telegram"] = json!({ "accounts": accounts });
+    c
+}
+
+fn ben() -> Value {
+    let mut c = persona_json("Ben", "Ben mends the nets.");
+    c["clients"] = json!(["telegram"]);
+    c
+}
+
+#[test]
+fn a_telegram_account_token_another_persona_uses_refuses_to_start_naming_both() {
+    // Tess's support bot is Ben's bot (his settings.secrets): both would answer every
+    // message there.
+    let tess = tess_with(json!({"support": {"botToken": "123:same"}}));
+    let mut bens = ben();
+    bens["settings"]["secrets"] = json!({"TELEGRAM_BOT_TOKEN": "123:same"});
+    let (started, stderr) = run_with(&[("tess.json", &tess), ("ben.json", &bens)], &[]);
+    assert!(!started, "{stderr}");
+    assert!(
+        stderr.contains("ben.json and ")
+            && stderr.contains(
+                "tess.json (its telegram account \"support\") use the same telegram token"
+            ),
+        "{stderr}"
+    );
+
+    // Tess's `default` account takes TELEGRAM_BOT_TOKEN from the environment, as Ben does.
+    let tess = tess_with(json!({"default": {}, "support": {"botToken": "456:own"}}));
+    let (started, stderr) = run_with(
+        &[("tess.json", &tess), ("ben.json", &ben())],
+        &[("TELEGRAM_BOT_TOKEN", "123:env")],
+    );
+    assert!(!started, "{stderr}");
+    assert!(
+        stderr.contains("tess.json (its telegram account \"default\") use the same telegram token"),
+        "{stderr}"
+    );
+
+    // Two accounts of one persona with one token are one bot, too.
+    let tess = tess_with(json!({"main": {"botToken": "789:x"}, "support": {"botToken": "789:x"}}));
+    let (started, stderr) = run_with(&[("tess.json", &tess)], &[]);
+    assert!(!started, "{stderr}");
+    assert!(
+        stderr.contains("tess.json (its telegram account \"main\") and ")
+            && stderr.contains("(its telegram account \"support\") use the same telegram token"),
+        "{stderr}"
+    );
+}

@@ -54,7 +54,7 @@ impl Chorus {
         hooks: &Hooks,
         me: Snowflake,
     ) -> Result<Accepted, SinkError> {
-        if from_our_hook(msg, hooks) {
+        if from_our_hook(msg, hooks).await {
             return Ok(Accepted::Duplicate);
         }
         let replied = msg.referenced_message.as_deref();
@@ -73,12 +73,13 @@ impl Chorus {
     }
 }
 
-/// Whether `msg` was posted by one of our webhooks (in this channel or any other).
-pub(crate) fn from_our_hook(msg: &wire::Message, hooks: &Hooks) -> bool {
-    msg.webhook_id
-        .as_deref()
-        .and_then(Snowflake::parse)
-        .is_some_and(|w| hooks.is_ours(w.0))
+/// Whether `msg` was posted by one of our webhooks (in this channel or any other, made
+/// by this replica or another).
+async fn from_our_hook(msg: &wire::Message, hooks: &Hooks) -> bool {
+    match msg.webhook_id.as_deref().and_then(Snowflake::parse) {
+        Some(w) => hooks.is_ours_now(w.0).await,
+        None => false,
+    }
 }
 
 /// Whether `name` is in `text` as a word, in any case.

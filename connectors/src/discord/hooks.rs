@@ -63,6 +63,8 @@ pub(crate) struct Hooks {
     pub(crate) store: std::sync::Arc<dyn WebhookStore>,
     by_channel: Mutex<HashMap<u64, Hook>>,
     ours: Mutex<HashSet<u64>>,
+    /// Webhooks whose messages came and that are not ours: asked about once.
+    foreign: Mutex<HashSet<u64>>,
     refused: Mutex<HashSet<u64>>,
     places: Mutex<HashMap<u64, Place>>,
     /// The last message posted as a persona in each channel: a reply's marker looks for
@@ -79,6 +81,7 @@ impl Hooks {
             store,
             by_channel: Mutex::default(),
             ours: Mutex::default(),
+            foreign: Mutex::default(),
             refused: Mutex::default(),
             places: Mutex::default(),
             last_posted: Mutex::default(),
@@ -86,17 +89,50 @@ impl Hooks {
         }
     }
 
-    /// Loads the ids of every webhook kept, so their messages are refused from the start.
-    pub(crate) async fn load(&self) {
+    /// Loads the ids of every webhook kept, so their messages are refused from the start;
+    /// `false` when the database could not say.
+    pub(crate) async fn load(&self) -> bool {
         match self.store.ours().await {
-            Ok(ids) => self.ours.locked().extend(ids),
-            Err(e) => tracing::warn!(error = %e, "cannot read the Discord webhooks kept"),
+            Ok(ids) => {
+                self.ours.locked().extend(ids);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the Discord webhooks kept");
+                false
+            }
         }
     }
 
-    /// Whether `webhook` is one of ours (in any channel or guild).
+    /// Whether `webhook` is one of ours (in any channel or guild), as known here.
     pub(crate) fn is_ours(&self, webhook: u64) -> bool {
         self.ours.locked().contains(&webhook)
+    }
+
+    /// Whether `webhook`, whose message just came, is one of ours: known here, or kept in
+    /// the database since this connection loaded them (another replica made it for a
+    /// channel this one has not posted in). A webhook is kept before its first post, so one
+    /// the database does not have when its message comes is not ours, and is not asked
+    /// about again.
+    pub(crate) async fn is_ours_now(&self, webhook: u64) -> bool {
+        if self.is_ours(webhook) {
+            return true;
+        }
+        if self.foreign.locked().contains(&webhook) {
+            return false;
+        }
+        if !self.load().await {
+            return false;
+        }
+        if self.is_ours(webhook) {
+            return true;
+        }
+        let mut foreign = self.foreign.locked();
+        if foreign.len() > 4096 {
+            foreign.clear();
+        }
+        foreign.insert(webhook);
+        false
     }
 
     fn refused(&self, parent: u64) -> bool {
@@ -445,7 +481,7 @@ impl DiscordConnector {
             return Vec::new();
         };
         // A reply driven again at start may come before the connection loaded them.
-        hooks.load().await;
+        let _ = hooks.load().await;
         let me = *self.me.borrow();
         let history = match self.rest.messages_after(channel, after.0, 100).await {
             Ok(h) => h,
@@ -520,6 +556,47 @@ mod tests {
     use super::*;
 
     use crate::model::AgentId;
+
+    /// Webhooks kept by "the database", and how often it was asked for every id.
+    #[derive(Default)]
+    struct Kept {
+        ids: Mutex<Vec<u64>>,
+        asked: Mutex<usize>,
+    }
+
+    #[async_trait]
+    impl WebhookStore for Kept {
+        async fn get(&self, _: u64) -> Result<Option<Hook>, SinkError> {
+            Ok(None)
+        }
+        async fn put(&self, _: u64, hook: &Hook) -> Result<(), SinkError> {
+            self.ids.locked().push(hook.id);
+            Ok(())
+        }
+        async fn forget(&self, _: u64, _: u64) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn ours(&self) -> Result<Vec<u64>, SinkError> {
+            *self.asked.locked() += 1;
+            Ok(self.ids.locked().clone())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_webhook_another_replica_made_is_ours_and_a_strangers_is_asked_about_once() {
+        let kept = std::sync::Arc::new(Kept::default());
+        let hooks = Hooks::new(kept.clone());
+        assert!(hooks.load().await);
+        // Another replica makes a webhook after this connection loaded them.
+        kept.ids.locked().push(46);
+        assert!(!hooks.is_ours(46));
+        assert!(hooks.is_ours_now(46).await);
+        assert!(!hooks.is_ours_now(47).await);
+        let asked = *kept.asked.locked();
+        assert!(!hooks.is_ours_now(47).await);
+        assert!(hooks.is_ours_now(46).await);
+        assert_eq!(*kept.asked.locked(), asked, "each answer is kept");
+    }
 
     #[test]
     fn the_body_names_the_persona() {

@@ -396,7 +396,7 @@ impl Connector for DiscordConnector {
         };
         self.remember_me(me).await;
         if let Some(hooks) = &self.hooks {
-            hooks.load().await;
+            let _ = hooks.load().await;
         }
         self.announce().await;
         let receiver = Arc::new(self.receiver(sink));

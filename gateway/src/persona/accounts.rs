@@ -374,3 +374,95 @@ pub(super) fn account_warnings(p: &super::Persona, env: &super::Env) -> Vec<supe
     }
     out
 }
+
+/// One bot account a persona logs in to: its platform and token, and which of
+/// `settings.telegram.accounts` it is when it is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BotClaim {
+    pub platform: troupe_connectors::Platform,
+    pub token: String,
+    pub account: Option<String>,
+}
+
+impl BotClaim {
+    /// `file` or `file (its telegram account "id")`.
+    fn owner(&self, p: &super::Persona) -> String {
+        match &self.account {
+            Some(id) => format!(
+                "{} (its {} account \"{id}\")",
+                p.source.display(),
+                self.platform
+            ),
+            None => p.source.display().to_string(),
+        }
+    }
+}
+
+impl super::Persona {
+    /// Every bot account the persona logs in to, as `troupe run` starts them: on each of
+    /// its platforms the platform's token, and on Telegram each of its accounts instead when
+    /// it lists `settings.telegram.accounts`.
+    pub fn bot_claims(&self, env: &super::Env) -> Vec<BotClaim> {
+        use troupe_connectors::Platform;
+        let mut out = Vec::new();
+        for platform in self.platforms() {
+            let accounts = match platform {
+                Platform::Telegram => self.telegram_accounts(env),
+                _ => None,
+            };
+            match accounts {
+                Some(specs) => out.extend(specs.into_iter().map(|s| BotClaim {
+                    platform,
+                    token: s.token,
+                    account: Some(s.id),
+                })),
+                None => out.extend(self.platform_token(platform, env).map(|token| BotClaim {
+                    platform,
+                    token,
+                    account: None,
+                })),
+            }
+        }
+        out
+    }
+}
+
+/// How personas may share a bot on `platform`, for the errors that refuse a shared token.
+pub(crate) fn share_hint(platform: troupe_connectors::Platform) -> &'static str {
+    match platform {
+        troupe_connectors::Platform::Discord => {
+            ", or let them share the bot with settings.troupe.discord.speakAs: \"webhook\" in \
+             each (docs/discord.md)"
+        }
+        _ => "",
+    }
+}
+
+/// `troupe run`'s refusal of two personas (or two accounts of one) logging in to one bot
+/// account, which would both answer every message: the first such pair, naming both files
+/// (and accounts), and how to share where sharing is allowed.
+pub fn refuse_shared_bots(personas: &[&super::Persona], env: &super::Env) -> Result<(), String> {
+    let mut claimed: Vec<(&super::Persona, BotClaim)> = Vec::new();
+    for &p in personas {
+        for claim in p.bot_claims(env) {
+            let first = claimed
+                .iter()
+                .find(|(_, c)| c.platform == claim.platform && c.token == claim.token);
+            if let Some((first, earlier)) = first
+                && !(first.source != p.source && first.may_share_bot_with(p, claim.platform))
+            {
+                let platform = claim.platform;
+                return Err(format!(
+                    "{} and {} use the same {platform} token; one bot account can serve one \
+                     persona: give each its own token (settings.secrets, CHARACTER.<ID>.<KEY>, \
+                     or an account's botToken){}",
+                    earlier.owner(first),
+                    claim.owner(p),
+                    share_hint(platform),
+                ));
+            }
+            claimed.push((p, claim));
+        }
+    }
+    Ok(())
+}

@@ -137,6 +137,12 @@ fn shared_tokens(a: &Persona, b: &Persona, env: &Env) -> Vec<Diagnostic> {
         let Some(key) = secrets::token_key(platform) else {
             continue;
         };
+        // A persona with Telegram accounts logs in with those (`shared_account_tokens`).
+        if platform == Platform::Telegram
+            && (a.telegram_accounts(env).is_some() || b.telegram_accounts(env).is_some())
+        {
+            continue;
+        }
         let (Some((ta, sa)), Some((tb, _))) =
             (secrets::lookup(a, key, env), secrets::lookup(b, key, env))
         else {
@@ -163,11 +169,7 @@ fn token_error(
         other.source.display(),
         secrets::env_name(persona.id.as_str()),
     );
-    if platform == Platform::Discord {
-        message.push_str(
-            ", or let both speak through webhooks on one bot with settings.troupe.discord.speakAs: \"webhook\" (docs/discord.md)",
-        );
-    }
+    message.push_str(super::accounts::share_hint(platform));
     match source.field(key) {
         Some(field) => Diagnostic::at_field(persona, &field, message),
         None => {

@@ -50,6 +50,7 @@ use std::path::PathBuf;
 
 use troupe_connectors::{AgentId, Platform};
 
+pub use accounts::refuse_shared_bots;
 pub use character::Character;
 pub use check::{CheckReport, check_files};
 pub use diag::{Diagnostic, Severity};

@@ -35,6 +35,8 @@ impl NewMessage {
             attachments: Vec::new(),
             embeds: Vec::new(),
             flags: 0,
+            webhook_id: None,
+            guild: None,
         }
     }
     /// A direct message in DM channel `channel`.
@@ -55,6 +57,18 @@ impl NewMessage {
     }
     pub fn replying_to(mut self, message_id: &str) -> Self {
         self.reply_to = Some(message_id.into());
+        self
+    }
+    /// Posted through the webhook `id`, as anyone holding its URL can post (an admin may
+    /// also move a webhook to another channel): the author is the webhook, named as
+    /// `author` says.
+    pub fn through_webhook(mut self, id: &str) -> Self {
+        self.webhook_id = Some(id.into());
+        self
+    }
+    /// In guild `guild` rather than the fake's own (the bot is a member of both).
+    pub fn in_guild(mut self, guild: &str) -> Self {
+        self.guild = Some(guild.into());
         self
     }
     pub fn with_attachment(mut self, filename: &str, content_type: &str, size: u64) -> Self {
@@ -135,7 +149,11 @@ impl Inner {
     pub(super) fn message(&mut self, new: &NewMessage) -> Value {
         self.next_message += 1;
         let n = self.next_message;
-        let author = self.user(&new.author);
+        let author = match &new.webhook_id {
+            Some(hook) => json!({"id": hook, "username": new.author.name,
+                "discriminator": "0000", "avatar": null, "bot": true}),
+            None => self.user(&new.author),
+        };
         let mut mentioned: Vec<FakeBot> =
             new.mention_bot.then(FakeBot::primary).into_iter().collect();
         mentioned.extend(new.mentions.iter().cloned());
@@ -151,6 +169,9 @@ impl Inner {
             "pinned": false, "type": if new.reply_to.is_some() { 19 } else { 0 },
             "flags": new.flags,
         });
+        if let Some(hook) = &new.webhook_id {
+            m["webhook_id"] = json!(hook);
+        }
         if let Some(id) = &new.reply_to {
             m["message_reference"] =
                 json!({"type": 0, "message_id": id, "channel_id": new.channel});
@@ -189,7 +210,10 @@ impl FakeDiscord {
         let mut m = inner.message(&new);
         let id = m["id"].as_str().unwrap_or_default().to_string();
         if !new.dm {
-            m["guild_id"] = json!(GUILD_ID);
+            m["guild_id"] = json!(new.guild.as_deref().unwrap_or(GUILD_ID));
+        }
+        if !new.dm && new.webhook_id.is_none() {
+            // A webhook is no member: Discord sends no `member` with its messages.
             m["member"] = json!({"roles": [], "joined_at": "2026-01-01T00:00:00+00:00",
                 "deaf": false, "mute": false, "nick": null});
         }

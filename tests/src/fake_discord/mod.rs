@@ -170,6 +170,11 @@ pub struct NewMessage {
     pub embeds: Vec<Value>,
     /// Message flags (`IS_VOICE_MESSAGE`, 1 << 13, for a voice message).
     pub flags: u64,
+    /// Posted through this webhook (any webhook id, the bot's own among them): the message
+    /// has `webhook_id`, and its author is the webhook under `author`'s name.
+    pub webhook_id: Option<String>,
+    /// The guild of a guild message; `None`: the fake's guild, [`GUILD_ID`].
+    pub guild: Option<String>,
 }
 
 /// A message the bot sent.

@@ -14,8 +14,15 @@
 //!   answered only with `wait=true` (else 204). An unknown webhook (one an admin deleted,
 //!   [`FakeDiscord::delete_webhooks`]) is 404 Unknown Webhook (10015). A `thread_id` must be
 //!   a thread of the webhook's channel;
-//! - `PATCH`/`DELETE /webhooks/{id}/{token}/messages/{message}`: only a message of that
-//!   webhook (404 Unknown Message, 10008, otherwise).
+//!   A thread has no webhooks of its own: listing or creating them there is 400 (50024,
+//!   "Cannot execute action on this channel type"); its parent's webhook posts in it;
+//! - `PATCH`/`DELETE /webhooks/{id}/{token}/messages/{message}?thread_id=`: only a message
+//!   of that webhook, and for a message in a thread only with that thread's `thread_id`
+//!   (404 Unknown Message, 10008, otherwise), as `update_webhook_message` and
+//!   `delete_webhook_message` take it.
+//!
+//! A post's `thread_id` is kept in the recorded path (`/webhooks/{id}/…?thread_id=`), so a
+//! test sees where troupe said each message goes.
 //!
 //! The interaction follow-up shares the execute route's shape: a path whose id is the
 //! application's goes to `interactions::follow_up`.
@@ -83,6 +90,17 @@ fn bad_name(name: &str) -> Option<&'static str> {
         return Some("USERNAME_INVALID_CONTAINS");
     }
     None
+}
+
+/// A thread has no webhooks of its own (Discord's 50024 for the channel routes).
+fn thread_refusal(hooks: &Hooks, channel: &str) -> Option<Response> {
+    hooks.threads.iter().any(|(t, _)| t == channel).then(|| {
+        discord_error(
+            StatusCode::BAD_REQUEST,
+            50024,
+            "Cannot execute action on this channel type",
+        )
+    })
 }
 
 fn invalid_form(field: &str, code: &str) -> Response {
@@ -207,6 +225,11 @@ pub(super) async fn list_webhooks(
         record(&shared, "GET", path, 403, true);
         return discord_error(StatusCode::FORBIDDEN, 50013, "Missing Permissions");
     }
+    if let Some(refusal) = thread_refusal(&inner.hooks, &channel) {
+        drop(inner);
+        record(&shared, "GET", path, 400, true);
+        return refusal;
+    }
     let list: Vec<Value> = inner
         .hooks
         .webhooks
@@ -248,6 +271,11 @@ pub(super) async fn create_webhook(
         drop(inner);
         record(&shared, "POST", path, 403, true);
         return discord_error(StatusCode::FORBIDDEN, 50013, "Missing Permissions");
+    }
+    if let Some(refusal) = thread_refusal(&inner.hooks, &channel) {
+        drop(inner);
+        record(&shared, "POST", path, 400, true);
+        return refusal;
     }
     let name = body["name"].as_str().unwrap_or_default();
     if let Some(code) = bad_name(name) {
@@ -292,7 +320,7 @@ pub(super) async fn execute(
     if id == super::APPLICATION_ID {
         return super::interactions::follow_up(State(shared), Path((id, token)), body).await;
     }
-    let path = format!("/webhooks/{id}/…");
+    let path = with_thread(format!("/webhooks/{id}/…"), &query);
     let body: Value = serde_json::from_slice(&body).unwrap_or_default();
     let outcome = post(&shared, &id, &token, &query, &body);
     let (status, answer) = match outcome {
@@ -309,6 +337,14 @@ pub(super) async fn execute(
             .await;
     }
     answer
+}
+
+/// `path` with the request's `thread_id`, when it has one.
+fn with_thread(path: String, query: &HookQuery) -> String {
+    match &query.thread_id {
+        Some(thread) => format!("{path}?thread_id={thread}"),
+        None => path,
+    }
 }
 
 /// The `content`, `username` and `avatar_url` of a webhook post, as Discord checks them.
@@ -406,14 +442,24 @@ fn post(
     Ok(message)
 }
 
+/// The channel of webhook `id` (its messages outside it are in its threads).
+fn hook_channel<'a>(hooks: &'a Hooks, id: &str) -> &'a str {
+    hooks
+        .webhooks
+        .iter()
+        .find(|w| w.id == id)
+        .map_or("", |w| w.channel.as_str())
+}
+
 /// `PATCH`/`DELETE /webhooks/{id}/{token}/messages/{message}`.
 pub(super) async fn webhook_message(
     State(shared): State<Arc<Shared>>,
     method: axum::http::Method,
     Path((id, token, message)): Path<(String, String, String)>,
+    Query(query): Query<HookQuery>,
     body: axum::body::Bytes,
 ) -> Response {
-    let path = format!("/webhooks/{id}/…/messages/{message}");
+    let path = with_thread(format!("/webhooks/{id}/…/messages/{message}"), &query);
     let verb = if method == axum::http::Method::PATCH {
         "PATCH"
     } else {
@@ -425,11 +471,16 @@ pub(super) async fn webhook_message(
         .webhooks
         .iter()
         .any(|w| w.id == id && w.token == token);
-    let found = inner
-        .hooks
-        .messages
-        .iter()
-        .position(|m| m.id == message && m.webhook_id == id);
+    // A message in a thread is found only with its thread's `thread_id`; one in the
+    // webhook's channel only without one.
+    let found = inner.hooks.messages.iter().position(|m| {
+        let in_thread = m.channel != hook_channel(&inner.hooks, &m.webhook_id);
+        let thread_ok = match &query.thread_id {
+            Some(thread) => in_thread && *thread == m.channel,
+            None => !in_thread,
+        };
+        m.id == message && m.webhook_id == id && thread_ok
+    });
     let (status, answer) = match (hook_ok, found) {
         (false, _) => (
             404,
