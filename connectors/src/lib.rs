@@ -66,9 +66,10 @@ pub mod telegram;
 pub mod tls;
 
 pub use connector::{
-    Accepted, Account, AccountFacts, Built, CheckError, Connector, ConnectorError, ConnectorSettings, ConnectorState, ContextLine,
-    Delivery, InboundSink, Lookup, MemoryState, Receiving, SELF_ID_KEY, Shard, SinkError,
-    VoiceNote, WebhookRequest, WebhookResponse, panic_message,
+    Accepted, Account, AccountFacts, Built, CheckError, Connector, ConnectorError,
+    ConnectorSettings, ConnectorState, ContextLine, Delivery, InboundSink, Lookup, MemoryState,
+    Receiving, SELF_ID_KEY, Shard, SinkError, VoiceNote, WebhookRequest, WebhookResponse,
+    panic_message,
 };
 pub use model::{
     AgentId, Attachment, BadRoomKey, Change, ClientContext, ClientTurn, Inbound, MessageId,

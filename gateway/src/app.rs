@@ -519,8 +519,7 @@ impl App {
                 continue;
             }
             let settings = self.connector_settings(persona, platform);
-            let Some(connector) =
-                build_connector(persona, platform, &lookup, &settings, &env)
+            let Some(connector) = build_connector(persona, platform, &lookup, &settings, &env)
             else {
                 continue;
             };

@@ -292,8 +292,16 @@ mod tests {
         };
         let view = AccountView::of(account);
         assert_eq!(view.next_steps.privacy_mode, Some(true));
-        assert_eq!(view.next_steps.bot_url.as_deref(), Some("https://t.me/tess_bot"));
-        assert!(view.next_steps.steps.iter().any(|s| s.contains("Group Privacy")));
+        assert_eq!(
+            view.next_steps.bot_url.as_deref(),
+            Some("https://t.me/tess_bot")
+        );
+        assert!(
+            view.next_steps
+                .steps
+                .iter()
+                .any(|s| s.contains("Group Privacy"))
+        );
     }
 
     #[test]
@@ -313,6 +321,11 @@ mod tests {
             view.next_steps.invite_url,
             Some(troupe_connectors::discord::invite_url(42))
         );
-        assert!(view.next_steps.steps.iter().any(|s| s.contains("Message Content")));
+        assert!(
+            view.next_steps
+                .steps
+                .iter()
+                .any(|s| s.contains("Message Content"))
+        );
     }
 }

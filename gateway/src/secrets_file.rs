@@ -56,10 +56,7 @@ pub enum WriteError {
     #[error("{0}")]
     Refused(String),
     #[error("cannot write the secrets file {path}: {error}")]
-    Io {
-        path: String,
-        error: std::io::Error,
-    },
+    Io { path: String, error: std::io::Error },
 }
 
 impl SecretsFile {
@@ -70,7 +67,9 @@ impl SecretsFile {
         let shown = path.display();
         let (values, read_only) = match std::fs::read(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Values::new(), None),
-            Err(e) => anyhow::bail!("cannot read the secrets file {shown} (TROUPE_SECRETS_FILE): {e}"),
+            Err(e) => {
+                anyhow::bail!("cannot read the secrets file {shown} (TROUPE_SECRETS_FILE): {e}")
+            }
             Ok(bytes) => {
                 let values = parse(&bytes).map_err(|e| {
                     anyhow::anyhow!(
@@ -124,7 +123,11 @@ impl SecretsFile {
 
     /// Sets (`Some`) or removes (`None`) each key for `persona`, and writes the file. On an
     /// error nothing changes, in memory or on disk.
-    pub fn change(&self, persona: &str, changes: &[(&str, Option<String>)]) -> Result<(), WriteError> {
+    pub fn change(
+        &self,
+        persona: &str,
+        changes: &[(&str, Option<String>)],
+    ) -> Result<(), WriteError> {
         let mut inner = self.inner.locked();
         if let Some(why) = &inner.read_only {
             return Err(WriteError::Refused(why.clone()));
@@ -248,8 +251,13 @@ mod tests {
             env.get(&crate::persona::stored_name("tess", "TELEGRAM_BOT_TOKEN")),
             Some(&"123:abcd".to_string())
         );
-        again.change("tess", &[("TELEGRAM_BOT_TOKEN", None)]).unwrap();
-        assert!(again.overlay(&env).is_empty(), "a removed value leaves the overlay");
+        again
+            .change("tess", &[("TELEGRAM_BOT_TOKEN", None)])
+            .unwrap();
+        assert!(
+            again.overlay(&env).is_empty(),
+            "a removed value leaves the overlay"
+        );
         assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), "{}");
     }
 
@@ -259,13 +267,19 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("secrets.json");
-        std::fs::write(&path, r#"{"tess": {"TELEGRAM_BOT_TOKEN": "1:x", "OTHER": "y"}}"#)
-            .unwrap();
+        std::fs::write(
+            &path,
+            r#"{"tess": {"TELEGRAM_BOT_TOKEN": "1:x", "OTHER": "y"}}"#,
+        )
+        .unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let (file, warning) = SecretsFile::open(&path).unwrap();
         assert!(warning.unwrap().contains("mode 644"));
         assert!(file.holds("tess", "TELEGRAM_BOT_TOKEN"));
-        assert!(!file.holds("tess", "OTHER"), "only the platform keys are kept");
+        assert!(
+            !file.holds("tess", "OTHER"),
+            "only the platform keys are kept"
+        );
         let before = std::fs::read(&path).unwrap();
         let err = file
             .change("tess", &[("TELEGRAM_BOT_TOKEN", None)])

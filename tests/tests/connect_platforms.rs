@@ -102,6 +102,77 @@ fn telegram_of(platforms: &Value) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// A wrong token gets the fake's reason, a Discord token pasted as Telegram's is refused
+/// before anything is sent to Telegram; neither is kept nor echoed.
+async fn wrong_tokens_keep_nothing(app: &TestApp, telegram: &FakeTelegram, path: &str) {
+    // A wrong token: the fake's reason, nothing kept, the token not echoed.
+    let wrong = "7001234567:AAH-not-the-right-one-0000";
+    let (status, body, text) = call(
+        app,
+        reqwest::Method::PUT,
+        path,
+        OPERATOR,
+        Some(json!({"token": wrong})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    assert_eq!(body["error"], "token_refused", "{text}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Unauthorized"),
+        "the platform's reason is given: {text}"
+    );
+    assert!(
+        !text.contains(wrong) && !text.contains("not-the-right"),
+        "{text}"
+    );
+    assert!(!secrets_file(app).exists(), "a refused token keeps nothing");
+
+    // A Discord token pasted as Telegram's: refused before anything is sent to Telegram.
+    let calls_before = telegram.calls().len();
+    let (status, body, text) = call(
+        app,
+        reqwest::Method::PUT,
+        path,
+        OPERATOR,
+        Some(json!({"token": "MTAxMjM0NTY3ODkw.GhIjKl.abcdefghijklmnopqrstuvwxyz012345"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    assert_eq!(body["error"], "not_a_token", "{text}");
+    assert!(
+        body["detail"].as_str().unwrap_or("").contains("Discord"),
+        "{text}"
+    );
+    assert_eq!(
+        telegram.calls().len(),
+        calls_before,
+        "nothing was sent to Telegram"
+    );
+}
+
+/// Disconnect: the file forgets the token, the connector stops, the character file stays.
+async fn disconnecting_forgets_it(app: &TestApp, path: &str, character_before: &[u8]) {
+    // Disconnect: the file forgets it, the connector stops.
+    let (status, body, text) = call(app, reqwest::Method::DELETE, path, OPERATOR, None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(body["connected"], false, "{text}");
+    assert_eq!(body["running"], false, "{text}");
+    assert!(
+        !std::fs::read_to_string(secrets_file(app))
+            .unwrap()
+            .contains(TOKEN)
+    );
+    #[cfg(unix)]
+    assert_eq!(mode(&secrets_file(app)), 0o600);
+    assert_eq!(
+        std::fs::read(character_file(app)).unwrap(),
+        character_before
+    );
+}
+
 #[tokio::test]
 async fn a_telegram_token_is_checked_kept_0600_and_answers_without_a_restart() {
     let telegram = FakeTelegram::start_with(FakeTelegramConfig {
@@ -116,39 +187,7 @@ async fn a_telegram_token_is_checked_kept_0600_and_answers_without_a_restart() {
     let character_before = std::fs::read(character_file(&app)).unwrap();
     let path = "/api/agents/tess/platforms/telegram";
 
-    // A wrong token: the fake's reason, nothing kept, the token not echoed.
-    let wrong = "7001234567:AAH-not-the-right-one-0000";
-    let (status, body, text) = call(
-        &app,
-        reqwest::Method::PUT,
-        path,
-        OPERATOR,
-        Some(json!({"token": wrong})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
-    assert_eq!(body["error"], "token_refused", "{text}");
-    assert!(
-        body["detail"].as_str().unwrap_or("").contains("Unauthorized"),
-        "the platform's reason is given: {text}"
-    );
-    assert!(!text.contains(wrong) && !text.contains("not-the-right"), "{text}");
-    assert!(!secrets_file(&app).exists(), "a refused token keeps nothing");
-
-    // A Discord token pasted as Telegram's: refused before anything is sent to Telegram.
-    let calls_before = telegram.calls().len();
-    let (status, body, text) = call(
-        &app,
-        reqwest::Method::PUT,
-        path,
-        OPERATOR,
-        Some(json!({"token": "MTAxMjM0NTY3ODkw.GhIjKl.abcdefghijklmnopqrstuvwxyz012345"})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
-    assert_eq!(body["error"], "not_a_token", "{text}");
-    assert!(body["detail"].as_str().unwrap_or("").contains("Discord"), "{text}");
-    assert_eq!(telegram.calls().len(), calls_before, "nothing was sent to Telegram");
+    wrong_tokens_keep_nothing(&app, &telegram, path).await;
 
     // The right one: the bot's name, privacy mode, and only the last 4 characters.
     let (status, body, text) = call(
@@ -163,17 +202,26 @@ async fn a_telegram_token_is_checked_kept_0600_and_answers_without_a_restart() {
     assert_eq!(body["account"]["name"], "Tess", "{text}");
     assert_eq!(body["account"]["username"], "tess_bot", "{text}");
     assert_eq!(body["account"]["nextSteps"]["privacyMode"], true, "{text}");
-    assert_eq!(body["account"]["nextSteps"]["botUrl"], "https://t.me/tess_bot");
+    assert_eq!(
+        body["account"]["nextSteps"]["botUrl"],
+        "https://t.me/tess_bot"
+    );
     assert_eq!(body["keys"][0]["origin"], "secretsFile", "{text}");
     assert_eq!(body["keys"][0]["shown"], "…wxyz", "{text}");
-    assert!(!text.contains(TOKEN) && !text.contains("tess-secret"), "{text}");
+    assert!(
+        !text.contains(TOKEN) && !text.contains("tess-secret"),
+        "{text}"
+    );
 
     // Kept in the secrets file, 0600; the character file untouched.
     let stored = std::fs::read_to_string(secrets_file(&app)).unwrap();
     assert!(stored.contains(TOKEN));
     #[cfg(unix)]
     assert_eq!(mode(&secrets_file(&app)), 0o600);
-    assert_eq!(std::fs::read(character_file(&app)).unwrap(), character_before);
+    assert_eq!(
+        std::fs::read(character_file(&app)).unwrap(),
+        character_before
+    );
 
     // A DM is answered by the connector that just started: no restart.
     telegram.push_message(tg::text(
@@ -188,23 +236,21 @@ async fn a_telegram_token_is_checked_kept_0600_and_answers_without_a_restart() {
     assert_eq!(sent[0].chat_id, 501);
     assert_eq!(sent[0].text, "The red buoy is off Gull Point.");
 
-    let (status, listed, text) =
-        call(&app, reqwest::Method::GET, "/api/agents/tess/platforms", OPERATOR, None).await;
+    let (status, listed, text) = call(
+        &app,
+        reqwest::Method::GET,
+        "/api/agents/tess/platforms",
+        OPERATOR,
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{text}");
     let tg = telegram_of(&listed);
     assert_eq!(tg["connected"], true, "{text}");
     assert_eq!(tg["running"], true, "{text}");
     assert!(!text.contains(TOKEN), "{text}");
 
-    // Disconnect: the file forgets it, the connector stops.
-    let (status, body, text) = call(&app, reqwest::Method::DELETE, path, OPERATOR, None).await;
-    assert_eq!(status, StatusCode::OK, "{text}");
-    assert_eq!(body["connected"], false, "{text}");
-    assert_eq!(body["running"], false, "{text}");
-    assert!(!std::fs::read_to_string(secrets_file(&app)).unwrap().contains(TOKEN));
-    #[cfg(unix)]
-    assert_eq!(mode(&secrets_file(&app)), 0o600);
-    assert_eq!(std::fs::read(character_file(&app)).unwrap(), character_before);
+    disconnecting_forgets_it(&app, path, &character_before).await;
 }
 
 #[tokio::test]
@@ -224,14 +270,21 @@ async fn scoped_tokens_neither_see_nor_change_secrets() {
             "/api/agents/tess/platforms/telegram",
             Some(json!({"token": TOKEN})),
         ),
-        (reqwest::Method::DELETE, "/api/agents/tess/platforms/telegram", None),
+        (
+            reqwest::Method::DELETE,
+            "/api/agents/tess/platforms/telegram",
+            None,
+        ),
     ] {
         let (status, body, text) = call(&app, method.clone(), path, SHOP, body).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {text}");
         assert_eq!(body["error"], "forbidden");
     }
     assert!(!secrets_file(&app).exists());
-    assert!(telegram.calls_to("getMe").is_empty(), "a scoped token checks nothing");
+    assert!(
+        telegram.calls_to("getMe").is_empty(),
+        "a scoped token checks nothing"
+    );
 }
 
 #[tokio::test]
@@ -249,12 +302,21 @@ async fn the_environment_wins_and_the_console_says_so() {
         &[("TELEGRAM_API_ROOT", &root), ("TELEGRAM_BOT_TOKEN", TOKEN)],
     )
     .await;
-    let (status, listed, text) =
-        call(&app, reqwest::Method::GET, "/api/agents/tess/platforms", OPERATOR, None).await;
+    let (status, listed, text) = call(
+        &app,
+        reqwest::Method::GET,
+        "/api/agents/tess/platforms",
+        OPERATOR,
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{text}");
     let tg = telegram_of(&listed);
     assert_eq!(tg["keys"][0]["origin"], "env", "{text}");
-    assert_eq!(tg["keys"][0]["from"], "environment variable TELEGRAM_BOT_TOKEN");
+    assert_eq!(
+        tg["keys"][0]["from"],
+        "environment variable TELEGRAM_BOT_TOKEN"
+    );
     assert!(!text.contains(TOKEN), "{text}");
     let (status, body, text) = call(
         &app,
@@ -288,7 +350,10 @@ async fn a_secrets_file_others_may_read_is_never_written() {
     let (app, _tokens) = spawn(
         &model,
         tess(),
-        &[("TELEGRAM_API_ROOT", &root), ("TROUPE_SECRETS_FILE", &file_name)],
+        &[
+            ("TELEGRAM_API_ROOT", &root),
+            ("TROUPE_SECRETS_FILE", &file_name),
+        ],
     )
     .await;
     assert!(
@@ -310,60 +375,10 @@ async fn a_secrets_file_others_may_read_is_never_written() {
     assert_eq!(mode(&file), 0o644);
 }
 
-#[tokio::test]
-async fn discord_and_farcaster_are_checked_and_named() {
-    let discord = FakeDiscord::start().await;
-    let neynar = FakeNeynar::start().await;
-    let model = FakeOpenAi::start().await;
-    let discord_url = discord.url();
-    let neynar_url = neynar.url();
-    let mut character = persona_json("Tess", BIO);
-    character["clients"] = json!([]);
-    let (app, _tokens) = spawn(
-        &model,
-        character,
-        &[("DISCORD_API_URL", &discord_url), ("NEYNAR_API_URL", &neynar_url)],
-    )
-    .await;
-
+/// Farcaster: the fid looked up with the Neynar key, and the signer's state.
+async fn farcaster_is_checked_with_its_signer(app: &TestApp, neynar: &FakeNeynar) {
     let (status, body, text) = call(
-        &app,
-        reqwest::Method::PUT,
-        "/api/agents/tess/platforms/discord",
-        OPERATOR,
-        Some(json!({"token": "not.the.token"})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
-    assert!(body["detail"].as_str().unwrap_or("").contains("401: Unauthorized"), "{text}");
-
-    let token = troupe_e2e::fake_discord::TOKEN;
-    let (status, body, text) = call(
-        &app,
-        reqwest::Method::PUT,
-        "/api/agents/tess/platforms/discord",
-        OPERATOR,
-        Some(json!({"token": token})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{text}\n{}", app.logs());
-    assert_eq!(body["account"]["name"], troupe_e2e::fake_discord::BOT_NAME, "{text}");
-    let invite = body["account"]["nextSteps"]["inviteUrl"].as_str().unwrap_or("");
-    assert!(
-        invite.contains(&format!("client_id={}", troupe_e2e::fake_discord::APPLICATION_ID)),
-        "{text}"
-    );
-    // Manage Webhooks (1 << 29) is among the invite's permissions.
-    let permissions: u64 = invite
-        .rsplit("permissions=")
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    assert_ne!(permissions & (1 << 29), 0, "{invite}");
-    assert!(!text.contains(token), "{text}");
-
-    let (status, body, text) = call(
-        &app,
+        app,
         reqwest::Method::PUT,
         "/api/agents/tess/platforms/farcaster",
         OPERATOR,
@@ -376,8 +391,85 @@ async fn discord_and_farcaster_are_checked_and_named() {
     .await;
     assert_eq!(status, StatusCode::OK, "{text}\n{}", app.logs());
     assert_eq!(body["account"]["nextSteps"]["signer"], "approved", "{text}");
-    assert_eq!(body["account"]["id"], neynar.bot_fid().to_string(), "{text}");
+    assert_eq!(
+        body["account"]["id"],
+        neynar.bot_fid().to_string(),
+        "{text}"
+    );
     assert!(!text.contains(neynar.api_key()), "{text}");
+}
+
+#[tokio::test]
+async fn discord_and_farcaster_are_checked_and_named() {
+    let discord = FakeDiscord::start().await;
+    let neynar = FakeNeynar::start().await;
+    let model = FakeOpenAi::start().await;
+    let discord_url = discord.url();
+    let neynar_url = neynar.url();
+    let mut character = persona_json("Tess", BIO);
+    character["clients"] = json!([]);
+    let (app, _tokens) = spawn(
+        &model,
+        character,
+        &[
+            ("DISCORD_API_URL", &discord_url),
+            ("NEYNAR_API_URL", &neynar_url),
+        ],
+    )
+    .await;
+
+    let (status, body, text) = call(
+        &app,
+        reqwest::Method::PUT,
+        "/api/agents/tess/platforms/discord",
+        OPERATOR,
+        Some(json!({"token": "not.the.token"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("401: Unauthorized"),
+        "{text}"
+    );
+
+    let token = troupe_e2e::fake_discord::TOKEN;
+    let (status, body, text) = call(
+        &app,
+        reqwest::Method::PUT,
+        "/api/agents/tess/platforms/discord",
+        OPERATOR,
+        Some(json!({"token": token})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}\n{}", app.logs());
+    assert_eq!(
+        body["account"]["name"],
+        troupe_e2e::fake_discord::BOT_NAME,
+        "{text}"
+    );
+    let invite = body["account"]["nextSteps"]["inviteUrl"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        invite.contains(&format!(
+            "client_id={}",
+            troupe_e2e::fake_discord::APPLICATION_ID
+        )),
+        "{text}"
+    );
+    // Manage Webhooks (1 << 29) is among the invite's permissions.
+    let permissions: u64 = invite
+        .rsplit("permissions=")
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    assert_ne!(permissions & (1 << 29), 0, "{invite}");
+    assert!(!text.contains(token), "{text}");
+
+    farcaster_is_checked_with_its_signer(&app, &neynar).await;
     let stored = std::fs::read_to_string(secrets_file(&app)).unwrap();
     assert!(stored.contains(token) && stored.contains(neynar.api_key()));
 }

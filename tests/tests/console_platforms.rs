@@ -21,6 +21,47 @@ async fn paste_and_check(browser: &Browser, text: &str) {
     browser.click("#check-telegram").await;
 }
 
+/// A wrong token: the fake's reason on the page, nothing kept, the token not shown.
+async fn a_wrong_token_is_refused(browser: &Browser, secrets: &std::path::Path) {
+    // A wrong token: the fake's reason on the page, nothing kept, the box emptied.
+    paste_and_check(browser, "7001234567:AAH-not-the-right-one-0000").await;
+    let refused = browser
+        .wait_for(
+            "the refusal",
+            "(() => { const e = document.querySelector('#result-telegram .error'); return e && e.textContent; })()",
+        )
+        .await;
+    let refused = refused.as_str().unwrap_or("");
+    assert!(refused.contains("Unauthorized"), "{refused}");
+    assert!(!refused.contains("not-the-right"), "{refused}");
+    assert!(!secrets.exists(), "a refused token keeps nothing");
+}
+
+/// Disconnect: the card says so, the file forgets the token, the character file stays.
+async fn disconnect(browser: &Browser, secrets: &std::path::Path, before: &[u8]) {
+    // Disconnect: the card says so, the file forgets the token.
+    browser.click("#disconnect-telegram").await;
+    browser
+        .wait_for(
+            "disconnected",
+            "document.querySelector('#disconnected-telegram') && document.querySelector('#state-telegram').textContent.includes('not connected')",
+        )
+        .await;
+    assert!(!std::fs::read_to_string(&secrets).unwrap().contains(TOKEN));
+    assert_eq!(
+        std::fs::read(
+            secrets
+                .parent()
+                .unwrap()
+                .parent()
+                .unwrap()
+                .join("personas/tess.json")
+        )
+        .unwrap(),
+        before
+    );
+}
+
 #[tokio::test]
 async fn paste_a_telegram_token_see_the_bot_and_get_answered() {
     let Some(browser) = Browser::start("console_platforms::telegram").await else {
@@ -50,21 +91,13 @@ async fn paste_a_telegram_token_see_the_bot_and_get_answered() {
     browser.goto("about:blank").await;
     browser.goto(&app.url("/#/platforms?agent=tess")).await;
     browser
-        .wait_for("the platforms page", "document.body.dataset.ready === 'platforms'")
-        .await;
-
-    // A wrong token: the fake's reason on the page, nothing kept, the box emptied.
-    paste_and_check(&browser, "7001234567:AAH-not-the-right-one-0000").await;
-    let refused = browser
         .wait_for(
-            "the refusal",
-            "(() => { const e = document.querySelector('#result-telegram .error'); return e && e.textContent; })()",
+            "the platforms page",
+            "document.body.dataset.ready === 'platforms'",
         )
         .await;
-    let refused = refused.as_str().unwrap_or("");
-    assert!(refused.contains("Unauthorized"), "{refused}");
-    assert!(!refused.contains("not-the-right"), "{refused}");
-    assert!(!secrets.exists(), "a refused token keeps nothing");
+
+    a_wrong_token_is_refused(&browser, &secrets).await;
 
     // The right one: the bot's name, privacy mode, and the last 4 characters only.
     paste_and_check(&browser, TOKEN).await;
@@ -83,11 +116,17 @@ async fn paste_a_telegram_token_see_the_bot_and_get_answered() {
         )
         .await;
     assert!(
-        shown["account"].as_str().unwrap_or("").contains("Tess (@tess_bot)"),
+        shown["account"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Tess (@tess_bot)"),
         "{shown}"
     );
     assert_eq!(shown["origin"], "secretsFile", "{shown}");
-    assert!(shown["key"].as_str().unwrap_or("").contains("…wxyz"), "{shown}");
+    assert!(
+        shown["key"].as_str().unwrap_or("").contains("…wxyz"),
+        "{shown}"
+    );
     assert_eq!(shown["privacy"], "Privacy mode: on", "{shown}");
     assert_eq!(shown["box"], "", "the token is not left in the page");
     assert!(!shown["page"].as_str().unwrap_or("").contains("tess-secret"));
@@ -117,15 +156,6 @@ async fn paste_a_telegram_token_see_the_bot_and_get_answered() {
     };
     assert_eq!(sent[0].text, "The green buoy marks the channel.");
 
-    // Disconnect: the card says so, the file forgets the token.
-    browser.click("#disconnect-telegram").await;
-    browser
-        .wait_for(
-            "disconnected",
-            "document.querySelector('#disconnected-telegram') && document.querySelector('#state-telegram').textContent.includes('not connected')",
-        )
-        .await;
-    assert!(!std::fs::read_to_string(&secrets).unwrap().contains(TOKEN));
-    assert_eq!(std::fs::read(&character).unwrap(), before);
+    disconnect(&browser, &secrets, &before).await;
     browser.quit().await;
 }

@@ -39,7 +39,10 @@ struct ErrorBody {
 /// The bot `DISCORD_API_TOKEN` (through `lookup`) belongs to.
 pub async fn check_token(lookup: Lookup<'_>) -> Result<Account, CheckError> {
     let raw = setting(lookup, API_TOKEN).unwrap_or_default();
-    if raw.split_once(':').is_some_and(|(id, _)| id.bytes().all(|b| b.is_ascii_digit())) {
+    if raw
+        .split_once(':')
+        .is_some_and(|(id, _)| id.bytes().all(|b| b.is_ascii_digit()))
+    {
         return Err(CheckError::Malformed(
             "this is not a Discord bot token (it looks like a Telegram one): the Developer \
              Portal's Bot page → Reset Token gives it"
@@ -67,7 +70,9 @@ pub async fn check_token(lookup: Lookup<'_>) -> Result<Account, CheckError> {
     }
     let app: Application = get(&settings, &origin, "/applications/@me").await?;
     let application_id = app.id.parse::<u64>().map_err(|_| {
-        CheckError::Unreachable(format!("Discord at {origin} answered an application id that is not a number"))
+        CheckError::Unreachable(format!(
+            "Discord at {origin} answered an application id that is not a number"
+        ))
     })?;
     Ok(Account {
         id: user.id,
@@ -109,6 +114,8 @@ async fn get<T: serde::de::DeserializeOwned>(
         )));
     }
     response.json().await.map_err(|_| {
-        CheckError::Unreachable(format!("Discord at {origin} answered {path} without its JSON"))
+        CheckError::Unreachable(format!(
+            "Discord at {origin} answered {path} without its JSON"
+        ))
     })
 }

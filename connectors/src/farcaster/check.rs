@@ -48,9 +48,13 @@ pub async fn check_account(lookup: Lookup<'_>) -> Result<Account, CheckError> {
     let base = api_url(lookup).map_err(|e| CheckError::Malformed(e.to_string()))?;
     let origin = base.as_str().trim_end_matches('/').to_string();
     let users: Users = get(&key, &origin, &format!("v2/farcaster/user/bulk?fids={fid}")).await?;
-    let user = users.users.into_iter().find(|u| u.fid == fid).ok_or_else(|| {
-        CheckError::Refused(format!("Neynar knows no Farcaster account with fid {fid}"))
-    })?;
+    let user = users
+        .users
+        .into_iter()
+        .find(|u| u.fid == fid)
+        .ok_or_else(|| {
+            CheckError::Refused(format!("Neynar knows no Farcaster account with fid {fid}"))
+        })?;
     let signer = match setting(lookup, SIGNER_UUID) {
         None => None,
         Some(uuid) => {

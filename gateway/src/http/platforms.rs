@@ -148,7 +148,11 @@ pub async fn connect(
         };
     }
     if let Some(w) = persona.withheld_on(platform, &env).first() {
-        return Err(ApiError::new(StatusCode::CONFLICT, "endpoint_in_file", w.message()));
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "endpoint_in_file",
+            w.message(),
+        ));
     }
     not_taken(&state, &agent, platform, &body.token, &env)?;
     let account = check(platform, &persona, &env).await?;
@@ -232,7 +236,9 @@ fn values_of(
                 .as_deref()
                 .map(str::trim)
                 .filter(|s| !s.is_empty());
-            if signer.is_some_and(|s| s.len() > 64 || !s.chars().all(|c| c.is_ascii_hexdigit() || c == '-')) {
+            if signer.is_some_and(|s| {
+                s.len() > 64 || !s.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+            }) {
                 return Err(ApiError::bad_request("`signerUuid` is a UUID"));
             }
             vec![

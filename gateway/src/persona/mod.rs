@@ -62,9 +62,7 @@ pub use load::{load_file, load_file_with};
 pub use paths::LoadOptions;
 pub use prompt::compose;
 pub(crate) use prompt::{render as render_template, system_prompt};
-pub use secrets::{
-    SecretSource, Withheld, credential_key, is_stored_name, stored_name, token_key,
-};
+pub use secrets::{SecretSource, Withheld, credential_key, is_stored_name, stored_name, token_key};
 pub use settings::SpeakAs;
 pub use watch::{PersonaEvent, watch};
 

@@ -167,7 +167,8 @@ fn stored(persona: &Persona, key: &str, env: &Env) -> Option<(String, SecretSour
     if non_empty(env.get(key)).is_some() {
         return None;
     }
-    non_empty(env.get(&stored_name(persona.id.as_str(), key))).map(|v| (v, SecretSource::SecretsFile))
+    non_empty(env.get(&stored_name(persona.id.as_str(), key)))
+        .map(|v| (v, SecretSource::SecretsFile))
 }
 
 /// The file's own value: `secrets`, `settings.secrets`, then `settings`.
