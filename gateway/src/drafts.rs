@@ -4,13 +4,14 @@
 //! once, `storage::drafts`, then delivered), edited (the text checked as a post is: no
 //! room-control marker survives, and the schedule's length rule applies), or rejected.
 //!
-//! An owner (`TROUPE_OWNERS`, docs/access.md) may do the same in a DM with the persona:
-//! `/drafts` lists the waiting drafts, `/approve-post ID` and `/reject-post ID` decide one.
+//! An owner (`TROUPE_OWNERS`, docs/access.md) is told of each new draft in a DM
+//! (`notices`, queued with the draft), and may decide it there: `/drafts` lists the
+//! waiting drafts, `/approve-post ID` and `/reject-post ID` decide one.
 //!
 //! A module of its own, below both `posts` (whose runner holds drafts) and `agent` (whose
 //! access step runs an owner's commands), so that neither imports the other.
 
-use troupe_connectors::{AgentId, Outbound, Platform, RoomRef};
+use troupe_connectors::{AgentId, Outbound, Platform, RoomId, RoomRef};
 
 use crate::outbox::Outbox;
 use crate::storage::{Decided, Draft, RunState, Store};
@@ -48,6 +49,50 @@ pub fn outbound(
         reply_to: None,
         replaces: Vec::new(),
     }
+}
+
+/// What tells the persona's owners that a draft waits: one DM each, on the platforms where
+/// a DM can be opened from the owner's id alone. On Telegram a private chat's id is its
+/// user's id; on Discord the connector opens the DM channel (`send_to` `user:ID`). Owners
+/// on Farcaster are not told (a cast is public); they use the console or the API. Each
+/// notice's key is the draft's and the owner's, so it is one message however it is sent.
+pub fn notices(
+    run: &crate::storage::ClaimedRun,
+    text: &str,
+    expires_at_ms: i64,
+    owners: &[String],
+) -> Vec<Outbound> {
+    let left = (expires_at_ms - crate::clock::now_ms()).max(0) / 60_000;
+    let shown: String = text.chars().take(1_500).collect();
+    let body = format!(
+        "{agent}: a post waits for your approval, draft #{id} for {room} (expires in {left} min).\n\n{shown}\n\n/approve-post {id} · /reject-post {id}",
+        agent = run.agent_id,
+        id = run.id,
+        room = run.room,
+    );
+    owners
+        .iter()
+        .filter_map(|owner| {
+            let (platform, user) = owner.split_once(':')?;
+            let room = match platform.parse::<Platform>().ok()? {
+                Platform::Telegram => RoomRef::new(Platform::Telegram, RoomId::new(user)),
+                Platform::Discord => {
+                    let id = RoomId::new(format!("dm-user:{user}"));
+                    let mut room = RoomRef::new(Platform::Discord, id);
+                    room.send_to = Some(format!("user:{user}"));
+                    room
+                }
+                _ => return None,
+            };
+            Some(Outbound {
+                key: format!("{}:draft:{}:{owner}", run.agent_id, run.id),
+                room,
+                text: body.clone(),
+                reply_to: None,
+                replaces: Vec::new(),
+            })
+        })
+        .collect()
 }
 
 /// Why an edit was refused (400).

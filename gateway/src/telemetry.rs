@@ -17,7 +17,10 @@
 //!   exports them; the HTTP request runs on a small runtime of that thread's own, never on
 //!   the gateway's. A collector down or slow (10 s at most per export) costs the batch: its
 //!   spans are dropped and counted (`troupe_otel_spans_dropped_total`). When spans come
-//!   faster than they leave, the processor's queue (2,048) drops the excess.
+//!   faster than they leave (a slow collector), at most `OTEL_BSP_MAX_QUEUE_SIZE` (2,048)
+//!   wait; the excess is dropped at once and counted too. The SDK's processor drops its
+//!   excess silently, so troupe keeps the bound in front of it (`otlp::Bounded`) and never
+//!   lets its queue fill.
 //! - **Protocol.** `OTEL_EXPORTER_OTLP_PROTOCOL` may be `http/protobuf` (the default) only;
 //!   another value is said at start and protobuf is used.
 
@@ -40,6 +43,9 @@ pub(crate) struct Export {
     /// `OTEL_EXPORTER_OTLP_PROTOCOL` when it is not `http/protobuf`.
     #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
     pub protocol: Option<String>,
+    /// `OTEL_BSP_MAX_QUEUE_SIZE`: spans that may wait for the collector.
+    #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+    pub queue: usize,
 }
 
 impl Export {
@@ -52,6 +58,7 @@ impl Export {
                 .otel_protocol
                 .clone()
                 .filter(|p| p.trim() != "http/protobuf"),
+            queue: config.otel_queue,
         }
     }
 }
@@ -124,7 +131,7 @@ fn otel_layer(export: &Export) -> (Option<Boxed>, Guard) {
         );
     }
     let url = format!("{}/v1/traces", endpoint.trim_end_matches('/'));
-    let exporter = match otlp::exporter(&url) {
+    let exporter = match otlp::exporter(&url, export.queue) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("troupe: cannot export traces to {url}: {e}; running without");
@@ -136,7 +143,7 @@ fn otel_layer(export: &Export) -> (Option<Boxed>, Guard) {
         .build();
     // The batch processor exports from its own thread, off the message path.
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
-        .with_span_processor(otlp::processor(exporter))
+        .with_span_processor(otlp::processor(exporter, export.queue))
         .with_resource(resource)
         .build();
     let tracer = provider.tracer("troupe");
@@ -159,10 +166,15 @@ fn otel_layer(export: &Export) -> (Option<Boxed>, Guard) {
 /// exporter that counts the spans it could not deliver.
 #[cfg(feature = "otlp")]
 mod otlp {
+    use opentelemetry::Context;
     use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
     use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
     use opentelemetry_sdk::error::OTelSdkResult;
-    use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanData, SpanExporter};
+    use opentelemetry_sdk::trace::{
+        BatchConfigBuilder, BatchSpanProcessor, SpanData, SpanExporter, SpanProcessor,
+    };
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     /// The longest one export may take: the specification's default timeout.
@@ -184,14 +196,19 @@ mod otlp {
         }
     }
 
-    /// The exporter, counting what it drops.
+    /// The exporter, counting what it drops and what has left the queue.
     #[derive(Debug)]
-    pub(super) struct Counting(opentelemetry_otlp::SpanExporter);
+    pub(super) struct Counting {
+        inner: opentelemetry_otlp::SpanExporter,
+        waiting: Arc<Waiting>,
+    }
 
     impl SpanExporter for Counting {
         async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
             let n = batch.len();
-            let result = self.0.export(batch).await;
+            // Out of the queue from here on: room for as many new spans.
+            self.waiting.left(n);
+            let result = self.inner.export(batch).await;
             if result.is_err() {
                 crate::metrics::spans_dropped(n);
             }
@@ -199,19 +216,88 @@ mod otlp {
         }
 
         fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-            self.0.shutdown_with_timeout(timeout)
+            self.inner.shutdown_with_timeout(timeout)
         }
 
         fn force_flush(&self) -> OTelSdkResult {
-            self.0.force_flush()
+            self.inner.force_flush()
         }
 
         fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
-            self.0.set_resource(resource);
+            self.inner.set_resource(resource);
         }
     }
 
-    pub(super) fn exporter(url: &str) -> anyhow::Result<Counting> {
+    /// How many ended spans wait for the exporter, against the bound.
+    #[derive(Debug)]
+    pub(super) struct Waiting {
+        count: AtomicUsize,
+        bound: usize,
+    }
+
+    impl Waiting {
+        pub(super) fn new(bound: usize) -> Arc<Self> {
+            Arc::new(Waiting {
+                count: AtomicUsize::new(0),
+                bound,
+            })
+        }
+
+        /// Takes a place in the queue, or says there is none.
+        fn enter(&self) -> bool {
+            self.count
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < self.bound).then_some(n + 1)
+                })
+                .is_ok()
+        }
+
+        pub(super) fn left(&self, n: usize) {
+            let _ = self
+                .count
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                    Some(c.saturating_sub(n))
+                });
+        }
+    }
+
+    /// The batch processor behind a bound of troupe's own: a span that finds the queue full
+    /// is dropped here, and counted, instead of silently inside the SDK. The SDK's queue is
+    /// as long as the bound, so it never fills.
+    #[derive(Debug)]
+    pub(super) struct Bounded<P> {
+        pub(super) inner: P,
+        pub(super) waiting: Arc<Waiting>,
+        pub(super) dropped: fn(usize),
+    }
+
+    impl<P: SpanProcessor> SpanProcessor for Bounded<P> {
+        fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &Context) {
+            self.inner.on_start(span, cx);
+        }
+
+        fn on_end(&self, span: SpanData) {
+            if self.waiting.enter() {
+                self.inner.on_end(span);
+            } else {
+                (self.dropped)(1);
+            }
+        }
+
+        fn force_flush(&self) -> OTelSdkResult {
+            self.inner.force_flush()
+        }
+
+        fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+            self.inner.shutdown_with_timeout(timeout)
+        }
+
+        fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+            self.inner.set_resource(resource);
+        }
+    }
+
+    pub(super) fn exporter(url: &str, queue: usize) -> anyhow::Result<Counting> {
         let client = troupe_connectors::tls::http_client()
             .timeout(TIMEOUT)
             .build()?;
@@ -224,10 +310,83 @@ mod otlp {
             .with_endpoint(url)
             .with_timeout(TIMEOUT)
             .build()?;
-        Ok(Counting(exporter))
+        Ok(Counting {
+            inner: exporter,
+            waiting: Waiting::new(queue),
+        })
     }
 
-    pub(super) fn processor(exporter: Counting) -> BatchSpanProcessor {
-        BatchSpanProcessor::builder(exporter).build()
+    pub(super) fn processor(exporter: Counting, queue: usize) -> Bounded<BatchSpanProcessor> {
+        let waiting = exporter.waiting.clone();
+        let config = BatchConfigBuilder::default()
+            .with_max_queue_size(queue)
+            .build();
+        Bounded {
+            inner: BatchSpanProcessor::builder(exporter)
+                .with_batch_config(config)
+                .build(),
+            waiting,
+            dropped: crate::metrics::spans_dropped,
+        }
+    }
+}
+
+#[cfg(all(test, feature = "otlp"))]
+mod tests {
+    use super::otlp::{Bounded, Waiting};
+    use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanProcessor};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// Takes every span it is given and never exports: a collector that does not answer.
+    #[derive(Debug, Default)]
+    struct Stuck(Arc<AtomicUsize>);
+
+    impl SpanProcessor for Stuck {
+        fn on_start(&self, _: &mut opentelemetry_sdk::trace::Span, _: &opentelemetry::Context) {}
+        fn on_end(&self, _: SpanData) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        fn force_flush(&self) -> OTelSdkResult {
+            Ok(())
+        }
+        fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
+            Ok(())
+        }
+    }
+
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+
+    fn count(n: usize) {
+        DROPPED.fetch_add(n, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_and_an_export_makes_room() {
+        let queued = Arc::new(AtomicUsize::new(0));
+        let waiting = Waiting::new(2);
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(Bounded {
+                inner: Stuck(queued.clone()),
+                waiting: waiting.clone(),
+                dropped: count,
+            })
+            .build();
+        let tracer = provider.tracer("test");
+        for _ in 0..5 {
+            tracer.start("turn").end();
+        }
+        assert_eq!(queued.load(Ordering::SeqCst), 2, "two wait: the bound");
+        assert_eq!(DROPPED.load(Ordering::SeqCst), 3, "the rest are counted");
+        // The exporter takes both: room for two more.
+        waiting.left(2);
+        for _ in 0..3 {
+            tracer.start("turn").end();
+        }
+        assert_eq!(queued.load(Ordering::SeqCst), 4);
+        assert_eq!(DROPPED.load(Ordering::SeqCst), 4);
     }
 }

@@ -252,18 +252,24 @@ async fn an_owner_lists_and_approves_a_draft_from_a_telegram_dm() {
     .await;
     let draft = draft_of(&app, "Tess", "file:0", "draft").await;
     let n = id(&draft);
-    telegram.push_message(dm(OWNER, "/drafts"));
+    // The owner is told at once, unasked, in a DM: the draft and how to decide it.
     let sent = app.expect(telegram.try_wait_for_sent(1, WAIT).await);
     assert_eq!(sent[0].chat_id, OWNER);
+    for expected in [format!("/approve-post {n}"), "summer hours".into()] {
+        assert!(sent[0].text.contains(&expected), "{}", sent[0].text);
+    }
+    telegram.push_message(dm(OWNER, "/drafts"));
+    let sent = app.expect(telegram.try_wait_for_sent(2, WAIT).await);
+    assert_eq!(sent[1].chat_id, OWNER);
     assert!(
-        sent[0].text.contains(&format!("/approve-post {n}")),
+        sent[1].text.contains(&format!("/approve-post {n}")),
         "{}",
-        sent[0].text
+        sent[1].text
     );
-    assert!(sent[0].text.contains("summer hours"), "{}", sent[0].text);
+    assert!(sent[1].text.contains("summer hours"), "{}", sent[1].text);
 
     telegram.push_message(dm(OWNER, &format!("/approve-post {n}")));
-    let sent = app.expect(telegram.try_wait_for_sent(3, WAIT).await);
+    let sent = app.expect(telegram.try_wait_for_sent(4, WAIT).await);
     let post = sent
         .iter()
         .find(|m| m.chat_id == -100777)
@@ -272,13 +278,54 @@ async fn an_owner_lists_and_approves_a_draft_from_a_telegram_dm() {
     let answer = sent.iter().rfind(|m| m.chat_id == OWNER).unwrap();
     assert!(answer.text.contains("approved"), "{}", answer.text);
     telegram.push_message(dm(OWNER, &format!("/reject-post {n}")));
-    let sent = app.expect(telegram.try_wait_for_sent(4, WAIT).await);
+    let sent = app.expect(telegram.try_wait_for_sent(5, WAIT).await);
     assert!(
-        sent[3].text.contains("already approved"),
+        sent[4].text.contains("already approved"),
         "{}",
-        sent[3].text
+        sent[4].text
+    );
+    assert_eq!(
+        sent.iter()
+            .filter(|m| m.text.contains("waits for your approval"))
+            .count(),
+        1,
+        "told once"
     );
     assert_eq!(openai.request_count(), 1, "the commands make no model call");
+}
+
+/// A Discord owner's user id: no message of theirs names a DM channel yet.
+const DISCORD_OWNER: &str = "730000000000000009";
+
+#[tokio::test]
+async fn a_discord_owner_is_told_of_a_draft_in_a_dm_the_bot_opens() {
+    let discord = FakeDiscord::start().await;
+    let openai = FakeOpenAi::start().await;
+    openai.push_reply("The wiki moved to the new server.");
+    let mut character = dot(
+        &discord,
+        json!([approved(&format!("discord:{CHANNEL}"), json!({}))]),
+    );
+    character["settings"]["troupe"]["owners"] = json!([format!("discord:{DISCORD_OWNER}")]);
+    let app = TestApp::spawn(
+        TestAppOptions::new(Backend::Sqlite)
+            .persona_file("dot.json", character)
+            .openai(&openai),
+    )
+    .await;
+    let n = id(&draft_of(&app, "Dot", "file:0", "draft").await);
+    let sent = app.expect(discord.try_wait_for_sent(1, WAIT).await);
+    let dm = discord
+        .dm_opened_with(DISCORD_OWNER)
+        .expect("the bot opened a DM with the owner");
+    assert_eq!(sent[0].channel, dm);
+    for expected in [format!("/approve-post {n}"), "wiki moved".into()] {
+        assert!(sent[0].content.contains(&expected), "{}", sent[0].content);
+    }
+    assert!(
+        sent.iter().all(|m| m.channel != CHANNEL),
+        "nothing is posted before an approval"
+    );
 }
 
 #[tokio::test]

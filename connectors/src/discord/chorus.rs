@@ -212,6 +212,9 @@ impl Connector for VoiceConnector {
         {
             return answered;
         }
+        if let Some(sent) = self.bot.send_to_user(reply).await {
+            return sent;
+        }
         self.bot.deliver_as(reply, Some(&self.voice)).await
     }
 

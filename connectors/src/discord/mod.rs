@@ -420,6 +420,9 @@ impl Connector for DiscordConnector {
         if let Some(answered) = interactions::answer(&self.rest, &self.interactions, reply).await {
             return answered;
         }
+        if let Some(sent) = self.send_to_user(reply).await {
+            return sent;
+        }
         self.deliver_as(reply, None).await
     }
 

@@ -270,6 +270,16 @@ impl Rest {
         self.call(Method::POST, &path, None).await.map(|_| ())
     }
 
+    /// `POST /users/@me/channels`: the DM channel with a user (Discord returns the one that
+    /// exists, or opens it). For messages troupe starts itself, such as a draft told to an
+    /// owner, where no message of theirs names the channel.
+    pub(crate) async fn open_dm(&self, user: wire::Snowflake) -> Result<wire::Channel, CallError> {
+        let path = "/users/@me/channels";
+        let body = serde_json::json!({ "recipient_id": user.0.to_string() });
+        let (resp, _) = self.call(Method::POST, path, Some(&body)).await?;
+        Self::json(resp, path).await
+    }
+
     /// `GET /channels/{id}`: whether a channel is a thread, and its parent (a webhook
     /// lives in the parent and posts in the thread with `thread_id`).
     pub(crate) async fn channel(&self, channel: u64) -> Result<wire::Channel, CallError> {

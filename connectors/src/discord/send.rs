@@ -51,6 +51,12 @@ pub(crate) fn channel_of(room: &RoomRef) -> Result<u64, ConnectorError> {
         .ok_or_else(|| ConnectorError::Fatal(format!("`{raw}` is not a Discord channel id")))
 }
 
+/// The user a message is for when troupe starts the DM itself: `send_to` is `user:ID`
+/// (see `rest::open_dm`); no message of theirs names the channel.
+pub(crate) fn dm_recipient(room: &RoomRef) -> Option<Snowflake> {
+    Snowflake::parse(room.send_to.as_deref()?.strip_prefix("user:")?)
+}
+
 /// A short, stable nonce for part `index` of the reply `key` (Discord allows 25 characters).
 pub(super) fn nonce(key: &str, index: usize) -> String {
     // FNV-1a, 64 bits: stable across processes, unlike std's hasher.
@@ -93,6 +99,23 @@ impl DiscordConnector {
             locks.retain(|_, l| Arc::strong_count(l) > 1);
         }
         locks.entry(channel).or_default().clone()
+    }
+
+    /// A message troupe starts in a user's DM (a draft told to an owner; `send_to` is
+    /// `user:ID`): the DM channel is opened first, and the bot speaks, since a webhook
+    /// cannot post in a DM. `None` for every other message.
+    pub(crate) async fn send_to_user(
+        &self,
+        reply: &Outbound,
+    ) -> Option<Result<Delivery, ConnectorError>> {
+        let user = dm_recipient(&reply.room)?;
+        let sent = async {
+            let channel = self.rest.open_dm(user).await?;
+            let mut reply = reply.clone();
+            reply.room.send_to = Some(channel.id);
+            self.deliver_as(&reply, None).await
+        };
+        Some(sent.await)
     }
 
     /// Delivers `reply`, as the bot or, with a `voice`, as that persona through the

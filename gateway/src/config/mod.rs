@@ -103,6 +103,8 @@ pub struct Config {
     pub otel_protocol: Option<String>,
     /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`: message text in model spans.
     pub otel_capture_content: bool,
+    /// `OTEL_BSP_MAX_QUEUE_SIZE`: spans waiting for the collector (2,048).
+    pub otel_queue: usize,
     /// How model calls ride out a failing provider (issue 12, faults slice).
     pub provider: ProviderSettings,
     /// Accounting, budgets and the model scheduler (issue 16, docs/spend.md).
@@ -235,6 +237,7 @@ impl Config {
             otel_service_name: otel.service,
             otel_protocol: otel.protocol,
             otel_capture_content: otel.capture_content,
+            otel_queue: otel.queue,
             spend,
             env,
             knowledge_allow_paths,

@@ -737,6 +737,10 @@ settings! {
     /// the OTLP protocol: `http/protobuf` only ([docs/observability.md](docs/observability.md))
     "OTEL_EXPORTER_OTLP_PROTOCOL" => otel_exporter_otlp_protocol: String;
         Choice, Gateway, "`http/protobuf`";
+    /// spans waiting for the collector; more are dropped and counted
+    /// (`troupe_otel_spans_dropped_total`)
+    "OTEL_BSP_MAX_QUEUE_SIZE" => otel_bsp_max_queue_size: usize;
+        Count, Gateway, "2048";
     /// `true`: model spans carry the prompt's user message and the answer
     /// (`gen_ai.input.messages`, `gen_ai.output.messages`); off, spans carry no message text
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" => otel_instrumentation_genai_capture_message_content: bool;

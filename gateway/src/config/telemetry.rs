@@ -34,10 +34,12 @@ pub(super) struct OtelSettings {
     pub(super) service: String,
     pub(super) protocol: Option<String>,
     pub(super) capture_content: bool,
+    pub(super) queue: usize,
 }
 
-/// `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, `OTEL_EXPORTER_OTLP_PROTOCOL` and
-/// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` (the OpenTelemetry names).
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, `OTEL_EXPORTER_OTLP_PROTOCOL`,
+/// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` and `OTEL_BSP_MAX_QUEUE_SIZE` (the
+/// OpenTelemetry names).
 pub(super) fn otel_settings(
     layered: &Layered<'_>,
     file: &mut FileConfig,
@@ -66,11 +68,18 @@ pub(super) fn otel_settings(
             .take(),
         false,
     )?;
+    // The SDK's default; at least one span, so that a zero is not a queue that drops all.
+    let queue: usize = layered.parse(
+        "OTEL_BSP_MAX_QUEUE_SIZE",
+        file.otel_bsp_max_queue_size.take(),
+        2_048,
+    )?;
     Ok(OtelSettings {
         endpoint,
         service,
         protocol,
         capture_content,
+        queue: queue.max(1),
     })
 }
 

@@ -342,6 +342,7 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
             "false",
             |c| c.otel_capture_content.to_string(),
         ),
+        n("OTEL_BSP_MAX_QUEUE_SIZE", |c| c.otel_queue.to_string()),
         p(
             "TROUPE_KNOWLEDGE_ALLOW_PATHS",
             &format!("[{:?}]", dir_a.display().to_string()),

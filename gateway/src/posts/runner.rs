@@ -152,24 +152,36 @@ impl Runner {
             ));
         }
         match schedule.approval {
-            Some(within) => self.hold(run, text, within).await,
+            Some(within) => self.hold(run, text, within, &mind.access.owners).await,
             None => self.queue(run, text).await,
         }
     }
 
-    /// The post kept as a draft until an operator approves it, or it expires.
+    /// The post kept as a draft until an operator approves it, or it expires; the
+    /// persona's owners are told in a DM (`drafts::notices`), once, with the hold.
     async fn hold(
         &self,
         run: &ClaimedRun,
         text: String,
         within: Duration,
+        owners: &[String],
     ) -> anyhow::Result<Outcome> {
         let expires = crate::clock::now_ms() + within.as_millis() as i64;
-        if self.posts.store.posts_hold(run, &text, expires).await? {
-            tracing::info!(persona = %run.agent_id, room = %run.room, schedule = %run.schedule_id,
-                draft = run.id, "posts: a draft waits for approval");
-        } else {
-            tracing::warn!(schedule = %run.schedule_id, "posts: the run was taken over while composing; not keeping it here");
+        let notices = crate::drafts::notices(run, &text, expires, owners);
+        let store = &self.posts.store;
+        match store.posts_hold(run, &text, expires, &notices).await? {
+            Some(told) => {
+                tracing::info!(persona = %run.agent_id, room = %run.room, schedule = %run.schedule_id,
+                    draft = run.id, owners = told.len(), "posts: a draft waits for approval");
+                for id in told {
+                    if let Err(error) = self.posts.outbox.deliver(id).await {
+                        tracing::warn!(%error, "posts: telling an owner about a draft failed; the outbox retries it");
+                    }
+                }
+            }
+            None => {
+                tracing::warn!(schedule = %run.schedule_id, "posts: the run was taken over while composing; not keeping it here");
+            }
         }
         Ok(Outcome::Queued)
     }

@@ -79,16 +79,30 @@ pub enum Decided {
 }
 
 impl Store {
-    /// Holds `run`'s post as a draft until `expires_at_ms`, only while this claimer holds
-    /// the run; whether it did.
+    /// Holds `run`'s post as a draft until `expires_at_ms`, while this claimer still holds
+    /// the run, and queues `notices` (the draft told to the persona's owners) in the same
+    /// transaction: a draft is told once, by whoever held it. The notices' outbox ids, or
+    /// `None` when the run was taken over meanwhile (nothing written).
     pub async fn posts_hold(
         &self,
         run: &ClaimedRun,
         text: &str,
         expires_at_ms: i64,
-    ) -> Result<bool> {
-        let held = with_pool!(self, pool => {
-            sqlx::query(
+        notices: &[Outbound],
+    ) -> Result<Option<Vec<OutboxId>>> {
+        let now = now_ms();
+        let notices = notices
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| StorageError::Corrupt(format!("cannot encode a notice: {e}")))?;
+        let insert = match self.backend() {
+            super::Backend::Sqlite => super::posts::OUTBOX_SQLITE,
+            super::Backend::Postgres => super::posts::OUTBOX_POSTGRES,
+        };
+        let ids = with_pool!(self, pool => async {
+            let mut tx = pool.begin().await?;
+            let held = sqlx::query(
                 "UPDATE post_runs SET state = 'draft', text = $3, expires_at_ms = $4,
                      claimed_until_ms = NULL, updated_at_ms = $5
                  WHERE id = $1 AND state = 'claimed' AND claimed_until_ms = $2",
@@ -97,12 +111,28 @@ impl Store {
             .bind(run.lease_until_ms)
             .bind(text)
             .bind(expires_at_ms)
-            .bind(now_ms())
-            .execute(pool)
-            .await
-            .map(|d| d.rows_affected())
-        })?;
-        Ok(held == 1)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if held != 1 {
+                return Ok::<_, sqlx::Error>(None);
+            }
+            let mut ids = Vec::with_capacity(notices.len());
+            for notice in &notices {
+                let id: i64 = sqlx::query_scalar(insert)
+                    .bind(&run.agent_id)
+                    .bind(notice)
+                    .bind(now)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                ids.push(OutboxId(id));
+            }
+            tx.commit().await?;
+            Ok(Some(ids))
+        }
+        .await)?;
+        Ok(ids)
     }
 
     /// The persona's drafts: the waiting ones (oldest first), then up to `decided` of the

@@ -204,15 +204,34 @@ fn post_of(d: &Draft) -> Outbound {
 async fn ten_approvals_of_one_draft_queue_it_once(store: Store) {
     let run = claimed(&store, 60_000).await;
     let now = now_ms();
+    // The owners' notice is queued with the hold, once.
+    let notice = Outbound {
+        key: "ada:draft:1:telegram:9".into(),
+        room: RoomRef::new(troupe_connectors::Platform::Telegram, RoomId::new("9")),
+        text: "a draft waits".into(),
+        reply_to: None,
+        replaces: Vec::new(),
+    };
+    let told = store
+        .posts_hold(
+            &run,
+            "a thought",
+            now + 60_000,
+            std::slice::from_ref(&notice),
+        )
+        .await
+        .unwrap()
+        .expect("held");
+    assert_eq!(told.len(), 1);
+    let entry = store.outbox_claim_one(told[0], now, 60_000).await.unwrap();
+    assert_eq!(entry.map(|e| e.outbound.text), Some("a draft waits".into()));
     assert!(
         store
-            .posts_hold(&run, "a thought", now + 60_000)
+            .posts_hold(&run, "again", now + 60_000, &[notice])
             .await
             .unwrap()
-    );
-    assert!(
-        !store.posts_hold(&run, "again", now + 60_000).await.unwrap(),
-        "held once"
+            .is_none(),
+        "held once, told once"
     );
     let agent = AgentId::new("ada");
     let edited = store
@@ -252,7 +271,13 @@ async fn ten_approvals_of_one_draft_queue_it_once(store: Store) {
 async fn a_draft_expires_and_a_rejected_one_stays_rejected(store: Store) {
     let run = claimed(&store, 60_000).await;
     let agent = AgentId::new("ada");
-    assert!(store.posts_hold(&run, "a thought", 5_000).await.unwrap());
+    assert!(
+        store
+            .posts_hold(&run, "a thought", 5_000, &[])
+            .await
+            .unwrap()
+            .is_some()
+    );
     // Past its expiry: listed expired, and neither approved nor edited.
     assert_eq!(
         store.drafts(&agent, 6_000, 10).await.unwrap()[0].state,
@@ -284,9 +309,10 @@ async fn a_draft_expires_and_a_rejected_one_stays_rejected(store: Store) {
         .unwrap();
     assert!(
         store
-            .posts_hold(&second, "b thought", 90_000)
+            .posts_hold(&second, "b thought", 90_000, &[])
             .await
             .unwrap()
+            .is_some()
     );
     let rejected = store
         .draft_reject(&agent, second.id, "telegram:9", 21_000)

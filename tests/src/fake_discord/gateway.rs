@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use super::{
     APPLICATION_ID, FakeBot, FakeDiscord, GUILD_ID, Inner, OtherBot, Outgoing, Session, Shared,
-    TOKEN, Which, authorized, caller, record, unauthorized, with_bucket,
+    TOKEN, Which, authorized, caller, discord_error, record, snowflake, unauthorized, with_bucket,
 };
 use crate::wait;
 
@@ -294,6 +294,63 @@ fn application_id(bot: &FakeBot) -> String {
         APPLICATION_ID.to_string()
     } else {
         format!("9{}", bot.id)
+    }
+}
+
+/// `POST /users/@me/channels` (`create_dm` in specs/discord-openapi.json): the DM channel
+/// with `recipient_id` (a snowflake), the same one on every call, as Discord answers it (a
+/// private channel, `type` 1, with its recipient). A body without a valid recipient is 400
+/// Invalid Form Body (50035).
+pub(super) async fn create_dm(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let path = "/users/@me/channels".to_string();
+    if caller(&shared, &headers).is_none() {
+        record(&shared, "POST", path, 401, false);
+        return unauthorized();
+    }
+    let recipient = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|b| b.get("recipient_id")?.as_str().map(str::to_string))
+        .filter(|r| !r.is_empty() && r.len() <= 20 && r.bytes().all(|b| b.is_ascii_digit()));
+    let Some(user) = recipient else {
+        record(&shared, "POST", path, 400, false);
+        return discord_error(StatusCode::BAD_REQUEST, 50035, "Invalid Form Body");
+    };
+    let channel = {
+        let mut inner = shared.lock();
+        let known = inner.opened_dms.iter().find(|(u, _)| *u == user);
+        match known {
+            Some((_, c)) => c.clone(),
+            None => {
+                inner.next_message += 1;
+                let c = snowflake(inner.next_message);
+                inner.opened_dms.push((user.clone(), c.clone()));
+                inner.dm_channels.push(c.clone());
+                c
+            }
+        }
+    };
+    record(&shared, "POST", path, 200, true);
+    with_bucket(
+        StatusCode::OK,
+        json!({"id": channel, "type": 1, "last_message_id": null, "flags": 0,
+            "recipients": [{"id": user, "username": "owner", "discriminator": "0",
+                "global_name": null, "avatar": null}]}),
+    )
+}
+
+impl FakeDiscord {
+    /// The DM channel the bot opened with `user`, if it did.
+    pub fn dm_opened_with(&self, user: &str) -> Option<String> {
+        let inner = self.shared.lock();
+        inner
+            .opened_dms
+            .iter()
+            .find(|(u, _)| u == user)
+            .map(|(_, c)| c.clone())
     }
 }
 

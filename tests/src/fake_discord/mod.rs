@@ -261,6 +261,8 @@ struct Inner {
     /// Channel → messages in order (JSON message objects).
     channels: HashMap<String, Vec<Value>>,
     dm_channels: Vec<String>,
+    /// DMs the bot opened itself (`POST /users/@me/channels`): (user, channel).
+    opened_dms: Vec<(String, String)>,
     sent: Vec<SentMessage>,
     nonces: HashMap<(String, String), Value>,
     typing: Vec<String>,
@@ -358,6 +360,7 @@ impl FakeDiscord {
             .route("/api/v10/gateway/bot", get(gateway::gateway_bot))
             .route("/api/v10/users/@me", get(gateway::users_me))
             .route("/api/v10/applications/@me", get(gateway::applications_me))
+            .route("/api/v10/users/@me/channels", post(gateway::create_dm))
             .route(
                 "/api/v10/channels/{channel}/messages",
                 post(messages::create_message).get(messages::list_messages),
