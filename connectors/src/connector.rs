@@ -491,3 +491,73 @@ pub struct Shard {
     pub id: u32,
     pub total: u32,
 }
+
+/// The account a token belongs to, as its platform names it: the console shows it before
+/// the token is kept (issue 47, "paste and check"). Never carries the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    /// The platform's id of the account (the bot's user id, the fid).
+    pub id: String,
+    /// Its display name.
+    pub name: String,
+    /// Its handle (`tess_bot`), when the platform has one.
+    pub username: Option<String>,
+    /// What the next steps depend on.
+    pub facts: AccountFacts,
+}
+
+/// Per platform, what the console's next steps depend on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccountFacts {
+    /// From `getMe`: privacy mode is on when the bot cannot read all group messages.
+    Telegram {
+        can_read_all_group_messages: bool,
+        can_join_groups: bool,
+    },
+    /// From `GET /applications/@me`: the application (for the invite link) and whether
+    /// the Message Content intent is on.
+    Discord {
+        application_id: u64,
+        application_name: String,
+        message_content: bool,
+    },
+    /// The signer's state (`approved`, `pending_approval`, `revoked`…), when one was given.
+    Farcaster { signer: Option<String> },
+}
+
+/// Why a token was not taken. The sentences never hold the token, nor a URL that does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    /// The value is not one this platform issues (checked before anything is sent).
+    #[error("{0}")]
+    Malformed(String),
+    /// The platform refused it: its reason, in one sentence.
+    #[error("{0}")]
+    Refused(String),
+    /// The platform could not be asked.
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// The one client the checks use: a deadline, no redirects (a token never follows one).
+#[cfg(any(feature = "discord", feature = "farcaster", feature = "telegram"))]
+pub(crate) fn check_client() -> Result<reqwest::Client, CheckError> {
+    crate::tls::http_client()
+        .timeout(std::time::Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|_| CheckError::Unreachable("cannot build an HTTP client".into()))
+}
+
+/// A failed request, in words that hold no URL (a Telegram URL holds the token).
+#[cfg(any(feature = "discord", feature = "farcaster", feature = "telegram"))]
+pub(crate) fn unreachable(platform: &str, base: &str, e: &reqwest::Error) -> CheckError {
+    let why = if e.is_timeout() {
+        "it did not answer within 10 s"
+    } else if e.is_connect() {
+        "the connection failed"
+    } else {
+        "the request failed"
+    };
+    CheckError::Unreachable(format!("cannot reach {platform} at {base}: {why}"))
+}

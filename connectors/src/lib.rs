@@ -8,7 +8,7 @@
 //! - [`connector`]: the `Connector` trait (a source and a sink for one platform account) and
 //!   the `InboundSink` it hands messages to, plus the typed `ConnectorError`, and what a
 //!   platform is built from (`ConnectorSettings`, `Lookup`) and answers (`Built`,
-//!   `Receiving`, `Shard`).
+//!   `Receiving`, `Shard`), and what checking a token tells (`Account`, `CheckError`).
 //! - [`registry`]: builds the connector for a platform from its settings: one match arm per
 //!   platform. It imports the platform modules; they import only `connector`, `model`,
 //!   `split`, `shown`, `ogg` and `multipart`, so one platform is one module.
@@ -66,9 +66,10 @@ pub mod telegram;
 pub mod tls;
 
 pub use connector::{
-    Accepted, Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, ContextLine,
-    Delivery, InboundSink, Lookup, MemoryState, Receiving, SELF_ID_KEY, Shard, SinkError,
-    VoiceNote, WebhookRequest, WebhookResponse, panic_message,
+    Accepted, Account, AccountFacts, Built, CheckError, Connector, ConnectorError,
+    ConnectorSettings, ConnectorState, ContextLine, Delivery, InboundSink, Lookup, MemoryState,
+    Receiving, SELF_ID_KEY, Shard, SinkError, VoiceNote, WebhookRequest, WebhookResponse,
+    panic_message,
 };
 pub use model::{
     AgentId, Attachment, BadRoomKey, Change, ClientContext, ClientTurn, Inbound, MessageId,

@@ -56,14 +56,6 @@ pub fn default_provider_factory() -> ProviderFactory {
     )
 }
 
-/// One bot account serves one persona: two personas with the same platform token (or
-/// Telegram account token) would both answer every message. Refuses to start, naming both
-/// files, unless they opted in to share the bot.
-fn claims_are_unique(loaded: &[Loaded], env: &crate::persona::Env) -> anyhow::Result<()> {
-    let personas: Vec<&Persona> = loaded.iter().map(|l| &l.persona).collect();
-    persona::refuse_shared_bots(&personas, env).map_err(anyhow::Error::msg)
-}
-
 /// Everything that runs, built but not yet serving, grouped by what it serves.
 pub struct App {
     config: Arc<Config>,
@@ -173,6 +165,11 @@ struct PersonaWork {
     events: Option<tokio::sync::mpsc::Receiver<PersonaEvent>>,
     /// Who is let in: pairing codes and approvals, on the spend clock (issue 44).
     access: crate::access::Access,
+    /// Platform tokens the console connected, outside character files (issue 47).
+    secrets: crate::secrets_file::SecretsFile,
+    /// The console's requests to restart a persona's connectors; taken when serving starts.
+    reconnect: crate::connect::Reconnect,
+    reconnects: Option<crate::connect::Requests>,
 }
 
 /// The platform connectors' receiving loops.
@@ -273,7 +270,17 @@ impl App {
     }
 
     /// Builds everything but the HTTP listener (for `troupe chat` and `troupe bench`).
-    pub async fn build_headless(config: Config, providers: ProviderFactory) -> anyhow::Result<App> {
+    pub async fn build_headless(
+        mut config: Config,
+        providers: ProviderFactory,
+    ) -> anyhow::Result<App> {
+        // The console's stored tokens join the snapshot before anything reads it.
+        let (secrets, warning) = crate::secrets_file::SecretsFile::open(&config.secrets_file)?;
+        if let Some(warning) = warning {
+            tracing::warn!("{warning}");
+        }
+        config.env = secrets.overlay(&config.env);
+        let (reconnect, reconnects) = crate::connect::Reconnect::channel();
         let config = Arc::new(config);
         let path = MessagePath::open(&config).await?;
         let knowledge = Knowledge::from_settings(path.store.clone(), &config.knowledge);
@@ -304,6 +311,9 @@ impl App {
                 posts,
                 events: None,
                 access,
+                secrets,
+                reconnect,
+                reconnects: Some(reconnects),
             },
             loops: Loops {
                 running: Default::default(),
@@ -351,7 +361,7 @@ impl App {
                 "no persona loaded: put elizaOS character files (*.json) in TROUPE_PERSONAS"
             );
         }
-        claims_are_unique(&loaded, &self.config.env)?;
+        crate::connect::claims_are_unique(&loaded, &self.config.env)?;
         for l in loaded {
             self.upsert_persona(l).await?;
         }
@@ -489,16 +499,18 @@ impl App {
     fn start_connectors(&self, persona: &Persona) {
         self.stop_connectors(persona);
         let token = self.loops.root.child_token();
-        let env = self.config.env.clone();
+        // With the secrets file as it is now: the console may have changed it (issue 47).
+        let env = self.personas.secrets.overlay(&self.config.env);
         let lookup_persona = persona.clone();
-        let lookup = move |key: &str| lookup_persona.secret(key, &env);
-        for platform in persona.platforms() {
+        let lookup_env = env.clone();
+        let lookup = move |key: &str| lookup_persona.secret(key, &lookup_env);
+        for platform in persona.platforms_in(&env) {
             if platform == Platform::Web {
                 continue;
             }
             // The file's own endpoint with the operator's token: not connected, and said so
             // (issue 30, finding 1); the lookup already withholds the token.
-            if let Some(w) = persona.withheld_on(platform, &self.config.env).first() {
+            if let Some(w) = persona.withheld_on(platform, &env).first() {
                 tracing::error!(persona = %persona.id, %platform, "not connecting: {}", w.message());
                 continue;
             }
@@ -507,8 +519,7 @@ impl App {
                 continue;
             }
             let settings = self.connector_settings(persona, platform);
-            let Some(connector) =
-                build_connector(persona, platform, &lookup, &settings, &self.config.env)
+            let Some(connector) = build_connector(persona, platform, &lookup, &settings, &env)
             else {
                 continue;
             };
@@ -781,7 +792,14 @@ impl App {
             .events
             .take()
             .ok_or_else(|| anyhow::anyhow!("the app is already running"))?;
-        tasks.spawn(Arc::new(self).follow_personas(events));
+        let reconnects = self
+            .personas
+            .reconnects
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the app is already running"))?;
+        let app = Arc::new(self);
+        tasks.spawn(app.clone().follow_personas(events));
+        tasks.spawn(app.follow_reconnects(reconnects));
 
         shutdown.cancelled().await;
         drain.run(tasks, http_task).await
@@ -825,6 +843,8 @@ impl App {
             receivers: self.loops.receivers.clone(),
             posts: self.personas.posts.clone(),
             access: self.personas.access.clone(),
+            secrets: self.personas.secrets.clone(),
+            reconnect: self.personas.reconnect.clone(),
         };
         let router = http::router(state);
         let stop = shutdown.child_token();
@@ -854,6 +874,21 @@ impl App {
                     }
                 }
             }
+        }
+    }
+}
+
+impl App {
+    /// Restarts a persona's connectors when the console connects or disconnects a
+    /// platform (issue 47), with its character as it is now; answers once they are
+    /// started, so the caller's next message finds them.
+    async fn follow_reconnects(self: Arc<Self>, mut requests: crate::connect::Requests) {
+        while let Some((agent, done)) = requests.recv().await {
+            if let Some(agent) = self.path.agents.by_id(&agent) {
+                let persona = agent.mind().persona.clone();
+                self.start_connectors(&persona);
+            }
+            let _ = done.send(());
         }
     }
 }

@@ -17,6 +17,9 @@
 //! - [`rooms`]: chat commands, room controls (mute, follow, forget) and reply actions.
 //! - [`outbox`]: delivery through the connectors, with retries.
 //! - [`registry`]: the running connectors, by persona and platform; filled in by `app`.
+//! - `connect`: connecting a platform from the console: where each token comes from, next
+//!   steps, and restarting a persona's connectors with a new one.
+//! - `secrets_file`: platform credentials stored from the console, outside character files.
 //! - `shared_bots`: Discord bots several personas share, each speaking through webhooks.
 //! - `memory`: room summaries and user facts, kept up in the background.
 //! - [`people`]: one person across platforms: linked accounts, `/link`, `person_of`.
@@ -53,6 +56,7 @@ pub(crate) mod chat;
 pub mod cli;
 mod clock;
 pub(crate) mod config;
+pub(crate) mod connect;
 pub(crate) mod drafts;
 pub(crate) mod feedback;
 pub(crate) mod fetch;
@@ -78,6 +82,7 @@ pub(crate) mod posts;
 pub(crate) mod provider;
 pub(crate) mod registry;
 pub(crate) mod rooms;
+pub(crate) mod secrets_file;
 mod shared_bots;
 pub(crate) mod spend;
 pub mod storage;

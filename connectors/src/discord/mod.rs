@@ -13,6 +13,7 @@
 //! ([`hooks`], as [`speaker`] says it may appear). serenity's types stay in here. Each DM, guild channel and thread is its own room, named
 //! by its channel id. The token never reaches a log line or an error.
 
+mod check;
 mod chorus;
 mod config;
 mod edits;
@@ -67,6 +68,8 @@ pub use speaker::{NameProblem, Voice, avatar_ok, webhook_name};
 pub fn invite_permissions() -> u64 {
     config::permission_integer()
 }
+
+pub use check::check_token;
 
 /// The OAuth2 URL that adds the bot of `application_id` to a server: the one invite link,
 /// logged at start and shown by the console (`GET /api/agents/{agent}/setup`).

@@ -186,7 +186,7 @@ fn intake(lookup: Lookup<'_>) -> Result<Intake, ConnectorError> {
 }
 
 /// Neynar's base URL, or the one `NEYNAR_API_URL` names (a proxy or a fake).
-fn api_url(lookup: Lookup<'_>) -> Result<Url, ConnectorError> {
+pub(crate) fn api_url(lookup: Lookup<'_>) -> Result<Url, ConnectorError> {
     let raw = setting(lookup, API_URL).unwrap_or_else(|| DEFAULT_API_URL.to_string());
     http_base_url(
         API_URL,

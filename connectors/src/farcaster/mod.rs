@@ -17,6 +17,7 @@
 //! (the default) or by Neynar webhooks (`cast.created`), when a webhook secret is set.
 
 mod api;
+mod check;
 mod config;
 mod context;
 mod normalize;
@@ -53,6 +54,8 @@ use crate::model::{AgentId, Inbound, Outbound, Platform};
 use api::Neynar;
 use config::{Intake, Parsed, Settings};
 use publish::Authors;
+
+pub use check::check_account;
 
 /// Builds the Farcaster connector from elizaOS's settings (see `docs/farcaster.md`).
 pub fn build(lookup: Lookup<'_>, settings: &ConnectorSettings) -> Result<Built, ConnectorError> {

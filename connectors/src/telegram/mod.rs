@@ -16,6 +16,7 @@
 //! voice notes, [`pace`] keeps within the rate limits,
 //! [`errors`] maps teloxide's errors.
 
+mod check;
 mod commands;
 mod config;
 mod decode;
@@ -52,6 +53,8 @@ use crate::connector::{
 use crate::model::{MessageId, Outbound, Platform, RoomRef};
 use config::{Mode, TelegramConfig};
 use normalize::{BotIdentity, GroupPolicy};
+
+pub use check::check_token;
 
 /// Builds the Telegram connector from the persona's settings.
 pub fn build(lookup: Lookup<'_>, settings: &ConnectorSettings) -> Result<Built, ConnectorError> {

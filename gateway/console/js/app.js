@@ -15,6 +15,7 @@ const pages = {
   knowledge: () => import('./knowledge.js'),
   posts: () => import('./posts.js'),
   access: () => import('./access.js'),
+  platforms: () => import('./platforms.js'),
   characters: () => import('./characters.js'),
   health: () => import('./health.js'),
 };

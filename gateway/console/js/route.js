@@ -3,7 +3,7 @@
 // pages both import it without importing each other.
 
 // The pages the shell knows; an unknown or empty hash shows the first.
-export const PAGES = ['personas', 'chat', 'rooms', 'knowledge', 'posts', 'access', 'characters', 'health'];
+export const PAGES = ['personas', 'chat', 'rooms', 'knowledge', 'posts', 'access', 'platforms', 'characters', 'health'];
 
 export function route() {
   const [name, query] = location.hash.replace(/^#\/?/, '').split('?');

@@ -113,6 +113,9 @@ pub struct Config {
     /// troupe.toml values of the settings read by name where the environment has none
     /// (`table::fill_env`).
     pub env: Env,
+    /// `TROUPE_SECRETS_FILE` (`secrets_file` in troupe.toml), default `data/secrets.json`:
+    /// the platform tokens the console connects (`crate::secrets_file`).
+    pub secrets_file: PathBuf,
     /// `TROUPE_KNOWLEDGE_ALLOW_PATHS` (`knowledge_allow_paths` in troupe.toml), empty by
     /// default: directories besides `TROUPE_PERSONAS` that character `knowledge` paths may
     /// point into (absolute, through `..` or through a symlink). A `:`-separated list.
@@ -209,6 +212,9 @@ impl Config {
                 .string("TROUPE_DATABASE_URL", file.database_url)
                 .unwrap_or_else(|| "sqlite://data/troupe.db".into()),
             bus_url: layered.string("TROUPE_BUS_URL", file.bus_url),
+            secrets_file: layered
+                .string("TROUPE_SECRETS_FILE", file.secrets_file.take())
+                .map_or_else(|| PathBuf::from("data/secrets.json"), PathBuf::from),
             personas_dir: layered
                 .string(
                     "TROUPE_PERSONAS",

@@ -339,6 +339,12 @@ settings! {
         Path, Gateway, "unset",
         security "a file of scoped tokens (name, digest or value, personas, rooms, read-only); \
             read once at start; needs `TROUPE_API_TOKEN`; errors name a line, never a token";
+    /// the file where the console keeps the platform tokens it connects, outside character files
+    /// (mode 0600; the environment wins over it); see [docs/console.md](docs/console.md#platforms)
+    "TROUPE_SECRETS_FILE" => secrets_file: String;
+        Path, Gateway, "`data/secrets.json`",
+        security "a file troupe writes platform credentials to (mode 0600, written whole), read \
+            once at start; a file others may read is read with a warning and never written";
     /// addresses or CIDRs of reverse proxies, comma-separated: only from these is
     /// `X-Forwarded-For`/`Forwarded` believed (the rightmost hop that is not a trusted proxy is the
     /// caller)

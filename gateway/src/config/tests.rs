@@ -241,6 +241,9 @@ fn probes(dir_a: &Path, dir_b: &Path) -> Vec<Probe> {
             c.knowledge.chunk_overlap_tokens.to_string()
         }),
         n("TROUPE_KNOWLEDGE_TOP_K", |c| c.knowledge.top_k.to_string()),
+        p("TROUPE_SECRETS_FILE", "\"/s1.json\"", "/s2.json", |c| {
+            c.secrets_file.display().to_string()
+        }),
         p("TROUPE_INDEX_DIR", "\"/i1\"", "/i2", |c| {
             c.knowledge.index_dir.display().to_string()
         }),

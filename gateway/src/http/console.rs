@@ -66,6 +66,7 @@ static ASSETS: &[Asset] = assets![
     "js/knowledge.js" => JS,
     "js/posts.js" => JS,
     "js/access.js" => JS,
+    "js/platforms.js" => JS,
     "js/characters.js" => JS,
     "js/health.js" => JS,
     "template.json" => JSON,

@@ -123,9 +123,10 @@ pub struct Setup {
 pub async fn setup(State(state): State<AppState>, AgentPath(agent): AgentPath) -> Json<Setup> {
     let mind = agent.mind();
     let persona = &mind.persona;
-    let env = &state.config.env;
+    // With the tokens the console stored since the start (issue 47).
+    let env = &state.secrets.overlay(&state.config.env);
     let mut platforms = Vec::new();
-    for platform in persona.platforms() {
+    for platform in persona.platforms_in(env) {
         if platform == Platform::Web {
             continue;
         }

@@ -33,6 +33,7 @@ mod media_form;
 mod openai;
 mod pairing;
 mod people;
+mod platforms;
 mod posts;
 mod telegram_link;
 mod usage;
@@ -79,6 +80,10 @@ pub struct AppState {
     pub posts: crate::posts::Posts,
     /// Pairing codes and approvals (`/api/pairing`, issue 44).
     pub access: crate::access::Access,
+    /// The platform tokens the console connects (`/api/agents/{agent}/platforms`, issue 47).
+    pub secrets: crate::secrets_file::SecretsFile,
+    /// Restarts a persona's connectors once its tokens change.
+    pub reconnect: crate::connect::Reconnect,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -199,6 +204,12 @@ fn console_api_routes() -> Router<AppState> {
         .route("/agents/{agent}/facts/{id}", delete(inspect::delete_fact))
         .route("/agents/{agent}/people", get(people::list))
         .route("/agents/{agent}/setup", get(inspect::setup))
+        // Connecting a platform (issue 47): the operator's only (`auth::scoped_access`).
+        .route("/agents/{agent}/platforms", get(platforms::list))
+        .route(
+            "/agents/{agent}/platforms/{platform}",
+            put(platforms::connect).delete(platforms::disconnect),
+        )
         .route("/characters", get(characters::list))
         .route(
             "/characters/{file}",

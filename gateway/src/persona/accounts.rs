@@ -405,7 +405,7 @@ impl super::Persona {
     pub fn bot_claims(&self, env: &super::Env) -> Vec<BotClaim> {
         use troupe_connectors::Platform;
         let mut out = Vec::new();
-        for platform in self.platforms() {
+        for platform in self.platforms_in(env) {
             let accounts = match platform {
                 Platform::Telegram => self.telegram_accounts(env),
                 _ => None,

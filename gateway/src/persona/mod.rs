@@ -63,7 +63,7 @@ pub use load::{load_file, load_file_with};
 pub use paths::LoadOptions;
 pub use prompt::compose;
 pub(crate) use prompt::{render as render_template, system_prompt};
-pub use secrets::{Withheld, token_key};
+pub use secrets::{SecretSource, Withheld, credential_key, is_stored_name, stored_name, token_key};
 pub use settings::SpeakAs;
 pub use watch::{PersonaEvent, watch};
 
@@ -163,6 +163,11 @@ impl Persona {
         secrets::lookup(self, key, env).map(|(v, _)| v)
     }
 
+    /// [`Persona::secret`] with where it was found (for the console; never shown whole).
+    pub fn secret_with_source(&self, key: &str, env: &Env) -> Option<(String, SecretSource)> {
+        secrets::lookup(self, key, env)
+    }
+
     /// The credentials held back because the file names its own endpoint for them
     /// (`OPENAI_BASE_URL` in the file, `OPENAI_API_KEY` from the environment), for the
     /// endpoint named by `endpoint_key` (`OPENAI_BASE_URL`, `TELEGRAM_API_ROOT`…), or for
@@ -213,6 +218,26 @@ impl Persona {
     /// `FARCASTER_NEYNAR_SIGNER_UUID`), resolved like [`Persona::secret`].
     pub fn platform_token(&self, platform: Platform, env: &Env) -> Option<String> {
         self.secret(token_key(platform)?, env)
+    }
+
+    /// [`Persona::platforms`], plus each platform whose token the console stored in the
+    /// secrets file (issue 47): connecting one from the console needs no edit of the file.
+    /// An explicit `settings.troupe.platforms` stays the whole answer.
+    pub fn platforms_in(&self, env: &Env) -> Vec<Platform> {
+        let mut out = self.platforms();
+        if self.character.settings.troupe_platforms.is_some() {
+            return out;
+        }
+        for platform in [Platform::Discord, Platform::Telegram, Platform::Farcaster] {
+            let stored = secrets::credential_key(platform)
+                .and_then(|key| secrets::lookup(self, key, env))
+                .is_some_and(|(_, source)| source == SecretSource::SecretsFile);
+            if stored && !out.contains(&platform) {
+                out.push(platform);
+            }
+        }
+        out.sort();
+        out
     }
 
     /// The switches for a platform, troupe's defaults where the file says nothing.

@@ -9,16 +9,19 @@
 //!    without an `id` gets its id from its name, so `LP Manager` lands on the same variable).
 //!    elizaOS's spelling of an `id` (only spaces replaced) is accepted too. The display name
 //!    is never used: anyone who may save a file may pick any name (issue 30, finding 1);
-//! 2. the character's 1.x top-level `secrets`;
-//! 3. the character's v0 `settings.secrets`;
-//! 4. a scalar `settings.<KEY>` (elizaOS's `getSetting` reads those as well);
-//! 5. the process environment `<KEY>`; where it has none, troupe.toml's key for it, which
+//! 2. the secrets file (`TROUPE_SECRETS_FILE`, `crate::secrets_file`): what the operator
+//!    stored from the console for this persona, unless the environment has `<KEY>` itself:
+//!    the environment always wins over the secrets file (issue 47);
+//! 3. the character's 1.x top-level `secrets`;
+//! 4. the character's v0 `settings.secrets`;
+//! 5. a scalar `settings.<KEY>` (elizaOS's `getSetting` reads those as well);
+//! 6. the process environment `<KEY>`; where it has none, troupe.toml's key for it, which
 //!    `config` puts in the snapshot (`config::table::fill_env`): the operator's either way.
 //!
 //! **Secrets and endpoints travel together** (docs/security.md, "Character files"; issue 30,
 //! finding 1). Every
 //! credential is sent to one endpoint ([`PAIRINGS`]: the model providers, the Bot API, the
-//! Discord API, Neynar). Values from 1 and 5 were chosen by the operator; values from 2–4 by
+//! Discord API, Neynar). Values from 1, 2 and 6 were chosen by the operator; values from 3–5 by
 //! whoever wrote the file, which includes anyone who may call `PUT /api/characters/…`. When
 //! the file names the endpoint itself (and it is neither the operator's endpoint nor the
 //! vendor's default), a credential the operator chose is withheld: [`lookup`] answers
@@ -47,6 +50,8 @@ pub enum SecretSource {
     Settings,
     /// The process environment.
     Env,
+    /// The secrets file the console writes (`TROUPE_SECRETS_FILE`).
+    SecretsFile,
 }
 
 /// Who chose a value: the operator (through the environment) or whoever wrote the file.
@@ -64,13 +69,16 @@ impl SecretSource {
             SecretSource::SettingsSecrets => format!("settings.secrets.{key}"),
             SecretSource::Settings => format!("settings.{key}"),
             SecretSource::Env => format!("environment variable {key}"),
+            SecretSource::SecretsFile => format!("{key} in the secrets file (TROUPE_SECRETS_FILE)"),
         }
     }
 
     /// Who chose the value.
     pub fn origin(&self) -> Origin {
         match self {
-            SecretSource::CharacterEnv(_) | SecretSource::Env => Origin::Operator,
+            SecretSource::CharacterEnv(_) | SecretSource::Env | SecretSource::SecretsFile => {
+                Origin::Operator
+            }
             SecretSource::Secrets | SecretSource::SettingsSecrets | SecretSource::Settings => {
                 Origin::File
             }
@@ -123,6 +131,7 @@ fn non_empty(v: Option<&String>) -> Option<String> {
 /// The value in the precedence order of the module doc, before the pairing rule.
 fn first_set(persona: &Persona, key: &str, env: &Env) -> Option<(String, SecretSource)> {
     operator_override(persona, key, env)
+        .or_else(|| stored(persona, key, env))
         .or_else(|| from_file(persona, key))
         .or_else(|| non_empty(env.get(key)).map(|v| (v, SecretSource::Env)))
 }
@@ -140,6 +149,26 @@ fn operator_override(persona: &Persona, key: &str, env: &Env) -> Option<(String,
         }
     }
     None
+}
+
+/// The name a secrets-file value has in the [`Env`] snapshot: `=` cannot be part of an
+/// environment variable's name, so no variable can pose as one.
+pub fn stored_name(persona: &str, key: &str) -> String {
+    format!("=secrets-file={persona}={key}")
+}
+
+/// Whether an [`Env`] name is a secrets-file value's ([`stored_name`]).
+pub fn is_stored_name(name: &str) -> bool {
+    name.starts_with("=secrets-file=")
+}
+
+/// The secrets file's value, unless the environment sets `<KEY>` itself (it wins).
+fn stored(persona: &Persona, key: &str, env: &Env) -> Option<(String, SecretSource)> {
+    if non_empty(env.get(key)).is_some() {
+        return None;
+    }
+    non_empty(env.get(&stored_name(persona.id.as_str(), key)))
+        .map(|v| (v, SecretSource::SecretsFile))
 }
 
 /// The file's own value: `secrets`, `settings.secrets`, then `settings`.
@@ -339,5 +368,14 @@ pub fn token_key(platform: Platform) -> Option<&'static str> {
         // A Farcaster account acts through its Neynar signer.
         Platform::Farcaster => Some("FARCASTER_NEYNAR_SIGNER_UUID"),
         Platform::Web => None,
+    }
+}
+
+/// The credential the console connects a platform with (issue 47): the bot token, or for
+/// Farcaster the Neynar API key (the signer comes with it, and may be absent in dry runs).
+pub fn credential_key(platform: Platform) -> Option<&'static str> {
+    match platform {
+        Platform::Farcaster => Some("FARCASTER_NEYNAR_API_KEY"),
+        other => token_key(other),
     }
 }

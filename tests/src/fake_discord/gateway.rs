@@ -1,4 +1,4 @@
-//! The fake Discord's gateway: the `GET /gateway` routes that point at it, `users/@me`,
+//! The fake Discord's gateway: the `GET /gateway` routes that point at it, `users/@me`, `applications/@me`,
 //! the WebSocket (HELLO, heartbeats, IDENTIFY → READY, RESUME → the missed dispatches then
 //! RESUMED, INVALID_SESSION for an unknown session), the dispatch of events to every bot's
 //! session, and what a test does to the connection (drop it, hold it, ask for a reconnect,
@@ -250,6 +250,50 @@ pub(super) async fn users_me(State(shared): State<Arc<Shared>>, headers: HeaderM
     match caller(&shared, &headers) {
         Some(bot) => with_bucket(StatusCode::OK, bot.user()),
         None => unauthorized(),
+    }
+}
+
+/// `GET /applications/@me`: the caller's application, as Discord's `Application` object;
+/// the Message Content intent is on (`GATEWAY_MESSAGE_CONTENT_LIMITED`, 1 << 19).
+pub(super) async fn applications_me(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+) -> Response {
+    let bot = caller(&shared, &headers);
+    record(
+        &shared,
+        "GET",
+        "/applications/@me".into(),
+        if bot.is_some() { 200 } else { 401 },
+        bot.is_some(),
+    );
+    match bot {
+        Some(bot) => with_bucket(
+            StatusCode::OK,
+            json!({
+                "id": application_id(&bot),
+                "name": bot.name,
+                "icon": null,
+                "description": "",
+                "summary": "",
+                "type": null,
+                "bot_public": true,
+                "bot_require_code_grant": false,
+                "verify_key": "0".repeat(64),
+                "flags": 1u64 << 19,
+                "team": null,
+            }),
+        ),
+        None => unauthorized(),
+    }
+}
+
+/// The primary bot's application is [`APPLICATION_ID`]; an added bot's is its id after a 9.
+fn application_id(bot: &FakeBot) -> String {
+    if *bot == FakeBot::primary() {
+        APPLICATION_ID.to_string()
+    } else {
+        format!("9{}", bot.id)
     }
 }
 

@@ -2,7 +2,7 @@
 //! documented protocol (API v10, JSON in text frames), on 127.0.0.1.
 //!
 //! REST under `/api/v10`: `GET /gateway` and `/gateway/bot` (pointing at the fake's own
-//! `ws://` gateway), `GET /users/@me`, `POST /channels/{id}/messages` (records content and
+//! `ws://` gateway), `GET /users/@me`, `GET /applications/@me`, `POST /channels/{id}/messages` (records content and
 //! `message_reference`; 400 over 2,000 characters; honours `nonce` + `enforce_nonce`),
 //! `PATCH` and `DELETE /channels/{id}/messages/{m}` (edits kept in order, issue 32),
 //! `GET /channels/{id}/messages?after=&limit=` (newest first, as Discord answers),
@@ -364,6 +364,7 @@ impl FakeDiscord {
             .route("/api/v10/gateway", get(gateway::gateway_url))
             .route("/api/v10/gateway/bot", get(gateway::gateway_bot))
             .route("/api/v10/users/@me", get(gateway::users_me))
+            .route("/api/v10/applications/@me", get(gateway::applications_me))
             .route("/api/v10/users/@me/channels", post(gateway::create_dm))
             .route(
                 "/api/v10/channels/{channel}/messages",

@@ -424,6 +424,32 @@ pub(super) async fn bulk_users(
     finish(&shared, &method, &uri, &headers, r)
 }
 
+/// `GET /v2/farcaster/signer?signer_uuid=`: the fake's one managed signer, approved for
+/// the bot's fid (Neynar's `Signer` object); any other uuid is Neynar's 404.
+pub(super) async fn lookup_signer(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let r = match front(&shared, Route::UserLookup, &headers) {
+        Err(r) => r.response(),
+        Ok(()) => match q.get("signer_uuid") {
+            Some(uuid) if *uuid == shared.config.signer_uuid => axum::Json(json!({
+                "object": "signer",
+                "signer_uuid": uuid,
+                "public_key": format!("0x{}", "ab".repeat(32)),
+                "status": "approved",
+                "fid": shared.config.bot_fid,
+            }))
+            .into_response(),
+            _ => neynar_error(404, "Signer not found", "NotFound", Some("signer_uuid")),
+        },
+    };
+    finish(&shared, &method, &uri, &headers, r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 //! pages (newest first), `GET /v2/farcaster/cast` (lookup by hash),
 //! `GET /v2/farcaster/cast/conversation`, `POST /v2/farcaster/cast` (signer check, the byte
 //! limit, `idem`: the same key returns the same cast and records nothing new) and
-//! `GET /v2/farcaster/user/bulk`. Tests push casts that mention or reply to the bot, script
+//! `GET /v2/farcaster/user/bulk` and `GET /v2/farcaster/signer`. Tests push casts that mention or reply to the bot, script
 //! failures (429 with `Retry-After`, 5xx) per route, and wait on what the bot cast. It can
 //! also deliver `cast.created` webhooks signed like Neynar's (hex HMAC-SHA512 of the body in
 //! `X-Neynar-Signature`), or unsigned and badly signed ones.
@@ -234,6 +234,8 @@ impl FakeNeynar {
             .route("/v2/farcaster/cast/conversation/", get(casts::conversation))
             .route("/v2/farcaster/user/bulk", get(casts::bulk_users))
             .route("/v2/farcaster/user/bulk/", get(casts::bulk_users))
+            .route("/v2/farcaster/signer", get(casts::lookup_signer))
+            .route("/v2/farcaster/signer/", get(casts::lookup_signer))
             .fallback(unmatched)
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
