@@ -799,7 +799,7 @@ impl App {
             .ok_or_else(|| anyhow::anyhow!("the app is already running"))?;
         let app = Arc::new(self);
         tasks.spawn(app.clone().follow_personas(events));
-        tasks.spawn(app.follow_reconnects(reconnects));
+        tasks.spawn(app.follow_reconnects(reconnects, shutdown.child_token()));
 
         shutdown.cancelled().await;
         drain.run(tasks, http_task).await
@@ -882,8 +882,19 @@ impl App {
     /// Restarts a persona's connectors when the console connects or disconnects a
     /// platform (issue 47), with its character as it is now; answers once they are
     /// started, so the caller's next message finds them.
-    async fn follow_reconnects(self: Arc<Self>, mut requests: crate::connect::Requests) {
-        while let Some((agent, done)) = requests.recv().await {
+    /// Ends at `stop`: the requests' sender lives in the App this task holds, so the
+    /// channel alone would never close and shutting down would wait on it for good.
+    async fn follow_reconnects(
+        self: Arc<Self>,
+        mut requests: crate::connect::Requests,
+        stop: CancellationToken,
+    ) {
+        loop {
+            let next = tokio::select! {
+                _ = stop.cancelled() => return,
+                next = requests.recv() => next,
+            };
+            let Some((agent, done)) = next else { return };
             if let Some(agent) = self.path.agents.by_id(&agent) {
                 let persona = agent.mind().persona.clone();
                 self.start_connectors(&persona);

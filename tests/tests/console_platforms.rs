@@ -47,7 +47,7 @@ async fn disconnect(browser: &Browser, secrets: &std::path::Path, before: &[u8])
             "document.querySelector('#disconnected-telegram') && document.querySelector('#state-telegram').textContent.includes('not connected')",
         )
         .await;
-    assert!(!std::fs::read_to_string(&secrets).unwrap().contains(TOKEN));
+    assert!(!std::fs::read_to_string(secrets).unwrap().contains(TOKEN));
     assert_eq!(
         std::fs::read(
             secrets
