@@ -96,10 +96,7 @@ impl Store {
             .map(serde_json::to_string)
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| StorageError::Corrupt(format!("cannot encode a notice: {e}")))?;
-        let insert = match self.backend() {
-            super::Backend::Sqlite => super::posts::OUTBOX_SQLITE,
-            super::Backend::Postgres => super::posts::OUTBOX_POSTGRES,
-        };
+        let insert = self.outbox_insert_sql();
         let ids = with_pool!(self, pool => async {
             let mut tx = pool.begin().await?;
             let held = sqlx::query(
@@ -281,10 +278,7 @@ impl Store {
              WHERE agent_id = $1 AND id = $2 AND state = 'draft' AND expires_at_ms > $4
              RETURNING {COLUMNS}"
         );
-        let insert = match self.backend() {
-            super::Backend::Sqlite => super::posts::OUTBOX_SQLITE,
-            super::Backend::Postgres => super::posts::OUTBOX_POSTGRES,
-        };
+        let insert = self.outbox_insert_sql();
         let queued = with_pool!(self, pool => async {
             let mut tx = pool.begin().await?;
             let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))

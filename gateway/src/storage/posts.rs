@@ -184,14 +184,22 @@ const SCHEDULE_COLUMNS: &str =
 
 /// Inserts the outbox entry of a post, pending and due at once (both backends: the
 /// outbound is JSON text on SQLite, JSONB on Postgres).
-pub(super) const OUTBOX_SQLITE: &str =
+const OUTBOX_SQLITE: &str =
     "INSERT INTO outbox (agent_id, outbound, created_at_ms, updated_at_ms)
      VALUES ($1, $2, $3, $3) RETURNING id";
-pub(super) const OUTBOX_POSTGRES: &str =
+const OUTBOX_POSTGRES: &str =
     "INSERT INTO outbox (agent_id, outbound, created_at_ms, updated_at_ms)
      VALUES ($1, CAST($2 AS JSONB), $3, $3) RETURNING id";
 
 impl Store {
+    /// The statement inserting a post's (or a draft notice's) outbox entry on this backend.
+    pub(super) fn outbox_insert_sql(&self) -> &'static str {
+        match self.backend() {
+            super::Backend::Sqlite => OUTBOX_SQLITE,
+            super::Backend::Postgres => OUTBOX_POSTGRES,
+        }
+    }
+
     /// Stores a schedule, or updates one of the same id: a changed spec starts over from
     /// `first_run_ms`, an unchanged one keeps its next run (a restart is not a new
     /// schedule).
@@ -449,10 +457,7 @@ impl Store {
         let now = now_ms();
         let outbound = serde_json::to_string(post)
             .map_err(|e| StorageError::Corrupt(format!("cannot encode a post: {e}")))?;
-        let insert = match self.backend() {
-            super::Backend::Sqlite => OUTBOX_SQLITE,
-            super::Backend::Postgres => OUTBOX_POSTGRES,
-        };
+        let insert = self.outbox_insert_sql();
         let id = with_pool!(self, pool => async {
             let mut tx = pool.begin().await?;
             let held = sqlx::query(
