@@ -184,8 +184,7 @@ const SCHEDULE_COLUMNS: &str =
 
 /// Inserts the outbox entry of a post, pending and due at once (both backends: the
 /// outbound is JSON text on SQLite, JSONB on Postgres).
-const OUTBOX_SQLITE: &str =
-    "INSERT INTO outbox (agent_id, outbound, created_at_ms, updated_at_ms)
+const OUTBOX_SQLITE: &str = "INSERT INTO outbox (agent_id, outbound, created_at_ms, updated_at_ms)
      VALUES ($1, $2, $3, $3) RETURNING id";
 const OUTBOX_POSTGRES: &str =
     "INSERT INTO outbox (agent_id, outbound, created_at_ms, updated_at_ms)
