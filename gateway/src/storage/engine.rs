@@ -711,8 +711,8 @@ mod tests {
 
     /// Steady writes, one after the other (a quiet room), never let the WAL grow without end:
     /// the engine restarts it every `WAL_RESTART_FRAMES` frames, and it stays under what
-    /// `journal_size_limit` keeps plus one round of growth. Without the restart, this writes
-    /// a WAL of about 50 MB.
+    /// `journal_size_limit` keeps (two rounds of growth: one try may find the pool busy).
+    /// Without the restart this test wrote a WAL of 60 MB.
     #[tokio::test]
     async fn steady_writes_keep_the_wal_bounded() {
         let (dir, _store, engine) = engine().await;
@@ -730,11 +730,10 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let wal = std::fs::metadata(dir.path().join("t.db-wal")).unwrap().len();
-        assert!(
-            wal <= (WAL_KEEP_BYTES as u64) * 3 / 2,
-            "the WAL grew to {wal} bytes"
-        );
+        let wal = std::fs::metadata(dir.path().join("t.db-wal"))
+            .unwrap()
+            .len();
+        assert!(wal <= WAL_KEEP_BYTES as u64, "the WAL grew to {wal} bytes");
     }
 
     /// A closed store's engine refuses calls as a closed pool (a shutdown, for callers).
