@@ -192,8 +192,9 @@ fn note_wal_frames(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlit
 /// (issue 48). The pool's passive checkpoints (`checkpoints`) copy the WAL into the database
 /// while the engine writes, so they never catch up with its end, and SQLite only writes a WAL
 /// from its start again when a transaction begins with every frame copied: under steady
-/// writes the file grew without end, and the kernel zeroed each new page of it (a fifth of a
-/// quiet room's CPU). Here, between batches with nobody waiting, the only writer checkpoints
+/// writes the file grew without end (a disk filled by a burst; on one kernel the zeroing of
+/// its new pages was a fifth of a quiet room's CPU, docs/benchmarks.md). Here, between
+/// batches with nobody waiting, the only writer checkpoints
 /// what is left (a few frames; its fsync is the price, once per `WAL_RESTART_FRAMES`), and its
 /// next transaction restarts the file. A reader holding an old snapshot can keep a frame
 /// uncopied: then the next try waits for as many frames again.
