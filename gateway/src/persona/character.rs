@@ -27,7 +27,7 @@ use super::eliza2;
 use super::json::{Kind, Member, Node, Pos};
 use super::knowledge::KnowledgeEntry;
 use super::paths::Policy;
-use super::prompt;
+use super::placeholder;
 use super::settings::{self, Settings};
 use super::values::{list_has_wrong_items, string, string_list};
 
@@ -567,12 +567,12 @@ fn templates(v: &Node, d: &mut Diags) -> BTreeMap<String, String> {
 /// Every `{{placeholder}}` in a template troupe fills must be one it knows; anything else
 /// would reach the model as literal braces.
 fn check_placeholders(node: &Node, text: &str, path: &str, d: &mut Diags) {
-    for (byte_at, name) in prompt::placeholders(text) {
-        if prompt::is_known_placeholder(name) {
+    for (byte_at, name) in placeholder::placeholders(text) {
+        if placeholder::is_known_placeholder(name) {
             continue;
         }
         let at = text[..byte_at].chars().count();
-        let hint = suggest(name, prompt::FILLED_PLACEHOLDERS)
+        let hint = suggest(name, placeholder::FILLED_PLACEHOLDERS)
             .map(|s| format!(" (did you mean {{{{{s}}}}}?)"))
             .unwrap_or_default();
         d.error(

@@ -423,7 +423,7 @@ impl Persona {
             .filter(|s| !s.is_empty())
             .map(AgentId::from)
             .unwrap_or_else(|| AgentId::new(slug(&character.name)));
-        let prepared = std::sync::Arc::new(super::prepared::Prepared::new(&id, &character));
+        let prepared = std::sync::Arc::new(super::prepared::Prepared::new(&character));
         Persona {
             id,
             prepared,

@@ -15,6 +15,7 @@
 //! - `check`: [`check_files`] for `troupe check`, with the cross-file checks;
 //! - `secrets`: per-persona secrets and their precedence;
 //! - `prompt`: [`compose`], elizaOS's sampling and templates;
+//! - `placeholder`: the `{{name}}`s troupe knows, found and substituted;
 //! - `prepared`: what composing needs that depends only on the persona (parsed templates,
 //!   the system prompt, directions), built when the persona is loaded;
 //! - `quote`: how names and text from rooms are put into any prompt (reply, summary, facts)
@@ -35,6 +36,7 @@ mod json;
 mod knowledge;
 mod load;
 mod paths;
+mod placeholder;
 mod prepared;
 mod prompt;
 pub(crate) mod quote;
