@@ -25,6 +25,7 @@
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
+#[cfg(test)]
 use troupe_connectors::Platform;
 
 use super::prepared::{Slot, Template, fill_names, header};
