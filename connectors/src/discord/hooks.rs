@@ -22,7 +22,7 @@ use super::DiscordConnector;
 use super::rest::{
     Bucket, CallError, Hook, MISSING_PERMISSIONS, UNKNOWN_MESSAGE, UNKNOWN_WEBHOOK, WebhookToken,
 };
-use super::speaker::Voice;
+use crate::chorus::Voice;
 use super::wire::{self, Snowflake};
 use crate::connector::{ConnectorError, SinkError};
 use crate::model::{MessageId, Outbound};

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use super::DiscordConnector;
 use super::rest::CallError;
-use super::speaker::Voice;
+use crate::chorus::Voice;
 use super::split::split_message;
 use super::wire::Snowflake;
 use crate::connector::{ConnectorError, Delivery, Recent};

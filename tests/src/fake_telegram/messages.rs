@@ -77,6 +77,12 @@ impl FakeTelegram {
     pub fn chat_actions(&self) -> Vec<ChatActionRecord> {
         self.shared.lock().actions.clone()
     }
+
+    /// Message `message_id` of `chat` as the chat holds it now (pushed, or sent by the bot
+    /// with its entities and edits): what a reply's `reply_to_message` carries.
+    pub fn message(&self, chat: i64, message_id: i64) -> Option<Value> {
+        self.shared.lock().messages.get(&(chat, message_id)).cloned()
+    }
 }
 
 impl Inner {
@@ -104,7 +110,33 @@ pub(super) fn send_message_draft(p: &Value) -> Response {
     if string(p, "text").unwrap_or_default().chars().count() > MAX_TEXT_CHARS {
         return api_error(400, "Bad Request: message is too long");
     }
+    if let Err(refused) = entities(p) {
+        return refused;
+    }
     ok(json!(true))
+}
+
+/// A call's `entities`, as the Bot API takes them: an array of MessageEntity objects, each
+/// with a string `type` and integer `offset` and `length` (UTF-16 code units). Anything
+/// else is refused as Telegram refuses it.
+pub(super) fn entities(p: &Value) -> Result<Vec<Value>, Response> {
+    if p.get("entities").is_none() {
+        return Ok(Vec::new());
+    }
+    let refuse = |why: &str| api_error(400, &format!("Bad Request: can't parse entities: {why}"));
+    let Some(Value::Array(list)) = structured(p, "entities") else {
+        return Err(refuse("entities must be an array"));
+    };
+    for entity in &list {
+        let typed = entity.get("type").and_then(Value::as_str).is_some();
+        let placed = ["offset", "length"]
+            .iter()
+            .all(|k| entity.get(*k).and_then(Value::as_u64).is_some());
+        if !typed || !placed {
+            return Err(refuse("an entity needs a type, an offset and a length"));
+        }
+    }
+    Ok(list)
 }
 
 pub(super) fn send_message(shared: &Shared, p: &Value) -> Response {
@@ -144,6 +176,10 @@ pub(super) fn send_message(shared: &Shared, p: &Value) -> Response {
     {
         return api_error(400, "Bad Request: message thread not found");
     }
+    let entities = match entities(p) {
+        Ok(list) => list,
+        Err(refused) => return refused,
+    };
     let reply_parameters = structured(p, "reply_parameters");
     let mut reply_to = None;
     if let Some(rp) = &reply_parameters {
@@ -169,6 +205,9 @@ pub(super) fn send_message(shared: &Shared, p: &Value) -> Response {
             message["is_topic_message"] = json!(true);
         }
     }
+    if !entities.is_empty() {
+        message["entities"] = json!(entities);
+    }
     inner
         .messages
         .insert((chat_id, message_id), message.clone());
@@ -182,6 +221,7 @@ pub(super) fn send_message(shared: &Shared, p: &Value) -> Response {
         message_thread_id: thread,
         reply_parameters,
         parse_mode: string(p, "parse_mode"),
+        entities,
     });
     ok(message)
 }
