@@ -78,7 +78,7 @@ impl SharedBots {
                     }
                 };
                 let stop = parent.child_token();
-                tracing::info!(%account, %platform, "personas share this bot, each speaking as itself ({})", how_they_speak(platform));
+                announce(platform, &account);
                 running.insert(
                     account.clone(),
                     Running {
@@ -140,11 +140,11 @@ fn build(
     }
 }
 
-/// How the personas on a shared bot of `platform` tell themselves apart, for the log.
-fn how_they_speak(platform: Platform) -> &'static str {
+/// Logs once that personas share the bot of `account`, and how they tell themselves apart.
+fn announce(platform: Platform, account: &str) {
     match platform {
-        Platform::Telegram => "its name in bold in front of its messages",
-        _ => "through channel webhooks",
+        Platform::Telegram => tracing::info!(%account, "personas share this Telegram bot and speak with their names in front"),
+        _ => tracing::info!(%account, "personas share this Discord bot and speak through channel webhooks"),
     }
 }
 
