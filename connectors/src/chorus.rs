@@ -17,8 +17,8 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::connector::{
-    Accepted, Connector, ConnectorError, ContextLine, Delivery, InboundSink, SinkError,
-    VoiceNote, WebhookRequest, WebhookResponse,
+    Accepted, Connector, ConnectorError, ContextLine, Delivery, InboundSink, SinkError, VoiceNote,
+    WebhookRequest, WebhookResponse,
 };
 use crate::model::{
     AgentId, Attachment, Inbound, MessageId, Outbound, Platform, Reaction, RoomRef, UserId,
@@ -144,8 +144,11 @@ pub(crate) trait Voiced: Connector {
     }
 
     /// Delivers `reply` as `voice`.
-    async fn send_voiced(&self, reply: &Outbound, voice: &Voice)
-    -> Result<Delivery, ConnectorError>;
+    async fn send_voiced(
+        &self,
+        reply: &Outbound,
+        voice: &Voice,
+    ) -> Result<Delivery, ConnectorError>;
 
     /// Shows `reply` written so far as `voice` (`Connector::show_live`).
     async fn show_voiced(&self, reply: &Outbound, voice: &Voice) -> Result<(), ConnectorError>;

@@ -143,8 +143,12 @@ fn build(
 /// Logs once that personas share the bot of `account`, and how they tell themselves apart.
 fn announce(platform: Platform, account: &str) {
     match platform {
-        Platform::Telegram => tracing::info!(%account, "personas share this Telegram bot and speak with their names in front"),
-        _ => tracing::info!(%account, "personas share this Discord bot and speak through channel webhooks"),
+        Platform::Telegram => {
+            tracing::info!(%account, "personas share this Telegram bot and speak with their names in front")
+        }
+        _ => {
+            tracing::info!(%account, "personas share this Discord bot and speak through channel webhooks")
+        }
     }
 }
 

@@ -20,7 +20,10 @@ use troupe_e2e::{Backend, FakeOpenAi, Script, TestApp, TestAppOptions, WAIT, tro
 
 const GROUP: i64 = -100_046;
 const SAM: i64 = 601;
-const PEOPLE: [(&str, &str); 2] = [("Ada", "Ada reads the tides."), ("Bob", "Bob ties the knots.")];
+const PEOPLE: [(&str, &str); 2] = [
+    ("Ada", "Ada reads the tides."),
+    ("Bob", "Bob ties the knots."),
+];
 /// The edit pace the tests run with.
 const EDIT_MS: u64 = 300;
 
@@ -68,7 +71,10 @@ impl Troupe {
 
     /// Sam replies to message `to` of the group (the bot's, as the chat holds it now).
     fn reply(&self, to: i64, text: &str) -> i64 {
-        let to = self.telegram.message(GROUP, to).expect("the message replied to");
+        let to = self
+            .telegram
+            .message(GROUP, to)
+            .expect("the message replied to");
         self.telegram
             .push_message(tg::replying_to(self.said(text), to))
     }
@@ -140,7 +146,8 @@ async fn two_personas_on_one_bot_each_answer_with_their_bold_name() {
     // Nothing more: every persona has decided on the last message, and there were three
     // answers from three model calls. No persona answered another's message (the bot's
     // own messages are never input), and Bob did not answer the reply to Ada.
-    t.all_remember(GROUP, "which knot for a mooring, Bob?").await;
+    t.all_remember(GROUP, "which knot for a mooring, Bob?")
+        .await;
     assert_eq!(t.telegram.sent_messages().len(), 3);
     assert_eq!(t.model.requests().len(), 3, "one model call per answer");
     // One getUpdates poller for the two: it starts by removing any webhook, once.
@@ -175,7 +182,8 @@ async fn a_mention_of_the_bot_or_a_direct_message_is_answered_by_one_persona() {
     let waited = t
         .telegram
         .try_wait_for_state("an answer in Sam's DM", WAIT, |s| {
-            s.iter().any(|m| m.chat_id == SAM && m.text.ends_with(": Here, Sam."))
+            s.iter()
+                .any(|m| m.chat_id == SAM && m.text.ends_with(": Here, Sam."))
         })
         .await;
     t.app.expect(waited);

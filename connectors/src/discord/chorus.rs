@@ -75,11 +75,7 @@ impl Voiced for DiscordConnector {
         self.show_as(reply, Some(voice)).await
     }
 
-    async fn delete_voiced(
-        &self,
-        room: &RoomRef,
-        ids: &[MessageId],
-    ) -> Result<(), ConnectorError> {
+    async fn delete_voiced(&self, room: &RoomRef, ids: &[MessageId]) -> Result<(), ConnectorError> {
         self.delete_as(room, ids).await
     }
 }

@@ -168,7 +168,12 @@ mod tests {
         }
         let words: usize = said
             .iter()
-            .map(|p| p.strip_prefix(&crab.text).unwrap().split_whitespace().count())
+            .map(|p| {
+                p.strip_prefix(&crab.text)
+                    .unwrap()
+                    .split_whitespace()
+                    .count()
+            })
             .sum();
         assert_eq!(words, text.split_whitespace().count(), "nothing lost");
         // Exactly at the limit with the prefix: one part.

@@ -68,7 +68,10 @@ impl TelegramConnector {
         }
         let (text, entities) = match prefix {
             Some(p) => (p.say(&reply.text, MAX_MESSAGE_CHARS), p.entities()),
-            None => (reply.text.chars().take(MAX_MESSAGE_CHARS).collect(), Vec::new()),
+            None => (
+                reply.text.chars().take(MAX_MESSAGE_CHARS).collect(),
+                Vec::new(),
+            ),
         };
         let payload = SendMessageDraft {
             chat_id: target.chat,

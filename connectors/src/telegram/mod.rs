@@ -49,11 +49,11 @@ use teloxide::Bot;
 use teloxide::prelude::Requester;
 use tokio_util::sync::CancellationToken;
 
+use crate::chorus::SharedBot;
 use crate::connector::{
     Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, Delivery, InboundSink,
     Lookup, Receiving, Recent, WebhookRequest, WebhookResponse,
 };
-use crate::chorus::SharedBot;
 use crate::model::{AgentId, MessageId, Outbound, Platform, RoomRef};
 use config::{Mode, TelegramConfig};
 use normalize::{BotIdentity, GroupPolicy};

@@ -112,8 +112,14 @@ impl TelegramConnector {
                     .await
                     .map(|()| earlier.clone()),
                 None => {
-                    self.send_part(&mut target, said, reply_to, &mut waited, MAX_RATE_LIMIT_WAIT)
-                        .await
+                    self.send_part(
+                        &mut target,
+                        said,
+                        reply_to,
+                        &mut waited,
+                        MAX_RATE_LIMIT_WAIT,
+                    )
+                    .await
                 }
             };
             let id = match put {

@@ -18,6 +18,7 @@
 
 use crate::sync::Locked;
 use std::time::Duration;
+use teloxide::payloads::EditMessageTextSetters;
 use teloxide::prelude::Requester;
 use teloxide::types::{ChatId, MessageId as TgMessageId};
 use teloxide::{ApiError, RequestError};
@@ -68,7 +69,13 @@ impl TelegramConnector {
         };
         let before = shown.ids.len();
         let result = self
-            .put_parts(&mut target, reply, (&parts, prefix), &mut shown, Duration::ZERO)
+            .put_parts(
+                &mut target,
+                reply,
+                (&parts, prefix),
+                &mut shown,
+                Duration::ZERO,
+            )
             .await;
         if shown.ids.len() != before {
             self.save_live(&reply.key, &shown.ids).await;

@@ -380,7 +380,14 @@ fn troupe_settings(v: &Node, s: &mut Settings, d: &mut Diags) -> Option<Vec<Plat
                 &path,
                 unknown_field_message(
                     other,
-                    &["platforms", "posts", "tools", "owners", "discord", "telegram"],
+                    &[
+                        "platforms",
+                        "posts",
+                        "tools",
+                        "owners",
+                        "discord",
+                        "telegram",
+                    ],
                 ),
             ),
         }
@@ -414,14 +421,21 @@ const TELEGRAM_VOICES: Voices = [
 fn speak_as(v: &Node, path: &str, voices: Voices, d: &mut Diags) -> SpeakAs {
     let [(shared, ..), (default, ..)] = voices;
     let Some(members) = v.members() else {
-        d.wrong_type(v, path, &format!("an object {{ \"speakAs\": \"{shared}\" }}"));
+        d.wrong_type(
+            v,
+            path,
+            &format!("an object {{ \"speakAs\": \"{shared}\" }}"),
+        );
         return SpeakAs::Bot;
     };
     let mut speak_as = SpeakAs::Bot;
     for m in members {
         let p = join(path, &m.key);
         match m.key.as_str() {
-            "speakAs" => match voices.iter().find(|(name, ..)| Some(*name) == m.value.as_str()) {
+            "speakAs" => match voices
+                .iter()
+                .find(|(name, ..)| Some(*name) == m.value.as_str())
+            {
                 Some((_, voice, _)) => speak_as = *voice,
                 None => d.error(
                     &m.value.pos,

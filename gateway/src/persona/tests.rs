@@ -665,7 +665,10 @@ fn personas_that_speak_with_a_prefix_may_share_a_telegram_bot() {
     let (ada, bob) = (&r.loaded[0].persona, &r.loaded[1].persona);
     assert!(ada.shares_bot_on(Platform::Telegram) && !ada.speaks_through_webhooks());
     assert!(ada.may_share_bot_with(bob, Platform::Telegram));
-    assert!(!ada.may_share_bot_with(bob, Platform::Discord), "opted in on Telegram only");
+    assert!(
+        !ada.may_share_bot_with(bob, Platform::Discord),
+        "opted in on Telegram only"
+    );
     assert_eq!(refuse_shared_bots(&[ada, bob], &e), Ok(()));
 
     // One that does not opt in keeps the error, which says how to share.
@@ -675,14 +678,19 @@ fn personas_that_speak_with_a_prefix_may_share_a_telegram_bot() {
     assert_eq!(got.len(), 2, "{got:?}");
     assert!(
         got[0].contains("telegram token")
-            && got[0].contains("settings.troupe.telegram.speakAs: \"prefix\" in each (docs/telegram.md)"),
+            && got[0].contains(
+                "settings.troupe.telegram.speakAs: \"prefix\" in each (docs/telegram.md)"
+            ),
         "{}",
         got[0]
     );
     let (ada, cy) = (&r.loaded[0].persona, &r.loaded[1].persona);
     assert!(!ada.may_share_bot_with(cy, Platform::Telegram));
     let refused = refuse_shared_bots(&[ada, cy], &e).unwrap_err();
-    assert!(refused.contains("settings.troupe.telegram.speakAs"), "{refused}");
+    assert!(
+        refused.contains("settings.troupe.telegram.speakAs"),
+        "{refused}"
+    );
 
     // Discord's value is not Telegram's: an error at the value, naming both choices.
     let x = write(t.path(), "x.json", &file("Xu", "webhook"));
@@ -717,7 +725,8 @@ fn speak_as_is_read_per_platform() {
         "{\"name\": \"C\", \"bio\": \"x\", \"settings\": {\"troupe\": {\"discord\": {\"speakAs\": \"prefix\"}}}}",
     );
     assert!(
-        got.iter().any(|e| e.contains("settings.troupe.discord.speakAs: expected \"webhook\"")),
+        got.iter()
+            .any(|e| e.contains("settings.troupe.discord.speakAs: expected \"webhook\"")),
         "{got:?}"
     );
 }

@@ -164,7 +164,10 @@ pub(super) fn edit_message_text(shared: &Shared, p: &Value) -> Response {
     if message["from"]["id"].as_i64() != Some(bot_id) {
         return api_error(400, "Bad Request: message can't be edited");
     }
-    let kept = message.get("entities").cloned().unwrap_or_else(|| json!([]));
+    let kept = message
+        .get("entities")
+        .cloned()
+        .unwrap_or_else(|| json!([]));
     if message["text"].as_str() == Some(text.as_str()) && kept == json!(entities) {
         return api_error(
             400,

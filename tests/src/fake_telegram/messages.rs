@@ -81,7 +81,11 @@ impl FakeTelegram {
     /// Message `message_id` of `chat` as the chat holds it now (pushed, or sent by the bot
     /// with its entities and edits): what a reply's `reply_to_message` carries.
     pub fn message(&self, chat: i64, message_id: i64) -> Option<Value> {
-        self.shared.lock().messages.get(&(chat, message_id)).cloned()
+        self.shared
+            .lock()
+            .messages
+            .get(&(chat, message_id))
+            .cloned()
     }
 }
 

@@ -240,7 +240,10 @@ async fn entities_are_checked_kept_on_the_message_and_recorded() {
     assert_eq!(status, 200);
     assert_eq!(body["result"]["entities"], bold);
     let id = body["result"]["message_id"].as_i64().unwrap();
-    assert_eq!(fake.sent_messages()[0].entities, bold.as_array().unwrap().clone());
+    assert_eq!(
+        fake.sent_messages()[0].entities,
+        bold.as_array().unwrap().clone()
+    );
     assert_eq!(fake.message(5, id).unwrap()["entities"], bold);
     // An entity without its place is refused, as the Bot API refuses it.
     let (status, body) = call(
@@ -250,12 +253,15 @@ async fn entities_are_checked_kept_on_the_message_and_recorded() {
     )
     .await;
     assert_eq!(status, 400);
-    assert!(body["description"].as_str().unwrap().contains("can't parse entities"));
+    assert!(
+        body["description"]
+            .as_str()
+            .unwrap()
+            .contains("can't parse entities")
+    );
     // An edit with the same text but other entities changes the message; the same again
     // does not.
-    let edit = |entities: Value| {
-        json!({"chat_id": 5, "message_id": id, "text": "Ada: hi", "entities": entities})
-    };
+    let edit = |entities: Value| json!({"chat_id": 5, "message_id": id, "text": "Ada: hi", "entities": entities});
     let (status, _) = call(&fake, "editMessageText", edit(json!([]))).await;
     assert_eq!(status, 200);
     assert!(fake.message(5, id).unwrap().get("entities").is_none());
