@@ -514,10 +514,7 @@ impl App {
                 tracing::error!(persona = %persona.id, %platform, "not connecting: {}", w.message());
                 continue;
             }
-            // A persona with Telegram accounts logs in with those, each its own.
-            if persona.shares_bot_on(platform)
-                && (platform != Platform::Telegram || persona.telegram_accounts(&env).is_none())
-            {
+            if persona.joins_shared_bot(platform, &env) {
                 self.join_shared_bot(persona, platform, &lookup);
                 continue;
             }
@@ -554,10 +551,7 @@ impl App {
             let connector_id = format!("{}/{platform}", started.bot.account());
             let status = self.loops.receivers.replace(&connector_id, 1).remove(0);
             let connector = started.bot.receiver();
-            let leader = match connector.receiving() {
-                Receiving::Everywhere => None,
-                Receiving::OneAtATime { name } | Receiving::Sharded { name } => Some(name),
-            };
+            let leader = connector.receiving().leader();
             let receiver = ReceiverRun { connector, leader };
             let task = self.receiver_task(
                 receiver,

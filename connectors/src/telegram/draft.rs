@@ -13,8 +13,8 @@ use teloxide::requests::{JsonRequest, Payload};
 use teloxide::types::{MessageEntity, True};
 
 use super::TelegramConnector;
-use super::chorus::Prefix;
 use super::errors;
+use super::prefix::Prefix;
 use super::send::{MAX_MESSAGE_CHARS, Target};
 use crate::connector::ConnectorError;
 use crate::model::Outbound;

@@ -16,7 +16,7 @@
 //! voice notes, [`pace`] keeps within the rate limits,
 //! [`errors`] maps teloxide's errors. Several personas may share one bot ([`build_shared`]):
 //! its one poller hands each update to all of them, and each speaks with its bold name in
-//! front ([`chorus`]).
+//! front ([`chorus`], the name and the split in [`prefix`]).
 
 mod check;
 mod chorus;
@@ -29,6 +29,7 @@ mod errors;
 mod files;
 mod normalize;
 mod pace;
+mod prefix;
 mod reactions;
 mod receive;
 mod send;
@@ -218,7 +219,7 @@ impl TelegramConnector {
     async fn show_as(
         &self,
         reply: &Outbound,
-        prefix: Option<&chorus::Prefix>,
+        prefix: Option<&prefix::Prefix>,
     ) -> Result<(), ConnectorError> {
         if draft::is_private(&reply.room) {
             self.draft(reply, prefix).await

@@ -17,14 +17,13 @@ use teloxide::prelude::Requester;
 use teloxide::types::{ChatAction, ChatId, MessageId as TgMessageId, ReplyParameters, ThreadId};
 
 use super::TelegramConnector;
-use super::chorus::{Prefix, parts};
 use super::errors;
 use super::normalize::message_id;
+use super::prefix::{Prefix, parts};
 use crate::connector::{ConnectorError, Delivery};
 use crate::model::{MessageId, Outbound, RoomRef};
 
-/// Telegram's limit for one message, in characters.
-pub(crate) const MAX_MESSAGE_CHARS: usize = 4096;
+pub(crate) use super::prefix::MAX_MESSAGE_CHARS;
 
 /// One message's text, and the persona's prefix it starts with on a shared bot (its
 /// entities go with it).

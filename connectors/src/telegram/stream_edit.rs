@@ -24,8 +24,8 @@ use teloxide::types::{ChatId, MessageId as TgMessageId};
 use teloxide::{ApiError, RequestError};
 
 use super::TelegramConnector;
-use super::chorus::{Prefix, parts};
 use super::errors;
+use super::prefix::{Prefix, parts};
 use super::send::{Said, Target, message_number};
 use crate::connector::{ConnectorError, Delivery};
 use crate::model::{MessageId, Outbound};

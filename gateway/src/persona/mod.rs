@@ -218,6 +218,14 @@ impl Persona {
         }
     }
 
+    /// Whether `troupe run` puts the persona on a bot it shares with others on `platform`:
+    /// it says so, and logs in with its one token (a persona with Telegram accounts logs in
+    /// with those, each its own).
+    pub fn joins_shared_bot(&self, platform: Platform, env: &Env) -> bool {
+        self.shares_bot_on(platform)
+            && (platform != Platform::Telegram || self.telegram_accounts(env).is_none())
+    }
+
     /// Whether `self` and `other` may log in to `platform` with one token: when both say
     /// they share their bot there (docs/discord.md and docs/telegram.md "A troupe on one
     /// bot").

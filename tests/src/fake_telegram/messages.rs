@@ -143,6 +143,24 @@ pub(super) fn entities(p: &Value) -> Result<Vec<Value>, Response> {
     Ok(list)
 }
 
+/// The message `reply_parameters` (`rp`) names in `chat_id`'s chat or its own `chat_id`'s:
+/// one that does not exist is refused, unless `allow_sending_without_reply`.
+fn replied(inner: &Inner, rp: Option<&Value>, chat_id: i64) -> Result<Option<Value>, Response> {
+    let Some(rp) = rp else {
+        return Ok(None);
+    };
+    let target = int(rp, "message_id");
+    let reply_chat = int(rp, "chat_id").unwrap_or(chat_id);
+    match target.and_then(|m| inner.messages.get(&(reply_chat, m)).cloned()) {
+        Some(m) => Ok(Some(m)),
+        None if boolean(rp, "allow_sending_without_reply") => Ok(None),
+        None => Err(api_error(
+            400,
+            "Bad Request: message to be replied not found",
+        )),
+    }
+}
+
 pub(super) fn send_message(shared: &Shared, p: &Value) -> Response {
     let mut inner = shared.lock();
     inner.send_attempts += 1;
@@ -180,21 +198,12 @@ pub(super) fn send_message(shared: &Shared, p: &Value) -> Response {
     {
         return api_error(400, "Bad Request: message thread not found");
     }
-    let entities = match entities(p) {
-        Ok(list) => list,
-        Err(refused) => return refused,
-    };
     let reply_parameters = structured(p, "reply_parameters");
-    let mut reply_to = None;
-    if let Some(rp) = &reply_parameters {
-        let target = int(rp, "message_id");
-        let reply_chat = int(rp, "chat_id").unwrap_or(chat_id);
-        match target.and_then(|m| inner.messages.get(&(reply_chat, m)).cloned()) {
-            Some(m) => reply_to = Some(m),
-            None if boolean(rp, "allow_sending_without_reply") => {}
-            None => return api_error(400, "Bad Request: message to be replied not found"),
-        }
-    }
+    let replied = replied(&inner, reply_parameters.as_ref(), chat_id);
+    let (entities, reply_to) = match (entities(p), replied) {
+        (Ok(entities), Ok(reply_to)) => (entities, reply_to),
+        (Err(refused), _) | (_, Err(refused)) => return refused,
+    };
     let message_id = inner.take_message_id(chat_id);
     let mut message = json!({
         "message_id": message_id,
