@@ -569,12 +569,12 @@ fn duplicate_token_across_files_names_both() {
         got,
         [
             format!(
-                "{}:2:13: clients (telegram): telegram token (environment variable TELEGRAM_BOT_TOKEN) is the same as the one {} uses; one bot account can serve one persona: give each its own TELEGRAM_BOT_TOKEN in settings.secrets or CHARACTER.A.TELEGRAM_BOT_TOKEN",
+                "{}:2:13: clients (telegram): telegram token (environment variable TELEGRAM_BOT_TOKEN) is the same as the one {} uses; one bot account can serve one persona: give each its own TELEGRAM_BOT_TOKEN in settings.secrets or CHARACTER.A.TELEGRAM_BOT_TOKEN, or let them share the bot with settings.troupe.telegram.speakAs: \"prefix\" in each (docs/telegram.md)",
                 a.display(),
                 b.display()
             ),
             format!(
-                "{}:2:13: clients (telegram): telegram token (environment variable TELEGRAM_BOT_TOKEN) is the same as the one {} uses; one bot account can serve one persona: give each its own TELEGRAM_BOT_TOKEN in settings.secrets or CHARACTER.B.TELEGRAM_BOT_TOKEN",
+                "{}:2:13: clients (telegram): telegram token (environment variable TELEGRAM_BOT_TOKEN) is the same as the one {} uses; one bot account can serve one persona: give each its own TELEGRAM_BOT_TOKEN in settings.secrets or CHARACTER.B.TELEGRAM_BOT_TOKEN, or let them share the bot with settings.troupe.telegram.speakAs: \"prefix\" in each (docs/telegram.md)",
                 b.display(),
                 a.display()
             ),
