@@ -155,7 +155,7 @@ pub(super) fn edit_message_text(shared: &Shared, p: &Value) -> Response {
     }
     let entities = match super::messages::entities(p) {
         Ok(list) => list,
-        Err(refused) => return refused,
+        Err(refused) => return api_error(400, &refused),
     };
     let bot_id = shared.bot_id;
     let Some(message) = inner.messages.get_mut(&(chat_id, message_id)) else {

@@ -115,19 +115,19 @@ pub(super) fn send_message_draft(p: &Value) -> Response {
         return api_error(400, "Bad Request: message is too long");
     }
     if let Err(refused) = entities(p) {
-        return refused;
+        return api_error(400, &refused);
     }
     ok(json!(true))
 }
 
 /// A call's `entities`, as the Bot API takes them: an array of MessageEntity objects, each
 /// with a string `type` and integer `offset` and `length` (UTF-16 code units). Anything
-/// else is refused as Telegram refuses it.
-pub(super) fn entities(p: &Value) -> Result<Vec<Value>, Response> {
+/// else is refused as Telegram refuses it (the error's description).
+pub(super) fn entities(p: &Value) -> Result<Vec<Value>, String> {
     if p.get("entities").is_none() {
         return Ok(Vec::new());
     }
-    let refuse = |why: &str| api_error(400, &format!("Bad Request: can't parse entities: {why}"));
+    let refuse = |why: &str| format!("Bad Request: can't parse entities: {why}");
     let Some(Value::Array(list)) = structured(p, "entities") else {
         return Err(refuse("entities must be an array"));
     };
@@ -144,8 +144,9 @@ pub(super) fn entities(p: &Value) -> Result<Vec<Value>, Response> {
 }
 
 /// The message `reply_parameters` (`rp`) names in `chat_id`'s chat or its own `chat_id`'s:
-/// one that does not exist is refused, unless `allow_sending_without_reply`.
-fn replied(inner: &Inner, rp: Option<&Value>, chat_id: i64) -> Result<Option<Value>, Response> {
+/// one that does not exist is refused (the error's description), unless
+/// `allow_sending_without_reply`.
+fn replied(inner: &Inner, rp: Option<&Value>, chat_id: i64) -> Result<Option<Value>, String> {
     let Some(rp) = rp else {
         return Ok(None);
     };
@@ -154,10 +155,7 @@ fn replied(inner: &Inner, rp: Option<&Value>, chat_id: i64) -> Result<Option<Val
     match target.and_then(|m| inner.messages.get(&(reply_chat, m)).cloned()) {
         Some(m) => Ok(Some(m)),
         None if boolean(rp, "allow_sending_without_reply") => Ok(None),
-        None => Err(api_error(
-            400,
-            "Bad Request: message to be replied not found",
-        )),
+        None => Err("Bad Request: message to be replied not found".into()),
     }
 }
 
@@ -202,7 +200,7 @@ pub(super) fn send_message(shared: &Shared, p: &Value) -> Response {
     let replied = replied(&inner, reply_parameters.as_ref(), chat_id);
     let (entities, reply_to) = match (entities(p), replied) {
         (Ok(entities), Ok(reply_to)) => (entities, reply_to),
-        (Err(refused), _) | (_, Err(refused)) => return refused,
+        (Err(refused), _) | (_, Err(refused)) => return api_error(400, &refused),
     };
     let message_id = inner.take_message_id(chat_id);
     let mut message = json!({
