@@ -694,7 +694,7 @@ fn personas_that_speak_with_a_prefix_may_share_a_telegram_bot() {
 
     // Discord's value is not Telegram's: an error at the value, naming both choices.
     let x = write(t.path(), "x.json", &file("Xu", "webhook"));
-    let r = check_files(&[x.clone()], &e, &LoadOptions::default());
+    let r = check_files(std::slice::from_ref(&x), &e, &LoadOptions::default());
     let got: Vec<String> = r.errors().map(ToString::to_string).collect();
     assert_eq!(
         got,
