@@ -24,6 +24,7 @@
 //! library serves both) is the binding: the prepared-statement cache and typed rows without
 //! unsafe code of ours.
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::Path;
 use std::sync::Arc;
@@ -80,6 +81,16 @@ impl Engine {
         // thread's to run: they would stall every batch behind them. `checkpoints` runs them
         // on the sqlx connection instead.
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        // After a burst the WAL is cut back to this size when it restarts (`restart_wal`).
+        conn.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)?;
+        conn.wal_hook(Some(note_wal_frames));
+        // The query planner's stability guarantee: a statement is planned once, whatever is
+        // bound to it later. Without it SQLite (3.51) re-prepares a statement each time a
+        // new value is bound to a parameter that could change its plan, and a bound `LIMIT`
+        // is one: the room's recent messages were compiled again for every reply (3% of a
+        // quiet room's CPU). Our statements are fixed and the database has no statistics
+        // (`ANALYZE` never runs), so no plan is lost.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         conn.set_prepared_statement_cache_capacity(STATEMENTS);
         let (queue, jobs) = mpsc::channel(QUEUE);
         std::thread::Builder::new()
@@ -152,6 +163,7 @@ fn busy(count: i32) -> bool {
 
 fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    let mut tried_at = 0;
     while let Some(first) = jobs.blocking_recv() {
         batch.push(first);
         while batch.len() < MAX_BATCH {
@@ -161,6 +173,51 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>) {
             }
         }
         run_batch(&conn, &mut batch);
+        restart_wal(&conn, jobs.is_empty(), &mut tried_at);
+    }
+}
+
+/// WAL frames (pages) written since the last restart before the engine checkpoints itself.
+const WAL_RESTART_FRAMES: i32 = 4_000;
+/// What a restarted WAL keeps on disk (`journal_size_limit`): what it reaches between
+/// restarts at most, so that the file is reused rather than cut and grown again.
+const WAL_KEEP_BYTES: i64 = 2 * WAL_RESTART_FRAMES as i64 * 4_120;
+
+thread_local! {
+    /// The frames in the WAL after the engine's last commit (`note_wal_frames`). The hook
+    /// runs on the thread that commits, which is the engine's.
+    static WAL_FRAMES: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
+
+fn note_wal_frames(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.set(frames);
+    Ok(())
+}
+
+/// Lets the WAL start again from its beginning once it has grown by `WAL_RESTART_FRAMES`
+/// (issue 48). The pool's passive checkpoints (`checkpoints`) copy the WAL into the database
+/// while the engine writes, so they never catch up with its end, and SQLite only writes a WAL
+/// from its start again when a transaction begins with every frame copied: under steady
+/// writes the file grew without end (a disk filled by a burst; on one kernel the zeroing of
+/// its new pages was a fifth of a quiet room's CPU, docs/benchmarks.md). Here, between
+/// batches with nobody waiting, the only writer checkpoints
+/// what is left (a few frames; its fsync is the price, once per `WAL_RESTART_FRAMES`), and its
+/// next transaction restarts the file. A caller answered a moment ago may already have
+/// queued its next call (a quiet room's next step): at twice the frames the engine does not
+/// wait for an empty queue any more. A reader holding an old snapshot can keep a frame
+/// uncopied: then the next try waits for as many frames again.
+fn restart_wal(conn: &Connection, idle: bool, tried_at: &mut i32) {
+    let frames = WAL_FRAMES.get();
+    if frames < *tried_at {
+        *tried_at = 0; // the WAL restarted
+    }
+    let due = *tried_at + WAL_RESTART_FRAMES;
+    if frames < due || (!idle && frames < due + WAL_RESTART_FRAMES) {
+        return;
+    }
+    *tried_at = frames;
+    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+        tracing::warn!(error = %e, "could not checkpoint the SQLite WAL");
     }
 }
 
@@ -410,6 +467,13 @@ pub(super) async fn write_kinds(
     }
 }
 
+const RECENT_MESSAGES: &str =
+    "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
+     FROM (SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
+           FROM messages WHERE agent_id = ?1 AND room = ?2
+           ORDER BY id DESC LIMIT ?3) AS recent
+     ORDER BY id";
+
 /// `recent_messages`: the last `limit` messages of the room, oldest first.
 pub(super) fn recent_messages(
     conn: &Connection,
@@ -417,13 +481,7 @@ pub(super) fn recent_messages(
     room: &RoomKey,
     limit: i64,
 ) -> Result<Vec<MemoryMessage>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
-         FROM (SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
-               FROM messages WHERE agent_id = ?1 AND room = ?2
-               ORDER BY id DESC LIMIT ?3) AS recent
-         ORDER BY id",
-    )?;
+    let mut stmt = conn.prepare_cached(RECENT_MESSAGES)?;
     let rows = stmt.query_map(
         params![agent_id.as_str(), room.to_string(), limit.max(0)],
         |row| {
@@ -660,6 +718,57 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((kept, gone), (1, 0));
+    }
+
+    /// Steady writes, one after the other (a quiet room), never let the WAL grow without end:
+    /// the engine restarts it every `WAL_RESTART_FRAMES` frames (twice that if its queue is
+    /// never empty), and it stays under three rounds of growth (one try may find the pool's
+    /// checkpoint running). Without the restart this test writes a WAL of about 100 MB.
+    #[tokio::test]
+    async fn steady_writes_keep_the_wal_bounded() {
+        let (dir, _store, engine) = engine().await;
+        engine
+            .call(|conn| Ok(conn.execute_batch("CREATE TABLE scratch (body BLOB)")?))
+            .await
+            .unwrap();
+        // About 5 frames a call (a 16 KiB row over 4 KiB pages): five restarts' worth.
+        for _ in 0..WAL_RESTART_FRAMES {
+            engine
+                .call(|conn| {
+                    conn.execute("INSERT INTO scratch (body) VALUES (zeroblob(16384))", [])?;
+                    Ok(())
+                })
+                .await
+                .unwrap();
+        }
+        let wal = std::fs::metadata(dir.path().join("t.db-wal"))
+            .unwrap()
+            .len();
+        let most = 3 * WAL_RESTART_FRAMES as u64 * 4_120;
+        assert!(wal <= most, "the WAL grew to {wal} bytes");
+    }
+
+    /// The room's recent messages, asked with one window and then another, are planned
+    /// once: a new `LIMIT` does not send the statement back to the compiler (QPSG).
+    #[tokio::test]
+    async fn a_new_limit_does_not_prepare_the_statement_again() {
+        let (_dir, _store, engine) = engine().await;
+        let reprepared = engine
+            .call(|conn| {
+                let agent = AgentId::new("ada");
+                let room = RoomKey::new(
+                    troupe_connectors::Platform::Discord,
+                    troupe_connectors::RoomId::new("r1"),
+                );
+                for limit in [8, 32, 8, 16] {
+                    recent_messages(conn, &agent, &room, limit)?;
+                }
+                let stmt = conn.prepare_cached(RECENT_MESSAGES)?;
+                Ok(stmt.get_status(rusqlite::StatementStatus::RePrepare))
+            })
+            .await
+            .unwrap();
+        assert_eq!(reprepared, 0);
     }
 
     /// A closed store's engine refuses calls as a closed pool (a shutdown, for callers).

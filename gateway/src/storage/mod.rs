@@ -69,7 +69,8 @@
 //!   commits late; SQLite writers are serialized already;
 //! - vectors (`pgvector`): the HNSW index exists on Postgres with the extension only;
 //! - connections: one pooled sqlx connection (plus the engine's) on SQLite, in WAL mode,
-//!   checkpointed off the engine's thread (`engine::checkpoints`); a pool of `PG_POOL` on
+//!   checkpointed off the engine's thread (`engine::checkpoints`) and restarted by the
+//!   engine between batches (`engine::restart_wal`); a pool of `PG_POOL` on
 //!   Postgres, pinged only after `PG_PING_IDLE` idle;
 //! - the schema: one migration directory per backend, kept in step.
 
