@@ -485,6 +485,17 @@ pub enum Receiving {
     Sharded { name: String },
 }
 
+impl Receiving {
+    /// The name to elect one receiver under, for an account received as a whole on one
+    /// replica at a time (a shared bot's one connection); `None` to run it everywhere.
+    pub fn leader(self) -> Option<String> {
+        match self {
+            Receiving::Everywhere => None,
+            Receiving::OneAtATime { name } | Receiving::Sharded { name } => Some(name),
+        }
+    }
+}
+
 /// One Discord gateway shard: `id` of `total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {

@@ -3,6 +3,9 @@
 //! Layout:
 //! - [`model`]: `Platform`, the id newtypes, `RoomRef`, `UserRef`, `Inbound`, `Outbound`,
 //!   `Attachment`. Everything a connector emits or accepts, and nothing platform-specific.
+//! - `chorus` (Discord, Telegram): several personas on one bot account: one connection
+//!   hands each message to all of them, each told what concerns it, and each answers
+//!   through its own connector, as itself.
 //! - [`command`]: chat commands (`/mute 10m`, `/help@bot`) parsed into one closed `Command`,
 //!   and the list every platform registers.
 //! - [`connector`]: the `Connector` trait (a source and a sink for one platform account) and
@@ -11,7 +14,7 @@
 //!   `Receiving`, `Shard`), and what checking a token tells (`Account`, `CheckError`).
 //! - [`registry`]: builds the connector for a platform from its settings: one match arm per
 //!   platform. It imports the platform modules; they import only `connector`, `model`,
-//!   `split`, `shown`, `ogg` and `multipart`, so one platform is one module.
+//!   `split`, `shown`, `chorus`, `ogg` and `multipart`, so one platform is one module.
 //! - [`files`]: a message's platform files (photos, voice notes) as references, fetched
 //!   by the connector that received them, with its own client; `FileError`.
 //! - [`multipart`]: `multipart/form-data` bodies for audio uploads, with a boundary checked
@@ -40,6 +43,8 @@
 
 // The conformance suite: every connector against its fake platform (tests only).
 pub mod accounts;
+#[cfg(any(feature = "discord", feature = "telegram"))]
+pub mod chorus;
 pub mod command;
 #[cfg(all(test, feature = "discord", feature = "farcaster", feature = "telegram"))]
 mod conformance;

@@ -514,8 +514,8 @@ impl App {
                 tracing::error!(persona = %persona.id, %platform, "not connecting: {}", w.message());
                 continue;
             }
-            if platform == Platform::Discord && persona.speaks_through_webhooks() {
-                self.join_shared_bot(persona, &lookup);
+            if persona.joins_shared_bot(platform, &env) {
+                self.join_shared_bot(persona, platform, &lookup);
                 continue;
             }
             let settings = self.connector_settings(persona, platform);
@@ -530,27 +530,29 @@ impl App {
         self.lock_running().insert(persona.id.clone(), token);
     }
 
-    /// Puts the persona on the Discord bot it shares with others (issue 46): its connector
-    /// answers through webhooks; the bot's one connection starts with its first persona,
-    /// under leader election by the bot's account, as a bot of its own does.
-    fn join_shared_bot(&self, persona: &Persona, lookup: Lookup<'_>) {
+    /// Puts the persona on the `platform` bot it shares with others (issue 46): its
+    /// connector answers as itself (Discord webhooks, a Telegram prefix); the bot's one
+    /// connection starts with its first persona, under leader election by the bot's account
+    /// when its receiving allows one at a time, as a bot of its own does (a Telegram
+    /// webhook runs everywhere).
+    fn join_shared_bot(&self, persona: &Persona, platform: Platform, lookup: Lookup<'_>) {
         let sink = self.path.ingress.sink_for(&persona.id);
-        let Some((connector, started)) =
-            self.loops
-                .shared
-                .join(persona, lookup, &self.path.store, &self.loops.root, sink)
-        else {
+        let Some((connector, started)) = self.loops.shared.join(
+            persona,
+            platform,
+            lookup,
+            (&self.path.store, &self.loops.root),
+            sink,
+        ) else {
             return;
         };
         self.path.connectors.insert(&persona.id, connector);
         if let Some(started) = started {
-            let account = started.bot.account();
-            let connector_id = format!("{account}/discord");
+            let connector_id = format!("{}/{platform}", started.bot.account());
             let status = self.loops.receivers.replace(&connector_id, 1).remove(0);
-            let receiver = ReceiverRun {
-                connector: started.bot.receiver(),
-                leader: Some(account),
-            };
+            let connector = started.bot.receiver();
+            let leader = connector.receiving().leader();
+            let receiver = ReceiverRun { connector, leader };
             let task = self.receiver_task(
                 receiver,
                 started.bot.sink(),

@@ -20,7 +20,8 @@
 //! - `connect`: connecting a platform from the console: where each token comes from, next
 //!   steps, and restarting a persona's connectors with a new one.
 //! - `secrets_file`: platform credentials stored from the console, outside character files.
-//! - `shared_bots`: Discord bots several personas share, each speaking through webhooks.
+//! - `shared_bots`: bots several personas share, each speaking as itself (Discord webhooks,
+//!   a Telegram name prefix).
 //! - `memory`: room summaries and user facts, kept up in the background.
 //! - [`people`]: one person across platforms: linked accounts, `/link`, `person_of`.
 //! - [`persona`]: elizaOS character files: loading, checking, prompt composition.

@@ -1,11 +1,12 @@
-//! Discord bots that several personas share (issue 46, docs/discord.md "A troupe on one
-//! bot"): personas that set `settings.troupe.discord.speakAs: "webhook"` and name the same
-//! token get one bot, one gateway connection, and each its own voice through the channels'
-//! webhooks.
+//! Bots that several personas share (issue 46, docs/discord.md and docs/telegram.md "A
+//! troupe on one bot"): personas that set `settings.troupe.discord.speakAs: "webhook"` (or
+//! `settings.troupe.telegram.speakAs: "prefix"`) and name the same token get one bot, one
+//! connection (a gateway session, a `getUpdates` poller), and each its own voice: through
+//! the channels' webhooks on Discord, its name in front on Telegram.
 //!
 //! This module keeps which bots run and which personas are on each: a persona joins when
 //! its connectors start and leaves when they stop; the last to leave stops the bot's
-//! connection. It also keeps the webhooks in the database for the connector
+//! connection. It also keeps the Discord webhooks in the database for the connector
 //! (`discord_webhooks`, migration 0017). Who answers a message is the agents' and the
 //! arbiter's; how a message is posted is the connector's.
 
@@ -13,9 +14,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
-use troupe_connectors::discord::{self, Hook, SharedBot, Voice, WebhookStore, WebhookToken};
+use troupe_connectors::chorus::{SharedBot, Voice};
+use troupe_connectors::discord::{self, Hook, WebhookStore, WebhookToken};
 use troupe_connectors::sync::Locked;
-use troupe_connectors::{AgentId, Connector, InboundSink, Lookup, Platform, SinkError};
+use troupe_connectors::{
+    AgentId, Connector, ConnectorError, ConnectorState, InboundSink, Lookup, Platform, SinkError,
+    telegram,
+};
 
 use crate::persona::Persona;
 use crate::storage::{Store, StoredWebhook};
@@ -40,19 +45,23 @@ pub(crate) struct SharedBots {
 }
 
 impl SharedBots {
-    /// Puts `persona` on the bot its settings name, starting the bot when it is the first:
-    /// the connector the persona answers through, and the bot to run when it just started.
-    /// `None` (logged) when the persona has no Discord token or it is wrong.
+    /// Puts `persona` on the `platform` bot its settings name, starting the bot when it is
+    /// the first: the connector the persona answers through, and the bot to run when it
+    /// just started. `None` (logged) when the persona has no token there or it is wrong.
     pub(crate) fn join(
         &self,
         persona: &Persona,
+        platform: Platform,
         lookup: Lookup<'_>,
-        store: &Store,
-        parent: &CancellationToken,
+        (store, parent): (&Store, &CancellationToken),
         sink: Arc<dyn InboundSink>,
     ) -> Option<(Arc<dyn Connector>, Option<Started>)> {
-        let Some(account) = discord::account_of(lookup) else {
-            tracing::warn!(persona = %persona.id, "not connecting to Discord: set DISCORD_API_TOKEN (see docs/discord.md)");
+        let account = match platform {
+            Platform::Telegram => telegram::account_of(lookup),
+            _ => discord::account_of(lookup),
+        };
+        let Some(account) = account else {
+            tracing::warn!(persona = %persona.id, %platform, "not connecting: set the bot token (see docs/{platform}.md)");
             return None;
         };
         let mut running = self.running.locked();
@@ -60,25 +69,16 @@ impl SharedBots {
         let bot = match running.get(&account) {
             Some(r) => r.bot.clone(),
             None => {
-                let state = Arc::new(crate::storage::StoredState {
-                    store: store.clone(),
-                    agent_id: account_agent(&account),
-                    platform: Platform::Discord,
-                });
-                let hooks = Arc::new(StoredHooks {
-                    store: store.clone(),
-                    account: account.clone(),
-                });
-                let bot = match discord::build_shared(lookup, state, hooks) {
+                let bot = match build(platform, &account, lookup, store) {
                     Ok(Some(bot)) => bot,
                     Ok(None) => return None,
                     Err(e) => {
-                        tracing::error!(persona = %persona.id, error = %e, "cannot build the shared Discord bot");
+                        tracing::error!(persona = %persona.id, %platform, error = %e, "cannot build the shared bot");
                         return None;
                     }
                 };
                 let stop = parent.child_token();
-                tracing::info!(%account, "personas share this Discord bot and speak through channel webhooks");
+                announce(platform, &account);
                 running.insert(
                     account.clone(),
                     Running {
@@ -109,10 +109,46 @@ impl SharedBots {
             if r.bot.leave(agent) != Some(0) {
                 return true;
             }
-            tracing::info!(%account, "no persona is left on this shared Discord bot; stopping it");
+            tracing::info!(%account, "no persona is left on this shared bot; stopping it");
             r.stop.cancel();
             false
         });
+    }
+}
+
+/// Builds the shared bot of `account` on `platform`; `None` without a token.
+fn build(
+    platform: Platform,
+    account: &str,
+    lookup: Lookup<'_>,
+    store: &Store,
+) -> Result<Option<SharedBot>, ConnectorError> {
+    let state: Arc<dyn ConnectorState> = Arc::new(crate::storage::StoredState {
+        store: store.clone(),
+        agent_id: account_agent(account),
+        platform,
+    });
+    match platform {
+        Platform::Telegram => telegram::build_shared(lookup, state),
+        _ => {
+            let hooks = Arc::new(StoredHooks {
+                store: store.clone(),
+                account: account.to_string(),
+            });
+            discord::build_shared(lookup, state, hooks)
+        }
+    }
+}
+
+/// Logs once that personas share the bot of `account`, and how they tell themselves apart.
+fn announce(platform: Platform, account: &str) {
+    match platform {
+        Platform::Telegram => {
+            tracing::info!(%account, "personas share this Telegram bot and speak with their names in front")
+        }
+        _ => {
+            tracing::info!(%account, "personas share this Discord bot and speak through channel webhooks")
+        }
     }
 }
 

@@ -78,7 +78,7 @@ pub(crate) struct Receiver {
     /// `DISCORD_STEER_ROLES`: role names that may steer, besides Manage Messages.
     pub steer_roles: Vec<String>,
     /// The personas sharing this bot and its webhooks (`super::chorus`), when they do.
-    pub chorus: Option<(Arc<super::chorus::Chorus>, Arc<super::hooks::Hooks>)>,
+    pub chorus: Option<(Arc<crate::chorus::Chorus>, Arc<super::hooks::Hooks>)>,
 }
 
 impl Receiver {
@@ -147,7 +147,9 @@ impl Receiver {
         };
         let (room, id) = (inbound.room.id.clone(), inbound.id.clone());
         let accepted = match &self.chorus {
-            Some((chorus, hooks)) => chorus.accept_message(msg, inbound, hooks, me).await,
+            Some((chorus, hooks)) => {
+                super::chorus::accept_message(chorus, msg, inbound, hooks, me).await
+            }
             None => self.sink.accept(inbound).await,
         };
         match accepted {

@@ -22,8 +22,8 @@ use super::DiscordConnector;
 use super::rest::{
     Bucket, CallError, Hook, MISSING_PERMISSIONS, UNKNOWN_MESSAGE, UNKNOWN_WEBHOOK, WebhookToken,
 };
-use super::speaker::Voice;
 use super::wire::{self, Snowflake};
+use crate::chorus::Voice;
 use crate::connector::{ConnectorError, SinkError};
 use crate::model::{MessageId, Outbound};
 use crate::sync::Locked;

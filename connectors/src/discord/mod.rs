@@ -9,7 +9,7 @@
 //! voice messages answering voice notes ([`voice`], their preview in [`waveform`]),
 //! and the application (slash) commands ([`interactions`]). Several personas may share one
 //! bot ([`build_shared`]): one gateway connection hands each message to all of them
-//! ([`chorus`]), and each answers through the channel's webhook under its own name
+//! ([`crate::chorus`], its Discord side in [`chorus`]), and each answers through the channel's webhook under its own name
 //! ([`hooks`], as [`speaker`] says it may appear). serenity's types stay in here. Each DM, guild channel and thread is its own room, named
 //! by its channel id. The token never reaches a log line or an error.
 
@@ -48,6 +48,7 @@ use serenity::all::{ClientBuilder, GatewayError, HttpBuilder};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::chorus::SharedBot;
 use crate::connector::{
     Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, Delivery, InboundSink,
     Lookup, Receiving, Recent, Shard, pause,
@@ -58,11 +59,10 @@ use gateway::{Handler, Receiver};
 use rest::Rest;
 use wire::Snowflake;
 
-pub use chorus::{SharedBot, VoiceConnector};
 pub use config::{API_TOKEN, API_URL, APPLICATION_ID};
 pub use hooks::WebhookStore;
 pub use rest::{Hook, WebhookToken};
-pub use speaker::{NameProblem, Voice, avatar_ok, webhook_name};
+pub use speaker::{NameProblem, avatar_ok, webhook_name};
 
 /// The permission integer of the invite URL (see `docs/discord.md`).
 pub fn invite_permissions() -> u64 {
@@ -103,11 +103,12 @@ pub fn build_shared(
     let Some(parsed) = config::parse(lookup)? else {
         return Ok(None);
     };
-    let chorus = Arc::new(chorus::Chorus::default());
+    let chorus = Arc::new(crate::chorus::Chorus::default());
+    let account = parsed.account_name();
     let mut bot = DiscordConnector::new(parsed, state, None)?;
     bot.hooks = Some(Arc::new(hooks::Hooks::new(hooks)));
     bot.chorus = Some(chorus.clone());
-    Ok(Some(SharedBot::new(Arc::new(bot), chorus)))
+    Ok(Some(SharedBot::new(account, Arc::new(bot), chorus)))
 }
 
 /// The bot account a persona's Discord settings name (`discord:<application id>`, else a
@@ -184,7 +185,7 @@ pub struct DiscordConnector {
     /// The channels' webhooks, when personas share this bot ([`build_shared`]).
     hooks: Option<Arc<hooks::Hooks>>,
     /// The personas sharing this bot, when they do.
-    chorus: Option<Arc<chorus::Chorus>>,
+    chorus: Option<Arc<crate::chorus::Chorus>>,
 }
 
 impl DiscordConnector {

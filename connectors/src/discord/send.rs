@@ -21,9 +21,9 @@ use serde_json::json;
 
 use super::DiscordConnector;
 use super::rest::CallError;
-use super::speaker::Voice;
 use super::split::split_message;
 use super::wire::Snowflake;
+use crate::chorus::Voice;
 use crate::connector::{ConnectorError, Delivery, Recent};
 use crate::model::{MessageId, Outbound, RoomRef};
 

@@ -1,9 +1,9 @@
 //! How a persona appears on a Discord webhook message (issue 46): its [`Voice`] (the name
-//! and avatar it posts under), and Discord's rules for them: a webhook's `username` is 1 to
-//! 80 characters without "discord" or "clyde"; an `avatar_url` is an http(s) URL of at most
-//! 2,048 characters. Pure rules, read by `troupe check` too; nothing here calls Discord.
+//! and avatar it posts under) made what Discord takes ([`on_discord`]), by Discord's rules:
+//! a webhook's `username` is 1 to 80 characters without "discord" or "clyde"; an
+//! `avatar_url` is an http(s) URL of at most 2,048 characters. Pure rules, read by `troupe check` too; nothing here calls Discord.
 
-use crate::model::AgentId;
+use crate::chorus::Voice;
 
 /// Discord's limits on a webhook message's `username`.
 const MAX_NAME_CHARS: usize = 80;
@@ -12,31 +12,22 @@ const FORBIDDEN: [&str; 2] = ["discord", "clyde"];
 /// An `avatar_url` longer than this is refused by Discord.
 const MAX_AVATAR_URL: usize = 2048;
 
-/// A persona as it speaks through webhooks: its agent, the name on its messages (already
-/// made safe, [`webhook_name`]) and its avatar URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Voice {
-    pub agent: AgentId,
-    pub name: String,
-    pub avatar: Option<String>,
+/// `voice` as Discord shows it on a webhook message: its name made safe
+/// ([`webhook_name`]), its avatar kept when it is an http(s) URL Discord takes.
+pub(crate) fn on_discord(voice: Voice) -> Voice {
+    let name = match webhook_name(&voice.name) {
+        Ok(n) => n,
+        Err(problem) => problem.fallback,
+    };
+    let avatar = voice.avatar.filter(|a| avatar_ok(a));
+    Voice {
+        name,
+        avatar,
+        ..voice
+    }
 }
 
 impl Voice {
-    /// A voice for `name` (made safe) and `avatar` (kept when it is an http(s) URL Discord
-    /// takes).
-    pub fn new(agent: AgentId, name: &str, avatar: Option<&str>) -> Self {
-        let name = match webhook_name(name) {
-            Ok(n) => n,
-            Err(problem) => problem.fallback,
-        };
-        let avatar = avatar.filter(|a| avatar_ok(a)).map(str::to_string);
-        Self {
-            agent,
-            name,
-            avatar,
-        }
-    }
-
     /// The prefix of its messages when the channel does not allow webhooks.
     pub(crate) fn prefix(&self) -> String {
         format!("**{}:** ", self.name)
@@ -113,6 +104,7 @@ fn remove_case_insensitive(text: &str, word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::AgentId;
 
     #[test]
     fn names_discord_refuses_get_a_safe_fallback() {
@@ -131,14 +123,12 @@ mod tests {
 
     #[test]
     fn a_voice_keeps_only_an_avatar_discord_takes() {
-        let v = Voice::new(AgentId::new("ada"), "Ada", Some("https://x.test/a.png"));
+        let voice = |name: &str, avatar| on_discord(Voice::new(AgentId::new("ada"), name, avatar));
+        let v = voice("Ada", Some("https://x.test/a.png"));
         assert_eq!(v.avatar.as_deref(), Some("https://x.test/a.png"));
-        let v = Voice::new(
-            AgentId::new("ada"),
-            "Ada",
-            Some("data:image/png;base64,AAAA"),
-        );
+        let v = voice("Ada", Some("data:image/png;base64,AAAA"));
         assert_eq!(v.avatar, None);
         assert_eq!(v.prefix(), "**Ada:** ");
+        assert_eq!(voice("Discord Dan", None).name, "Dan");
     }
 }

@@ -130,6 +130,12 @@ pub(crate) struct TelegramConfig {
 }
 
 impl TelegramConfig {
+    /// The bot account, named by the bot id the token begins with (public, unlike the
+    /// token): one `getUpdates` poller per account, one shared bot per account.
+    pub(crate) fn account_name(&self) -> String {
+        format!("telegram:{}", self.token.bot_id())
+    }
+
     /// `Ok(None)` when `TELEGRAM_BOT_TOKEN` is not set.
     pub(crate) fn from_lookup(lookup: Lookup<'_>) -> Result<Option<Self>, ConnectorError> {
         let get = |key: &str| setting(lookup, key);

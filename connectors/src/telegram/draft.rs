@@ -10,10 +10,11 @@
 use serde::Serialize;
 use teloxide::RequestError;
 use teloxide::requests::{JsonRequest, Payload};
-use teloxide::types::True;
+use teloxide::types::{MessageEntity, True};
 
 use super::TelegramConnector;
 use super::errors;
+use super::prefix::Prefix;
 use super::send::{MAX_MESSAGE_CHARS, Target};
 use crate::connector::ConnectorError;
 use crate::model::Outbound;
@@ -27,6 +28,9 @@ struct SendMessageDraft {
     /// Non-zero; changes to one draft id are animated.
     draft_id: i64,
     text: String,
+    /// The persona's bold name in front, on a shared bot (`super::chorus`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    entities: Vec<MessageEntity>,
 }
 
 impl Payload for SendMessageDraft {
@@ -51,19 +55,30 @@ pub(super) fn is_private(room: &crate::model::RoomRef) -> bool {
 }
 
 impl TelegramConnector {
-    /// Shows the reply so far as a draft (its first 4,096 characters: the preview of the
-    /// first message).
-    pub(super) async fn draft(&self, reply: &Outbound) -> Result<(), ConnectorError> {
+    /// Shows the reply so far as a draft (its first 4,096 characters, with the persona's
+    /// `prefix` on a shared bot: the preview of the first message).
+    pub(super) async fn draft(
+        &self,
+        reply: &Outbound,
+        prefix: Option<&Prefix>,
+    ) -> Result<(), ConnectorError> {
         let target = Target::of(&reply.room)?;
-        let text: String = reply.text.chars().take(MAX_MESSAGE_CHARS).collect();
-        if text.trim().is_empty() {
+        if reply.text.trim().is_empty() {
             return Ok(());
         }
+        let (text, entities) = match prefix {
+            Some(p) => (p.say(&reply.text, MAX_MESSAGE_CHARS), p.entities()),
+            None => (
+                reply.text.chars().take(MAX_MESSAGE_CHARS).collect(),
+                Vec::new(),
+            ),
+        };
         let payload = SendMessageDraft {
             chat_id: target.chat,
             message_thread_id: target.topic,
             draft_id: draft_id(&reply.key),
             text,
+            entities,
         };
         self.pacer.wait_turn(target.chat).await;
         match JsonRequest::new(self.bot.clone(), payload).await {
@@ -107,6 +122,7 @@ mod tests {
             message_thread_id: None,
             draft_id: 9,
             text: "Hel".into(),
+            entities: Vec::new(),
         };
         assert_eq!(
             serde_json::to_value(&p).unwrap(),

@@ -14,9 +14,12 @@
 //! answers webhooks, [`send`] delivers replies ([`edits`]: in earlier messages, for an edited
 //! question), [`draft`] and [`stream_edit`] show them while they are written, [`voice`] sends
 //! voice notes, [`pace`] keeps within the rate limits,
-//! [`errors`] maps teloxide's errors.
+//! [`errors`] maps teloxide's errors. Several personas may share one bot ([`build_shared`]):
+//! its one poller hands each update to all of them, and each speaks with its bold name in
+//! front ([`chorus`], the name and the split in [`prefix`]).
 
 mod check;
+mod chorus;
 mod commands;
 mod config;
 mod decode;
@@ -26,6 +29,7 @@ mod errors;
 mod files;
 mod normalize;
 mod pace;
+mod prefix;
 mod reactions;
 mod receive;
 mod send;
@@ -46,11 +50,12 @@ use teloxide::Bot;
 use teloxide::prelude::Requester;
 use tokio_util::sync::CancellationToken;
 
+use crate::chorus::SharedBot;
 use crate::connector::{
     Built, Connector, ConnectorError, ConnectorSettings, ConnectorState, Delivery, InboundSink,
     Lookup, Receiving, Recent, WebhookRequest, WebhookResponse,
 };
-use crate::model::{MessageId, Outbound, Platform, RoomRef};
+use crate::model::{AgentId, MessageId, Outbound, Platform, RoomRef};
 use config::{Mode, TelegramConfig};
 use normalize::{BotIdentity, GroupPolicy};
 
@@ -66,6 +71,40 @@ pub fn build(lookup: Lookup<'_>, settings: &ConnectorSettings) -> Result<Built, 
     Ok(Built::Ready(Arc::new(TelegramConnector::new(
         config, settings,
     ))))
+}
+
+/// Builds a bot that several personas share, each speaking with its name in front
+/// (`settings.troupe.telegram.speakAs: "prefix"`, docs/telegram.md "A troupe on one bot").
+/// `state` is the account's own (not one persona's). The bot leaves no group: each
+/// persona's allowed groups still decide where it answers. `None` when no token is set.
+pub fn build_shared(
+    lookup: Lookup<'_>,
+    state: Arc<dyn ConnectorState>,
+) -> Result<Option<SharedBot>, ConnectorError> {
+    let Some(config) = TelegramConfig::from_lookup(lookup)? else {
+        return Ok(None);
+    };
+    let account = config.account_name();
+    let settings = ConnectorSettings {
+        state,
+        agent_id: AgentId::new(account.clone()),
+        persona_name: String::new(),
+        allowed_rooms: None,
+        only_join_allowed: false,
+    };
+    let chorus = Arc::new(crate::chorus::Chorus::default());
+    let mut bot = TelegramConnector::new(config, &settings);
+    bot.chorus = Some(chorus.clone());
+    Ok(Some(SharedBot::new(account, Arc::new(bot), chorus)))
+}
+
+/// The bot account a persona's Telegram settings name (`telegram:<bot id>`, public unlike
+/// the token), without building anything; `None` without a token or with a bad one.
+pub fn account_of(lookup: Lookup<'_>) -> Option<String> {
+    TelegramConfig::from_lookup(lookup)
+        .ok()
+        .flatten()
+        .map(|c| c.account_name())
 }
 
 /// Builds one connector over a persona's several bots (elizaOS 2.x's
@@ -149,6 +188,8 @@ pub struct TelegramConnector {
     clock: Mutex<receive::PollClock>,
     /// The update being handled, kept across restarts of `run` to bound panics per update.
     in_hand: Mutex<receive::InHand>,
+    /// The personas sharing this bot, when they do ([`build_shared`]).
+    chorus: Option<Arc<crate::chorus::Chorus>>,
 }
 
 impl TelegramConnector {
@@ -170,6 +211,20 @@ impl TelegramConnector {
             delivered: Mutex::new(Recent::default()),
             clock: Mutex::default(),
             in_hand: Mutex::default(),
+            chorus: None,
+        }
+    }
+
+    /// Shows the reply written so far, with the persona's `prefix` on a shared bot.
+    async fn show_as(
+        &self,
+        reply: &Outbound,
+        prefix: Option<&prefix::Prefix>,
+    ) -> Result<(), ConnectorError> {
+        if draft::is_private(&reply.room) {
+            self.draft(reply, prefix).await
+        } else {
+            self.show_edits(reply, prefix).await
         }
     }
 
@@ -236,7 +291,7 @@ impl Connector for TelegramConnector {
     }
 
     async fn send(&self, reply: &Outbound) -> Result<Delivery, ConnectorError> {
-        self.deliver(reply).await
+        self.deliver_as(reply, None).await
     }
 
     async fn typing(&self, room: &RoomRef) -> Result<(), ConnectorError> {
@@ -275,11 +330,7 @@ impl Connector for TelegramConnector {
     }
 
     async fn show_live(&self, reply: &Outbound) -> Result<(), ConnectorError> {
-        if draft::is_private(&reply.room) {
-            self.draft(reply).await
-        } else {
-            self.show_edits(reply).await
-        }
+        self.show_as(reply, None).await
     }
 
     async fn drop_live(&self, key: &str) {
@@ -298,6 +349,12 @@ impl Connector for TelegramConnector {
         self.get_me().await.map(|_| ())
     }
 
+    /// The bot's user id: the digits its token begins with, known before `getMe` (the
+    /// gateway tells personas sharing this bot apart from those on bots of their own).
+    fn self_id(&self) -> Option<crate::model::UserId> {
+        Some(crate::model::UserId::new(self.config.token.bot_id()))
+    }
+
     fn quiet_for(&self) -> Option<std::time::Duration> {
         self.clock.locked().quiet_for()
     }
@@ -308,7 +365,7 @@ impl Connector for TelegramConnector {
         match self.config.mode {
             Mode::Webhook { .. } => Receiving::Everywhere,
             Mode::Polling => Receiving::OneAtATime {
-                name: format!("telegram:{}", self.config.token.bot_id()),
+                name: self.config.account_name(),
             },
         }
     }

@@ -516,7 +516,11 @@ impl TelegramConnector {
         match normalize(update, me, &self.policy) {
             Event::Message(message) => {
                 let id = message.id.clone();
-                match sink.accept(*message).await? {
+                let accepted = match &self.chorus {
+                    Some(chorus) => super::chorus::hand_over(chorus, update, me, *message).await,
+                    None => sink.accept(*message).await,
+                };
+                match accepted? {
                     Accepted::New => {
                         tracing::debug!(update_id = update.id.0, message = %id, "message journaled")
                     }

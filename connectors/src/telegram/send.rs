@@ -1,7 +1,8 @@
 //! Delivering a reply: split at 4096 characters, the first part threaded as a reply, every
 //! part paced and sent in order, a 429 waited out and the same part sent again.
 //!
-//! Text goes out plain (no `parse_mode`), so formatting can never make Telegram refuse it.
+//! Text goes out plain (no `parse_mode`), so formatting can never make Telegram refuse it;
+//! a persona on a shared bot adds its bold name in front through `entities` (`chorus`).
 //! Replies to one chat never interleave (a lock per chat). What was sent of a reply is
 //! remembered by its outbound key: when the outbox retries after an error, the reply
 //! continues after the last part that got through, and a reply already delivered is not
@@ -18,12 +19,15 @@ use teloxide::types::{ChatAction, ChatId, MessageId as TgMessageId, ReplyParamet
 use super::TelegramConnector;
 use super::errors;
 use super::normalize::message_id;
+use super::prefix::{Prefix, parts};
 use crate::connector::{ConnectorError, Delivery};
 use crate::model::{MessageId, Outbound, RoomRef};
-use crate::split::{chars, split_text};
 
-/// Telegram's limit for one message, in characters.
-pub(crate) const MAX_MESSAGE_CHARS: usize = 4096;
+pub(crate) use super::prefix::MAX_MESSAGE_CHARS;
+
+/// One message's text, and the persona's prefix it starts with on a shared bot (its
+/// entities go with it).
+pub(super) type Said<'a> = (&'a str, Option<&'a Prefix>);
 
 /// How long one `send` waits out 429s before handing the wait to the outbox (which holds a
 /// claim on the reply for a minute).
@@ -62,9 +66,15 @@ pub(super) fn message_number(id: &MessageId) -> Option<i32> {
 }
 
 impl TelegramConnector {
-    pub(super) async fn deliver(&self, reply: &Outbound) -> Result<Delivery, ConnectorError> {
+    /// Delivers `reply`, as the bot or, with a `prefix`, as a persona on a shared bot
+    /// (`super::chorus`).
+    pub(super) async fn deliver_as(
+        &self,
+        reply: &Outbound,
+        prefix: Option<&Prefix>,
+    ) -> Result<Delivery, ConnectorError> {
         let mut target = Target::of(&reply.room)?;
-        let parts = split_text(&reply.text, MAX_MESSAGE_CHARS, chars);
+        let parts = parts(&reply.text, prefix);
         if parts.is_empty() {
             return Ok(Delivery::default());
         }
@@ -75,7 +85,7 @@ impl TelegramConnector {
         }
         // A group reply shown live (`stream_edit`) is finished in its messages.
         if let Some(done) = self
-            .finish_shown(&mut target, reply, &parts, MAX_RATE_LIMIT_WAIT)
+            .finish_shown(&mut target, reply, (&parts, prefix), MAX_RATE_LIMIT_WAIT)
             .await
         {
             return done;
@@ -94,15 +104,16 @@ impl TelegramConnector {
                 None
             };
             // The answer to an edited question goes in the earlier reply's messages.
+            let said = (part.as_str(), prefix);
             let put = match reply.replaces.get(index) {
                 Some(earlier) => self
-                    .edit_part(&target, earlier, part, MAX_RATE_LIMIT_WAIT, &mut waited)
+                    .edit_part(&target, earlier, said, MAX_RATE_LIMIT_WAIT, &mut waited)
                     .await
                     .map(|()| earlier.clone()),
                 None => {
                     self.send_part(
                         &mut target,
-                        part,
+                        said,
                         reply_to,
                         &mut waited,
                         MAX_RATE_LIMIT_WAIT,
@@ -148,7 +159,7 @@ impl TelegramConnector {
     pub(super) async fn send_part(
         &self,
         target: &mut Target,
-        text: &str,
+        (text, prefix): Said<'_>,
         reply_to: Option<i32>,
         waited: &mut Duration,
         patience: Duration,
@@ -156,6 +167,9 @@ impl TelegramConnector {
         loop {
             self.pacer.wait_turn(target.chat).await;
             let mut request = self.bot.send_message(ChatId(target.chat), text);
+            if let Some(prefix) = prefix {
+                request = request.entities(prefix.entities());
+            }
             if let Some(topic) = target.topic {
                 request = request.message_thread_id(ThreadId(TgMessageId(topic)));
             }
@@ -218,6 +232,7 @@ impl TelegramConnector {
 mod tests {
     use super::*;
     use crate::model::{Platform, RoomId};
+    use crate::split::{chars, split_text};
 
     #[test]
     fn targets_of_rooms() {

@@ -2,7 +2,8 @@
 //! first text is posted with `sendMessage` (a reply to the question), later text edits that
 //! message (`editMessageText`), past 4,096 characters in further messages; the reply's
 //! delivery then edits each message to its final text, so the last state of the chat is the
-//! whole answer, sent once. Private chats get drafts instead (`draft`), which need none of
+//! whole answer, sent once. On a shared bot every edit keeps the persona's bold name in
+//! front (`chorus`). Private chats get drafts instead (`draft`), which need none of
 //! this.
 //!
 //! Edits count against the chat's pace like messages (`pace`: one a second in a chat, twenty
@@ -17,16 +18,20 @@
 
 use crate::sync::Locked;
 use std::time::Duration;
+use teloxide::payloads::EditMessageTextSetters;
 use teloxide::prelude::Requester;
 use teloxide::types::{ChatId, MessageId as TgMessageId};
 use teloxide::{ApiError, RequestError};
 
 use super::TelegramConnector;
 use super::errors;
-use super::send::{MAX_MESSAGE_CHARS, Target, message_number};
+use super::prefix::{Prefix, parts};
+use super::send::{Said, Target, message_number};
 use crate::connector::{ConnectorError, Delivery};
 use crate::model::{MessageId, Outbound};
-use crate::split::{chars, split_text};
+
+/// A reply's parts, and the persona's prefix each starts with on a shared bot.
+pub(super) type Parts<'a> = (&'a [String], Option<&'a Prefix>);
 
 /// What of a reply is in the chat: its messages' ids and, as far as this run knows, their
 /// texts (empty after a restart: every part is then edited once).
@@ -38,9 +43,13 @@ pub(super) struct Shown {
 
 impl TelegramConnector {
     /// Shows the group reply written so far: its parts posted or edited in place.
-    pub(super) async fn show_edits(&self, reply: &Outbound) -> Result<(), ConnectorError> {
+    pub(super) async fn show_edits(
+        &self,
+        reply: &Outbound,
+        prefix: Option<&Prefix>,
+    ) -> Result<(), ConnectorError> {
         let mut target = Target::of(&reply.room)?;
-        let parts = split_text(&reply.text, MAX_MESSAGE_CHARS, chars);
+        let parts = parts(&reply.text, prefix);
         if parts.is_empty() {
             return Ok(());
         }
@@ -60,7 +69,13 @@ impl TelegramConnector {
         };
         let before = shown.ids.len();
         let result = self
-            .put_parts(&mut target, reply, &parts, &mut shown, Duration::ZERO)
+            .put_parts(
+                &mut target,
+                reply,
+                (&parts, prefix),
+                &mut shown,
+                Duration::ZERO,
+            )
             .await;
         if shown.ids.len() != before {
             self.save_live(&reply.key, &shown.ids).await;
@@ -79,12 +94,12 @@ impl TelegramConnector {
         &self,
         target: &mut Target,
         reply: &Outbound,
-        parts: &[String],
+        (parts, prefix): Parts<'_>,
         patience: Duration,
     ) -> Option<Result<Delivery, ConnectorError>> {
         let mut shown = self.shown.locked().remove(&reply.key)?;
         if let Err(e) = self
-            .put_parts(target, reply, parts, &mut shown, patience)
+            .put_parts(target, reply, (parts, prefix), &mut shown, patience)
             .await
         {
             self.shown.locked().insert(reply.key.clone(), shown);
@@ -138,7 +153,7 @@ impl TelegramConnector {
         &self,
         target: &mut Target,
         reply: &Outbound,
-        parts: &[String],
+        (parts, prefix): Parts<'_>,
         shown: &mut Shown,
         patience: Duration,
     ) -> Result<(), ConnectorError> {
@@ -147,9 +162,10 @@ impl TelegramConnector {
             if shown.texts.get(index) == Some(part) {
                 continue;
             }
+            let said = (part.as_str(), prefix);
             match shown.ids.get(index) {
                 Some(id) => {
-                    self.edit_part(target, id, part, patience, &mut waited)
+                    self.edit_part(target, id, said, patience, &mut waited)
                         .await?
                 }
                 None => {
@@ -158,7 +174,7 @@ impl TelegramConnector {
                         _ => None,
                     };
                     let id = self
-                        .send_part(target, part, reply_to, &mut waited, patience)
+                        .send_part(target, said, reply_to, &mut waited, patience)
                         .await?;
                     shown.ids.push(id);
                 }
@@ -178,7 +194,7 @@ impl TelegramConnector {
         &self,
         target: &Target,
         id: &MessageId,
-        text: &str,
+        (text, prefix): Said<'_>,
         patience: Duration,
         waited: &mut Duration,
     ) -> Result<(), ConnectorError> {
@@ -186,11 +202,13 @@ impl TelegramConnector {
             .ok_or_else(|| ConnectorError::Fatal(format!("`{id}` is not a Telegram message")))?;
         loop {
             self.pacer.wait_turn(target.chat).await;
-            let error = match self
-                .bot
-                .edit_message_text(ChatId(target.chat), TgMessageId(message), text)
-                .await
-            {
+            let mut request =
+                self.bot
+                    .edit_message_text(ChatId(target.chat), TgMessageId(message), text);
+            if let Some(prefix) = prefix {
+                request = request.entities(prefix.entities());
+            }
+            let error = match request.await {
                 Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => return Ok(()),
                 Err(e) => e,
             };

@@ -7,10 +7,11 @@
 //! read, the room's floor and the replied-to sender in one read, then the claim that makes
 //! every persona on every replica agree. A room with fewer than two personas reads nothing.
 //!
-//! Personas that share one Discord bot (issue 46, docs/discord.md "A troupe on one bot")
-//! share its mention too: `@bot` alone singles out none of them, so the arbiter picks one
-//! among them, as it picks one of the following personas for an unaddressed message. A
-//! reply to one's webhook message, or its name, still addresses that one.
+//! Personas that share one bot (issue 46, docs/discord.md and docs/telegram.md "A troupe on
+//! one bot") share its mention and its direct messages too: `@bot` alone, or a DM to the
+//! bot, singles out none of them, so the arbiter picks one among them, as it picks one of
+//! the following personas for an unaddressed message. A reply to one's message, or its
+//! name, still addresses that one.
 
 use troupe_connectors::Inbound;
 
@@ -35,7 +36,8 @@ impl Agent {
             decision,
             Decision::Respond(Why::Mention | Why::ReplyToSelf | Why::Name)
         );
-        if !addressed && decision != Decision::Respond(Why::Following) {
+        let direct = decision == Decision::Respond(Why::Direct);
+        if !addressed && !direct && decision != Decision::Respond(Why::Following) {
             return Ok(decision);
         }
         let mut members = self.troupe_on(inbound).await?;
@@ -44,10 +46,15 @@ impl Agent {
         }
         let room = inbound.room.key();
         let shared_bot = self.shared_bot(&members);
-        let shared_mention = decision == Decision::Respond(Why::Mention)
+        let shared_mention = matches!(decision, Decision::Respond(Why::Mention | Why::Direct))
             && shared_bot.is_some()
             && !self.singled_out(inbound);
-        if addressed && !shared_mention {
+        // A DM to a bot of one's own is its own; on a shared bot, one that singles this
+        // persona out (its name, a reply to its message) addresses it.
+        if direct && shared_bot.is_none() {
+            return Ok(decision);
+        }
+        if (addressed || direct) && !shared_mention {
             if !inbound.author.is_bot {
                 self.store.set_last_addressed(&room, &self.id).await?;
                 self.store

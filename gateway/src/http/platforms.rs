@@ -282,7 +282,7 @@ fn env_wins(persona: &Persona, platform: Platform, env: &Env) -> Result<(), ApiE
 }
 
 /// 409 when another persona already uses this bot: one bot account serves one persona
-/// (personas that share a Discord bot through webhooks excepted).
+/// (personas that share a bot, each saying so, excepted).
 fn not_taken(
     state: &AppState,
     agent: &Agent,

@@ -434,6 +434,10 @@ pub(crate) fn share_hint(platform: troupe_connectors::Platform) -> &'static str 
             ", or let them share the bot with settings.troupe.discord.speakAs: \"webhook\" in \
              each (docs/discord.md)"
         }
+        troupe_connectors::Platform::Telegram => {
+            ", or let them share the bot with settings.troupe.telegram.speakAs: \"prefix\" in \
+             each (docs/telegram.md)"
+        }
         _ => "",
     }
 }
@@ -448,8 +452,16 @@ pub fn refuse_shared_bots(personas: &[&super::Persona], env: &super::Env) -> Res
             let first = claimed
                 .iter()
                 .find(|(_, c)| c.platform == claim.platform && c.token == claim.token);
+            // A bot is shared by personas that say so, each logging in with its one token
+            // (not an account of `settings.telegram.accounts`, which stays one persona's).
+            let shared = |first: &super::Persona, earlier: &BotClaim| {
+                first.source != p.source
+                    && earlier.account.is_none()
+                    && claim.account.is_none()
+                    && first.may_share_bot_with(p, claim.platform)
+            };
             if let Some((first, earlier)) = first
-                && !(first.source != p.source && first.may_share_bot_with(p, claim.platform))
+                && !shared(first, earlier)
             {
                 let platform = claim.platform;
                 return Err(format!(

@@ -192,7 +192,7 @@ impl Persona {
     /// Whether the persona speaks on Discord through channel webhooks, sharing its bot
     /// with the other personas that do (`settings.troupe.discord.speakAs: "webhook"`).
     pub fn speaks_through_webhooks(&self) -> bool {
-        self.character.settings.discord_speak_as == SpeakAs::Webhook
+        self.shares_bot_on(Platform::Discord)
     }
 
     /// The persona's avatar: `settings.avatar` (where elizaOS's own client keeps it), when
@@ -206,12 +206,31 @@ impl Persona {
             .filter(|a| troupe_connectors::discord::avatar_ok(a))
     }
 
-    /// Whether `self` and `other` may log in to `platform` with one token: on Discord,
-    /// when both speak through webhooks (docs/discord.md "A troupe on one bot").
+    /// Whether the persona speaks on `platform` in a way that lets it share a bot with the
+    /// other personas that do (issue 46): on Discord through webhooks, on Telegram with its
+    /// name in front (`settings.troupe.telegram.speakAs: "prefix"`).
+    pub fn shares_bot_on(&self, platform: Platform) -> bool {
+        let settings = &self.character.settings;
+        match platform {
+            Platform::Discord => settings.discord_speak_as == SpeakAs::Webhook,
+            Platform::Telegram => settings.telegram_speak_as == SpeakAs::Prefix,
+            _ => false,
+        }
+    }
+
+    /// Whether `troupe run` puts the persona on a bot it shares with others on `platform`:
+    /// it says so, and logs in with its one token (a persona with Telegram accounts logs in
+    /// with those, each its own).
+    pub fn joins_shared_bot(&self, platform: Platform, env: &Env) -> bool {
+        self.shares_bot_on(platform)
+            && (platform != Platform::Telegram || self.telegram_accounts(env).is_none())
+    }
+
+    /// Whether `self` and `other` may log in to `platform` with one token: when both say
+    /// they share their bot there (docs/discord.md and docs/telegram.md "A troupe on one
+    /// bot").
     pub fn may_share_bot_with(&self, other: &Persona, platform: Platform) -> bool {
-        platform == Platform::Discord
-            && self.speaks_through_webhooks()
-            && other.speaks_through_webhooks()
+        self.shares_bot_on(platform) && other.shares_bot_on(platform)
     }
 
     /// The platform's bot token for this persona (`DISCORD_API_TOKEN`, `TELEGRAM_BOT_TOKEN`,

@@ -25,6 +25,8 @@ pub struct Settings {
     pub troupe_platforms: Option<Vec<Platform>>,
     /// `settings.troupe.discord.speakAs`: how the persona speaks on Discord (issue 46).
     pub discord_speak_as: SpeakAs,
+    /// `settings.troupe.telegram.speakAs`: how the persona speaks on Telegram (issue 46).
+    pub telegram_speak_as: SpeakAs,
     /// Other scalar settings (`settings.SOME_KEY: "…"`, and 2.x's `settings.extra.SOME_KEY`),
     /// which elizaOS's `getSetting` also reads; troupe's [`super::Persona::secret`] does too.
     pub values: BTreeMap<String, String>,
@@ -32,16 +34,19 @@ pub struct Settings {
     pub telegram: TelegramAccounts,
 }
 
-/// How a persona speaks on Discord (`settings.troupe.discord.speakAs`, docs/discord.md "A
-/// troupe on one bot").
+/// How a persona speaks on a platform (`settings.troupe.<platform>.speakAs`, docs/discord.md
+/// and docs/telegram.md "A troupe on one bot").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SpeakAs {
     /// As its bot: one bot account, one persona (the default).
     #[default]
     Bot,
-    /// Through each channel's webhook, under its own name and avatar: several personas
-    /// that all say so may share one bot token.
+    /// Discord: through each channel's webhook, under its own name and avatar: several
+    /// personas that all say so may share one bot token.
     Webhook,
+    /// Telegram: as the bot, with its name in bold in front: several personas that all say
+    /// so may share one bot token.
+    Prefix,
 }
 
 /// `clientConfig.<platform>` keys troupe reads.
@@ -287,7 +292,7 @@ fn setting(at: &mut Reading<'_>, m: &super::json::Member, parent: &str, d: &mut 
                 d.wrong_type(val, &path, "an object");
             }
         }
-        "troupe" => s.troupe_platforms = troupe_settings(val, &mut s.discord_speak_as, d),
+        "troupe" => s.troupe_platforms = troupe_settings(val, s, d),
         // MCP servers: read and checked by `tools::servers` and `tools::policy`; their
         // fields' positions are kept here, so that a refusal points at the line.
         "mcp" => positions_under(val, &path, at.positions, 4),
@@ -329,7 +334,7 @@ fn positions_under(v: &Node, path: &str, positions: &mut BTreeMap<String, Pos>, 
     }
 }
 
-fn troupe_settings(v: &Node, speak_as: &mut SpeakAs, d: &mut Diags) -> Option<Vec<Platform>> {
+fn troupe_settings(v: &Node, s: &mut Settings, d: &mut Diags) -> Option<Vec<Platform>> {
     let Some(members) = v.members() else {
         d.wrong_type(v, "settings.troupe", "an object { \"platforms\": [...] }");
         return None;
@@ -367,35 +372,78 @@ fn troupe_settings(v: &Node, speak_as: &mut SpeakAs, d: &mut Diags) -> Option<Ve
             "owners" => {
                 string_list(&m.value, &path, d);
             }
-            // How the persona speaks on Discord (issue 46).
-            "discord" => *speak_as = troupe_discord(&m.value, &path, d),
+            // How the persona speaks on a bot it may share (issue 46).
+            "discord" => s.discord_speak_as = speak_as(&m.value, &path, DISCORD_VOICES, d),
+            "telegram" => s.telegram_speak_as = speak_as(&m.value, &path, TELEGRAM_VOICES, d),
             other => d.warn(
                 &m.key_pos,
                 &path,
-                unknown_field_message(other, &["platforms", "posts", "tools", "owners", "discord"]),
+                unknown_field_message(
+                    other,
+                    &[
+                        "platforms",
+                        "posts",
+                        "tools",
+                        "owners",
+                        "discord",
+                        "telegram",
+                    ],
+                ),
             ),
         }
     }
     platforms
 }
 
-/// `settings.troupe.discord`: `{"speakAs": "webhook"}` or `"bot"`.
-fn troupe_discord(v: &Node, path: &str, d: &mut Diags) -> SpeakAs {
+/// The `speakAs` values of one platform: the value, what it means, and what it says (for
+/// the error on any other); the first is the one that shares a bot.
+type Voices = [(&'static str, SpeakAs, &'static str); 2];
+
+const DISCORD_VOICES: Voices = [
+    (
+        "webhook",
+        SpeakAs::Webhook,
+        "personas share one bot and speak through channel webhooks",
+    ),
+    ("bot", SpeakAs::Bot, "the default"),
+];
+
+const TELEGRAM_VOICES: Voices = [
+    (
+        "prefix",
+        SpeakAs::Prefix,
+        "personas share one bot and speak with their name in bold in front",
+    ),
+    ("bot", SpeakAs::Bot, "the default"),
+];
+
+/// `settings.troupe.<platform>`: `{"speakAs": …}`, one of the platform's `voices`.
+fn speak_as(v: &Node, path: &str, voices: Voices, d: &mut Diags) -> SpeakAs {
+    let [(shared, ..), (default, ..)] = voices;
     let Some(members) = v.members() else {
-        d.wrong_type(v, path, "an object { \"speakAs\": \"webhook\" }");
+        d.wrong_type(
+            v,
+            path,
+            &format!("an object {{ \"speakAs\": \"{shared}\" }}"),
+        );
         return SpeakAs::Bot;
     };
     let mut speak_as = SpeakAs::Bot;
     for m in members {
         let p = join(path, &m.key);
         match m.key.as_str() {
-            "speakAs" => match m.value.as_str() {
-                Some("webhook") => speak_as = SpeakAs::Webhook,
-                Some("bot") => speak_as = SpeakAs::Bot,
-                _ => d.error(
+            "speakAs" => match voices
+                .iter()
+                .find(|(name, ..)| Some(*name) == m.value.as_str())
+            {
+                Some((_, voice, _)) => speak_as = *voice,
+                None => d.error(
                     &m.value.pos,
                     &p,
-                    "expected \"webhook\" (personas share one bot and speak through channel webhooks) or \"bot\"",
+                    format!(
+                        "expected \"{shared}\" ({}) or \"{default}\" ({})",
+                        voices[0].2, voices[1].2
+                    ),
                 ),
             },
             other => d.warn(&m.key_pos, &p, unknown_field_message(other, &["speakAs"])),

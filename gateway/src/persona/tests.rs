@@ -569,12 +569,12 @@ fn duplicate_token_across_files_names_both() {
         got,
         [
             format!(
-                "{}:2:13: clients (telegram): telegram token (environment variable TELEGRAM_BOT_TOKEN) is the same as the one {} uses; one bot account can serve one persona: give each its own TELEGRAM_BOT_TOKEN in settings.secrets or CHARACTER.A.TELEGRAM_BOT_TOKEN",
+                "{}:2:13: clients (telegram): telegram token (environment variable TELEGRAM_BOT_TOKEN) is the same as the one {} uses; one bot account can serve one persona: give each its own TELEGRAM_BOT_TOKEN in settings.secrets or CHARACTER.A.TELEGRAM_BOT_TOKEN, or let them share the bot with settings.troupe.telegram.speakAs: \"prefix\" in each (docs/telegram.md)",
                 a.display(),
                 b.display()
             ),
             format!(
-                "{}:2:13: clients (telegram): telegram token (environment variable TELEGRAM_BOT_TOKEN) is the same as the one {} uses; one bot account can serve one persona: give each its own TELEGRAM_BOT_TOKEN in settings.secrets or CHARACTER.B.TELEGRAM_BOT_TOKEN",
+                "{}:2:13: clients (telegram): telegram token (environment variable TELEGRAM_BOT_TOKEN) is the same as the one {} uses; one bot account can serve one persona: give each its own TELEGRAM_BOT_TOKEN in settings.secrets or CHARACTER.B.TELEGRAM_BOT_TOKEN, or let them share the bot with settings.troupe.telegram.speakAs: \"prefix\" in each (docs/telegram.md)",
                 b.display(),
                 a.display()
             ),
@@ -647,6 +647,88 @@ fn personas_that_speak_through_webhooks_may_share_a_discord_bot() {
     let x = write(t.path(), "x.json", &file("Xu", "ghost"));
     let r = check_files(&[x], &e, &LoadOptions::default());
     assert!(!r.ok());
+}
+
+#[test]
+fn personas_that_speak_with_a_prefix_may_share_a_telegram_bot() {
+    let t = TempDir::new().unwrap();
+    let file = |name: &str, speak_as: &str| {
+        format!(
+            "{{\"name\": \"{name}\", \"bio\": \"x\", \"clients\": [\"telegram\"],\n \"settings\": {{\"troupe\": {{\"telegram\": {{\"speakAs\": \"{speak_as}\"}}}}}}}}"
+        )
+    };
+    let a = write(t.path(), "a.json", &file("Ada", "prefix"));
+    let b = write(t.path(), "b.json", &file("Bob", "prefix"));
+    let e = env(&[("TELEGRAM_BOT_TOKEN", "123:tok")]);
+    let r = check_files(&[a.clone(), b.clone()], &e, &LoadOptions::default());
+    assert!(r.ok(), "{:?}", r.diagnostics);
+    let (ada, bob) = (&r.loaded[0].persona, &r.loaded[1].persona);
+    assert!(ada.shares_bot_on(Platform::Telegram) && !ada.speaks_through_webhooks());
+    assert!(ada.may_share_bot_with(bob, Platform::Telegram));
+    assert!(
+        !ada.may_share_bot_with(bob, Platform::Discord),
+        "opted in on Telegram only"
+    );
+    assert_eq!(refuse_shared_bots(&[ada, bob], &e), Ok(()));
+
+    // One that does not opt in keeps the error, which says how to share.
+    let c = write(t.path(), "c.json", &file("Cy", "bot"));
+    let r = check_files(&[a.clone(), c.clone()], &e, &LoadOptions::default());
+    let got: Vec<String> = r.errors().map(ToString::to_string).collect();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(
+        got[0].contains("telegram token")
+            && got[0].contains(
+                "settings.troupe.telegram.speakAs: \"prefix\" in each (docs/telegram.md)"
+            ),
+        "{}",
+        got[0]
+    );
+    let (ada, cy) = (&r.loaded[0].persona, &r.loaded[1].persona);
+    assert!(!ada.may_share_bot_with(cy, Platform::Telegram));
+    let refused = refuse_shared_bots(&[ada, cy], &e).unwrap_err();
+    assert!(
+        refused.contains("settings.troupe.telegram.speakAs"),
+        "{refused}"
+    );
+
+    // Discord's value is not Telegram's: an error at the value, naming both choices.
+    let x = write(t.path(), "x.json", &file("Xu", "webhook"));
+    let r = check_files(std::slice::from_ref(&x), &e, &LoadOptions::default());
+    let got: Vec<String> = r.errors().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [format!(
+            "{}:2:50: settings.troupe.telegram.speakAs: expected \"prefix\" (personas share one bot and speak with their name in bold in front) or \"bot\" (the default)",
+            x.display()
+        )]
+    );
+}
+
+#[test]
+fn speak_as_is_read_per_platform() {
+    let t = TempDir::new().unwrap();
+    let l = load_ok(
+        t.path(),
+        "a.json",
+        "{\"name\": \"A\", \"bio\": \"x\", \"settings\": {\"troupe\": {\"discord\": {\"speakAs\": \"webhook\"}, \"telegram\": {\"speakAs\": \"prefix\"}}}}",
+    );
+    let settings = &l.persona.character.settings;
+    assert_eq!(settings.discord_speak_as, SpeakAs::Webhook);
+    assert_eq!(settings.telegram_speak_as, SpeakAs::Prefix);
+    let l = load_ok(t.path(), "b.json", "{\"name\": \"B\", \"bio\": \"x\"}");
+    assert_eq!(l.persona.character.settings.telegram_speak_as, SpeakAs::Bot);
+    // Telegram's value is not Discord's.
+    let got = load_err(
+        t.path(),
+        "c.json",
+        "{\"name\": \"C\", \"bio\": \"x\", \"settings\": {\"troupe\": {\"discord\": {\"speakAs\": \"prefix\"}}}}",
+    );
+    assert!(
+        got.iter()
+            .any(|e| e.contains("settings.troupe.discord.speakAs: expected \"webhook\"")),
+        "{got:?}"
+    );
 }
 
 #[test]

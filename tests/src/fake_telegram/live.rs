@@ -1,10 +1,11 @@
 //! The fake Telegram's methods for live replies and voice out (issue 32), as the Bot API
 //! documents them (`/work/shared/specs/`, Bot API 10.1):
 //!
-//! - `editMessageText` (`chat_id`, `message_id`, `text`): the bot's own message gets the new
-//!   text and the edited `Message` is answered; the same text again is refused with "message
-//!   is not modified", an unknown message with "message to edit not found", a text over
-//!   4,096 characters with "message is too long"; scripted 429s with `retry_after`.
+//! - `editMessageText` (`chat_id`, `message_id`, `text`, `entities`): the bot's own message
+//!   gets the new text (and entities) and the edited `Message` is answered; the same text
+//!   and entities again are refused with "message is not modified", an unknown message
+//!   with "message to edit not found", a text over 4,096 characters with "message is too
+//!   long"; scripted 429s with `retry_after`.
 //! - `deleteMessage` (`chat_id`, `message_id`): `true`, or "message to delete not found".
 //! - `sendVoice` (`chat_id`, `voice` as an upload, `caption` up to 1,024 characters,
 //!   `duration`, `reply_parameters`, `message_thread_id`): a `Message` with a `voice`.
@@ -33,6 +34,8 @@ pub struct Edit {
     pub chat_id: i64,
     pub message_id: i64,
     pub text: String,
+    /// `entities` as sent with the new text; empty when none were.
+    pub entities: Vec<Value>,
     /// When the fake took it (edit pacing is checked on these).
     pub at: Instant,
 }
@@ -150,6 +153,10 @@ pub(super) fn edit_message_text(shared: &Shared, p: &Value) -> Response {
     if text.chars().count() > MAX_TEXT_CHARS {
         return api_error(400, "Bad Request: message is too long");
     }
+    let entities = match super::messages::entities(p) {
+        Ok(list) => list,
+        Err(refused) => return api_error(400, &refused),
+    };
     let bot_id = shared.bot_id;
     let Some(message) = inner.messages.get_mut(&(chat_id, message_id)) else {
         return api_error(400, "Bad Request: message to edit not found");
@@ -157,13 +164,23 @@ pub(super) fn edit_message_text(shared: &Shared, p: &Value) -> Response {
     if message["from"]["id"].as_i64() != Some(bot_id) {
         return api_error(400, "Bad Request: message can't be edited");
     }
-    if message["text"].as_str() == Some(text.as_str()) {
+    let kept = message
+        .get("entities")
+        .cloned()
+        .unwrap_or_else(|| json!([]));
+    if message["text"].as_str() == Some(text.as_str()) && kept == json!(entities) {
         return api_error(
             400,
             "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message",
         );
     }
     message["text"] = json!(text);
+    if let Some(fields) = message.as_object_mut() {
+        fields.remove("entities");
+        if !entities.is_empty() {
+            fields.insert("entities".into(), json!(entities));
+        }
+    }
     message["edit_date"] = json!(now());
     let answer = message.clone();
     if let Some(sent) = inner
@@ -172,11 +189,13 @@ pub(super) fn edit_message_text(shared: &Shared, p: &Value) -> Response {
         .find(|m| m.chat_id == chat_id && m.message_id == message_id)
     {
         sent.text = text.clone();
+        sent.entities = entities.clone();
     }
     inner.live.edits.push(Edit {
         chat_id,
         message_id,
         text,
+        entities,
         at: Instant::now(),
     });
     ok(answer)

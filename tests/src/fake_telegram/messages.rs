@@ -77,6 +77,16 @@ impl FakeTelegram {
     pub fn chat_actions(&self) -> Vec<ChatActionRecord> {
         self.shared.lock().actions.clone()
     }
+
+    /// Message `message_id` of `chat` as the chat holds it now (pushed, or sent by the bot
+    /// with its entities and edits): what a reply's `reply_to_message` carries.
+    pub fn message(&self, chat: i64, message_id: i64) -> Option<Value> {
+        self.shared
+            .lock()
+            .messages
+            .get(&(chat, message_id))
+            .cloned()
+    }
 }
 
 impl Inner {
@@ -104,7 +114,49 @@ pub(super) fn send_message_draft(p: &Value) -> Response {
     if string(p, "text").unwrap_or_default().chars().count() > MAX_TEXT_CHARS {
         return api_error(400, "Bad Request: message is too long");
     }
+    if let Err(refused) = entities(p) {
+        return api_error(400, &refused);
+    }
     ok(json!(true))
+}
+
+/// A call's `entities`, as the Bot API takes them: an array of MessageEntity objects, each
+/// with a string `type` and integer `offset` and `length` (UTF-16 code units). Anything
+/// else is refused as Telegram refuses it (the error's description).
+pub(super) fn entities(p: &Value) -> Result<Vec<Value>, String> {
+    if p.get("entities").is_none() {
+        return Ok(Vec::new());
+    }
+    let refuse = |why: &str| format!("Bad Request: can't parse entities: {why}");
+    let Some(Value::Array(list)) = structured(p, "entities") else {
+        return Err(refuse("entities must be an array"));
+    };
+    for entity in &list {
+        let typed = entity.get("type").and_then(Value::as_str).is_some();
+        let placed = ["offset", "length"]
+            .iter()
+            .all(|k| entity.get(*k).and_then(Value::as_u64).is_some());
+        if !typed || !placed {
+            return Err(refuse("an entity needs a type, an offset and a length"));
+        }
+    }
+    Ok(list)
+}
+
+/// The message `reply_parameters` (`rp`) names in `chat_id`'s chat or its own `chat_id`'s:
+/// one that does not exist is refused (the error's description), unless
+/// `allow_sending_without_reply`.
+fn replied(inner: &Inner, rp: Option<&Value>, chat_id: i64) -> Result<Option<Value>, String> {
+    let Some(rp) = rp else {
+        return Ok(None);
+    };
+    let target = int(rp, "message_id");
+    let reply_chat = int(rp, "chat_id").unwrap_or(chat_id);
+    match target.and_then(|m| inner.messages.get(&(reply_chat, m)).cloned()) {
+        Some(m) => Ok(Some(m)),
+        None if boolean(rp, "allow_sending_without_reply") => Ok(None),
+        None => Err("Bad Request: message to be replied not found".into()),
+    }
 }
 
 pub(super) fn send_message(shared: &Shared, p: &Value) -> Response {
@@ -145,16 +197,11 @@ pub(super) fn send_message(shared: &Shared, p: &Value) -> Response {
         return api_error(400, "Bad Request: message thread not found");
     }
     let reply_parameters = structured(p, "reply_parameters");
-    let mut reply_to = None;
-    if let Some(rp) = &reply_parameters {
-        let target = int(rp, "message_id");
-        let reply_chat = int(rp, "chat_id").unwrap_or(chat_id);
-        match target.and_then(|m| inner.messages.get(&(reply_chat, m)).cloned()) {
-            Some(m) => reply_to = Some(m),
-            None if boolean(rp, "allow_sending_without_reply") => {}
-            None => return api_error(400, "Bad Request: message to be replied not found"),
-        }
-    }
+    let replied = replied(&inner, reply_parameters.as_ref(), chat_id);
+    let (entities, reply_to) = match (entities(p), replied) {
+        (Ok(entities), Ok(reply_to)) => (entities, reply_to),
+        (Err(refused), _) | (_, Err(refused)) => return api_error(400, &refused),
+    };
     let message_id = inner.take_message_id(chat_id);
     let mut message = json!({
         "message_id": message_id,
@@ -169,6 +216,9 @@ pub(super) fn send_message(shared: &Shared, p: &Value) -> Response {
             message["is_topic_message"] = json!(true);
         }
     }
+    if !entities.is_empty() {
+        message["entities"] = json!(entities);
+    }
     inner
         .messages
         .insert((chat_id, message_id), message.clone());
@@ -182,6 +232,7 @@ pub(super) fn send_message(shared: &Shared, p: &Value) -> Response {
         message_thread_id: thread,
         reply_parameters,
         parse_mode: string(p, "parse_mode"),
+        entities,
     });
     ok(message)
 }

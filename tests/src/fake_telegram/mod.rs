@@ -11,7 +11,9 @@
 //! ([`FakeTelegram::refuse_next_send`]).
 //!
 //! `editMessageText` and `deleteMessage` act on the bot's own messages (issue 32), and
-//! [`FakeTelegram::push_edit`] queues an `edited_message` as a sender's edit.
+//! [`FakeTelegram::push_edit`] queues an `edited_message` as a sender's edit. `entities`
+//! given with a text (`sendMessage`, `editMessageText`, `sendMessageDraft`) are checked to
+//! be MessageEntity objects, kept on the message as Telegram returns it, and recorded.
 //!
 //! Tests drive it with [`FakeTelegram::push_update`] and the builders in [`tg`], and read
 //! what the bot did with [`FakeTelegram::sent_messages`], [`FakeTelegram::left_chats`] and
@@ -91,6 +93,8 @@ pub struct SentMessage {
     /// `reply_parameters` as sent (an object).
     pub reply_parameters: Option<Value>,
     pub parse_mode: Option<String>,
+    /// `entities` as sent (MessageEntity objects); empty when none were.
+    pub entities: Vec<Value>,
 }
 
 impl SentMessage {

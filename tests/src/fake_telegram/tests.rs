@@ -226,3 +226,48 @@ fn mention_builder_counts_utf16() {
         json!({"type": "mention", "offset": 6, "length": 9})
     );
 }
+
+#[tokio::test]
+async fn entities_are_checked_kept_on_the_message_and_recorded() {
+    let fake = FakeTelegram::start().await;
+    let bold = json!([{"type": "bold", "offset": 0, "length": 4}]);
+    let (status, body) = call(
+        &fake,
+        "sendMessage",
+        json!({"chat_id": 5, "text": "Ada: hi", "entities": bold}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["result"]["entities"], bold);
+    let id = body["result"]["message_id"].as_i64().unwrap();
+    assert_eq!(
+        fake.sent_messages()[0].entities,
+        bold.as_array().unwrap().clone()
+    );
+    assert_eq!(fake.message(5, id).unwrap()["entities"], bold);
+    // An entity without its place is refused, as the Bot API refuses it.
+    let (status, body) = call(
+        &fake,
+        "sendMessage",
+        json!({"chat_id": 5, "text": "x", "entities": [{"type": "bold"}]}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(
+        body["description"]
+            .as_str()
+            .unwrap()
+            .contains("can't parse entities")
+    );
+    // An edit with the same text but other entities changes the message; the same again
+    // does not.
+    let edit = |entities: Value| json!({"chat_id": 5, "message_id": id, "text": "Ada: hi", "entities": entities});
+    let (status, _) = call(&fake, "editMessageText", edit(json!([]))).await;
+    assert_eq!(status, 200);
+    assert!(fake.message(5, id).unwrap().get("entities").is_none());
+    let (status, _) = call(&fake, "editMessageText", edit(bold.clone())).await;
+    assert_eq!(status, 200);
+    assert_eq!(fake.edits()[1].entities, bold.as_array().unwrap().clone());
+    let (status, _) = call(&fake, "editMessageText", edit(bold.clone())).await;
+    assert_eq!(status, 400, "not modified");
+}
