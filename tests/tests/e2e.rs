@@ -2,7 +2,7 @@
 //! (`access.rs` is `access`, so `cargo test -p troupe-e2e --test e2e access::` runs its
 //! tests alone), not a binary of its own.
 //!
-//! Why one binary (issue 48, item 5; docs/benchmarks.md, "CI time"): as 52 binaries each
+//! Why one binary (issue 48, item 5; docs/benchmarks.md, "CI time"): as a binary per file each
 //! linked the fakes and their dependencies again, monomorphised the same async code again,
 //! was checked again by clippy, and `cargo test` ran them one after another, each on its
 //! own two threads, so one slow test held the whole run while the other thread idled. One
@@ -59,6 +59,7 @@ mod streaming;
 mod telegram;
 mod telegram_accounts;
 mod telegram_streaming;
+mod telegram_troupe;
 mod tools;
 mod traces;
 mod troupe_room;
