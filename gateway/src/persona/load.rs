@@ -423,8 +423,10 @@ impl Persona {
             .filter(|s| !s.is_empty())
             .map(AgentId::from)
             .unwrap_or_else(|| AgentId::new(slug(&character.name)));
+        let prepared = std::sync::Arc::new(super::prepared::Prepared::new(&id, &character));
         Persona {
             id,
+            prepared,
             name: character.name.clone(),
             source: source.to_path_buf(),
             raw,

@@ -15,6 +15,8 @@
 //! - `check`: [`check_files`] for `troupe check`, with the cross-file checks;
 //! - `secrets`: per-persona secrets and their precedence;
 //! - `prompt`: [`compose`], elizaOS's sampling and templates;
+//! - `prepared`: what composing needs that depends only on the persona (parsed templates,
+//!   the system prompt, directions), built when the persona is loaded;
 //! - `quote`: how names and text from rooms are put into any prompt (reply, summary, facts)
 //!   so that they cannot open a section;
 //! - `paths`: where a character's `knowledge` files may live;
@@ -33,8 +35,11 @@ mod json;
 mod knowledge;
 mod load;
 mod paths;
+mod prepared;
 mod prompt;
 pub(crate) mod quote;
+#[cfg(test)]
+mod reference;
 mod secrets;
 mod settings;
 #[cfg(test)]
@@ -85,6 +90,9 @@ pub struct Persona {
     pub character: Character,
     /// The parent files it `extends` (canonical paths), directly or not.
     pub depends_on: Vec<PathBuf>,
+    /// What its prompts need that no message changes, built with it (`prepared`): a
+    /// persona is built again whenever its file changes, so this is never stale.
+    pub(crate) prepared: std::sync::Arc<prepared::Prepared>,
 }
 
 /// Per-platform switches from `clientConfig.<platform>` (v0) or `settings.<platform>` (1.x).

@@ -27,6 +27,8 @@ use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
 use troupe_connectors::Platform;
 
+use super::character::Character;
+use super::prepared::{Slot, Template, fill_names};
 use super::quote::{body, content, meta};
 use super::{Persona, Prompt, PromptInput};
 
@@ -138,7 +140,7 @@ pub(crate) fn placeholders(text: &str) -> Vec<(usize, &str)> {
 }
 
 /// `user3` / `name3`: an example speaker.
-fn numbered_speaker(name: &str) -> Option<usize> {
+pub(super) fn numbered_speaker(name: &str) -> Option<usize> {
     let digits = name
         .strip_prefix("user")
         .or_else(|| name.strip_prefix("name"))?;
@@ -152,7 +154,7 @@ pub(crate) fn is_known_placeholder(name: &str) -> bool {
 }
 
 /// Replaces placeholders in `text` with `value(name)`; unknown names stay as written.
-fn substitute(text: &str, value: &dyn Fn(&str) -> Option<String>) -> String {
+pub(super) fn substitute(text: &str, value: &dyn Fn(&str) -> Option<String>) -> String {
     let mut out = String::with_capacity(text.len());
     let mut last = 0;
     for (start, name) in placeholders(text) {
@@ -174,79 +176,65 @@ fn substitute(text: &str, value: &dyn Fn(&str) -> Option<String>) -> String {
 }
 
 /// Everything sampled from the persona for one seed, in sampled order. Trimming to a budget
-/// takes shorter prefixes of these, so a smaller prompt is a subset of the larger one.
-struct Sampled {
-    bio: Vec<String>,
-    lore: Vec<String>,
-    /// Formatted conversations, names filled in.
-    examples: Vec<String>,
-    posts: Vec<String>,
-    topics: Vec<String>,
-    topic: String,
-    adjective: String,
+/// takes shorter prefixes of these, so a smaller prompt is a subset of the larger one. The
+/// entries are the persona's prepared ones ([`super::prepared`]); only their order and the
+/// names drawn are per seed.
+struct Sampled<'p> {
+    bio: Vec<&'p str>,
+    lore: Vec<&'p str>,
+    /// Conversations (indices into the prepared examples) with the names drawn for each;
+    /// only the ones a prompt shows are written out.
+    examples: Vec<(usize, Vec<&'static str>)>,
+    posts: Vec<&'p str>,
+    topics: Vec<&'p str>,
+    topic: &'p str,
+    adjective: &'p str,
     /// Names for `{{userN}}` placeholders in the template itself.
     template_names: Vec<&'static str>,
 }
 
-fn shuffled<T: Clone>(items: &[T], rng: &mut StdRng) -> Vec<T> {
-    let mut v = items.to_vec();
+/// `items` in a random order. The order depends only on the length and the random
+/// sequence, so shuffling references gives the order shuffling the items did.
+fn shuffled<'p, T: AsRef<str>>(items: &'p [T], rng: &mut StdRng) -> Vec<&'p str> {
+    let mut v: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
     v.shuffle(rng);
     v
 }
 
-fn pick_names(rng: &mut StdRng, agent_name: &str) -> Vec<&'static str> {
-    let pool: Vec<&'static str> = EXAMPLE_NAMES
+/// The names example speakers may get: all but the persona's own.
+pub(super) fn name_pool(agent_name: &str) -> Vec<&'static str> {
+    EXAMPLE_NAMES
         .iter()
         .copied()
         .filter(|n| !n.eq_ignore_ascii_case(agent_name))
-        .collect();
+        .collect()
+}
+
+fn pick_names(rng: &mut StdRng, pool: &[&'static str]) -> Vec<&'static str> {
     pool.choose_multiple(rng, 5).copied().collect()
 }
 
-impl Sampled {
-    fn new(persona: &Persona, seed: u64) -> Self {
+impl<'p> Sampled<'p> {
+    /// Draws in elizaOS's order, which the random sequence depends on: bio, lore, examples
+    /// (and each one's names), posts, topics, the topic, the adjective, the template's names.
+    fn new(persona: &'p Persona, seed: u64) -> Self {
         let c = &persona.character;
-        let name = persona.name.as_str();
+        let prepared = &*persona.prepared;
         // StdRng is ChaCha-based: the same seed gives the same prompt on every platform.
         let mut rng = StdRng::seed_from_u64(seed);
-        // elizaOS writes the character's own name as `{{name}}` or `{{agentName}}` in its
-        // bio and lore (2.x's default character does): it is the persona's name.
-        let own_name = |s: &String| {
-            substitute(s, &|p| {
-                matches!(p, "name" | "agentName").then(|| name.to_string())
-            })
-        };
-        let bio: Vec<String> = shuffled(&c.bio, &mut rng).iter().map(own_name).collect();
-        let lore: Vec<String> = shuffled(&c.lore, &mut rng).iter().map(own_name).collect();
-        let examples = shuffled(&c.message_examples, &mut rng)
-            .iter()
-            .map(|conv| {
-                let names = pick_names(&mut rng, name);
-                let fill = |s: &str| {
-                    substitute(s, &|p| match numbered_speaker(p) {
-                        Some(n) => Some(names.get(n - 1).copied().unwrap_or("Someone").into()),
-                        None if p == "agentName" => Some(name.to_string()),
-                        None => None,
-                    })
-                };
-                conv.iter()
-                    .map(|m| {
-                        let action = m
-                            .action
-                            .as_ref()
-                            .map(|a| format!(" (action: {a})"))
-                            .unwrap_or_default();
-                        format!("{}: {}{action}", fill(&m.speaker), fill(&m.text))
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
+        let bio = shuffled(&prepared.bio, &mut rng);
+        let lore = shuffled(&prepared.lore, &mut rng);
+        let mut order: Vec<usize> = (0..prepared.examples.len()).collect();
+        order.shuffle(&mut rng);
+        let examples = order
+            .into_iter()
+            .map(|i| (i, pick_names(&mut rng, &prepared.names)))
             .collect();
         let posts = shuffled(&c.post_examples, &mut rng);
         let topics = shuffled(&c.topics, &mut rng);
-        let topic = c.topics.choose(&mut rng).cloned().unwrap_or_default();
-        let adjective = c.adjectives.choose(&mut rng).cloned().unwrap_or_default();
-        let template_names = pick_names(&mut rng, name);
+        let topic = c.topics.choose(&mut rng).map_or("", String::as_str);
+        let adjective = c.adjectives.choose(&mut rng).map_or("", String::as_str);
+        let template_names = pick_names(&mut rng, &prepared.names);
         Sampled {
             bio,
             lore,
@@ -257,6 +245,26 @@ impl Sampled {
             adjective,
             template_names,
         }
+    }
+
+    /// The first `n` conversations, written out, a blank line between them.
+    fn examples(&self, persona: &Persona, n: usize) -> String {
+        let mut out = String::new();
+        for (k, (conv, names)) in self.examples.iter().take(n).enumerate() {
+            if k > 0 {
+                out.push_str("\n\n");
+            }
+            for (j, line) in persona.prepared.examples[*conv].iter().enumerate() {
+                if j > 0 {
+                    out.push('\n');
+                }
+                fill_names(&mut out, &line.speaker, names, &persona.name);
+                out.push_str(": ");
+                fill_names(&mut out, &line.text, names, &persona.name);
+                out.push_str(&line.action);
+            }
+        }
+        out
     }
 }
 
@@ -317,7 +325,7 @@ impl Counts {
     }
 }
 
-fn header(title: &str, body: &str) -> String {
+pub(super) fn header(title: &str, body: &str) -> String {
     if body.trim().is_empty() {
         String::new()
     } else {
@@ -325,27 +333,27 @@ fn header(title: &str, body: &str) -> String {
     }
 }
 
-fn take(list: &[String], n: usize, sep: &str) -> String {
-    list.iter()
-        .take(n)
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join(sep)
+fn take(list: &[&str], n: usize, sep: &str) -> String {
+    list[..n.min(list.len())].join(sep)
 }
 
 /// "Alice is interested in a, b and c".
-fn topics_sentence(name: &str, topics: &[String]) -> String {
+fn topics_sentence<S: std::borrow::Borrow<str>>(name: &str, topics: &[S]) -> String {
     match topics {
         [] => String::new(),
-        [one] => format!("{name} is interested in {one}"),
-        [rest @ .., last] => format!("{name} is interested in {} and {last}", rest.join(", ")),
+        [one] => format!("{name} is interested in {}", one.borrow()),
+        [rest @ .., last] => format!(
+            "{name} is interested in {} and {}",
+            rest.join(", "),
+            last.borrow()
+        ),
     }
 }
 
 /// The template for a platform: `<platform>MessageHandlerTemplate`, then
 /// `messageHandlerTemplate`, then troupe's default.
-pub(crate) fn handler_template(persona: &Persona, platform: Platform) -> &str {
-    let t = &persona.character.templates;
+pub(super) fn template_of(character: &Character, platform: Platform) -> &str {
+    let t = &character.templates;
     let specific = match platform {
         Platform::Discord => Some("discordMessageHandlerTemplate"),
         Platform::Telegram => Some("telegramMessageHandlerTemplate"),
@@ -361,12 +369,16 @@ pub(crate) fn handler_template(persona: &Persona, platform: Platform) -> &str {
 
 /// The system message: the character's `system`, or a plain line naming the character.
 pub(crate) fn system_prompt(persona: &Persona) -> String {
-    match persona.character.system.as_deref().map(str::trim) {
+    persona.prepared.system.clone()
+}
+
+/// [`system_prompt`] for a character named `name`, worked out once by `prepared`.
+pub(super) fn system_prompt_of(name: &str, character: &Character) -> String {
+    match character.system.as_deref().map(str::trim) {
         Some(s) if !s.is_empty() => s.to_string(),
-        _ => format!(
-            "You are {}. Speak as {} in every reply, in the voice described below.",
-            persona.name, persona.name
-        ),
+        _ => {
+            format!("You are {name}. Speak as {name} in every reply, in the voice described below.")
+        }
     }
 }
 
@@ -408,10 +420,13 @@ pub(crate) fn render(template: &str, value: &dyn Fn(&str) -> Option<String>) -> 
 /// 3. then the persona's samples are trimmed: post examples, message examples, lore, topics,
 ///    and the bio down to one entry. The system prompt, name, directions and template text
 ///    are never trimmed, so a prompt can still exceed a budget smaller than those.
+///
+/// What depends only on the persona and the platform (the parsed template, the system
+/// prompt, directions…) comes ready from [`super::prepared`].
 pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
     let sampled = Sampled::new(persona, input.seed);
-    let template = handler_template(persona, input.platform);
-    let system = system_prompt(persona);
+    let template = persona.prepared.template(input.platform);
+    let system = persona.prepared.system.clone();
     let sys_len = system.chars().count();
     let lines: Vec<String> = input
         .history
@@ -419,9 +434,6 @@ pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
         .map(|h| format!("{}: {}", meta(h.author_name), content(h.text)))
         .collect();
     let newest = lines.len().saturating_sub(1);
-    let uses_history = placeholders(template)
-        .iter()
-        .any(|(_, n)| *n == "recentMessages");
 
     let filler = Filler {
         persona,
@@ -434,7 +446,7 @@ pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
         let user = filler.fill(&counts, &lines[newest..]);
         let size = sys_len + user.chars().count();
         if size <= input.budget_chars || !counts.shrink(&sampled) {
-            if !uses_history || size > input.budget_chars {
+            if !template.has_history || size > input.budget_chars {
                 return Prompt {
                     system,
                     user,
@@ -466,64 +478,51 @@ pub fn compose(persona: &Persona, input: &PromptInput<'_>) -> Prompt {
 struct Filler<'a> {
     persona: &'a Persona,
     input: &'a PromptInput<'a>,
-    s: &'a Sampled,
-    template: &'a str,
+    s: &'a Sampled<'a>,
+    template: &'a Template,
 }
 
 impl Filler<'_> {
     /// The template filled, with the samples cut to the counts `n` and `history` as the
     /// conversation.
     fn fill(&self, n: &Counts, history: &[String]) -> String {
-        let Filler {
-            persona,
-            input,
-            s,
-            template,
-        } = *self;
-        let c = &persona.character;
-        let name = persona.name.as_str();
         let sections = Sections::new(self, n, history);
-        let value = |p: &str| -> Option<String> {
-            Some(match p {
-                "agentName" => name.to_string(),
-                "agentId" => persona.id.to_string(),
-                "senderName" => meta(input.sender_name).into_owned(),
-                "platform" => input.platform.as_str().to_string(),
-                "system" => c.system.clone().unwrap_or_default(),
-                "bio" => take(&s.bio, n.bio, " "),
-                "lore" => take(&s.lore, n.lore, "\n"),
-                "topic" => s.topic.clone(),
-                "topics" => sections.topics.clone(),
-                "adjective" => s.adjective.clone(),
-                "messageDirections" | "directions" => sections.message_directions.clone(),
-                "postDirections" => sections.post_directions.clone(),
-                "characterMessageExamples" | "examples" => sections.examples.clone(),
-                "characterPostExamples" => sections.posts.clone(),
-                "knowledge" => sections.knowledge.clone(),
-                "recentMessages" => sections.recent.clone(),
-                "summary" => sections.summary.clone(),
-                "facts" => sections.facts.clone(),
-                p if EMPTY_PLACEHOLDERS.contains(&p) => String::new(),
-                p => match numbered_speaker(p) {
-                    Some(i) => s
-                        .template_names
-                        .get(i - 1)
-                        .copied()
-                        .unwrap_or("Someone")
-                        .into(),
-                    None => return None,
-                },
-            })
-        };
-        render(template, &value)
+        let Filler {
+            persona, input, s, ..
+        } = *self;
+        let p = &*persona.prepared;
+        self.template.render(|slot| match slot {
+            Slot::AgentName => persona.name.as_str(),
+            Slot::AgentId => &p.agent_id,
+            Slot::SenderName => &sections.sender,
+            Slot::Platform => input.platform.as_str(),
+            Slot::System => &p.raw_system,
+            Slot::Bio => &sections.bio,
+            Slot::Lore => &sections.lore,
+            Slot::Topic => s.topic,
+            Slot::Topics => &sections.topics,
+            Slot::Adjective => s.adjective,
+            Slot::MessageDirections => &p.message_directions,
+            Slot::PostDirections => &p.post_directions,
+            Slot::Examples => &sections.examples,
+            Slot::Posts => &sections.posts,
+            Slot::Knowledge => &sections.knowledge,
+            Slot::Recent => &sections.recent,
+            Slot::Summary => &sections.summary,
+            Slot::Facts => &sections.facts,
+            Slot::Empty => "",
+            Slot::Speaker(i) => s.template_names.get(i - 1).copied().unwrap_or("Someone"),
+        })
     }
 }
 
-/// The parts of a prompt that placeholders stand for whole, each under its header (or empty
-/// when it has nothing to show).
-struct Sections {
-    message_directions: String,
-    post_directions: String,
+/// The values of one fill that are built per message, each under its header (or empty when
+/// it has nothing to show). Only those the template uses are built.
+#[derive(Default)]
+struct Sections<'a> {
+    sender: std::borrow::Cow<'a, str>,
+    bio: String,
+    lore: String,
     examples: String,
     posts: String,
     knowledge: String,
@@ -534,60 +533,69 @@ struct Sections {
     topics: String,
 }
 
-impl Sections {
-    fn new(f: &Filler<'_>, n: &Counts, history: &[String]) -> Self {
+impl<'a> Sections<'a> {
+    fn new(f: &Filler<'a>, n: &Counts, history: &[String]) -> Self {
         let Filler {
             persona,
             input,
             s,
             template,
         } = *f;
-        let c = &persona.character;
-        let name = persona.name.as_str();
-        let directions = |extra: &[String]| -> String {
-            let all: Vec<String> = c.style.all.iter().chain(extra).cloned().collect();
-            all.join("\n")
-        };
-        let facts = header(
-            &format!("# Facts about {}", meta(input.sender_name)),
-            &input
-                .facts
-                .iter()
-                .take(n.facts)
-                .map(|f| format!("- {}", content(f.trim())))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        );
-        let summary = match input.summary {
-            Some(text) if n.summary => {
-                header("# Summary of earlier conversation", &body(text.trim()))
-            }
-            _ => String::new(),
-        };
-        Sections {
-            message_directions: header(
-                &format!("# Message Directions for {name}"),
-                &directions(&c.style.chat),
-            ),
-            post_directions: header(
-                &format!("# Post Directions for {name}"),
-                &directions(&c.style.post),
-            ),
-            examples: header(
-                &format!("# Example Conversations for {name}"),
-                &take(&s.examples, n.examples, "\n\n"),
-            ),
-            posts: header(
-                &format!("# Example Posts for {name}"),
-                &take(&s.posts, n.posts, "\n"),
-            ),
-            knowledge: knowledge_section(input, n.knowledge),
-            recent: recent_messages(template, &facts, &summary, history),
-            topics: topics_sentence(name, &s.topics[..n.topics.min(s.topics.len())]),
-            facts,
-            summary,
+        let p = &*persona.prepared;
+        let uses = |slot| template.uses(slot);
+        let mut out = Sections::default();
+        if uses(Slot::SenderName) {
+            out.sender = meta(input.sender_name);
         }
+        if uses(Slot::Bio) {
+            out.bio = take(&s.bio, n.bio, " ");
+        }
+        if uses(Slot::Lore) {
+            out.lore = take(&s.lore, n.lore, "\n");
+        }
+        if uses(Slot::Examples) {
+            out.examples = header(&p.examples_title, &s.examples(persona, n.examples));
+        }
+        if uses(Slot::Posts) {
+            out.posts = header(&p.posts_title, &take(&s.posts, n.posts, "\n"));
+        }
+        if uses(Slot::Knowledge) {
+            out.knowledge = knowledge_section(input, n.knowledge);
+        }
+        if uses(Slot::Topics) {
+            out.topics = topics_sentence(&persona.name, &s.topics[..n.topics.min(s.topics.len())]);
+        }
+        let recent = uses(Slot::Recent);
+        if recent || uses(Slot::Facts) {
+            out.facts = facts_section(input, n.facts);
+        }
+        if recent || uses(Slot::Summary) {
+            out.summary = match input.summary {
+                Some(text) if n.summary => {
+                    header("# Summary of earlier conversation", &body(text.trim()))
+                }
+                _ => String::new(),
+            };
+        }
+        if recent {
+            out.recent = recent_messages(template, &out.facts, &out.summary, history);
+        }
+        out
     }
+}
+
+/// The first `count` facts about the sender, under a header naming them.
+fn facts_section(input: &PromptInput<'_>, count: usize) -> String {
+    header(
+        &format!("# Facts about {}", meta(input.sender_name)),
+        &input
+            .facts
+            .iter()
+            .take(count)
+            .map(|f| format!("- {}", content(f.trim())))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
 }
 
 /// The first `count` retrieved passages, each with its source.
@@ -607,12 +615,11 @@ fn knowledge_section(input: &PromptInput<'_>, count: usize) -> String {
 /// What `{{recentMessages}}` stands for: the conversation. A template without troupe's
 /// memory placeholders (one written for elizaOS) gets those sections in front of it, where
 /// they read as its prelude.
-fn recent_messages(template: &str, facts: &str, summary: &str, history: &[String]) -> String {
-    let has = |name: &str| placeholders(template).iter().any(|(_, p)| *p == name);
+fn recent_messages(template: &Template, facts: &str, summary: &str, history: &[String]) -> String {
     let conversation = header("# Conversation Messages", &history.join("\n"));
-    [("facts", facts), ("summary", summary)]
+    [(template.has_facts, facts), (template.has_summary, summary)]
         .into_iter()
-        .filter(|(name, _)| !has(name))
+        .filter(|(placed, _)| !placed)
         .map(|(_, section)| section)
         .chain([conversation.as_str()])
         .filter(|section| !section.is_empty())

@@ -127,26 +127,46 @@ fn lines(text: &str) -> Vec<String> {
     out
 }
 
+/// Whether [`lines`] would give `text` back whole, as one line: no byte of it is an ASCII
+/// control or starts a C1 control (U+0080–U+009F, `0xC2`), a line break or hidden
+/// character of U+2000–U+2FFF (`0xE2`) or the BOM (`0xEF`). Most messages are such a line,
+/// and checking bytes costs far less than splitting them character by character (issue 48);
+/// a `true` may be missed (`é` starts with `0xC3`, but `—` with `0xE2`), never wrong.
+fn is_one_plain_line(text: &str) -> bool {
+    !text
+        .bytes()
+        .any(|b| b < 0x20 || matches!(b, 0x7f | 0xc2 | 0xe2 | 0xef))
+}
+
 /// Message text (or a fact) to follow a label on the same line (`sam: `, `- `): verbatim,
 /// with every further line indented by [`CONTINUATION`], so no line of it starts the line
 /// of the prompt.
 pub(crate) fn content(text: &str) -> String {
+    if is_one_plain_line(text) {
+        return text.to_string();
+    }
     lines(text).join(&format!("\n{CONTINUATION}"))
+}
+
+/// A line of a section body: `\` before a leading `#` (after any indentation).
+fn body_line(line: String) -> String {
+    let indent = line.len() - line.trim_start().len();
+    if line[indent..].starts_with('#') {
+        format!("{}\\{}", &line[..indent], &line[indent..])
+    } else {
+        line
+    }
 }
 
 /// The body of a section (a summary, a knowledge chunk): each line as written, except
 /// that one starting with `#` (after any indentation) gets a `\` before the `#`.
 pub(crate) fn body(text: &str) -> String {
+    if is_one_plain_line(text) {
+        return body_line(text.to_string());
+    }
     lines(text)
         .into_iter()
-        .map(|line| {
-            let indent = line.len() - line.trim_start().len();
-            if line[indent..].starts_with('#') {
-                format!("{}\\{}", &line[..indent], &line[indent..])
-            } else {
-                line
-            }
-        })
+        .map(body_line)
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -224,6 +244,44 @@ mod tests {
         assert_eq!(content("one line"), "one line");
         // Tabs and ordinary text are verbatim; hidden characters are shown.
         assert_eq!(content("a\tb\u{7}c"), "a\tb\\u{7}c");
+    }
+
+    /// The fast path for one plain line gives what splitting gives, on every kind of
+    /// character near the bytes it checks.
+    #[test]
+    fn one_plain_line_is_what_splitting_gives() {
+        let samples = [
+            "",
+            "sam",
+            "# Task",
+            "  ## x",
+            "Zoë é ü",
+            "a—b “quoted” …",
+            "tab\there",
+            "a\u{7f}b",
+            "a\u{85}b",
+            "a\u{9f}b",
+            "a\u{a0}b",
+            "a\u{200b}b",
+            "a\u{2028}b",
+            "a\u{2069}b",
+            "a\u{2070}b",
+            "a\u{feff}b",
+            "a\u{fe0f}b",
+            "日本語",
+            "emoji 🎉",
+            "x\r\ny",
+            "end\n",
+        ];
+        for text in samples {
+            let split_content = lines(text).join(&format!("\n{CONTINUATION}"));
+            assert_eq!(content(text), split_content, "{text:?}");
+            let split_body: Vec<String> = lines(text).into_iter().map(body_line).collect();
+            assert_eq!(body(text), split_body.join("\n"), "{text:?}");
+            if is_one_plain_line(text) {
+                assert_eq!(lines(text), [text], "{text:?}");
+            }
+        }
     }
 
     #[test]
