@@ -23,7 +23,7 @@
 //! the local model's vectors are kept there between runs, by model and text: a run first
 //! embeds a sample of the kept texts again and compares (a changed model or reader shows as
 //! a similarity under 0.999, and then every vector is computed afresh), so CI pays the
-//! 20 minutes of embedding once per machine, not once per run, and still checks the model.
+//! minutes of embedding once per machine, not once per run, and still checks the model.
 //! The cache file is named by the model (`vaswani-all-MiniLM-L6-v2.vectors`) and keyed by
 //! the text the model read: a window of a long text, or the whole of one that fits (nearly
 //! every abstract), so the cache outlives changes in how long texts are cut.

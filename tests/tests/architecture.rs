@@ -15,7 +15,7 @@
 //! 6. **One provider entry point** (`architecture/calls.rs`): the `ModelProvider` trait has
 //!    one model-calling method, and only `provider::call` meters a model call.
 //!
-//! Run it alone with `cargo test -p troupe-e2e --test architecture`. It reads the source
+//! Run it alone with `cargo test -p troupe-e2e --test e2e architecture::`. It reads the source
 //! tree, so it needs no build of the gateway and takes well under a second.
 //!
 //! The scanner is deliberately small, not a Rust parser: comments, string literals and

@@ -20,7 +20,7 @@
 //! Names that are not in the repository on purpose (the operator's `troupe.toml`, the
 //! shared fixtures beside the clone) are listed in `NOT_IN_THE_REPOSITORY`, each with why.
 //!
-//! Run it alone with `cargo test -p troupe-e2e --test docs`; it needs no build of the
+//! Run it alone with `cargo test -p troupe-e2e --test e2e docs::`; it needs no build of the
 //! gateway.
 
 use std::collections::{BTreeMap, BTreeSet};

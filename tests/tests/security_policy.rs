@@ -27,7 +27,7 @@
 //!    directory, URL; issue 43). A row names it as `` `field` ``, `` `settings.key` `` or
 //!    `` `settings.mcp.servers.*.key` ``.
 //!
-//! Run it alone with `cargo test -p troupe-e2e --test security_policy`; it needs no build
+//! Run it alone with `cargo test -p troupe-e2e --test e2e security_policy::`; it needs no build
 //! of the gateway.
 
 use std::collections::{BTreeMap, BTreeSet};

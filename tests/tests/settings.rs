@@ -13,7 +13,7 @@
 //! tables are generated from that declaration (`config::table::tests` checks them), so a
 //! failure here is fixed there, and its module doc says how.
 //!
-//! Run it alone with `cargo test -p troupe-e2e --test settings`; it needs no build of the
+//! Run it alone with `cargo test -p troupe-e2e --test e2e settings::`; it needs no build of the
 //! gateway.
 
 use std::collections::{BTreeMap, BTreeSet};
