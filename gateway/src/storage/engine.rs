@@ -79,7 +79,8 @@ impl Engine {
         conn.busy_handler(Some(busy))?;
         // Checkpoints (copying the WAL into the database file, and its fsync) are not this
         // thread's to run: they would stall every batch behind them. `checkpoints` runs them
-        // on the sqlx connection instead.
+        // on the sqlx connection instead; this thread only copies the few frames those left,
+        // now and then, so that the WAL can start over (`restart_wal`).
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         // After a burst the WAL is cut back to this size when it restarts (`restart_wal`).
         conn.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)?;
