@@ -40,6 +40,11 @@ impl Agent {
         if !addressed && !direct && decision != Decision::Respond(Why::Following) {
             return Ok(decision);
         }
+        // A DM to a bot of one's own is its own, and needs no look at the room's troupe (a
+        // store round trip for every DM otherwise).
+        if direct && !self.mind().persona.shares_bot_on(inbound.room.platform) {
+            return Ok(decision);
+        }
         let mut members = self.troupe_on(inbound).await?;
         if members.len() < 2 {
             return Ok(decision);
