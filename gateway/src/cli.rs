@@ -390,8 +390,9 @@ async fn migrate(config: Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `troupe ingest`: one file at a time (memory holds one file, never the corpus), with a
-/// progress bar on a terminal and one line per problem. Exit code 1 when a file failed.
+/// `troupe ingest`: files read, stored and embedded at once, through bounded queues (memory
+/// holds a few pages of chunks, never the corpus), with a progress bar on a terminal and
+/// one line per problem. Exit code 1 when a file failed.
 async fn ingest(
     config: Config,
     agent: AgentId,
@@ -462,39 +463,42 @@ async fn open_knowledge(
     ))
 }
 
-/// Ingests `paths` one by one for `agent`, with a progress bar, and prints the tally: how
-/// many files failed. A database failure stops it.
+/// Ingests `paths` for `agent` (reading, storing and embedding overlap: `knowledge::
+/// pipeline`), with a progress bar of files done, and prints the tally: how many files
+/// failed. A database failure stops it.
 async fn ingest_paths(
     knowledge: &crate::knowledge::Knowledge,
     agent: &AgentId,
     room: Option<&RoomKey>,
     paths: &[PathBuf],
 ) -> anyhow::Result<usize> {
-    use crate::knowledge::{KnowledgeError, Origin};
+    use crate::knowledge::Origin;
 
     let bar = progress_bar(
         paths.len(),
         "{spinner} [{bar:30}] {pos}/{len} files {wide_msg}",
     );
     let (mut added, mut duplicates, mut failed, mut chunks) = (0usize, 0usize, 0usize, 0usize);
-    for path in paths {
-        bar.set_message(path.display().to_string());
-        match knowledge.ingest_file(Origin::Cli, agent, room, path).await {
-            Ok(done) if done.duplicate => duplicates += 1,
-            Ok(done) => {
-                added += 1;
-                chunks += done.chunks;
+    let run = knowledge
+        .ingest_files(Origin::Cli, agent, room, paths, |path, outcome| {
+            bar.set_message(path.display().to_string());
+            match outcome {
+                Ok(done) if done.duplicate => duplicates += 1,
+                Ok(done) => {
+                    added += 1;
+                    chunks += done.chunks;
+                }
+                Err(e) => {
+                    failed += 1;
+                    bar.suspend(|| eprintln!("troupe: skipped: {e}"));
+                }
             }
-            Err(e @ KnowledgeError::Storage(_)) => {
-                bar.abandon();
-                return Err(e).context("the database failed; nothing more was ingested");
-            }
-            Err(e) => {
-                failed += 1;
-                bar.suspend(|| eprintln!("troupe: skipped: {e}"));
-            }
-        }
-        bar.inc(1);
+            bar.inc(1);
+        })
+        .await;
+    if let Err(e) = run {
+        bar.abandon();
+        return Err(e).context("the database failed; nothing more was ingested");
     }
     bar.finish_and_clear();
     // The keyword index commits what it staged (it would replay it at the next start).

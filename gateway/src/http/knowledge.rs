@@ -238,27 +238,33 @@ fn too_many_files(max: usize) -> ApiError {
     )
 }
 
-/// Every spooled file read and chunked, in order; the temporary files go once read.
+/// Every spooled file read and chunked, in order, as many at once as there are document
+/// workers (issue 48: the files of an upload are read side by side); the temporary files
+/// go once read.
 async fn prepare_all(
     knowledge: &Knowledge,
     agent: &AgentId,
     scope: Option<&RoomKey>,
     files: Vec<Spooled>,
 ) -> Result<Vec<Prepared>, ApiError> {
-    let mut prepared = Vec::with_capacity(files.len());
-    for f in &files {
-        prepared.push(
-            knowledge
-                .prepare(
-                    agent,
-                    scope,
-                    &f.name,
-                    f.content_type.as_deref(),
-                    Input::File(f.file.path()),
-                )
-                .await?,
-        );
-    }
+    use futures::{StreamExt, TryStreamExt};
+    let workers = knowledge.settings().extract.workers.max(1);
+    // By index, not by reference: a stream over borrowed items makes the handler's future
+    // not general enough for axum.
+    let prepared: Vec<Prepared> = futures::stream::iter(0..files.len())
+        .map(|i| {
+            let f = &files[i];
+            knowledge.prepare(
+                agent,
+                scope,
+                &f.name,
+                f.content_type.as_deref(),
+                Input::File(f.file.path()),
+            )
+        })
+        .buffered(workers)
+        .try_collect()
+        .await?;
     Ok(prepared)
 }
 

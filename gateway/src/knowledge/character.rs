@@ -62,11 +62,15 @@ impl Knowledge {
                 kept.note(agent, result, &path.display().to_string());
             }
             KnowledgeEntry::Directory { path, .. } => {
-                for file in files_under(path) {
-                    let result = self
-                        .ingest_file(Origin::Character, agent, None, &file)
-                        .await;
-                    kept.note(agent, result, &file.display().to_string());
+                // Many files: read, stored and embedded side by side (`pipeline`).
+                let files = files_under(path);
+                let run = self
+                    .ingest_files(Origin::Character, agent, None, &files, |file, result| {
+                        kept.note(agent, result, &file.display().to_string())
+                    })
+                    .await;
+                if let Err(e) = run {
+                    kept.note(agent, Err(e), &path.display().to_string());
                 }
             }
         }

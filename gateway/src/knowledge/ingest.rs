@@ -287,7 +287,7 @@ impl Knowledge {
 
     /// Stores one prepared document (searchable by keywords from now on) and embeds
     /// nothing: its chunks to embed, when an embedding model is set.
-    async fn store_only(
+    pub(super) async fn store_only(
         &self,
         origin: Origin,
         agent_id: &AgentId,
@@ -389,7 +389,7 @@ impl Knowledge {
 
     /// Embeds one page of `agent_id`'s chunks, `(chunk id, scope, text)`, as passages, and
     /// stores their vectors under `model`: how many.
-    async fn embed_page(
+    pub(super) async fn embed_page(
         &self,
         embedder: &Embedder,
         model: &str,
@@ -401,13 +401,24 @@ impl Knowledge {
             .embed_for(embedder, agent_id, &texts, Role::Passage)
             .await
             .map_err(KnowledgeError::Embedding)?;
-        let rows: Vec<NewEmbedding> = page
-            .iter()
+        let ids = page.iter().map(|(id, scope, _)| (*id, *scope));
+        self.put_vectors(model, agent_id, ids, vectors).await
+    }
+
+    /// Stores `vectors` under `model`, one per `(chunk id, scope)` of `agent_id`: how many.
+    pub(super) async fn put_vectors<'c>(
+        &self,
+        model: &str,
+        agent_id: &AgentId,
+        chunks: impl Iterator<Item = (&'c str, &'c Scope)>,
+        vectors: Vec<Vec<f32>>,
+    ) -> Result<usize, KnowledgeError> {
+        let rows: Vec<NewEmbedding> = chunks
             .zip(vectors)
-            .map(|((id, scope, _), v)| NewEmbedding {
+            .map(|((id, scope), v)| NewEmbedding {
                 chunk_id: id.to_string(),
                 agent_id: agent_id.clone(),
-                scope: (*scope).clone(),
+                scope: scope.clone(),
                 vector: embed::to_bytes(&v),
             })
             .collect();

@@ -22,6 +22,9 @@
 //! [`Knowledge::prepare`] reads and chunks a document and stores nothing;
 //! [`Knowledge::store_all`] stores prepared documents, and removes again the ones it
 //! stored when one of them fails. [`Knowledge::ingest_from`] is both for one document.
+//! [`Knowledge::ingest_files`] (`pipeline`) ingests many files at the encoder's pace:
+//! reading, storing and embedding overlap, and chunks are embedded in pages that cross
+//! documents.
 //!
 //! It owns no HTTP or CLI: `http::knowledge` and `cli` call it, the agent calls
 //! [`Knowledge::for_prompt`], and the app ingests each character's `knowledge` entries.
@@ -44,6 +47,7 @@ pub mod fusion;
 mod index;
 mod ingest;
 mod memo;
+mod pipeline;
 mod sandbox;
 mod search;
 mod status;
@@ -70,6 +74,7 @@ use extract::ExtractError;
 use index::KeywordIndex;
 pub use index::{IndexError, IndexStatus};
 pub use ingest::{Document, EMBED_PAGE, Ingested, Origin, Prepared, Vectors};
+pub use pipeline::Outcome;
 pub use sandbox::Input;
 pub use sandbox::worker_main;
 use sandbox::{Reader, Worker};
@@ -188,6 +193,8 @@ struct Inner {
     vectors: std::sync::OnceLock<Arc<VectorIndex>>,
     /// One embedding job at a time in this process (see `embedjob`).
     embedding: tokio::sync::Semaphore,
+    /// Uploads' chunks waiting for their vectors (see `embedjob`).
+    queued: std::sync::Mutex<embedjob::Queued>,
 }
 
 impl Knowledge {
@@ -240,6 +247,7 @@ impl Knowledge {
                 spend: std::sync::OnceLock::new(),
                 index,
                 embedding: tokio::sync::Semaphore::new(1),
+                queued: std::sync::Mutex::default(),
             }),
         }
     }

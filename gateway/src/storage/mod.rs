@@ -88,6 +88,8 @@ mod history;
 mod journal;
 mod knowledge;
 #[cfg(test)]
+mod knowledge_batch_tests;
+#[cfg(test)]
 mod knowledge_tests;
 mod media;
 mod memory;
