@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use troupe_connectors::{AgentId, RoomKey};
 
 use super::embedjob::EmbedJob;
+use super::follow::FollowVectors;
 use super::{Embedder, Input, Knowledge, KnowledgeError, Role, embed, extract};
 use crate::storage::{NewDocument, NewEmbedding, Scope};
 
@@ -293,6 +294,18 @@ impl Knowledge {
         agent_id: &AgentId,
         prepared: Prepared,
     ) -> Result<(Ingested, Option<EmbedJob>), KnowledgeError> {
+        self.store_one(origin, agent_id, prepared, FollowVectors::EachDocument)
+            .await
+    }
+
+    /// [`Knowledge::store_only`], the vector index following as `follow` says.
+    pub(super) async fn store_one(
+        &self,
+        origin: Origin,
+        agent_id: &AgentId,
+        prepared: Prepared,
+        follow: FollowVectors,
+    ) -> Result<(Ingested, Option<EmbedJob>), KnowledgeError> {
         if let Some(chunks) = prepared.existing {
             let ingested = Ingested {
                 document_id: prepared.id,
@@ -328,7 +341,7 @@ impl Knowledge {
         // The index takes the chunks in hand (they are not read back from the database),
         // and lets them go as it indexes them.
         let count = chunks.len();
-        self.after_add(seq, agent_id, id.clone(), &scope, (chunks, terms))
+        self.after_add(seq, agent_id, id.clone(), &scope, (chunks, terms), follow)
             .await;
         let scope = scope
             .room()

@@ -28,6 +28,7 @@ use futures::stream::FuturesOrdered;
 use tokio::sync::mpsc;
 use troupe_connectors::{AgentId, RoomKey};
 
+use super::follow::FollowVectors;
 use super::ingest::{EMBED_PAGE, Ingested, Origin, Prepared};
 use super::{Input, Knowledge, KnowledgeError, Role};
 use crate::storage::Scope;
@@ -147,37 +148,34 @@ impl Knowledge {
         out: mpsc::Sender<(usize, Result<Prepared, KnowledgeError>)>,
     ) -> Result<(), KnowledgeError> {
         let workers = self.inner.settings.extract.workers.max(1);
-        // A queue of calls rather than a stream of closures: a closure's borrowed captures
-        // make the future not `Send` for every lifetime, which a spawned task needs.
+        // Each file is read in a task of its own, not in a future polled here: while this
+        // stage waits for room in `out`, a read must still go on, since it may hold the
+        // database's one SQLite connection (its duplicate check), which the other stages
+        // wait for.
         let mut reading = FuturesOrdered::new();
         let mut next = 0;
         loop {
             while reading.len() < workers && next < files.len() {
-                reading.push_back(self.prepare_nth(agent_id, room, files, next));
+                let (knowledge, agent, room) = (self.clone(), agent_id.clone(), room.cloned());
+                let path = files[next].clone();
+                let i = next;
+                reading.push_back(tokio::spawn(async move {
+                    let name = path.display().to_string();
+                    let p = knowledge
+                        .prepare(&agent, room.as_ref(), &name, None, Input::File(&path))
+                        .await;
+                    (i, p)
+                }));
                 next += 1;
             }
-            let Some(item) = reading.next().await else {
+            let Some(done) = reading.next().await else {
                 return Ok(());
             };
+            let item = done.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
             if out.send(item).await.is_err() {
                 return Ok(()); // the store stage stopped: its error is the run's
             }
         }
-    }
-
-    /// File `i` of `files` prepared, with its index.
-    async fn prepare_nth(
-        &self,
-        agent_id: &AgentId,
-        room: Option<&RoomKey>,
-        files: &[PathBuf],
-        i: usize,
-    ) -> (usize, Result<Prepared, KnowledgeError>) {
-        let name = files[i].display().to_string();
-        let p = self
-            .prepare(agent_id, room, &name, None, Input::File(&files[i]))
-            .await;
-        (i, p)
     }
 
     /// Stage 2: each prepared document stored, its chunks gathered into pages, and pages
@@ -208,7 +206,7 @@ impl Knowledge {
                     Some((_, Err(e @ KnowledgeError::Storage(_)))) => return Err(e),
                     Some((i, Err(e))) => pages.push((i, Err(e)), []),
                     Some((i, Ok(p))) => {
-                        let (ingested, job) = self.store_only(origin, agent_id, p).await?;
+                        let (ingested, job) = self.store_one(origin, agent_id, p, FollowVectors::ByCaller).await?;
                         let chunks = job.into_iter().flat_map(|j| {
                             let scope = j.scope;
                             j.chunks.into_iter().map(move |(id, text)| (id, scope.clone(), text))
@@ -244,13 +242,23 @@ impl Knowledge {
         loop {
             tokio::select! {
                 page = pages.recv(), if !input_over => match page {
-                    Some(page) => at_encoder.push_back(self.page_vectors(agent_id, page)),
+                    Some(page) => {
+                        // A task of its own, for the reason the reads have theirs: this
+                        // stage stores a page's vectors while the next one is embedded.
+                        let (knowledge, agent) = (self.clone(), agent_id.clone());
+                        at_encoder.push_back(tokio::spawn(async move {
+                            knowledge.page_vectors(&agent, page).await
+                        }));
+                    }
                     None => input_over = true,
                 },
-                Some((page, vectors)) = at_encoder.next(), if !at_encoder.is_empty() => {
+                Some(embedded) = at_encoder.next(), if !at_encoder.is_empty() => {
+                    let (page, vectors) =
+                        embedded.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
                     if let Some(embedder) = self.embedder().filter(|_| !vectors.is_empty()) {
                         let ids = page.chunks.iter().map(|(id, scope, _)| (id.as_str(), scope));
                         self.put_vectors(&embedder.model_key(), agent_id, ids, vectors).await?;
+                        self.follow_vectors().await;
                     }
                     page.done.into_iter().for_each(&mut report);
                     let _ = done.send(());
