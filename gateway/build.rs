@@ -8,8 +8,8 @@
 //! position-independent as before (ASLR unchanged); only the table's encoding differs.
 //!
 //! A binary linked this way needs `GLIBC_ABI_DT_RELR` from the C library and refuses to start
-//! on an older one (the loader says so), so it is only done for a native Linux GNU build
-//! whose host glibc has it. `TROUPE_PACK_RELOCS=0` turns it off, for a binary built on a new
+//! on an older one (the loader says so), so it is only done for a native, dynamically linked
+//! Linux GNU build whose host glibc has it. `TROUPE_PACK_RELOCS=0` turns it off, for a binary built on a new
 //! system to run on an old one.
 
 // Cargo's variables for build scripts, read where cargo puts them: troupe's `Config` reads the
@@ -22,7 +22,16 @@ fn main() {
     let native_linux_gnu = var("CARGO_CFG_TARGET_OS") == "linux"
         && var("CARGO_CFG_TARGET_ENV") == "gnu"
         && var("HOST") == var("TARGET");
-    if !native_linux_gnu || var("TROUPE_PACK_RELOCS") == "0" || !host_glibc_has_relr() {
+    // The image's static glibc build (`+crt-static`, docs/deploy.md) relocates itself; packed
+    // tables there were not tried, so it keeps the plain ones.
+    let static_libc = var("CARGO_CFG_TARGET_FEATURE")
+        .split(',')
+        .any(|f| f == "crt-static");
+    if !native_linux_gnu
+        || static_libc
+        || var("TROUPE_PACK_RELOCS") == "0"
+        || !host_glibc_has_relr()
+    {
         return;
     }
     println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
