@@ -16,6 +16,7 @@ mod access;
 mod access_platforms;
 mod api_scopes;
 mod architecture;
+mod binary;
 mod character_secrets;
 mod connect_platforms;
 mod console;
