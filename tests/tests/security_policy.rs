@@ -404,6 +404,9 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
                 sources(&path, out);
             }
         } else if name.ends_with(".rs")
+            // Test modules kept in files of their own (`storage/*_tests.rs`, each declared
+            // under `#[cfg(test)]`): what they read is the test runner's, never served.
+            && !name.ends_with("_tests.rs")
             && ![
                 "tests.rs",
                 "fuzzing.rs",
