@@ -42,10 +42,11 @@ fn small_files(dir: &std::path::Path, n: usize) -> Vec<PathBuf> {
     files
 }
 
-/// A stand-in embedding API (OpenAI's shape): a text's vector is a function of its
-/// characters, so the same text always has the same vector. It records how many inputs
-/// each call had; while `gate` is set, the first call is answered only once a second one
-/// has come (or after a generous wait, so a broken pipeline fails rather than hangs).
+/// A stand-in embedding API (`knowledge_tests::fake_embedding_api`): a text's vector is a
+/// function of its characters, so the same text always has the same vector. It records how
+/// many inputs each call had; while `gate` is set, the first call is answered only once a
+/// second one has come (or after a generous wait, so a broken pipeline fails rather than
+/// hangs).
 struct FakeApi {
     url: String,
     calls: Arc<Mutex<Vec<usize>>>,
@@ -53,57 +54,37 @@ struct FakeApi {
 }
 
 async fn fake_api() -> FakeApi {
-    use axum::Json;
-    use axum::routing::post;
-    use serde_json::{Value, json};
     let calls: Arc<Mutex<Vec<usize>>> = Arc::default();
     let gate: Arc<std::sync::atomic::AtomicBool> = Arc::default();
     let second = Arc::new(tokio::sync::Notify::new());
     let (seen, gated) = (calls.clone(), gate.clone());
-    let api = axum::Router::new().route(
-        "/v1/embeddings",
-        post(move |Json(body): Json<Value>| {
-            let (seen, gated, second) = (seen.clone(), gated.clone(), second.clone());
-            async move {
-                let inputs: Vec<String> = body["input"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let nth = {
-                    let mut seen = seen.locked();
-                    seen.push(inputs.len());
-                    seen.len()
-                };
-                if gated.load(std::sync::atomic::Ordering::SeqCst) {
-                    if nth == 1 {
-                        let waited = std::time::Duration::from_secs(60);
-                        let _ = tokio::time::timeout(waited, second.notified()).await;
-                    } else {
-                        second.notify_one();
-                    }
-                }
-                let data: Vec<Value> = inputs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, text)| {
-                        let mut v = [0f32; 4];
-                        for (j, b) in text.bytes().enumerate() {
-                            v[j % 4] += f32::from(b) * (1.0 + (j % 7) as f32);
-                        }
-                        json!({"object": "embedding", "index": i, "embedding": v})
-                    })
-                    .collect();
-                Json(json!({"object": "list", "data": data, "model": body["model"]}))
+    let vector = |text: &str| {
+        let mut v = vec![0f32; 4];
+        for (j, b) in text.bytes().enumerate() {
+            v[j % 4] += f32::from(b) * (1.0 + (j % 7) as f32);
+        }
+        v
+    };
+    let on_call = move |inputs: usize| {
+        let (seen, gated, second) = (seen.clone(), gated.clone(), second.clone());
+        async move {
+            let nth = {
+                let mut seen = seen.locked();
+                seen.push(inputs);
+                seen.len()
+            };
+            if !gated.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
             }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, api).await });
+            if nth == 1 {
+                let waited = std::time::Duration::from_secs(60);
+                let _ = tokio::time::timeout(waited, second.notified()).await;
+            } else {
+                second.notify_one();
+            }
+        }
+    };
+    let url = super::knowledge_tests::fake_embedding_api(vector, on_call).await;
     FakeApi { url, calls, gate }
 }
 

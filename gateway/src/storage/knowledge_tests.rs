@@ -499,19 +499,23 @@ async fn text_attachments_become_the_rooms_knowledge(store: Store) {
     );
 }
 
-/// A stand-in embedding API (OpenAI's shape) whose vectors know that a boat is a ship:
-/// dimension 0 counts boat/ship/ferry, dimension 1 lamp/light, dimension 2 everything else.
-async fn synonym_embeddings() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+/// A stand-in embedding API (OpenAI's shape) on 127.0.0.1, for the knowledge tests here and
+/// in `knowledge_batch_tests`: each input's vector is `vector(input)`, and `on_call` hears how
+/// many inputs a call carried before it is answered (and may hold the answer back). Returns
+/// its base URL.
+pub(super) async fn fake_embedding_api<V, C, F>(vector: V, on_call: C) -> String
+where
+    V: Fn(&str) -> Vec<f32> + Clone + Send + Sync + 'static,
+    C: Fn(usize) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = ()> + Send,
+{
     use axum::Json;
     use axum::routing::post;
     use serde_json::{Value, json};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let calls = std::sync::Arc::new(AtomicUsize::new(0));
-    let counter = calls.clone();
     let api = axum::Router::new().route(
         "/v1/embeddings",
         post(move |Json(body): Json<Value>| {
-            let counter = counter.clone();
+            let (vector, on_call) = (vector.clone(), on_call.clone());
             async move {
                 let inputs: Vec<String> = body["input"]
                     .as_array()
@@ -521,22 +525,11 @@ async fn synonym_embeddings() -> (String, std::sync::Arc<std::sync::atomic::Atom
                             .collect()
                     })
                     .unwrap_or_default();
-                counter.fetch_add(inputs.len(), Ordering::SeqCst);
+                on_call(inputs.len()).await;
                 let data: Vec<Value> = inputs
                     .iter()
                     .enumerate()
-                    .map(|(i, text)| {
-                        let mut v = [0f32; 3];
-                        for w in text.to_lowercase().split(|c: char| !c.is_alphanumeric()) {
-                            match w {
-                                "boat" | "boats" | "ship" | "ships" | "ferry" => v[0] += 1.0,
-                                "lamp" | "light" => v[1] += 1.0,
-                                "" => {}
-                                _ => v[2] += 0.1,
-                            }
-                        }
-                        json!({"object": "embedding", "index": i, "embedding": v})
-                    })
+                    .map(|(i, text)| json!({"object": "embedding", "index": i, "embedding": vector(text)}))
                     .collect();
                 Json(json!({"object": "list", "data": data, "model": body["model"]}))
             }
@@ -545,7 +538,33 @@ async fn synonym_embeddings() -> (String, std::sync::Arc<std::sync::atomic::Atom
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, api).await });
-    (url, calls)
+    url
+}
+
+/// The fake embedding API whose vectors know that a boat is a ship: dimension 0 counts
+/// boat/ship/ferry, dimension 1 lamp/light, dimension 2 everything else. Also returns how
+/// many texts it embedded.
+async fn synonym_embeddings() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let vector = |text: &str| {
+        let mut v = vec![0f32; 3];
+        for w in text.to_lowercase().split(|c: char| !c.is_alphanumeric()) {
+            match w {
+                "boat" | "boats" | "ship" | "ships" | "ferry" => v[0] += 1.0,
+                "lamp" | "light" => v[1] += 1.0,
+                "" => {}
+                _ => v[2] += 0.1,
+            }
+        }
+        v
+    };
+    let on_call = move |n: usize| {
+        counter.fetch_add(n, Ordering::SeqCst);
+        async {}
+    };
+    (fake_embedding_api(vector, on_call).await, calls)
 }
 
 async fn vectors_find_what_keywords_miss_and_reembed_rebuilds_them(store: Store) {
