@@ -321,15 +321,18 @@ async fn latency(
         bench.bus_kind,
         bench.ingresses.len()
     );
-    let mut latencies = converse_many(
-        &bench.ingresses,
-        run_id,
-        &bench.agent_id,
-        usize::MAX,
-        single,
-        warmup,
-    )
-    .await?;
+    // The conversation runs as a task of the runtime, as a connector's does (a platform's
+    // event loop, an HTTP connection): on a worker, not on the thread that started the
+    // runtime, whose every hand-off to a worker would be a wake-up no gateway pays.
+    let (ingresses, agent_id, run_id) = (
+        bench.ingresses.clone(),
+        bench.agent_id.clone(),
+        run_id.to_string(),
+    );
+    let mut latencies = tokio::spawn(async move {
+        converse_many(&ingresses, &run_id, &agent_id, usize::MAX, single, warmup).await
+    })
+    .await??;
     latencies.sort();
     Ok(latencies)
 }

@@ -20,6 +20,17 @@
 //! tries, which would show in every such reply, so this connection's handler retries after
 //! a few microseconds, for up to `SQLITE_BUSY_TIMEOUT` in all.
 //!
+//! **A lone call runs where it is made (issue 48).** Handing a call to the thread and its
+//! answer back costs two wake-ups (the thread's, then the waiting worker's): most of a quiet
+//! room's context switches. So a call that finds nothing queued and the connection free runs
+//! on its caller's thread, as a batch of one (`Engine::run_here`): the same transaction, and
+//! the answer only after the commit, without the hand-off. Calls that meet (one is running,
+//! or some are queued) queue for the thread, which batches them as before, and while anything
+//! is queued every new call queues too, so a busy engine keeps its batches and nothing is
+//! overtaken. A lone call never waits on a tokio worker: if the other connection holds the
+//! write lock it queues instead, and the WAL's restart (a checkpoint and its fsync) is left
+//! to the thread, woken for it with an empty call.
+//!
 //! rusqlite (0.39, the release built on the same libsqlite3-sys as sqlx 0.9, so one SQLite
 //! library serves both) is the binding: the prepared-statement cache and typed rows without
 //! unsafe code of ours.
@@ -27,8 +38,8 @@
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use troupe_connectors::{AgentId, RoomKey};
@@ -53,11 +64,25 @@ const STATEMENTS: usize = 64;
 type Job = Box<dyn FnOnce(std::result::Result<&Connection, &str>) -> (bool, Answer) + Send>;
 type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
 
-/// The queue to the engine's thread; the thread ends when the last clone is dropped.
+/// The engine's connection, and what its WAL restarts remember (`restart_wal`). Behind a
+/// lock: the thread and a lone call's caller take turns with it.
+struct Writer {
+    conn: Connection,
+    /// The frames in the WAL after the last commit that wrote any.
+    frames: i32,
+    /// The frames counted at the last restart try.
+    tried_at: i32,
+}
+
+/// The queue to the engine's thread, and its connection; the thread ends when the last
+/// clone is dropped.
 #[derive(Clone)]
 pub(super) struct Engine {
     queue: mpsc::Sender<Job>,
+    writer: Arc<Mutex<Writer>>,
     closed: Arc<AtomicBool>,
+    /// Whether a lone call may run on its caller's thread: off only in tests of batches.
+    inline: bool,
 }
 
 /// The thread is gone, or the store was closed: as good as a closed pool.
@@ -94,14 +119,29 @@ impl Engine {
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         conn.set_prepared_statement_cache_capacity(STATEMENTS);
         let (queue, jobs) = mpsc::channel(QUEUE);
+        let writer = Arc::new(Mutex::new(Writer {
+            conn,
+            frames: 0,
+            tried_at: 0,
+        }));
+        let thread_writer = writer.clone();
         std::thread::Builder::new()
             .name("troupe-sqlite".into())
-            .spawn(move || run(conn, jobs))
+            .spawn(move || run(&thread_writer, jobs))
             .map_err(|e| StorageError::Sqlite(format!("cannot start the SQLite thread: {e}")))?;
         Ok(Engine {
             queue,
+            writer,
             closed: Arc::new(AtomicBool::new(false)),
+            inline: true,
         })
+    }
+
+    /// The same engine, with every call queued for the thread (tests of batches).
+    #[cfg(test)]
+    pub(super) fn queued(mut self) -> Engine {
+        self.inline = false;
+        self
     }
 
     /// Refuses every later call (`Store::close`).
@@ -119,6 +159,10 @@ impl Engine {
         if self.closed.load(Ordering::Relaxed) {
             return Err(gone());
         }
+        let work = match self.run_here(work) {
+            Ok(result) => return result,
+            Err(work) => work,
+        };
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |conn| {
             let result = match conn {
@@ -140,10 +184,60 @@ impl Engine {
         self.queue.send(job).await.map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
     }
+
+    /// Runs `work` on this thread as a batch of one (see the module doc), or gives it back
+    /// for the queue: when calls are queued, the connection is busy with a batch, or the
+    /// other connection holds the write lock.
+    fn run_here<T, F>(&self, work: F) -> std::result::Result<Result<T>, F>
+    where
+        F: FnOnce(&Connection) -> Result<T>,
+    {
+        if !self.inline || self.queue.capacity() < QUEUE {
+            return Err(work);
+        }
+        let mut writer = match self.writer.try_lock() {
+            Ok(writer) => writer,
+            Err(TryLockError::WouldBlock) => return Err(work),
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        };
+        ON_CALLERS_THREAD.set(true);
+        let began = exec(&writer.conn, "BEGIN IMMEDIATE");
+        ON_CALLERS_THREAD.set(false);
+        if began.is_err() {
+            return Err(work);
+        }
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&writer.conn)));
+        let result = match ran {
+            Ok(Ok(value)) => match exec(&writer.conn, "COMMIT") {
+                Ok(()) => Ok(value),
+                Err(e) => {
+                    let _ = exec(&writer.conn, "ROLLBACK");
+                    Err(StorageError::Sqlite(format!("commit failed: {e}")))
+                }
+            },
+            Ok(Err(e)) => {
+                let _ = exec(&writer.conn, "ROLLBACK");
+                Err(e)
+            }
+            Err(_) => {
+                tracing::error!("a storage call panicked; it is rolled back");
+                let _ = exec(&writer.conn, "ROLLBACK");
+                Err(gone())
+            }
+        };
+        note_commit(&mut writer);
+        if restart_due(&writer, true) {
+            // The thread runs the restart after this empty call's batch; a full queue
+            // means it is busy, and it checks after every batch anyway.
+            let _ = self.queue.try_send(Box::new(|_| (true, Box::new(|_| {}))));
+        }
+        Ok(result)
+    }
 }
 
 /// The busy handler: wait a little and try again, for up to `SQLITE_BUSY_TIMEOUT`. The
 /// first tries come after microseconds (the other connection's transactions are short).
+/// A lone call on its caller's thread does not wait: it queues for the engine's instead.
 fn busy(count: i32) -> bool {
     const QUICK: i32 = 50;
     let spent = if count < QUICK {
@@ -151,7 +245,7 @@ fn busy(count: i32) -> bool {
     } else {
         Duration::from_millis(1) + Duration::from_micros(500) * (count - QUICK) as u32
     };
-    if spent >= SQLITE_BUSY_TIMEOUT {
+    if spent >= SQLITE_BUSY_TIMEOUT || ON_CALLERS_THREAD.get() {
         return false;
     }
     std::thread::sleep(if count < QUICK {
@@ -162,9 +256,8 @@ fn busy(count: i32) -> bool {
     true
 }
 
-fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>) {
+fn run(writer: &Mutex<Writer>, mut jobs: mpsc::Receiver<Job>) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    let mut tried_at = 0;
     while let Some(first) = jobs.blocking_recv() {
         batch.push(first);
         while batch.len() < MAX_BATCH {
@@ -173,9 +266,17 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        run_batch(&conn, &mut batch);
-        restart_wal(&conn, jobs.is_empty(), &mut tried_at);
+        let mut writer = lock(writer);
+        run_batch(&writer.conn, &mut batch);
+        note_commit(&mut writer);
+        restart_wal(&mut writer, jobs.is_empty());
     }
+}
+
+fn lock(writer: &Mutex<Writer>) -> MutexGuard<'_, Writer> {
+    writer
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// WAL frames (pages) written since the last restart before the engine checkpoints itself.
@@ -185,14 +286,34 @@ const WAL_RESTART_FRAMES: i32 = 4_000;
 const WAL_KEEP_BYTES: i64 = 2 * WAL_RESTART_FRAMES as i64 * 4_120;
 
 thread_local! {
-    /// The frames in the WAL after the engine's last commit (`note_wal_frames`). The hook
-    /// runs on the thread that commits, which is the engine's.
-    static WAL_FRAMES: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+    /// The frames in the WAL after a commit on this thread (`note_wal_frames`), until
+    /// `note_commit` takes them; -1 when none was written since.
+    static WAL_FRAMES: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+    /// Set while a lone call begins its transaction on its caller's thread (`busy`).
+    static ON_CALLERS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn note_wal_frames(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
     WAL_FRAMES.set(frames);
     Ok(())
+}
+
+/// Takes the frames the commit just made on this thread wrote (the hook runs on the
+/// committing thread, and nothing runs between a commit and this).
+fn note_commit(writer: &mut Writer) {
+    let frames = WAL_FRAMES.replace(-1);
+    if frames >= 0 {
+        if frames < writer.tried_at {
+            writer.tried_at = 0; // the WAL restarted
+        }
+        writer.frames = frames;
+    }
+}
+
+/// Whether `restart_wal` would checkpoint now.
+fn restart_due(writer: &Writer, idle: bool) -> bool {
+    let due = writer.tried_at + WAL_RESTART_FRAMES;
+    writer.frames >= due && (idle || writer.frames >= due + WAL_RESTART_FRAMES)
 }
 
 /// Lets the WAL start again from its beginning once it has grown by `WAL_RESTART_FRAMES`
@@ -207,17 +328,15 @@ fn note_wal_frames(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlit
 /// queued its next call (a quiet room's next step): at twice the frames the engine does not
 /// wait for an empty queue any more. A reader holding an old snapshot can keep a frame
 /// uncopied: then the next try waits for as many frames again.
-fn restart_wal(conn: &Connection, idle: bool, tried_at: &mut i32) {
-    let frames = WAL_FRAMES.get();
-    if frames < *tried_at {
-        *tried_at = 0; // the WAL restarted
-    }
-    let due = *tried_at + WAL_RESTART_FRAMES;
-    if frames < due || (!idle && frames < due + WAL_RESTART_FRAMES) {
+fn restart_wal(writer: &mut Writer, idle: bool) {
+    if !restart_due(writer, idle) {
         return;
     }
-    *tried_at = frames;
-    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+    writer.tried_at = writer.frames;
+    if let Err(e) = writer
+        .conn
+        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+    {
         tracing::warn!(error = %e, "could not checkpoint the SQLite WAL");
     }
 }
@@ -638,149 +757,5 @@ pub(super) async fn checkpoints(pool: sqlx::SqlitePool) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A store on a fresh file, and its engine.
-    async fn engine() -> (tempfile::TempDir, super::super::Store, Engine) {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("t.db").display());
-        let store = super::super::Store::connect(&url).await.unwrap();
-        let engine = store
-            .engine()
-            .cloned()
-            .expect("a file database has an engine");
-        (dir, store, engine)
-    }
-
-    fn insert(conn: &Connection, value: &str) -> Result<()> {
-        conn.execute(
-            "INSERT INTO agents (id, name, created_at_ms, updated_at_ms) VALUES (?1, ?1, 0, 0)",
-            [value],
-        )?;
-        Ok(())
-    }
-
-    fn count(conn: &Connection, value: &str) -> Result<i64> {
-        Ok(
-            conn.query_row("SELECT COUNT(*) FROM agents WHERE id = ?1", [value], |r| {
-                r.get(0)
-            })?,
-        )
-    }
-
-    /// Calls queued together share one transaction, and one that fails rolls back alone:
-    /// the others' writes are committed, its own are not.
-    #[tokio::test]
-    async fn a_failing_call_in_a_batch_rolls_back_alone() {
-        let (_dir, _store, engine) = engine().await;
-        // The first call holds the thread until the next two are queued behind it. It is
-        // running before they are sent: sent earlier, they could join its batch (the thread
-        // takes whatever is queued when it wakes), and the queue would never hold them.
-        let (release, held) = std::sync::mpsc::channel::<()>();
-        let (started, running) = tokio::sync::oneshot::channel::<()>();
-        let first = tokio::spawn({
-            let engine = engine.clone();
-            async move {
-                engine
-                    .call(move |_| {
-                        let _ = started.send(());
-                        let _ = held.recv();
-                        Ok(())
-                    })
-                    .await
-            }
-        });
-        running.await.unwrap();
-        let good = tokio::spawn({
-            let engine = engine.clone();
-            async move { engine.call(|conn| insert(conn, "kept")).await }
-        });
-        let bad = tokio::spawn({
-            let engine = engine.clone();
-            async move {
-                engine
-                    .call(|conn| {
-                        insert(conn, "rolled back")?;
-                        Err::<(), _>(StorageError::Corrupt("this call fails".into()))
-                    })
-                    .await
-            }
-        });
-        while engine.queue.capacity() > QUEUE - 2 {
-            tokio::task::yield_now().await;
-        }
-        release.send(()).unwrap();
-        first.await.unwrap().unwrap();
-        good.await.unwrap().unwrap();
-        assert!(matches!(bad.await.unwrap(), Err(StorageError::Corrupt(_))));
-        let (kept, gone) = engine
-            .call(|conn| Ok((count(conn, "kept")?, count(conn, "rolled back")?)))
-            .await
-            .unwrap();
-        assert_eq!((kept, gone), (1, 0));
-    }
-
-    /// Steady writes, one after the other (a quiet room), never let the WAL grow without end:
-    /// the engine restarts it every `WAL_RESTART_FRAMES` frames (twice that if its queue is
-    /// never empty), and it stays under three rounds of growth (one try may find the pool's
-    /// checkpoint running). Without the restart this test writes a WAL of about 100 MB.
-    #[tokio::test]
-    async fn steady_writes_keep_the_wal_bounded() {
-        let (dir, _store, engine) = engine().await;
-        engine
-            .call(|conn| Ok(conn.execute_batch("CREATE TABLE scratch (body BLOB)")?))
-            .await
-            .unwrap();
-        // About 5 frames a call (a 16 KiB row over 4 KiB pages): five restarts' worth.
-        for _ in 0..WAL_RESTART_FRAMES {
-            engine
-                .call(|conn| {
-                    conn.execute("INSERT INTO scratch (body) VALUES (zeroblob(16384))", [])?;
-                    Ok(())
-                })
-                .await
-                .unwrap();
-        }
-        let wal = std::fs::metadata(dir.path().join("t.db-wal"))
-            .unwrap()
-            .len();
-        let most = 3 * WAL_RESTART_FRAMES as u64 * 4_120;
-        assert!(wal <= most, "the WAL grew to {wal} bytes");
-    }
-
-    /// The room's recent messages, asked with one window and then another, are planned
-    /// once: a new `LIMIT` does not send the statement back to the compiler (QPSG).
-    #[tokio::test]
-    async fn a_new_limit_does_not_prepare_the_statement_again() {
-        let (_dir, _store, engine) = engine().await;
-        let reprepared = engine
-            .call(|conn| {
-                let agent = AgentId::new("ada");
-                let room = RoomKey::new(
-                    troupe_connectors::Platform::Discord,
-                    troupe_connectors::RoomId::new("r1"),
-                );
-                for limit in [8, 32, 8, 16] {
-                    recent_messages(conn, &agent, &room, limit)?;
-                }
-                let stmt = conn.prepare_cached(RECENT_MESSAGES)?;
-                Ok(stmt.get_status(rusqlite::StatementStatus::RePrepare))
-            })
-            .await
-            .unwrap();
-        assert_eq!(reprepared, 0);
-    }
-
-    /// A closed store's engine refuses calls as a closed pool (a shutdown, for callers).
-    #[tokio::test]
-    async fn a_closed_store_refuses_calls() {
-        let (_dir, store, engine) = engine().await;
-        store.close().await;
-        let refused = engine.call(|_| Ok(())).await;
-        assert!(matches!(
-            refused,
-            Err(StorageError::Database(sqlx::Error::PoolClosed))
-        ));
-    }
-}
+#[path = "engine_tests.rs"]
+mod tests;
