@@ -602,33 +602,26 @@ pub(super) fn recent_messages(
     limit: i64,
 ) -> Result<Vec<MemoryMessage>> {
     let mut stmt = conn.prepare_cached(RECENT_MESSAGES)?;
-    let rows = stmt.query_map(
-        params![agent_id.as_str(), room.to_string(), limit.max(0)],
-        |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
-                row.get::<_, bool>(5)?,
-                row.get::<_, i64>(6)?,
-            ))
-        },
-    )?;
-    let mut out = Vec::with_capacity(limit.max(0) as usize);
-    for row in rows {
-        let (id, room, author_id, author_name, text, from_agent, created_at_ms) = row?;
+    memory_messages(stmt.query(params![agent_id.as_str(), room.to_string(), limit.max(0)])?)
+}
+
+/// The rows of a `messages` read (`id, room, author_id, author_name, text, from_agent,
+/// created_at_ms`), in the order read.
+pub(super) fn memory_messages(mut rows: rusqlite::Rows<'_>) -> Result<Vec<MemoryMessage>> {
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let id: i64 = row.get(0)?;
+        let room: String = row.get(1)?;
         out.push(MemoryMessage {
             id,
             room: room
                 .parse()
                 .map_err(|e| StorageError::Corrupt(format!("messages row {id}: room: {e}")))?,
-            author_id,
-            author_name,
-            text,
-            from_agent,
-            created_at_ms,
+            author_id: row.get(2)?,
+            author_name: row.get(3)?,
+            text: row.get(4)?,
+            from_agent: row.get(5)?,
+            created_at_ms: row.get(6)?,
         });
     }
     Ok(out)

@@ -82,6 +82,7 @@ mod arbiter;
 mod arbiter_tests;
 mod drafts;
 mod engine;
+mod engine_memory;
 mod fact_ids;
 mod feedback;
 mod history;

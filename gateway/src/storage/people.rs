@@ -14,6 +14,14 @@ use troupe_connectors::{AgentId, Platform, UserId};
 
 use super::{Result, Store, with_pool};
 
+/// The person an account is linked into ($1 agent, $2 platform, $3 user), and the accounts
+/// of a person ($1 agent, $2 person): `person_of`'s statements, run by sqlx on Postgres and
+/// by the SQLite engine's connection (`engine_memory`) on SQLite.
+pub(super) const PERSON_ID_OF: &str = "SELECT person_id FROM person_accounts
+     WHERE agent_id = $1 AND platform = $2 AND user_id = $3";
+pub(super) const ACCOUNTS_OF_PERSON: &str = "SELECT platform, user_id FROM person_accounts
+     WHERE agent_id = $1 AND person_id = $2 ORDER BY platform, user_id";
+
 /// One platform account.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, sqlx::FromRow)]
 #[serde(rename_all = "camelCase")]
@@ -48,6 +56,23 @@ impl Person {
     pub fn is_linked(&self) -> bool {
         self.accounts.len() > 1
     }
+
+    /// An account linked with no other: a person of its own.
+    pub(super) fn alone(account: Account) -> Person {
+        Person {
+            id: account.key(),
+            accounts: vec![account],
+        }
+    }
+
+    /// Person `id`, as read for `account`: its accounts, or `account` alone when it was
+    /// unlinked between the two reads.
+    pub(super) fn linked(id: String, mut accounts: Vec<Account>, account: Account) -> Person {
+        if !accounts.contains(&account) {
+            accounts = vec![account];
+        }
+        Person { id, accounts }
+    }
 }
 
 /// A `/link` code's row: who issued it and who entered it, if anyone has.
@@ -80,11 +105,14 @@ impl Store {
         platform: Platform,
         user: &UserId,
     ) -> Result<Person> {
+        if let Some(engine) = self.engine() {
+            let (agent, user) = (agent_id.clone(), user.clone());
+            return engine
+                .call(move |conn| super::engine_memory::person_of(conn, &agent, platform, &user))
+                .await;
+        }
         let id: Option<String> = with_pool!(self, pool => {
-            sqlx::query_scalar(
-                "SELECT person_id FROM person_accounts
-                 WHERE agent_id = $1 AND platform = $2 AND user_id = $3",
-            )
+            sqlx::query_scalar(PERSON_ID_OF)
             .bind(agent_id)
             .bind(platform)
             .bind(user)
@@ -93,17 +121,10 @@ impl Store {
         })?;
         let account = Account::new(platform, user);
         let Some(id) = id else {
-            return Ok(Person {
-                id: account.key(),
-                accounts: vec![account],
-            });
+            return Ok(Person::alone(account));
         };
-        let mut accounts = self.accounts_of_person(agent_id, &id).await?;
-        if !accounts.contains(&account) {
-            // Unlinked between the two reads: on its own.
-            accounts = vec![account];
-        }
-        Ok(Person { id, accounts })
+        let accounts = self.accounts_of_person(agent_id, &id).await?;
+        Ok(Person::linked(id, accounts, account))
     }
 
     /// The accounts linked into person `person_id` (empty for an id that is no linked
@@ -114,10 +135,7 @@ impl Store {
         person_id: &str,
     ) -> Result<Vec<Account>> {
         let rows = with_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT platform, user_id FROM person_accounts
-                 WHERE agent_id = $1 AND person_id = $2 ORDER BY platform, user_id",
-            )
+            sqlx::query_as(ACCOUNTS_OF_PERSON)
             .bind(agent_id)
             .bind(person_id)
             .fetch_all(pool)

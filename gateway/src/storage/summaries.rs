@@ -12,7 +12,7 @@
 use serde::Serialize;
 use troupe_connectors::{AgentId, Platform, RoomKey, UserId};
 
-use super::{MemoryMessage, Result, Store, with_pool};
+use super::{MemoryMessage, Result, Store, engine_memory, with_pool};
 
 /// A room's rolling summary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
@@ -45,6 +45,54 @@ pub(super) const TRIM_USER_FACTS: &str = "DELETE FROM user_facts
                       WHERE agent_id = $1 AND platform = $2 AND user_id = $3
                       ORDER BY created_at_ms DESC, id DESC
                       LIMIT $4)";
+
+/// The statements both paths run: sqlx on Postgres, the SQLite engine's connection
+/// (`engine_memory`) on SQLite. Parameters are numbered in order of first use, so they bind
+/// by position on both.
+pub(super) const ROOM_SUMMARY: &str =
+    "SELECT summary, through_message_id, updated_at_ms FROM room_summaries
+     WHERE agent_id = $1 AND room = $2";
+pub(super) const PUT_ROOM_SUMMARY: &str =
+    "INSERT INTO room_summaries (agent_id, room, summary, through_message_id, updated_at_ms)
+     VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (agent_id, room) DO UPDATE SET
+         summary = excluded.summary,
+         through_message_id = excluded.through_message_id,
+         updated_at_ms = excluded.updated_at_ms
+     WHERE room_summaries.through_message_id < excluded.through_message_id";
+pub(super) const COUNT_ROOM_MESSAGES_AFTER: &str =
+    "SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND room = $2 AND id > $3";
+pub(super) const ROOM_MESSAGES_AFTER: &str =
+    "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
+     FROM messages
+     WHERE agent_id = $1 AND room = $2 AND id > $3
+     ORDER BY id LIMIT $4";
+pub(super) const FACT_PROGRESS: &str = "SELECT through_message_id FROM user_fact_progress
+     WHERE agent_id = $1 AND platform = $2 AND user_id = $3";
+pub(super) const COUNT_USER_MESSAGES_AFTER: &str = "SELECT COUNT(*) FROM messages
+     WHERE agent_id = $1 AND author_id = $2 AND from_agent = $3 AND room LIKE $4
+       AND id > $5";
+pub(super) const USER_MESSAGES_AFTER: &str =
+    "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
+     FROM messages
+     WHERE agent_id = $1 AND author_id = $2 AND from_agent = $3 AND room LIKE $4
+       AND id > $5
+     ORDER BY id DESC LIMIT $6";
+pub(super) const USER_FACTS: &str = "SELECT created_at_ms, id, fact FROM user_facts
+     WHERE agent_id = $1 AND platform = $2 AND user_id = $3
+     ORDER BY created_at_ms DESC, id DESC
+     LIMIT $4";
+pub(super) const ADVANCE_FACT_PROGRESS: &str = "INSERT INTO user_fact_progress
+         (agent_id, platform, user_id, through_message_id, updated_at_ms)
+     VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (agent_id, platform, user_id) DO UPDATE SET
+         through_message_id = excluded.through_message_id,
+         updated_at_ms = excluded.updated_at_ms
+     WHERE user_fact_progress.through_message_id < excluded.through_message_id";
+pub(super) const INSERT_USER_FACT: &str = "INSERT INTO user_facts
+         (agent_id, platform, user_id, fact, room, source_message_id, created_at_ms)
+     VALUES ($1, $2, $3, $4, $5, $6, $7)
+     ON CONFLICT (agent_id, platform, user_id, fact) DO NOTHING";
 
 /// Whose facts: a platform user, as one agent knows them.
 #[derive(Debug, Clone, Copy)]
@@ -83,10 +131,15 @@ impl Store {
         agent_id: &AgentId,
         room: &RoomKey,
     ) -> Result<Option<ConversationSummary>> {
+        if let Some(engine) = self.engine() {
+            let (agent, room) = (agent_id.clone(), room.clone());
+            return engine
+                .call(move |conn| engine_memory::room_summary(conn, &agent, &room))
+                .await;
+        }
         let row = with_pool!(self, pool => {
             sqlx::query_as(
-                "SELECT summary, through_message_id, updated_at_ms FROM room_summaries
-                 WHERE agent_id = $1 AND room = $2",
+                ROOM_SUMMARY,
             )
             .bind(agent_id)
             .bind(room)
@@ -106,15 +159,23 @@ impl Store {
         through_message_id: i64,
         now_ms: i64,
     ) -> Result<bool> {
+        if let Some(engine) = self.engine() {
+            let (agent, room, summary) = (agent_id.clone(), room.clone(), summary.to_string());
+            return engine
+                .call(move |conn| {
+                    engine_memory::put_room_summary(
+                        conn,
+                        (&agent, &room),
+                        &summary,
+                        through_message_id,
+                        now_ms,
+                    )
+                })
+                .await;
+        }
         let written = with_pool!(self, pool => {
             sqlx::query(
-                "INSERT INTO room_summaries (agent_id, room, summary, through_message_id, updated_at_ms)
-                 VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT (agent_id, room) DO UPDATE SET
-                     summary = excluded.summary,
-                     through_message_id = excluded.through_message_id,
-                     updated_at_ms = excluded.updated_at_ms
-                 WHERE room_summaries.through_message_id < excluded.through_message_id",
+                PUT_ROOM_SUMMARY,
             )
             .bind(agent_id)
             .bind(room)
@@ -135,9 +196,17 @@ impl Store {
         room: &RoomKey,
         after_id: i64,
     ) -> Result<i64> {
+        if let Some(engine) = self.engine() {
+            let (agent, room) = (agent_id.clone(), room.clone());
+            return engine
+                .call(move |conn| {
+                    engine_memory::count_room_messages_after(conn, &agent, &room, after_id)
+                })
+                .await;
+        }
         let n = with_pool!(self, pool => {
             sqlx::query_scalar(
-                "SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND room = $2 AND id > $3",
+                COUNT_ROOM_MESSAGES_AFTER,
             )
             .bind(agent_id)
             .bind(room)
@@ -156,12 +225,17 @@ impl Store {
         after_id: i64,
         limit: i64,
     ) -> Result<Vec<MemoryMessage>> {
+        if let Some(engine) = self.engine() {
+            let (agent, room) = (agent_id.clone(), room.clone());
+            return engine
+                .call(move |conn| {
+                    engine_memory::room_messages_after(conn, (&agent, &room), after_id, limit)
+                })
+                .await;
+        }
         let rows = with_pool!(self, pool => {
             sqlx::query_as(
-                "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
-                 FROM messages
-                 WHERE agent_id = $1 AND room = $2 AND id > $3
-                 ORDER BY id LIMIT $4",
+                ROOM_MESSAGES_AFTER,
             )
                 .bind(agent_id)
                 .bind(room)
@@ -175,10 +249,15 @@ impl Store {
 
     /// Up to where fact extraction has read the user's messages (0: nothing yet).
     pub async fn fact_progress(&self, who: FactSubject<'_>) -> Result<i64> {
+        if let Some(engine) = self.engine() {
+            let who = engine_memory::Subject::from(who);
+            return engine
+                .call(move |conn| engine_memory::fact_progress(conn, &who))
+                .await;
+        }
         let through: Option<i64> = with_pool!(self, pool => {
             sqlx::query_scalar(
-                "SELECT through_message_id FROM user_fact_progress
-                 WHERE agent_id = $1 AND platform = $2 AND user_id = $3",
+                FACT_PROGRESS,
             )
             .bind(who.agent_id)
             .bind(who.platform)
@@ -196,11 +275,15 @@ impl Store {
         who: FactSubject<'_>,
         after_id: i64,
     ) -> Result<i64> {
+        if let Some(engine) = self.engine() {
+            let who = engine_memory::Subject::from(who);
+            return engine
+                .call(move |conn| engine_memory::count_user_messages_after(conn, &who, after_id))
+                .await;
+        }
         let n = with_pool!(self, pool => {
             sqlx::query_scalar(
-                "SELECT COUNT(*) FROM messages
-                 WHERE agent_id = $1 AND author_id = $2 AND from_agent = $3 AND room LIKE $4
-                   AND id > $5",
+                COUNT_USER_MESSAGES_AFTER,
             )
             .bind(who.agent_id)
             .bind(who.user_id)
@@ -220,23 +303,26 @@ impl Store {
         after_id: i64,
         limit: i64,
     ) -> Result<Vec<MemoryMessage>> {
-        let mut rows: Vec<MemoryMessage> = with_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
-                 FROM messages
-                 WHERE agent_id = $1 AND author_id = $2 AND from_agent = $3 AND room LIKE $4
-                   AND id > $5
-                 ORDER BY id DESC LIMIT $6",
-            )
-                .bind(who.agent_id)
-                .bind(who.user_id)
-                .bind(false)
-                .bind(who.room_pattern())
-                .bind(after_id)
-                .bind(limit.max(0))
-                .fetch_all(pool)
-                .await
-        })?;
+        let mut rows: Vec<MemoryMessage> = if let Some(engine) = self.engine() {
+            let who = engine_memory::Subject::from(who);
+            engine
+                .call(move |conn| engine_memory::user_messages_after(conn, &who, after_id, limit))
+                .await?
+        } else {
+            with_pool!(self, pool => {
+                sqlx::query_as(
+                    USER_MESSAGES_AFTER,
+                )
+                    .bind(who.agent_id)
+                    .bind(who.user_id)
+                    .bind(false)
+                    .bind(who.room_pattern())
+                    .bind(after_id)
+                    .bind(limit.max(0))
+                    .fetch_all(pool)
+                    .await
+            })?
+        };
         rows.reverse();
         Ok(rows)
     }
@@ -244,6 +330,25 @@ impl Store {
     /// The user's facts, newest first: with the facts of every account linked with theirs
     /// (`person_of`), merged by time, a fact read alike on two accounts once.
     pub async fn user_facts(&self, who: FactSubject<'_>, limit: i64) -> Result<Vec<String>> {
+        if let Some(engine) = self.engine() {
+            let who = engine_memory::Subject::from(who);
+            return engine
+                .call(move |conn| {
+                    let person =
+                        engine_memory::person_of(conn, &who.agent_id, who.platform, &who.user_id)?;
+                    let mut facts = Vec::new();
+                    for account in &person.accounts {
+                        facts.extend(engine_memory::account_facts(
+                            conn,
+                            &who.agent_id,
+                            account,
+                            limit,
+                        )?);
+                    }
+                    Ok(newest_facts(&person, facts, limit))
+                })
+                .await;
+        }
         let person = self
             .person_of(who.agent_id, who.platform, who.user_id)
             .await?;
@@ -251,10 +356,7 @@ impl Store {
         for account in &person.accounts {
             let rows: Vec<(i64, i64, String)> = with_pool!(self, pool => {
                 sqlx::query_as(
-                    "SELECT created_at_ms, id, fact FROM user_facts
-                     WHERE agent_id = $1 AND platform = $2 AND user_id = $3
-                     ORDER BY created_at_ms DESC, id DESC
-                     LIMIT $4",
+                    USER_FACTS,
                 )
                 .bind(who.agent_id)
                 .bind(account.platform)
@@ -265,13 +367,7 @@ impl Store {
             })?;
             facts.extend(rows);
         }
-        if person.is_linked() {
-            facts.sort_by_key(|b| std::cmp::Reverse((b.0, b.1)));
-            let mut seen = std::collections::HashSet::new();
-            facts.retain(|(_, _, fact)| seen.insert(fact.to_lowercase()));
-        }
-        facts.truncate(usize::try_from(limit.max(0)).unwrap_or(usize::MAX));
-        Ok(facts.into_iter().map(|(_, _, fact)| fact).collect())
+        Ok(newest_facts(&person, facts, limit))
     }
 
     /// Commits one extraction in a transaction: moves the user's position to
@@ -279,17 +375,28 @@ impl Store {
     /// newest `keep`. Returns false, writing nothing, when the position was already there
     /// or beyond (another replica handled these messages).
     pub async fn record_user_facts(&self, who: FactSubject<'_>, new: NewFacts<'_>) -> Result<bool> {
+        if let Some(engine) = self.engine() {
+            let who = engine_memory::Subject::from(who);
+            let (facts, room) = (new.facts.to_vec(), new.room.clone());
+            let (through_message_id, keep, now_ms) = (new.through_message_id, new.keep, new.now_ms);
+            return engine
+                .call(move |conn| {
+                    let new = NewFacts {
+                        facts: &facts,
+                        room: &room,
+                        through_message_id,
+                        keep,
+                        now_ms,
+                    };
+                    engine_memory::record_user_facts(conn, &who, &new)
+                })
+                .await;
+        }
         let written = with_pool!(self, pool => {
             async {
                 let mut tx = pool.begin().await?;
                 let advanced = sqlx::query(
-                    "INSERT INTO user_fact_progress
-                         (agent_id, platform, user_id, through_message_id, updated_at_ms)
-                     VALUES ($1, $2, $3, $4, $5)
-                     ON CONFLICT (agent_id, platform, user_id) DO UPDATE SET
-                         through_message_id = excluded.through_message_id,
-                         updated_at_ms = excluded.updated_at_ms
-                     WHERE user_fact_progress.through_message_id < excluded.through_message_id",
+                    ADVANCE_FACT_PROGRESS,
                 )
                 .bind(who.agent_id)
                 .bind(who.platform)
@@ -305,10 +412,7 @@ impl Store {
                 }
                 for fact in new.facts {
                     sqlx::query(
-                        "INSERT INTO user_facts
-                             (agent_id, platform, user_id, fact, room, source_message_id, created_at_ms)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7)
-                         ON CONFLICT (agent_id, platform, user_id, fact) DO NOTHING",
+                        INSERT_USER_FACT,
                     )
                     .bind(who.agent_id)
                     .bind(who.platform)
@@ -355,4 +459,21 @@ impl Store {
             })
             .collect())
     }
+}
+
+/// The facts of a person's accounts (`(created_at_ms, id, fact)`, each account's newest
+/// first): merged by time when linked, a fact read alike on two accounts once, the newest
+/// `limit`.
+fn newest_facts(
+    person: &super::Person,
+    mut facts: Vec<(i64, i64, String)>,
+    limit: i64,
+) -> Vec<String> {
+    if person.is_linked() {
+        facts.sort_by_key(|b| std::cmp::Reverse((b.0, b.1)));
+        let mut seen = std::collections::HashSet::new();
+        facts.retain(|(_, _, fact)| seen.insert(fact.to_lowercase()));
+    }
+    facts.truncate(usize::try_from(limit.max(0)).unwrap_or(usize::MAX));
+    facts.into_iter().map(|(_, _, fact)| fact).collect()
 }
