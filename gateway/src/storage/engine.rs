@@ -611,10 +611,10 @@ pub(super) fn memory_messages(mut rows: rusqlite::Rows<'_>) -> Result<Vec<Memory
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
         let id: i64 = row.get(0)?;
-        let room: String = row.get(1)?;
+        let key: String = row.get(1)?;
         out.push(MemoryMessage {
             id,
-            room: room
+            room: key
                 .parse()
                 .map_err(|e| StorageError::Corrupt(format!("messages row {id}: room: {e}")))?,
             author_id: row.get(2)?,

@@ -31,19 +31,18 @@ fn count(conn: &Connection, value: &str) -> Result<i64> {
     )
 }
 
-/// Calls queued together share one transaction, and one that fails rolls back alone:
-/// the others' writes are committed, its own are not.
-#[tokio::test]
-async fn a_failing_call_in_a_batch_rolls_back_alone() {
-    let (_dir, _store, engine) = engine().await;
-    let engine = engine.queued();
-    // The first call holds the thread until the next two are queued behind it. It is
-    // running before they are sent: sent earlier, they could join its batch (the thread
-    // takes whatever is queued when it wakes), and the queue would never hold them.
+/// A call that holds the engine's thread (queued there, whatever `engine` allows) until
+/// `release` is sent; it is running when this returns.
+async fn hold_the_thread(
+    engine: &Engine,
+) -> (
+    std::sync::mpsc::Sender<()>,
+    tokio::task::JoinHandle<Result<()>>,
+) {
     let (release, held) = std::sync::mpsc::channel::<()>();
     let (started, running) = tokio::sync::oneshot::channel::<()>();
     let first = tokio::spawn({
-        let engine = engine.clone();
+        let engine = engine.clone().queued();
         async move {
             engine
                 .call(move |_| {
@@ -55,6 +54,19 @@ async fn a_failing_call_in_a_batch_rolls_back_alone() {
         }
     });
     running.await.unwrap();
+    (release, first)
+}
+
+/// Calls queued together share one transaction, and one that fails rolls back alone:
+/// the others' writes are committed, its own are not.
+#[tokio::test]
+async fn a_failing_call_in_a_batch_rolls_back_alone() {
+    let (_dir, _store, engine) = engine().await;
+    let engine = engine.queued();
+    // The first call holds the thread until the next two are queued behind it. It is
+    // running before they are sent: sent earlier, they could join its batch (the thread
+    // takes whatever is queued when it wakes), and the queue would never hold them.
+    let (release, first) = hold_the_thread(&engine).await;
     let good = tokio::spawn({
         let engine = engine.clone();
         async move { engine.call(|conn| insert(conn, "kept")).await }
@@ -179,21 +191,7 @@ async fn a_lone_call_runs_on_its_callers_thread() {
 #[tokio::test]
 async fn a_call_meeting_a_batch_queues_for_the_thread() {
     let (_dir, _store, engine) = engine().await;
-    let (release, held) = std::sync::mpsc::channel::<()>();
-    let (started, running) = tokio::sync::oneshot::channel::<()>();
-    let first = tokio::spawn({
-        let engine = engine.clone().queued();
-        async move {
-            engine
-                .call(move |_| {
-                    let _ = started.send(());
-                    let _ = held.recv();
-                    Ok(())
-                })
-                .await
-        }
-    });
-    running.await.unwrap();
+    let (release, first) = hold_the_thread(&engine).await;
     let second = tokio::spawn({
         let engine = engine.clone();
         async move { engine.call(|_| Ok(thread_name())).await }

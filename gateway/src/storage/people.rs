@@ -12,15 +12,8 @@
 use serde::Serialize;
 use troupe_connectors::{AgentId, Platform, UserId};
 
+use super::memory_sql::{self, ACCOUNTS_OF_PERSON, PERSON_ID_OF};
 use super::{Result, Store, with_pool};
-
-/// The person an account is linked into ($1 agent, $2 platform, $3 user), and the accounts
-/// of a person ($1 agent, $2 person): `person_of`'s statements, run by sqlx on Postgres and
-/// by the SQLite engine's connection (`engine_memory`) on SQLite.
-pub(super) const PERSON_ID_OF: &str = "SELECT person_id FROM person_accounts
-     WHERE agent_id = $1 AND platform = $2 AND user_id = $3";
-pub(super) const ACCOUNTS_OF_PERSON: &str = "SELECT platform, user_id FROM person_accounts
-     WHERE agent_id = $1 AND person_id = $2 ORDER BY platform, user_id";
 
 /// One platform account.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, sqlx::FromRow)]
@@ -96,6 +89,24 @@ fn code_of(row: CodeRow) -> LinkCode {
     }
 }
 
+/// `Store::person_of` on the SQLite engine's connection, in one call (`memory_sql`).
+pub(super) fn person_on(
+    conn: &rusqlite::Connection,
+    agent_id: &AgentId,
+    platform: Platform,
+    user: &UserId,
+) -> Result<Person> {
+    let account = Account::new(platform, user);
+    let Some(id) = memory_sql::person_id_of(conn, agent_id, platform, user)? else {
+        return Ok(Person::alone(account));
+    };
+    let accounts = memory_sql::accounts_of_person(conn, agent_id, &id)?
+        .into_iter()
+        .map(|(platform, user_id)| Account { platform, user_id })
+        .collect();
+    Ok(Person::linked(id, accounts, account))
+}
+
 impl Store {
     /// The person `platform:user` is for `agent_id`: the one mapping from an account to a
     /// person. An unlinked account is its own person, `platform:user`.
@@ -108,7 +119,7 @@ impl Store {
         if let Some(engine) = self.engine() {
             let (agent, user) = (agent_id.clone(), user.clone());
             return engine
-                .call(move |conn| super::engine_memory::person_of(conn, &agent, platform, &user))
+                .call(move |conn| person_on(conn, &agent, platform, &user))
                 .await;
         }
         let id: Option<String> = with_pool!(self, pool => {

@@ -12,7 +12,12 @@
 use serde::Serialize;
 use troupe_connectors::{AgentId, Platform, RoomKey, UserId};
 
-use super::{MemoryMessage, Result, Store, engine_memory, with_pool};
+use super::memory_sql::{
+    self, ADVANCE_FACT_PROGRESS, COUNT_ROOM_MESSAGES_AFTER, COUNT_USER_MESSAGES_AFTER,
+    FACT_PROGRESS, INSERT_USER_FACT, PUT_ROOM_SUMMARY, ROOM_MESSAGES_AFTER, ROOM_SUMMARY,
+    TRIM_USER_FACTS, USER_FACTS, USER_MESSAGES_AFTER,
+};
+use super::{MemoryMessage, Result, Store, with_pool};
 
 /// A room's rolling summary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
@@ -36,64 +41,6 @@ pub struct RoomUserFact {
     pub created_at_ms: i64,
 }
 
-/// Keeps a user's newest `$4` facts ($1 agent, $2 platform, $3 user) and deletes the rest:
-/// run after every write of facts, learned (`record_user_facts`) or told
-/// (`remember_user_fact`), in the same transaction.
-pub(super) const TRIM_USER_FACTS: &str = "DELETE FROM user_facts
-     WHERE agent_id = $1 AND platform = $2 AND user_id = $3
-       AND id NOT IN (SELECT id FROM user_facts
-                      WHERE agent_id = $1 AND platform = $2 AND user_id = $3
-                      ORDER BY created_at_ms DESC, id DESC
-                      LIMIT $4)";
-
-/// The statements both paths run: sqlx on Postgres, the SQLite engine's connection
-/// (`engine_memory`) on SQLite. Parameters are numbered in order of first use, so they bind
-/// by position on both.
-pub(super) const ROOM_SUMMARY: &str =
-    "SELECT summary, through_message_id, updated_at_ms FROM room_summaries
-     WHERE agent_id = $1 AND room = $2";
-pub(super) const PUT_ROOM_SUMMARY: &str =
-    "INSERT INTO room_summaries (agent_id, room, summary, through_message_id, updated_at_ms)
-     VALUES ($1, $2, $3, $4, $5)
-     ON CONFLICT (agent_id, room) DO UPDATE SET
-         summary = excluded.summary,
-         through_message_id = excluded.through_message_id,
-         updated_at_ms = excluded.updated_at_ms
-     WHERE room_summaries.through_message_id < excluded.through_message_id";
-pub(super) const COUNT_ROOM_MESSAGES_AFTER: &str =
-    "SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND room = $2 AND id > $3";
-pub(super) const ROOM_MESSAGES_AFTER: &str =
-    "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
-     FROM messages
-     WHERE agent_id = $1 AND room = $2 AND id > $3
-     ORDER BY id LIMIT $4";
-pub(super) const FACT_PROGRESS: &str = "SELECT through_message_id FROM user_fact_progress
-     WHERE agent_id = $1 AND platform = $2 AND user_id = $3";
-pub(super) const COUNT_USER_MESSAGES_AFTER: &str = "SELECT COUNT(*) FROM messages
-     WHERE agent_id = $1 AND author_id = $2 AND from_agent = $3 AND room LIKE $4
-       AND id > $5";
-pub(super) const USER_MESSAGES_AFTER: &str =
-    "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
-     FROM messages
-     WHERE agent_id = $1 AND author_id = $2 AND from_agent = $3 AND room LIKE $4
-       AND id > $5
-     ORDER BY id DESC LIMIT $6";
-pub(super) const USER_FACTS: &str = "SELECT created_at_ms, id, fact FROM user_facts
-     WHERE agent_id = $1 AND platform = $2 AND user_id = $3
-     ORDER BY created_at_ms DESC, id DESC
-     LIMIT $4";
-pub(super) const ADVANCE_FACT_PROGRESS: &str = "INSERT INTO user_fact_progress
-         (agent_id, platform, user_id, through_message_id, updated_at_ms)
-     VALUES ($1, $2, $3, $4, $5)
-     ON CONFLICT (agent_id, platform, user_id) DO UPDATE SET
-         through_message_id = excluded.through_message_id,
-         updated_at_ms = excluded.updated_at_ms
-     WHERE user_fact_progress.through_message_id < excluded.through_message_id";
-pub(super) const INSERT_USER_FACT: &str = "INSERT INTO user_facts
-         (agent_id, platform, user_id, fact, room, source_message_id, created_at_ms)
-     VALUES ($1, $2, $3, $4, $5, $6, $7)
-     ON CONFLICT (agent_id, platform, user_id, fact) DO NOTHING";
-
 /// Whose facts: a platform user, as one agent knows them.
 #[derive(Debug, Clone, Copy)]
 pub struct FactSubject<'a> {
@@ -101,6 +48,16 @@ pub struct FactSubject<'a> {
     /// User ids are only unique within a platform.
     pub platform: Platform,
     pub user_id: &'a UserId,
+}
+
+impl From<FactSubject<'_>> for memory_sql::Subject {
+    fn from(who: FactSubject<'_>) -> memory_sql::Subject {
+        memory_sql::Subject {
+            agent_id: who.agent_id.clone(),
+            platform: who.platform,
+            user_id: who.user_id.clone(),
+        }
+    }
 }
 
 impl FactSubject<'_> {
@@ -134,8 +91,17 @@ impl Store {
         if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
-                .call(move |conn| engine_memory::room_summary(conn, &agent, &room))
-                .await;
+                .call(move |conn| memory_sql::room_summary(conn, &agent, &room))
+                .await
+                .map(|row| {
+                    row.map(
+                        |(summary, through_message_id, updated_at_ms)| ConversationSummary {
+                            summary,
+                            through_message_id,
+                            updated_at_ms,
+                        },
+                    )
+                });
         }
         let row = with_pool!(self, pool => {
             sqlx::query_as(
@@ -163,7 +129,7 @@ impl Store {
             let (agent, room, summary) = (agent_id.clone(), room.clone(), summary.to_string());
             return engine
                 .call(move |conn| {
-                    engine_memory::put_room_summary(
+                    memory_sql::put_room_summary(
                         conn,
                         (&agent, &room),
                         &summary,
@@ -200,7 +166,7 @@ impl Store {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
                 .call(move |conn| {
-                    engine_memory::count_room_messages_after(conn, &agent, &room, after_id)
+                    memory_sql::count_room_messages_after(conn, &agent, &room, after_id)
                 })
                 .await;
         }
@@ -229,7 +195,7 @@ impl Store {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
                 .call(move |conn| {
-                    engine_memory::room_messages_after(conn, (&agent, &room), after_id, limit)
+                    memory_sql::room_messages_after(conn, (&agent, &room), after_id, limit)
                 })
                 .await;
         }
@@ -250,9 +216,9 @@ impl Store {
     /// Up to where fact extraction has read the user's messages (0: nothing yet).
     pub async fn fact_progress(&self, who: FactSubject<'_>) -> Result<i64> {
         if let Some(engine) = self.engine() {
-            let who = engine_memory::Subject::from(who);
+            let who = memory_sql::Subject::from(who);
             return engine
-                .call(move |conn| engine_memory::fact_progress(conn, &who))
+                .call(move |conn| memory_sql::fact_progress(conn, &who))
                 .await;
         }
         let through: Option<i64> = with_pool!(self, pool => {
@@ -276,9 +242,9 @@ impl Store {
         after_id: i64,
     ) -> Result<i64> {
         if let Some(engine) = self.engine() {
-            let who = engine_memory::Subject::from(who);
+            let who = memory_sql::Subject::from(who);
             return engine
-                .call(move |conn| engine_memory::count_user_messages_after(conn, &who, after_id))
+                .call(move |conn| memory_sql::count_user_messages_after(conn, &who, after_id))
                 .await;
         }
         let n = with_pool!(self, pool => {
@@ -304,9 +270,9 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<MemoryMessage>> {
         let mut rows: Vec<MemoryMessage> = if let Some(engine) = self.engine() {
-            let who = engine_memory::Subject::from(who);
+            let who = memory_sql::Subject::from(who);
             engine
-                .call(move |conn| engine_memory::user_messages_after(conn, &who, after_id, limit))
+                .call(move |conn| memory_sql::user_messages_after(conn, &who, after_id, limit))
                 .await?
         } else {
             with_pool!(self, pool => {
@@ -331,17 +297,17 @@ impl Store {
     /// (`person_of`), merged by time, a fact read alike on two accounts once.
     pub async fn user_facts(&self, who: FactSubject<'_>, limit: i64) -> Result<Vec<String>> {
         if let Some(engine) = self.engine() {
-            let who = engine_memory::Subject::from(who);
+            let who = memory_sql::Subject::from(who);
             return engine
                 .call(move |conn| {
                     let person =
-                        engine_memory::person_of(conn, &who.agent_id, who.platform, &who.user_id)?;
+                        super::people::person_on(conn, &who.agent_id, who.platform, &who.user_id)?;
                     let mut facts = Vec::new();
                     for account in &person.accounts {
-                        facts.extend(engine_memory::account_facts(
+                        facts.extend(memory_sql::account_facts(
                             conn,
                             &who.agent_id,
-                            account,
+                            (account.platform, &account.user_id),
                             limit,
                         )?);
                     }
@@ -376,20 +342,16 @@ impl Store {
     /// or beyond (another replica handled these messages).
     pub async fn record_user_facts(&self, who: FactSubject<'_>, new: NewFacts<'_>) -> Result<bool> {
         if let Some(engine) = self.engine() {
-            let who = engine_memory::Subject::from(who);
-            let (facts, room) = (new.facts.to_vec(), new.room.clone());
-            let (through_message_id, keep, now_ms) = (new.through_message_id, new.keep, new.now_ms);
+            let who = memory_sql::Subject::from(who);
+            let new = memory_sql::FactsRow {
+                facts: new.facts.to_vec(),
+                room: new.room.clone(),
+                through_message_id: new.through_message_id,
+                keep: new.keep,
+                now_ms: new.now_ms,
+            };
             return engine
-                .call(move |conn| {
-                    let new = NewFacts {
-                        facts: &facts,
-                        room: &room,
-                        through_message_id,
-                        keep,
-                        now_ms,
-                    };
-                    engine_memory::record_user_facts(conn, &who, &new)
-                })
+                .call(move |conn| memory_sql::record_user_facts(conn, &who, &new))
                 .await;
         }
         let written = with_pool!(self, pool => {

@@ -40,7 +40,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-                sqlx::query(super::summaries::TRIM_USER_FACTS)
+                sqlx::query(super::memory_sql::TRIM_USER_FACTS)
                 .bind(who.agent_id)
                 .bind(who.platform)
                 .bind(who.user_id)
