@@ -72,6 +72,9 @@ struct Writer {
     frames: i32,
     /// The frames counted at the last restart try.
     tried_at: i32,
+    /// A lone call found the restart due and woke the thread for it: the thread runs it
+    /// after its next batch, whether or not more calls are queued by then.
+    restart_asked: bool,
 }
 
 /// The queue to the engine's thread, and its connection; the thread ends when the last
@@ -123,6 +126,7 @@ impl Engine {
             conn,
             frames: 0,
             tried_at: 0,
+            restart_asked: false,
         }));
         let thread_writer = writer.clone();
         std::thread::Builder::new()
@@ -226,10 +230,13 @@ impl Engine {
             }
         };
         note_commit(&mut writer);
-        if restart_due(&writer, true) {
+        if !writer.restart_asked && restart_due(&writer, true) {
             // The thread runs the restart after this empty call's batch; a full queue
             // means it is busy, and it checks after every batch anyway.
-            let _ = self.queue.try_send(Box::new(|_| (true, Box::new(|_| {}))));
+            writer.restart_asked = self
+                .queue
+                .try_send(Box::new(|_| (true, Box::new(|_| {}))))
+                .is_ok();
         }
         Ok(result)
     }
@@ -269,7 +276,8 @@ fn run(writer: &Mutex<Writer>, mut jobs: mpsc::Receiver<Job>) {
         let mut writer = lock(writer);
         run_batch(&writer.conn, &mut batch);
         note_commit(&mut writer);
-        restart_wal(&mut writer, jobs.is_empty());
+        let asked = std::mem::take(&mut writer.restart_asked);
+        restart_wal(&mut writer, asked || jobs.is_empty());
     }
 }
 
