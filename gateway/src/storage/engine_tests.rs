@@ -230,3 +230,17 @@ async fn a_lone_call_finding_the_database_locked_queues() {
     let kept = engine.call(|conn| count(conn, "later")).await.unwrap();
     assert_eq!(kept, 1);
 }
+
+/// With more than one other call pending (concurrency: several rooms' turns at once), a call
+/// queues for the thread even when the connection is free, so that concurrent calls batch.
+#[tokio::test]
+async fn a_call_among_several_pending_queues_for_the_thread() {
+    let (_dir, _store, engine) = engine().await;
+    let alone = engine.call(|_| Ok(thread_name())).await.unwrap();
+    assert_ne!(alone, "troupe-sqlite");
+    // Two calls made elsewhere and not answered yet, as other rooms' turns would have.
+    engine.pending.fetch_add(2, Ordering::Relaxed);
+    let crowded = engine.call(|_| Ok(thread_name())).await.unwrap();
+    engine.pending.fetch_sub(2, Ordering::Relaxed);
+    assert_eq!(crowded, "troupe-sqlite");
+}
