@@ -229,29 +229,21 @@ impl Engine {
         if began.is_err() {
             return Err(work);
         }
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&writer.conn)));
-        let result = match ran {
-            Ok(Ok(value)) => match exec(&writer.conn, "COMMIT") {
-                Ok(()) => Ok(value),
-                Err(e) => {
-                    let _ = exec(&writer.conn, "ROLLBACK");
-                    Err(StorageError::Sqlite(format!("commit failed: {e}")))
-                }
+        let result = match unwound(|| work(&writer.conn)) {
+            Some(Ok(value)) => match commit(&writer.conn) {
+                None => Ok(value),
+                Some(e) => Err(StorageError::Sqlite(format!("commit failed: {e}"))),
             },
-            Ok(Err(e)) => {
+            failed => {
                 let _ = exec(&writer.conn, "ROLLBACK");
-                Err(e)
-            }
-            Err(_) => {
-                tracing::error!("a storage call panicked; it is rolled back");
-                let _ = exec(&writer.conn, "ROLLBACK");
-                Err(gone())
+                failed.unwrap_or_else(|| Err(gone()))
             }
         };
         note_commit(&mut writer);
         if !writer.restart_asked && restart_due(&writer, true) {
-            // The thread runs the restart after this empty call's batch; a full queue
-            // means it is busy, and it checks after every batch anyway.
+            // The thread checks after this empty call's batch, and restarts the WAL if
+            // nothing else is queued by then; a full queue means it is busy, and it checks
+            // after every batch anyway.
             writer.restart_asked = self
                 .queue
                 .try_send(Box::new(|_| (true, Box::new(|_| {}))))
@@ -385,12 +377,7 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Job>) {
         answers.push(job(Err(why)).1);
     }
     let error = match began {
-        Ok(()) => exec(conn, "COMMIT")
-            .map_err(|e| {
-                let _ = exec(conn, "ROLLBACK");
-                e.to_string()
-            })
-            .err(),
+        Ok(()) => commit(conn),
         Err(why) => Some(why),
     };
     for answer in answers {
@@ -409,19 +396,34 @@ fn run_job(conn: &Connection, job: Job) -> Option<Answer> {
     if let Err(e) = exec(conn, "SAVEPOINT call") {
         return Some(job(Err(&e.to_string())).1);
     }
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Ok(conn))));
-    let (ok, answer) = match ran {
-        Ok((ok, answer)) => (ok, Some(answer)),
-        Err(_) => {
-            tracing::error!("a storage call panicked; it is rolled back");
-            (false, None)
-        }
+    let (ok, answer) = match unwound(|| job(Ok(conn))) {
+        Some((ok, answer)) => (ok, Some(answer)),
+        None => (false, None),
     };
     if !ok {
         let _ = exec(conn, "ROLLBACK TO call");
     }
     let _ = exec(conn, "RELEASE call");
     answer
+}
+
+/// Commits the open transaction, or rolls it back and says why it could not commit.
+fn commit(conn: &Connection) -> Option<String> {
+    exec(conn, "COMMIT")
+        .map_err(|e| {
+            let _ = exec(conn, "ROLLBACK");
+            e.to_string()
+        })
+        .err()
+}
+
+/// Runs a call's work, `None` if it panicked (logged; its caller rolls it back).
+fn unwound<T>(work: impl FnOnce() -> T) -> Option<T> {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+    if ran.is_err() {
+        tracing::error!("a storage call panicked; it is rolled back");
+    }
+    ran.ok()
 }
 
 fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {

@@ -85,11 +85,10 @@ pub(super) struct Subject {
     pub user_id: UserId,
 }
 
-impl Subject {
-    /// The `LIKE` pattern of the platform's room keys (`FactSubject::room_pattern`).
-    fn room_pattern(&self) -> String {
-        format!("{}:%", self.platform)
-    }
+/// The `LIKE` pattern matching a platform's room keys (`telegram:…`). Platform names are
+/// lower-case letters, so they hold no `LIKE` wildcard.
+pub(super) fn room_pattern(platform: Platform) -> String {
+    format!("{platform}:%")
 }
 
 /// A summary's row: its text, the newest message it covers, when it was written.
@@ -188,7 +187,7 @@ pub(super) fn count_user_messages_after(
             who.agent_id.as_str(),
             who.user_id.as_str(),
             false,
-            who.room_pattern(),
+            room_pattern(who.platform),
             after_id
         ],
         |row| row.get(0),
@@ -207,7 +206,7 @@ pub(super) fn user_messages_after(
         who.agent_id.as_str(),
         who.user_id.as_str(),
         false,
-        who.room_pattern(),
+        room_pattern(who.platform),
         after_id,
         limit.max(0)
     ])?;

@@ -61,10 +61,9 @@ impl From<FactSubject<'_>> for memory_sql::Subject {
 }
 
 impl FactSubject<'_> {
-    /// The `LIKE` pattern matching this platform's room keys (`telegram:…`). Platform names
-    /// are lower-case letters, so they hold no `LIKE` wildcard.
+    /// The `LIKE` pattern matching this platform's room keys (`memory_sql::room_pattern`).
     fn room_pattern(&self) -> String {
-        format!("{}:%", self.platform)
+        memory_sql::room_pattern(self.platform)
     }
 }
 
@@ -104,9 +103,7 @@ impl Store {
                 });
         }
         let row = with_pool!(self, pool => {
-            sqlx::query_as(
-                ROOM_SUMMARY,
-            )
+            sqlx::query_as(ROOM_SUMMARY)
             .bind(agent_id)
             .bind(room)
             .fetch_optional(pool)
@@ -140,9 +137,7 @@ impl Store {
                 .await;
         }
         let written = with_pool!(self, pool => {
-            sqlx::query(
-                PUT_ROOM_SUMMARY,
-            )
+            sqlx::query(PUT_ROOM_SUMMARY)
             .bind(agent_id)
             .bind(room)
             .bind(summary)
@@ -171,9 +166,7 @@ impl Store {
                 .await;
         }
         let n = with_pool!(self, pool => {
-            sqlx::query_scalar(
-                COUNT_ROOM_MESSAGES_AFTER,
-            )
+            sqlx::query_scalar(COUNT_ROOM_MESSAGES_AFTER)
             .bind(agent_id)
             .bind(room)
             .bind(after_id)
@@ -200,9 +193,7 @@ impl Store {
                 .await;
         }
         let rows = with_pool!(self, pool => {
-            sqlx::query_as(
-                ROOM_MESSAGES_AFTER,
-            )
+            sqlx::query_as(ROOM_MESSAGES_AFTER)
                 .bind(agent_id)
                 .bind(room)
                 .bind(after_id)
@@ -222,9 +213,7 @@ impl Store {
                 .await;
         }
         let through: Option<i64> = with_pool!(self, pool => {
-            sqlx::query_scalar(
-                FACT_PROGRESS,
-            )
+            sqlx::query_scalar(FACT_PROGRESS)
             .bind(who.agent_id)
             .bind(who.platform)
             .bind(who.user_id)
@@ -248,9 +237,7 @@ impl Store {
                 .await;
         }
         let n = with_pool!(self, pool => {
-            sqlx::query_scalar(
-                COUNT_USER_MESSAGES_AFTER,
-            )
+            sqlx::query_scalar(COUNT_USER_MESSAGES_AFTER)
             .bind(who.agent_id)
             .bind(who.user_id)
             .bind(false)
@@ -276,9 +263,7 @@ impl Store {
                 .await?
         } else {
             with_pool!(self, pool => {
-                sqlx::query_as(
-                    USER_MESSAGES_AFTER,
-                )
+                sqlx::query_as(USER_MESSAGES_AFTER)
                     .bind(who.agent_id)
                     .bind(who.user_id)
                     .bind(false)
@@ -321,9 +306,7 @@ impl Store {
         let mut facts: Vec<(i64, i64, String)> = Vec::new();
         for account in &person.accounts {
             let rows: Vec<(i64, i64, String)> = with_pool!(self, pool => {
-                sqlx::query_as(
-                    USER_FACTS,
-                )
+                sqlx::query_as(USER_FACTS)
                 .bind(who.agent_id)
                 .bind(account.platform)
                 .bind(&account.user_id)
@@ -357,9 +340,7 @@ impl Store {
         let written = with_pool!(self, pool => {
             async {
                 let mut tx = pool.begin().await?;
-                let advanced = sqlx::query(
-                    ADVANCE_FACT_PROGRESS,
-                )
+                let advanced = sqlx::query(ADVANCE_FACT_PROGRESS)
                 .bind(who.agent_id)
                 .bind(who.platform)
                 .bind(who.user_id)
@@ -373,9 +354,7 @@ impl Store {
                     return Ok::<bool, sqlx::Error>(false);
                 }
                 for fact in new.facts {
-                    sqlx::query(
-                        INSERT_USER_FACT,
-                    )
+                    sqlx::query(INSERT_USER_FACT)
                     .bind(who.agent_id)
                     .bind(who.platform)
                     .bind(who.user_id)
