@@ -12,8 +12,8 @@
 //! [`KnowledgeError::Unreadable`] (422) with a sentence saying so; the gateway goes on.
 //! Dropping the future (a client that disconnects, a shutdown) kills the worker.
 //!
-//! A worker is kept for the next document (at most [`MAX_DOCUMENTS`], and only after
-//! inputs of at most [`REUSE_MAX_INPUT`] bytes), because starting one costs more than
+//! A worker is kept for the next document (at most [`MAX_DOCUMENTS`] or [`MAX_INPUT`] bytes
+//! in all, and only after inputs of at most [`REUSE_MAX_INPUT`] bytes), because starting one costs more than
 //! reading most documents: it builds the cl100k tokenizer, 0.1–0.2 s of CPU. Each document
 //! still has its own deadline; a worker that failed is never reused, and a document that a
 //! reused worker failed on is tried once more in a new one, so that what an earlier
@@ -56,8 +56,15 @@ const MAX_STDERR: u64 = 4 * 1024;
 const WORKER_FILES: u64 = 32;
 /// Documents one worker reads before it is ended. A worker is kept between documents
 /// because starting one costs more than reading a typical document: building the cl100k
-/// tokenizer from its bundled vocabulary takes 0.1–0.2 s of CPU.
-const MAX_DOCUMENTS: usize = 64;
+/// tokenizer from its bundled vocabulary takes 0.1–0.2 s of CPU. At 64, a folder of small
+/// files paid a start every 64 files, 2–3 ms of CPU a file, as much as its chunking and storing
+/// together (issue 48: ingest at the encoder's pace); what bounds a worker's exposure to other
+/// documents is [`MAX_INPUT`], its CPU (half the deadline) and the input that ends it.
+const MAX_DOCUMENTS: usize = 1024;
+/// The input one worker reads in all before it is ended: a sixteenth of the documents it
+/// may read at [`REUSE_MAX_INPUT`] each, so that a worker's heap, however it fragments, is
+/// given back to the system after a bounded amount of parsing.
+const MAX_INPUT: u64 = 64 << 20;
 /// A worker that read a larger input than this is ended rather than kept, so that what it
 /// allocated goes back to the system.
 const REUSE_MAX_INPUT: usize = 4 << 20;
@@ -205,10 +212,19 @@ struct Running {
     stderr: Arc<std::sync::Mutex<Vec<u8>>>,
     /// Documents it has answered.
     documents: usize,
+    /// Their bytes, in all.
+    input: u64,
     /// Wall-clock time spent on them: an upper bound of its CPU time, since it has one
     /// thread.
     busy: Duration,
     idle_since: Instant,
+}
+
+impl Running {
+    /// Whether it has read its share and is ended rather than kept (`put_idle`).
+    fn spent(&self, timeout: Duration) -> bool {
+        self.documents >= MAX_DOCUMENTS || self.input >= MAX_INPUT || self.busy >= timeout / 2
+    }
 }
 
 impl Worker {
@@ -325,6 +341,7 @@ impl Worker {
             match self.attempt(&mut running, &line, input, size, &name).await {
                 Attempt::Answered(result) => {
                     running.documents += 1;
+                    running.input = running.input.saturating_add(request.bytes);
                     running.busy += started.elapsed();
                     tracing::debug!(document = %name, elapsed_ms = started.elapsed().as_millis() as u64,
                         documents = running.documents, "document worker done");
@@ -353,10 +370,10 @@ impl Worker {
     }
 
     /// Keeps a worker for the next document, unless it has read its share: at most
-    /// [`MAX_DOCUMENTS`] documents and half its CPU limit, so a document never meets a
-    /// worker with less than half of a new one's CPU seconds.
+    /// [`MAX_DOCUMENTS`] documents, [`MAX_INPUT`] bytes and half its CPU limit, so a
+    /// document never meets a worker with less than half of a new one's CPU seconds.
     fn put_idle(self: &Arc<Self>, mut running: Running) {
-        if running.documents >= MAX_DOCUMENTS || running.busy >= self.settings.timeout / 2 {
+        if running.spent(self.settings.timeout) {
             return;
         }
         running.idle_since = Instant::now();
@@ -421,6 +438,7 @@ impl Worker {
             stdout: BufReader::new(stdout),
             stderr,
             documents: 0,
+            input: 0,
             busy: Duration::ZERO,
             idle_since: Instant::now(),
         })
@@ -766,6 +784,39 @@ mod tests {
         budget: usize,
     ) -> Result<Result<Chunked, KnowledgeError>, ReplyError> {
         read_reply(&mut BufReader::new(&bytes[..]), budget).await
+    }
+
+    #[tokio::test]
+    async fn a_worker_is_ended_after_its_documents_its_input_or_half_the_deadline() {
+        let timeout = Duration::from_secs(20);
+        let mut child = tokio::process::Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("cat");
+        let mut running = Running {
+            stdin: child.stdin.take().unwrap(),
+            stdout: BufReader::new(child.stdout.take().unwrap()),
+            child,
+            stderr: Arc::default(),
+            documents: MAX_DOCUMENTS - 1,
+            input: MAX_INPUT - 1,
+            busy: timeout / 2 - Duration::from_millis(1),
+            idle_since: Instant::now(),
+        };
+        assert!(
+            !running.spent(timeout),
+            "a folder of small files keeps its worker"
+        );
+        running.documents += 1;
+        assert!(running.spent(timeout), "documents");
+        running.documents -= 1;
+        running.input += 1;
+        assert!(running.spent(timeout), "input");
+        running.input -= 1;
+        running.busy += Duration::from_millis(1);
+        assert!(running.spent(timeout), "CPU");
     }
 
     #[tokio::test]
