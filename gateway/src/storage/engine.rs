@@ -618,14 +618,13 @@ pub(super) async fn write_kinds(
     }
 }
 
-const RECENT_MESSAGES: &str =
-    "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
-     FROM (SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
-           FROM messages WHERE agent_id = ?1 AND room = ?2
-           ORDER BY id DESC LIMIT ?3) AS recent
-     ORDER BY id";
+/// Newest first, reversed by the caller (cheaper than SQLite's sorter a subquery needed);
+/// the room is the one asked for, not parsed back from each row.
+const RECENT_MESSAGES: &str = "SELECT id, author_id, author_name, text, from_agent, created_at_ms
+     FROM messages WHERE agent_id = ?1 AND room = ?2
+     ORDER BY id DESC LIMIT ?3";
 
-/// `recent_messages`: the last `limit` messages of the room, oldest first.
+/// `recent_messages`: the last `limit` messages of the room, oldest first (every turn's).
 pub(super) fn recent_messages(
     conn: &Connection,
     agent_id: &AgentId,
@@ -633,7 +632,21 @@ pub(super) fn recent_messages(
     limit: i64,
 ) -> Result<Vec<MemoryMessage>> {
     let mut stmt = conn.prepare_cached(RECENT_MESSAGES)?;
-    memory_messages(stmt.query(params![agent_id.as_str(), room.to_string(), limit.max(0)])?)
+    let mut rows = stmt.query(params![agent_id.as_str(), room.to_string(), limit.max(0)])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(MemoryMessage {
+            id: row.get(0)?,
+            room: room.clone(),
+            author_id: row.get(1)?,
+            author_name: row.get(2)?,
+            text: row.get(3)?,
+            from_agent: row.get(4)?,
+            created_at_ms: row.get(5)?,
+        });
+    }
+    out.reverse();
+    Ok(out)
 }
 
 /// The rows of a `messages` read (`id, room, author_id, author_name, text, from_agent,
