@@ -13,8 +13,8 @@
 //! Dropping the future (a client that disconnects, a shutdown) kills the worker.
 //!
 //! A worker is kept for the next document (at most [`MAX_DOCUMENTS`] or [`MAX_INPUT`] bytes
-//! in all, and only after inputs of at most [`REUSE_MAX_INPUT`] bytes), because starting one costs more than
-//! reading most documents: it builds the cl100k tokenizer, 0.1–0.2 s of CPU. Each document
+//! in all, and only after inputs of at most [`REUSE_MAX_INPUT`] bytes), because starting one
+//! costs more than reading most documents: it builds the cl100k tokenizer, 0.1–0.2 s of CPU. Each document
 //! still has its own deadline; a worker that failed is never reused, and a document that a
 //! reused worker failed on is tried once more in a new one, so that what an earlier
 //! document left behind (memory, CPU seconds spent) cannot refuse it. A document that
@@ -61,9 +61,9 @@ const WORKER_FILES: u64 = 32;
 /// together (issue 48: ingest at the encoder's pace); what bounds a worker's exposure to other
 /// documents is [`MAX_INPUT`], its CPU (half the deadline) and the input that ends it.
 const MAX_DOCUMENTS: usize = 1024;
-/// The input one worker reads in all before it is ended: a sixteenth of the documents it
-/// may read at [`REUSE_MAX_INPUT`] each, so that a worker's heap, however it fragments, is
-/// given back to the system after a bounded amount of parsing.
+/// The input one worker reads in all before it is ended: sixteen inputs of the largest size
+/// a worker is kept after ([`REUSE_MAX_INPUT`]), so that a worker's heap, however it
+/// fragments, is given back to the system after a bounded amount of parsing.
 const MAX_INPUT: u64 = 64 << 20;
 /// A worker that read a larger input than this is ended rather than kept, so that what it
 /// allocated goes back to the system.
@@ -210,6 +210,14 @@ struct Running {
     stdout: BufReader<tokio::process::ChildStdout>,
     /// The end of what it wrote on stderr (at most [`MAX_STDERR`] bytes), for the log.
     stderr: Arc<std::sync::Mutex<Vec<u8>>>,
+    /// What it has served so far.
+    served: Served,
+    idle_since: Instant,
+}
+
+/// What one worker has served: what decides whether it is kept for another document.
+#[derive(Debug, Default)]
+struct Served {
     /// Documents it has answered.
     documents: usize,
     /// Their bytes, in all.
@@ -217,10 +225,9 @@ struct Running {
     /// Wall-clock time spent on them: an upper bound of its CPU time, since it has one
     /// thread.
     busy: Duration,
-    idle_since: Instant,
 }
 
-impl Running {
+impl Served {
     /// Whether it has read its share and is ended rather than kept (`put_idle`).
     fn spent(&self, timeout: Duration) -> bool {
         self.documents >= MAX_DOCUMENTS || self.input >= MAX_INPUT || self.busy >= timeout / 2
@@ -340,11 +347,12 @@ impl Worker {
             let started = Instant::now();
             match self.attempt(&mut running, &line, input, size, &name).await {
                 Attempt::Answered(result) => {
-                    running.documents += 1;
-                    running.input = running.input.saturating_add(request.bytes);
-                    running.busy += started.elapsed();
+                    let served = &mut running.served;
+                    served.documents += 1;
+                    served.input = served.input.saturating_add(request.bytes);
+                    served.busy += started.elapsed();
                     tracing::debug!(document = %name, elapsed_ms = started.elapsed().as_millis() as u64,
-                        documents = running.documents, "document worker done");
+                        documents = running.served.documents, "document worker done");
                     if size <= REUSE_MAX_INPUT {
                         self.put_idle(running);
                     }
@@ -373,7 +381,7 @@ impl Worker {
     /// [`MAX_DOCUMENTS`] documents, [`MAX_INPUT`] bytes and half its CPU limit, so a
     /// document never meets a worker with less than half of a new one's CPU seconds.
     fn put_idle(self: &Arc<Self>, mut running: Running) {
-        if running.spent(self.settings.timeout) {
+        if running.served.spent(self.settings.timeout) {
             return;
         }
         running.idle_since = Instant::now();
@@ -437,9 +445,7 @@ impl Worker {
             stdin,
             stdout: BufReader::new(stdout),
             stderr,
-            documents: 0,
-            input: 0,
-            busy: Duration::ZERO,
+            served: Served::default(),
             idle_since: Instant::now(),
         })
     }
@@ -786,37 +792,26 @@ mod tests {
         read_reply(&mut BufReader::new(&bytes[..]), budget).await
     }
 
-    #[tokio::test]
-    async fn a_worker_is_ended_after_its_documents_its_input_or_half_the_deadline() {
+    #[test]
+    fn a_worker_is_ended_after_its_documents_its_input_or_half_the_deadline() {
         let timeout = Duration::from_secs(20);
-        let mut child = tokio::process::Command::new("cat")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("cat");
-        let mut running = Running {
-            stdin: child.stdin.take().unwrap(),
-            stdout: BufReader::new(child.stdout.take().unwrap()),
-            child,
-            stderr: Arc::default(),
+        let mut served = Served {
             documents: MAX_DOCUMENTS - 1,
             input: MAX_INPUT - 1,
             busy: timeout / 2 - Duration::from_millis(1),
-            idle_since: Instant::now(),
         };
         assert!(
-            !running.spent(timeout),
+            !served.spent(timeout),
             "a folder of small files keeps its worker"
         );
-        running.documents += 1;
-        assert!(running.spent(timeout), "documents");
-        running.documents -= 1;
-        running.input += 1;
-        assert!(running.spent(timeout), "input");
-        running.input -= 1;
-        running.busy += Duration::from_millis(1);
-        assert!(running.spent(timeout), "CPU");
+        served.documents += 1;
+        assert!(served.spent(timeout), "documents");
+        served.documents -= 1;
+        served.input += 1;
+        assert!(served.spent(timeout), "input");
+        served.input -= 1;
+        served.busy += Duration::from_millis(1);
+        assert!(served.spent(timeout), "CPU");
     }
 
     #[tokio::test]

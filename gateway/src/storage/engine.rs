@@ -27,9 +27,9 @@
 //! the answer only after the commit, without the hand-off. Calls that meet (one is running,
 //! some are queued, or more than one other is pending) queue for the thread, which batches
 //! them as before, and while anything is queued every new call queues too, so a busy engine
-//! keeps its batches and nothing is overtaken. A lone call never waits on a tokio worker: if the other connection holds the
-//! write lock it queues instead, and the WAL's restart (a checkpoint and its fsync) is left
-//! to the thread, woken for it with an empty call.
+//! keeps its batches and nothing is overtaken. A lone call never waits on a tokio worker: if
+//! the other connection holds the write lock it queues instead, and the WAL's restart (a
+//! checkpoint and its fsync) is left to the thread, woken for it with an empty call.
 //!
 //! rusqlite (0.39, the release built on the same libsqlite3-sys as sqlx 0.9, so one SQLite
 //! library serves both) is the binding: the prepared-statement cache and typed rows without
@@ -618,9 +618,9 @@ pub(super) async fn write_kinds(
     }
 }
 
-/// Newest first, reversed by the caller (cheaper than SQLite's sorter a subquery needed);
-/// the room is the one asked for, not parsed back from each row.
-const RECENT_MESSAGES: &str = "SELECT id, author_id, author_name, text, from_agent, created_at_ms
+/// Newest first, reversed by the caller (cheaper than SQLite's sorter a subquery needed).
+const RECENT_MESSAGES: &str =
+    "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
      FROM messages WHERE agent_id = ?1 AND room = ?2
      ORDER BY id DESC LIMIT ?3";
 
@@ -632,35 +632,32 @@ pub(super) fn recent_messages(
     limit: i64,
 ) -> Result<Vec<MemoryMessage>> {
     let mut stmt = conn.prepare_cached(RECENT_MESSAGES)?;
-    let mut rows = stmt.query(params![agent_id.as_str(), room.to_string(), limit.max(0)])?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        out.push(MemoryMessage {
-            id: row.get(0)?,
-            room: room.clone(),
-            author_id: row.get(1)?,
-            author_name: row.get(2)?,
-            text: row.get(3)?,
-            from_agent: row.get(4)?,
-            created_at_ms: row.get(5)?,
-        });
-    }
+    let rows = stmt.query(params![agent_id.as_str(), room.to_string(), limit.max(0)])?;
+    let mut out = memory_messages(rows, Some(room))?;
     out.reverse();
     Ok(out)
 }
 
 /// The rows of a `messages` read (`id, room, author_id, author_name, text, from_agent,
-/// created_at_ms`), in the order read.
-pub(super) fn memory_messages(mut rows: rusqlite::Rows<'_>) -> Result<Vec<MemoryMessage>> {
+/// created_at_ms`), in the order read. A read of one room names it (`room`), and each row
+/// takes it instead of parsing the key back from its text.
+pub(super) fn memory_messages(
+    mut rows: rusqlite::Rows<'_>,
+    room: Option<&RoomKey>,
+) -> Result<Vec<MemoryMessage>> {
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
         let id: i64 = row.get(0)?;
-        let key: String = row.get(1)?;
-        out.push(MemoryMessage {
-            id,
-            room: key
+        let room = match room {
+            Some(room) => room.clone(),
+            None => row
+                .get::<_, String>(1)?
                 .parse()
                 .map_err(|e| StorageError::Corrupt(format!("messages row {id}: room: {e}")))?,
+        };
+        out.push(MemoryMessage {
+            id,
+            room,
             author_id: row.get(2)?,
             author_name: row.get(3)?,
             text: row.get(4)?,

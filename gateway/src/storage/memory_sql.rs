@@ -159,7 +159,7 @@ pub(super) fn room_messages_after(
         after_id,
         limit.max(0)
     ])?;
-    super::engine::memory_messages(rows)
+    super::engine::memory_messages(rows, Some(room))
 }
 
 pub(super) fn fact_progress(conn: &Connection, who: &Subject) -> Result<i64> {
@@ -210,7 +210,7 @@ pub(super) fn user_messages_after(
         after_id,
         limit.max(0)
     ])?;
-    super::engine::memory_messages(rows)
+    super::engine::memory_messages(rows, None)
 }
 
 /// The person an account is linked into, if any.

@@ -60,13 +60,6 @@ impl From<FactSubject<'_>> for memory_sql::Subject {
     }
 }
 
-impl FactSubject<'_> {
-    /// The `LIKE` pattern matching this platform's room keys (`memory_sql::room_pattern`).
-    fn room_pattern(&self) -> String {
-        memory_sql::room_pattern(self.platform)
-    }
-}
-
 /// What one fact extraction produced, committed together with the new position.
 #[derive(Debug, Clone)]
 pub struct NewFacts<'a> {
@@ -241,7 +234,7 @@ impl Store {
             .bind(who.agent_id)
             .bind(who.user_id)
             .bind(false)
-            .bind(who.room_pattern())
+            .bind(memory_sql::room_pattern(who.platform))
             .bind(after_id)
             .fetch_one(pool)
             .await
@@ -267,7 +260,7 @@ impl Store {
                     .bind(who.agent_id)
                     .bind(who.user_id)
                     .bind(false)
-                    .bind(who.room_pattern())
+                    .bind(memory_sql::room_pattern(who.platform))
                     .bind(after_id)
                     .bind(limit.max(0))
                     .fetch_all(pool)
