@@ -61,7 +61,7 @@ impl Store {
         if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
-                .call(move |conn| super::engine::recent_messages(conn, &agent, &room, limit))
+                .read(move |conn| super::engine::recent_messages(conn, &agent, &room, limit))
                 .await;
         }
         let rows = with_pool!(self, pool => {
@@ -101,7 +101,7 @@ impl Store {
         if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
-                .call(move |conn| {
+                .read(move |conn| {
                     let state = super::rooms::room_state_on(conn, &agent, &room)?;
                     let Some(limit) = recent else {
                         return Ok(RoomContext {

@@ -100,6 +100,7 @@ mod pgvector;
 mod posts;
 #[cfg(test)]
 mod posts_tests;
+mod readers;
 mod revisions;
 #[cfg(test)]
 mod revisions_tests;

@@ -119,7 +119,7 @@ impl Store {
         if let Some(engine) = self.engine() {
             let (agent, user) = (agent_id.clone(), user.clone());
             return engine
-                .call(move |conn| person_on(conn, &agent, platform, &user))
+                .read(move |conn| person_on(conn, &agent, platform, &user))
                 .await;
         }
         let id: Option<String> = with_pool!(self, pool => {

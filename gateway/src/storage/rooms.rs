@@ -50,7 +50,7 @@ impl Store {
         if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
-                .call(move |conn| room_state_on(conn, &agent, &room))
+                .read(move |conn| room_state_on(conn, &agent, &room))
                 .await;
         }
         let row: Option<RoomState> = with_pool!(self, pool => {

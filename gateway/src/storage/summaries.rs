@@ -83,7 +83,7 @@ impl Store {
         if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
-                .call(move |conn| memory_sql::room_summary(conn, &agent, &room))
+                .read(move |conn| memory_sql::room_summary(conn, &agent, &room))
                 .await
                 .map(|row| {
                     row.map(
@@ -153,7 +153,7 @@ impl Store {
         if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
-                .call(move |conn| {
+                .read(move |conn| {
                     memory_sql::count_room_messages_after(conn, &agent, &room, after_id)
                 })
                 .await;
@@ -180,7 +180,7 @@ impl Store {
         if let Some(engine) = self.engine() {
             let (agent, room) = (agent_id.clone(), room.clone());
             return engine
-                .call(move |conn| {
+                .read(move |conn| {
                     memory_sql::room_messages_after(conn, (&agent, &room), after_id, limit)
                 })
                 .await;
@@ -202,7 +202,7 @@ impl Store {
         if let Some(engine) = self.engine() {
             let who = memory_sql::Subject::from(who);
             return engine
-                .call(move |conn| memory_sql::fact_progress(conn, &who))
+                .read(move |conn| memory_sql::fact_progress(conn, &who))
                 .await;
         }
         let through: Option<i64> = with_pool!(self, pool => {
@@ -226,7 +226,7 @@ impl Store {
         if let Some(engine) = self.engine() {
             let who = memory_sql::Subject::from(who);
             return engine
-                .call(move |conn| memory_sql::count_user_messages_after(conn, &who, after_id))
+                .read(move |conn| memory_sql::count_user_messages_after(conn, &who, after_id))
                 .await;
         }
         let n = with_pool!(self, pool => {
@@ -252,7 +252,7 @@ impl Store {
         let mut rows: Vec<MemoryMessage> = if let Some(engine) = self.engine() {
             let who = memory_sql::Subject::from(who);
             engine
-                .call(move |conn| memory_sql::user_messages_after(conn, &who, after_id, limit))
+                .read(move |conn| memory_sql::user_messages_after(conn, &who, after_id, limit))
                 .await?
         } else {
             with_pool!(self, pool => {
@@ -277,7 +277,7 @@ impl Store {
         if let Some(engine) = self.engine() {
             let who = memory_sql::Subject::from(who);
             return engine
-                .call(move |conn| {
+                .read(move |conn| {
                     let person =
                         super::people::person_on(conn, &who.agent_id, who.platform, &who.user_id)?;
                     let mut facts = Vec::new();
