@@ -51,6 +51,9 @@ use super::{
     SQLITE_BUSY_TIMEOUT, StorageError,
 };
 
+/// Other calls pending, at most, for a read to run beside them on a reader (`Engine::read`):
+/// a quiet room's turn meets its memory upkeep and the spend ledger; more is load.
+const READ_BESIDE: usize = 2;
 /// Calls taken into one transaction, at most.
 const MAX_BATCH: usize = 512;
 /// Calls waiting for the thread before callers wait to queue (backpressure).
@@ -100,7 +103,8 @@ struct Pending<'a>(&'a AtomicUsize);
 /// with its pending count, to run elsewhere.
 enum Started<'a, T, F> {
     Ran(Result<T>),
-    Back(F, Pending<'a>),
+    /// The work, its pending guard, and how many other calls were pending when it started.
+    Back(F, Pending<'a>, usize),
 }
 
 impl Drop for Pending<'_> {
@@ -185,7 +189,7 @@ impl Engine {
     {
         match self.start(work)? {
             Started::Ran(result) => result,
-            Started::Back(work, _pending) => self.enqueue(work).await,
+            Started::Back(work, _pending, _) => self.enqueue(work).await,
         }
     }
 
@@ -202,7 +206,7 @@ impl Engine {
         let pending = Pending(&self.pending);
         Ok(match self.run_here(work, others) {
             Ok(result) => Started::Ran(result),
-            Err(work) => Started::Back(work, pending),
+            Err(work) => Started::Back(work, pending, others),
         })
     }
 
@@ -237,13 +241,13 @@ impl Engine {
     /// Runs `work`, which only reads, and returns what it read:
     /// - on a quiet engine, as a lone call on the writer's connection, whose cache holds
     ///   what it just wrote;
-    /// - when it meets another call (its connection taken, or another call pending) and
-    ///   nothing is queued, in a read transaction on a connection of its own, on this thread,
-    ///   beside the other call (`storage::readers`): not a hand-off to the thread and back,
-    ///   two wake-ups;
-    /// - when calls are queued, in their batch: a saturated engine batches cheaply, and a
-    ///   reader would read every page again (its cache starts over after each commit),
-    ///   more CPU on cores that are all busy (0.85x the throughput at 1,000 rooms).
+    /// - when it meets a few other calls (`READ_BESIDE`) and nothing is queued, in a read
+    ///   transaction on a connection of its own, on this thread, beside them
+    ///   (`storage::readers`): not a hand-off to the thread and back, two wake-ups;
+    /// - otherwise in the batch of the calls queued: a busy engine batches cheaply, and a
+    ///   reader would read every page again (its cache starts over after each commit), more
+    ///   CPU on cores that are all busy (0.85x the throughput at 1,000 rooms when every read
+    ///   that met a busy engine went to a reader).
     pub async fn read<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
@@ -251,10 +255,12 @@ impl Engine {
     {
         match self.start(work)? {
             Started::Ran(result) => result,
-            Started::Back(work, _pending) if self.queue.capacity() < QUEUE => {
-                self.enqueue(work).await
+            Started::Back(work, _pending, others)
+                if others <= READ_BESIDE && self.queue.capacity() == QUEUE =>
+            {
+                self.readers.read(work)
             }
-            Started::Back(work, _pending) => self.readers.read(work),
+            Started::Back(work, _pending, _) => self.enqueue(work).await,
         }
     }
 
