@@ -23,7 +23,8 @@ use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::Result;
+use super::engine::{commit, exec};
+use super::{Result, StorageError};
 
 /// Idle connections kept for the next reads.
 const IDLE: usize = 4;
@@ -55,8 +56,9 @@ impl Readers {
             None => self.open()?,
         };
         let result = in_read_transaction(&conn, work);
+        // One left inside a transaction (its end failed) would fail every later read.
         let mut idle = self.lock();
-        if idle.len() < IDLE {
+        if idle.len() < IDLE && conn.is_autocommit() {
             idle.push(conn);
         }
         result
@@ -76,7 +78,7 @@ impl Readers {
         conn.pragma_update(None, "query_only", true)?;
         // A small page cache: under writes a reader's starts over at each read anyway (the
         // WAL changed since the last), so the default 2 MB a connection would only hold
-        // pages that are never read again (+5 MiB of peak RSS at 1,000 rooms).
+        // pages that are never read again.
         conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
         // As on the writer (`Engine::open`): statements planned once, and a busy database
         // (a WAL being recovered or restarted, both brief) waited for, not failed at once.
@@ -88,23 +90,20 @@ impl Readers {
 }
 
 /// `work` between `BEGIN` and `COMMIT`, so that its statements share one snapshot; rolled
-/// back when it fails.
+/// back when it fails, as when its commit does (the engine's `commit`).
 fn in_read_transaction<T>(
     conn: &Connection,
     work: impl FnOnce(&Connection) -> Result<T>,
 ) -> Result<T> {
-    conn.prepare_cached("BEGIN")?.execute([])?;
-    match work(conn) {
-        Ok(value) => {
-            conn.prepare_cached("COMMIT")?.execute([])?;
-            Ok(value)
-        }
-        Err(e) => {
-            let _ = conn
-                .prepare_cached("ROLLBACK")
-                .and_then(|mut s| s.execute([]));
-            Err(e)
-        }
+    exec(conn, "BEGIN")?;
+    let result = work(conn);
+    if result.is_err() {
+        let _ = exec(conn, "ROLLBACK");
+        return result;
+    }
+    match commit(conn) {
+        None => result,
+        Some(why) => Err(StorageError::Sqlite(format!("commit failed: {why}"))),
     }
 }
 
