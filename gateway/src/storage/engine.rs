@@ -45,6 +45,7 @@ use tokio::sync::{mpsc, oneshot};
 use troupe_connectors::{AgentId, RoomKey};
 
 use super::readers::Readers;
+use super::sqlite_tx::{commit, exec};
 use super::writer::{HandledReq, JournalReq};
 use super::{
     JournalId, JournalInsert, JournalState, MemoryMessage, OutboxId, RecordedReply, Result,
@@ -468,16 +469,6 @@ fn run_job(conn: &Connection, job: Job) -> Option<Answer> {
     answer
 }
 
-/// Commits the open transaction, or rolls it back and says why it could not commit.
-pub(super) fn commit(conn: &Connection) -> Option<String> {
-    exec(conn, "COMMIT")
-        .map_err(|e| {
-            let _ = exec(conn, "ROLLBACK");
-            e.to_string()
-        })
-        .err()
-}
-
 /// Runs a call's work, `None` if it panicked (logged; its caller rolls it back).
 fn unwound<T>(work: impl FnOnce() -> T) -> Option<T> {
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
@@ -485,11 +476,6 @@ fn unwound<T>(work: impl FnOnce() -> T) -> Option<T> {
         tracing::error!("a storage call panicked; it is rolled back");
     }
     ran.ok()
-}
-
-pub(super) fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(sql)?.execute([])?;
-    Ok(())
 }
 
 // The message path's statements. Each is a function of the connection, so that a batch

@@ -107,6 +107,7 @@ mod revisions_tests;
 mod rooms;
 #[cfg(test)]
 mod rooms_tests;
+mod sqlite_tx;
 mod state;
 mod summaries;
 #[cfg(test)]

@@ -23,7 +23,7 @@ use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::engine::{commit, exec};
+use super::sqlite_tx::{commit, exec};
 use super::{Result, StorageError};
 
 /// Idle connections kept for the next reads.
