@@ -45,6 +45,7 @@ on_both_backends!(
     attempts_are_counted_before_handling,
     give_up_apologises_once_per_room,
     installation_id_is_stable_and_per_database,
+    a_user_name_follows_the_newest_sighting,
 );
 
 // ---- fixtures ----
@@ -1936,4 +1937,41 @@ async fn sqlite_migration_0005_keeps_existing_rows_and_references() {
         "{indexes:?}"
     );
     assert_eq!(store.installation_id().await.unwrap().len(), 32);
+}
+
+/// `users`: a newer name replaces the old one, a late message does not roll it back, and a
+/// sighting that changes nothing within a minute writes nothing (`UPSERT_USER_CONFLICT`).
+async fn a_user_name_follows_the_newest_sighting(ctx: Ctx) {
+    let store = ctx.store;
+    let said = |id: &str, name: &str, at: i64| {
+        let mut msg = inbound(Platform::Telegram, "chat", id, "u1", "hi", at);
+        msg.author = UserRef::person("u1", name);
+        msg
+    };
+    let seen = || async {
+        let row: (String, i64) = with_pool!(store, pool => {
+            sqlx::query_as(
+                "SELECT name, last_seen_ms FROM users WHERE platform = 'telegram' AND user_id = 'u1'",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap()
+        });
+        row
+    };
+    let steps: [(&str, &str, i64, (&str, i64)); 5] = [
+        ("1", "Ann", 1_000, ("Ann", 1_000)),
+        ("2", "Ann", 2_000, ("Ann", 1_000)), // nothing changed within a minute
+        ("3", "Bea", 3_000, ("Bea", 3_000)), // a new name
+        ("4", "Ann", 2_500, ("Bea", 3_000)), // a late message: no roll back
+        ("5", "Bea", 63_000, ("Bea", 63_000)), // a minute on: the time moves
+    ];
+    for (id, name, at, (want_name, want_at)) in steps {
+        exchange(&store, &AGENT, &said(id, name, at), None).await;
+        assert_eq!(
+            seen().await,
+            (want_name.to_string(), want_at),
+            "after message {id}"
+        );
+    }
 }

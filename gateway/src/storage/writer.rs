@@ -35,12 +35,18 @@ use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use troupe_connectors::{AgentId, Outbound, RoomKey};
 
-/// Later sightings win; a re-driven old message must not roll a name or a time back.
+/// Later sightings win: a re-driven old message never rolls a name back. A sighting that
+/// changes nothing is not written (issue 48: at 1,000 rooms it was a leaf of its own to
+/// write for every message): the row is written when the name changed, or when its time is
+/// a minute old. So `last_seen_ms` (read by nothing) is the last sighting to within a
+/// minute, and a late message could set a name back only if the person changed it away and
+/// back within that minute (until their next message corrects it).
 pub(super) const UPSERT_USER_CONFLICT: &str = " ON CONFLICT (platform, user_id) DO UPDATE SET
-         name = CASE WHEN excluded.last_seen_ms >= users.last_seen_ms
-                     THEN excluded.name ELSE users.name END,
-         last_seen_ms = CASE WHEN excluded.last_seen_ms > users.last_seen_ms
-                             THEN excluded.last_seen_ms ELSE users.last_seen_ms END";
+         name = excluded.name,
+         last_seen_ms = excluded.last_seen_ms
+     WHERE excluded.last_seen_ms >= users.last_seen_ms
+       AND (excluded.name <> users.name
+            OR excluded.last_seen_ms >= users.last_seen_ms + 60000)";
 
 /// `CASE` rather than `max()`/`GREATEST()`, which is where the two dialects part (the
 /// engine runs this text on SQLite too).
