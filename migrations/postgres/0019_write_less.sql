@@ -1,5 +1,5 @@
--- Two indexes that cost every message a write: one that nothing needs, and one that held
--- far more than its one reader looks at (issue 48: a message's cost is mostly the pages its
+-- Three indexes that cost every message a write: one that nothing needs, and two that held
+-- more than their readers look at (issue 48: a message's cost is mostly the pages its
 -- commits write, a WAL frame each on SQLite).
 -- Keep in step with migrations/sqlite/0019_write_less.sql.
 
@@ -18,3 +18,10 @@ DROP INDEX IF EXISTS rooms_by_activity;
 -- (SQLite's rule for partial indexes), as the claims in gateway/src/storage/outbox.rs do.
 DROP INDEX IF EXISTS outbox_due;
 CREATE INDEX outbox_due ON outbox (id, not_before_ms) WHERE state = 'pending';
+
+-- `messages_by_author` held every message under its author, the persona's replies too, a
+-- second leaf for each exchange. Its one reader, fact extraction (storage/memory_sql.rs,
+-- `USER_MESSAGES_AFTER` and its count), reads people's messages only, `from_agent = FALSE`,
+-- written out in the query as here.
+DROP INDEX IF EXISTS messages_by_author;
+CREATE INDEX messages_by_author ON messages (agent_id, author_id, id) WHERE from_agent = FALSE;

@@ -46,15 +46,17 @@ pub(super) const ROOM_MESSAGES_AFTER: &str =
      ORDER BY id LIMIT $4";
 pub(super) const FACT_PROGRESS: &str = "SELECT through_message_id FROM user_fact_progress
      WHERE agent_id = $1 AND platform = $2 AND user_id = $3";
+/// `from_agent = FALSE` is written out, not bound: it is the predicate of the partial index
+/// `messages_by_author` (migration 0019), which a query uses only by repeating it.
 pub(super) const COUNT_USER_MESSAGES_AFTER: &str = "SELECT COUNT(*) FROM messages
-     WHERE agent_id = $1 AND author_id = $2 AND from_agent = $3 AND room LIKE $4
-       AND id > $5";
+     WHERE agent_id = $1 AND author_id = $2 AND from_agent = FALSE AND room LIKE $3
+       AND id > $4";
 pub(super) const USER_MESSAGES_AFTER: &str =
     "SELECT id, room, author_id, author_name, text, from_agent, created_at_ms
      FROM messages
-     WHERE agent_id = $1 AND author_id = $2 AND from_agent = $3 AND room LIKE $4
-       AND id > $5
-     ORDER BY id DESC LIMIT $6";
+     WHERE agent_id = $1 AND author_id = $2 AND from_agent = FALSE AND room LIKE $3
+       AND id > $4
+     ORDER BY id DESC LIMIT $5";
 pub(super) const USER_FACTS: &str = "SELECT created_at_ms, id, fact FROM user_facts
      WHERE agent_id = $1 AND platform = $2 AND user_id = $3
      ORDER BY created_at_ms DESC, id DESC
@@ -186,7 +188,6 @@ pub(super) fn count_user_messages_after(
         params![
             who.agent_id.as_str(),
             who.user_id.as_str(),
-            false,
             room_pattern(who.platform),
             after_id
         ],
@@ -205,7 +206,6 @@ pub(super) fn user_messages_after(
     let rows = stmt.query(params![
         who.agent_id.as_str(),
         who.user_id.as_str(),
-        false,
         room_pattern(who.platform),
         after_id,
         limit.max(0)
@@ -307,4 +307,39 @@ pub(super) fn record_user_facts(conn: &Connection, who: &Subject, new: &FactsRow
         new.keep.max(0)
     ])?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Pool;
+    use super::super::test_support::sqlite_store;
+    use super::{COUNT_USER_MESSAGES_AFTER, USER_MESSAGES_AFTER};
+
+    /// Fact extraction reads a person's messages through the partial `messages_by_author`
+    /// (migration 0019): a query that stopped repeating its predicate would scan the agent's
+    /// messages instead, every time the facts are brought up to date.
+    #[tokio::test]
+    async fn a_persons_messages_are_read_through_the_author_index() {
+        let (_dir, store) = sqlite_store().await;
+        let Pool::Sqlite(pool) = &store.pool else {
+            unreachable!("a SQLite store")
+        };
+        for sql in [COUNT_USER_MESSAGES_AFTER, USER_MESSAGES_AFTER] {
+            let plan: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                    .bind("ada")
+                    .bind("u1")
+                    .bind("telegram:%")
+                    .bind(0_i64)
+                    .bind(10_i64)
+                    .fetch_all(pool)
+                    .await
+                    .unwrap();
+            let steps: Vec<&str> = plan.iter().map(|(.., step)| step.as_str()).collect();
+            assert!(
+                steps.iter().any(|s| s.contains("INDEX messages_by_author")),
+                "{sql}: {steps:?}"
+            );
+        }
+    }
 }
