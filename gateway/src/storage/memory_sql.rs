@@ -311,8 +311,7 @@ pub(super) fn record_user_facts(conn: &Connection, who: &Subject, new: &FactsRow
 
 #[cfg(test)]
 mod tests {
-    use super::super::Pool;
-    use super::super::test_support::sqlite_store;
+    use super::super::test_support::sqlite_plan;
     use super::{COUNT_USER_MESSAGES_AFTER, USER_MESSAGES_AFTER};
 
     /// Fact extraction reads a person's messages through the partial `messages_by_author`
@@ -320,22 +319,15 @@ mod tests {
     /// messages instead, every time the facts are brought up to date.
     #[tokio::test]
     async fn a_persons_messages_are_read_through_the_author_index() {
-        let (_dir, store) = sqlite_store().await;
-        let Pool::Sqlite(pool) = &store.pool else {
-            unreachable!("a SQLite store")
-        };
         for sql in [COUNT_USER_MESSAGES_AFTER, USER_MESSAGES_AFTER] {
-            let plan: Vec<(i64, i64, i64, String)> =
-                sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
-                    .bind("ada")
+            let steps = sqlite_plan(sql, |q| {
+                q.bind("ada")
                     .bind("u1")
                     .bind("telegram:%")
                     .bind(0_i64)
                     .bind(10_i64)
-                    .fetch_all(pool)
-                    .await
-                    .unwrap();
-            let steps: Vec<&str> = plan.iter().map(|(.., step)| step.as_str()).collect();
+            })
+            .await;
             assert!(
                 steps.iter().any(|s| s.contains("INDEX messages_by_author")),
                 "{sql}: {steps:?}"

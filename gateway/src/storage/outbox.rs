@@ -177,8 +177,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Pool;
-    use super::super::test_support::sqlite_store;
+    use super::super::test_support::sqlite_plan;
     use super::CLAIM_SQLITE;
 
     /// The claim reads the pending rows through the partial `outbox_due` (migration 0019),
@@ -186,20 +185,10 @@ mod tests {
     /// read every reply ever sent, each time the delivery worker looks for work.
     #[tokio::test]
     async fn the_claim_walks_the_pending_rows_in_order() {
-        let (_dir, store) = sqlite_store().await;
-        let Pool::Sqlite(pool) = &store.pool else {
-            unreachable!("a SQLite store")
-        };
-        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "EXPLAIN QUERY PLAN {CLAIM_SQLITE}"
-        )))
-        .bind(10_i64)
-        .bind(1_000_i64)
-        .bind(100_i64)
-        .fetch_all(pool)
-        .await
-        .unwrap();
-        let steps: Vec<&str> = plan.iter().map(|(.., step)| step.as_str()).collect();
+        let steps = sqlite_plan(CLAIM_SQLITE, |q| {
+            q.bind(10_i64).bind(1_000_i64).bind(100_i64)
+        })
+        .await;
         assert!(
             steps.iter().any(|s| s.contains("USING INDEX outbox_due")),
             "{steps:?}"

@@ -91,6 +91,37 @@ pub(crate) async fn sqlite_store() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
+/// One line of SQLite's `EXPLAIN QUERY PLAN`: its id, its parent's, a spare, the step.
+type PlanStep = (i64, i64, i64, String);
+
+/// The steps SQLite would take to run `sql` on a fresh migrated database (`EXPLAIN QUERY
+/// PLAN`), its parameters bound by `bind`: what a test that a statement reads the index
+/// written for it looks at.
+pub(crate) async fn sqlite_plan(
+    sql: &str,
+    bind: impl for<'q> FnOnce(
+        sqlx::query::QueryAs<'q, sqlx::Sqlite, PlanStep, sqlx::sqlite::SqliteArguments>,
+    ) -> sqlx::query::QueryAs<
+        'q,
+        sqlx::Sqlite,
+        PlanStep,
+        sqlx::sqlite::SqliteArguments,
+    >,
+) -> Vec<String> {
+    let (_dir, store) = sqlite_store().await;
+    let super::Pool::Sqlite(pool) = &store.pool else {
+        unreachable!("a SQLite store")
+    };
+    let explain = sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")));
+    bind(explain)
+        .fetch_all(pool)
+        .await
+        .expect("EXPLAIN QUERY PLAN")
+        .into_iter()
+        .map(|(.., step)| step)
+        .collect()
+}
+
 /// The URL of the database file in `dir`.
 fn sqlite_url(dir: &tempfile::TempDir) -> String {
     format!("sqlite://{}", dir.path().join("troupe.db").display())
