@@ -69,6 +69,8 @@ pub struct App {
     personas: PersonaWork,
     /// The platform connectors' receiving loops: which run here, and how they stop.
     loops: Loops,
+    /// How to give the allocator's free pages back (`release_memory_with`).
+    release_memory: Option<fn()>,
 }
 
 /// The HTTP API's socket, until serving starts.
@@ -259,6 +261,12 @@ impl App {
         Ok(app)
     }
 
+    /// Has `release` give the allocator's free pages back to the kernel while the app runs
+    /// (`release_memory`): `troupe run` passes jemalloc's purge (src/main.rs).
+    pub fn release_memory_with(&mut self, release: fn()) {
+        self.release_memory = Some(release);
+    }
+
     /// Binds the HTTP listener of a headless app on `addr` (`troupe bench --http` serves
     /// its own model this way); returns the address, with the real port when 0 was asked for.
     pub async fn listen(&mut self, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
@@ -325,6 +333,7 @@ impl App {
                 shared: Default::default(),
             },
             config,
+            release_memory: None,
         };
         app.load_personas().await?;
         // Watch from right after loading, so an edit made while the rest starts is seen.
@@ -799,6 +808,9 @@ impl App {
             .reconnects
             .take()
             .ok_or_else(|| anyhow::anyhow!("the app is already running"))?;
+        if let Some(release) = self.release_memory {
+            tasks.spawn(release_memory(release, shutdown.child_token()));
+        }
         let app = Arc::new(self);
         tasks.spawn(app.clone().follow_personas(events));
         tasks.spawn(app.follow_reconnects(reconnects, shutdown.child_token()));
@@ -918,6 +930,26 @@ async fn housekeeping(
             _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {
                 limiter.housekeep();
                 api_budget.housekeep();
+            }
+        }
+    }
+}
+
+/// Gives the allocator's free pages back (`App::release_memory_with`): a second after the
+/// start, whose work (migrations, character files, the keyword index's first sync, the
+/// connectors' first connections) allocates and frees a few MiB, then once a minute. The
+/// allocator returns freed pages by itself only when later allocations come along to notice
+/// (jemalloc's decay): an idle gateway kept them (2.4 MiB at ready, docs/benchmarks.md),
+/// and a quiet one kept what its last burst freed. A background thread of the allocator's
+/// would do the same, at the price of wake-ups on the message path (issue 48).
+async fn release_memory(release: fn(), stop: CancellationToken) {
+    let mut wait = std::time::Duration::from_secs(1);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {
+                release();
+                wait = std::time::Duration::from_secs(60);
             }
         }
     }

@@ -95,6 +95,14 @@ enum Command {
 }
 
 pub fn main() -> ExitCode {
+    main_with(|| {})
+}
+
+/// [`main`], with the executable's way to give the allocator's free pages back to the
+/// kernel (`release`), which `troupe run` calls after its start and then now and then
+/// (`App::release_memory_with`), so that an idle gateway does not keep what its start and
+/// its last burst freed (see src/main.rs).
+pub fn main_with(release: fn()) -> ExitCode {
     let cli = Cli::parse();
     // The worker reads no configuration, logs nothing and starts no runtime: everything it
     // needs comes on stdin, and its stdout is the answer.
@@ -143,7 +151,7 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Run => run(config).await,
+            Command::Run => run(config, release).await,
             Command::Check { files } => check(config, files).await,
             Command::Migrate => migrate(config).await,
             Command::Chat { agent, room_id } => crate::chat::run(config, &agent, &room_id).await,
@@ -262,8 +270,9 @@ async fn usage(
     Ok(ExitCode::SUCCESS)
 }
 
-async fn run(config: Config) -> anyhow::Result<ExitCode> {
-    let app = App::build(config).await?;
+async fn run(config: Config, release: fn()) -> anyhow::Result<ExitCode> {
+    let mut app = App::build(config).await?;
+    app.release_memory_with(release);
     if let Some(addr) = app.http_addr() {
         // On stdout, so scripts and tests can find the port when 0 was asked for.
         println!("troupe: listening on http://{addr}");
