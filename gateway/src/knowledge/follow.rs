@@ -15,6 +15,12 @@ impl Knowledge {
         self.inner.index.staging_done().await
     }
 
+    /// See `KeywordIndex::has_writer`.
+    #[cfg(test)]
+    pub(crate) fn index_has_writer(&self) -> bool {
+        self.inner.index.has_writer()
+    }
+
     /// How far the keyword index has followed the database (for `/readyz` and `/metrics`).
     pub fn index_status(&self) -> IndexStatus {
         self.inner.index.status()

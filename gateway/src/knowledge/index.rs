@@ -41,6 +41,7 @@ use std::sync::{Arc, Mutex};
 use troupe_connectors::sync::Locked;
 
 use tantivy::collector::TopDocs;
+use tantivy::directory::{Directory, DirectoryLock, Lock};
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
@@ -59,7 +60,7 @@ use crate::storage::{IndexChunk, Scope, Store};
 const TOKENIZER: &str = "troupe_terms";
 /// The writer's memory budget. One indexing thread: the machine is small, and one thread's
 /// segments merge into fewer. 16 MiB, just over tantivy's floor (15 MB): the arena is held
-/// for the process's life, and the gateway's peak memory under hostile uploads has a bound
+/// from the first write for the process's life, and the gateway's peak memory under hostile uploads has a bound
 /// (tests/tests/hostile.rs: 32 MiB put it over). A smaller arena flushes smaller segments
 /// more often, which the merge policy folds together.
 const WRITER_MEMORY: usize = 16 << 20;
@@ -118,8 +119,15 @@ pub struct IndexStatus {
 }
 
 pub struct KeywordIndex {
+    index: Index,
     reader: IndexReader,
-    writer: Mutex<IndexWriter>,
+    /// tantivy's writer, made by the first write (`write`), not at open: it holds a
+    /// 10,000-document queue and its threads from the start, 1.3 MiB that a gateway whose
+    /// personas have no documents (or whose index is up to date) never used (issue 48).
+    writer: Mutex<Option<IndexWriter>>,
+    /// This process's claim on the directory, taken at open: a second process on the same
+    /// directory is refused there, as when the writer was made at open.
+    _claim: DirectoryLock,
     fields: Fields,
     /// The last change applied and committed (searchable); -1: the index must be rebuilt
     /// first.
@@ -240,14 +248,22 @@ impl KeywordIndex {
         index
             .tokenizers()
             .register(TOKENIZER, TextAnalyzer::from(Terms::default()));
-        let writer = index.writer_with_num_threads(1, WRITER_MEMORY)?;
+        let claim = index
+            .directory()
+            .acquire_lock(&Lock {
+                filepath: std::path::PathBuf::from(".troupe-index.lock"),
+                is_blocking: false,
+            })
+            .map_err(|e| tantivy::TantivyError::LockFailure(e, None))?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
         Ok(Arc::new(KeywordIndex {
+            index,
             reader,
-            writer: Mutex::new(writer),
+            writer: Mutex::new(None),
+            _claim: claim,
             fields,
             applied: AtomicI64::new(applied.unwrap_or(-1)),
             staged: AtomicI64::new(applied.unwrap_or(-1)),
@@ -285,6 +301,12 @@ impl KeywordIndex {
     #[cfg(test)]
     pub async fn staging_done(&self) {
         drop(self.sync.lock().await);
+    }
+
+    /// Whether the writer has been made (`write`).
+    #[cfg(test)]
+    pub fn has_writer(&self) -> bool {
+        self.writer.locked().is_some()
     }
 
     /// Whether chunks were added that a search cannot see yet.
@@ -365,21 +387,22 @@ impl KeywordIndex {
         tokio::spawn(async move {
             let index = Arc::clone(&this);
             let added = blocking(move || {
-                let writer = index.writer.locked();
-                // No delete of the document first: its row is new (the insert would have
-                // found it otherwise), and a delete of an earlier copy was replayed before
-                // this change, since this one is the next. A delete per document cost the
-                // indexing thread a term query per segment flush.
-                // Each chunk's text is let go once analyzed into its tantivy document, so a
-                // large upload is not held twice (the gateway's peak memory, tests/hostile.rs).
-                // Terms the reader gave are used as they are; without them (a worker's
-                // chunks) each chunk is analyzed here.
-                let mut given = given.into_iter();
-                for (id, text) in chunks {
-                    let terms = given.next().unwrap_or_else(|| terms(&text));
-                    writer.add_document(index.document(&id, &document_id, &place, terms))?;
-                }
-                Ok(())
+                index.write(|writer| {
+                    // No delete of the document first: its row is new (the insert would
+                    // have found it otherwise), and a delete of an earlier copy was replayed
+                    // before this change, since this one is the next. A delete per document
+                    // cost the indexing thread a term query per segment flush.
+                    // Each chunk's text is let go once analyzed into its tantivy document,
+                    // so a large upload is not held twice (the gateway's peak memory,
+                    // tests/hostile.rs). Terms the reader gave are used as they are; without
+                    // them (a worker's chunks) each chunk is analyzed here.
+                    let mut given = given.into_iter();
+                    for (id, text) in chunks {
+                        let terms = given.next().unwrap_or_else(|| terms(&text));
+                        writer.add_document(index.document(&id, &document_id, &place, terms))?;
+                    }
+                    Ok(())
+                })
             })
             .await;
             let result = match added {
@@ -458,11 +481,12 @@ impl KeywordIndex {
                 let this = Arc::clone(self);
                 let n = chunks.len();
                 blocking(move || {
-                    let writer = this.writer.locked();
-                    for d in &group {
-                        writer.delete_term(Term::from_field_text(this.fields.document_id, d));
-                    }
-                    this.add(&writer, &chunks)
+                    this.write(|writer| {
+                        for d in &group {
+                            writer.delete_term(Term::from_field_text(this.fields.document_id, d));
+                        }
+                        this.add(writer, &chunks)
+                    })
                 })
                 .await?;
                 // A delete is pending too: it must reach the next search.
@@ -480,10 +504,15 @@ impl KeywordIndex {
         tracing::info!(head, "building the keyword index from the database");
         self.rebuilding.store(true, Ordering::Relaxed);
         self.rebuilt_chunks.store(0, Ordering::Relaxed);
+        // An empty index, with nothing staged, rebuilt from a database without chunks (a
+        // gateway's first start) changes nothing: it is not written, and no writer is made.
+        let was_empty = self.writer.locked().is_none() && self.reader.searcher().num_docs() == 0;
         let result = async {
-            {
-                let writer = self.writer.locked();
-                writer.delete_all_documents()?;
+            if !was_empty {
+                self.write(|writer| {
+                    writer.delete_all_documents()?;
+                    Ok(())
+                })?;
             }
             let mut after = 0;
             loop {
@@ -494,12 +523,13 @@ impl KeywordIndex {
                 after = last.seq;
                 let n = page.len() as i64;
                 let this = Arc::clone(self);
-                blocking(move || {
-                    let writer = this.writer.locked();
-                    this.add(&writer, &page)
-                })
-                .await?;
+                blocking(move || this.write(|writer| this.add(writer, &page))).await?;
                 self.rebuilt_chunks.fetch_add(n, Ordering::Relaxed);
+            }
+            if was_empty && self.rebuilt_chunks.load(Ordering::Relaxed) == 0 {
+                self.applied.store(head, Ordering::Relaxed);
+                self.staged.store(head, Ordering::Relaxed);
+                return Ok(head);
             }
             let this = Arc::clone(self);
             blocking(move || this.commit(head)).await?;
@@ -509,8 +539,9 @@ impl KeywordIndex {
         self.rebuilding.store(false, Ordering::Relaxed);
         if result.is_err() {
             // Nothing half-built is committed: the index stays as it was, to rebuild again.
-            let mut writer = self.writer.locked();
-            if let Err(e) = writer.rollback() {
+            if let Some(writer) = self.writer.locked().as_mut()
+                && let Err(e) = writer.rollback()
+            {
                 tracing::warn!(error = %e, "keyword index: could not roll back a failed rebuild");
             }
             self.staged
@@ -523,6 +554,19 @@ impl KeywordIndex {
             );
         }
         result
+    }
+
+    /// Runs `work` with the writer, made first if this is the first write.
+    fn write<T>(
+        &self,
+        work: impl FnOnce(&mut IndexWriter) -> Result<T, IndexError>,
+    ) -> Result<T, IndexError> {
+        let mut writer = self.writer.locked();
+        let writer = match &mut *writer {
+            Some(writer) => writer,
+            None => writer.insert(self.index.writer_with_num_threads(1, WRITER_MEMORY)?),
+        };
+        work(writer)
     }
 
     fn add(&self, writer: &IndexWriter, chunks: &[IndexChunk]) -> Result<(), IndexError> {
@@ -552,12 +596,13 @@ impl KeywordIndex {
 
     /// Commits with the last applied change as the payload, and makes it searchable.
     fn commit(&self, applied: i64) -> Result<(), IndexError> {
-        let mut writer = self.writer.locked();
         let database = self.database.locked().clone().unwrap_or_default();
-        let mut prepared = writer.prepare_commit()?;
-        prepared.set_payload(&format!("{applied} {database}"));
-        prepared.commit()?;
-        drop(writer);
+        self.write(|writer| {
+            let mut prepared = writer.prepare_commit()?;
+            prepared.set_payload(&format!("{applied} {database}"));
+            prepared.commit()?;
+            Ok(())
+        })?;
         self.reader.reload()?;
         self.applied.store(applied, Ordering::Relaxed);
         self.staged.store(applied, Ordering::Relaxed);
@@ -731,10 +776,7 @@ mod tests {
             ),
             chunk(3, "ada", "otters sleep holding hands"),
         ];
-        {
-            let writer = index.writer.lock().unwrap();
-            index.add(&writer, &chunks).unwrap();
-        }
+        index.write(|writer| index.add(writer, &chunks)).unwrap();
         index.commit(1).unwrap();
         let ada = AgentId::new("ada");
         let hits = index
@@ -769,10 +811,7 @@ mod tests {
         ));
         chunks.push(chunk(1001, "ada", "the lighthouse lighthouse of the bay"));
         chunks.push(chunk(1002, "ada", "otters sleep holding hands"));
-        {
-            let writer = index.writer.lock().unwrap();
-            index.add(&writer, &chunks).unwrap();
-        }
+        index.write(|writer| index.add(writer, &chunks)).unwrap();
         index.commit(1).unwrap();
 
         let terms = vec!["lighthouse".to_string()];

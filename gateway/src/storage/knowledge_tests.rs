@@ -44,6 +44,7 @@ on_both_backends!(
     vectors_find_what_keywords_miss_and_reembed_rebuilds_them,
     replicas_follow_each_other_through_the_change_sequence,
     a_removed_index_directory_is_rebuilt_with_nothing_lost,
+    an_index_without_documents_makes_no_writer,
 );
 
 fn knowledge(store: &Store) -> Knowledge {
@@ -703,9 +704,16 @@ async fn a_removed_index_directory_is_rebuilt_with_nothing_lost(store: Store) {
         k.ingest(&AGENT, Some(&key_of("web:r1")), name, None, text.as_bytes())
             .await
             .unwrap();
+        if name == "a.txt" {
+            // A search commits the first upload: the index has a commit to resume from (an
+            // index that never had one, as on a first start, is rebuilt instead).
+            let room = key_of("web:r1");
+            let hits = k.search(&AGENT, Some(&room), "otter", 5).await.unwrap();
+            assert_eq!(sources(&hits), ["a.txt"]);
+        }
     }
     let head = store.last_knowledge_change().await.unwrap();
-    // Dropped with the two uploads staged but not committed (commits are lazy): as a crash.
+    // Dropped with the second upload staged but not committed (commits are lazy): as a crash.
     // The second upload is still being staged in the background, holding the index's
     // writer (and its directory lock) until it is done; a crash would let go of both.
     k.index_staging_done().await;
@@ -744,4 +752,36 @@ async fn a_removed_index_directory_is_rebuilt_with_nothing_lost(store: Store) {
         .unwrap();
     assert_eq!(sources(&hits), ["a.txt", "b.txt"]);
     assert!(finds_nothing(&k, "otter puffin").await);
+}
+
+/// A first start (no documents) follows the database without writing the index or making
+/// its writer, whose queue and threads cost 1.3 MiB (issue 48); the first upload makes it.
+/// The directory is still claimed at open: a second process there is refused at once.
+async fn an_index_without_documents_makes_no_writer(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = KnowledgeSettings {
+        index_dir: dir.path().join("index"),
+        ..KnowledgeSettings::default()
+    };
+    let open = || Knowledge::with_index_dir(store.clone(), settings.clone(), None);
+    let k = open().unwrap();
+    let status = k.sync_index().await.unwrap();
+    assert_eq!(
+        (status.applied, status.lag, status.rebuilt_chunks),
+        (store.last_knowledge_change().await.unwrap(), 0, 0)
+    );
+    assert!(!k.index_has_writer());
+    let refused = open().err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        refused.contains("in use by another troupe process"),
+        "{refused}"
+    );
+
+    k.ingest(&AGENT, None, "a.txt", None, b"Otters sleep holding hands.")
+        .await
+        .unwrap();
+    k.index_staging_done().await;
+    assert!(k.index_has_writer());
+    let hits = k.search(&AGENT, None, "otter", 5).await.unwrap();
+    assert_eq!(sources(&hits), ["a.txt"]);
 }
