@@ -37,6 +37,8 @@
 //! - [`live`]: a reply's text while the model writes it, for those who show it live.
 //! - [`fetch`]: every fetch of a URL a stranger chose (attachments, embeds): the SSRF policy.
 //! - [`limits`]: inbound rate limits, and the HTTP API's budget per caller.
+//! - `lifecycle`: what runs beside the app's work (housekeeping, giving memory back) and its
+//!   drain at shutdown.
 //! - [`leader`]: which replica runs a receiver its platform allows once (Postgres locks).
 //! - `supervise`: connectors' receive loops kept running after a panic, and their state.
 //! - [`metrics`]: the Prometheus series behind `GET /metrics`.
@@ -68,6 +70,7 @@ pub(crate) mod http;
 pub(crate) mod ingress;
 pub mod knowledge;
 pub(crate) mod leader;
+mod lifecycle;
 pub(crate) mod limits;
 pub(crate) mod live;
 pub(crate) mod media;
