@@ -2,6 +2,7 @@
 //! limiters, giving the allocator's free pages back (`App::release_memory_with`), and the
 //! drain at shutdown (`App::run_until_stopped` spawns the first two and runs the last).
 
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -10,21 +11,19 @@ use crate::ingress::Ingress;
 use crate::limits::RateLimiter;
 use crate::provider;
 
+const MINUTE: Duration = Duration::from_secs(60);
+
 /// Every minute until `stop`: forgets the rate limiters' idle entries.
 pub(crate) async fn housekeeping(
     limiter: RateLimiter,
     api_budget: crate::limits::ApiBudget,
     stop: CancellationToken,
 ) {
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {
-                limiter.housekeep();
-                api_budget.housekeep();
-            }
-        }
-    }
+    every(MINUTE, MINUTE, stop, || {
+        limiter.housekeep();
+        api_budget.housekeep();
+    })
+    .await
 }
 
 /// Gives the allocator's free pages back (`App::release_memory_with`): a second after the
@@ -35,13 +34,18 @@ pub(crate) async fn housekeeping(
 /// and a quiet one kept what its last burst freed. A background thread of the allocator's
 /// would do the same, at the price of wake-ups on the message path (issue 48).
 pub(crate) async fn release_memory(release: fn(), stop: CancellationToken) {
-    let mut wait = std::time::Duration::from_secs(1);
+    every(Duration::from_secs(1), MINUTE, stop, release).await
+}
+
+/// Runs `work` once `first` has passed, then every `period`, until `stop`.
+async fn every(first: Duration, period: Duration, stop: CancellationToken, mut work: impl FnMut()) {
+    let mut wait = first;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {
-                release();
-                wait = std::time::Duration::from_secs(60);
+                work();
+                wait = period;
             }
         }
     }
