@@ -171,16 +171,26 @@ impl Store {
         })
     }
 
-    /// The agent's rooms with their message counts, most recently active first.
+    /// The agent's rooms with their message counts, most recently active first. A room's
+    /// activity is the newer of its row's time, which the message path moves only once a
+    /// minute (`writer::UPSERT_ROOM_CONFLICT`), and its newest message's, one step down
+    /// `messages_by_room` from its end.
     pub async fn rooms(&self, agent_id: &AgentId) -> Result<Vec<RoomSummary>> {
         let rows = with_pool!(self, pool => {
             sqlx::query_as(
-                "SELECT r.room, r.platform, r.name, r.last_active_ms,
-                        (SELECT COUNT(*) FROM messages m
-                         WHERE m.agent_id = r.agent_id AND m.room = r.room) AS message_count
-                 FROM rooms r
-                 WHERE r.agent_id = $1
-                 ORDER BY r.last_active_ms DESC, r.room",
+                "SELECT room, platform, name,
+                        CASE WHEN newest > last_active_ms THEN newest ELSE last_active_ms END
+                            AS last_active_ms,
+                        message_count
+                 FROM (SELECT r.room, r.platform, r.name, r.last_active_ms,
+                              COALESCE((SELECT m.created_at_ms FROM messages m
+                                        WHERE m.agent_id = r.agent_id AND m.room = r.room
+                                        ORDER BY m.id DESC LIMIT 1), r.last_active_ms) AS newest,
+                              (SELECT COUNT(*) FROM messages m
+                               WHERE m.agent_id = r.agent_id AND m.room = r.room) AS message_count
+                       FROM rooms r
+                       WHERE r.agent_id = $1) AS listed
+                 ORDER BY last_active_ms DESC, room",
             )
             .bind(agent_id)
             .fetch_all(pool)

@@ -46,6 +46,7 @@ on_both_backends!(
     give_up_apologises_once_per_room,
     installation_id_is_stable_and_per_database,
     a_user_name_follows_the_newest_sighting,
+    a_room_row_moves_once_a_minute_and_the_listing_stays_exact,
 );
 
 // ---- fixtures ----
@@ -1974,4 +1975,69 @@ async fn a_user_name_follows_the_newest_sighting(ctx: Ctx) {
             "after message {id}"
         );
     }
+}
+
+/// `rooms`: a message writes its room's row only when the room is new, its name changed,
+/// or its time is a minute old (`UPSERT_ROOM_CONFLICT`); the listing still shows each
+/// room's newest activity, and orders by it (`Store::rooms`). A late message rolls
+/// neither back, and a message without a name keeps the room's.
+async fn a_room_row_moves_once_a_minute_and_the_listing_stays_exact(ctx: Ctx) {
+    let store = ctx.store;
+    let said = |room: &str, id: &str, name: Option<&str>, at: i64| {
+        let mut msg = inbound(Platform::Telegram, room, id, "u1", "hi", at);
+        msg.room.name = name.map(str::to_string);
+        msg
+    };
+    let row = |room: &'static str| {
+        let store = &store;
+        async move {
+            let row: (Option<String>, i64) = with_pool!(store, pool => {
+                sqlx::query_as("SELECT name, last_active_ms FROM rooms WHERE room = $1")
+                    .bind(format!("telegram:{room}"))
+                    .fetch_one(pool)
+                    .await
+                    .unwrap()
+            });
+            row
+        }
+    };
+    let listed = || async {
+        let rooms = store.rooms(&AGENT).await.unwrap();
+        rooms
+            .into_iter()
+            .map(|r| (r.room.to_string(), r.last_active_ms))
+            .collect::<Vec<_>>()
+    };
+    let name = |n: &str| Some(n.to_string());
+    // (message id, its name, sent at, replied; then the row, and the listed time)
+    let steps: [(&str, Option<&str>, i64, bool, (Option<String>, i64), i64); 6] = [
+        ("1", Some("#a"), 1_000, true, (name("#a"), 1_001), 1_001), // new: written
+        ("2", Some("#a"), 2_000, false, (name("#a"), 1_001), 2_000), // nothing new: listed only
+        ("3", None, 2_500, true, (name("#a"), 1_001), 2_501), // no name: the room keeps its own
+        ("4", Some("#b"), 3_000, false, (name("#b"), 3_000), 3_000), // renamed: written
+        ("5", Some("#b"), 2_800, true, (name("#b"), 3_000), 3_000), // late: no roll back
+        ("6", Some("#b"), 63_000, false, (name("#b"), 63_000), 63_000), // a minute on
+    ];
+    for (id, room_name, at, replied, want_row, want_listed) in steps {
+        let msg = said("a", id, room_name, at);
+        exchange(&store, &AGENT, &msg, replied.then_some("ok")).await;
+        assert_eq!(row("a").await, want_row, "the row after message {id}");
+        assert_eq!(
+            listed().await,
+            [("telegram:a".to_string(), want_listed)],
+            "the listing after message {id}"
+        );
+    }
+    // Room b is written at 70,000; room a's newer message at 80,000 leaves a's row at
+    // 63,000, and the listing still puts a first.
+    exchange(&store, &AGENT, &said("b", "7", Some("#b2"), 70_000), None).await;
+    exchange(&store, &AGENT, &said("a", "8", Some("#b"), 80_000), None).await;
+    assert_eq!(row("a").await, (name("#b"), 63_000));
+    assert_eq!(
+        listed().await,
+        [
+            ("telegram:a".to_string(), 80_000),
+            ("telegram:b".to_string(), 70_000)
+        ]
+    );
 }

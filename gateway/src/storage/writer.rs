@@ -48,12 +48,19 @@ pub(super) const UPSERT_USER_CONFLICT: &str = " ON CONFLICT (platform, user_id) 
        AND (excluded.name <> users.name
             OR excluded.last_seen_ms >= users.last_seen_ms + 60000)";
 
-/// `CASE` rather than `max()`/`GREATEST()`, which is where the two dialects part (the
-/// engine runs this text on SQLite too).
+/// A room's row is written when it is new, when its name changed, or when its activity is
+/// a minute newer than the row says (issue 48: the time moved with every message, a leaf
+/// to write, and on SQLite a WAL frame, for each one). So `last_active_ms` is the room's
+/// activity to within a minute; the room listing (`Store::rooms`) takes the newer of it
+/// and the room's newest message, and so stays exact. `CASE` rather than
+/// `max()`/`GREATEST()`, which is where the two dialects part (the engine runs this text
+/// on SQLite too); a name is never cleared by a message without one.
 pub(super) const UPSERT_ROOM_CONFLICT: &str = " ON CONFLICT (agent_id, room) DO UPDATE SET
          name = COALESCE(excluded.name, rooms.name),
          last_active_ms = CASE WHEN excluded.last_active_ms > rooms.last_active_ms
-                               THEN excluded.last_active_ms ELSE rooms.last_active_ms END";
+                               THEN excluded.last_active_ms ELSE rooms.last_active_ms END
+     WHERE (excluded.name IS NOT NULL AND (rooms.name IS NULL OR excluded.name <> rooms.name))
+        OR excluded.last_active_ms >= rooms.last_active_ms + 60000";
 
 /// Requests per batch.
 const MAX_BATCH: usize = 256;
