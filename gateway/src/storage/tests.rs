@@ -2009,23 +2009,46 @@ async fn a_room_row_moves_once_a_minute_and_the_listing_stays_exact(ctx: Ctx) {
             .collect::<Vec<_>>()
     };
     let name = |n: &str| Some(n.to_string());
-    // (message id, its name, sent at, replied; then the row, and the listed time)
-    let steps: [(&str, Option<&str>, i64, bool, (Option<String>, i64), i64); 6] = [
-        ("1", Some("#a"), 1_000, true, (name("#a"), 1_001), 1_001), // new: written
-        ("2", Some("#a"), 2_000, false, (name("#a"), 1_001), 2_000), // nothing new: listed only
-        ("3", None, 2_500, true, (name("#a"), 1_001), 2_501), // no name: the room keeps its own
-        ("4", Some("#b"), 3_000, false, (name("#b"), 3_000), 3_000), // renamed: written
-        ("5", Some("#b"), 2_800, true, (name("#b"), 3_000), 3_000), // late: no roll back
-        ("6", Some("#b"), 63_000, false, (name("#b"), 63_000), 63_000), // a minute on
+    /// A message, then what the room's row and the listing say after it.
+    struct Step {
+        id: &'static str,
+        name: Option<&'static str>,
+        at: i64,
+        replied: bool,
+        row: (Option<&'static str>, i64),
+        listed: i64,
+    }
+    let step = |id, name, at, replied, row, listed| Step {
+        id,
+        name,
+        at,
+        replied,
+        row,
+        listed,
+    };
+    let steps = [
+        step("1", Some("#a"), 1_000, true, (Some("#a"), 1_001), 1_001), // new: written
+        step("2", Some("#a"), 2_000, false, (Some("#a"), 1_001), 2_000), // nothing new: listed only
+        step("3", None, 2_500, true, (Some("#a"), 1_001), 2_501), // no name: the room keeps its own
+        step("4", Some("#b"), 3_000, false, (Some("#b"), 3_000), 3_000), // renamed: written
+        step("5", Some("#b"), 2_800, true, (Some("#b"), 3_000), 3_000), // late: no roll back
+        step("6", Some("#b"), 63_000, false, (Some("#b"), 63_000), 63_000), // a minute on
     ];
-    for (id, room_name, at, replied, want_row, want_listed) in steps {
-        let msg = said("a", id, room_name, at);
-        exchange(&store, &AGENT, &msg, replied.then_some("ok")).await;
-        assert_eq!(row("a").await, want_row, "the row after message {id}");
+    for s in steps {
+        let msg = said("a", s.id, s.name, s.at);
+        exchange(&store, &AGENT, &msg, s.replied.then_some("ok")).await;
+        let (want_name, want_at) = s.row;
+        assert_eq!(
+            row("a").await,
+            (want_name.map(str::to_string), want_at),
+            "the row after message {}",
+            s.id
+        );
         assert_eq!(
             listed().await,
-            [("telegram:a".to_string(), want_listed)],
-            "the listing after message {id}"
+            [("telegram:a".to_string(), s.listed)],
+            "the listing after message {}",
+            s.id
         );
     }
     // Room b is written at 70,000; room a's newer message at 80,000 leaves a's row at
