@@ -122,9 +122,12 @@ fn gone() -> StorageError {
 impl Engine {
     /// Opens the database at `path` (migrated already, by the sqlx pool) and starts the thread.
     pub fn open(path: &Path) -> Result<Engine> {
-        let conn = Connection::open_with_flags(
+        // Through `troupe-wal`: a commit's WAL frames are one write, not two a frame.
+        super::wal_vfs::register().map_err(StorageError::Sqlite)?;
+        let conn = Connection::open_with_flags_and_vfs(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            super::wal_vfs::NAME,
         )?;
         // The same settings as the sqlx connection (storage::connect_sqlite).
         conn.pragma_update(None, "journal_mode", "WAL")?;

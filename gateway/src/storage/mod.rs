@@ -122,6 +122,7 @@ mod usage;
 mod usage_tests;
 #[cfg(test)]
 mod vector_tests;
+mod wal_vfs;
 mod webhooks;
 mod writer;
 
