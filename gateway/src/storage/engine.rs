@@ -33,7 +33,8 @@
 //!
 //! rusqlite (0.39, the release built on the same libsqlite3-sys as sqlx 0.9, so one SQLite
 //! library serves both) is the binding: the prepared-statement cache and typed rows without
-//! unsafe code of ours.
+//! unsafe code of ours. The one exception is the VFS the connection opens the file through
+//! (`wal_vfs`: a commit's WAL frames in one write), which is SQLite's C interface.
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
