@@ -24,9 +24,14 @@
 //! and a crash loses them as it would lose them unwritten. A header rewritten after a read
 //! (`walRewriteChecksums`, when a transaction wrote a page twice) is written at once.
 //!
-//! The rest of the VFS (locking, shared memory, the database file, the journal) is the
-//! `unix` VFS's own functions, unchanged, so a connection through `troupe-wal` and one
-//! through `unix` share the database as any two connections do.
+//! And when a write transaction ends without a commit (rolled back after it spilled pages),
+//! what it kept is written as its WAL write lock is released (the database file's
+//! `xShmLock`), while no other connection can write the WAL: as those frames would have been
+//! written unjoined, they never land on frames another connection writes later.
+//!
+//! The rest of the VFS (locking, shared memory, the database file's reads and writes, the
+//! journal) is the `unix` VFS's own functions, unchanged, so a connection through
+//! `troupe-wal` and one through `unix` share the database as any two connections do.
 
 use rusqlite::ffi;
 use std::ffi::{c_int, c_void};
@@ -84,13 +89,16 @@ pub(super) fn register() -> std::result::Result<(), String> {
     .map_err(Clone::clone)
 }
 
-/// A WAL file: our state, then the `unix` VFS's file (`inner`, at `inner_offset()` in the
-/// same allocation, which SQLite sizes by our `szOsFile`).
+/// A database or WAL file: our state, then the `unix` VFS's file (`inner`, at
+/// `inner_offset()` in the same allocation, which SQLite sizes by our `szOsFile`).
 #[repr(C)]
 struct WalFile {
     /// First, as SQLite's `sqlite3_file` "subclasses" require.
     base: ffi::sqlite3_file,
     inner: *mut ffi::sqlite3_file,
+    /// A database file's WAL, or a WAL's database file, while both are open (one pager
+    /// opens both, and only its connection calls either).
+    partner: *mut WalFile,
     /// Bytes written to us and not yet to the file, from `kept_at` on.
     kept: Vec<u8>,
     kept_at: i64,
@@ -122,7 +130,11 @@ unsafe extern "C" fn open(
         let Some(unix_open) = (*unix).xOpen else {
             return ffi::SQLITE_CANTOPEN;
         };
-        if flags & ffi::SQLITE_OPEN_WAL == 0 {
+        let (wal, main) = (
+            flags & ffi::SQLITE_OPEN_WAL != 0,
+            flags & ffi::SQLITE_OPEN_MAIN_DB != 0,
+        );
+        if !wal && !main {
             return unix_open(unix, name, file, flags, out_flags);
         }
         let inner = file
@@ -135,19 +147,53 @@ unsafe extern "C" fn open(
             (*file).pMethods = std::ptr::null();
             return rc;
         }
-        file.cast::<WalFile>().write(WalFile {
-            base: ffi::sqlite3_file { pMethods: &METHODS },
+        let this = file.cast::<WalFile>();
+        this.write(WalFile {
+            base: ffi::sqlite3_file {
+                pMethods: if wal { &METHODS } else { &DATABASE_METHODS },
+            },
             inner,
+            partner: std::ptr::null_mut(),
             kept: Vec::new(),
             kept_at: 0,
             header_of_commit: None,
             after_read: false,
         });
+        // The pager passes its database's name to both opens, the WAL's as a name that
+        // `sqlite3_filename_database` leads back to the very same pointer.
+        let mut open = databases();
+        if main {
+            open.push((name as usize, this as usize));
+        } else if let Some(&(_, db)) = open
+            .iter()
+            .find(|(n, _)| *n == ffi::sqlite3_filename_database(name) as usize)
+        {
+            let db = db as *mut WalFile;
+            (*db).partner = this;
+            (*this).partner = db;
+        }
         ffi::SQLITE_OK
     }
 }
 
-/// The `WalFile` behind a file SQLite passes to our methods.
+/// The database files open through this VFS: (the name's pointer, the file).
+fn databases() -> std::sync::MutexGuard<'static, Vec<(usize, usize)>> {
+    static OPEN: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+    OPEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Unlinks `file` from its partner, and a database file from the open ones.
+fn unlink(file: &mut WalFile) {
+    if !file.partner.is_null() {
+        // SAFETY: a partner is open until it unlinks itself here.
+        unsafe { (*file.partner).partner = std::ptr::null_mut() };
+        file.partner = std::ptr::null_mut();
+    }
+    let this = std::ptr::from_mut(file) as usize;
+    databases().retain(|&(_, f)| f != this);
+}
+
+/// The `WalFile` behind a file SQLite passes to our methods (a WAL or a database file).
 ///
 /// # Safety
 /// `file` must be a file `open` initialised as a `WalFile` and not yet closed.
@@ -250,6 +296,7 @@ unsafe extern "C" fn close(file: *mut ffi::sqlite3_file) -> c_int {
     // used again (SQLite frees the allocation).
     let w = unsafe { wal(file) };
     let flushed = flush(w);
+    unlink(w);
     let closed = unix!(w, xClose);
     unsafe { std::ptr::drop_in_place(std::ptr::addr_of_mut!(w.kept)) };
     if flushed != ffi::SQLITE_OK {
@@ -322,6 +369,67 @@ unsafe extern "C" fn shm_barrier(file: *mut ffi::sqlite3_file) {
         unsafe { f(inner) }
     }
 }
+
+/// The database file's own: every method is the `unix` file's, but these two also write
+/// what its WAL keeps. Frames kept when a write transaction ends (its WAL write lock
+/// released, an `xShmLock` unlock) belong to no commit (a commit's are written with its
+/// commit frame): a transaction rolled back after it spilled pages. They are written there,
+/// while this connection still holds the lock, as they would have been written unjoined,
+/// so they never land on frames another connection writes after it.
+unsafe extern "C" fn database_shm_lock(
+    file: *mut ffi::sqlite3_file,
+    offset: c_int,
+    n: c_int,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: our open database file; its partner, if any, is its open WAL.
+    let db = unsafe { wal(file) };
+    if flags & ffi::SQLITE_SHM_UNLOCK != 0 && !db.partner.is_null() {
+        // The frames of a transaction that did not commit: no error of theirs is the
+        // unlock's.
+        let _ = flush(unsafe { &mut *db.partner });
+    }
+    unix!(db, xShmLock, offset, n, flags)
+}
+
+unsafe extern "C" fn database_close(file: *mut ffi::sqlite3_file) -> c_int {
+    // SAFETY: our open database file; dropped in place after the `unix` close.
+    let db = unsafe { wal(file) };
+    unlink(db);
+    let closed = unix!(db, xClose);
+    unsafe { std::ptr::drop_in_place(std::ptr::addr_of_mut!(db.kept)) };
+    closed
+}
+
+passing!(database_read, xRead, data: *mut c_void, amount: c_int, offset: ffi::sqlite3_int64);
+passing!(database_write, xWrite, data: *const c_void, amount: c_int, offset: ffi::sqlite3_int64);
+passing!(database_truncate, xTruncate, size: ffi::sqlite3_int64);
+passing!(database_sync, xSync, flags: c_int);
+passing!(database_file_size, xFileSize, size: *mut ffi::sqlite3_int64);
+passing!(database_file_control, xFileControl, op: c_int, arg: *mut c_void);
+passing!(database_fetch, xFetch, offset: ffi::sqlite3_int64, amount: c_int, out: *mut *mut c_void);
+
+static DATABASE_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
+    iVersion: 3,
+    xClose: Some(database_close),
+    xRead: Some(database_read),
+    xWrite: Some(database_write),
+    xTruncate: Some(database_truncate),
+    xSync: Some(database_sync),
+    xFileSize: Some(database_file_size),
+    xLock: Some(lock),
+    xUnlock: Some(unlock),
+    xCheckReservedLock: Some(check_reserved_lock),
+    xFileControl: Some(database_file_control),
+    xSectorSize: Some(sector_size),
+    xDeviceCharacteristics: Some(device_characteristics),
+    xShmMap: Some(shm_map),
+    xShmLock: Some(database_shm_lock),
+    xShmBarrier: Some(shm_barrier),
+    xShmUnmap: Some(shm_unmap),
+    xFetch: Some(database_fetch),
+    xUnfetch: Some(unfetch),
+};
 
 static METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
     iVersion: 3,
@@ -397,6 +505,24 @@ mod tests {
         (rows, bytes, verdict)
     }
 
+    /// What `conn`'s WAL file keeps unwritten.
+    fn kept(conn: &Connection) -> usize {
+        let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
+        // SAFETY: the handle is open; the file control stores the WAL's `sqlite3_file`,
+        // which this VFS opened as a `WalFile`, and it stays open while `conn` is.
+        unsafe {
+            let rc = ffi::sqlite3_file_control(
+                conn.handle(),
+                c"main".as_ptr(),
+                ffi::SQLITE_FCNTL_JOURNAL_POINTER,
+                std::ptr::addr_of_mut!(file).cast(),
+            );
+            assert_eq!(rc, ffi::SQLITE_OK);
+            assert!(!file.is_null() && (*file).pMethods == &raw const METHODS);
+            wal(file).kept.len()
+        }
+    }
+
     /// A commit of many pages is one write to the WAL file, not two a frame.
     #[test]
     fn a_commits_frames_are_one_write() {
@@ -461,5 +587,52 @@ mod tests {
         }
         let recovered = open(&copy.path().join("t.db"), false);
         assert_eq!(contents(&recovered), expected, "recovered from the WAL");
+    }
+
+    /// Frames a transaction wrote before it was rolled back are not written over frames
+    /// another connection committed after it: a restart of the WAL by the other connection
+    /// (its checkpoint copied everything, so its next write starts the file over) and then
+    /// anything this connection asks of the file leave every commit readable.
+    #[test]
+    fn a_rolled_back_transactions_frames_never_land_on_anothers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let conn = open(&path, true);
+        conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB)")
+            .unwrap();
+        insert_rows(&conn, 300, 900);
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        conn.pragma_update(None, "cache_size", 5).unwrap();
+        // Rows rewritten in place, read from the database file: pages spilled to the WAL
+        // and kept, none of them read back when the transaction is undone.
+        conn.execute_batch("BEGIN; UPDATE t SET body = randomblob(900); ROLLBACK;")
+            .unwrap();
+        assert_eq!(kept(&conn), 0, "frames kept after the transaction ended");
+
+        let other = open(&path, false);
+        other
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        // More frames than the rolled-back transaction wrote: the file's new frames reach
+        // past where its last ones were.
+        insert_rows(&other, 600, 900);
+        let expected = contents(&other);
+        assert_eq!((expected.0, expected.2.as_str()), (900, "ok"));
+
+        // This connection reads the WAL again (and writes it, in a commit of its own).
+        assert_eq!(contents(&conn), expected);
+        insert_rows(&conn, 1, 10);
+        let copy = tempfile::tempdir().unwrap();
+        for file in ["t.db", "t.db-wal"] {
+            std::fs::copy(dir.path().join(file), copy.path().join(file)).unwrap();
+        }
+        let recovered = open(&copy.path().join("t.db"), false);
+        let (rows, _, verdict) = contents(&recovered);
+        assert_eq!(
+            (rows, verdict.as_str()),
+            (901, "ok"),
+            "recovered from the WAL"
+        );
     }
 }
