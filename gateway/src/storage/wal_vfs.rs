@@ -1,6 +1,7 @@
 //! `troupe-wal`: SQLite's own `unix` VFS, with the WAL's writes of one commit joined into one
 //! `pwrite` (issue 48). The engine's connection (storage/engine.rs) opens the database
-//! through it; every other connection, and every file but the WAL, is plain `unix`.
+//! through it; every other connection is plain `unix`, and so is every file but the WAL and
+//! the database file (whose lock release is the one call it adds to).
 //!
 //! Why: SQLite writes a WAL frame as two writes, its 24-byte header and then its page
 //! (`walWriteOneFrame`), so a commit of 12 pages is 24 `pwrite`s, and each one straddles
@@ -96,6 +97,8 @@ struct WalFile {
     /// First, as SQLite's `sqlite3_file` "subclasses" require.
     base: ffi::sqlite3_file,
     inner: *mut ffi::sqlite3_file,
+    /// A WAL (writes joined), or a database file (writes the `unix` file's own).
+    is_wal: bool,
     /// A database file's WAL, or a WAL's database file, while both are open (one pager
     /// opens both, and only its connection calls either).
     partner: *mut WalFile,
@@ -113,13 +116,12 @@ fn inner_offset() -> usize {
 }
 
 unsafe extern "C" fn open(
-    vfs: *mut ffi::sqlite3_vfs,
+    _vfs: *mut ffi::sqlite3_vfs,
     name: ffi::sqlite3_filename,
     file: *mut ffi::sqlite3_file,
     flags: c_int,
     out_flags: *mut c_int,
 ) -> c_int {
-    let _ = vfs;
     let Some(Ok(Unix(unix))) = UNIX.get() else {
         return ffi::SQLITE_CANTOPEN;
     };
@@ -149,10 +151,9 @@ unsafe extern "C" fn open(
         }
         let this = file.cast::<WalFile>();
         this.write(WalFile {
-            base: ffi::sqlite3_file {
-                pMethods: if wal { &METHODS } else { &DATABASE_METHODS },
-            },
+            base: ffi::sqlite3_file { pMethods: &METHODS },
             inner,
+            is_wal: wal,
             partner: std::ptr::null_mut(),
             kept: Vec::new(),
             kept_at: 0,
@@ -249,13 +250,16 @@ unsafe extern "C" fn write(
     amount: c_int,
     offset: ffi::sqlite3_int64,
 ) -> c_int {
-    // SAFETY: SQLite passes our open WAL file and `amount` readable bytes at `data`.
+    // SAFETY: SQLite passes our open file and `amount` readable bytes at `data`.
     let (w, bytes) = unsafe {
         (
             wal(file),
             std::slice::from_raw_parts(data.cast::<u8>(), usize::try_from(amount).unwrap_or(0)),
         )
     };
+    if !w.is_wal {
+        return unix!(w, xWrite, data, amount, offset);
+    }
     let after_read = std::mem::take(&mut w.after_read);
     let follows_on = !w.kept.is_empty() && offset == w.kept_at + w.kept.len() as i64;
     // (`take` first: a header kept is this write's to complete or to flush.)
@@ -292,7 +296,7 @@ unsafe extern "C" fn write(
 }
 
 unsafe extern "C" fn close(file: *mut ffi::sqlite3_file) -> c_int {
-    // SAFETY: our open WAL file; after the `unix` close it is dropped in place and never
+    // SAFETY: our open file; after the `unix` close it is dropped in place and never
     // used again (SQLite frees the allocation).
     let w = unsafe { wal(file) };
     let flushed = flush(w);
@@ -312,7 +316,7 @@ unsafe extern "C" fn read(
     amount: c_int,
     offset: ffi::sqlite3_int64,
 ) -> c_int {
-    // SAFETY: our open WAL file.
+    // SAFETY: our open file.
     let w = unsafe { wal(file) };
     match before(w, true) {
         ffi::SQLITE_OK => unix!(w, xRead, data, amount, offset),
@@ -320,11 +324,12 @@ unsafe extern "C" fn read(
     }
 }
 
-/// A method that flushes first, then is the `unix` file's.
+/// A method that flushes first, then is the `unix` file's (a database file keeps nothing:
+/// only the `unix` call).
 macro_rules! flushing {
     ($name:ident, $m:ident $(, $arg:ident : $ty:ty)*) => {
         unsafe extern "C" fn $name(file: *mut ffi::sqlite3_file $(, $arg: $ty)*) -> c_int {
-            // SAFETY: our open WAL file.
+            // SAFETY: our open file.
             let w = unsafe { wal(file) };
             match before(w, false) {
                 ffi::SQLITE_OK => unix!(w, $m $(, $arg)*),
@@ -338,7 +343,7 @@ macro_rules! flushing {
 macro_rules! passing {
     ($name:ident, $m:ident $(, $arg:ident : $ty:ty)*) => {
         unsafe extern "C" fn $name(file: *mut ffi::sqlite3_file $(, $arg: $ty)*) -> c_int {
-            // SAFETY: our open WAL file.
+            // SAFETY: our open file.
             let w = unsafe { wal(file) };
             unix!(w, $m $(, $arg)*)
         }
@@ -357,11 +362,10 @@ passing!(sector_size, xSectorSize);
 passing!(device_characteristics, xDeviceCharacteristics);
 passing!(unfetch, xUnfetch, offset: ffi::sqlite3_int64, page: *mut c_void);
 passing!(shm_map, xShmMap, page: c_int, size: c_int, extend: c_int, out: *mut *mut c_void);
-passing!(shm_lock, xShmLock, offset: c_int, n: c_int, flags: c_int);
 passing!(shm_unmap, xShmUnmap, delete: c_int);
 
 unsafe extern "C" fn shm_barrier(file: *mut ffi::sqlite3_file) {
-    // SAFETY: our open WAL file.
+    // SAFETY: our open file.
     let w = unsafe { wal(file) };
     let inner = w.inner;
     // SAFETY: the open `unix` file.
@@ -370,66 +374,27 @@ unsafe extern "C" fn shm_barrier(file: *mut ffi::sqlite3_file) {
     }
 }
 
-/// The database file's own: every method is the `unix` file's, but these two also write
-/// what its WAL keeps. Frames kept when a write transaction ends (its WAL write lock
-/// released, an `xShmLock` unlock) belong to no commit (a commit's are written with its
-/// commit frame): a transaction rolled back after it spilled pages. They are written there,
-/// while this connection still holds the lock, as they would have been written unjoined,
-/// so they never land on frames another connection writes after it.
-unsafe extern "C" fn database_shm_lock(
+/// A lock change; on a database file, an unlock first writes what its WAL keeps. Frames
+/// kept when a write transaction ends (its WAL write lock released) belong to no commit (a
+/// commit's are written with its commit frame): a transaction rolled back after it spilled
+/// pages. They are written there, while this connection still holds the lock, as they
+/// would have been written unjoined, so they never land on frames another connection
+/// writes after it. (SQLite asks the WAL itself for no lock.)
+unsafe extern "C" fn shm_lock(
     file: *mut ffi::sqlite3_file,
     offset: c_int,
     n: c_int,
     flags: c_int,
 ) -> c_int {
-    // SAFETY: our open database file; its partner, if any, is its open WAL.
-    let db = unsafe { wal(file) };
-    if flags & ffi::SQLITE_SHM_UNLOCK != 0 && !db.partner.is_null() {
+    // SAFETY: our open file; its partner, if any, is open too.
+    let f = unsafe { wal(file) };
+    if flags & ffi::SQLITE_SHM_UNLOCK != 0 && !f.is_wal && !f.partner.is_null() {
         // The frames of a transaction that did not commit: no error of theirs is the
         // unlock's.
-        let _ = flush(unsafe { &mut *db.partner });
+        let _ = flush(unsafe { &mut *f.partner });
     }
-    unix!(db, xShmLock, offset, n, flags)
+    unix!(f, xShmLock, offset, n, flags)
 }
-
-unsafe extern "C" fn database_close(file: *mut ffi::sqlite3_file) -> c_int {
-    // SAFETY: our open database file; dropped in place after the `unix` close.
-    let db = unsafe { wal(file) };
-    unlink(db);
-    let closed = unix!(db, xClose);
-    unsafe { std::ptr::drop_in_place(std::ptr::addr_of_mut!(db.kept)) };
-    closed
-}
-
-passing!(database_read, xRead, data: *mut c_void, amount: c_int, offset: ffi::sqlite3_int64);
-passing!(database_write, xWrite, data: *const c_void, amount: c_int, offset: ffi::sqlite3_int64);
-passing!(database_truncate, xTruncate, size: ffi::sqlite3_int64);
-passing!(database_sync, xSync, flags: c_int);
-passing!(database_file_size, xFileSize, size: *mut ffi::sqlite3_int64);
-passing!(database_file_control, xFileControl, op: c_int, arg: *mut c_void);
-passing!(database_fetch, xFetch, offset: ffi::sqlite3_int64, amount: c_int, out: *mut *mut c_void);
-
-static DATABASE_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
-    iVersion: 3,
-    xClose: Some(database_close),
-    xRead: Some(database_read),
-    xWrite: Some(database_write),
-    xTruncate: Some(database_truncate),
-    xSync: Some(database_sync),
-    xFileSize: Some(database_file_size),
-    xLock: Some(lock),
-    xUnlock: Some(unlock),
-    xCheckReservedLock: Some(check_reserved_lock),
-    xFileControl: Some(database_file_control),
-    xSectorSize: Some(sector_size),
-    xDeviceCharacteristics: Some(device_characteristics),
-    xShmMap: Some(shm_map),
-    xShmLock: Some(database_shm_lock),
-    xShmBarrier: Some(shm_barrier),
-    xShmUnmap: Some(shm_unmap),
-    xFetch: Some(database_fetch),
-    xUnfetch: Some(unfetch),
-};
 
 static METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
     iVersion: 3,
