@@ -774,16 +774,11 @@ pub(super) fn usage_record_batch(
             u.at_ms
         ])?;
     }
-    let mut rollup = conn.prepare_cached(
+    let mut rollup = conn.prepare_cached(&format!(
         "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
-            completion_tokens, cached_tokens, cost_micros) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-         ON CONFLICT (agent_id, day, scope, scope_key) DO UPDATE SET
-            calls = usage_daily.calls + excluded.calls,
-            prompt_tokens = usage_daily.prompt_tokens + excluded.prompt_tokens,
-            completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens,
-            cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens,
-            cost_micros = usage_daily.cost_micros + excluded.cost_micros",
-    )?;
+            completion_tokens, cached_tokens, cost_micros) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9){}",
+        super::usage::ROLLUP_ADD
+    ))?;
     for ((agent, day, scope, key), [calls, prompt, completion, cached, cost]) in rollups {
         rollup.execute(params![
             agent.as_str(),

@@ -9,7 +9,7 @@
 use serde::Serialize;
 use troupe_connectors::{AgentId, RoomKey};
 
-use super::{Result, Store, with_pool};
+use super::{Result, StorageError, Store, with_pool};
 
 /// One model call to record.
 #[derive(Debug, Clone)]
@@ -80,8 +80,13 @@ pub struct UsageRow {
 /// The most groups one rollup query returns.
 pub const USAGE_ROWS_MAX: i64 = 1000;
 
-/// Rows per multi-row statement: 13 parameters each stays far below SQLite's 32766.
-const RECORD_ROWS: usize = 500;
+/// A rollup row's increments are added to what the row holds (both backends).
+pub(super) const ROLLUP_ADD: &str = " ON CONFLICT (agent_id, day, scope, scope_key) DO UPDATE SET
+    calls = usage_daily.calls + excluded.calls,
+    prompt_tokens = usage_daily.prompt_tokens + excluded.prompt_tokens,
+    completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens,
+    cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens,
+    cost_micros = usage_daily.cost_micros + excluded.cost_micros";
 
 /// One rollup row's key: agent, day, scope, scope key.
 type RollupKey = (AgentId, i64, &'static str, String);
@@ -115,28 +120,15 @@ fn rollups(batch: &[NewUsage]) -> Vec<(RollupKey, [i64; 5])> {
     sums.into_iter().collect()
 }
 
-/// `($1, …, $k), ($k+1, …)`: `rows` groups of `columns` placeholders.
-fn placeholders(rows: usize, columns: usize) -> String {
-    (0..rows)
-        .map(|r| {
-            let cells: Vec<String> = (1..=columns)
-                .map(|c| format!("${}", r * columns + c))
-                .collect();
-            format!("({})", cells.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 impl Store {
     /// Records one call and adds it to today's rollups, in one transaction.
     pub async fn usage_record(&self, usage: &NewUsage) -> Result<()> {
         self.usage_record_batch(std::slice::from_ref(usage)).await
     }
 
-    /// Records calls and adds them to the rollups, in one transaction of two multi-row
-    /// statements per `RECORD_ROWS` calls: the increments are summed per rollup row first
-    /// (Postgres refuses to update one row twice in one statement).
+    /// Records calls and adds them to the rollups, in one transaction of two statements:
+    /// the increments are summed per rollup row first (Postgres refuses to update one row
+    /// twice in one statement).
     pub async fn usage_record_batch(&self, batch: &[NewUsage]) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
@@ -150,57 +142,101 @@ impl Store {
                 .call(move |conn| super::engine::usage_record_batch(conn, &batch, &rollups))
                 .await;
         }
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            for chunk in batch.chunks(RECORD_ROWS) {
-                let sql = format!(
-                    "INSERT INTO usage_records (agent_id, room, user_key, provider, model, purpose,
-                        prompt_tokens, completion_tokens, cached_tokens, estimated, cost_micros, day,
-                        created_at_ms) VALUES {}",
-                    placeholders(chunk.len(), 13)
-                );
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for u in chunk {
-                    query = query
-                        .bind(&u.agent_id)
-                        .bind(u.room_key.as_ref().map(ToString::to_string).unwrap_or_default())
-                        .bind(u.user_key.clone().unwrap_or_default())
-                        .bind(&u.provider)
-                        .bind(&u.model)
-                        .bind(u.purpose)
-                        .bind(u.prompt_tokens)
-                        .bind(u.completion_tokens)
-                        .bind(u.cached_tokens)
-                        .bind(u.estimated)
-                        .bind(u.cost_micros)
-                        .bind(u.day)
-                        .bind(u.at_ms);
-                }
-                query.execute(&mut *tx).await?;
-            }
-            for chunk in rollups.chunks(RECORD_ROWS) {
-                let sql = format!(
-                    "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
-                        completion_tokens, cached_tokens, cost_micros) VALUES {}
-                     ON CONFLICT (agent_id, day, scope, scope_key) DO UPDATE SET
-                        calls = usage_daily.calls + excluded.calls,
-                        prompt_tokens = usage_daily.prompt_tokens + excluded.prompt_tokens,
-                        completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens,
-                        cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens,
-                        cost_micros = usage_daily.cost_micros + excluded.cost_micros",
-                    placeholders(chunk.len(), 9)
-                );
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for ((agent_id, day, scope, key), sums) in chunk {
-                    query = query.bind(agent_id).bind(*day).bind(*scope).bind(key);
-                    for n in sums {
-                        query = query.bind(*n);
-                    }
-                }
-                query.execute(&mut *tx).await?;
-            }
-            tx.commit().await
-        })?;
+        let super::Pool::Postgres(pool) = &self.pool else {
+            // Every SQLite store has its engine (`Store::connect`).
+            return Err(StorageError::Database(sqlx::Error::PoolClosed));
+        };
+        // One text a statement whatever the batch's size, its rows one array a column
+        // (`writer::batch`, issue 48).
+        let mut tx = pool.begin().await?;
+        let col = |cell: fn(&NewUsage) -> i64| batch.iter().map(cell).collect::<Vec<_>>();
+        sqlx::query(
+            "INSERT INTO usage_records (agent_id, room, user_key, provider, model, purpose,
+                prompt_tokens, completion_tokens, cached_tokens, estimated, cost_micros, day,
+                created_at_ms)
+             SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
+                $6::TEXT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[], $10::BOOLEAN[],
+                $11::BIGINT[], $12::BIGINT[], $13::BIGINT[])",
+        )
+        .bind(
+            batch
+                .iter()
+                .map(|u| u.agent_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            batch
+                .iter()
+                .map(|u| {
+                    u.room_key
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_default()
+                })
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            batch
+                .iter()
+                .map(|u| u.user_key.as_deref().unwrap_or_default())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            batch
+                .iter()
+                .map(|u| u.provider.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(batch.iter().map(|u| u.model.as_str()).collect::<Vec<_>>())
+        .bind(batch.iter().map(|u| u.purpose).collect::<Vec<_>>())
+        .bind(col(|u| u.prompt_tokens))
+        .bind(col(|u| u.completion_tokens))
+        .bind(col(|u| u.cached_tokens))
+        .bind(batch.iter().map(|u| u.estimated).collect::<Vec<_>>())
+        .bind(col(|u| u.cost_micros))
+        .bind(col(|u| u.day))
+        .bind(col(|u| u.at_ms))
+        .execute(&mut *tx)
+        .await?;
+        let sum = |i: usize| rollups.iter().map(|(_, n)| n[i]).collect::<Vec<_>>();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
+                completion_tokens, cached_tokens, cost_micros)
+             SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
+                $6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[]){ROLLUP_ADD}"
+        )))
+        .bind(
+            rollups
+                .iter()
+                .map(|((a, ..), _)| a.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            rollups
+                .iter()
+                .map(|((_, day, ..), _)| *day)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            rollups
+                .iter()
+                .map(|((_, _, scope, _), _)| *scope)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            rollups
+                .iter()
+                .map(|((.., key), _)| key.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(sum(0))
+        .bind(sum(1))
+        .bind(sum(2))
+        .bind(sum(3))
+        .bind(sum(4))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -10,8 +10,8 @@
 //! timer), so a lone caller is a batch of one and waits for nobody.
 //!
 //! What it owns:
-//! - batching: at most `MAX_BATCH` requests, which keeps every statement far below
-//!   Postgres's bind-parameter limit (65535);
+//! - batching: at most `MAX_BATCH` requests, each kind one statement whose rows are
+//!   bound as arrays (`batch`), so the statement's text is the same for every batch;
 //! - the guarantees of the single calls, inside a batch too: a duplicate journal insert is
 //!   `Duplicate`, even of a row inserted by the same batch; of two `record_handled` for one
 //!   journal entry the first writes and the other gets its outbox id, as if run one after

@@ -1,124 +1,24 @@
-//! The statements of a Postgres batch (`writer`): each kind's multi-row SQL, built with
-//! its arguments, and how its rows answer each request of the batch.
+//! The statements of a Postgres batch (`writer`): each kind's multi-row SQL, with its
+//! arguments, and how its rows answer each request of the batch.
+//!
+//! Each statement has one text whatever the batch's size: its rows come in as one array a
+//! column, taken apart by `UNNEST` (issue 48). A text that grew with the batch (a `VALUES`
+//! list of up to 4,096 parameters) was a statement of its own for every size, so under load
+//! nearly every batch was parsed and planned afresh, on an unnamed statement that also cost a
+//! round trip to describe; one text a kind is prepared once per connection and then only
+//! bound and run.
 
 use super::{
-    DeliveredReq, HandledReq, HandledResult, JournalReq, UPSERT_ROOM_CONFLICT, UPSERT_USER_CONFLICT,
+    DeliveredReq, HandledReq, HandledResult, JournalReq, MemoryReq, UPSERT_ROOM_CONFLICT,
+    UPSERT_USER_CONFLICT,
 };
 use crate::storage::{
     JournalId, JournalInsert, JournalState, OutboxId, RecordedReply, Result, StorageError,
 };
-use sqlx::postgres::{PgConnection, PgPool, PgRow};
+use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::{AssertSqlSafe, FromRow};
 use std::collections::{HashMap, HashSet};
 use troupe_connectors::{AgentId, Platform, RoomKey};
-
-/// Longer SQL (a batch of more than a few requests) is prepared for one use, not cached.
-const MAX_CACHED_SQL: usize = 2048;
-
-/// A bind argument of a dynamically built statement.
-enum Arg<'a> {
-    Int(i64),
-    Text(&'a str),
-    Agent(&'a AgentId),
-    Room(&'a RoomKey),
-    Platform(Platform),
-    OptText(Option<&'a str>),
-    Bool(bool),
-}
-
-/// Statements built with their arguments (`$n` placeholders), to run in order: the
-/// Postgres protocol takes one statement per query.
-struct Script<'a> {
-    done: Vec<Statement<'a>>,
-    sql: String,
-    args: Vec<Arg<'a>>,
-}
-
-/// One statement's SQL text and its arguments.
-struct Statement<'a> {
-    sql: String,
-    args: Vec<Arg<'a>>,
-}
-
-impl<'a> Script<'a> {
-    fn new() -> Self {
-        Script {
-            done: Vec::new(),
-            sql: String::new(),
-            args: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, sql: &str) -> &mut Self {
-        self.sql.push_str(sql);
-        self
-    }
-
-    fn arg(&mut self, arg: Arg<'a>) -> &mut Self {
-        self.args.push(arg);
-        self.sql.push('$');
-        self.sql.push_str(&self.args.len().to_string());
-        self
-    }
-
-    /// Arguments separated by commas.
-    fn list(&mut self, args: impl IntoIterator<Item = Arg<'a>>) -> &mut Self {
-        for (i, arg) in args.into_iter().enumerate() {
-            if i > 0 {
-                self.push(", ");
-            }
-            self.arg(arg);
-        }
-        self
-    }
-
-    /// A JSON text argument for a JSONB column.
-    fn json(&mut self, json: &'a str) -> &mut Self {
-        self.push("CAST(").arg(Arg::Text(json)).push(" AS JSONB)")
-    }
-
-    /// Ends a statement.
-    fn next(&mut self) {
-        let sql = std::mem::take(&mut self.sql);
-        let args = std::mem::take(&mut self.args);
-        self.done.push(Statement { sql, args });
-    }
-
-    fn finish(mut self) -> Vec<Statement<'a>> {
-        if !self.sql.trim().is_empty() {
-            self.next();
-        }
-        self.done
-    }
-}
-
-/// Runs the statements in order on `conn` and decodes every row they return.
-async fn rows<T>(conn: &mut PgConnection, stmts: Vec<Statement<'_>>) -> Result<Vec<T>>
-where
-    T: for<'r> FromRow<'r, PgRow> + Send + Unpin,
-{
-    let mut rows = Vec::new();
-    for Statement { sql, args } in stmts {
-        // Only statements of small batches repeat often enough to keep prepared.
-        let persistent = sql.len() <= MAX_CACHED_SQL;
-        let mut query = sqlx::query(AssertSqlSafe(sql)).persistent(persistent);
-        for arg in args {
-            query = match arg {
-                Arg::Int(v) => query.bind(v),
-                Arg::Text(v) => query.bind(v),
-                Arg::Agent(v) => query.bind(v),
-                Arg::Room(v) => query.bind(v),
-                Arg::Platform(v) => query.bind(v),
-                Arg::OptText(v) => query.bind(v),
-                Arg::Bool(v) => query.bind(v),
-            };
-        }
-        for row in query.fetch_all(&mut *conn).await? {
-            rows.push(T::from_row(&row)?);
-        }
-    }
-    Ok(rows)
-}
 
 /// The journal's unique key: agent, room (its platform is the key's `platform` column),
 /// caller, platform message id.
@@ -165,35 +65,28 @@ pub(super) async fn journal_on(
     conn: &mut PgConnection,
     reqs: &[JournalReq],
 ) -> Result<Vec<Result<JournalInsert>>> {
-    let mut insert = Script::new();
-    insert.push(
+    // One attempt: the handling the publication after this insert starts (see the
+    // poison-message rule in `journal`). Of two rows with one key, the first is inserted and
+    // the second skipped as a conflict, as with a `VALUES` list.
+    let inserted: Vec<JournalKeyRow> = sqlx::query_as(
         "INSERT INTO journal
              (agent_id, platform, platform_message_id, room, caller, inbound, state, attempts,
               created_at_ms, updated_at_ms)
-         VALUES ",
-    );
-    for (i, r) in reqs.iter().enumerate() {
-        insert.push(if i == 0 { "(" } else { ", (" });
-        insert.list([
-            Arg::Agent(&r.agent_id),
-            Arg::Platform(r.room.platform),
-            Arg::Text(&r.message_id),
-            Arg::Room(&r.room),
-            Arg::Text(&r.caller),
-        ]);
-        // One attempt: the handling the publication after this insert starts (see the
-        // poison-message rule in `journal`).
-        insert
-            .push(", ")
-            .json(&r.inbound_json)
-            .push(", 'pending', 1, ");
-        insert.list([Arg::Int(r.now), Arg::Int(r.now)]).push(")");
-    }
-    insert.push(
-        " ON CONFLICT (agent_id, platform, room, caller, platform_message_id) DO NOTHING
+         SELECT a, p, m, r, c, CAST(i AS JSONB), 'pending', 1, n, n
+         FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], $6::TEXT[],
+                     $7::BIGINT[]) AS v(a, p, m, r, c, i, n)
+         ON CONFLICT (agent_id, platform, room, caller, platform_message_id) DO NOTHING
          RETURNING id, agent_id, room, caller, platform_message_id",
-    );
-    let inserted: Vec<JournalKeyRow> = rows(conn, insert.finish()).await?;
+    )
+    .bind(column(reqs, |r| r.agent_id.as_str()))
+    .bind(column(reqs, |r| r.room.platform.as_str()))
+    .bind(column(reqs, |r| r.message_id.as_str()))
+    .bind(reqs.iter().map(|r| r.room.to_string()).collect::<Vec<_>>())
+    .bind(column(reqs, |r| r.caller.as_str()))
+    .bind(column(reqs, |r| r.inbound_json.as_str()))
+    .bind(column(reqs, |r| r.now))
+    .fetch_all(&mut *conn)
+    .await?;
     // The platform column is the room key's own platform, so the key leaves it out.
     let mut fresh: HashMap<JournalKey<'_>, i64> =
         inserted.iter().map(|row| (row.key(), row.id)).collect();
@@ -246,21 +139,20 @@ async fn journal_lookup(
     conn: &mut PgConnection,
     keys: &[JournalKey<'_>],
 ) -> Result<Vec<JournalKeyRow>> {
-    let mut select = Script::new();
-    select
-        .push("SELECT id, agent_id, room, caller, platform_message_id, state FROM journal WHERE ");
-    for (i, (a, room, c, m)) in keys.iter().enumerate() {
-        select.push(if i == 0 { "(" } else { " OR (" });
-        select.push("agent_id = ").arg(Arg::Agent(a));
-        select
-            .push(" AND platform = ")
-            .arg(Arg::Platform(room.platform));
-        select.push(" AND room = ").arg(Arg::Room(room));
-        select.push(" AND caller = ").arg(Arg::Text(c));
-        select.push(" AND platform_message_id = ").arg(Arg::Text(m));
-        select.push(")");
-    }
-    rows(conn, select.finish()).await
+    Ok(sqlx::query_as(
+        "SELECT j.id, j.agent_id, j.room, j.caller, j.platform_message_id, j.state
+         FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
+              AS k(a, p, r, c, m)
+         JOIN journal j ON j.agent_id = k.a AND j.platform = k.p AND j.room = k.r
+              AND j.caller = k.c AND j.platform_message_id = k.m",
+    )
+    .bind(column(keys, |(a, _, _, _)| a.as_str()))
+    .bind(column(keys, |(_, room, _, _)| room.platform.as_str()))
+    .bind(column(keys, |(_, room, _, _)| room.to_string()))
+    .bind(column(keys, |(_, _, c, _)| *c))
+    .bind(column(keys, |(_, _, _, m)| *m))
+    .fetch_all(&mut *conn)
+    .await?)
 }
 
 /// Records a batch of handled messages in one transaction.
@@ -305,20 +197,32 @@ pub(super) async fn handled_on(
     ids.dedup();
     // The journal update comes first: it takes the row locks, in id order, before anything
     // is read, so a concurrent call for the same entry serialises here and then sees `done`.
-    let mut mark = Script::new();
-    mark.push("UPDATE journal SET state = 'done', last_error = NULL, updated_at_ms = ")
-        .arg(Arg::Int(now))
-        .push(" WHERE state <> 'done' AND id IN (")
-        .list(ids.into_iter().map(Arg::Int))
-        .push(") RETURNING id");
-    let marked: Vec<Marked> = rows(conn, mark.finish()).await?;
+    let marked: Vec<Marked> = sqlx::query_as(
+        "UPDATE journal SET state = 'done', last_error = NULL, updated_at_ms = $1
+         WHERE state <> 'done' AND id = ANY($2) RETURNING id",
+    )
+    .bind(now)
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
     let plan = Plan::new(reqs, marked.into_iter().map(|m| m.id).collect());
     let existing: Vec<FirstReply> = if plan.lookup.is_empty() {
         Vec::new()
     } else {
-        rows(conn, plan.lookup_script()).await?
+        sqlx::query_as(
+            "SELECT j.id AS journal_id,
+                    (SELECT MIN(o.id) FROM outbox o WHERE o.journal_id = j.id) AS outbox_id
+             FROM journal j WHERE j.id = ANY($1)",
+        )
+        .bind(&plan.lookup)
+        .fetch_all(&mut *conn)
+        .await?
     };
-    let outboxed: Vec<Outboxed> = rows(conn, plan.write_script(reqs)).await?;
+    let (rooms, users) = plan.rooms_and_users(reqs);
+    upsert_rooms(conn, rooms).await?;
+    upsert_users(conn, users).await?;
+    insert_messages(conn, plan.writers(reqs)).await?;
+    let outboxed = insert_outbox(conn, plan.writers(reqs)).await?;
     Ok(plan.results(reqs, &existing, &outboxed))
 }
 
@@ -345,20 +249,17 @@ pub(super) async fn delivered_on(
     // In id order, so overlapping batches lock rows in one order.
     let mut marks: Vec<&DeliveredReq> = last.into_values().collect();
     marks.sort_by_key(|r| r.outbox_id);
-    let mut s = Script::new();
-    s.push("UPDATE outbox SET state = 'delivered', platform_ids = CASE id");
-    for r in &marks {
-        s.push(" WHEN ").arg(Arg::Int(r.outbox_id)).push(" THEN ");
-        s.json(&r.platform_ids_json);
-    }
-    s.push(" END, claimed_until_ms = NULL, last_error = NULL, delivered_at_ms = ")
-        .arg(Arg::Int(now))
-        .push(", updated_at_ms = ")
-        .arg(Arg::Int(now))
-        .push(" WHERE id IN (")
-        .list(marks.iter().map(|r| Arg::Int(r.outbox_id)))
-        .push(") RETURNING id");
-    let _: Vec<Marked> = rows(conn, s.finish()).await?;
+    sqlx::query(
+        "UPDATE outbox SET state = 'delivered', platform_ids = CAST(v.ids AS JSONB),
+             claimed_until_ms = NULL, last_error = NULL, delivered_at_ms = $1,
+             updated_at_ms = $1
+         FROM UNNEST($2::BIGINT[], $3::TEXT[]) AS v(id, ids) WHERE outbox.id = v.id",
+    )
+    .bind(now)
+    .bind(column(&marks, |r| r.outbox_id))
+    .bind(column(&marks, |r| r.platform_ids_json.as_str()))
+    .execute(&mut *conn)
+    .await?;
     Ok(reqs.iter().map(|_| Ok(())).collect())
 }
 
@@ -407,33 +308,10 @@ impl Plan {
         Plan { writer, lookup }
     }
 
-    fn lookup_script(&self) -> Vec<Statement<'static>> {
-        let mut s = Script::new();
-        s.push(
-            "SELECT j.id AS journal_id,
-                    (SELECT MIN(o.id) FROM outbox o WHERE o.journal_id = j.id) AS outbox_id
-             FROM journal j WHERE j.id IN (",
-        )
-        .list(self.lookup.iter().map(|id| Arg::Int(*id)))
-        .push(")");
-        s.finish()
-    }
-
     fn writers<'r>(&self, reqs: &'r [HandledReq]) -> impl Iterator<Item = &'r HandledReq> {
         reqs.iter()
             .zip(self.writer.clone())
             .filter_map(|(r, w)| w.then_some(r))
-    }
-
-    /// Rooms, users, messages, and outbox rows (returning `id, journal_id`).
-    fn write_script<'r>(&self, reqs: &'r [HandledReq]) -> Vec<Statement<'r>> {
-        let mut s = Script::new();
-        let (rooms, users) = self.rooms_and_users(reqs);
-        push_rooms(&mut s, rooms);
-        push_users(&mut s, users);
-        push_messages(&mut s, self.writers(reqs));
-        push_outbox(&mut s, self.writers(reqs));
-        s.finish()
     }
 
     /// The rooms and users the writing requests touch, one row per key (Postgres refuses
@@ -521,113 +399,110 @@ impl Plan {
     }
 }
 
-fn push_rooms<'r>(s: &mut Script<'r>, rooms: Vec<RoomRow<'r>>) {
+/// One column of a batch's rows, for `UNNEST`.
+fn column<'r, R, T>(rows: &'r [R], cell: impl Fn(&'r R) -> T) -> Vec<T> {
+    rows.iter().map(cell).collect()
+}
+
+async fn upsert_rooms(conn: &mut PgConnection, rooms: Vec<RoomRow<'_>>) -> Result<()> {
     if rooms.is_empty() {
-        return;
+        return Ok(());
     }
-    s.push("INSERT INTO rooms (agent_id, room, platform, name, last_active_ms) VALUES ");
-    for (i, row) in rooms.into_iter().enumerate() {
-        s.push(if i == 0 { "(" } else { ", (" });
-        s.list([
-            Arg::Agent(row.agent_id),
-            Arg::Room(row.room),
-            Arg::Platform(row.room.platform),
-            Arg::OptText(row.name),
-            Arg::Int(row.last_active_ms),
-        ])
-        .push(")");
-    }
-    s.push(UPSERT_ROOM_CONFLICT);
-    s.next();
+    // In the arrays' order, which is the key order `rooms_and_users` sorted them in.
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO rooms (agent_id, room, platform, name, last_active_ms)
+         SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[]){}",
+        UPSERT_ROOM_CONFLICT
+    )))
+    .bind(column(&rooms, |r| r.agent_id.as_str()))
+    .bind(column(&rooms, |r| r.room.to_string()))
+    .bind(column(&rooms, |r| r.room.platform.as_str()))
+    .bind(column(&rooms, |r| r.name))
+    .bind(column(&rooms, |r| r.last_active_ms))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
-fn push_users<'r>(s: &mut Script<'r>, users: Vec<UserRow<'r>>) {
+async fn upsert_users(conn: &mut PgConnection, users: Vec<UserRow<'_>>) -> Result<()> {
     if users.is_empty() {
-        return;
+        return Ok(());
     }
-    s.push("INSERT INTO users (platform, user_id, name, last_seen_ms) VALUES ");
-    for (i, row) in users.into_iter().enumerate() {
-        s.push(if i == 0 { "(" } else { ", (" });
-        s.list([
-            Arg::Platform(row.platform),
-            Arg::Text(row.user_id),
-            Arg::Text(row.name),
-            Arg::Int(row.last_seen_ms),
-        ])
-        .push(")");
-    }
-    s.push(UPSERT_USER_CONFLICT);
-    s.next();
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO users (platform, user_id, name, last_seen_ms)
+         SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[]){}",
+        UPSERT_USER_CONFLICT
+    )))
+    .bind(column(&users, |u| u.platform.as_str()))
+    .bind(column(&users, |u| u.user_id))
+    .bind(column(&users, |u| u.name))
+    .bind(column(&users, |u| u.last_seen_ms))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
-/// Ids follow the order of the rows, so each inbound comes before its reply.
-fn push_messages<'r>(s: &mut Script<'r>, writers: impl Iterator<Item = &'r HandledReq>) {
-    let mut first = true;
-    for r in writers {
-        for m in &r.memories {
-            if first {
-                s.push(
-                    "INSERT INTO messages (agent_id, room, journal_id, author_id, author_name,
-                         text, from_agent, created_at_ms) VALUES (",
-                );
-                first = false;
-            } else {
-                s.push(", (");
-            }
-            s.list([
-                Arg::Agent(&r.agent_id),
-                Arg::Room(&r.room_key),
-                Arg::Int(r.journal_id),
-                Arg::Text(&m.author_id),
-                Arg::Text(&m.author_name),
-                Arg::Text(&m.text),
-                Arg::Bool(m.from_agent),
-                Arg::Int(m.created_at_ms),
-            ])
-            .push(")");
-        }
+/// Ids follow the order of the rows (the arrays'), so each inbound comes before its reply.
+async fn insert_messages<'r>(
+    conn: &mut PgConnection,
+    writers: impl Iterator<Item = &'r HandledReq>,
+) -> Result<()> {
+    let rows: Vec<(&HandledReq, &MemoryReq)> = writers
+        .flat_map(|r| r.memories.iter().map(move |m| (r, m)))
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
     }
-    if !first {
-        s.next();
-    }
+    sqlx::query(
+        "INSERT INTO messages (agent_id, room, journal_id, author_id, author_name, text,
+             from_agent, created_at_ms)
+         SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[],
+                              $6::TEXT[], $7::BOOLEAN[], $8::BIGINT[])",
+    )
+    .bind(column(&rows, |(r, _)| r.agent_id.as_str()))
+    .bind(column(&rows, |(r, _)| r.room_key.to_string()))
+    .bind(column(&rows, |(r, _)| r.journal_id))
+    .bind(column(&rows, |(_, m)| m.author_id.as_str()))
+    .bind(column(&rows, |(_, m)| m.author_name.as_str()))
+    .bind(column(&rows, |(_, m)| m.text.as_str()))
+    .bind(column(&rows, |(_, m)| m.from_agent))
+    .bind(column(&rows, |(_, m)| m.created_at_ms))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// Due at once (not_before 0). Claimed by the caller when it asked for a lease, which then
 /// delivers it without claiming; delivered already when the reply left with the caller's
 /// answer; the delivery worker takes it otherwise.
-fn push_outbox<'r>(s: &mut Script<'r>, writers: impl Iterator<Item = &'r HandledReq>) {
-    let mut first = true;
-    for r in writers {
-        let Some((_, json)) = &r.reply else { continue };
-        if first {
-            s.push(
-                "INSERT INTO outbox (agent_id, journal_id, outbound, state, attempts,
-                     not_before_ms, claimed_until_ms, platform_ids, delivered_at_ms,
-                     created_at_ms, updated_at_ms) VALUES (",
-            );
-            first = false;
-        } else {
-            s.push(", (");
-        }
-        s.list([Arg::Agent(&r.agent_id), Arg::Int(r.journal_id)]);
-        s.push(", ").json(json).push(", ");
-        s.list([Arg::Text(r.outbox_state()), Arg::Int(r.outbox_attempts())]);
-        s.push(", 0, ");
-        match r.claimed_until() {
-            Some(until) => s.arg(Arg::Int(until)),
-            None => s.push("NULL"),
-        };
-        s.push(", ");
-        match r.delivered() {
-            Some((ids, at)) => s.json(ids).push(", ").arg(Arg::Int(at)),
-            None => s.push("NULL, NULL"),
-        };
-        s.push(", ")
-            .list([Arg::Int(r.now), Arg::Int(r.now)])
-            .push(")");
+async fn insert_outbox<'r>(
+    conn: &mut PgConnection,
+    writers: impl Iterator<Item = &'r HandledReq>,
+) -> Result<Vec<Outboxed>> {
+    let rows: Vec<(&HandledReq, &str)> = writers
+        .filter_map(|r| r.reply.as_ref().map(|(_, json)| (r, json.as_str())))
+        .collect();
+    if rows.is_empty() {
+        return Ok(Vec::new());
     }
-    if !first {
-        s.push(" RETURNING id, journal_id");
-        s.next();
-    }
+    Ok(sqlx::query_as(
+        "INSERT INTO outbox (agent_id, journal_id, outbound, state, attempts, not_before_ms,
+             claimed_until_ms, platform_ids, delivered_at_ms, created_at_ms, updated_at_ms)
+         SELECT a, j, CAST(o AS JSONB), s, t, 0, c, CAST(p AS JSONB), d, n, n
+         FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
+                     $6::BIGINT[], $7::TEXT[], $8::BIGINT[], $9::BIGINT[])
+              AS v(a, j, o, s, t, c, p, d, n)
+         RETURNING id, journal_id",
+    )
+    .bind(column(&rows, |(r, _)| r.agent_id.as_str()))
+    .bind(column(&rows, |(r, _)| r.journal_id))
+    .bind(column(&rows, |(_, json)| *json))
+    .bind(column(&rows, |(r, _)| r.outbox_state()))
+    .bind(column(&rows, |(r, _)| r.outbox_attempts()))
+    .bind(column(&rows, |(r, _)| r.claimed_until()))
+    .bind(column(&rows, |(r, _)| r.delivered().map(|(ids, _)| ids)))
+    .bind(column(&rows, |(r, _)| r.delivered().map(|(_, at)| at)))
+    .bind(column(&rows, |(r, _)| r.now))
+    .fetch_all(&mut *conn)
+    .await?)
 }
