@@ -120,6 +120,110 @@ fn rollups(batch: &[NewUsage]) -> Vec<(RollupKey, [i64; 5])> {
     sums.into_iter().collect()
 }
 
+/// Postgres: the batch's calls as `usage_records` rows. One text whatever the batch's size,
+/// its rows one array a column (`writer::batch`, issue 48).
+async fn insert_records(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    batch: &[NewUsage],
+) -> Result<()> {
+    let col = |cell: fn(&NewUsage) -> i64| batch.iter().map(cell).collect::<Vec<_>>();
+    sqlx::query(
+        "INSERT INTO usage_records (agent_id, room, user_key, provider, model, purpose,
+            prompt_tokens, completion_tokens, cached_tokens, estimated, cost_micros, day,
+            created_at_ms)
+         SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
+            $6::TEXT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[], $10::BOOLEAN[],
+            $11::BIGINT[], $12::BIGINT[], $13::BIGINT[])",
+    )
+    .bind(
+        batch
+            .iter()
+            .map(|u| u.agent_id.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        batch
+            .iter()
+            .map(|u| {
+                u.room_key
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            })
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        batch
+            .iter()
+            .map(|u| u.user_key.as_deref().unwrap_or_default())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        batch
+            .iter()
+            .map(|u| u.provider.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(batch.iter().map(|u| u.model.as_str()).collect::<Vec<_>>())
+    .bind(batch.iter().map(|u| u.purpose).collect::<Vec<_>>())
+    .bind(col(|u| u.prompt_tokens))
+    .bind(col(|u| u.completion_tokens))
+    .bind(col(|u| u.cached_tokens))
+    .bind(batch.iter().map(|u| u.estimated).collect::<Vec<_>>())
+    .bind(col(|u| u.cost_micros))
+    .bind(col(|u| u.day))
+    .bind(col(|u| u.at_ms))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Postgres: the batch's increments added to their rollup rows, one text as above.
+async fn add_rollups(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    rollups: &[(RollupKey, [i64; 5])],
+) -> Result<()> {
+    let sum = |i: usize| rollups.iter().map(|(_, n)| n[i]).collect::<Vec<_>>();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
+            completion_tokens, cached_tokens, cost_micros)
+         SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
+            $6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[]){ROLLUP_ADD}"
+    )))
+    .bind(
+        rollups
+            .iter()
+            .map(|((a, ..), _)| a.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        rollups
+            .iter()
+            .map(|((_, day, ..), _)| *day)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        rollups
+            .iter()
+            .map(|((_, _, scope, _), _)| *scope)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        rollups
+            .iter()
+            .map(|((.., key), _)| key.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(sum(0))
+    .bind(sum(1))
+    .bind(sum(2))
+    .bind(sum(3))
+    .bind(sum(4))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 impl Store {
     /// Records one call and adds it to today's rollups, in one transaction.
     pub async fn usage_record(&self, usage: &NewUsage) -> Result<()> {
@@ -146,96 +250,9 @@ impl Store {
             // Every SQLite store has its engine (`Store::connect`).
             return Err(StorageError::Database(sqlx::Error::PoolClosed));
         };
-        // One text a statement whatever the batch's size, its rows one array a column
-        // (`writer::batch`, issue 48).
         let mut tx = pool.begin().await?;
-        let col = |cell: fn(&NewUsage) -> i64| batch.iter().map(cell).collect::<Vec<_>>();
-        sqlx::query(
-            "INSERT INTO usage_records (agent_id, room, user_key, provider, model, purpose,
-                prompt_tokens, completion_tokens, cached_tokens, estimated, cost_micros, day,
-                created_at_ms)
-             SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
-                $6::TEXT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[], $10::BOOLEAN[],
-                $11::BIGINT[], $12::BIGINT[], $13::BIGINT[])",
-        )
-        .bind(
-            batch
-                .iter()
-                .map(|u| u.agent_id.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            batch
-                .iter()
-                .map(|u| {
-                    u.room_key
-                        .as_ref()
-                        .map(ToString::to_string)
-                        .unwrap_or_default()
-                })
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            batch
-                .iter()
-                .map(|u| u.user_key.as_deref().unwrap_or_default())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            batch
-                .iter()
-                .map(|u| u.provider.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(batch.iter().map(|u| u.model.as_str()).collect::<Vec<_>>())
-        .bind(batch.iter().map(|u| u.purpose).collect::<Vec<_>>())
-        .bind(col(|u| u.prompt_tokens))
-        .bind(col(|u| u.completion_tokens))
-        .bind(col(|u| u.cached_tokens))
-        .bind(batch.iter().map(|u| u.estimated).collect::<Vec<_>>())
-        .bind(col(|u| u.cost_micros))
-        .bind(col(|u| u.day))
-        .bind(col(|u| u.at_ms))
-        .execute(&mut *tx)
-        .await?;
-        let sum = |i: usize| rollups.iter().map(|(_, n)| n[i]).collect::<Vec<_>>();
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
-                completion_tokens, cached_tokens, cost_micros)
-             SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
-                $6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[]){ROLLUP_ADD}"
-        )))
-        .bind(
-            rollups
-                .iter()
-                .map(|((a, ..), _)| a.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            rollups
-                .iter()
-                .map(|((_, day, ..), _)| *day)
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            rollups
-                .iter()
-                .map(|((_, _, scope, _), _)| *scope)
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            rollups
-                .iter()
-                .map(|((.., key), _)| key.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(sum(0))
-        .bind(sum(1))
-        .bind(sum(2))
-        .bind(sum(3))
-        .bind(sum(4))
-        .execute(&mut *tx)
-        .await?;
+        insert_records(&mut tx, batch).await?;
+        add_rollups(&mut tx, &rollups).await?;
         tx.commit().await?;
         Ok(())
     }
