@@ -777,7 +777,7 @@ pub(super) fn usage_record_batch(
     let mut rollup = conn.prepare_cached(&format!(
         "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
             completion_tokens, cached_tokens, cost_micros) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9){}",
-        super::usage::ROLLUP_ADD
+        super::writer::ROLLUP_ADD
     ))?;
     for ((agent, day, scope, key), [calls, prompt, completion, cached, cost]) in rollups {
         rollup.execute(params![

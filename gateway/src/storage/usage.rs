@@ -80,14 +80,6 @@ pub struct UsageRow {
 /// The most groups one rollup query returns.
 pub const USAGE_ROWS_MAX: i64 = 1000;
 
-/// A rollup row's increments are added to what the row holds (both backends).
-pub(super) const ROLLUP_ADD: &str = " ON CONFLICT (agent_id, day, scope, scope_key) DO UPDATE SET
-    calls = usage_daily.calls + excluded.calls,
-    prompt_tokens = usage_daily.prompt_tokens + excluded.prompt_tokens,
-    completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens,
-    cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens,
-    cost_micros = usage_daily.cost_micros + excluded.cost_micros";
-
 /// One rollup row's key: agent, day, scope, scope key.
 type RollupKey = (AgentId, i64, &'static str, String);
 
@@ -188,7 +180,8 @@ async fn add_rollups(
         "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
             completion_tokens, cached_tokens, cost_micros)
          SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
-            $6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[]){ROLLUP_ADD}"
+            $6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[]){}",
+        super::writer::ROLLUP_ADD
     )))
     .bind(
         rollups

@@ -62,6 +62,14 @@ pub(super) const UPSERT_ROOM_CONFLICT: &str = " ON CONFLICT (agent_id, room) DO 
      WHERE (excluded.name IS NOT NULL AND (rooms.name IS NULL OR excluded.name <> rooms.name))
         OR excluded.last_active_ms >= rooms.last_active_ms + 60000";
 
+/// A rollup row's increments are added to what the row holds (both backends).
+pub(super) const ROLLUP_ADD: &str = " ON CONFLICT (agent_id, day, scope, scope_key) DO UPDATE SET
+    calls = usage_daily.calls + excluded.calls,
+    prompt_tokens = usage_daily.prompt_tokens + excluded.prompt_tokens,
+    completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens,
+    cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens,
+    cost_micros = usage_daily.cost_micros + excluded.cost_micros";
+
 /// Requests per batch.
 const MAX_BATCH: usize = 256;
 /// Batches written at once. A commit waits for its WAL flush (10–20 ms on a loaded disk),
