@@ -118,7 +118,6 @@ async fn insert_records(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     batch: &[NewUsage],
 ) -> Result<()> {
-    let col = |cell: fn(&NewUsage) -> i64| batch.iter().map(cell).collect::<Vec<_>>();
     sqlx::query(
         "INSERT INTO usage_records (agent_id, room, user_key, provider, model, purpose,
             prompt_tokens, completion_tokens, cached_tokens, estimated, cost_micros, day,
@@ -127,44 +126,24 @@ async fn insert_records(
             $6::TEXT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[], $10::BOOLEAN[],
             $11::BIGINT[], $12::BIGINT[], $13::BIGINT[])",
     )
-    .bind(
-        batch
-            .iter()
-            .map(|u| u.agent_id.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        batch
-            .iter()
-            .map(|u| {
-                u.room_key
-                    .as_ref()
-                    .map(ToString::to_string)
-                    .unwrap_or_default()
-            })
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        batch
-            .iter()
-            .map(|u| u.user_key.as_deref().unwrap_or_default())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        batch
-            .iter()
-            .map(|u| u.provider.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(batch.iter().map(|u| u.model.as_str()).collect::<Vec<_>>())
-    .bind(batch.iter().map(|u| u.purpose).collect::<Vec<_>>())
-    .bind(col(|u| u.prompt_tokens))
-    .bind(col(|u| u.completion_tokens))
-    .bind(col(|u| u.cached_tokens))
-    .bind(batch.iter().map(|u| u.estimated).collect::<Vec<_>>())
-    .bind(col(|u| u.cost_micros))
-    .bind(col(|u| u.day))
-    .bind(col(|u| u.at_ms))
+    .bind(column(batch, |u| u.agent_id.as_str()))
+    .bind(column(batch, |u| {
+        u.room_key
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    }))
+    .bind(column(batch, |u| u.user_key.as_deref().unwrap_or_default()))
+    .bind(column(batch, |u| u.provider.as_str()))
+    .bind(column(batch, |u| u.model.as_str()))
+    .bind(column(batch, |u| u.purpose))
+    .bind(column(batch, |u| u.prompt_tokens))
+    .bind(column(batch, |u| u.completion_tokens))
+    .bind(column(batch, |u| u.cached_tokens))
+    .bind(column(batch, |u| u.estimated))
+    .bind(column(batch, |u| u.cost_micros))
+    .bind(column(batch, |u| u.day))
+    .bind(column(batch, |u| u.at_ms))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -175,43 +154,22 @@ async fn add_rollups(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     rollups: &[(RollupKey, [i64; 5])],
 ) -> Result<()> {
-    let sum = |i: usize| rollups.iter().map(|(_, n)| n[i]).collect::<Vec<_>>();
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
             completion_tokens, cached_tokens, cost_micros)
          SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
             $6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[]){}",
-        super::writer::ROLLUP_ADD
+        ROLLUP_ADD
     )))
-    .bind(
-        rollups
-            .iter()
-            .map(|((a, ..), _)| a.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        rollups
-            .iter()
-            .map(|((_, day, ..), _)| *day)
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        rollups
-            .iter()
-            .map(|((_, _, scope, _), _)| *scope)
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        rollups
-            .iter()
-            .map(|((.., key), _)| key.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(sum(0))
-    .bind(sum(1))
-    .bind(sum(2))
-    .bind(sum(3))
-    .bind(sum(4))
+    .bind(column(rollups, |((a, ..), _)| a.as_str()))
+    .bind(column(rollups, |((_, day, ..), _)| *day))
+    .bind(column(rollups, |((_, _, scope, _), _)| *scope))
+    .bind(column(rollups, |((.., key), _)| key.as_str()))
+    .bind(column(rollups, |(_, n)| n[0]))
+    .bind(column(rollups, |(_, n)| n[1]))
+    .bind(column(rollups, |(_, n)| n[2]))
+    .bind(column(rollups, |(_, n)| n[3]))
+    .bind(column(rollups, |(_, n)| n[4]))
     .execute(&mut **tx)
     .await?;
     Ok(())

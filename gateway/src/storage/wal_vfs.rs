@@ -470,6 +470,17 @@ mod tests {
         (rows, bytes, verdict)
     }
 
+    /// A plain connection to a copy of `dir`'s `t.db` and its WAL, taken without a
+    /// checkpoint as a crash leaves them (the copy's directory, kept while it is used).
+    fn as_a_crash_leaves_it(dir: &std::path::Path) -> (tempfile::TempDir, Connection) {
+        let copy = tempfile::tempdir().unwrap();
+        for file in ["t.db", "t.db-wal"] {
+            std::fs::copy(dir.join(file), copy.path().join(file)).unwrap();
+        }
+        let recovered = open(&copy.path().join("t.db"), false);
+        (copy, recovered)
+    }
+
     /// What `conn`'s WAL file keeps unwritten.
     fn kept(conn: &Connection) -> usize {
         let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
@@ -546,11 +557,7 @@ mod tests {
         assert_eq!(contents(&plain), expected, "read through plain unix");
         drop(plain);
 
-        let copy = tempfile::tempdir().unwrap();
-        for file in ["t.db", "t.db-wal"] {
-            std::fs::copy(dir.path().join(file), copy.path().join(file)).unwrap();
-        }
-        let recovered = open(&copy.path().join("t.db"), false);
+        let (_copy, recovered) = as_a_crash_leaves_it(dir.path());
         assert_eq!(contents(&recovered), expected, "recovered from the WAL");
     }
 
@@ -588,11 +595,7 @@ mod tests {
         // This connection reads the WAL again (and writes it, in a commit of its own).
         assert_eq!(contents(&conn), expected);
         insert_rows(&conn, 1, 10);
-        let copy = tempfile::tempdir().unwrap();
-        for file in ["t.db", "t.db-wal"] {
-            std::fs::copy(dir.path().join(file), copy.path().join(file)).unwrap();
-        }
-        let recovered = open(&copy.path().join("t.db"), false);
+        let (_copy, recovered) = as_a_crash_leaves_it(dir.path());
         let (rows, _, verdict) = contents(&recovered);
         assert_eq!(
             (rows, verdict.as_str()),

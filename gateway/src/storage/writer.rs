@@ -70,6 +70,11 @@ pub(super) const ROLLUP_ADD: &str = " ON CONFLICT (agent_id, day, scope, scope_k
     cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens,
     cost_micros = usage_daily.cost_micros + excluded.cost_micros";
 
+/// One column of a batch's rows, bound as an array for `UNNEST` (`batch`, `usage`).
+pub(super) fn column<'r, R, T>(rows: &'r [R], cell: impl Fn(&'r R) -> T) -> Vec<T> {
+    rows.iter().map(cell).collect()
+}
+
 /// Requests per batch.
 const MAX_BATCH: usize = 256;
 /// Batches written at once. A commit waits for its WAL flush (10–20 ms on a loaded disk),

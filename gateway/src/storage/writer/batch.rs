@@ -10,7 +10,7 @@
 
 use super::{
     DeliveredReq, HandledReq, HandledResult, JournalReq, MemoryReq, UPSERT_ROOM_CONFLICT,
-    UPSERT_USER_CONFLICT,
+    UPSERT_USER_CONFLICT, column,
 };
 use crate::storage::{
     JournalId, JournalInsert, JournalState, OutboxId, RecordedReply, Result, StorageError,
@@ -405,11 +405,6 @@ impl Plan {
             })
             .collect()
     }
-}
-
-/// One column of a batch's rows, for `UNNEST`.
-fn column<'r, R, T>(rows: &'r [R], cell: impl Fn(&'r R) -> T) -> Vec<T> {
-    rows.iter().map(cell).collect()
 }
 
 async fn upsert_rooms(conn: &mut PgConnection, rooms: Vec<RoomRow<'_>>) -> Result<()> {
