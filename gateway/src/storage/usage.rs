@@ -9,6 +9,7 @@
 use serde::Serialize;
 use troupe_connectors::{AgentId, RoomKey};
 
+use super::writer::{ROLLUP_ADD, column};
 use super::{Result, StorageError, Store, with_pool};
 
 /// One model call to record.
