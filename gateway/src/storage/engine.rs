@@ -28,8 +28,9 @@
 //! some are queued, or more than one other is pending) queue for the thread, which batches
 //! them as before, and while anything is queued every new call queues too, so a busy engine
 //! keeps its batches and nothing is overtaken. A lone call never waits on a tokio worker: if
-//! the other connection holds the write lock it queues instead, and the WAL's restart (a
-//! checkpoint and its fsync) is left to the thread, woken for it with an empty call.
+//! the other connection holds the write lock it queues instead, and the last step of the
+//! WAL's restart (a checkpoint, `wal_upkeep`) is left to the thread, woken for it with an
+//! empty call.
 //!
 //! rusqlite (0.39, the release built on the same libsqlite3-sys as sqlx 0.9, so one SQLite
 //! library serves both) is the binding: the prepared-statement cache and typed rows without
@@ -47,6 +48,7 @@ use troupe_connectors::{AgentId, RoomKey};
 
 use super::readers::Readers;
 use super::sqlite_tx::{commit, exec};
+use super::wal_upkeep::{Checkpoints, Restart, WAL_KEEP_BYTES};
 use super::writer::{HandledReq, JournalReq};
 use super::{
     JournalId, JournalInsert, JournalState, MemoryMessage, OutboxId, RecordedReply, Result,
@@ -70,17 +72,11 @@ const STATEMENTS: usize = 64;
 type Job = Box<dyn FnOnce(std::result::Result<&Connection, &str>) -> (bool, Answer) + Send>;
 type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
 
-/// The engine's connection, and what its WAL restarts remember (`restart_wal`). Behind a
+/// The engine's connection, and where its WAL's restart stands (`wal_upkeep`). Behind a
 /// lock: the thread and a lone call's caller take turns with it.
 struct Writer {
     conn: Connection,
-    /// The frames in the WAL after the last commit that wrote any.
-    frames: i32,
-    /// The frames counted at the last restart try.
-    tried_at: i32,
-    /// A lone call found the restart due and woke the thread for it (one empty call at a
-    /// time: the thread clears this after its next batch).
-    restart_asked: bool,
+    restart: Restart,
 }
 
 /// The queue to the engine's thread, and its connection; the thread ends when the last
@@ -122,7 +118,7 @@ fn gone() -> StorageError {
 
 impl Engine {
     /// Opens the database at `path` (migrated already, by the sqlx pool) and starts the thread.
-    pub fn open(path: &Path) -> Result<Engine> {
+    pub fn open(path: &Path, checkpoints: Arc<Checkpoints>) -> Result<Engine> {
         // Through `troupe-wal`: a commit's WAL frames are one write, not two a frame.
         super::wal_vfs::register().map_err(StorageError::Sqlite)?;
         let conn = Connection::open_with_flags_and_vfs(
@@ -136,11 +132,11 @@ impl Engine {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_handler(Some(busy))?;
         // Checkpoints (copying the WAL into the database file, and its fsync) are not this
-        // thread's to run: they would stall every batch behind them. `checkpoints` runs them
-        // on the sqlx connection instead; this thread only copies the few frames those left,
-        // now and then, so that the WAL can start over (`restart_wal`).
+        // thread's to run: they would stall every batch behind them. `wal_upkeep` runs them on
+        // the sqlx connection instead; this thread only copies the few frames those left, now
+        // and then, so that the WAL can start over.
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
-        // After a burst the WAL is cut back to this size when it restarts (`restart_wal`).
+        // After a burst the WAL is cut back to this size when it restarts (`wal_upkeep`).
         conn.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)?;
         conn.wal_hook(Some(note_wal_frames));
         // The query planner's stability guarantee: a statement is planned once, whatever is
@@ -154,9 +150,7 @@ impl Engine {
         let (queue, jobs) = mpsc::channel(QUEUE);
         let writer = Arc::new(Mutex::new(Writer {
             conn,
-            frames: 0,
-            tried_at: 0,
-            restart_asked: false,
+            restart: Restart::new(checkpoints),
         }));
         let thread_writer = writer.clone();
         std::thread::Builder::new()
@@ -306,11 +300,10 @@ impl Engine {
             }
         };
         note_commit(&mut writer);
-        if !writer.restart_asked && restart_due(&writer, true) {
-            // The thread checks after this empty call's batch, and restarts the WAL if
-            // nothing else is queued by then; a full queue means it is busy, and it checks
-            // after every batch anyway.
-            writer.restart_asked = self
+        if !writer.restart.woken && writer.restart.due() {
+            // Step 2 of the WAL's restart is the thread's: it runs it after this empty call's
+            // batch. A full queue means it is busy, and it looks after every batch anyway.
+            writer.restart.woken = self
                 .queue
                 .try_send(Box::new(|_| (true, Box::new(|_| {}))))
                 .is_ok();
@@ -353,10 +346,8 @@ fn run(writer: &Mutex<Writer>, mut jobs: mpsc::Receiver<Job>) {
         let mut writer = lock(writer);
         run_batch(&writer.conn, &mut batch);
         note_commit(&mut writer);
-        // An asked-for restart waits for an idle moment, as any: a checkpoint (its fsync,
-        // ~15 ms here) holds up every call queued behind it. A later lone call may ask again.
-        writer.restart_asked = false;
-        restart_wal(&mut writer, jobs.is_empty());
+        let Writer { conn, restart } = &mut *writer;
+        restart.between_batches(conn);
     }
 }
 
@@ -365,12 +356,6 @@ fn lock(writer: &Mutex<Writer>) -> MutexGuard<'_, Writer> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
-
-/// WAL frames (pages) written since the last restart before the engine checkpoints itself.
-const WAL_RESTART_FRAMES: i32 = 4_000;
-/// What a restarted WAL keeps on disk (`journal_size_limit`): what it reaches between
-/// restarts at most, so that the file is reused rather than cut and grown again.
-const WAL_KEEP_BYTES: i64 = 2 * WAL_RESTART_FRAMES as i64 * 4_120;
 
 thread_local! {
     /// The frames in the WAL after a commit on this thread (`note_wal_frames`), until
@@ -388,44 +373,7 @@ fn note_wal_frames(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlit
 /// Takes the frames the commit just made on this thread wrote (the hook runs on the
 /// committing thread, and nothing runs between a commit and this).
 fn note_commit(writer: &mut Writer) {
-    let frames = WAL_FRAMES.replace(-1);
-    if frames >= 0 {
-        if frames < writer.tried_at {
-            writer.tried_at = 0; // the WAL restarted
-        }
-        writer.frames = frames;
-    }
-}
-
-/// Whether `restart_wal` would checkpoint now.
-fn restart_due(writer: &Writer, idle: bool) -> bool {
-    let due = writer.tried_at + WAL_RESTART_FRAMES;
-    writer.frames >= due && (idle || writer.frames >= due + WAL_RESTART_FRAMES)
-}
-
-/// Lets the WAL start again from its beginning once it has grown by `WAL_RESTART_FRAMES`
-/// (issue 48). The pool's passive checkpoints (`checkpoints`) copy the WAL into the database
-/// while the engine writes, so they never catch up with its end, and SQLite only writes a WAL
-/// from its start again when a transaction begins with every frame copied: under steady
-/// writes the file grew without end (a disk filled by a burst; on one kernel the zeroing of
-/// its new pages was a fifth of a quiet room's CPU, docs/benchmarks.md). Here, between
-/// batches with nobody waiting, the only writer checkpoints
-/// what is left (a few frames; its fsync is the price, once per `WAL_RESTART_FRAMES`), and its
-/// next transaction restarts the file. A caller answered a moment ago may already have
-/// queued its next call (a quiet room's next step): at twice the frames the engine does not
-/// wait for an empty queue any more. A reader holding an old snapshot can keep a frame
-/// uncopied: then the next try waits for as many frames again.
-fn restart_wal(writer: &mut Writer, idle: bool) {
-    if !restart_due(writer, idle) {
-        return;
-    }
-    writer.tried_at = writer.frames;
-    if let Err(e) = writer
-        .conn
-        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-    {
-        tracing::warn!(error = %e, "could not checkpoint the SQLite WAL");
-    }
+    writer.restart.note_commit(WAL_FRAMES.replace(-1));
 }
 
 /// Runs the jobs in one transaction and answers them after it.
@@ -807,33 +755,6 @@ pub(super) fn room_summary_text(
             row.get(0)
         })
         .optional()?)
-}
-
-/// How often the WAL is checkpointed (`checkpoints`).
-const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
-
-/// Checkpoints the WAL from the sqlx pool's connection every `CHECKPOINT_EVERY`, passively
-/// (never waiting for the engine's writes), until the pool is closed. The engine's own
-/// connection does not checkpoint (`wal_autocheckpoint = 0`), so the fsync of a checkpoint
-/// never sits in a reply's path.
-pub(super) async fn checkpoints(pool: sqlx::SqlitePool) {
-    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if pool.is_closed() {
-            return;
-        }
-        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&pool)
-            .await
-        {
-            if pool.is_closed() {
-                return;
-            }
-            tracing::warn!(error = %e, "could not checkpoint the SQLite WAL");
-        }
-    }
 }
 
 #[cfg(test)]

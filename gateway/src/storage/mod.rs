@@ -69,8 +69,8 @@
 //!   commits late; SQLite writers are serialized already;
 //! - vectors (`pgvector`): the HNSW index exists on Postgres with the extension only;
 //! - connections: one pooled sqlx connection (plus the engine's) on SQLite, in WAL mode,
-//!   checkpointed off the engine's thread (`engine::checkpoints`) and restarted by the
-//!   engine between batches (`engine::restart_wal`); a pool of `PG_POOL` on
+//!   checkpointed off the engine's thread and restarted by the engine between batches
+//!   (`wal_upkeep`); a pool of `PG_POOL` on
 //!   Postgres, pinged only after `PG_PING_IDLE` idle;
 //! - the schema: one migration directory per backend, kept in step.
 
@@ -122,6 +122,7 @@ mod usage;
 mod usage_tests;
 #[cfg(test)]
 mod vector_tests;
+mod wal_upkeep;
 mod wal_vfs;
 mod webhooks;
 mod writer;
@@ -408,8 +409,9 @@ impl Store {
     pub async fn connect(url: &str) -> Result<Store> {
         if url.starts_with("sqlite:") {
             let (pool, file) = connect_sqlite(url).await?;
-            let engine = engine::Engine::open(&file)?;
-            tokio::spawn(engine::checkpoints(pool.clone()));
+            let checkpoints = std::sync::Arc::default();
+            let engine = engine::Engine::open(&file, std::sync::Arc::clone(&checkpoints))?;
+            tokio::spawn(wal_upkeep::checkpoints(pool.clone(), checkpoints));
             Ok(Store {
                 pool: Pool::Sqlite(pool),
                 hot: HotPath::Engine(engine),
