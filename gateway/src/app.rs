@@ -846,7 +846,7 @@ impl App {
         shutdown: &CancellationToken,
     ) -> Option<tokio::task::JoinHandle<std::io::Result<()>>> {
         let listener = self.http.listener.take()?;
-        let state = AppState {
+        let state = AppState::new(http::Services {
             config: self.config.clone(),
             agents: self.path.agents.clone(),
             ingress: self.path.ingress.clone(),
@@ -860,7 +860,7 @@ impl App {
             access: self.personas.access.clone(),
             secrets: self.personas.secrets.clone(),
             reconnect: self.personas.reconnect.clone(),
-        };
+        });
         let router = http::router(state);
         let stop = shutdown.child_token();
         let settings = self.config.http.clone();

@@ -60,9 +60,30 @@ use crate::storage::Store;
 use auth::{Caller, require_token};
 use error::ApiError;
 
-/// What every handler may use.
+/// What every handler may use, behind one `Arc`: axum clones the state for every extractor
+/// and middleware that takes it, several times a request, and a clone of the fields
+/// themselves was some two dozen reference counts raised and dropped on both cores (9% of a
+/// tokio worker's CPU under 16 HTTP clients, docs/benchmarks.md). Fields read through it as
+/// before (`state.store`).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Services>);
+
+impl AppState {
+    pub fn new(services: Services) -> AppState {
+        AppState(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.0
+    }
+}
+
+/// The services behind `AppState`.
+pub struct Services {
     pub config: Arc<Config>,
     pub agents: Agents,
     pub ingress: Ingress,
