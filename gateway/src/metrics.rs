@@ -247,3 +247,47 @@ pub fn feedback(persona: &troupe_connectors::AgentId, value: &'static str) {
         "value" => value)
     .increment(1);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the one line of `text` that names all of `labels` in `series`.
+    fn value(text: &str, series: &str, labels: &[&str]) -> Option<f64> {
+        text.lines()
+            .filter(|l| l.starts_with(series) && labels.iter().all(|x| l.contains(x)))
+            .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    /// The second call counts on the series the first registered, and a new purpose gets
+    /// series of its own.
+    #[test]
+    fn usage_series_registered_once_keep_counting() {
+        let handle = install().expect("the recorder installs");
+        let persona = troupe_connectors::AgentId::from("metrics-test-persona");
+        model_usage(&persona, "metrics-test-provider", "reply", 10, 3, 2, 7);
+        model_usage(&persona, "metrics-test-provider", "reply", 5, 1, 0, 4);
+        model_usage(&persona, "metrics-test-provider", "summary", 1, 1, 1, 1);
+        let text = handle.render();
+        let reply = [
+            "persona=\"metrics-test-persona\"",
+            "provider=\"metrics-test-provider\"",
+            "purpose=\"reply\"",
+        ];
+        let prompt = [&reply[..], &["kind=\"prompt\""]].concat();
+        assert_eq!(value(&text, "troupe_usage_calls_total", &reply), Some(2.0));
+        assert_eq!(
+            value(&text, "troupe_usage_tokens_total", &prompt),
+            Some(15.0)
+        );
+        assert_eq!(
+            value(&text, "troupe_usage_cost_micros_total", &reply),
+            Some(11.0)
+        );
+        let summary = [reply[0], reply[1], "purpose=\"summary\""];
+        assert_eq!(
+            value(&text, "troupe_usage_calls_total", &summary),
+            Some(1.0)
+        );
+    }
+}
