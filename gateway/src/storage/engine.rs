@@ -49,7 +49,9 @@ use troupe_connectors::{AgentId, RoomKey};
 use super::readers::Readers;
 use super::sqlite_tx::{commit, exec};
 use super::wal_upkeep::{Checkpoints, Restart, WAL_KEEP_BYTES};
-use super::writer::{HandledReq, JournalReq};
+use super::writer::{
+    HandledReq, JournalReq, rollup_add, upsert_room_conflict, upsert_user_conflict,
+};
 use super::{
     JournalId, JournalInsert, JournalState, MemoryMessage, OutboxId, RecordedReply, Result,
     SQLITE_BUSY_TIMEOUT, StorageError,
@@ -500,10 +502,10 @@ pub(super) fn record_handled(conn: &Connection, r: &HandledReq) -> Result<Option
     }
     let room = r.room_key.to_string();
     let platform = r.room_key.platform.as_str();
-    conn.prepare_cached(&format!(
+    conn.prepare_cached(concat!(
         "INSERT INTO rooms (agent_id, room, platform, name, last_active_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5){}",
-        super::writer::UPSERT_ROOM_CONFLICT
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        upsert_room_conflict!()
     ))?
     .execute(params![
         r.agent_id.as_str(),
@@ -513,9 +515,9 @@ pub(super) fn record_handled(conn: &Connection, r: &HandledReq) -> Result<Option
         r.last_active
     ])?;
     for m in r.memories.iter().filter(|m| !m.from_agent) {
-        conn.prepare_cached(&format!(
-            "INSERT INTO users (platform, user_id, name, last_seen_ms) VALUES (?1, ?2, ?3, ?4){}",
-            super::writer::UPSERT_USER_CONFLICT
+        conn.prepare_cached(concat!(
+            "INSERT INTO users (platform, user_id, name, last_seen_ms) VALUES (?1, ?2, ?3, ?4)",
+            upsert_user_conflict!()
         ))?
         .execute(params![
             platform,
@@ -722,10 +724,10 @@ pub(super) fn usage_record_batch(
             u.at_ms
         ])?;
     }
-    let mut rollup = conn.prepare_cached(&format!(
+    let mut rollup = conn.prepare_cached(concat!(
         "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
-            completion_tokens, cached_tokens, cost_micros) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9){}",
-        super::writer::ROLLUP_ADD
+            completion_tokens, cached_tokens, cost_micros) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        rollup_add!()
     ))?;
     for ((agent, day, scope, key), [calls, prompt, completion, cached, cost]) in rollups {
         rollup.execute(params![

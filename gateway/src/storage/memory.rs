@@ -173,7 +173,7 @@ impl Store {
 
     /// The agent's rooms with their message counts, most recently active first. A room's
     /// activity is the newer of its row's time, which the message path moves only once a
-    /// minute (`writer::UPSERT_ROOM_CONFLICT`), and its newest message's, one step down
+    /// minute (`writer::upsert_room_conflict!`), and its newest message's, one step down
     /// `messages_by_room` from its end.
     pub async fn rooms(&self, agent_id: &AgentId) -> Result<Vec<RoomSummary>> {
         let rows = with_pool!(self, pool => {

@@ -1941,7 +1941,7 @@ async fn sqlite_migration_0005_keeps_existing_rows_and_references() {
 }
 
 /// `users`: a newer name replaces the old one, a late message does not roll it back, and a
-/// sighting that changes nothing within a minute writes nothing (`UPSERT_USER_CONFLICT`).
+/// sighting that changes nothing within a minute writes nothing (`upsert_user_conflict!`).
 async fn a_user_name_follows_the_newest_sighting(ctx: Ctx) {
     let store = ctx.store;
     let said = |id: &str, name: &str, at: i64| {
@@ -1978,7 +1978,7 @@ async fn a_user_name_follows_the_newest_sighting(ctx: Ctx) {
 }
 
 /// `rooms`: a message writes its room's row only when the room is new, its name changed,
-/// or its time is a minute old (`UPSERT_ROOM_CONFLICT`); the listing still shows each
+/// or its time is a minute old (`upsert_room_conflict!`); the listing still shows each
 /// room's newest activity, and orders by it (`Store::rooms`). A late message rolls
 /// neither back, and a message without a name keeps the room's.
 async fn a_room_row_moves_once_a_minute_and_the_listing_stays_exact(ctx: Ctx) {

@@ -9,7 +9,7 @@
 use serde::Serialize;
 use troupe_connectors::{AgentId, RoomKey};
 
-use super::writer::{ROLLUP_ADD, column};
+use super::writer::{column, rollup_add};
 use super::{Result, StorageError, Store, with_pool};
 
 /// One model call to record.
@@ -155,13 +155,13 @@ async fn add_rollups(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     rollups: &[(RollupKey, [i64; 5])],
 ) -> Result<()> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
+    sqlx::query(concat!(
         "INSERT INTO usage_daily (agent_id, day, scope, scope_key, calls, prompt_tokens,
             completion_tokens, cached_tokens, cost_micros)
          SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
-            $6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[]){}",
-        ROLLUP_ADD
-    )))
+            $6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[])",
+        rollup_add!()
+    ))
     .bind(column(rollups, |((a, ..), _)| a.as_str()))
     .bind(column(rollups, |((_, day, ..), _)| *day))
     .bind(column(rollups, |((_, _, scope, _), _)| *scope))

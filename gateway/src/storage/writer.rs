@@ -35,18 +35,26 @@ use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use troupe_connectors::{AgentId, Outbound, RoomKey};
 
+// The `ON CONFLICT` clauses both backends share are macros rather than constants so that
+// each statement is one text at compile time (`concat!`), not formatted for every batch.
+
 /// Later sightings win: a re-driven old message never rolls a name back. A sighting that
 /// changes nothing is not written (issue 48: at 1,000 rooms it was a leaf of its own to
 /// write for every message): the row is written when the name changed, or when its time is
 /// a minute old. So `last_seen_ms` (read by nothing) is the last sighting to within a
 /// minute, and a late message could set a name back only if the person changed it away and
 /// back within that minute (until their next message corrects it).
-pub(super) const UPSERT_USER_CONFLICT: &str = " ON CONFLICT (platform, user_id) DO UPDATE SET
+macro_rules! upsert_user_conflict {
+    () => {
+        " ON CONFLICT (platform, user_id) DO UPDATE SET
          name = excluded.name,
          last_seen_ms = excluded.last_seen_ms
      WHERE excluded.last_seen_ms >= users.last_seen_ms
        AND (excluded.name <> users.name
-            OR excluded.last_seen_ms >= users.last_seen_ms + 60000)";
+            OR excluded.last_seen_ms >= users.last_seen_ms + 60000)"
+    };
+}
+pub(super) use upsert_user_conflict;
 
 /// A room's row is written when it is new, when its name changed, or when its activity is
 /// a minute newer than the row says (issue 48: the time moved with every message, a leaf
@@ -55,20 +63,30 @@ pub(super) const UPSERT_USER_CONFLICT: &str = " ON CONFLICT (platform, user_id) 
 /// and the room's newest message, and so stays exact. `CASE` rather than
 /// `max()`/`GREATEST()`, which is where the two dialects part (the engine runs this text
 /// on SQLite too); a name is never cleared by a message without one.
-pub(super) const UPSERT_ROOM_CONFLICT: &str = " ON CONFLICT (agent_id, room) DO UPDATE SET
+macro_rules! upsert_room_conflict {
+    () => {
+        " ON CONFLICT (agent_id, room) DO UPDATE SET
          name = COALESCE(excluded.name, rooms.name),
          last_active_ms = CASE WHEN excluded.last_active_ms > rooms.last_active_ms
                                THEN excluded.last_active_ms ELSE rooms.last_active_ms END
      WHERE (excluded.name IS NOT NULL AND (rooms.name IS NULL OR excluded.name <> rooms.name))
-        OR excluded.last_active_ms >= rooms.last_active_ms + 60000";
+        OR excluded.last_active_ms >= rooms.last_active_ms + 60000"
+    };
+}
+pub(super) use upsert_room_conflict;
 
 /// A rollup row's increments are added to what the row holds (both backends).
-pub(super) const ROLLUP_ADD: &str = " ON CONFLICT (agent_id, day, scope, scope_key) DO UPDATE SET
+macro_rules! rollup_add {
+    () => {
+        " ON CONFLICT (agent_id, day, scope, scope_key) DO UPDATE SET
     calls = usage_daily.calls + excluded.calls,
     prompt_tokens = usage_daily.prompt_tokens + excluded.prompt_tokens,
     completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens,
     cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens,
-    cost_micros = usage_daily.cost_micros + excluded.cost_micros";
+    cost_micros = usage_daily.cost_micros + excluded.cost_micros"
+    };
+}
+pub(super) use rollup_add;
 
 /// One column of a batch's rows, bound as an array for `UNNEST` (`batch`, `usage`).
 pub(super) fn column<'r, R, T>(rows: &'r [R], cell: impl Fn(&'r R) -> T) -> Vec<T> {

@@ -8,15 +8,12 @@
 //! round trip to describe; one text a kind is prepared once per connection and then only
 //! bound and run.
 
-use super::{
-    DeliveredReq, HandledReq, HandledResult, JournalReq, MemoryReq, UPSERT_ROOM_CONFLICT,
-    UPSERT_USER_CONFLICT, column,
-};
+use super::{DeliveredReq, HandledReq, HandledResult, JournalReq, MemoryReq, column};
 use crate::storage::{
     JournalId, JournalInsert, JournalState, OutboxId, RecordedReply, Result, StorageError,
 };
+use sqlx::FromRow;
 use sqlx::postgres::{PgConnection, PgPool};
-use sqlx::{AssertSqlSafe, FromRow};
 use std::collections::{HashMap, HashSet};
 use troupe_connectors::{AgentId, Platform, RoomKey};
 
@@ -412,11 +409,11 @@ async fn upsert_rooms(conn: &mut PgConnection, rooms: Vec<RoomRow<'_>>) -> Resul
         return Ok(());
     }
     // In the arrays' order, which is the key order `rooms_and_users` sorted them in.
-    sqlx::query(AssertSqlSafe(format!(
+    sqlx::query(concat!(
         "INSERT INTO rooms (agent_id, room, platform, name, last_active_ms)
-         SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[]){}",
-        UPSERT_ROOM_CONFLICT
-    )))
+         SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[])",
+        upsert_room_conflict!()
+    ))
     .bind(column(&rooms, |r| r.agent_id.as_str()))
     .bind(column(&rooms, |r| r.room.to_string()))
     .bind(column(&rooms, |r| r.room.platform.as_str()))
@@ -431,11 +428,11 @@ async fn upsert_users(conn: &mut PgConnection, users: Vec<UserRow<'_>>) -> Resul
     if users.is_empty() {
         return Ok(());
     }
-    sqlx::query(AssertSqlSafe(format!(
+    sqlx::query(concat!(
         "INSERT INTO users (platform, user_id, name, last_seen_ms)
-         SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[]){}",
-        UPSERT_USER_CONFLICT
-    )))
+         SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[])",
+        upsert_user_conflict!()
+    ))
     .bind(column(&users, |u| u.platform.as_str()))
     .bind(column(&users, |u| u.user_id))
     .bind(column(&users, |u| u.name))
