@@ -131,7 +131,7 @@ pub fn model_usage(
             .increment(u64::try_from(cost_micros).unwrap_or(0));
     };
     let key = (persona.as_str(), provider, purpose);
-    if registered(&USAGE, key, &count).is_none() {
+    if !registered(key, &count) {
         count(&UsageSeries::register(key));
     }
 }
@@ -172,25 +172,27 @@ impl UsageSeries {
 type UsageMap = HashMap<String, HashMap<String, HashMap<&'static str, UsageSeries>>>;
 static USAGE: LazyLock<RwLock<UsageMap>> = LazyLock::new(Default::default);
 
-/// Runs `count` on the series registered for `key`, registering them the first time; `None`
-/// when no recorder is installed yet (a handle taken then would count nowhere for ever, so
-/// nothing is kept until `install` has run).
-fn registered(
-    map: &RwLock<UsageMap>,
-    key: (&str, &str, &'static str),
-    count: &dyn Fn(&UsageSeries),
-) -> Option<()> {
-    HANDLE.get()?.as_ref()?;
+/// Runs `count` on the series registered for `key`, registering them the first time; false
+/// (and nothing counted) when no recorder is installed yet: a handle taken then would count
+/// nowhere for ever, so nothing is kept until `install` has run.
+fn registered(key: (&str, &str, &'static str), count: &dyn Fn(&UsageSeries)) -> bool {
+    if !HANDLE.get().is_some_and(Option::is_some) {
+        return false;
+    }
     let (persona, provider, purpose) = key;
     {
-        let read = map.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let read = USAGE
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let known = read.get(persona).and_then(|p| p.get(provider));
         if let Some(series) = known.and_then(|p| p.get(purpose)) {
             count(series);
-            return Some(());
+            return true;
         }
     }
-    let mut write = map.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut write = USAGE
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let by_purpose = write
         .entry(persona.to_string())
         .or_default()
@@ -201,7 +203,7 @@ fn registered(
             .entry(purpose)
             .or_insert_with(|| UsageSeries::register(key)),
     );
-    Some(())
+    true
 }
 
 /// A model call refused because a budget is spent (`user_day`, `room_day`, `persona_day`,

@@ -141,7 +141,13 @@ impl Restart {
             self.asked = Some(self.checkpoints.ask());
             return false;
         };
-        self.checkpoints.finished_since(at) || self.frames >= due + WAL_RESTART_FRAMES
+        self.checkpoints.finished_since(at) || self.overdue()
+    }
+
+    /// Whether the WAL has grown by twice `WAL_RESTART_FRAMES` since the last restart: the
+    /// engine then checkpoints whether or not the pass it asked for has run.
+    fn overdue(&self) -> bool {
+        self.frames >= self.tried_at + 2 * WAL_RESTART_FRAMES
     }
 
     /// Step 2, on the engine's thread between batches: copies what the pass left, so that
@@ -158,7 +164,7 @@ impl Restart {
         if !self.due() {
             return;
         }
-        let overdue = self.frames >= self.tried_at + 2 * WAL_RESTART_FRAMES;
+        let overdue = self.overdue();
         let mut waited = Duration::ZERO;
         loop {
             match checkpoint(conn) {
